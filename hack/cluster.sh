@@ -53,6 +53,7 @@ Commands:
 
 Environment:
   GANTRY_CACHE  build cache, binaries and Go caches (default: ~/.cache/gantry; now: $CACHE)
+  GANTRY_KCM_CONTROLLERS  kube-controller-manager --controllers (default: *)
   GANTRY_RUN    state, PKI, logs, pids of a running cluster (default: /tmp/gantry-cluster; now: $RUN)
                 Two clusters can run side by side with two GANTRY_RUN dirs: ports are picked free.
 
@@ -345,7 +346,8 @@ start_controller_manager() {
         --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
         --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
         --use-service-account-credentials=true --service-cluster-ip-range "$SERVICE_CIDR" \
-        --leader-elect=false --profiling=false --v=1 ${KCM_EXTRA_ARGS:-}
+        --controllers "${GANTRY_KCM_CONTROLLERS:-*}" \
+        --leader-elect=false --profiling=false --v=1
     wait_for "kube-controller-manager /healthz on 127.0.0.1:$KCM_PORT" 60 kube-controller-manager \
         curl -sfk "https://127.0.0.1:$KCM_PORT/healthz"
     # Pods cannot be created in a namespace before its `default` ServiceAccount exists; tests
@@ -369,7 +371,23 @@ SERVICE_CIDR=$SERVICE_CIDR
 EOF
 }
 
-running_components() { ls "$RUN/pids" 2>/dev/null | grep -v '\.exe$' || true; }
+running_components() {
+    local f
+    for f in "$RUN"/pids/*; do
+        [ -f "$f" ] && [[ $f != *.exe ]] && basename "$f"
+    done
+    return 0
+}
+
+# If `up` fails half way, take down what did start, so that no process is left behind.
+up_cleanup() {
+    local rc=$?
+    if [ $rc -ne 0 ]; then
+        log "up failed; stopping what started"
+        cmd_down >/dev/null 2>&1 || true
+    fi
+    return $rc
+}
 
 cmd_up() {
     TIER=
@@ -403,8 +421,7 @@ cmd_up() {
     mkdir -p "$RUN/logs"
     chmod 700 "$RUN"
     read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT < <(pick_ports 4)
-    # If anything below fails, take down what did start, so no process is left behind.
-    trap 'rc=$?; if [ $rc -ne 0 ]; then log "up failed; stopping what started"; cmd_down >/dev/null 2>&1 || true; fi' EXIT
+    trap up_cleanup EXIT
     log "PKI and kubeconfigs in $RUN"
     make_pki
     write_kubeconfig "$RUN/admin.kubeconfig" admin gantry-admin

@@ -1,0 +1,48 @@
+// GELU on the GPU: one thread per element, same math as gelu_cpu.c (the specification).
+#include "kernels/gelu.h"
+#include "kernels/cuda_common.h"
+
+#define GELU_SCALE 0.7978845608028654f
+#define GELU_CUBE 0.044715f
+
+static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
+                                            size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+        float t = tanhf(u);
+        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+        dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    }
+}
+
+extern "C" void gelu_forward(float *out, const float *inp, size_t n, struct CUstream_st *stream)
+{
+    const int block = 256;
+    if (n == 0)
+        return;
+    gelu_forward_kernel<<<(unsigned)CEIL_DIV(n, block), block, 0, stream>>>(out, inp, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+                              struct CUstream_st *stream)
+{
+    const int block = 256;
+    if (n == 0)
+        return;
+    gelu_backward_kernel<<<(unsigned)CEIL_DIV(n, block), block, 0, stream>>>(dinp, inp, dout, n);
+    CUDA_CHECK(cudaGetLastError());
+}
