@@ -1,0 +1,96 @@
+/*
+ * eval.h - classification metrics from a confusion matrix, mergeable across ranks.
+ *
+ * struct eval_counts holds only sums (a confusion matrix of int64 counts, a loss sum and count),
+ * so counts from different ranks or batches combine by element-wise addition: eval_merge() on
+ * one machine, or an all-reduce (sum) over eval_counts_flat() across ranks. Metrics are derived
+ * from the merged counts only (eval_compute), so every rank computes the same report.
+ *
+ * Definitions (scikit-learn's, with zero_division=0):
+ *   cm[t][p]      examples with true class t predicted as p
+ *   precision[c]  = cm[c][c] / sum_t cm[t][c]   (0 when the class was never predicted)
+ *   recall[c]     = cm[c][c] / sum_p cm[c][p]   (0 when the class has no examples)
+ *   f1[c]         = 2 P R / (P + R)              (0 when P + R = 0)
+ *   macro_*       = unweighted mean over all n_classes classes of the label map
+ *   accuracy      = trace / total                (0 when total = 0)
+ * Thread safety: none; one eval_counts per thread, then merge.
+ */
+#ifndef GANTRY_EVAL_H
+#define GANTRY_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#define EVAL_MAX_CLASSES 4096
+
+struct eval_counts {
+    int n_classes;
+    /* Flat, all-reducible (sum) storage of (2 + n*n) doubles:
+     *   v[0] loss sum, v[1] loss count (examples), v[2 + t*n + p] confusion counts.
+     * Doubles hold integer counts exactly up to 2^53, and a double all-reduce is what every
+     * collective backend offers. */
+    double *v;
+};
+
+/* 0, or -1 when n_classes is not in 1..EVAL_MAX_CLASSES. Caller-owned storage. */
+int eval_init(struct eval_counts *e, int n_classes);
+void eval_cleanup(struct eval_counts *e);
+void eval_reset(struct eval_counts *e);
+
+/* Adds one prediction. Labels outside 0..n_classes-1 are ignored and return -1, else 0. */
+int eval_add(struct eval_counts *e, int true_label, int pred_label);
+/* Adds n predictions; returns how many were out of range (and ignored). */
+size_t eval_add_batch(struct eval_counts *e, const int32_t *true_labels,
+                      const int32_t *pred_labels, size_t n);
+/* Adds argmax over each row of logits (n, n_classes) as the predictions (ties: lowest index). */
+size_t eval_add_logits(struct eval_counts *e, const int32_t *true_labels, const float *logits,
+                       size_t n);
+/* Adds a loss summed over count examples (the report shows loss_sum / count). */
+void eval_add_loss(struct eval_counts *e, double loss_sum, uint64_t count);
+
+/* Element-wise sum: dst += src. -1 (and dst unchanged) when n_classes differ. */
+int eval_merge(struct eval_counts *dst, const struct eval_counts *src);
+/* Borrowed flat array for an in-place all-reduce(sum) across ranks, and its length. */
+double *eval_counts_flat(struct eval_counts *e);
+size_t eval_counts_flat_len(const struct eval_counts *e);
+/* Confusion count cm[t][p]. */
+uint64_t eval_cm(const struct eval_counts *e, int true_label, int pred_label);
+
+struct eval_class {
+    double precision, recall, f1;
+    uint64_t support; /* true examples of this class */
+    uint64_t predicted;
+};
+
+struct eval_metrics {
+    int n_classes;
+    uint64_t total;
+    double accuracy;
+    double macro_precision, macro_recall, macro_f1;
+    double weighted_f1; /* mean of f1 weighted by support */
+    double loss;        /* NaN when no loss was added */
+    struct eval_class *cls; /* n_classes entries, owned */
+};
+
+/* Computes metrics from e into m (caller-owned; release with eval_metrics_cleanup()). */
+void eval_compute(const struct eval_counts *e, struct eval_metrics *m);
+void eval_metrics_cleanup(struct eval_metrics *m);
+
+/* The final report as a new JSON object (caller json_decref()s):
+ *   {"examples": N, "accuracy": a, "macro_precision": .., "macro_recall": .., "macro_f1": ..,
+ *    "weighted_f1": .., "loss": l (only when added),
+ *    "labels": ["ham", "spam"],
+ *    "per_class": {"ham": {"precision":..,"recall":..,"f1":..,"support":..}, ...},
+ *    "confusion_matrix": [[...], ...]}   rows = true label, columns = predicted label
+ * names[i] is the name of class i (NULL: "0", "1", ...). */
+json_t *eval_report_json(const struct eval_counts *e, const char *const *names);
+/* Writes the report to path (atomically, pretty-printed, trailing newline). 0 or -1 with err. */
+int eval_write_report(const struct eval_counts *e, const char *const *names, const char *path,
+                      char *err, size_t errlen);
+/* A human-readable summary: accuracy, macro-F1, and the confusion matrix, into f. */
+void eval_print(const struct eval_counts *e, const char *const *names, FILE *f);
+
+#endif /* GANTRY_EVAL_H */
