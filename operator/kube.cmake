@@ -1,0 +1,16 @@
+# operator/kube/: the Kubernetes API client (libcurl + OpenSSL, Jansson, libyaml) and the operator's
+# error codes and logger. Static library gantry_kube; include as "operator/kube/kube.h".
+pkg_check_modules(KUBE_DEPS REQUIRED IMPORTED_TARGET libcurl jansson yaml-0.1)
+find_package(OpenSSL REQUIRED)
+
+set(KUBE_DIR ${CMAKE_CURRENT_SOURCE_DIR}/kube)
+add_library(gantry_kube STATIC
+    ${KUBE_DIR}/kube_err.c
+    ${KUBE_DIR}/log.c
+)
+target_include_directories(gantry_kube PUBLIC "${PROJECT_SOURCE_DIR}")
+target_link_libraries(gantry_kube PUBLIC PkgConfig::KUBE_DEPS OpenSSL::SSL OpenSSL::Crypto
+    Threads::Threads gantry_common)
+
+gantry_test(kube_err_test SOURCES ${KUBE_DIR}/kube_err_test.c LIBS gantry_kube)
+gantry_test(kube_log_test SOURCES ${KUBE_DIR}/log_test.c LIBS gantry_kube)
