@@ -1,0 +1,25 @@
+/*
+ * crossentropy.h - softmax cross-entropy over K classes, forward and backward.
+ *
+ * logits (B,K), labels (B) in [0,K). The forward writes probs (B,K) (softmax, kept for the
+ * backward) and losses (B) = -log probs[b, labels[b]], computed from the log-sum-exp so a large
+ * logit cannot overflow. The backward accumulates dlogits += (probs - onehot(labels)) * scale:
+ * scale is d(total loss)/d(loss_b), e.g. 1/(B * accumulation steps) for a mean over the batch.
+ */
+#ifndef GANTRY_CROSSENTROPY_H
+#define GANTRY_CROSSENTROPY_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void crossentropy_forward_cpu(float *losses, float *probs, const float *logits, const int *labels,
+                              int B, int K);
+void crossentropy_backward_cpu(float *dlogits, const float *probs, const int *labels, float scale,
+                               int B, int K);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GANTRY_CROSSENTROPY_H */

@@ -1,0 +1,34 @@
+/*
+ * matmul.h - the fully connected layer (GEMM through BLAS) and bias add, forward and backward.
+ *
+ * Weights are stored as PyTorch's nn.Linear stores them, (OC, C) row-major, so
+ * out (N,OC) = inp (N,C) @ weight^T + bias (OC). The GEMMs go to cblas_sgemm (OpenBLAS here,
+ * cuBLASLt in the CUDA twin), which brings its own threads; do not call these from inside an
+ * OpenMP parallel region. Backward passes accumulate: dinp += dout @ weight,
+ * dweight += dout^T @ inp, dbias += column sums of dout; any of dinp, dbias may be NULL to skip it.
+ */
+#ifndef GANTRY_MATMUL_H
+#define GANTRY_MATMUL_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out = inp @ weight^T (+ bias when bias is not NULL). out is overwritten. */
+void matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias, int N,
+                        int C, int OC);
+void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int N, int C, int OC);
+
+/* out (N,OC) += bias (OC) on every row; dbias += column sums of dout. */
+void bias_forward_cpu(float *out, const float *bias, int N, int OC);
+void bias_backward_cpu(float *dbias, const float *dout, int N, int OC);
+
+/* out = a + b, elementwise over n (the residual connection; its backward is a copy). */
+void residual_forward_cpu(float *out, const float *a, const float *b, long n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GANTRY_MATMUL_H */
