@@ -5,8 +5,8 @@
  *   JSONL: {"text": "...", "label": "spam"} - other fields are ignored; label may also be an
  *          integer (taken as its decimal string, so 0/1 labels work).
  *   TSV:   text<TAB>label - the label is the LAST tab-separated field, so the text may contain
- *          tabs; the escapes \t \n \r \\ in the text are decoded. A first line "text<TAB>label"
- *          is taken as a header and skipped.
+ *          tabs; the escapes \t \n \r \\ in the text are decoded. A line "text<TAB>label"
+ *          (normally the first) is taken as a header and skipped.
  * The format comes from the extension (.jsonl/.json/.ndjson vs .tsv/.txt) unless set explicitly.
  * Blank lines are skipped silently. Lines longer than opts.max_line are malformed.
  *
@@ -101,6 +101,9 @@ int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts
 int dataset_parse_line(enum dataset_format fmt, const struct dataset_opts *o, const char *line,
                        size_t len, char **text, size_t *text_len,
                        char label[DATASET_MAX_LABEL_BYTES + 1], char *why, size_t whylen);
+
+/* Rewrites every example's label through remap[old] (as filled by label_map_sort). */
+void dataset_remap_labels(struct dataset *ds, const int *remap);
 
 /* Fixed-length encoding of a dataset for the model: row i of ids holds
  * [CLS] piece... [SEP] [PAD]... (CLS/SEP only when add_cls_sep and the vocab has them), cut to

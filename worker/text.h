@@ -3,13 +3,15 @@
  *
  * text_tokenize() turns raw bytes into a list of word tokens:
  *   - invalid UTF-8 (bad lead/continuation bytes, overlongs, surrogates, > U+10FFFF) is dropped
- *     and counted, never a crash; NUL and control characters become spaces;
+ *     and counted, never a crash; NUL and control characters separate tokens; zero-width and
+ *     format characters (U+200B..U+200F, U+FEFF, soft hyphen) are dropped;
  *   - whitespace of any kind (ASCII, NBSP, U+2000..U+200A, U+3000, ...) separates tokens;
  *   - letters are lowercased (ASCII, Latin-1, Latin Extended-A, Greek, Cyrillic) and, when
  *     strip_accents is on, reduced to their base letter (é -> e, ñ -> n; ß and æ stay);
  *   - every punctuation or symbol character (ASCII !"#$%&'()*+,-./:;<=>?@[\]^_`{|}~ and the
  *     Unicode General Punctuation, Latin-1 and CJK punctuation blocks) is a token of its own;
- *   - every CJK ideograph (and Hiragana, Katakana, Hangul syllable) is a token of its own;
+ *   - every CJK ideograph (and Hiragana/Katakana character) is a token of its own; Hangul is
+ *     left in words (Korean separates words with spaces); emoji are tokens of their own;
  *   - tokens longer than TEXT_MAX_TOKEN_BYTES bytes are cut to that many bytes at a character
  *     boundary (WordPiece maps them to [UNK] anyway);
  *   - stop words (optional) are removed; max_tokens (optional) caps tokens per document, so a

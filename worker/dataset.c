@@ -1,0 +1,525 @@
+/*
+ * dataset.c - JSONL/TSV readers, label maps and fixed-length encoding (see dataset.h).
+ *
+ * Lines are read through a fixed 64 KiB window into a buffer bounded by max_line, so a file with
+ * a 10 GB line costs max_line bytes of memory, not 10 GB: the rest of that line is skipped.
+ */
+#include "worker/dataset.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "common/buf.h"
+#include "common/xalloc.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Label maps
+ */
+
+void label_map_init(struct label_map *m)
+{
+    memset(m, 0, sizeof(*m));
+}
+
+void label_map_cleanup(struct label_map *m)
+{
+    for (int i = 0; i < m->n; i++)
+        free(m->names[i]);
+    free(m->names);
+    label_map_init(m);
+}
+
+int label_map_find(const struct label_map *m, const char *name, size_t len)
+{
+    for (int i = 0; i < m->n; i++)
+        if (strlen(m->names[i]) == len && memcmp(m->names[i], name, len) == 0)
+            return i;
+    return -1;
+}
+
+int label_map_add(struct label_map *m, const char *name, size_t len)
+{
+    int i = label_map_find(m, name, len);
+
+    if (i >= 0)
+        return i;
+    if (m->frozen || m->n >= DATASET_MAX_LABELS || len == 0 || len > DATASET_MAX_LABEL_BYTES ||
+        memchr(name, '\0', len))
+        return -1;
+    if (m->n == m->cap) {
+        m->cap = m->cap ? m->cap * 2 : 8;
+        m->names = xrealloc(m->names, (size_t)m->cap * sizeof(*m->names));
+    }
+    m->names[m->n] = xstrndup(name, len);
+    return m->n++;
+}
+
+const char *label_map_name(const struct label_map *m, int i)
+{
+    return i >= 0 && i < m->n ? m->names[i] : NULL;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void label_map_sort(struct label_map *m, int *remap)
+{
+    char **old = xcalloc(m->n ? (size_t)m->n : 1, sizeof(*old));
+
+    memcpy(old, m->names, (size_t)m->n * sizeof(*old));
+    qsort(m->names, (size_t)m->n, sizeof(*m->names), cmp_name);
+    if (remap)
+        for (int i = 0; i < m->n; i++)
+            for (int j = 0; j < m->n; j++)
+                if (old[i] == m->names[j])
+                    remap[i] = j;
+    free(old);
+}
+
+void dataset_remap_labels(struct dataset *ds, const int *remap)
+{
+    for (size_t i = 0; i < ds->n; i++)
+        ds->ex[i].label = remap[ds->ex[i].label];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Line parsing
+ */
+
+void dataset_opts_default(struct dataset_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->max_line = DATASET_DEFAULT_MAX_LINE;
+}
+
+/* Offset of the first invalid UTF-8 byte (or NUL) in s[0..n), or n when valid. */
+static size_t utf8_check(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        int32_t cp;
+        size_t k = text_utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        if (cp <= 0)
+            return i;
+        i += k;
+    }
+    return n;
+}
+
+static bool is_blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+            return false;
+    return true;
+}
+
+static int set_label(const char *s, size_t n, char label[DATASET_MAX_LABEL_BYTES + 1], char *why,
+                     size_t whylen)
+{
+    if (n == 0) {
+        snprintf(why, whylen, "empty label");
+        return -1;
+    }
+    if (n > DATASET_MAX_LABEL_BYTES) {
+        snprintf(why, whylen, "label longer than %d bytes", DATASET_MAX_LABEL_BYTES);
+        return -1;
+    }
+    memcpy(label, s, n);
+    label[n] = '\0';
+    return 0;
+}
+
+static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t len, char **text,
+                       size_t *text_len, char label[DATASET_MAX_LABEL_BYTES + 1], char *why,
+                       size_t whylen)
+{
+    const char *tf = o && o->text_field ? o->text_field : "text";
+    const char *lf = o && o->label_field ? o->label_field : "label";
+    json_error_t jerr;
+    json_t *doc, *jt, *jl;
+    char num[32];
+    int rc = -1;
+
+    doc = json_loadb(line, len, 0, &jerr);
+    if (!doc) {
+        snprintf(why, whylen, "bad JSON at column %d: %s", jerr.column, jerr.text);
+        return -1;
+    }
+    if (!json_is_object(doc)) {
+        snprintf(why, whylen, "not a JSON object; want {\"%s\": ..., \"%s\": ...}", tf, lf);
+        goto out;
+    }
+    jt = json_object_get(doc, tf);
+    jl = json_object_get(doc, lf);
+    if (!jt || !json_is_string(jt)) {
+        snprintf(why, whylen, "%s field \"%s\"", jt ? "non-string" : "missing", tf);
+        goto out;
+    }
+    if (json_is_string(jl)) {
+        if (set_label(json_string_value(jl), json_string_length(jl), label, why, whylen))
+            goto out;
+    } else if (json_is_integer(jl)) {
+        snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(jl));
+        if (set_label(num, strlen(num), label, why, whylen))
+            goto out;
+    } else {
+        snprintf(why, whylen, "%s field \"%s\"", jl ? "non-string" : "missing", lf);
+        goto out;
+    }
+    *text_len = json_string_length(jt);
+    *text = xstrndup(json_string_value(jt), *text_len);
+    rc = 0;
+out:
+    json_decref(doc);
+    return rc;
+}
+
+/* Decodes \t \n \r \\ in s[0..n) into a new string; other backslashes stay as they are. */
+static char *tsv_unescape(const char *s, size_t n, size_t *out_len)
+{
+    char *out = xmalloc(n + 1);
+    size_t k = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\\' && i + 1 < n) {
+            char c = s[i + 1];
+            char d = c == 't' ? '\t' : c == 'n' ? '\n' : c == 'r' ? '\r' : c == '\\' ? '\\' : 0;
+            if (d) {
+                out[k++] = d;
+                i++;
+                continue;
+            }
+        }
+        out[k++] = s[i];
+    }
+    out[k] = '\0';
+    *out_len = k;
+    return out;
+}
+
+static int parse_tsv(const char *line, size_t len, char **text, size_t *text_len,
+                     char label[DATASET_MAX_LABEL_BYTES + 1], char *why, size_t whylen)
+{
+    const char *tab = NULL;
+    size_t tlen, llen;
+
+    for (size_t i = len; i > 0; i--)
+        if (line[i - 1] == '\t') {
+            tab = line + i - 1;
+            break;
+        }
+    if (!tab) {
+        snprintf(why, whylen, "no tab; want text<TAB>label");
+        return -1;
+    }
+    tlen = (size_t)(tab - line);
+    llen = len - tlen - 1;
+    while (llen > 0 && tab[llen] == ' ')
+        llen--; /* trailing spaces after the label */
+    if (tlen == 4 && memcmp(line, "text", 4) == 0 && llen == 5 && memcmp(tab + 1, "label", 5) == 0)
+        return 1; /* header */
+    if (set_label(tab + 1, llen, label, why, whylen))
+        return -1;
+    *text = tsv_unescape(line, tlen, text_len);
+    return 0;
+}
+
+int dataset_parse_line(enum dataset_format fmt, const struct dataset_opts *o, const char *line,
+                       size_t len, char **text, size_t *text_len,
+                       char label[DATASET_MAX_LABEL_BYTES + 1], char *why, size_t whylen)
+{
+    size_t bad;
+
+    *text = NULL;
+    *text_len = 0;
+    label[0] = '\0';
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    if (is_blank(line, len))
+        return 1;
+    bad = utf8_check(line, len);
+    if (bad < len) {
+        snprintf(why, whylen, "%s at byte %zu", line[bad] ? "invalid UTF-8" : "NUL byte", bad + 1);
+        return -1;
+    }
+    switch (fmt) {
+    case DATASET_JSONL:
+        return parse_jsonl(o, line, len, text, text_len, label, why, whylen);
+    case DATASET_TSV:
+        return parse_tsv(line, len, text, text_len, label, why, whylen);
+    default:
+        snprintf(why, whylen, "unknown format %d", (int)fmt);
+        return -1;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Reading files
+ */
+
+void dataset_init(struct dataset *ds)
+{
+    memset(ds, 0, sizeof(*ds));
+}
+
+void dataset_cleanup(struct dataset *ds)
+{
+    for (size_t i = 0; i < ds->n; i++)
+        free(ds->ex[i].text);
+    free(ds->ex);
+    dataset_init(ds);
+}
+
+static enum dataset_format format_of(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    if (dot && (strcmp(dot, ".tsv") == 0 || strcmp(dot, ".txt") == 0))
+        return DATASET_TSV;
+    return DATASET_JSONL;
+}
+
+static void push_example(struct dataset *ds, char *text, size_t len, int label)
+{
+    if (ds->n == ds->cap) {
+        ds->cap = ds->cap ? ds->cap * 2 : 256;
+        ds->ex = xrealloc(ds->ex, ds->cap * sizeof(*ds->ex));
+    }
+    ds->ex[ds->n].text = text;
+    ds->ex[ds->n].text_len = len;
+    ds->ex[ds->n].label = label;
+    ds->n++;
+}
+
+struct reader {
+    const char *path;
+    const struct dataset_opts *o;
+    enum dataset_format fmt;
+    struct dataset *ds;
+    struct label_map *labels;
+    size_t lineno;
+    size_t reported;
+    char *err;
+    size_t errlen;
+};
+
+/* Handles one complete line (overlong: the line was longer than max_line and cut). Returns 0 to
+ * go on, -1 to stop (strict mode). */
+static int handle_line(struct reader *r, const char *line, size_t len, bool overlong)
+{
+    char label[DATASET_MAX_LABEL_BYTES + 1];
+    char why[256];
+    char *text = NULL;
+    size_t text_len = 0;
+    int rc, li;
+
+    r->lineno++;
+    r->ds->n_lines++;
+    if (overlong) {
+        snprintf(why, sizeof(why), "line longer than %zu bytes (max_line); split the record or "
+                 "raise the limit", r->o->max_line);
+        goto bad;
+    }
+    rc = dataset_parse_line(r->fmt, r->o, line, len, &text, &text_len, label, why, sizeof(why));
+    if (rc == 1)
+        return 0;
+    if (rc < 0)
+        goto bad;
+    li = label_map_add(r->labels, label, strlen(label));
+    if (li < 0) {
+        snprintf(why, sizeof(why), "%s label \"%.64s\"%s",
+                 r->labels->frozen ? "unknown" : "too many labels, at", label,
+                 r->labels->frozen ? " (not in the training data's label set)" : "");
+        free(text);
+        goto bad;
+    }
+    push_example(r->ds, text, text_len, li);
+    return 0;
+bad:
+    r->ds->n_malformed++;
+    if (r->o->strict) {
+        snprintf(r->err, r->errlen, "%s:%zu: %s", r->path, r->lineno, why);
+        return -1;
+    }
+    if (!r->o->quiet && r->reported < DATASET_MAX_REPORTED)
+        fprintf(stderr, "%s:%zu: %s; skipped\n", r->path, r->lineno, why);
+    r->reported++;
+    return 0;
+}
+
+int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts *o,
+                 struct label_map *labels, char *err, size_t errlen)
+{
+    struct dataset_opts defaults;
+    struct reader r;
+    struct buf line;
+    char *chunk = NULL;
+    bool overlong = false;
+    size_t got, before;
+    FILE *f;
+    int rc = -1;
+
+    if (!o) {
+        dataset_opts_default(&defaults);
+        o = &defaults;
+    } else if (o->max_line == 0) {
+        defaults = *o;
+        defaults.max_line = DATASET_DEFAULT_MAX_LINE;
+        o = &defaults;
+    }
+    memset(&r, 0, sizeof(r));
+    r.path = path;
+    r.o = o;
+    r.fmt = o->format != DATASET_AUTO ? o->format : format_of(path);
+    r.ds = ds;
+    r.labels = labels;
+    r.err = err;
+    r.errlen = errlen;
+    before = ds->n_malformed;
+    buf_init(&line, o->max_line);
+    f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    chunk = xmalloc(65536);
+    while ((got = fread(chunk, 1, 65536, f)) > 0) {
+        const char *p = chunk, *end = chunk + got;
+        while (p < end) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+            if (!overlong && buf_append(&line, p, n))
+                overlong = true;
+            p += n;
+            if (!nl)
+                break;
+            p++;
+            if (handle_line(&r, buf_ptr(&line), buf_len(&line), overlong))
+                goto out;
+            buf_reset(&line);
+            overlong = false;
+        }
+    }
+    if (ferror(f)) {
+        snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+        goto out;
+    }
+    if ((buf_len(&line) > 0 || overlong) &&
+        handle_line(&r, buf_ptr(&line), buf_len(&line), overlong))
+        goto out; /* last line without a newline */
+    if (!o->quiet && ds->n_malformed > before)
+        fprintf(stderr, "%s: skipped %zu malformed of %zu lines\n", path, ds->n_malformed - before,
+                r.lineno);
+    rc = 0;
+out:
+    free(chunk);
+    fclose(f);
+    buf_cleanup(&line);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Encoding
+ */
+
+size_t dataset_encode_text(const struct vocab *v, const struct text_opts *to, const char *text,
+                           size_t text_len, size_t max_len, bool add_cls_sep,
+                           struct text_tokens *tok, int32_t *row, bool *truncated)
+{
+    struct text_opts o;
+    int32_t cls = vocab_cls_id(v), sep = vocab_sep_id(v), pad = vocab_pad_id(v);
+    bool specials = add_cls_sep && cls >= 0 && sep >= 0 && max_len >= 2;
+    size_t room = specials ? max_len - 2 : max_len, n = 0;
+    bool cut = false;
+
+    if (to)
+        o = *to;
+    else
+        text_opts_default(&o);
+    /* Every token yields at least one id, so tokens past the row's room are never needed. */
+    if (o.max_tokens == 0 || o.max_tokens > room + 1)
+        o.max_tokens = room + 1;
+    text_tokenize(&o, text, text_len, tok);
+    if (specials)
+        row[n++] = cls;
+    for (size_t i = 0; i < tok->n; i++) {
+        size_t left = room - (n - (specials ? 1 : 0));
+        size_t k = vocab_wordpiece(v, text_token(tok, i), tok->len[i], row + n, left);
+        if (k > left) {
+            n += left;
+            cut = true;
+            break;
+        }
+        n += k;
+    }
+    if (specials)
+        row[n++] = sep;
+    if (n == 0 && max_len > 0)
+        row[n++] = vocab_unk_id(v);
+    for (size_t i = n; i < max_len; i++)
+        row[i] = pad;
+    if (truncated)
+        *truncated = cut;
+    return n;
+}
+
+int dataset_encode(const struct dataset *ds, const struct vocab *v, const struct text_opts *to,
+                   size_t max_len, bool add_cls_sep, struct dataset_encoded *out)
+{
+    struct text_tokens tok;
+    int32_t unk = vocab_unk_id(v);
+
+    memset(out, 0, sizeof(*out));
+    if (max_len < (add_cls_sep ? 2u : 1u) || max_len > (1u << 20))
+        return -1;
+    out->n = ds->n;
+    out->max_len = max_len;
+    out->ids = xmallocarray(ds->n ? ds->n * max_len : 1, sizeof(*out->ids));
+    out->mask = xcalloc(ds->n ? ds->n * max_len : 1, sizeof(*out->mask));
+    out->len = xcalloc(ds->n ? ds->n : 1, sizeof(*out->len));
+    out->labels = xcalloc(ds->n ? ds->n : 1, sizeof(*out->labels));
+    text_tokens_init(&tok);
+    for (size_t i = 0; i < ds->n; i++) {
+        int32_t *row = out->ids + i * max_len;
+        bool cut;
+        size_t n = dataset_encode_text(v, to, ds->ex[i].text, ds->ex[i].text_len, max_len,
+                                       add_cls_sep, &tok, row, &cut);
+        out->len[i] = (int32_t)n;
+        out->labels[i] = ds->ex[i].label;
+        memset(out->mask + i * max_len, 1, n);
+        out->n_truncated += cut;
+        out->n_tokens += n;
+        for (size_t t = 0; t < n; t++)
+            out->n_unk += row[t] == unk;
+    }
+    text_tokens_cleanup(&tok);
+    return 0;
+}
+
+void dataset_encoded_cleanup(struct dataset_encoded *e)
+{
+    free(e->ids);
+    free(e->mask);
+    free(e->len);
+    free(e->labels);
+    memset(e, 0, sizeof(*e));
+}
+
+void dataset_count_words(const struct dataset *ds, const struct text_opts *to,
+                         struct vocab_builder *b)
+{
+    struct text_tokens tok;
+
+    text_tokens_init(&tok);
+    for (size_t i = 0; i < ds->n; i++) {
+        text_tokenize(to, ds->ex[i].text, ds->ex[i].text_len, &tok);
+        vocab_builder_add(b, &tok);
+    }
+    text_tokens_cleanup(&tok);
+}

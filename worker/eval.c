@@ -1,0 +1,258 @@
+/*
+ * eval.c - confusion-matrix counts, metrics and the JSON report (see eval.h).
+ */
+#include "worker/eval.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/xalloc.h"
+
+#define CM(e, t, p) ((e)->v[2 + (size_t)(t) * (size_t)(e)->n_classes + (size_t)(p)])
+
+int eval_init(struct eval_counts *e, int n_classes)
+{
+    e->n_classes = 0;
+    e->v = NULL;
+    if (n_classes < 1 || n_classes > EVAL_MAX_CLASSES)
+        return -1;
+    e->n_classes = n_classes;
+    e->v = xcalloc(2 + (size_t)n_classes * (size_t)n_classes, sizeof(*e->v));
+    return 0;
+}
+
+void eval_cleanup(struct eval_counts *e)
+{
+    free(e->v);
+    e->v = NULL;
+    e->n_classes = 0;
+}
+
+void eval_reset(struct eval_counts *e)
+{
+    memset(e->v, 0, eval_counts_flat_len(e) * sizeof(*e->v));
+}
+
+int eval_add(struct eval_counts *e, int true_label, int pred_label)
+{
+    if (true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
+        pred_label >= e->n_classes)
+        return -1;
+    CM(e, true_label, pred_label) += 1.0;
+    return 0;
+}
+
+size_t eval_add_batch(struct eval_counts *e, const int32_t *true_labels,
+                      const int32_t *pred_labels, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += eval_add(e, true_labels[i], pred_labels[i]) != 0;
+    return bad;
+}
+
+size_t eval_add_logits(struct eval_counts *e, const int32_t *true_labels, const float *logits,
+                       size_t n)
+{
+    size_t bad = 0;
+    int c = e->n_classes;
+
+    for (size_t i = 0; i < n; i++) {
+        const float *row = logits + i * (size_t)c;
+        int best = 0;
+        for (int k = 1; k < c; k++)
+            if (row[k] > row[best] || (isnan(row[best]) && !isnan(row[k])))
+                best = k;
+        bad += eval_add(e, true_labels[i], best) != 0;
+    }
+    return bad;
+}
+
+void eval_add_loss(struct eval_counts *e, double loss_sum, uint64_t count)
+{
+    e->v[0] += loss_sum;
+    e->v[1] += (double)count;
+}
+
+int eval_merge(struct eval_counts *dst, const struct eval_counts *src)
+{
+    if (dst->n_classes != src->n_classes)
+        return -1;
+    for (size_t i = 0; i < eval_counts_flat_len(dst); i++)
+        dst->v[i] += src->v[i];
+    return 0;
+}
+
+double *eval_counts_flat(struct eval_counts *e)
+{
+    return e->v;
+}
+
+size_t eval_counts_flat_len(const struct eval_counts *e)
+{
+    return 2 + (size_t)e->n_classes * (size_t)e->n_classes;
+}
+
+uint64_t eval_cm(const struct eval_counts *e, int true_label, int pred_label)
+{
+    if (true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
+        pred_label >= e->n_classes)
+        return 0;
+    double c = CM(e, true_label, pred_label);
+    return c > 0 ? (uint64_t)llround(c) : 0; /* counts are sums of 1s: exact below 2^53 */
+}
+
+static double ratio(uint64_t a, uint64_t b)
+{
+    return b ? (double)a / (double)b : 0.0;
+}
+
+void eval_compute(const struct eval_counts *e, struct eval_metrics *m)
+{
+    int n = e->n_classes;
+    uint64_t correct = 0;
+
+    memset(m, 0, sizeof(*m));
+    m->n_classes = n;
+    m->cls = xcalloc(n ? (size_t)n : 1, sizeof(*m->cls));
+    for (int t = 0; t < n; t++)
+        for (int p = 0; p < n; p++) {
+            uint64_t c = eval_cm(e, t, p);
+            m->cls[t].support += c;
+            m->cls[p].predicted += c;
+            m->total += c;
+            if (t == p)
+                correct += c;
+        }
+    m->accuracy = ratio(correct, m->total);
+    for (int c = 0; c < n; c++) {
+        struct eval_class *k = &m->cls[c];
+        uint64_t tp = eval_cm(e, c, c);
+        k->precision = ratio(tp, k->predicted);
+        k->recall = ratio(tp, k->support);
+        k->f1 = k->precision + k->recall > 0
+                    ? 2 * k->precision * k->recall / (k->precision + k->recall)
+                    : 0.0;
+        m->macro_precision += k->precision / n;
+        m->macro_recall += k->recall / n;
+        m->macro_f1 += k->f1 / n;
+        m->weighted_f1 += m->total ? k->f1 * (double)k->support / (double)m->total : 0.0;
+    }
+    m->loss = e->v[1] > 0 ? e->v[0] / e->v[1] : NAN;
+}
+
+void eval_metrics_cleanup(struct eval_metrics *m)
+{
+    free(m->cls);
+    memset(m, 0, sizeof(*m));
+}
+
+static const char *class_name(const char *const *names, int i, char tmp[16])
+{
+    if (names && names[i])
+        return names[i];
+    snprintf(tmp, 16, "%d", i);
+    return tmp;
+}
+
+json_t *eval_report_json(const struct eval_counts *e, const char *const *names)
+{
+    struct eval_metrics m;
+    json_t *r = json_object(), *labels = json_array(), *per = json_object(), *cm = json_array();
+    char tmp[16];
+
+    eval_compute(e, &m);
+    json_object_set_new(r, "examples", json_integer((json_int_t)m.total));
+    json_object_set_new(r, "accuracy", json_real(m.accuracy));
+    json_object_set_new(r, "macro_precision", json_real(m.macro_precision));
+    json_object_set_new(r, "macro_recall", json_real(m.macro_recall));
+    json_object_set_new(r, "macro_f1", json_real(m.macro_f1));
+    json_object_set_new(r, "weighted_f1", json_real(m.weighted_f1));
+    if (!isnan(m.loss))
+        json_object_set_new(r, "loss", json_real(m.loss));
+    for (int c = 0; c < m.n_classes; c++) {
+        const char *name = class_name(names, c, tmp);
+        json_t *row = json_array();
+        json_array_append_new(labels, json_string(name));
+        json_object_set_new(per, name,
+                            json_pack("{s:f, s:f, s:f, s:I}", "precision", m.cls[c].precision,
+                                      "recall", m.cls[c].recall, "f1", m.cls[c].f1, "support",
+                                      (json_int_t)m.cls[c].support));
+        for (int p = 0; p < m.n_classes; p++)
+            json_array_append_new(row, json_integer((json_int_t)eval_cm(e, c, p)));
+        json_array_append_new(cm, row);
+    }
+    json_object_set_new(r, "labels", labels);
+    json_object_set_new(r, "per_class", per);
+    json_object_set_new(r, "confusion_matrix", cm);
+    eval_metrics_cleanup(&m);
+    return r;
+}
+
+int eval_write_report(const struct eval_counts *e, const char *const *names, const char *path,
+                      char *err, size_t errlen)
+{
+    size_t plen = strlen(path);
+    char *tmp = xmalloc(plen + 16);
+    json_t *r = eval_report_json(e, names);
+    FILE *f = NULL;
+    int fd, rc = -1;
+
+    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
+    fd = mkstemp(tmp);
+    if (fd < 0 || !(f = fdopen(fd, "w"))) {
+        snprintf(err, errlen, "%s: cannot create temp file: %s", tmp, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        goto out;
+    }
+    if (json_dumpf(r, f, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) || fputc('\n', f) == EOF ||
+        fflush(f) || fsync(fileno(f))) {
+        snprintf(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
+        fclose(f);
+        unlink(tmp);
+        goto out;
+    }
+    if (fclose(f) || rename(tmp, path)) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        unlink(tmp);
+        goto out;
+    }
+    rc = 0;
+out:
+    json_decref(r);
+    free(tmp);
+    return rc;
+}
+
+void eval_print(const struct eval_counts *e, const char *const *names, FILE *f)
+{
+    struct eval_metrics m;
+    char tmp[16];
+
+    eval_compute(e, &m);
+    fprintf(f, "eval | %llu examples | accuracy %.4f | macro-F1 %.4f", (unsigned long long)m.total,
+            m.accuracy, m.macro_f1);
+    if (!isnan(m.loss))
+        fprintf(f, " | loss %.4f", m.loss);
+    fprintf(f, "\n%-16s %9s %9s %9s %9s\n", "class", "precision", "recall", "f1", "support");
+    for (int c = 0; c < m.n_classes; c++)
+        fprintf(f, "%-16.16s %9.4f %9.4f %9.4f %9llu\n", class_name(names, c, tmp),
+                m.cls[c].precision, m.cls[c].recall, m.cls[c].f1,
+                (unsigned long long)m.cls[c].support);
+    if (m.n_classes <= 16) {
+        fprintf(f, "confusion (rows true, columns predicted):\n");
+        for (int t = 0; t < m.n_classes; t++) {
+            fprintf(f, "%-16.16s", class_name(names, t, tmp));
+            for (int p = 0; p < m.n_classes; p++)
+                fprintf(f, " %9llu", (unsigned long long)eval_cm(e, t, p));
+            fputc('\n', f);
+        }
+    }
+    eval_metrics_cleanup(&m);
+}
