@@ -7,6 +7,8 @@ set(KUBE_DIR ${CMAKE_CURRENT_SOURCE_DIR}/kube)
 add_library(gantry_kube STATIC
     ${KUBE_DIR}/kube_err.c
     ${KUBE_DIR}/log.c
+    ${KUBE_DIR}/kube_yaml.c
+    ${KUBE_DIR}/kube_config.c
 )
 target_include_directories(gantry_kube PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_kube PUBLIC PkgConfig::KUBE_DEPS OpenSSL::SSL OpenSSL::Crypto
@@ -14,3 +16,6 @@ target_link_libraries(gantry_kube PUBLIC PkgConfig::KUBE_DEPS OpenSSL::SSL OpenS
 
 gantry_test(kube_err_test SOURCES ${KUBE_DIR}/kube_err_test.c LIBS gantry_kube)
 gantry_test(kube_log_test SOURCES ${KUBE_DIR}/log_test.c LIBS gantry_kube)
+gantry_test(kube_config_test SOURCES ${KUBE_DIR}/kube_config_test.c LIBS gantry_kube)
+target_compile_definitions(kube_config_test PRIVATE
+    KUBE_TESTDATA="${PROJECT_SOURCE_DIR}/operator/testdata/kube")
