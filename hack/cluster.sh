@@ -192,6 +192,19 @@ subjectAltName=IP:127.0.0.1,IP:$SERVICE_APISERVER_IP${ADVERTISE_IP:+,IP:$ADVERTI
     pki_cert scheduler "/CN=system:kube-scheduler" "$client"
     pki_cert kube-proxy "/CN=system:kube-proxy" "$client"
     pki_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client"
+    # Aggregated API servers trust requests that the API server proxies with this CA's client cert.
+    pki_key "$d/front-proxy-ca.key"
+    openssl req -x509 -new -key "$d/front-proxy-ca.key" -subj "/CN=gantry-front-proxy-ca" -days 30 \
+        -sha256 -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" -out "$d/front-proxy-ca.crt" 2>/dev/null
+    pki_key "$d/front-proxy-client.key"
+    openssl req -new -key "$d/front-proxy-client.key" -subj "/CN=front-proxy-client" \
+        -out "$d/front-proxy-client.csr" 2>/dev/null
+    printf '%s\n' "$client" >"$d/front-proxy-client.ext"
+    openssl x509 -req -in "$d/front-proxy-client.csr" -CA "$d/front-proxy-ca.crt" \
+        -CAkey "$d/front-proxy-ca.key" -CAcreateserial -days 30 -sha256 \
+        -extfile "$d/front-proxy-client.ext" -out "$d/front-proxy-client.crt" 2>/dev/null
+    rm -f "$d/front-proxy-client.csr" "$d/front-proxy-client.ext"
     # Service account tokens are signed with this key pair (kube-apiserver issues, both verify).
     openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
     openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
@@ -319,7 +332,10 @@ start_etcd() {
 }
 
 start_apiserver() {
-    local p=$RUN/pki
+    local p=$RUN/pki reconciler=()
+    # The `kubernetes` Service's endpoints may not be a loopback address: with no other address
+    # to advertise (API tier: no pods to reach it), do not maintain them at all.
+    [ -n "${ADVERTISE_IP:-}" ] || reconciler=(--endpoint-reconciler-type none)
     start_proc kube-apiserver "$K8S_BIN/kube-apiserver" \
         --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
         --bind-address 127.0.0.1 --advertise-address "${ADVERTISE_IP:-127.0.0.1}" --secure-port "$API_PORT" \
@@ -331,7 +347,13 @@ start_apiserver() {
         --service-account-issuer "https://kubernetes.default.svc.$CLUSTER_DOMAIN" \
         --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
         --service-cluster-ip-range "$SERVICE_CIDR" \
-        --allow-privileged=true --profiling=false --v=1
+        --requestheader-client-ca-file "$p/front-proxy-ca.crt" \
+        --requestheader-allowed-names front-proxy-client \
+        --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+        --requestheader-extra-headers-prefix X-Remote-Extra- \
+        --proxy-client-cert-file "$p/front-proxy-client.crt" \
+        --proxy-client-key-file "$p/front-proxy-client.key" \
+        "${reconciler[@]}" --allow-privileged=true --profiling=false --v=1
     wait_for "kube-apiserver /readyz on 127.0.0.1:$API_PORT" 90 kube-apiserver \
         "$K8S_BIN/kubectl" --kubeconfig "$RUN/admin.kubeconfig" get --raw /readyz
 }
@@ -417,7 +439,9 @@ cmd_up() {
     command -v curl >/dev/null || die "curl not found; apt-get install -y curl"
 
     local start=$SECONDS
-    rm -rf "$RUN/etcd" "$RUN/pki" "$RUN/pids" "$RUN/full"
+    rm -rf "$RUN/etcd" "$RUN/pki" "$RUN/pids" "$RUN/full" "$RUN/logs.prev"
+    # Each run's logs start empty; the previous run's stay one step back for comparison.
+    if [ -d "$RUN/logs" ]; then mv "$RUN/logs" "$RUN/logs.prev"; fi
     mkdir -p "$RUN/logs"
     chmod 700 "$RUN"
     read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT < <(pick_ports 4)
