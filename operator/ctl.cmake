@@ -1,0 +1,15 @@
+# The controller half of operator/: TrainingJob parsing/validation (tj), conditions (cond),
+# rendering of children (render), the pure reconcile (rec); later the executor and gantry-operator.
+# Included by operator/CMakeLists.txt; stands on gantry_kube (kube.cmake) for OP_E* and logging.
+pkg_check_modules(CTL_JANSSON REQUIRED IMPORTED_TARGET jansson)
+
+set(CTL_DIR ${CMAKE_CURRENT_SOURCE_DIR})
+add_library(gantry_ctl STATIC
+    ${CTL_DIR}/cond.c
+    ${CTL_DIR}/tj.c
+)
+target_include_directories(gantry_ctl PUBLIC "${PROJECT_SOURCE_DIR}")
+target_link_libraries(gantry_ctl PUBLIC PkgConfig::CTL_JANSSON gantry_kube gantry_common)
+
+gantry_test(cond_test SOURCES ${CTL_DIR}/cond_test.c LIBS gantry_ctl)
+gantry_test(tj_test SOURCES ${CTL_DIR}/tj_test.c LIBS gantry_ctl)

@@ -1,0 +1,114 @@
+/*
+ * tj.h - a TrainingJob (gantry.dev/v1alpha1) parsed from its JSON object into a C struct.
+ *
+ * tj_parse() applies the CRD's defaults (manifests/crds/gantry.dev_trainingjobs.yaml) to anything
+ * missing and validates the result with the same rules, so a job that got past an older CRD, or
+ * was written with validation off, still cannot make the operator render a broken pod: the
+ * caller surfaces the message as a condition instead of crash-looping. Error messages name the
+ * field: "spec.replicas: must be >= 1 (got 0)". All errors found are reported, joined by "; ".
+ * It also reads the parts of status the reconciler needs (phase, restarts, times, conditions).
+ * Pure and reentrant; a struct tj is owned by its caller (tj_cleanup() releases it).
+ */
+#ifndef GANTRY_TJ_H
+#define GANTRY_TJ_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "operator/cond.h"
+
+#define TJ_GROUP "gantry.dev"
+#define TJ_API_VERSION "gantry.dev/v1alpha1"
+#define TJ_KIND "TrainingJob"
+
+#define TJ_NAME_MAX 63       /* DNS label: the Service name and the pods' subdomain */
+#define TJ_NS_MAX 63
+#define TJ_UID_MAX 64
+#define TJ_IMAGE_MAX 512
+#define TJ_PATH_MAX 1024
+#define TJ_CLAIM_MAX 253
+#define TJ_REPLICAS_MAX 1000 /* also bounds the name: see tj_name_max() */
+#define TJ_GPUS_MAX 16
+#define TJ_ERR_MAX 1024      /* a useful size for the err buffer of tj_parse() */
+
+/* Defaults, the same as the CRD's. */
+#define TJ_DEFAULT_IMAGE "gantry-worker:0.1.0"
+#define TJ_DEFAULT_PORT 29500
+#define TJ_DEFAULT_BACKOFF_LIMIT 3
+#define TJ_DEFAULT_CKPT_PATH "/checkpoints"
+
+enum tj_phase {
+    TJ_PHASE_NONE = 0, /* no status yet */
+    TJ_PHASE_PENDING,
+    TJ_PHASE_RUNNING,
+    TJ_PHASE_RESTARTING,
+    TJ_PHASE_SUCCEEDED,
+    TJ_PHASE_FAILED,
+    TJ_PHASE_SUSPENDED,
+};
+
+enum tj_clean { TJ_CLEAN_RUNNING = 0, TJ_CLEAN_ALL, TJ_CLEAN_NONE };
+
+struct tj_status {
+    enum tj_phase phase;
+    int restarts;
+    long long observed_generation;
+    time_t start_time;      /* 0: unset */
+    time_t completion_time; /* 0: unset */
+    struct cond_list conds;
+};
+
+struct tj {
+    char ns[TJ_NS_MAX + 1];
+    char name[TJ_NAME_MAX + 1];
+    char uid[TJ_UID_MAX + 1];
+    long long generation;
+    bool deleting; /* metadata.deletionTimestamp is set */
+
+    int replicas;
+    int gpus; /* gpusPerReplica */
+    int port;
+    char image[TJ_IMAGE_MAX + 1];
+    char pull_policy[16];
+
+    /* spec.training, with every default filled in: rendered as-is into config.json. */
+    json_t *training; /* new reference, never NULL after a successful parse */
+    json_t *tmpl;     /* spec.template (new reference) or NULL */
+
+    char ckpt_claim[TJ_CLAIM_MAX + 1]; /* "" : emptyDir */
+    char ckpt_path[TJ_PATH_MAX + 1];
+    int ckpt_interval, ckpt_keep;
+
+    int backoff_limit;
+    long long active_deadline_s; /* -1: none */
+    long long ttl_s;             /* -1: none */
+    bool suspend;
+    enum tj_clean clean;
+
+    struct tj_status status;
+    json_t *status_raw; /* the observed .status (new reference) or NULL: compared, not trusted */
+};
+
+/* Parses obj (borrowed) into tj, applying defaults and validating. Returns 0, or OP_EINVALID
+ * with the reasons in err (may be NULL) when the spec cannot run; OP_EPARSE when obj is not a
+ * TrainingJob object at all. On error tj still holds what could be read (metadata, status), so
+ * the caller can report the problem on the job; tj_cleanup() is needed either way. */
+int tj_parse(const json_t *obj, struct tj *tj, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+void tj_cleanup(struct tj *tj);
+
+/* The longest metadata.name allowed with `replicas` workers: <name>-worker-<replicas-1> must
+ * be a 63-character DNS label, so 55 minus the digits of replicas-1. */
+int tj_name_max(int replicas);
+
+/* Processes per pod: gpusPerReplica, or 1 on CPUs. */
+int tj_nproc(const struct tj *tj);
+
+const char *tj_phase_str(enum tj_phase p); /* "" for TJ_PHASE_NONE */
+enum tj_phase tj_phase_parse(const char *s); /* TJ_PHASE_NONE for NULL or unknown */
+bool tj_phase_terminal(enum tj_phase p);
+const char *tj_clean_str(enum tj_clean c);
+
+#endif /* GANTRY_TJ_H */

@@ -1,0 +1,269 @@
+/* TrainingJob parsing: defaults as in the CRD, validation messages that name the field. */
+#include "operator/tj.h"
+
+#include <string.h>
+
+#include "common/test.h"
+#include "operator/kube/kube_err.h"
+
+#define META "\"apiVersion\":\"gantry.dev/v1alpha1\",\"kind\":\"TrainingJob\","                   \
+             "\"metadata\":{\"name\":\"spam\",\"namespace\":\"ml\",\"uid\":\"u-1\",\"generation\":2}"
+
+/* Parses a TrainingJob from JSON text; returns tj_parse()'s result, err filled. */
+static int parse(const char *text, struct tj *tj, char *err, size_t n)
+{
+    json_error_t je;
+    json_t *obj = json_loads(text, 0, &je);
+    int rc;
+
+    if (!obj) {
+        fprintf(stderr, "bad test JSON: %s (line %d)\n", je.text, je.line);
+        memset(tj, 0, sizeof(*tj));
+        return 99;
+    }
+    rc = tj_parse(obj, tj, err, n);
+    json_decref(obj);
+    return rc;
+}
+
+static double training_num(const struct tj *tj, const char *sub, const char *key)
+{
+    const json_t *o = sub ? json_object_get(tj->training, sub) : tj->training;
+    return json_number_value(json_object_get(o, key));
+}
+
+static void test_minimal_gets_defaults(void)
+{
+    struct tj tj;
+    char err[TJ_ERR_MAX];
+
+    TEST_EQ_INT(parse("{" META ",\"spec\":{}}", &tj, err, sizeof(err)), 0);
+    TEST_EQ_STR(err, "");
+    TEST_EQ_STR(tj.name, "spam");
+    TEST_EQ_STR(tj.ns, "ml");
+    TEST_EQ_STR(tj.uid, "u-1");
+    TEST_EQ_INT(tj.generation, 2);
+    TEST_EQ_INT(tj.replicas, 1);
+    TEST_EQ_INT(tj.gpus, 0);
+    TEST_EQ_INT(tj_nproc(&tj), 1);
+    TEST_EQ_INT(tj.port, 29500);
+    TEST_EQ_STR(tj.image, "gantry-worker:0.1.0");
+    TEST_EQ_STR(tj.pull_policy, "IfNotPresent");
+    TEST_EQ_STR(tj.ckpt_claim, "");
+    TEST_EQ_STR(tj.ckpt_path, "/checkpoints");
+    TEST_EQ_INT(tj.ckpt_interval, 200);
+    TEST_EQ_INT(tj.ckpt_keep, 3);
+    TEST_EQ_INT(tj.backoff_limit, 3);
+    TEST_EQ_INT(tj.active_deadline_s, -1);
+    TEST_EQ_INT(tj.ttl_s, -1);
+    TEST_CHECK(!tj.suspend);
+    TEST_EQ_INT(tj.clean, TJ_CLEAN_RUNNING);
+    TEST_CHECK(tj.tmpl == NULL);
+    TEST_EQ_INT(tj.status.phase, TJ_PHASE_NONE);
+    /* the rendered training config is complete even though the object had none of it */
+    TEST_EQ_STR(json_string_value(json_object_get(tj.training, "task")), "text-classification");
+    TEST_EQ_INT(training_num(&tj, "model", "hidden"), 128);
+    TEST_EQ_INT(training_num(&tj, "model", "heads"), 4);
+    TEST_EQ_INT(training_num(&tj, "model", "layers"), 2);
+    TEST_EQ_INT(training_num(&tj, "model", "maxSeqLen"), 256);
+    TEST_EQ_INT(training_num(&tj, NULL, "epochs"), 3);
+    TEST_EQ_INT(training_num(&tj, NULL, "batchSize"), 32);
+    TEST_NEAR(training_num(&tj, NULL, "learningRate"), 3e-4, 1e-12);
+    TEST_CHECK(json_is_true(json_object_get(tj.training, "scaleLearningRate")));
+    TEST_EQ_STR(json_string_value(json_object_get(json_object_get(tj.training, "data"), "format")),
+                "jsonl");
+    tj_cleanup(&tj);
+}
+
+static void test_full_spec(void)
+{
+    struct tj tj;
+    char err[TJ_ERR_MAX];
+    int rc = parse("{" META ",\"spec\":{\"replicas\":4,\"gpusPerReplica\":8,\"image\":\"w:1\","
+                   "\"port\":23456,"
+                   "\"training\":{\"model\":{\"type\":\"bow\",\"hidden\":512,\"heads\":8},"
+                   "\"data\":{\"train\":\"/d/t.jsonl\"},\"learningRate\":1e-4,"
+                   "\"scaleLearningRate\":false,\"extra\":\"kept\"},"
+                   "\"checkpoint\":{\"claimName\":\"ckpt\",\"path\":\"/ck\",\"keep\":5},"
+                   "\"runPolicy\":{\"backoffLimit\":0,\"activeDeadlineSeconds\":60,"
+                   "\"ttlSecondsAfterFinished\":0,\"suspend\":true,\"cleanPodPolicy\":\"All\"},"
+                   "\"template\":{\"spec\":{\"nodeSelector\":{\"a\":\"b\"}}}},"
+                   "\"status\":{\"phase\":\"Restarting\",\"restarts\":2,\"observedGeneration\":1,"
+                   "\"startTime\":\"2026-11-30T07:00:00Z\",\"conditions\":[{\"type\":\"Created\","
+                   "\"status\":\"True\",\"reason\":\"R\",\"message\":\"\","
+                   "\"lastTransitionTime\":\"2026-11-30T06:00:00Z\"}]}}",
+                   &tj, err, sizeof(err));
+
+    TEST_EQ_INT(rc, 0);
+    TEST_EQ_STR(err, "");
+    TEST_EQ_INT(tj.replicas, 4);
+    TEST_EQ_INT(tj.gpus, 8);
+    TEST_EQ_INT(tj_nproc(&tj), 8);
+    TEST_EQ_INT(tj.port, 23456);
+    TEST_EQ_STR(tj.image, "w:1");
+    TEST_EQ_STR(json_string_value(json_object_get(json_object_get(tj.training, "model"), "type")),
+                "bow");
+    TEST_NEAR(training_num(&tj, NULL, "learningRate"), 1e-4, 1e-12);
+    TEST_CHECK(json_is_false(json_object_get(tj.training, "scaleLearningRate")));
+    TEST_EQ_STR(json_string_value(json_object_get(tj.training, "extra")), "kept");
+    TEST_EQ_STR(tj.ckpt_claim, "ckpt");
+    TEST_EQ_STR(tj.ckpt_path, "/ck");
+    TEST_EQ_INT(tj.ckpt_keep, 5);
+    TEST_EQ_INT(tj.backoff_limit, 0);
+    TEST_EQ_INT(tj.active_deadline_s, 60);
+    TEST_EQ_INT(tj.ttl_s, 0);
+    TEST_CHECK(tj.suspend);
+    TEST_EQ_INT(tj.clean, TJ_CLEAN_ALL);
+    TEST_CHECK(json_is_object(json_object_get(json_object_get(tj.tmpl, "spec"), "nodeSelector")));
+    TEST_EQ_INT(tj.status.phase, TJ_PHASE_RESTARTING);
+    TEST_EQ_INT(tj.status.restarts, 2);
+    TEST_EQ_INT(tj.status.observed_generation, 1);
+    TEST_EQ_INT(tj.status.start_time, 1796022000LL);
+    TEST_EQ_INT(tj.status.completion_time, 0);
+    TEST_EQ_INT(tj.status.conds.n, 1);
+    TEST_CHECK(cond_is_true(&tj.status.conds, COND_CREATED));
+    TEST_CHECK(tj.status_raw != NULL);
+    tj_cleanup(&tj);
+}
+
+/* Each invalid spec is refused with a message that names the field. */
+static void test_errors_name_the_field(void)
+{
+    static const struct {
+        const char *spec, *want;
+    } cases[] = {
+        {"{\"replicas\":0}", "spec.replicas: must be >= 1 (got 0)"},
+        {"{\"replicas\":-3}", "spec.replicas: must be >= 1 (got -3)"},
+        {"{\"replicas\":1001}", "spec.replicas: must be <= 1000 (got 1001)"},
+        {"{\"replicas\":\"4\"}", "spec.replicas: must be an integer"},
+        {"{\"replicas\":2.5}", "spec.replicas: must be an integer"},
+        {"{\"gpusPerReplica\":-1}", "spec.gpusPerReplica: must be >= 0 (got -1)"},
+        {"{\"image\":\"w:latest\"}", "spec.image: pin a version"},
+        {"{\"image\":\"\"}", "spec.image: must not be empty"},
+        {"{\"port\":80}", "spec.port: must be >= 1024 (got 80)"},
+        {"{\"training\":{\"model\":{\"hidden\":130,\"heads\":4}}}",
+         "spec.training.model.hidden: 130 must be divisible by spec.training.model.heads (4)"},
+        {"{\"training\":{\"model\":{\"heads\":0}}}",
+         "spec.training.model.heads: must be >= 1 (got 0)"},
+        {"{\"training\":{\"model\":{\"type\":\"rnn\"}}}",
+         "spec.training.model.type: unsupported value \"rnn\""},
+        {"{\"training\":{\"learningRate\":0}}", "spec.training.learningRate: must be > 0 (got 0)"},
+        {"{\"training\":{\"batchSize\":0}}", "spec.training.batchSize: must be >= 1 (got 0)"},
+        {"{\"training\":{\"epochs\":0}}", "spec.training.epochs: must be >= 1 (got 0)"},
+        {"{\"training\":{\"data\":{\"train\":\"\"}}}", "spec.training.data.train: must not be empty"},
+        {"{\"training\":[]}", "spec.training: must be an object"},
+        {"{\"checkpoint\":{\"path\":\"ck\"}}", "spec.checkpoint.path: must be an absolute path"},
+        {"{\"checkpoint\":{\"keep\":0}}", "spec.checkpoint.keep: must be >= 1 (got 0)"},
+        {"{\"runPolicy\":{\"backoffLimit\":-1}}", "spec.runPolicy.backoffLimit: must be >= 0"},
+        {"{\"runPolicy\":{\"activeDeadlineSeconds\":0}}",
+         "spec.runPolicy.activeDeadlineSeconds: must be >= 1 (got 0)"},
+        {"{\"runPolicy\":{\"cleanPodPolicy\":\"Some\"}}",
+         "spec.runPolicy.cleanPodPolicy: must be Running, All or None (got \"Some\")"},
+        {"{\"runPolicy\":{\"suspend\":\"yes\"}}", "spec.runPolicy.suspend: must be true or false"},
+        {"{\"template\":7}", "spec.template: must be an object"},
+    };
+    char text[1024], err[TJ_ERR_MAX];
+    struct tj tj;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(text, sizeof(text), "{" META ",\"spec\":%s}", cases[i].spec);
+        TEST_EQ_INT(parse(text, &tj, err, sizeof(err)), OP_EINVALID);
+        if (!TEST_CHECK(strstr(err, cases[i].want) != NULL))
+            fprintf(stderr, "       spec %s\n       got  %s\n       want %s\n", cases[i].spec, err,
+                    cases[i].want);
+        tj_cleanup(&tj);
+    }
+}
+
+static void test_name_length_bound(void)
+{
+    /* <name>-worker-<replicas-1> must fit 63 characters */
+    TEST_EQ_INT(tj_name_max(1), 54);
+    TEST_EQ_INT(tj_name_max(10), 54);
+    TEST_EQ_INT(tj_name_max(11), 53);
+    TEST_EQ_INT(tj_name_max(100), 53);
+    TEST_EQ_INT(tj_name_max(101), 52);
+    TEST_EQ_INT(tj_name_max(1000), 52);
+
+    char name[64], text[512], err[TJ_ERR_MAX];
+    struct tj tj;
+
+    memset(name, 'a', 53);
+    name[53] = '\0'; /* 53 characters: fine for 100 replicas, too long for 101 */
+    snprintf(text, sizeof(text),
+             "{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"n\","
+             "\"uid\":\"u\"},\"spec\":{\"replicas\":100}}", name);
+    TEST_EQ_INT(parse(text, &tj, err, sizeof(err)), 0);
+    tj_cleanup(&tj);
+    snprintf(text, sizeof(text),
+             "{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"n\","
+             "\"uid\":\"u\"},\"spec\":{\"replicas\":101}}", name);
+    TEST_EQ_INT(parse(text, &tj, err, sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "metadata.name: must be at most 52 characters with replicas 101 (it "
+                           "has 53)") != NULL);
+    tj_cleanup(&tj);
+
+    TEST_EQ_INT(parse("{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"9lives\",\"namespace\":"
+                      "\"n\",\"uid\":\"u\"},\"spec\":{}}", &tj, err, sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "metadata.name: \"9lives\" must be a DNS-1035 label") != NULL);
+    tj_cleanup(&tj);
+}
+
+static void test_all_errors_reported_and_bounded(void)
+{
+    struct tj tj;
+    char err[TJ_ERR_MAX], tiny[24];
+
+    TEST_EQ_INT(parse("{" META ",\"spec\":{\"replicas\":0,\"port\":1,\"training\":{\"epochs\":0}}}",
+                      &tj, err, sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "spec.replicas") && strstr(err, "spec.port") &&
+               strstr(err, "spec.training.epochs"));
+    tj_cleanup(&tj);
+    /* a small buffer truncates, never overflows */
+    TEST_EQ_INT(parse("{" META ",\"spec\":{\"replicas\":0,\"port\":1}}", &tj, tiny, sizeof(tiny)),
+                OP_EINVALID);
+    TEST_EQ_INT(strlen(tiny), sizeof(tiny) - 1);
+    tj_cleanup(&tj);
+    /* and no buffer at all is fine */
+    TEST_EQ_INT(parse("{" META ",\"spec\":{\"replicas\":0}}", &tj, NULL, 0), OP_EINVALID);
+    tj_cleanup(&tj);
+}
+
+static void test_not_a_trainingjob(void)
+{
+    struct tj tj;
+    char err[TJ_ERR_MAX];
+
+    TEST_EQ_INT(parse("{\"kind\":\"Pod\",\"metadata\":{}}", &tj, err, sizeof(err)), OP_EPARSE);
+    TEST_CHECK(strstr(err, "kind Pod") != NULL);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse("[1]", &tj, err, sizeof(err)), OP_EPARSE);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse("{\"kind\":\"TrainingJob\",\"metadata\":{\"namespace\":\"n\",\"uid\":\"u\"},"
+                      "\"spec\":{}}", &tj, err, sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "metadata.name: must be set") != NULL);
+    tj_cleanup(&tj);
+}
+
+static void test_phase_names(void)
+{
+    TEST_EQ_INT(tj_phase_parse("Running"), TJ_PHASE_RUNNING);
+    TEST_EQ_INT(tj_phase_parse("Suspended"), TJ_PHASE_SUSPENDED);
+    TEST_EQ_INT(tj_phase_parse("running"), TJ_PHASE_NONE);
+    TEST_EQ_INT(tj_phase_parse(NULL), TJ_PHASE_NONE);
+    TEST_EQ_STR(tj_phase_str(TJ_PHASE_FAILED), "Failed");
+    TEST_CHECK(tj_phase_terminal(TJ_PHASE_SUCCEEDED) && tj_phase_terminal(TJ_PHASE_FAILED));
+    TEST_CHECK(!tj_phase_terminal(TJ_PHASE_SUSPENDED));
+}
+
+int main(void)
+{
+    TEST_RUN(test_minimal_gets_defaults);
+    TEST_RUN(test_full_spec);
+    TEST_RUN(test_errors_name_the_field);
+    TEST_RUN(test_name_length_bound);
+    TEST_RUN(test_all_errors_reported_and_bounded);
+    TEST_RUN(test_not_a_trainingjob);
+    TEST_RUN(test_phase_names);
+    return test_summary();
+}
