@@ -1,0 +1,426 @@
+#include "worker/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/xalloc.h"
+#include "kernels/attention.h"
+#include "kernels/crossentropy.h"
+#include "kernels/embed.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/pool.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Activations: one buffer, carved like the parameters. Per-layer tensors are stacked with a
+ * stride of the maximum size, (max_batch * max_seq_len) rows; a batch uses the first B*T rows.
+ * ------------------------------------------------------------------------------------------- */
+struct model_acts {
+    float *buf;
+    size_t n;
+    float *encoded;                               /* (N,C) */
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty; /* (L,N,C) (L,N) (L,N) (L,N,3C) (L,N,C) */
+    float *att;                                   /* (L,B,NH,T,T) */
+    float *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fchg, *fcproj, *res3; /* (L,N,F) (L,N,F) (L,N,C) (L,N,C) */
+    float *lnf, *lnf_mean, *lnf_rstd, *pooled, *logits, *probs, *losses;
+    /* Gradient scratch, reused by every layer in the backward. */
+    float *dres, *dln, *dqkv, *datty, *dfch, *dfchg, *dpooled, *dlogits;
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Deterministic initialisation: splitmix64 -> uniform in (0,1] -> Box-Muller (cos branch only).
+ * hack/torch_ref.py has the same three functions, so both sides draw identical weights.
+ * ------------------------------------------------------------------------------------------- */
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(uint64_t *s) /* (0, 1] */
+{
+    return ((double)(splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+static double rng_normal(uint64_t *s)
+{
+    double u1 = rng_uniform(s), u2 = rng_uniform(s);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+uint64_t model_bigram_hash(int a, int b)
+{
+    uint64_t s = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    return splitmix64(&s);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Configuration and the tensor table
+ * ------------------------------------------------------------------------------------------- */
+int model_config_check(const struct model_config *c, char *err, size_t errlen)
+{
+#define BAD(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
+    if (c->vocab < 2 || c->vocab > (1 << 24))
+        BAD("model.vocab: %d is out of range; it comes from the vocab file or vocabSize (2..16M)",
+            c->vocab);
+    if (c->classes < 2 || c->classes > 4096)
+        BAD("model.classes: %d classes; the data needs 2..4096 distinct labels", c->classes);
+    if (c->max_seq_len < 1 || c->max_seq_len > 8192)
+        BAD("model.maxSeqLen: %d is out of range; use 1..8192 (e.g. 256)", c->max_seq_len);
+    if (c->hidden < 1 || c->hidden > 8192)
+        BAD("model.hidden: %d is out of range; use 1..8192 (e.g. 128)", c->hidden);
+    if (c->kind == MODEL_TRANSFORMER) {
+        if (c->layers < 1 || c->layers > 128)
+            BAD("model.layers: %d is out of range; use 1..128 (e.g. 2)", c->layers);
+        if (c->heads < 1 || c->hidden % c->heads)
+            BAD("model.heads: %d must be >= 1 and divide model.hidden (%d); e.g. heads: 4",
+                c->heads, c->hidden);
+        if (c->ffn < 1 || c->ffn > 65536)
+            BAD("model.ffn: %d is out of range; use 1..65536 (usually 4 * hidden)", c->ffn);
+    } else if (c->kind == MODEL_NGRAM) {
+        if (c->buckets < 1 || c->buckets > (1 << 26))
+            BAD("model.buckets: %d is out of range; use 1..67108864 (e.g. 131072)", c->buckets);
+    } else {
+        BAD("model.type: unknown model kind %d; use transformer or ngram", (int)c->kind);
+    }
+    return 0;
+#undef BAD
+}
+
+static void add_tensor(struct model *m, size_t *off, const char *name, bool decay, int ndim,
+                       int d0, int d1, int d2)
+{
+    struct model_tensor *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = d0, t->shape[1] = d1, t->shape[2] = d2;
+    t->count = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1) * (ndim > 2 ? (size_t)d2 : 1);
+    t->offset = *off;
+    t->decay = decay;
+    *off += t->count;
+}
+
+/* Builds the tensor table and returns the parameter count. Order = layout = init order. */
+static size_t build_table(struct model *m)
+{
+    const struct model_config *c = &m->cfg;
+    int V = c->vocab, C = c->hidden, L = c->layers, F = c->ffn, K = c->classes;
+    size_t off = 0;
+
+    m->n_tensors = 0;
+    if (c->kind == MODEL_NGRAM) {
+        add_tensor(m, &off, "emb", true, 2, V + c->buckets, C, 0);
+    } else {
+        add_tensor(m, &off, "wte", true, 2, V, C, 0);
+        add_tensor(m, &off, "wpe", true, 2, c->max_seq_len, C, 0);
+        add_tensor(m, &off, "ln1w", false, 2, L, C, 0);
+        add_tensor(m, &off, "ln1b", false, 2, L, C, 0);
+        add_tensor(m, &off, "qkvw", true, 3, L, 3 * C, C);
+        add_tensor(m, &off, "qkvb", false, 2, L, 3 * C, 0);
+        add_tensor(m, &off, "attprojw", true, 3, L, C, C);
+        add_tensor(m, &off, "attprojb", false, 2, L, C, 0);
+        add_tensor(m, &off, "ln2w", false, 2, L, C, 0);
+        add_tensor(m, &off, "ln2b", false, 2, L, C, 0);
+        add_tensor(m, &off, "fcw", true, 3, L, F, C);
+        add_tensor(m, &off, "fcb", false, 2, L, F, 0);
+        add_tensor(m, &off, "fcprojw", true, 3, L, C, F);
+        add_tensor(m, &off, "fcprojb", false, 2, L, C, 0);
+        add_tensor(m, &off, "lnfw", false, 1, C, 0, 0);
+        add_tensor(m, &off, "lnfb", false, 1, C, 0, 0);
+    }
+    add_tensor(m, &off, "clsw", true, 2, K, C, 0);
+    add_tensor(m, &off, "clsb", false, 1, K, 0, 0);
+    return off;
+}
+
+const struct model_tensor *model_find_tensor(const struct model *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name))
+            return &m->tensors[i];
+    return NULL;
+}
+
+static float *at(const struct model *m, float *base, const char *name)
+{
+    const struct model_tensor *t = model_find_tensor(m, name);
+    return t ? base + t->offset : NULL;
+}
+
+/* Points every field of p at its tensor inside base (params or grads). */
+static void carve(const struct model *m, struct model_params *p, float *base)
+{
+    p->wte = at(m, base, "wte"), p->wpe = at(m, base, "wpe");
+    p->ln1w = at(m, base, "ln1w"), p->ln1b = at(m, base, "ln1b");
+    p->qkvw = at(m, base, "qkvw"), p->qkvb = at(m, base, "qkvb");
+    p->attprojw = at(m, base, "attprojw"), p->attprojb = at(m, base, "attprojb");
+    p->ln2w = at(m, base, "ln2w"), p->ln2b = at(m, base, "ln2b");
+    p->fcw = at(m, base, "fcw"), p->fcb = at(m, base, "fcb");
+    p->fcprojw = at(m, base, "fcprojw"), p->fcprojb = at(m, base, "fcprojb");
+    p->lnfw = at(m, base, "lnfw"), p->lnfb = at(m, base, "lnfb");
+    p->clsw = at(m, base, "clsw"), p->clsb = at(m, base, "clsb");
+    p->emb = at(m, base, "emb");
+}
+
+void model_init_params(struct model *m, uint64_t seed)
+{
+    uint64_t s = seed;
+    double proj_std = 0.02 / sqrt(2.0 * (m->cfg.layers > 0 ? m->cfg.layers : 1));
+
+    for (int i = 0; i < m->n_tensors; i++) {
+        const struct model_tensor *t = &m->tensors[i];
+        float *w = m->params + t->offset;
+        bool ln = !strncmp(t->name, "ln", 2);
+        bool proj = !strcmp(t->name, "attprojw") || !strcmp(t->name, "fcprojw");
+        for (size_t j = 0; j < t->count; j++) {
+            if (!t->decay) /* biases 0, LayerNorm weights 1 */
+                w[j] = ln && t->name[strlen(t->name) - 1] == 'w' ? 1.0f : 0.0f;
+            else
+                w[j] = (float)(rng_normal(&s) * (proj ? proj_std : 0.02));
+        }
+    }
+}
+
+/* Carves the activation buffer; with base == NULL only counts. Returns the float count. */
+static size_t carve_acts(struct model_acts *a, const struct model_config *c, int MB, float *base)
+{
+    size_t N = (size_t)MB * c->max_seq_len, C = c->hidden, L = c->layers, F = c->ffn;
+    size_t K = c->classes, NH = c->heads, T = c->max_seq_len, off = 0;
+#define TAKE(field, count) (a->field = base ? base + off : NULL, off += (count))
+    if (c->kind == MODEL_TRANSFORMER) {
+        TAKE(encoded, N * C);
+        TAKE(ln1, L * N * C), TAKE(ln1_mean, L * N), TAKE(ln1_rstd, L * N);
+        TAKE(qkv, L * N * 3 * C), TAKE(atty, L * N * C), TAKE(att, L * MB * NH * T * T);
+        TAKE(attproj, L * N * C), TAKE(res2, L * N * C);
+        TAKE(ln2, L * N * C), TAKE(ln2_mean, L * N), TAKE(ln2_rstd, L * N);
+        TAKE(fch, L * N * F), TAKE(fchg, L * N * F), TAKE(fcproj, L * N * C), TAKE(res3, L * N * C);
+        TAKE(lnf, N * C), TAKE(lnf_mean, N), TAKE(lnf_rstd, N);
+        TAKE(dres, N * C), TAKE(dln, N * C), TAKE(dqkv, N * 3 * C), TAKE(datty, N * C);
+        TAKE(dfch, N * F), TAKE(dfchg, N * F);
+    }
+    TAKE(pooled, MB * C), TAKE(logits, MB * K), TAKE(probs, MB * K), TAKE(losses, (size_t)MB);
+    TAKE(dpooled, MB * C), TAKE(dlogits, MB * K);
+#undef TAKE
+    return off;
+}
+
+int model_init(struct model *m, const struct model_config *cfg, int max_batch, uint64_t seed,
+               char *err, size_t errlen)
+{
+    memset(m, 0, sizeof(*m));
+    if (model_config_check(cfg, err, errlen))
+        return -1;
+    if (max_batch < 1 || max_batch > (1 << 20)) {
+        snprintf(err, errlen, "batchSize: %d is out of range; use 1..1048576", max_batch);
+        return -1;
+    }
+    m->cfg = *cfg;
+    if (cfg->kind == MODEL_NGRAM)
+        m->cfg.layers = m->cfg.heads = m->cfg.ffn = 0;
+    m->max_batch = max_batch;
+    m->n_params = build_table(m);
+    m->params = xcalloc(m->n_params, sizeof(float));
+    m->grads = xcalloc(m->n_params, sizeof(float));
+    carve(m, &m->p, m->params);
+    carve(m, &m->g, m->grads);
+    m->a = xcalloc(1, sizeof(*m->a));
+    m->a->n = carve_acts(m->a, &m->cfg, max_batch, NULL);
+    m->a->buf = xcalloc(m->a->n, sizeof(float));
+    carve_acts(m->a, &m->cfg, max_batch, m->a->buf);
+    if (cfg->kind == MODEL_NGRAM) {
+        m->ngram_ids = xcalloc((size_t)max_batch * 2 * cfg->max_seq_len, sizeof(int));
+        m->ngram_count = xcalloc((size_t)max_batch, sizeof(int));
+    }
+    model_init_params(m, seed);
+    return 0;
+}
+
+void model_cleanup(struct model *m)
+{
+    if (m->a)
+        free(m->a->buf);
+    free(m->a);
+    free(m->params);
+    free(m->grads);
+    free(m->ngram_ids);
+    free(m->ngram_count);
+    memset(m, 0, sizeof(*m));
+}
+
+void model_zero_grad(struct model *m)
+{
+    memset(m->grads, 0, m->n_params * sizeof(float));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Forward
+ * ------------------------------------------------------------------------------------------- */
+static void transformer_forward(struct model *m, int B, int T)
+{
+    const struct model_config *c = &m->cfg;
+    struct model_acts *a = m->a;
+    const struct model_params *p = &m->p;
+    int C = c->hidden, NH = c->heads, F = c->ffn, N = B * T;
+    size_t sN = (size_t)m->max_batch * c->max_seq_len; /* per-layer stride, in rows */
+    size_t sAtt = (size_t)m->max_batch * NH * c->max_seq_len * c->max_seq_len;
+
+    embed_forward_cpu(a->encoded, m->tokens, p->wte, p->wpe, B, T, C);
+    const float *x = a->encoded;
+    for (int l = 0; l < c->layers; l++) {
+        float *ln1 = a->ln1 + l * sN * C, *qkv = a->qkv + l * sN * 3 * C;
+        float *atty = a->atty + l * sN * C, *attproj = a->attproj + l * sN * C;
+        float *res2 = a->res2 + l * sN * C, *ln2 = a->ln2 + l * sN * C;
+        float *fch = a->fch + l * sN * F, *fchg = a->fchg + l * sN * F;
+        float *fcproj = a->fcproj + l * sN * C, *res3 = a->res3 + l * sN * C;
+
+        layernorm_forward_cpu(ln1, a->ln1_mean + l * sN, a->ln1_rstd + l * sN, x,
+                              p->ln1w + l * C, p->ln1b + l * C, N, C);
+        matmul_forward_cpu(qkv, ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, N, C,
+                           3 * C);
+        attention_forward_cpu(atty, a->att + l * sAtt, qkv, m->len, B, T, C, NH);
+        matmul_forward_cpu(attproj, atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, N,
+                           C, C);
+        residual_forward_cpu(res2, x, attproj, (long)N * C);
+        layernorm_forward_cpu(ln2, a->ln2_mean + l * sN, a->ln2_rstd + l * sN, res2,
+                              p->ln2w + l * C, p->ln2b + l * C, N, C);
+        matmul_forward_cpu(fch, ln2, p->fcw + (size_t)l * F * C, p->fcb + l * F, N, C, F);
+        gelu_forward_cpu(fchg, fch, (size_t)N * F);
+        matmul_forward_cpu(fcproj, fchg, p->fcprojw + (size_t)l * C * F, p->fcprojb + l * C, N,
+                           F, C);
+        residual_forward_cpu(res3, res2, fcproj, (long)N * C);
+        x = res3;
+    }
+    layernorm_forward_cpu(a->lnf, a->lnf_mean, a->lnf_rstd, x, p->lnfw, p->lnfb, N, C);
+    if (c->pool == MODEL_POOL_CLS)
+        clspool_forward_cpu(a->pooled, a->lnf, B, T, C);
+    else
+        meanpool_forward_cpu(a->pooled, a->lnf, m->len, B, T, C);
+}
+
+/* Fills the bags: unigram ids, then vocab + hash(a, b) % buckets for each adjacent pair. */
+static void ngram_bags(struct model *m, int B, int T)
+{
+    int V = m->cfg.vocab, M = 2 * m->cfg.max_seq_len;
+    for (int b = 0; b < B; b++) {
+        const int *tok = m->tokens + (size_t)b * T;
+        int *ids = m->ngram_ids + (size_t)b * M, n = 0;
+        for (int t = 0; t < m->len[b]; t++)
+            ids[n++] = tok[t];
+        for (int t = 0; t + 1 < m->len[b]; t++)
+            ids[n++] = V + (int)(model_bigram_hash(tok[t], tok[t + 1]) % (uint64_t)m->cfg.buckets);
+        m->ngram_count[b] = n;
+    }
+}
+
+float model_forward(struct model *m, const int *tokens, const int *len, const int *labels, int B,
+                    int T)
+{
+    const struct model_config *c = &m->cfg;
+    struct model_acts *a = m->a;
+    int C = c->hidden, K = c->classes;
+    float loss = 0.0f;
+
+    m->B = B, m->T = T, m->tokens = tokens, m->len = len, m->labels = labels;
+    if (c->kind == MODEL_NGRAM) {
+        ngram_bags(m, B, T);
+        embbag_forward_cpu(a->pooled, m->ngram_ids, m->ngram_count, m->p.emb, B,
+                           2 * c->max_seq_len, C);
+    } else {
+        transformer_forward(m, B, T);
+    }
+    matmul_forward_cpu(a->logits, a->pooled, m->p.clsw, m->p.clsb, B, C, K);
+    m->logits = a->logits, m->probs = a->probs, m->losses = a->losses;
+    if (labels) {
+        crossentropy_forward_cpu(a->losses, a->probs, a->logits, labels, B, K);
+        double s = 0.0;
+        for (int b = 0; b < B; b++)
+            s += a->losses[b];
+        loss = (float)(s / B);
+    } else {
+        /* probabilities for evaluation: cross-entropy against class 0, loss discarded */
+        static const int zero[1] = {0};
+        for (int b = 0; b < B; b++)
+            crossentropy_forward_cpu(a->losses + b, a->probs + (size_t)b * K,
+                                     a->logits + (size_t)b * K, zero, 1, K);
+    }
+    return loss;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Backward (accumulates into m->grads)
+ * ------------------------------------------------------------------------------------------- */
+static void transformer_backward(struct model *m, int B, int T)
+{
+    const struct model_config *c = &m->cfg;
+    struct model_acts *a = m->a;
+    const struct model_params *p = &m->p, *g = &m->g;
+    int C = c->hidden, NH = c->heads, F = c->ffn, N = B * T;
+    size_t sN = (size_t)m->max_batch * c->max_seq_len;
+    size_t sAtt = (size_t)m->max_batch * NH * c->max_seq_len * c->max_seq_len;
+    size_t NC = (size_t)N * C * sizeof(float), NF = (size_t)N * F * sizeof(float);
+    const float *xL = c->layers ? a->res3 + (c->layers - 1) * sN * C : a->encoded;
+
+    memset(a->dln, 0, NC);
+    if (c->pool == MODEL_POOL_CLS)
+        clspool_backward_cpu(a->dln, a->dpooled, B, T, C);
+    else
+        meanpool_backward_cpu(a->dln, a->dpooled, m->len, B, T, C);
+    memset(a->dres, 0, NC);
+    layernorm_backward_cpu(a->dres, g->lnfw, g->lnfb, a->dln, xL, p->lnfw, a->lnf_mean,
+                           a->lnf_rstd, N, C);
+    for (int l = c->layers - 1; l >= 0; l--) {
+        const float *x = l ? a->res3 + (l - 1) * sN * C : a->encoded;
+        const float *ln1 = a->ln1 + l * sN * C, *qkv = a->qkv + l * sN * 3 * C;
+        const float *atty = a->atty + l * sN * C, *res2 = a->res2 + l * sN * C;
+        const float *ln2 = a->ln2 + l * sN * C, *fch = a->fch + l * sN * F;
+        const float *fchg = a->fchg + l * sN * F;
+
+        /* dres holds d(res3): it flows to res2 unchanged and into the MLP branch. */
+        memset(a->dfchg, 0, NF);
+        matmul_backward_cpu(a->dfchg, g->fcprojw + (size_t)l * C * F, g->fcprojb + l * C, a->dres,
+                            fchg, p->fcprojw + (size_t)l * C * F, N, F, C);
+        memset(a->dfch, 0, NF);
+        gelu_backward_cpu(a->dfch, fch, a->dfchg, (size_t)N * F);
+        memset(a->dln, 0, NC);
+        matmul_backward_cpu(a->dln, g->fcw + (size_t)l * F * C, g->fcb + l * F, a->dfch, ln2,
+                            p->fcw + (size_t)l * F * C, N, C, F);
+        layernorm_backward_cpu(a->dres, g->ln2w + l * C, g->ln2b + l * C, a->dln, res2,
+                               p->ln2w + l * C, a->ln2_mean + l * sN, a->ln2_rstd + l * sN, N, C);
+        /* dres now holds d(res2): to x unchanged and into the attention branch. */
+        memset(a->datty, 0, NC);
+        matmul_backward_cpu(a->datty, g->attprojw + (size_t)l * C * C, g->attprojb + l * C,
+                            a->dres, atty, p->attprojw + (size_t)l * C * C, N, C, C);
+        memset(a->dqkv, 0, 3 * NC);
+        attention_backward_cpu(a->dqkv, a->datty, qkv, a->att + l * sAtt, m->len, B, T, C, NH);
+        memset(a->dln, 0, NC);
+        matmul_backward_cpu(a->dln, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, a->dqkv,
+                            ln1, p->qkvw + (size_t)l * 3 * C * C, N, C, 3 * C);
+        layernorm_backward_cpu(a->dres, g->ln1w + l * C, g->ln1b + l * C, a->dln, x,
+                               p->ln1w + l * C, a->ln1_mean + l * sN, a->ln1_rstd + l * sN, N, C);
+    }
+    embed_backward_cpu(g->wte, g->wpe, a->dres, m->tokens, B, T, C);
+}
+
+void model_backward(struct model *m, float loss_scale)
+{
+    const struct model_config *c = &m->cfg;
+    struct model_acts *a = m->a;
+    int B = m->B, C = c->hidden, K = c->classes;
+
+    memset(a->dlogits, 0, (size_t)B * K * sizeof(float));
+    crossentropy_backward_cpu(a->dlogits, a->probs, m->labels, loss_scale, B, K);
+    memset(a->dpooled, 0, (size_t)B * C * sizeof(float));
+    matmul_backward_cpu(a->dpooled, m->g.clsw, m->g.clsb, a->dlogits, a->pooled, m->p.clsw, B, C,
+                        K);
+    if (c->kind == MODEL_NGRAM)
+        embbag_backward_cpu(m->g.emb, a->dpooled, m->ngram_ids, m->ngram_count, B,
+                            2 * c->max_seq_len, C);
+    else
+        transformer_backward(m, B, m->T);
+}

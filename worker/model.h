@@ -1,0 +1,117 @@
+/*
+ * model.h - the text classifiers gantry-worker trains: a Transformer encoder and a bag-of-n-grams
+ * baseline, on the CPU kernels (kernels/).
+ *
+ * Transformer (MODEL_TRANSFORMER), pre-LN like GPT-2 but bidirectional (no causal mask):
+ *   x = wte[tokens] + wpe[positions]                                  (B,T,C)
+ *   for each layer: x = x + Wo attn(LN1(x)) ; x = x + W2 gelu(W1 LN2(x))
+ *   h = LNf(x) ; p = meanpool(h over real tokens) or h[:,0] (CLS) ; logits = Wc p + bc
+ * Pre-LN is chosen because it trains stably from scratch without a warmup-sensitive post-LN
+ * stack; there is no dropout. GELU is the tanh approximation. Attention ignores padding keys (see
+ * kernels/attention.h). The exact same network is built in PyTorch by hack/torch_ref.py.
+ *
+ * Bag of n-grams (MODEL_NGRAM), fastText-like: the ids of a sequence's tokens (unigrams) and of
+ * its hashed bigrams (vocab + hash(a, b) % buckets) index one embedding table (vocab + buckets,
+ * hidden); their mean goes through a linear classifier.
+ *
+ * Memory, as in llm.c: all parameters live in ONE contiguous float buffer (and the gradients in
+ * another of the same layout), carved into named tensors; activations are one more buffer sized
+ * for (max_batch, max_seq_len) at model_init(). Initialisation is deterministic from a seed
+ * (splitmix64 + Box-Muller, mirrored by hack/torch_ref.py): weights N(0, 0.02), residual
+ * projections N(0, 0.02/sqrt(2 layers)), LayerNorm weight 1, biases 0.
+ * Not thread-safe: one model per training loop; the kernels thread internally.
+ */
+#ifndef GANTRY_MODEL_H
+#define GANTRY_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MODEL_MAX_TENSORS 24
+#define MODEL_NAME_MAX 24
+
+enum model_kind { MODEL_TRANSFORMER = 0, MODEL_NGRAM = 1 };
+enum model_pool { MODEL_POOL_MEAN = 0, MODEL_POOL_CLS = 1 };
+
+struct model_config {
+    enum model_kind kind;
+    int vocab;       /* V: token ids are in [0, vocab) */
+    int classes;     /* K >= 2 */
+    int max_seq_len; /* maxT: positions (transformer), longest sequence accepted */
+    int hidden;      /* C: model width (n-gram: embedding dimension) */
+    int layers;      /* L (transformer) */
+    int heads;       /* NH, divides hidden (transformer) */
+    int ffn;         /* F: MLP width (transformer), usually 4 * hidden */
+    enum model_pool pool;
+    int buckets; /* hashed bigram buckets (n-gram) */
+};
+
+/* One named tensor inside the parameter buffer. */
+struct model_tensor {
+    char name[MODEL_NAME_MAX];
+    size_t offset, count; /* in floats */
+    int ndim, shape[3];
+    bool decay; /* AdamW weight decay applies (matrices and embeddings, not biases or norms) */
+};
+
+/* Pointers into one buffer: m->p into params, m->g into grads (same layout). Per-layer tensors
+ * are stacked: ln1w is (L, C), qkvw (L, 3C, C), and so on. Unused ones are NULL. */
+struct model_params {
+    float *wte, *wpe;                                 /* (V,C), (maxT,C) */
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    float *lnfw, *lnfb;                               /* (C) */
+    float *clsw, *clsb;                               /* (K,C), (K) */
+    float *emb;                                       /* n-gram: (V + buckets, C) */
+};
+
+struct model {
+    struct model_config cfg;
+    int max_batch;
+    float *params, *grads; /* n_params floats each: the single buffers */
+    size_t n_params;
+    struct model_params p, g;
+    struct model_tensor tensors[MODEL_MAX_TENSORS];
+    int n_tensors;
+    struct model_acts *a; /* activations and their gradients (model.c), one buffer */
+    /* Set by the last model_forward(): */
+    int B, T;
+    const int *tokens, *len, *labels; /* borrowed until the backward */
+    float *logits;                    /* (B,K) borrowed view into acts */
+    float *probs;                     /* (B,K) softmax of logits */
+    float *losses;                    /* (B) per example; only with labels */
+    int *ngram_ids, *ngram_count;     /* n-gram bags (B, 2*maxT) and counts (B) */
+};
+
+/* Checks cfg; on error writes "field: why, what to do" to err and returns -1. */
+int model_config_check(const struct model_config *cfg, char *err, size_t errlen);
+
+/* Allocates and initialises from seed. 0, or -1 with err set (bad config). model_cleanup()
+ * frees everything; the model is not usable after a failed init (cleanup is still safe). */
+int model_init(struct model *m, const struct model_config *cfg, int max_batch, uint64_t seed,
+               char *err, size_t errlen);
+void model_cleanup(struct model *m);
+
+/* Re-draws all parameters from seed (the same values model_init gives for that seed). */
+void model_init_params(struct model *m, uint64_t seed);
+
+/* Forward on tokens (B,T) row-major, len (B) real tokens (1..T; positions >= len are padding),
+ * labels (B) or NULL. B <= max_batch, T <= max_seq_len. Returns the mean loss over the batch
+ * when labels is given, else 0. tokens/len/labels are borrowed until model_backward(). */
+float model_forward(struct model *m, const int *tokens, const int *len, const int *labels, int B,
+                    int T);
+
+void model_zero_grad(struct model *m);
+
+/* Backward of the last model_forward (which had labels): grads += d(loss_scale * sum of
+ * per-example losses). For a mean over B examples and A accumulation steps, loss_scale = 1/(B*A). */
+void model_backward(struct model *m, float loss_scale);
+
+/* Tensor by name ("qkvw"), or NULL. */
+const struct model_tensor *model_find_tensor(const struct model *m, const char *name);
+
+/* 64-bit bigram hash used by the n-gram model (exposed for tests and the Python mirror). */
+uint64_t model_bigram_hash(int a, int b);
+
+#endif /* GANTRY_MODEL_H */

@@ -1,0 +1,240 @@
+/*
+ * The model end to end: parameter layout and deterministic init, whole-model gradients against
+ * finite differences (Transformer, both poolings, and the n-gram baseline), gradient
+ * accumulation, and the golden test against PyTorch: logits, loss, every parameter gradient and
+ * the losses of 10 AdamW steps from worker/testdata/model_ref.txt (written by hack/torch_ref.py).
+ *
+ * Tolerances (fp32 on both sides, different summation orders): logits and loss 2e-5 absolute;
+ * gradients 1e-5 + 1e-3 * |ref|; the 10-step losses 1e-4 absolute.
+ */
+#include "worker/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/test.h"
+#include "kernels/gradcheck.h"
+#include "worker/optim.h"
+
+static const struct model_config tiny = {
+    .kind = MODEL_TRANSFORMER, .vocab = 20, .classes = 3, .max_seq_len = 6, .hidden = 8,
+    .layers = 2, .heads = 2, .ffn = 32, .pool = MODEL_POOL_MEAN, .buckets = 0,
+};
+enum { B = 3, T = 6 };
+static const int tokens[B * T] = {1, 5, 7, 2, 9, 3, 4, 4, 8, 0, 0, 0, 19, 0, 0, 0, 0, 0};
+static const int lens[B] = {6, 3, 1};
+static const int labels[B] = {2, 0, 1};
+
+static void test_layout_and_init(void)
+{
+    struct model m;
+    char err[256];
+    TEST_EQ_INT(model_init(&m, &tiny, B, 42, err, sizeof(err)), 0);
+    size_t total = 0;
+    for (int i = 0; i < m.n_tensors; i++) {
+        TEST_EQ_INT(m.tensors[i].offset, total); /* contiguous, in table order */
+        total += m.tensors[i].count;
+    }
+    TEST_EQ_INT(total, m.n_params);
+    /* V*C + maxT*C + L*(2C + 3C*C + 3C + C*C + C + 2C + F*C + F + C*F + C) + 2C + K*C + K */
+    TEST_EQ_INT(m.n_params, 160 + 48 + 2 * (16 + 192 + 24 + 64 + 8 + 16 + 256 + 32 + 256 + 8) +
+                                16 + 24 + 3);
+    TEST_CHECK(m.p.ln1w[0] == 1.0f && m.p.ln1b[0] == 0.0f && m.p.qkvb[5] == 0.0f);
+    TEST_CHECK(m.p.wte[0] != 0.0f && m.g.wte == m.grads);
+    float first = m.p.wte[0];
+    struct model m2;
+    TEST_EQ_INT(model_init(&m2, &tiny, B, 42, err, sizeof(err)), 0);
+    TEST_CHECK(memcmp(m.params, m2.params, m.n_params * sizeof(float)) == 0);
+    model_init_params(&m2, 43);
+    TEST_CHECK(m2.p.wte[0] != first);
+    model_cleanup(&m);
+    model_cleanup(&m2);
+}
+
+static void test_config_errors(void)
+{
+    struct model m;
+    char err[256] = "";
+    struct model_config c = tiny;
+    c.heads = 3;
+    TEST_EQ_INT(model_init(&m, &c, B, 1, err, sizeof(err)), -1);
+    TEST_CHECK(strstr(err, "model.heads") != NULL);
+    model_cleanup(&m);
+    c = tiny;
+    c.classes = 1;
+    TEST_EQ_INT(model_config_check(&c, err, sizeof(err)), -1);
+    TEST_CHECK(strstr(err, "model.classes") != NULL);
+}
+
+static double fd_loss(void *p)
+{
+    return model_forward(p, tokens, lens, labels, B, T);
+}
+
+static void gradcheck_model(const struct model_config *cfg, const char *what)
+{
+    struct model m;
+    char err[256];
+    uint64_t s = 99;
+    TEST_EQ_INT(model_init(&m, cfg, B, 7, err, sizeof(err)), 0);
+    /* Larger weights than the init's 0.02, so every path carries a measurable gradient. */
+    gc_fill(m.params, m.n_params, &s, -0.5f, 0.5f);
+    model_zero_grad(&m);
+    model_forward(&m, tokens, lens, labels, B, T);
+    model_backward(&m, 1.0f / B);
+    for (int i = 0; i < m.n_tensors; i++) {
+        const struct model_tensor *t = &m.tensors[i];
+        char name[64];
+        snprintf(name, sizeof(name), "%s %s", what, t->name);
+        gc_check(name, m.params + t->offset, m.grads + t->offset, t->count,
+                 t->count > 400 ? 7 : 1, fd_loss, &m, 1e-2f, 5e-4, 2e-2);
+    }
+    model_cleanup(&m);
+}
+
+static void test_transformer_gradcheck(void) { gradcheck_model(&tiny, "mean"); }
+
+static void test_transformer_cls_gradcheck(void)
+{
+    struct model_config c = tiny;
+    c.pool = MODEL_POOL_CLS;
+    c.layers = 1;
+    gradcheck_model(&c, "cls");
+}
+
+static void test_ngram_gradcheck(void)
+{
+    struct model_config c = {.kind = MODEL_NGRAM, .vocab = 20, .classes = 3, .max_seq_len = 6,
+                             .hidden = 5, .buckets = 11};
+    gradcheck_model(&c, "ngram");
+}
+
+/* Two half batches, each scaled 1/(2*half), give the gradient of one full batch. */
+static void test_gradient_accumulation(void)
+{
+    struct model m;
+    char err[256];
+    TEST_EQ_INT(model_init(&m, &tiny, 4, 5, err, sizeof(err)), 0);
+    static const int tok4[4 * 4] = {1, 2, 3, 4, 5, 6, 0, 0, 7, 0, 0, 0, 8, 9, 10, 11};
+    static const int len4[4] = {4, 2, 1, 4}, lab4[4] = {0, 1, 2, 1};
+    float *full = malloc(m.n_params * sizeof(float));
+    model_zero_grad(&m);
+    model_forward(&m, tok4, len4, lab4, 4, 4);
+    model_backward(&m, 1.0f / 4);
+    memcpy(full, m.grads, m.n_params * sizeof(float));
+    model_zero_grad(&m);
+    for (int h = 0; h < 2; h++) {
+        model_forward(&m, tok4 + h * 8, len4 + h * 2, lab4 + h * 2, 2, 4);
+        model_backward(&m, 1.0f / 4);
+    }
+    int bad = 0;
+    for (size_t i = 0; i < m.n_params; i++)
+        bad += fabsf(full[i] - m.grads[i]) > 1e-6f + 1e-4f * fabsf(full[i]);
+    TEST_EQ_INT(bad, 0);
+    free(full);
+    model_cleanup(&m);
+}
+
+/* ---- golden test against PyTorch ---------------------------------------------------------- */
+
+/* Reads "key n v1 .. vn" (or "key v1 .. vn" when want > 0 is given) from the fixture. */
+static int read_floats(FILE *f, const char *key, float *out, int want)
+{
+    char word[64];
+    int n = want;
+    rewind(f);
+    while (fscanf(f, "%63s", word) == 1) {
+        if (strcmp(word, key)) {
+            int ch;
+            while ((ch = fgetc(f)) != '\n' && ch != EOF)
+                ;
+            continue;
+        }
+        if (want <= 0 && fscanf(f, "%d", &n) != 1)
+            return -1;
+        for (int i = 0; i < n; i++)
+            if (fscanf(f, "%f", &out[i]) != 1)
+                return -1;
+        return n;
+    }
+    return -1;
+}
+
+static FILE *open_fixture(void)
+{
+    const char *dir = getenv("GANTRY_TESTDATA");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/model_ref.txt", dir ? dir : "worker/testdata");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fprintf(stderr, "  cannot open %s: regenerate with hack/torch_ref.py\n", path);
+    return f;
+}
+
+static void test_matches_pytorch(void)
+{
+    struct model m;
+    char err[256];
+    FILE *f = open_fixture();
+    TEST_CHECK(f != NULL);
+    if (!f)
+        return;
+    TEST_EQ_INT(model_init(&m, &tiny, B, 1234, err, sizeof(err)), 0);
+    float *ref = malloc(m.n_params * sizeof(float)), logits[B * 3], loss;
+    TEST_EQ_INT(read_floats(f, "logits", logits, 0), B * 3);
+    TEST_EQ_INT(read_floats(f, "loss", &loss, 1), 1);
+    TEST_EQ_INT(read_floats(f, "grads", ref, 0), (int)m.n_params);
+
+    model_zero_grad(&m);
+    float got = model_forward(&m, tokens, lens, labels, B, T);
+    model_backward(&m, 1.0f / B);
+    TEST_NEAR(got, loss, 2e-5);
+    for (int i = 0; i < B * 3; i++)
+        TEST_NEAR(m.logits[i], logits[i], 2e-5);
+    int bad = 0;
+    for (size_t i = 0; i < m.n_params; i++) {
+        if (!(fabsf(m.grads[i] - ref[i]) <= 1e-5f + 1e-3f * fabsf(ref[i]))) {
+            if (bad++ < 5)
+                fprintf(stderr, "  grad[%zu]: got %.7g, PyTorch %.7g\n", i, m.grads[i], ref[i]);
+        }
+    }
+    TEST_EQ_INT(bad, 0);
+
+    /* 10 AdamW steps: lr wd beta1 beta2 eps clip warmup steps min_ratio */
+    float h[9], want[10];
+    TEST_EQ_INT(read_floats(f, "adamw", h, 9), 9);
+    TEST_EQ_INT(read_floats(f, "losses", want, 0), 10);
+    struct optim_config oc;
+    optim_config_default(&oc);
+    oc.lr = h[0], oc.weight_decay = h[1], oc.beta1 = h[2], oc.beta2 = h[3], oc.eps = h[4];
+    oc.grad_clip = h[5], oc.warmup_steps = (int)h[6], oc.total_steps = (long)h[7];
+    oc.min_lr_ratio = h[8];
+    struct adamw opt;
+    model_init_params(&m, 1234);
+    adamw_init(&opt, m.n_params);
+    for (int s = 0; s < 10; s++) {
+        model_zero_grad(&m);
+        float l = model_forward(&m, tokens, lens, labels, B, T);
+        model_backward(&m, 1.0f / B);
+        optim_clip_grad_norm(m.grads, m.n_params, oc.grad_clip);
+        adamw_step(&opt, &m, &oc, optim_lr(&oc, s));
+        TEST_NEAR(l, want[s], 1e-4);
+    }
+    TEST_CHECK(want[9] < want[0] - 0.05f); /* the fixture itself shows learning */
+    adamw_cleanup(&opt);
+    free(ref);
+    fclose(f);
+    model_cleanup(&m);
+}
+
+int main(void)
+{
+    TEST_RUN(test_layout_and_init);
+    TEST_RUN(test_config_errors);
+    TEST_RUN(test_transformer_gradcheck);
+    TEST_RUN(test_transformer_cls_gradcheck);
+    TEST_RUN(test_ngram_gradcheck);
+    TEST_RUN(test_gradient_accumulation);
+    TEST_RUN(test_matches_pytorch);
+    return test_summary();
+}
