@@ -7,9 +7,11 @@ set(CTL_DIR ${CMAKE_CURRENT_SOURCE_DIR})
 add_library(gantry_ctl STATIC
     ${CTL_DIR}/cond.c
     ${CTL_DIR}/tj.c
+    ${CTL_DIR}/render.c
 )
 target_include_directories(gantry_ctl PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_ctl PUBLIC PkgConfig::CTL_JANSSON gantry_kube gantry_common)
 
 gantry_test(cond_test SOURCES ${CTL_DIR}/cond_test.c LIBS gantry_ctl)
 gantry_test(tj_test SOURCES ${CTL_DIR}/tj_test.c LIBS gantry_ctl)
+gantry_test(render_test SOURCES ${CTL_DIR}/render_test.c LIBS gantry_ctl)

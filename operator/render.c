@@ -1,0 +1,261 @@
+#include "operator/render.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONFIG_VOLUME "gantry-config"
+#define CKPT_VOLUME "gantry-checkpoints"
+
+void render_pod_name(const struct tj *tj, int index, char *out, size_t n)
+{
+    snprintf(out, n, "%s-worker-%d", tj->name, index);
+}
+
+void render_configmap_name(const struct tj *tj, char *out, size_t n)
+{
+    snprintf(out, n, "%s-config", tj->name);
+}
+
+void render_secret_name(const struct tj *tj, char *out, size_t n)
+{
+    snprintf(out, n, "%s-rdzv", tj->name);
+}
+
+/* [the controller ownerReference to the job]: a new array. */
+static json_t *owner_refs(const struct tj *tj)
+{
+    return json_pack("[{s:s, s:s, s:s, s:s, s:b, s:b}]", "apiVersion", TJ_API_VERSION, "kind",
+                     TJ_KIND, "name", tj->name, "uid", tj->uid, "controller", 1,
+                     "blockOwnerDeletion", 1);
+}
+
+/* metadata shared by every child: name, namespace, the job label, the owner reference. */
+static json_t *child_meta(const struct tj *tj, const char *name)
+{
+    return json_pack("{s:s, s:s, s:{s:s}, s:o}", "name", name, "namespace", tj->ns, "labels",
+                     RENDER_LABEL_JOB, tj->name, "ownerReferences", owner_refs(tj));
+}
+
+char *render_config_json(const struct tj *tj)
+{
+    char dir[TJ_PATH_MAX + TJ_NAME_MAX + 2];
+    json_t *cfg;
+    char *s;
+
+    snprintf(dir, sizeof(dir), "%s/%s", strcmp(tj->ckpt_path, "/") ? tj->ckpt_path : "", tj->name);
+    cfg = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:O, s:{s:s, s:s, s:i, s:i}}", "job",
+                    tj->name, "namespace", tj->ns, "replicas", tj->replicas, "gpusPerReplica",
+                    tj->gpus, "nprocPerNode", tj_nproc(tj), "worldSize",
+                    tj->replicas * tj_nproc(tj), "training", tj->training, "checkpoint", "path",
+                    tj->ckpt_path, "dir", dir, "intervalSteps", tj->ckpt_interval, "keep",
+                    tj->ckpt_keep);
+    s = json_dumps(cfg, JSON_SORT_KEYS | JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    json_decref(cfg);
+    return s;
+}
+
+json_t *render_service(const struct tj *tj)
+{
+    json_t *svc = json_pack("{s:s, s:s, s:o, s:{s:s, s:b, s:{s:s}, s:[{s:s, s:i, s:i}]}}",
+                            "apiVersion", "v1", "kind", "Service", "metadata",
+                            child_meta(tj, tj->name), "spec", "clusterIP", "None",
+                            "publishNotReadyAddresses", 1, "selector", RENDER_LABEL_JOB, tj->name,
+                            "ports", "name", "rdzv", "port", tj->port, "targetPort", tj->port);
+    return svc;
+}
+
+json_t *render_configmap(const struct tj *tj)
+{
+    char name[RENDER_NAME_MAX];
+    char *cfg = render_config_json(tj);
+    json_t *cm;
+
+    render_configmap_name(tj, name, sizeof(name));
+    cm = json_pack("{s:s, s:s, s:o, s:{s:s}}", "apiVersion", "v1", "kind", "ConfigMap", "metadata",
+                   child_meta(tj, name), "data", RENDER_CONFIG_FILE, cfg);
+    free(cfg);
+    return cm;
+}
+
+json_t *render_secret(const struct tj *tj, const char *token)
+{
+    char name[RENDER_NAME_MAX];
+
+    render_secret_name(tj, name, sizeof(name));
+    /* stringData: the API server base64-encodes it into data. */
+    return json_pack("{s:s, s:s, s:o, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Secret",
+                     "metadata", child_meta(tj, name), "type", "Opaque", "stringData",
+                     RENDER_TOKEN_KEY, token ? token : "");
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Pods
+ * ------------------------------------------------------------------------------------------- */
+
+/* obj[key] as an object, replaced by {} when absent or of another type. Borrowed. */
+static json_t *want_object(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+
+    if (!json_is_object(v)) {
+        v = json_object();
+        json_object_set_new(obj, key, v);
+    }
+    return v;
+}
+
+static json_t *want_array(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+
+    if (!json_is_array(v)) {
+        v = json_array();
+        json_object_set_new(obj, key, v);
+    }
+    return v;
+}
+
+/* Removes the entries of arr whose "name" is name, then appends item (stolen). */
+static void put_named(json_t *arr, const char *name, json_t *item)
+{
+    for (size_t i = json_array_size(arr); i-- > 0;) {
+        const char *n = json_string_value(json_object_get(json_array_get(arr, i), "name"));
+        if (n && strcmp(n, name) == 0)
+            json_array_remove(arr, i);
+    }
+    json_array_append_new(arr, item);
+}
+
+static void put_env(json_t *env, const char *name, const char *value)
+{
+    put_named(env, name, json_pack("{s:s, s:s}", "name", name, "value", value));
+}
+
+static void put_env_int(json_t *env, const char *name, long long value)
+{
+    char s[32];
+
+    snprintf(s, sizeof(s), "%lld", value);
+    put_env(env, name, s);
+}
+
+/* The container named "worker" in spec.containers, inserted first when absent. Borrowed. */
+static json_t *worker_container(json_t *spec)
+{
+    json_t *cs = want_array(spec, "containers");
+    json_t *c;
+    size_t i;
+
+    json_array_foreach(cs, i, c) {
+        const char *n = json_string_value(json_object_get(c, "name"));
+        if (json_is_object(c) && n && strcmp(n, RENDER_CONTAINER) == 0)
+            return c;
+    }
+    c = json_pack("{s:s}", "name", RENDER_CONTAINER);
+    json_array_insert_new(cs, 0, c);
+    return c;
+}
+
+static void render_env(const struct tj *tj, json_t *c, int index, int restarts)
+{
+    json_t *env = want_array(c, "env");
+    char buf[TJ_PATH_MAX + 2 * TJ_NAME_MAX + 32], secret[RENDER_NAME_MAX];
+    int nproc = tj_nproc(tj);
+
+    snprintf(buf, sizeof(buf), "%s-worker-0.%s.%s.svc", tj->name, tj->name, tj->ns);
+    put_env(env, "MASTER_ADDR", buf);
+    put_env_int(env, "MASTER_PORT", tj->port);
+    put_env_int(env, "WORLD_SIZE", (long long)tj->replicas * nproc);
+    put_env_int(env, "RANK", (long long)index * nproc);
+    put_env_int(env, "NODE_RANK", index);
+    put_env_int(env, "NNODES", tj->replicas);
+    put_env_int(env, "NPROC_PER_NODE", nproc);
+    put_env(env, "GANTRY_JOB", tj->name);
+    put_env(env, "GANTRY_NAMESPACE", tj->ns);
+    put_env_int(env, "GANTRY_RESTART_COUNT", restarts);
+    snprintf(buf, sizeof(buf), "%s/%s", strcmp(tj->ckpt_path, "/") ? tj->ckpt_path : "", tj->name);
+    put_env(env, "GANTRY_CHECKPOINT_DIR", buf);
+    put_env(env, "GANTRY_CONFIG", RENDER_CONFIG_DIR "/" RENDER_CONFIG_FILE);
+    render_secret_name(tj, secret, sizeof(secret));
+    put_named(env, "GANTRY_RDZV_TOKEN",
+              json_pack("{s:s, s:{s:{s:s, s:s}}}", "name", "GANTRY_RDZV_TOKEN", "valueFrom",
+                        "secretKeyRef", "name", secret, "key", RENDER_TOKEN_KEY));
+}
+
+static void render_worker(const struct tj *tj, json_t *c, int index, int restarts)
+{
+    json_t *ports, *mounts, *p;
+    bool have_port = false;
+    size_t i;
+
+    json_object_set_new(c, "image", json_string(tj->image));
+    json_object_set_new(c, "imagePullPolicy", json_string(tj->pull_policy));
+    render_env(tj, c, index, restarts);
+    ports = want_array(c, "ports");
+    json_array_foreach(ports, i, p) {
+        if (json_integer_value(json_object_get(p, "containerPort")) == tj->port)
+            have_port = true;
+    }
+    if (!have_port)
+        json_array_append_new(ports, json_pack("{s:s, s:i, s:s}", "name", "rdzv",
+                                               "containerPort", tj->port, "protocol", "TCP"));
+    mounts = want_array(c, "volumeMounts");
+    put_named(mounts, CONFIG_VOLUME,
+              json_pack("{s:s, s:s, s:b}", "name", CONFIG_VOLUME, "mountPath", RENDER_CONFIG_DIR,
+                        "readOnly", 1));
+    put_named(mounts, CKPT_VOLUME,
+              json_pack("{s:s, s:s}", "name", CKPT_VOLUME, "mountPath", tj->ckpt_path));
+    if (tj->gpus > 0) {
+        json_t *res = want_object(c, "resources");
+        json_object_set_new(want_object(res, "limits"), "nvidia.com/gpu",
+                            json_integer(tj->gpus));
+    }
+}
+
+json_t *render_pod(const struct tj *tj, int index, int restarts)
+{
+    char name[RENDER_NAME_MAX], cm[RENDER_NAME_MAX], num[16];
+    json_t *pod, *meta, *labels, *spec, *vols, *tspec;
+
+    pod = json_pack("{s:s, s:s}", "apiVersion", "v1", "kind", "Pod");
+    meta = json_is_object(json_object_get(tj->tmpl, "metadata"))
+               ? json_deep_copy(json_object_get(tj->tmpl, "metadata"))
+               : json_object();
+    json_object_set_new(pod, "metadata", meta);
+    tspec = json_object_get(tj->tmpl, "spec");
+    spec = json_is_object(tspec) ? json_deep_copy(tspec) : json_object();
+    json_object_set_new(pod, "spec", spec);
+
+    render_pod_name(tj, index, name, sizeof(name));
+    json_object_set_new(meta, "name", json_string(name));
+    json_object_set_new(meta, "namespace", json_string(tj->ns));
+    json_object_del(meta, "generateName");
+    labels = want_object(meta, "labels");
+    json_object_set_new(labels, RENDER_LABEL_JOB, json_string(tj->name));
+    snprintf(num, sizeof(num), "%d", index);
+    json_object_set_new(labels, RENDER_LABEL_INDEX, json_string(num));
+    snprintf(num, sizeof(num), "%d", restarts);
+    json_object_set_new(labels, RENDER_LABEL_RESTART, json_string(num));
+    json_object_set_new(meta, "ownerReferences", owner_refs(tj));
+
+    /* hostname.subdomain makes <job>-worker-<i>.<job>.<ns>.svc resolve through the Service. */
+    json_object_set_new(spec, "hostname", json_string(name));
+    json_object_set_new(spec, "subdomain", json_string(tj->name));
+    json_object_set_new(spec, "restartPolicy", json_string("Never"));
+    if (!json_object_get(spec, "enableServiceLinks"))
+        json_object_set_new(spec, "enableServiceLinks", json_false());
+    render_worker(tj, worker_container(spec), index, restarts);
+
+    render_configmap_name(tj, cm, sizeof(cm));
+    vols = want_array(spec, "volumes");
+    put_named(vols, CONFIG_VOLUME,
+              json_pack("{s:s, s:{s:s}}", "name", CONFIG_VOLUME, "configMap", "name", cm));
+    if (tj->ckpt_claim[0])
+        put_named(vols, CKPT_VOLUME,
+                  json_pack("{s:s, s:{s:s}}", "name", CKPT_VOLUME, "persistentVolumeClaim",
+                            "claimName", tj->ckpt_claim));
+    else
+        put_named(vols, CKPT_VOLUME, json_pack("{s:s, s:{}}", "name", CKPT_VOLUME, "emptyDir"));
+    return pod;
+}

@@ -1,0 +1,58 @@
+/*
+ * render.h - the JSON of a TrainingJob's children: headless Service, config ConfigMap, rendezvous
+ * Secret and worker Pods (DESIGN.md §3). Pure functions of a parsed struct tj; every object
+ * carries a controller ownerReference to the job and the label gantry.dev/job-name.
+ *
+ * Names are deterministic, so a create that already happened is an AlreadyExists, never a
+ * duplicate: Service <job>, ConfigMap <job>-config, Secret <job>-rdzv, Pods <job>-worker-<i>.
+ *
+ * The worker contract (env of every pod; PyTorch/torchrun conventions, so a torchrun image works):
+ *   MASTER_ADDR     <job>-worker-0.<job>.<ns>.svc   (resolves before readiness: the Service
+ *                                                     publishes not-ready addresses)
+ *   MASTER_PORT     spec.port (29500)
+ *   NNODES          replicas                 NODE_RANK   the pod's index i
+ *   NPROC_PER_NODE  gpusPerReplica, or 1     WORLD_SIZE  replicas * NPROC_PER_NODE (processes)
+ *   RANK            i * NPROC_PER_NODE: the global rank of the pod's first process
+ *   GANTRY_JOB, GANTRY_NAMESPACE, GANTRY_RESTART_COUNT, GANTRY_CHECKPOINT_DIR (<path>/<job>),
+ *   GANTRY_CONFIG (/etc/gantry/config.json), GANTRY_RDZV_TOKEN (from the Secret, key "token").
+ *
+ * spec.template (a PodTemplateSpec) is the starting point of every pod: its labels, annotations,
+ * nodeSelector, tolerations, volumes, sidecars are kept. The container named "worker" (added
+ * when absent, first in the list) gets spec.image, the env above (replacing user entries with the
+ * same names), the rendezvous port, the config and checkpoint mounts and, with GPUs, the
+ * nvidia.com/gpu limit. The operator owns metadata.name/namespace/ownerReferences, hostname,
+ * subdomain and restartPolicy (Never: restarts are whole-gang, done by the operator).
+ */
+#ifndef GANTRY_RENDER_H
+#define GANTRY_RENDER_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "operator/tj.h"
+
+#define RENDER_LABEL_JOB "gantry.dev/job-name"
+#define RENDER_LABEL_INDEX "gantry.dev/replica-index"
+#define RENDER_LABEL_RESTART "gantry.dev/restart-count"
+#define RENDER_CONTAINER "worker"
+#define RENDER_CONFIG_DIR "/etc/gantry"
+#define RENDER_CONFIG_FILE "config.json"
+#define RENDER_TOKEN_KEY "token"
+#define RENDER_NAME_MAX 80 /* <= 63 after validation; room for the suffixes */
+
+/* Child names; out has at least RENDER_NAME_MAX bytes. */
+void render_pod_name(const struct tj *tj, int index, char *out, size_t n);
+void render_configmap_name(const struct tj *tj, char *out, size_t n);
+void render_secret_name(const struct tj *tj, char *out, size_t n);
+
+/* The contents of config.json: a new string (caller frees), stable for equal jobs (sorted keys),
+ * so the ConfigMap is updated only when the training config really changed. */
+char *render_config_json(const struct tj *tj);
+
+/* New references; the caller json_decref()s. */
+json_t *render_service(const struct tj *tj);
+json_t *render_configmap(const struct tj *tj);
+json_t *render_secret(const struct tj *tj, const char *token);
+json_t *render_pod(const struct tj *tj, int index, int restarts);
+
+#endif /* GANTRY_RENDER_H */

@@ -1,0 +1,242 @@
+/* Rendering of children: names, the env contract, DNS fields, owner refs, template merging. */
+#include "operator/render.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/test.h"
+
+static int load_job(const char *spec, struct tj *tj)
+{
+    char text[2048];
+    json_t *obj;
+    int rc;
+
+    snprintf(text, sizeof(text),
+             "{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"spam\",\"namespace\":\"ml\","
+             "\"uid\":\"uid-7\"},\"spec\":%s}", spec);
+    obj = json_loads(text, 0, NULL);
+    rc = obj ? tj_parse(obj, tj, NULL, 0) : 99;
+    json_decref(obj);
+    return rc;
+}
+
+/* Borrowed: the container named name, or NULL. */
+static json_t *container(json_t *pod, const char *name)
+{
+    json_t *c;
+    size_t i;
+
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c) {
+        if (strcmp(json_string_value(json_object_get(c, "name")), name) == 0)
+            return c;
+    }
+    return NULL;
+}
+
+static json_t *named(json_t *arr, const char *name)
+{
+    json_t *e;
+    size_t i;
+    json_t *found = NULL;
+    int count = 0;
+
+    json_array_foreach(arr, i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "name")), name) == 0) {
+            found = e;
+            count++;
+        }
+    }
+    return count == 1 ? found : NULL; /* duplicates are a bug too */
+}
+
+static const char *env(json_t *pod, const char *name)
+{
+    return json_string_value(
+        json_object_get(named(json_object_get(container(pod, "worker"), "env"), name), "value"));
+}
+
+static const char *str_at(json_t *obj, const char *path)
+{
+    char buf[256], *save = NULL, *tok;
+
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (tok = strtok_r(buf, ".", &save); tok && obj; tok = strtok_r(NULL, ".", &save))
+        obj = json_object_get(obj, tok);
+    return json_string_value(obj);
+}
+
+static void test_pod_contract(void)
+{
+    struct tj tj;
+    json_t *pod, *or, *tok, *vols;
+
+    TEST_EQ_INT(load_job("{\"replicas\":4,\"checkpoint\":{\"claimName\":\"ckpt\"}}", &tj), 0);
+    pod = render_pod(&tj, 2, 1);
+    TEST_EQ_STR(str_at(pod, "metadata.name"), "spam-worker-2");
+    TEST_EQ_STR(str_at(pod, "metadata.namespace"), "ml");
+    TEST_EQ_STR(str_at(pod, "spec.hostname"), "spam-worker-2");
+    TEST_EQ_STR(str_at(pod, "spec.subdomain"), "spam");
+    TEST_EQ_STR(str_at(pod, "spec.restartPolicy"), "Never");
+    TEST_CHECK(json_is_false(json_object_get(json_object_get(pod, "spec"), "enableServiceLinks")));
+    json_t *labels = json_object_get(json_object_get(pod, "metadata"), "labels");
+    TEST_EQ_STR(json_string_value(json_object_get(labels, "gantry.dev/job-name")), "spam");
+    TEST_EQ_STR(json_string_value(json_object_get(labels, "gantry.dev/replica-index")), "2");
+    TEST_EQ_STR(json_string_value(json_object_get(labels, "gantry.dev/restart-count")), "1");
+    or = json_array_get(json_object_get(json_object_get(pod, "metadata"), "ownerReferences"), 0);
+    TEST_EQ_STR(json_string_value(json_object_get(or, "uid")), "uid-7");
+    TEST_EQ_STR(json_string_value(json_object_get(or, "kind")), "TrainingJob");
+    TEST_EQ_STR(json_string_value(json_object_get(or, "apiVersion")), "gantry.dev/v1alpha1");
+    TEST_CHECK(json_is_true(json_object_get(or, "controller")));
+
+    TEST_EQ_STR(env(pod, "MASTER_ADDR"), "spam-worker-0.spam.ml.svc");
+    TEST_EQ_STR(env(pod, "MASTER_PORT"), "29500");
+    TEST_EQ_STR(env(pod, "WORLD_SIZE"), "4");
+    TEST_EQ_STR(env(pod, "RANK"), "2");
+    TEST_EQ_STR(env(pod, "NODE_RANK"), "2");
+    TEST_EQ_STR(env(pod, "NPROC_PER_NODE"), "1");
+    TEST_EQ_STR(env(pod, "GANTRY_JOB"), "spam");
+    TEST_EQ_STR(env(pod, "GANTRY_RESTART_COUNT"), "1");
+    TEST_EQ_STR(env(pod, "GANTRY_CHECKPOINT_DIR"), "/checkpoints/spam");
+    TEST_EQ_STR(env(pod, "GANTRY_CONFIG"), "/etc/gantry/config.json");
+    tok = named(json_object_get(container(pod, "worker"), "env"), "GANTRY_RDZV_TOKEN");
+    TEST_EQ_STR(str_at(tok, "valueFrom.secretKeyRef.name"), "spam-rdzv");
+    TEST_EQ_STR(str_at(tok, "valueFrom.secretKeyRef.key"), "token");
+    TEST_EQ_STR(str_at(container(pod, "worker"), "image"), "gantry-worker:0.1.0");
+
+    vols = json_object_get(json_object_get(pod, "spec"), "volumes");
+    TEST_EQ_STR(str_at(named(vols, "gantry-config"), "configMap.name"), "spam-config");
+    TEST_EQ_STR(str_at(named(vols, "gantry-checkpoints"), "persistentVolumeClaim.claimName"),
+                "ckpt");
+    TEST_EQ_STR(str_at(named(json_object_get(container(pod, "worker"), "volumeMounts"),
+                             "gantry-config"), "mountPath"), "/etc/gantry");
+    TEST_CHECK(json_object_get(json_object_get(container(pod, "worker"), "resources"), "limits") ==
+               NULL); /* CPU job: no GPU limit */
+    json_decref(pod);
+    tj_cleanup(&tj);
+}
+
+static void test_gpu_ranks_and_limit(void)
+{
+    struct tj tj;
+    json_t *pod;
+
+    TEST_EQ_INT(load_job("{\"replicas\":2,\"gpusPerReplica\":8,\"port\":23456}", &tj), 0);
+    pod = render_pod(&tj, 1, 0);
+    TEST_EQ_STR(env(pod, "WORLD_SIZE"), "16");
+    TEST_EQ_STR(env(pod, "RANK"), "8");
+    TEST_EQ_STR(env(pod, "NODE_RANK"), "1");
+    TEST_EQ_STR(env(pod, "NPROC_PER_NODE"), "8");
+    TEST_EQ_STR(env(pod, "MASTER_PORT"), "23456");
+    TEST_EQ_INT(json_integer_value(json_object_get(
+                    json_object_get(json_object_get(container(pod, "worker"), "resources"),
+                                    "limits"), "nvidia.com/gpu")), 8);
+    /* no claim: an emptyDir */
+    TEST_CHECK(json_is_object(json_object_get(
+        named(json_object_get(json_object_get(pod, "spec"), "volumes"), "gantry-checkpoints"),
+        "emptyDir")));
+    json_decref(pod);
+    tj_cleanup(&tj);
+}
+
+static void test_template_merge(void)
+{
+    struct tj tj;
+    json_t *pod, *w, *labels;
+
+    TEST_EQ_INT(load_job("{\"template\":{\"metadata\":{\"name\":\"ignored\",\"labels\":{\"team\":"
+                         "\"nlp\",\"gantry.dev/job-name\":\"evil\"}},\"spec\":{\"nodeSelector\":{"
+                         "\"pool\":\"gpu\"},\"restartPolicy\":\"Always\",\"containers\":[{\"name\":"
+                         "\"sidecar\",\"image\":\"s:1\"},{\"name\":\"worker\",\"command\":[\"w\"],"
+                         "\"env\":[{\"name\":\"RANK\",\"value\":\"99\"},{\"name\":\"MINE\","
+                         "\"value\":\"x\"}],\"volumeMounts\":[{\"name\":\"data\",\"mountPath\":"
+                         "\"/data\"}]}],\"volumes\":[{\"name\":\"data\",\"emptyDir\":{}}]}}}",
+                         &tj), 0);
+    pod = render_pod(&tj, 0, 0);
+    labels = json_object_get(json_object_get(pod, "metadata"), "labels");
+    TEST_EQ_STR(json_string_value(json_object_get(labels, "team")), "nlp");
+    TEST_EQ_STR(json_string_value(json_object_get(labels, "gantry.dev/job-name")), "spam");
+    TEST_EQ_STR(str_at(pod, "metadata.name"), "spam-worker-0");
+    TEST_EQ_STR(str_at(pod, "spec.nodeSelector.pool"), "gpu");
+    TEST_EQ_STR(str_at(pod, "spec.restartPolicy"), "Never");
+    TEST_EQ_INT(json_array_size(json_object_get(json_object_get(pod, "spec"), "containers")), 2);
+    TEST_EQ_STR(str_at(container(pod, "sidecar"), "image"), "s:1");
+    w = container(pod, "worker");
+    TEST_EQ_STR(json_string_value(json_array_get(json_object_get(w, "command"), 0)), "w");
+    TEST_EQ_STR(env(pod, "RANK"), "0"); /* ours wins, and only once */
+    TEST_EQ_STR(env(pod, "MINE"), "x");
+    TEST_CHECK(named(json_object_get(w, "volumeMounts"), "data") != NULL);
+    TEST_CHECK(named(json_object_get(json_object_get(pod, "spec"), "volumes"), "data") != NULL);
+    TEST_CHECK(named(json_object_get(json_object_get(pod, "spec"), "volumes"), "gantry-config"));
+    json_decref(pod);
+    /* the job's template is not modified by rendering */
+    TEST_CHECK(json_object_get(json_object_get(tj.tmpl, "spec"), "hostname") == NULL);
+    tj_cleanup(&tj);
+}
+
+static void test_service_configmap_secret(void)
+{
+    struct tj tj;
+    json_t *svc, *cm, *sec, *cfg;
+    char *text;
+
+    TEST_EQ_INT(load_job("{\"replicas\":3,\"training\":{\"epochs\":7}}", &tj), 0);
+    svc = render_service(&tj);
+    TEST_EQ_STR(str_at(svc, "metadata.name"), "spam");
+    TEST_EQ_STR(str_at(svc, "spec.clusterIP"), "None");
+    TEST_CHECK(json_is_true(json_object_get(json_object_get(svc, "spec"),
+                                            "publishNotReadyAddresses")));
+    TEST_EQ_STR(json_string_value(json_object_get(
+                    json_object_get(json_object_get(svc, "spec"), "selector"),
+                    "gantry.dev/job-name")), "spam");
+    TEST_EQ_STR(str_at(json_array_get(json_object_get(json_object_get(svc, "metadata"),
+                                                      "ownerReferences"), 0), "uid"), "uid-7");
+
+    cm = render_configmap(&tj);
+    TEST_EQ_STR(str_at(cm, "metadata.name"), "spam-config");
+    text = render_config_json(&tj);
+    TEST_EQ_STR(json_string_value(json_object_get(json_object_get(cm, "data"), "config.json")),
+                text);
+    cfg = json_loads(text, 0, NULL);
+    TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(cfg, "training"), "epochs")),
+                7);
+    TEST_EQ_INT(json_integer_value(json_object_get(cfg, "worldSize")), 3);
+    TEST_EQ_STR(str_at(cfg, "checkpoint.dir"), "/checkpoints/spam");
+    json_decref(cfg);
+    free(text);
+
+    sec = render_secret(&tj, "s3cr3t");
+    TEST_EQ_STR(str_at(sec, "metadata.name"), "spam-rdzv");
+    TEST_EQ_STR(str_at(sec, "stringData.token"), "s3cr3t");
+    json_decref(svc);
+    json_decref(cm);
+    json_decref(sec);
+    tj_cleanup(&tj);
+}
+
+static void test_config_is_stable(void)
+{
+    struct tj a, b;
+    char *ta, *tb;
+
+    /* the same job written with keys in another order renders the same bytes */
+    TEST_EQ_INT(load_job("{\"training\":{\"epochs\":2,\"batchSize\":8}}", &a), 0);
+    TEST_EQ_INT(load_job("{\"training\":{\"batchSize\":8,\"epochs\":2}}", &b), 0);
+    ta = render_config_json(&a);
+    tb = render_config_json(&b);
+    TEST_EQ_STR(ta, tb);
+    free(ta);
+    free(tb);
+    tj_cleanup(&a);
+    tj_cleanup(&b);
+}
+
+int main(void)
+{
+    TEST_RUN(test_pod_contract);
+    TEST_RUN(test_gpu_ranks_and_limit);
+    TEST_RUN(test_template_merge);
+    TEST_RUN(test_service_configmap_secret);
+    TEST_RUN(test_config_is_stable);
+    return test_summary();
+}
