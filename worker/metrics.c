@@ -217,7 +217,7 @@ static void derive(struct metrics *m, struct metrics_snapshot *s)
 {
     int cap = METRICS_WINDOW + 1;
     const struct point *a = &m->win[m->win_head];
-    const struct point *b = &m->win[(m->win_head + m->win_len - 1) % cap];
+    const struct point *b = &m->win[(m->win_head + (m->win_len > 0 ? m->win_len - 1 : 0)) % cap];
     double dt = b->t - a->t;
 
     s->samples_per_s = s->tokens_per_s = s->steps_per_s = NAN;
