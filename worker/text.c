@@ -277,10 +277,8 @@ static void finish(struct tok_state *st)
     t->len[t->n] = len;
     t->n++;
     st->start = t->dlen;
-    if (st->o->max_tokens && t->n >= st->o->max_tokens) {
+    if (st->o->max_tokens && t->n >= st->o->max_tokens)
         st->done = true;
-        t->truncated = true;
-    }
 }
 
 static void append_cp(struct tok_state *st, int32_t cp)
@@ -357,8 +355,14 @@ size_t text_tokenize(const struct text_opts *o, const char *s, size_t n, struct 
     }
     if (!st.done)
         finish(&st);
-    else if (i < n)
-        t->truncated = true;
+    while (st.done && i < n) { /* truncated only if something that makes a token follows */
+        int32_t cp;
+        i += text_utf8_decode(p + i, n - i, &cp);
+        if (cp >= 0 && classify(cp) != C_SPACE && classify(cp) != C_DROP) {
+            t->truncated = true;
+            break;
+        }
+    }
     return t->n;
 }
 

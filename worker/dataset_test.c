@@ -1,0 +1,366 @@
+/* dataset_test.c - JSONL/TSV line parsing, malformed lines (skipped and counted, or fatal with
+ * file:line), label maps, fixed-length encoding. */
+#include "worker/dataset.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/test.h"
+
+#ifndef GANTRY_TESTDATA
+#error "GANTRY_TESTDATA must name worker/testdata"
+#endif
+
+static char tmpdir[64];
+
+static const char *write_tmp(const char *name, const char *content, size_t n)
+{
+    static char path[256];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+    f = fopen(path, "wb");
+    fwrite(content, 1, n, f);
+    fclose(f);
+    return path;
+}
+
+/* Parses one line; returns the parser's status and leaves text/label/why in static storage. */
+static char g_label[DATASET_MAX_LABEL_BYTES + 1], g_why[256], *g_text;
+static size_t g_len;
+static int parse(enum dataset_format fmt, const char *line, size_t len)
+{
+    free(g_text);
+    g_text = NULL;
+    g_why[0] = '\0';
+    return dataset_parse_line(fmt, NULL, line, len, &g_text, &g_len, g_label, g_why,
+                              sizeof(g_why));
+}
+#define PARSE(fmt, s) parse((fmt), (s), strlen(s))
+
+static void test_parse_jsonl(void)
+{
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"Hi\\nthere\", \"label\": \"spam\", \"x\": 1}"), 0);
+    TEST_EQ_STR(g_text, "Hi\nthere");
+    TEST_EQ_INT(g_len, 8);
+    TEST_EQ_STR(g_label, "spam");
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"label\": 1, \"text\": \"\"}\r"), 0); /* int label, CRLF */
+    TEST_EQ_STR(g_label, "1");
+    TEST_EQ_STR(g_text, "");
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "   "), 1);
+    TEST_EQ_INT(PARSE(DATASET_JSONL, ""), 1);
+
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"a\", \"label\": \"b\""), -1);
+    TEST_CHECK(strstr(g_why, "bad JSON") != NULL);
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"a\", \"label\": \"b\"} trailing"), -1);
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "[1, 2]"), -1);
+    TEST_CHECK(strstr(g_why, "not a JSON object") != NULL);
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"label\": \"spam\"}"), -1);
+    TEST_EQ_STR(g_why, "missing field \"text\"");
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": 5, \"label\": \"spam\"}"), -1);
+    TEST_EQ_STR(g_why, "non-string field \"text\"");
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"a\"}"), -1);
+    TEST_EQ_STR(g_why, "missing field \"label\"");
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"a\", \"label\": [1]}"), -1);
+    TEST_EQ_STR(g_why, "non-string field \"label\"");
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"a\", \"label\": \"\"}"), -1);
+    TEST_EQ_STR(g_why, "empty label");
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"a\\u0000b\", \"label\": \"x\"}"), -1);
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"caf\xc3\xa9\xff\", \"label\": \"x\"}"), -1);
+    TEST_EQ_STR(g_why, "invalid UTF-8 at byte 16");
+    TEST_EQ_INT(parse(DATASET_JSONL, "{\"text\": \"a\0\", \"label\": \"x\"}", 27), -1);
+    TEST_EQ_STR(g_why, "NUL byte at byte 12");
+    TEST_EQ_INT(PARSE(DATASET_AUTO, "{}"), -1);
+    free(g_text);
+    g_text = NULL;
+}
+
+static void test_parse_tsv(void)
+{
+    TEST_EQ_INT(PARSE(DATASET_TSV, "hello\tworld\tham"), 0); /* last field is the label */
+    TEST_EQ_STR(g_text, "hello\tworld");
+    TEST_EQ_STR(g_label, "ham");
+    TEST_EQ_INT(PARSE(DATASET_TSV, "a\\tb\\nc\\\\d\\x\tspam \r"), 0);
+    TEST_EQ_STR(g_text, "a\tb\nc\\d\\x");
+    TEST_EQ_STR(g_label, "spam");
+    TEST_EQ_INT(PARSE(DATASET_TSV, "text\tlabel"), 1);
+    TEST_EQ_INT(PARSE(DATASET_TSV, "no tab here"), -1);
+    TEST_EQ_STR(g_why, "no tab; want text<TAB>label");
+    TEST_EQ_INT(PARSE(DATASET_TSV, "text only\t"), -1);
+    TEST_EQ_STR(g_why, "empty label");
+    TEST_EQ_INT(PARSE(DATASET_TSV, "\xc3\x28\tham"), -1);
+    TEST_EQ_STR(g_why, "invalid UTF-8 at byte 1");
+    free(g_text);
+    g_text = NULL;
+}
+
+static void test_label_map(void)
+{
+    struct label_map m;
+    int remap[3];
+
+    label_map_init(&m);
+    TEST_EQ_INT(label_map_add(&m, "spam", 4), 0);
+    TEST_EQ_INT(label_map_add(&m, "ham", 3), 1);
+    TEST_EQ_INT(label_map_add(&m, "spam", 4), 0);
+    TEST_EQ_INT(label_map_add(&m, "eggs", 4), 2);
+    TEST_EQ_INT(label_map_add(&m, "", 0), -1);
+    TEST_EQ_INT(label_map_find(&m, "ham", 3), 1);
+    TEST_EQ_INT(label_map_find(&m, "ha", 2), -1);
+    label_map_sort(&m, remap);
+    TEST_EQ_STR(label_map_name(&m, 0), "eggs");
+    TEST_EQ_STR(label_map_name(&m, 1), "ham");
+    TEST_EQ_STR(label_map_name(&m, 2), "spam");
+    TEST_CHECK(label_map_name(&m, 3) == NULL);
+    TEST_EQ_INT(remap[0], 2); /* spam: 0 -> 2 */
+    TEST_EQ_INT(remap[1], 1);
+    TEST_EQ_INT(remap[2], 0);
+    m.frozen = true;
+    TEST_EQ_INT(label_map_add(&m, "new", 3), -1);
+    TEST_EQ_INT(label_map_add(&m, "ham", 3), 1);
+    label_map_cleanup(&m);
+}
+
+/* A JSONL file with one of each kind of bad line, between good ones. */
+static const char mixed[] =
+    "{\"text\": \"Buy now!!!\", \"label\": \"spam\"}\n"   /* 1 ok */
+    "{\"text\": \"Lunch?\", \"label\": \"ham\"}\n"        /* 2 ok */
+    "{\"text\": \"broken\", \n"                           /* 3 bad JSON */
+    "{\"label\": \"ham\"}\n"                              /* 4 missing text */
+    "\n"                                                  /* 5 blank: ignored */
+    "{\"text\": \"x\", \"label\": \"eggs\"}\n"            /* 6 unknown label when frozen */
+    "{\"text\": \"bad \xff byte\", \"label\": \"ham\"}\n" /* 7 invalid UTF-8 */
+    "{\"text\": \"last\", \"label\": \"ham\"}";           /* 8 ok, no final newline */
+
+static void test_load_malformed(void)
+{
+    struct dataset ds;
+    struct label_map m;
+    struct dataset_opts o;
+    char err[512];
+    const char *p = write_tmp("mixed.jsonl", mixed, sizeof(mixed) - 1);
+
+    dataset_opts_default(&o);
+    o.quiet = true;
+    label_map_init(&m);
+    label_map_add(&m, "spam", 4);
+    label_map_add(&m, "ham", 3);
+    m.frozen = true;
+
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), 0);
+    TEST_EQ_INT(ds.n, 3);
+    TEST_EQ_INT(ds.n_lines, 8);
+    TEST_EQ_INT(ds.n_malformed, 4);
+    TEST_EQ_STR(ds.ex[0].text, "Buy now!!!");
+    TEST_EQ_INT(ds.ex[0].label, 0);
+    TEST_EQ_INT(ds.ex[1].label, 1);
+    TEST_EQ_STR(ds.ex[2].text, "last");
+    dataset_cleanup(&ds);
+
+    /* Strict: the first bad line fails the load with file:line. */
+    o.strict = true;
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), -1);
+    TEST_CHECK(strstr(err, "mixed.jsonl:3: bad JSON") != NULL);
+    TEST_EQ_INT(ds.n, 2); /* what came before is kept */
+    dataset_cleanup(&ds);
+
+    /* The unknown label, strict, after removing the lines before it. */
+    p = write_tmp("unk.jsonl", "{\"text\": \"a\", \"label\": \"ham\"}\n{\"text\": \"x\", \"label\": \"eggs\"}\n", 62);
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), -1);
+    TEST_CHECK(strstr(err, "unk.jsonl:2: unknown label \"eggs\"") != NULL);
+    dataset_cleanup(&ds);
+
+    /* An open map learns labels in order of appearance. */
+    label_map_cleanup(&m);
+    label_map_init(&m);
+    o.strict = false;
+    dataset_init(&ds);
+    p = write_tmp("mixed.jsonl", mixed, sizeof(mixed) - 1);
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), 0);
+    TEST_EQ_INT(ds.n, 4);
+    TEST_EQ_INT(m.n, 3);
+    TEST_EQ_STR(label_map_name(&m, 2), "eggs");
+    dataset_cleanup(&ds);
+
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, "/nonexistent/x.jsonl", &o, &m, err, sizeof(err)), -1);
+    TEST_CHECK(strstr(err, "/nonexistent/x.jsonl: No such file") != NULL);
+    dataset_cleanup(&ds);
+    label_map_cleanup(&m);
+}
+
+static void test_load_overlong(void)
+{
+    struct dataset ds;
+    struct label_map m;
+    struct dataset_opts o;
+    char err[512];
+    size_t big = 300000, n = 0; /* longer than the reader's 64 KiB window */
+    char *content = malloc(big + 200);
+    const char *p;
+
+    n += (size_t)sprintf(content + n, "short\tham\n");
+    for (size_t i = 0; i < big; i++)
+        content[n++] = 'x';
+    n += (size_t)sprintf(content + n, "\tspam\nafter\tham\n");
+    p = write_tmp("long.tsv", content, n);
+
+    dataset_opts_default(&o);
+    o.quiet = true;
+    o.max_line = 1000;
+    label_map_init(&m);
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), 0);
+    TEST_EQ_INT(ds.n, 2);
+    TEST_EQ_INT(ds.n_malformed, 1);
+    TEST_EQ_INT(ds.n_lines, 3);
+    TEST_EQ_STR(ds.ex[1].text, "after"); /* the reader resynchronised on the next line */
+    dataset_cleanup(&ds);
+    o.strict = true;
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), -1);
+    TEST_CHECK(strstr(err, "long.tsv:2: line longer than 1000 bytes") != NULL);
+    dataset_cleanup(&ds);
+    /* With the default limit the same line is fine. */
+    o.max_line = 0;
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), 0);
+    TEST_EQ_INT(ds.n, 3);
+    TEST_EQ_INT(ds.ex[1].text_len, big);
+    dataset_cleanup(&ds);
+    label_map_cleanup(&m);
+    free(content);
+}
+
+static void test_fixtures(void)
+{
+    struct dataset ds;
+    struct label_map m;
+    char err[512];
+
+    label_map_init(&m);
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, GANTRY_TESTDATA "/tiny.jsonl", NULL, &m, err, sizeof(err)), 0);
+    TEST_EQ_INT(dataset_load(&ds, GANTRY_TESTDATA "/tiny.tsv", NULL, &m, err, sizeof(err)), 0);
+    TEST_EQ_INT(ds.n_malformed, 0);
+    TEST_EQ_INT(ds.n, 12);
+    TEST_EQ_INT(m.n, 2);
+    /* Both files hold the same six examples. */
+    for (size_t i = 0; i < 6 && ds.n == 12; i++) {
+        TEST_EQ_STR(ds.ex[i].text, ds.ex[i + 6].text);
+        TEST_EQ_INT(ds.ex[i].label, ds.ex[i + 6].label);
+    }
+    dataset_cleanup(&ds);
+    label_map_cleanup(&m);
+}
+
+static void test_encode(void)
+{
+    struct dataset ds;
+    struct label_map m;
+    struct dataset_encoded e;
+    struct vocab *v;
+    struct text_opts to;
+    char err[512];
+    const char *p;
+    static const char data[] = "Unaffable running!\tham\n"
+                               "\tspam\n"
+                               "the the the the the the the the\tham\n";
+
+    v = vocab_load(GANTRY_TESTDATA "/vocab.txt", err, sizeof(err));
+    if (!TEST_CHECK(v != NULL))
+        return;
+    p = write_tmp("enc.tsv", data, sizeof(data) - 1);
+    label_map_init(&m);
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, p, NULL, &m, err, sizeof(err)), 0);
+    TEST_EQ_INT(ds.n, 3);
+    text_opts_default(&to);
+    TEST_EQ_INT(dataset_encode(&ds, v, &to, 8, true, &e), 0);
+    {
+        /* [CLS] un ##aff ##able runn ##ing [UNK](!) [SEP] */
+        const int32_t want0[8] = {3, 6, 7, 8, 11, 12, 2, 4};
+        const int32_t want1[8] = {3, 4, 0, 0, 0, 0, 0, 0};
+        const int32_t want2[8] = {3, 16, 16, 16, 16, 16, 16, 4};
+        for (int t = 0; t < 8; t++) {
+            TEST_EQ_INT(e.ids[t], want0[t]);
+            TEST_EQ_INT(e.ids[8 + t], want1[t]);
+            TEST_EQ_INT(e.ids[16 + t], want2[t]);
+            TEST_EQ_INT(e.mask[8 + t], t < 2);
+        }
+    }
+    TEST_EQ_INT(e.len[0], 8);
+    TEST_EQ_INT(e.len[1], 2);
+    TEST_EQ_INT(e.len[2], 8);
+    TEST_EQ_INT(e.labels[1], 1);
+    TEST_EQ_INT(e.n_truncated, 1); /* 8 x "the" does not fit in 6 */
+    TEST_EQ_INT(e.n_tokens, 18);
+    TEST_EQ_INT(e.n_unk, 1);
+    dataset_encoded_cleanup(&e);
+
+    /* Truncation inside a word's pieces, and no specials. */
+    TEST_EQ_INT(dataset_encode(&ds, v, &to, 2, false, &e), 0);
+    TEST_EQ_INT(e.ids[0], 6);
+    TEST_EQ_INT(e.ids[1], 7);
+    TEST_EQ_INT(e.len[1], 1);
+    TEST_EQ_INT(e.ids[2], 2); /* empty text without specials: one [UNK] */
+    TEST_EQ_INT(e.ids[3], 0);
+    TEST_EQ_INT(e.n_truncated, 2);
+    dataset_encoded_cleanup(&e);
+    TEST_EQ_INT(dataset_encode(&ds, v, &to, 1, true, &e), -1);
+
+    /* The user's token cap is applied before the length. */
+    to.max_tokens = 1;
+    TEST_EQ_INT(dataset_encode(&ds, v, &to, 8, true, &e), 0);
+    TEST_EQ_INT(e.len[0], 5); /* [CLS] un ##aff ##able [SEP] */
+    TEST_EQ_INT(e.len[2], 3);
+    dataset_encoded_cleanup(&e);
+
+    /* A vocab built from the data. */
+    {
+        struct vocab_builder *b = vocab_builder_new();
+        struct vocab *bv;
+        text_opts_default(&to);
+        dataset_count_words(&ds, &to, b);
+        bv = vocab_builder_build(b, 1, 0);
+        TEST_EQ_INT(vocab_size(bv), 5 + 4); /* the unaffable running ! */
+        TEST_EQ_STR(vocab_token(bv, 5), "the");
+        TEST_EQ_INT(dataset_encode(&ds, bv, &to, 6, true, &e), 0);
+        TEST_EQ_INT(e.ids[1], vocab_find(bv, "unaffable", 9));
+        TEST_EQ_INT(e.n_unk, 0);
+        dataset_encoded_cleanup(&e);
+        vocab_free(bv);
+        vocab_builder_free(b);
+    }
+    dataset_cleanup(&ds);
+    label_map_cleanup(&m);
+    vocab_free(v);
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/gantry-dataset-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    TEST_RUN(test_parse_jsonl);
+    TEST_RUN(test_parse_tsv);
+    TEST_RUN(test_label_map);
+    TEST_RUN(test_load_malformed);
+    TEST_RUN(test_load_overlong);
+    TEST_RUN(test_fixtures);
+    TEST_RUN(test_encode);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmpdir);
+    }
+    return test_summary();
+}
