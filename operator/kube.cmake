@@ -9,6 +9,7 @@ add_library(gantry_kube STATIC
     ${KUBE_DIR}/log.c
     ${KUBE_DIR}/kube_yaml.c
     ${KUBE_DIR}/kube_config.c
+    ${KUBE_DIR}/kube.c
 )
 target_include_directories(gantry_kube PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_kube PUBLIC PkgConfig::KUBE_DEPS OpenSSL::SSL OpenSSL::Crypto
@@ -19,3 +20,7 @@ gantry_test(kube_log_test SOURCES ${KUBE_DIR}/log_test.c LIBS gantry_kube)
 gantry_test(kube_config_test SOURCES ${KUBE_DIR}/kube_config_test.c LIBS gantry_kube)
 target_compile_definitions(kube_config_test PRIVATE
     KUBE_TESTDATA="${PROJECT_SOURCE_DIR}/operator/testdata/kube")
+# testsrv: a loopback HTTP/1.1 server for the client's unit tests.
+add_library(gantry_kube_testsrv STATIC ${KUBE_DIR}/testsrv.c)
+target_link_libraries(gantry_kube_testsrv PUBLIC gantry_kube)
+gantry_test(kube_test SOURCES ${KUBE_DIR}/kube_test.c LIBS gantry_kube_testsrv)

@@ -1,0 +1,714 @@
+/*
+ * kube.c - requests to the Kubernetes API (see kube.h for the contract).
+ *
+ * One curl easy handle per client for requests: curl_easy_reset() between calls clears the
+ * options but keeps the connection cache, so the TLS connection (HTTP/2 where nghttp2 is there)
+ * is reused. A second handle carries long-lived streams so a watch does not block requests.
+ */
+#include "operator/kube/kube.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/xalloc.h"
+#include "operator/kube/log.h"
+
+#define KUBE_CONNECT_TIMEOUT_MS 10000
+#define KUBE_BACKOFF_BASE_MS 200
+#define KUBE_BACKOFF_MAX_MS 10000
+#define KUBE_RETRY_AFTER_MAX_S 30
+
+struct kube_client {
+    struct kube_config *cfg;
+    CURL *h;  /* requests */
+    CURL *sh; /* streams */
+    char *base_url;     /* scheme://host:port[/prefix], host replaced by tls-server-name */
+    struct curl_slist *connect_to; /* "sni:port:host:port" when tls-server-name is set */
+    double qps, tokens;
+    int burst;
+    struct timespec refilled;
+    long timeout_ms;
+    int max_retries;
+    char *user_agent;
+    struct kube_status last;
+    atomic_int canceled;
+    long connects;
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void)
+{
+    curl_global_init(CURL_GLOBAL_ALL);
+}
+
+/* Sleeps ms in slices so a cancel ends it quickly; OP_ECANCELED when canceled. */
+static int sleep_ms(struct kube_client *kc, long ms)
+{
+    while (ms > 0) {
+        long step = ms < 50 ? ms : 50;
+        struct timespec ts = {step / 1000, (step % 1000) * 1000000L};
+        if (atomic_load(&kc->canceled))
+            return OP_ECANCELED;
+        nanosleep(&ts, NULL);
+        ms -= step;
+    }
+    return atomic_load(&kc->canceled) ? OP_ECANCELED : 0;
+}
+
+/* ---------------------------------------------------------------- client */
+
+/* Splits cfg->server into the URL we request and, for tls-server-name, a CONNECT_TO entry. */
+static void build_base(struct kube_client *kc)
+{
+    const char *s = kc->cfg->server, *hs = strstr(s, "://") + 3, *he, *pe, *port;
+    char host[512], portbuf[16], *url;
+    size_t n;
+    bool https = strncmp(s, "https", 5) == 0;
+
+    if (*hs == '[') {
+        he = strchr(hs, ']');
+        he = he ? he + 1 : hs + strlen(hs);
+    } else {
+        he = hs + strcspn(hs, ":/");
+    }
+    snprintf(host, sizeof(host), "%.*s", (int)(he - hs), hs);
+    pe = he;
+    if (*he == ':') {
+        pe = he + 1 + strcspn(he + 1, "/");
+        snprintf(portbuf, sizeof(portbuf), "%.*s", (int)(pe - he - 1), he + 1);
+    } else {
+        snprintf(portbuf, sizeof(portbuf), "%s", https ? "443" : "80");
+    }
+    port = portbuf;
+    n = strlen(s) + strlen(host) + 64 + (kc->cfg->tls_server_name ? strlen(kc->cfg->tls_server_name) : 0);
+    url = xmalloc(n);
+    if (kc->cfg->tls_server_name && https) {
+        /* Verify and send SNI for tls-server-name, but connect to the real host. */
+        snprintf(url, n, "https://%s:%s%s", kc->cfg->tls_server_name, port, pe);
+        char ct[1024];
+        snprintf(ct, sizeof(ct), "%s:%s:%s:%s", kc->cfg->tls_server_name, port, host, port);
+        kc->connect_to = curl_slist_append(NULL, ct);
+    } else {
+        snprintf(url, n, "%s://%s:%s%s", https ? "https" : "http", host, port, pe);
+    }
+    kc->base_url = url;
+}
+
+struct kube_client *kube_client_new(const struct kube_config *cfg,
+                                    const struct kube_client_opts *opts)
+{
+    struct kube_client *kc = xcalloc(1, sizeof(*kc));
+    struct kube_client_opts o = {0};
+
+    pthread_once(&curl_once, curl_init_once);
+    if (opts)
+        o = *opts;
+    kc->cfg = kube_config_dup(cfg);
+    kc->h = curl_easy_init();
+    kc->sh = curl_easy_init();
+    if (!kc->h || !kc->sh) {
+        fprintf(stderr, "fatal: curl_easy_init failed (out of memory)\n");
+        abort();
+    }
+    kc->qps = o.qps > 0 ? o.qps : 50;
+    kc->burst = o.burst > 0 ? o.burst : 100;
+    kc->tokens = kc->burst;
+    clock_gettime(CLOCK_MONOTONIC, &kc->refilled);
+    kc->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 30000;
+    kc->max_retries = o.max_retries < 0 ? 0 : o.max_retries > 0 ? o.max_retries : 5;
+    kc->user_agent = xstrdup(o.user_agent ? o.user_agent : "gantry/0.1.0");
+    atomic_init(&kc->canceled, 0);
+    build_base(kc);
+    return kc;
+}
+
+void kube_client_free(struct kube_client *kc)
+{
+    if (!kc)
+        return;
+    curl_easy_cleanup(kc->h);
+    curl_easy_cleanup(kc->sh);
+    kube_config_free(kc->cfg);
+    free(kc->base_url);
+    curl_slist_free_all(kc->connect_to);
+    free(kc->user_agent);
+    free(kc);
+}
+
+void kube_client_cancel(struct kube_client *kc)
+{
+    atomic_store(&kc->canceled, 1);
+}
+
+const struct kube_status *kube_last_status(const struct kube_client *kc)
+{
+    return &kc->last;
+}
+
+const char *kube_client_namespace(const struct kube_client *kc)
+{
+    return kc->cfg->namespace ? kc->cfg->namespace : "default";
+}
+
+long kube_client_connects(const struct kube_client *kc)
+{
+    return kc->connects;
+}
+
+/* Token bucket: waits until one token is there, then takes it. */
+static int rate_wait(struct kube_client *kc)
+{
+    for (;;) {
+        struct timespec ts;
+        double dt, wait;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        dt = (double)(ts.tv_sec - kc->refilled.tv_sec) +
+             (double)(ts.tv_nsec - kc->refilled.tv_nsec) / 1e9;
+        kc->refilled = ts;
+        kc->tokens += dt * kc->qps;
+        if (kc->tokens > kc->burst)
+            kc->tokens = kc->burst;
+        if (kc->tokens >= 1) {
+            kc->tokens -= 1;
+            return 0;
+        }
+        wait = (1 - kc->tokens) / kc->qps;
+        if (sleep_ms(kc, (long)(wait * 1000) + 1))
+            return OP_ECANCELED;
+    }
+}
+
+/* ---------------------------------------------------------------- one transfer */
+
+struct xfer {
+    struct kube_client *kc;
+    struct buf *body;
+    bool toobig;
+    long retry_after_s; /* -1: none */
+    /* streams */
+    kube_data_fn on_data;
+    void *ud;
+    struct buf errbody;
+    bool stopped;
+    CURL *h;
+};
+
+static size_t write_cb(char *p, size_t size, size_t n, void *ud)
+{
+    struct xfer *x = ud;
+    size_t len = size * n;
+
+    if (x->on_data) {
+        long code = 0;
+        curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+        if (code >= 300) /* an error body: keep it for the Status */
+            return buf_append(&x->errbody, p, len) ? 0 : len;
+        if (x->on_data(x->ud, p, len)) {
+            x->stopped = true;
+            return 0;
+        }
+        return len;
+    }
+    if (buf_append(x->body, p, len)) {
+        x->toobig = true;
+        return 0;
+    }
+    return len;
+}
+
+static size_t header_cb(char *p, size_t size, size_t n, void *ud)
+{
+    struct xfer *x = ud;
+    size_t len = size * n;
+
+    if (len > 12 && strncasecmp(p, "Retry-After:", 12) == 0) {
+        char *end;
+        long v = strtol(p + 12, &end, 10);
+        if (end != p + 12 && v >= 0)
+            x->retry_after_s = v;
+    }
+    return len;
+}
+
+static int progress_cb(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    struct xfer *x = ud;
+    return atomic_load(&x->kc->canceled) ? 1 : 0;
+}
+
+/* Options shared by requests and streams: URL, TLS, auth, HTTP version, callbacks. */
+static struct curl_slist *setup(struct kube_client *kc, CURL *h, const char *path,
+                                const char *content_type, struct xfer *x)
+{
+    struct kube_config *c = kc->cfg;
+    struct curl_slist *hdr = NULL;
+    char url[KUBE_MAX_PATH * 2 + 512], line[8192];
+
+    curl_easy_reset(h);
+    snprintf(url, sizeof(url), "%s%s", kc->base_url, path);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)KUBE_CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, kc->user_agent);
+    curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, ""); /* gzip for large lists */
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, kc->errbuf);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, progress_cb);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (kc->connect_to)
+        curl_easy_setopt(h, CURLOPT_CONNECT_TO, kc->connect_to);
+    if (c->insecure) {
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    } else if (c->ca_data.data) {
+        struct curl_blob b = {c->ca_data.data, c->ca_data.len, CURL_BLOB_NOCOPY};
+        curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
+    } else if (c->ca_file) {
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+    }
+    if (c->cert_data.data && c->key_data.data) {
+        struct curl_blob cb = {c->cert_data.data, c->cert_data.len, CURL_BLOB_NOCOPY};
+        struct curl_blob kb = {c->key_data.data, c->key_data.len, CURL_BLOB_NOCOPY};
+        curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &cb);
+        curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &kb);
+        curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+        curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+    } else if (c->cert_file && c->key_file) {
+        curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert_file);
+        curl_easy_setopt(h, CURLOPT_SSLKEY, c->key_file);
+    }
+    if (c->token && *c->token) {
+        snprintf(line, sizeof(line), "Authorization: Bearer %s", c->token);
+        hdr = curl_slist_append(hdr, line);
+    }
+    hdr = curl_slist_append(hdr, "Accept: application/json");
+    if (content_type) {
+        snprintf(line, sizeof(line), "Content-Type: %s", content_type);
+        hdr = curl_slist_append(hdr, line);
+    }
+    hdr = curl_slist_append(hdr, "Expect:"); /* no 100-continue round trip for bodies */
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    return hdr;
+}
+
+static int from_curl(struct kube_client *kc, CURLcode cc, const struct xfer *x, const char *method,
+                     const char *path)
+{
+    snprintf(kc->last.message, sizeof(kc->last.message), "%s %s: %s", method, path,
+             kc->errbuf[0] ? kc->errbuf : curl_easy_strerror(cc));
+    kc->last.code = 0;
+    snprintf(kc->last.reason, sizeof(kc->last.reason), "%s", "Transport");
+    if (x->toobig) {
+        snprintf(kc->last.message, sizeof(kc->last.message), "%s %s: response over %u bytes "
+                 "(KUBE_MAX_BODY); use a smaller list limit", method, path, KUBE_MAX_BODY);
+        return OP_ETOOBIG;
+    }
+    if (cc == CURLE_ABORTED_BY_CALLBACK || x->stopped || atomic_load(&kc->canceled))
+        return OP_ECANCELED;
+    if (cc == CURLE_OPERATION_TIMEDOUT)
+        return OP_ETIMEDOUT;
+    return OP_EHTTP;
+}
+
+static bool idempotent(const char *method)
+{
+    return strcmp(method, "GET") == 0 || strcmp(method, "PUT") == 0 ||
+           strcmp(method, "DELETE") == 0 || strcmp(method, "HEAD") == 0;
+}
+
+/* Full-jitter exponential backoff, in ms, for attempt 0, 1, ... */
+static long backoff_ms(int attempt)
+{
+    long cap = KUBE_BACKOFF_BASE_MS << (attempt < 16 ? attempt : 16);
+    if (cap > KUBE_BACKOFF_MAX_MS || cap <= 0)
+        cap = KUBE_BACKOFF_MAX_MS;
+    return cap / 2 + (long)(random() % (cap / 2 + 1));
+}
+
+/* ---------------------------------------------------------------- requests */
+
+int kube_request(struct kube_client *kc, const char *method, const char *path,
+                 const char *content_type, const char *body, size_t body_len, struct buf *resp)
+{
+    bool refreshed = false;
+    char err[512];
+    int rc = OP_EHTTP;
+
+    memset(&kc->last, 0, sizeof(kc->last));
+    for (int attempt = 0;; attempt++) {
+        struct xfer x = {.kc = kc, .body = resp, .retry_after_s = -1, .h = kc->h};
+        struct curl_slist *hdr;
+        long code = 0, nconn = 0, wait;
+        CURLcode cc;
+        bool retry;
+
+        if ((rc = rate_wait(kc)))
+            return rc;
+        if ((rc = kube_config_refresh(kc->cfg, false, err, sizeof(err)))) {
+            snprintf(kc->last.message, sizeof(kc->last.message), "%s", err);
+            return rc;
+        }
+        buf_reset(resp);
+        kc->errbuf[0] = 0;
+        hdr = setup(kc, kc->h, path, content_type, &x);
+        curl_easy_setopt(kc->h, CURLOPT_TIMEOUT_MS, kc->timeout_ms);
+        if (body) {
+            curl_easy_setopt(kc->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+            curl_easy_setopt(kc->h, CURLOPT_POSTFIELDS, body);
+        }
+        if (strcmp(method, "GET") != 0 && strcmp(method, "POST") != 0)
+            curl_easy_setopt(kc->h, CURLOPT_CUSTOMREQUEST, method);
+        cc = curl_easy_perform(kc->h);
+        curl_slist_free_all(hdr);
+        curl_easy_getinfo(kc->h, CURLINFO_NUM_CONNECTS, &nconn);
+        kc->connects += nconn;
+        if (cc != CURLE_OK) {
+            rc = from_curl(kc, cc, &x, method, path);
+            retry = idempotent(method) && (rc == OP_EHTTP || rc == OP_ETIMEDOUT);
+        } else {
+            curl_easy_getinfo(kc->h, CURLINFO_RESPONSE_CODE, &code);
+            if (code >= 200 && code < 300)
+                return 0;
+            rc = kube_status_parse(buf_ptr(resp), buf_len(resp), code, &kc->last);
+            buf_reset(resp);
+            if (code == 401 && !refreshed && (kc->cfg->token_file || kc->cfg->exec)) {
+                /* A rotated token or an expired plugin credential: fetch it again, once. */
+                refreshed = true;
+                if (kube_config_refresh(kc->cfg, true, err, sizeof(err)) == 0) {
+                    attempt--;
+                    continue;
+                }
+            }
+            /* 429: the server did not run the request, so any verb may repeat it. */
+            retry = code == 429 || (code >= 500 && idempotent(method));
+        }
+        if (!retry || attempt >= kc->max_retries)
+            return rc;
+        wait = x.retry_after_s >= 0
+                   ? (x.retry_after_s > KUBE_RETRY_AFTER_MAX_S ? KUBE_RETRY_AFTER_MAX_S
+                                                               : x.retry_after_s) * 1000L +
+                         (long)(random() % 100)
+                   : backoff_ms(attempt);
+        log_debug("Retrying request", "{s:s, s:s, s:i, s:s, s:i}", "method", method, "path", path,
+                  "code", (int)code, "error", op_strerror(rc), "waitMs", (int)wait);
+        if (sleep_ms(kc, wait))
+            return OP_ECANCELED;
+    }
+}
+
+/* Sends obj as JSON and parses the response into *out (when out is not NULL). */
+static int json_call(struct kube_client *kc, const char *method, const char *path,
+                     const char *content_type, json_t *obj, json_t **out)
+{
+    struct buf resp;
+    char *text = NULL;
+    json_t *doc = NULL;
+    int rc;
+
+    buf_init(&resp, KUBE_MAX_BODY);
+    if (obj)
+        text = json_dumps(obj, JSON_COMPACT);
+    if (obj && !text) {
+        rc = OP_EINVAL;
+        goto out;
+    }
+    rc = kube_request(kc, method, path, content_type, text, text ? strlen(text) : 0, &resp);
+    if (rc || !out)
+        goto out;
+    doc = json_loadb(buf_ptr(&resp), buf_len(&resp), 0, NULL);
+    if (!doc) {
+        snprintf(kc->last.message, sizeof(kc->last.message), "%s %s: response is not JSON",
+                 method, path);
+        rc = OP_EPARSE;
+        goto out;
+    }
+    *out = doc; /* new reference */
+    doc = NULL;
+out:
+    free(text);
+    json_decref(doc);
+    buf_cleanup(&resp);
+    return rc;
+}
+
+int kube_get(struct kube_client *kc, const char *path, json_t **out)
+{
+    return json_call(kc, "GET", path, NULL, NULL, out);
+}
+
+int kube_create(struct kube_client *kc, const char *path, json_t *obj, json_t **out)
+{
+    return json_call(kc, "POST", path, "application/json", obj, out);
+}
+
+int kube_replace(struct kube_client *kc, const char *path, json_t *obj, json_t **out)
+{
+    return json_call(kc, "PUT", path, "application/json", obj, out);
+}
+
+static void append_param(char *q, size_t n, const char *name, const char *value)
+{
+    char *esc;
+    size_t len = strlen(q);
+
+    if (!value || !*value)
+        return;
+    esc = curl_easy_escape(NULL, value, 0);
+    snprintf(q + len, n - len, "%s%s=%s", strchr(q, '?') ? "&" : "?", name, esc ? esc : "");
+    curl_free(esc);
+}
+
+int kube_patch(struct kube_client *kc, const char *path, enum kube_patch_type type, json_t *patch,
+               const struct kube_patch_opts *opts, json_t **out)
+{
+    static const char *ctypes[] = {"application/merge-patch+json", "application/json-patch+json",
+                                   "application/strategic-merge-patch+json",
+                                   "application/apply-patch+yaml"};
+    char p[KUBE_MAX_PATH + 512];
+
+    if ((unsigned)type > KUBE_PATCH_APPLY || strlen(path) >= KUBE_MAX_PATH)
+        return OP_EINVAL;
+    snprintf(p, sizeof(p), "%s", path);
+    if (opts)
+        append_param(p, sizeof(p), "fieldManager", opts->field_manager);
+    if (type == KUBE_PATCH_APPLY) {
+        if (!opts || !opts->field_manager)
+            return OP_EINVAL; /* the API requires a field manager for apply */
+        if (opts->force)
+            append_param(p, sizeof(p), "force", "true");
+    }
+    return json_call(kc, "PATCH", p, ctypes[type], patch, out);
+}
+
+int kube_delete(struct kube_client *kc, const char *path, const struct kube_delete_opts *opts,
+                json_t **out)
+{
+    json_t *body = NULL;
+    int rc;
+
+    if (opts) {
+        body = json_pack("{s:s, s:s}", "apiVersion", "v1", "kind", "DeleteOptions");
+        if (opts->propagation_policy)
+            json_object_set_new(body, "propagationPolicy", json_string(opts->propagation_policy));
+        if (opts->grace_period_seconds >= 0)
+            json_object_set_new(body, "gracePeriodSeconds",
+                                json_integer(opts->grace_period_seconds));
+        if (opts->precondition_uid || opts->precondition_rv) {
+            json_t *pre = json_object();
+            if (opts->precondition_uid)
+                json_object_set_new(pre, "uid", json_string(opts->precondition_uid));
+            if (opts->precondition_rv)
+                json_object_set_new(pre, "resourceVersion", json_string(opts->precondition_rv));
+            json_object_set_new(body, "preconditions", pre);
+        }
+    }
+    rc = json_call(kc, "DELETE", path, body ? "application/json" : NULL, body, out);
+    json_decref(body);
+    return rc;
+}
+
+int kube_list(struct kube_client *kc, const char *path, const struct kube_list_opts *opts,
+              json_t **items, char **rv)
+{
+    struct kube_list_opts o = {0};
+    json_t *all = json_array(), *page = NULL;
+    char *cont = NULL, *listrv = NULL, q[KUBE_MAX_PATH * 2 + 4096], num[32];
+    int restarts = 0, rc;
+
+    if (opts)
+        o = *opts;
+    if (o.limit <= 0)
+        o.limit = 500;
+    if (o.max_restarts <= 0)
+        o.max_restarts = 3;
+    if (strlen(path) >= KUBE_MAX_PATH) {
+        rc = OP_EINVAL;
+        goto out;
+    }
+    for (;;) {
+        json_t *arr, *meta;
+        const char *c;
+        snprintf(q, sizeof(q), "%s", path);
+        snprintf(num, sizeof(num), "%ld", o.limit);
+        append_param(q, sizeof(q), "limit", num);
+        append_param(q, sizeof(q), "labelSelector", o.label_selector);
+        append_param(q, sizeof(q), "fieldSelector", o.field_selector);
+        append_param(q, sizeof(q), "continue", cont);
+        rc = json_call(kc, "GET", q, NULL, NULL, &page);
+        if (rc == OP_EGONE && cont && restarts < o.max_restarts) {
+            /* The continue token expired (compaction): the snapshot is gone, start over. */
+            restarts++;
+            log_info("Restarted list after an expired continue token", "{s:s, s:i}", "path", path,
+                     "restart", restarts);
+            json_array_clear(all);
+            free(cont);
+            cont = NULL;
+            continue;
+        }
+        if (rc)
+            goto out;
+        arr = json_object_get(page, "items");
+        meta = json_object_get(page, "metadata");
+        if (!json_is_array(arr) && !json_is_null(arr) && arr) {
+            rc = OP_EPARSE;
+            goto out;
+        }
+        json_array_extend(all, arr);
+        if (!cont) {
+            free(listrv);
+            const char *r = json_string_value(json_object_get(meta, "resourceVersion"));
+            listrv = xstrdup(r ? r : "");
+        }
+        c = json_string_value(json_object_get(meta, "continue"));
+        free(cont);
+        cont = c && *c ? xstrdup(c) : NULL;
+        json_decref(page);
+        page = NULL;
+        if (!cont)
+            break;
+    }
+    *items = all;
+    all = NULL;
+    if (rv) {
+        *rv = listrv;
+        listrv = NULL;
+    }
+out:
+    json_decref(all);
+    json_decref(page);
+    free(cont);
+    free(listrv);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- streams */
+
+int kube_stream(struct kube_client *kc, const char *path, kube_data_fn on_data, void *ud,
+                long dead_after_s, long max_s, long *http_code)
+{
+    struct xfer x = {.kc = kc, .retry_after_s = -1, .on_data = on_data, .ud = ud, .h = kc->sh};
+    struct curl_slist *hdr;
+    char err[512];
+    long code = 0, nconn = 0;
+    CURLcode cc;
+    int rc;
+
+    *http_code = 0;
+    memset(&kc->last, 0, sizeof(kc->last));
+    if ((rc = rate_wait(kc)))
+        return rc;
+    if ((rc = kube_config_refresh(kc->cfg, false, err, sizeof(err)))) {
+        snprintf(kc->last.message, sizeof(kc->last.message), "%s", err);
+        return rc;
+    }
+    buf_init(&x.errbody, 1u << 20);
+    kc->errbuf[0] = 0;
+    hdr = setup(kc, kc->sh, path, NULL, &x);
+    curl_easy_setopt(kc->sh, CURLOPT_ACCEPT_ENCODING, NULL); /* events must arrive unbuffered */
+    if (dead_after_s > 0) {
+        curl_easy_setopt(kc->sh, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(kc->sh, CURLOPT_LOW_SPEED_TIME, dead_after_s);
+    }
+    if (max_s > 0)
+        curl_easy_setopt(kc->sh, CURLOPT_TIMEOUT_MS, max_s * 1000L);
+    cc = curl_easy_perform(kc->sh);
+    curl_slist_free_all(hdr);
+    curl_easy_getinfo(kc->sh, CURLINFO_NUM_CONNECTS, &nconn);
+    kc->connects += nconn;
+    curl_easy_getinfo(kc->sh, CURLINFO_RESPONSE_CODE, &code);
+    *http_code = code;
+    if (code >= 300) {
+        rc = kube_status_parse(buf_ptr(&x.errbody), buf_len(&x.errbody), code, &kc->last);
+        if (code == 401 && (kc->cfg->token_file || kc->cfg->exec))
+            (void)!kube_config_refresh(kc->cfg, true, err, sizeof(err)); /* for the next try */
+    } else if (cc != CURLE_OK) {
+        rc = from_curl(kc, cc, &x, "GET", path);
+    } else {
+        rc = 0;
+    }
+    buf_cleanup(&x.errbody);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- parsing helpers */
+
+int kube_status_parse(const char *body, size_t len, long code, struct kube_status *st)
+{
+    json_t *doc = len ? json_loadb(body, len, 0, NULL) : NULL;
+    const char *reason = NULL, *msg = NULL;
+    json_t *c;
+
+    memset(st, 0, sizeof(*st));
+    if (json_is_object(doc)) {
+        reason = json_string_value(json_object_get(doc, "reason"));
+        msg = json_string_value(json_object_get(doc, "message"));
+        c = json_object_get(doc, "code");
+        if (code <= 0 && json_is_integer(c))
+            code = (long)json_integer_value(c);
+    }
+    st->code = code;
+    snprintf(st->reason, sizeof(st->reason), "%s", reason ? reason : "");
+    if (msg)
+        snprintf(st->message, sizeof(st->message), "%s", msg);
+    else
+        snprintf(st->message, sizeof(st->message), "HTTP %ld: %.*s", code,
+                 (int)(len > 200 ? 200 : len), len ? body : "");
+    json_decref(doc);
+    return code >= 300 ? op_from_http(code, st->reason) : OP_EAPI;
+}
+
+static bool name_ok(const char *s)
+{
+    if (!s || !*s || strlen(s) > 253)
+        return false;
+    for (; *s; s++)
+        if (*s == '/' || *s == '?' || *s == '#' || *s == '%' || (unsigned char)*s <= ' ')
+            return false;
+    return true;
+}
+
+int kube_path(char *out, size_t outlen, const char *api, const char *resource, const char *ns,
+              const char *name, const char *subresource)
+{
+    int n;
+
+    if (!api || !resource || !name_ok(resource) || (ns && !name_ok(ns)) ||
+        (name && !name_ok(name)) || (subresource && !name_ok(subresource)))
+        return OP_EINVAL;
+    n = snprintf(out, outlen, "/%s/%s%s%s%s/%s%s%s%s%s", strchr(api, '/') ? "apis" : "api", api,
+                 ns ? "/namespaces/" : "", ns ? ns : "", "", resource, name ? "/" : "",
+                 name ? name : "", subresource ? "/" : "", subresource ? subresource : "");
+    return n < 0 || (size_t)n >= outlen ? OP_EINVAL : 0;
+}
+
+int kube_object_key(const json_t *obj, char *out, size_t outlen)
+{
+    json_t *meta = json_object_get(obj, "metadata");
+    const char *ns = json_string_value(json_object_get(meta, "namespace"));
+    const char *name = json_string_value(json_object_get(meta, "name"));
+    int n;
+
+    if (!name || !*name)
+        return OP_EINVAL;
+    n = ns && *ns ? snprintf(out, outlen, "%s/%s", ns, name) : snprintf(out, outlen, "%s", name);
+    return n < 0 || (size_t)n >= outlen ? OP_EINVAL : 0;
+}
+
+const char *kube_object_rv(const json_t *obj)
+{
+    return json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
+}
