@@ -1,0 +1,514 @@
+#include "worker/cfg.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum ftype { F_STR, F_INT, F_I64, F_DBL, F_BOOL, F_ENUM };
+
+struct field {
+    const char *path; /* JSON path inside the training object */
+    enum ftype type;
+    size_t off, size;
+    double min, max;     /* numbers: the accepted range */
+    const char *choices; /* F_ENUM: "a|b|c" */
+    const char *help;
+};
+
+#define S(f) offsetof(struct cfg, f), sizeof(((struct cfg *)0)->f)
+static const struct field fields[] = {
+    {"task", F_ENUM, S(task), 0, 0, "text-classification", "what to train"},
+    {"model.type", F_ENUM, S(model_type), 0, 0, "transformer|ngram",
+     "Transformer encoder, or the fastText-like bag of n-grams"},
+    {"model.layers", F_INT, S(layers), 1, 128, NULL, "Transformer layers"},
+    {"model.hidden", F_INT, S(hidden), 1, 8192, NULL, "model width (n-gram: embedding size)"},
+    {"model.heads", F_INT, S(heads), 1, 8192, NULL, "attention heads; must divide model.hidden"},
+    {"model.maxSeqLen", F_INT, S(max_seq_len), 1, 8192, NULL,
+     "tokens per example; longer texts are cut"},
+    {"model.ffn", F_INT, S(ffn), 0, 65536, NULL, "MLP width; 0 = 4 * model.hidden"},
+    {"model.pooling", F_ENUM, S(pooling), 0, 0, "mean|cls", "sequence pooling"},
+    {"model.buckets", F_INT, S(buckets), 1, 1 << 26, NULL, "n-gram: hashed bigram buckets"},
+    {"data.train", F_STR, S(train), 0, 0, NULL, "training data (.jsonl or .tsv: text, label)"},
+    {"data.eval", F_STR, S(eval), 0, 0, NULL, "evaluation data; empty = no evaluation"},
+    {"data.vocab", F_STR, S(vocab), 0, 0, NULL,
+     "WordPiece vocab.txt; empty = build one from the training data"},
+    {"data.vocabSize", F_INT, S(vocab_size), 5, 1 << 22, NULL, "built vocab: maximum size"},
+    {"data.minFreq", F_INT, S(min_freq), 1, 1 << 30, NULL, "built vocab: minimum word count"},
+    {"data.format", F_ENUM, S(format), 0, 0, "auto|jsonl|tsv", "file format (auto: by extension)"},
+    {"data.strict", F_BOOL, S(strict), 0, 0, NULL, "a malformed line is fatal (else skipped)"},
+    {"data.clsSep", F_BOOL, S(cls_sep), 0, 0, NULL, "wrap each text in [CLS] ... [SEP]"},
+    {"epochs", F_INT, S(epochs), 1, 1000000, NULL, "passes over the training data"},
+    {"maxSteps", F_INT, S(max_steps), 0, 1 << 30, NULL, "stop after this many steps; 0 = none"},
+    {"batchSize", F_INT, S(batch_size), 1, 65536, NULL, "examples per step, per process"},
+    {"evalBatchSize", F_INT, S(eval_batch_size), 0, 65536, NULL, "0 = batchSize"},
+    {"gradAccumSteps", F_INT, S(grad_accum_steps), 1, 65536, NULL,
+     "micro-batches accumulated per optimizer step"},
+    {"learningRate", F_DBL, S(learning_rate), 1e-9, 10, NULL, "peak learning rate (per process)"},
+    {"scaleLearningRate", F_BOOL, S(scale_learning_rate), 0, 0, NULL,
+     "multiply learningRate by the world size (linear scaling rule)"},
+    {"warmupSteps", F_INT, S(warmup_steps), -1, 1 << 30, NULL, "-1 = warmupRatio of all steps"},
+    {"warmupRatio", F_DBL, S(warmup_ratio), 0, 1, NULL, "warmup as a fraction of all steps"},
+    {"lrDecay", F_ENUM, S(lr_decay), 0, 0, "cosine|linear|constant", "decay after warmup"},
+    {"minLrRatio", F_DBL, S(min_lr_ratio), 0, 1, NULL, "final lr = learningRate * minLrRatio"},
+    {"weightDecay", F_DBL, S(weight_decay), 0, 10, NULL, "AdamW decoupled weight decay"},
+    {"gradClip", F_DBL, S(grad_clip), 0, 1e9, NULL, "max global gradient norm; 0 = off"},
+    {"adamBeta1", F_DBL, S(beta1), 0, 0.999999, NULL, "AdamW beta1"},
+    {"adamBeta2", F_DBL, S(beta2), 0, 0.999999999, NULL, "AdamW beta2"},
+    {"adamEps", F_DBL, S(eps), 1e-30, 1, NULL, "AdamW epsilon"},
+    {"seed", F_I64, S(seed), 0, 9007199254740992.0, NULL, "initialisation and shuffling seed"},
+    {"logInterval", F_INT, S(log_interval), 1, 1 << 30, NULL, "steps between progress lines"},
+    {"threads", F_INT, S(threads), 0, 4096, NULL, "CPU threads; 0 = all cores"},
+    {"report", F_STR, S(report), 0, 0, NULL, "write the final eval report (JSON) here"},
+};
+#undef S
+#define NFIELDS (int)(sizeof(fields) / sizeof(fields[0]))
+
+void cfg_defaults(struct cfg *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->task, sizeof(c->task), "text-classification");
+    snprintf(c->model_type, sizeof(c->model_type), "transformer");
+    c->layers = 2, c->hidden = 128, c->heads = 4, c->max_seq_len = 256, c->ffn = 0;
+    c->buckets = 131072;
+    snprintf(c->pooling, sizeof(c->pooling), "mean");
+    c->vocab_size = 30000, c->min_freq = 2;
+    snprintf(c->format, sizeof(c->format), "auto");
+    c->cls_sep = true;
+    c->epochs = 3, c->batch_size = 32, c->grad_accum_steps = 1;
+    c->learning_rate = 3e-4;
+    c->scale_learning_rate = true;
+    c->warmup_steps = -1, c->warmup_ratio = 0.06;
+    snprintf(c->lr_decay, sizeof(c->lr_decay), "cosine");
+    c->min_lr_ratio = 0.0, c->weight_decay = 0.01, c->grad_clip = 1.0;
+    c->beta1 = 0.9, c->beta2 = 0.999, c->eps = 1e-8;
+    c->seed = 42, c->log_interval = 10;
+}
+
+/* ---- names: model.maxSeqLen -> --model-max-seq-len, GANTRY_MODEL_MAX_SEQ_LEN ---------------- */
+static void derive(const char *path, char *out, size_t n, int upper, char sep)
+{
+    size_t j = 0;
+    for (const char *p = path; *p && j + 2 < n; p++) {
+        if (*p == '.' || isupper((unsigned char)*p))
+            out[j++] = sep;
+        if (*p != '.')
+            out[j++] = (char)(upper ? toupper((unsigned char)*p) : tolower((unsigned char)*p));
+    }
+    out[j] = '\0';
+}
+
+static void flag_name(const struct field *f, char *out, size_t n) { derive(f->path, out, n, 0, '-'); }
+
+static void env_name(const struct field *f, char *out, size_t n)
+{
+    char tail[64];
+    derive(f->path, tail, sizeof(tail), 1, '_');
+    snprintf(out, n, "GANTRY_%.63s", tail);
+}
+
+static void forms(const struct field *f, char *out, size_t n)
+{
+    char fl[96], en[96];
+    flag_name(f, fl, sizeof(fl));
+    env_name(f, en, sizeof(en));
+    snprintf(out, n, "JSON %s, env %s, flag --%s", f->path, en, fl);
+}
+
+/* ---- values ------------------------------------------------------------------------------- */
+static void *slot(struct cfg *c, const struct field *f) { return (char *)c + f->off; }
+static const void *cslot(const struct cfg *c, const struct field *f) { return (const char *)c + f->off; }
+
+static bool in_choices(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = choices; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && !strncmp(p, v, n))
+            return true;
+        p = bar ? bar + 1 : NULL;
+    }
+    return false;
+}
+
+/* Parses text for field f into c. 0, or -1 with a message naming the field and the source. */
+static int set_from_string(struct cfg *c, const struct field *f, const char *v, const char *src,
+                           char *err, size_t errlen)
+{
+    char *end = NULL, hint[256];
+    forms(f, hint, sizeof(hint));
+    errno = 0;
+    switch (f->type) {
+    case F_INT:
+    case F_I64: {
+        double d = strtod(v, &end); /* accepts "1e3"; integrality checked below */
+        if (end == v || *end || errno || d != floor(d) || fabs(d) > 9.3e18)
+            goto bad;
+        if (f->type == F_INT) {
+            if (d < -2147483648.0 || d > 2147483647.0)
+                goto bad;
+            *(int *)slot(c, f) = (int)d;
+        } else {
+            *(int64_t *)slot(c, f) = (int64_t)d;
+        }
+        return 0;
+    }
+    case F_DBL: {
+        double d = strtod(v, &end);
+        if (end == v || *end || errno || !isfinite(d))
+            goto bad;
+        *(double *)slot(c, f) = d;
+        return 0;
+    }
+    case F_BOOL:
+        if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes"))
+            *(bool *)slot(c, f) = true;
+        else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no"))
+            *(bool *)slot(c, f) = false;
+        else
+            goto bad;
+        return 0;
+    case F_ENUM:
+        if (!in_choices(f->choices, v)) {
+            snprintf(err, errlen, "training.%s: \"%.64s\" (from %s) is not one of %s (%s)",
+                     f->path, v, src, f->choices, hint);
+            return -1;
+        }
+        __attribute__((fallthrough)); /* stored like a string */
+    case F_STR:
+        if (strlen(v) >= f->size) {
+            snprintf(err, errlen, "training.%s: value (from %s) is longer than %zu bytes (%s)",
+                     f->path, src, f->size - 1, hint);
+            return -1;
+        }
+        memcpy(slot(c, f), v, strlen(v) + 1);
+        return 0;
+    }
+bad:
+    snprintf(err, errlen, "training.%s: \"%.64s\" (from %s) is not a valid %s (%s)", f->path, v,
+             src,
+             f->type == F_BOOL  ? "boolean (true or false)"
+             : f->type == F_DBL ? "number"
+                                : "integer",
+             hint);
+    return -1;
+}
+
+static int set_from_json(struct cfg *c, const struct field *f, const json_t *v, const char *src,
+                         char *err, size_t errlen)
+{
+    char buf[64];
+    if (json_is_string(v))
+        return set_from_string(c, f, json_string_value(v), src, err, errlen);
+    if (json_is_boolean(v) && f->type == F_BOOL)
+        return set_from_string(c, f, json_is_true(v) ? "true" : "false", src, err, errlen);
+    if (json_is_integer(v) && f->type != F_STR && f->type != F_ENUM) {
+        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
+        return set_from_string(c, f, buf, src, err, errlen);
+    }
+    if (json_is_real(v) && f->type != F_STR && f->type != F_ENUM && f->type != F_BOOL) {
+        snprintf(buf, sizeof(buf), "%.17g", json_real_value(v));
+        return set_from_string(c, f, buf, src, err, errlen);
+    }
+    char hint[256];
+    forms(f, hint, sizeof(hint));
+    snprintf(err, errlen, "training.%s (from %s): wrong JSON type; expected %s (%s)", f->path, src,
+             f->type == F_STR || f->type == F_ENUM ? "a string"
+             : f->type == F_BOOL                   ? "true or false"
+                                                   : "a number",
+             hint);
+    return -1;
+}
+
+/* Applies the members of obj whose paths start with prefix ("" or "model."). */
+static int apply_object(struct cfg *c, const json_t *obj, const char *prefix, const char *src,
+                        char *err, size_t errlen)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)obj, key, val)
+    {
+        char path[128];
+        snprintf(path, sizeof(path), "%s%s", prefix, key);
+        if (!*prefix && (!strcmp(key, "model") || !strcmp(key, "data"))) {
+            if (!json_is_object(val)) {
+                snprintf(err, errlen, "training.%s (from %s): must be an object, e.g. %s", key, src,
+                         !strcmp(key, "model") ? "{type: transformer, layers: 2}"
+                                               : "{train: /data/train.jsonl}");
+                return CFG_EBAD;
+            }
+            char sub[16];
+            snprintf(sub, sizeof(sub), "%s.", key);
+            if (apply_object(c, val, sub, src, err, errlen))
+                return CFG_EBAD;
+            continue;
+        }
+        const struct field *f = NULL;
+        for (int i = 0; i < NFIELDS && !f; i++)
+            if (!strcmp(fields[i].path, path))
+                f = &fields[i];
+        if (!f) {
+            snprintf(err, errlen,
+                     "training.%s (from %s): unknown field; see `gantry-worker --help` for the "
+                     "accepted names (they are case-sensitive, e.g. learningRate)",
+                     path, src);
+            return CFG_EBAD;
+        }
+        if (set_from_json(c, f, val, src, err, errlen))
+            return CFG_EBAD;
+    }
+    return CFG_OK;
+}
+
+int cfg_apply_json(struct cfg *c, const json_t *doc, const char *source, char *err, size_t errlen)
+{
+    if (!json_is_object(doc)) {
+        snprintf(err, errlen, "%s: the config must be a JSON object (the TrainingJob's training: "
+                              "section)", source);
+        return CFG_EBAD;
+    }
+    const json_t *tr = json_object_get(doc, "training");
+    if (tr && !json_is_object(tr)) {
+        snprintf(err, errlen, "%s: \"training\" must be an object", source);
+        return CFG_EBAD;
+    }
+    return apply_object(c, tr ? tr : doc, "", source, err, errlen);
+}
+
+/* ---- validation ---------------------------------------------------------------------------- */
+static double num(const struct cfg *c, const struct field *f)
+{
+    switch (f->type) {
+    case F_INT:
+        return *(const int *)cslot(c, f);
+    case F_I64:
+        return (double)*(const int64_t *)cslot(c, f);
+    case F_DBL:
+        return *(const double *)cslot(c, f);
+    default:
+        return 0;
+    }
+}
+
+int cfg_validate(const struct cfg *c, char *err, size_t errlen)
+{
+    char hint[256];
+    for (int i = 0; i < NFIELDS; i++) {
+        const struct field *f = &fields[i];
+        if (f->type != F_INT && f->type != F_I64 && f->type != F_DBL)
+            continue;
+        double v = num(c, f);
+        if (v < f->min || v > f->max) {
+            forms(f, hint, sizeof(hint));
+            snprintf(err, errlen, "training.%s: %g is out of range; use %g..%g (%s: %s)", f->path,
+                     v, f->min, f->max, hint, f->help);
+            return CFG_EBAD;
+        }
+    }
+    if (!c->train[0]) {
+        snprintf(err, errlen, "training.data.train: not set; give the training file (JSONL with "
+                              "text and label) as data.train, GANTRY_DATA_TRAIN or --data-train");
+        return CFG_EBAD;
+    }
+    if (!strcmp(c->model_type, "transformer") && c->hidden % c->heads) {
+        snprintf(err, errlen, "training.model.heads: %d does not divide model.hidden (%d); choose "
+                              "heads so that hidden / heads is whole, e.g. hidden 128, heads 4",
+                 c->heads, c->hidden);
+        return CFG_EBAD;
+    }
+    if (c->cls_sep && c->max_seq_len < 2) {
+        snprintf(err, errlen, "training.model.maxSeqLen: %d leaves no room for [CLS] and [SEP]; "
+                              "use at least 2 or set data.clsSep: false", c->max_seq_len);
+        return CFG_EBAD;
+    }
+    return CFG_OK;
+}
+
+/* ---- usage and JSON ------------------------------------------------------------------------ */
+static void value_text(const struct cfg *c, const struct field *f, char *out, size_t n)
+{
+    switch (f->type) {
+    case F_STR:
+    case F_ENUM:
+        snprintf(out, n, "%s", *(const char *)cslot(c, f) ? (const char *)cslot(c, f) : "\"\"");
+        break;
+    case F_BOOL:
+        snprintf(out, n, "%s", *(const bool *)cslot(c, f) ? "true" : "false");
+        break;
+    default:
+        snprintf(out, n, "%g", num(c, f));
+    }
+}
+
+void cfg_usage(FILE *f, const char *prog)
+{
+    struct cfg d;
+    cfg_defaults(&d);
+    fprintf(f,
+            "usage: %s [--config FILE] [--FLAG VALUE ...]\n\n"
+            "Trains a text classifier (the TrainingJob's training: section) and writes an eval\n"
+            "report. Settings come from defaults < FILE (default %s, if present) <\n"
+            "GANTRY_* environment < flags. Rank, world size and rendezvous come from RANK,\n"
+            "WORLD_SIZE, MASTER_ADDR, MASTER_PORT (set by the operator).\n\n"
+            "  --config FILE                     JSON: the training object, or {\"training\": {...}}\n"
+            "  --help                            this text\n\n",
+            prog, CFG_DEFAULT_FILE);
+    for (int i = 0; i < NFIELDS; i++) {
+        char fl[96], en[96], def[64], left[200];
+        flag_name(&fields[i], fl, sizeof(fl));
+        env_name(&fields[i], en, sizeof(en));
+        value_text(&d, &fields[i], def, sizeof(def));
+        snprintf(left, sizeof(left), "--%s %s", fl,
+                 fields[i].type == F_ENUM ? fields[i].choices
+                 : fields[i].type == F_BOOL ? "true|false"
+                 : fields[i].type == F_STR  ? "PATH"
+                                            : "N");
+        fprintf(f, "  %-33s %s (default %s)\n  %-33s   %s, JSON %s\n", left, fields[i].help, def,
+                "", en, fields[i].path);
+    }
+    fprintf(f, "\nExit status: 0 done; 64 bad usage; 65 bad data; 78 bad config (the message names "
+               "the field);\nother non-zero: retryable failure.\n");
+}
+
+json_t *cfg_to_json(const struct cfg *c)
+{
+    json_t *root = json_object();
+    for (int i = 0; i < NFIELDS; i++) {
+        const struct field *f = &fields[i];
+        json_t *v;
+        switch (f->type) {
+        case F_STR:
+        case F_ENUM:
+            v = json_string((const char *)cslot(c, f));
+            break;
+        case F_BOOL:
+            v = json_boolean(*(const bool *)cslot(c, f));
+            break;
+        case F_DBL:
+            v = json_real(num(c, f));
+            break;
+        default:
+            v = json_integer((json_int_t)num(c, f));
+        }
+        const char *dot = strchr(f->path, '.');
+        if (dot) {
+            char obj[16];
+            snprintf(obj, sizeof(obj), "%.*s", (int)(dot - f->path), f->path);
+            json_t *sub = json_object_get(root, obj);
+            if (!sub)
+                json_object_set_new(root, obj, sub = json_object());
+            json_object_set_new(sub, dot + 1, v);
+        } else {
+            json_object_set_new(root, f->path, v);
+        }
+    }
+    return root;
+}
+
+/* ---- loading ------------------------------------------------------------------------------- */
+static int load_file(struct cfg *c, const char *path, char *err, size_t errlen)
+{
+    json_error_t je;
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        snprintf(err, errlen, "%s: %s; pass an existing file with --config (the TrainingJob "
+                              "mounts it at %s)", path, strerror(errno), CFG_DEFAULT_FILE);
+        return CFG_EBAD;
+    }
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    rewind(fp);
+    if (size > CFG_MAX_FILE) {
+        fclose(fp);
+        snprintf(err, errlen, "%s: %ld bytes, over the %d-byte limit for a config file", path,
+                 size, CFG_MAX_FILE);
+        return CFG_EBAD;
+    }
+    json_t *doc = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
+    fclose(fp);
+    if (!doc) {
+        snprintf(err, errlen, "%s:%d:%d: invalid JSON: %s", path, je.line, je.column, je.text);
+        return CFG_EBAD;
+    }
+    int rc = cfg_apply_json(c, doc, path, err, errlen);
+    json_decref(doc);
+    snprintf(c->config_path, sizeof(c->config_path), "%s", path);
+    return rc;
+}
+
+static int load_env(struct cfg *c, char *err, size_t errlen)
+{
+    for (int i = 0; i < NFIELDS; i++) {
+        char en[96];
+        env_name(&fields[i], en, sizeof(en));
+        const char *v = getenv(en);
+        if (v && set_from_string(c, &fields[i], v, en, err, errlen))
+            return CFG_EBAD;
+    }
+    return CFG_OK;
+}
+
+int cfg_load(struct cfg *c, int argc, char **argv, FILE *out, char *err, size_t errlen)
+{
+    static char names[NFIELDS][96];
+    struct option opts[NFIELDS + 3];
+    const char *config = NULL, *vals[NFIELDS];
+    int rc = CFG_OK, o;
+
+    cfg_defaults(c);
+    for (int i = 0; i < NFIELDS; i++) {
+        flag_name(&fields[i], names[i], sizeof(names[i]));
+        opts[i] = (struct option){names[i],
+                                  fields[i].type == F_BOOL ? optional_argument : required_argument,
+                                  NULL, 1000 + i};
+        vals[i] = NULL;
+    }
+    opts[NFIELDS] = (struct option){"config", required_argument, NULL, 'c'};
+    opts[NFIELDS + 1] = (struct option){"help", no_argument, NULL, 'h'};
+    opts[NFIELDS + 2] = (struct option){NULL, 0, NULL, 0};
+
+    optind = 1;
+    opterr = 0;
+    while ((o = getopt_long(argc, argv, ":c:h", opts, NULL)) != -1) {
+        if (o == 'h') {
+            cfg_usage(out, argv[0]);
+            rc = CFG_HELP;
+            goto out;
+        } else if (o == 'c') {
+            config = optarg;
+        } else if (o >= 1000 && o < 1000 + NFIELDS) {
+            vals[o - 1000] = optarg ? optarg : "true";
+        } else {
+            snprintf(err, errlen, "%s: %s %s; run %s --help for the flags", argv[0],
+                     o == ':' ? "missing value for" : "unknown flag", argv[optind - 1], argv[0]);
+            rc = CFG_EUSAGE;
+            goto out;
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, errlen, "%s: unexpected argument \"%s\"; settings are given as --flag value",
+                 argv[0], argv[optind]);
+        rc = CFG_EUSAGE;
+        goto out;
+    }
+    if (config || access(CFG_DEFAULT_FILE, R_OK) == 0)
+        if ((rc = load_file(c, config ? config : CFG_DEFAULT_FILE, err, errlen)))
+            goto out;
+    if ((rc = load_env(c, err, errlen)))
+        goto out;
+    for (int i = 0; i < NFIELDS; i++) {
+        char src[128];
+        snprintf(src, sizeof(src), "--%.100s", names[i]);
+        if (vals[i] && (rc = set_from_string(c, &fields[i], vals[i], src, err, errlen)))
+            goto out;
+    }
+    rc = cfg_validate(c, err, errlen);
+out:
+    optind = 1;
+    return rc;
+}

@@ -1,0 +1,86 @@
+/*
+ * cfg.h - gantry-worker's training configuration: the `training:` object of a TrainingJob
+ * (DESIGN.md §2), from defaults < config file < environment < flags (viper's order).
+ *
+ * Every setting has one name in three forms, derived mechanically from its JSON path:
+ *   JSON  model.maxSeqLen   (inside the training object of /etc/gantry/config.json or --config)
+ *   env   GANTRY_MODEL_MAX_SEQ_LEN
+ *   flag  --model-max-seq-len
+ * The file may be the training object itself or an object with a "training" member (other
+ * members are ignored). Numbers may also be given as strings ("3e-4"), as YAML renders them.
+ * Unknown fields in the training object are errors (a typo must not be silently ignored).
+ *
+ * cfg_load() validates once; on a bad value it writes to err the field, the value, where it came
+ * from and what to change, and returns CFG_EBAD: gantry-worker exits 78 (EX_CONFIG) with it, which
+ * the operator treats as permanent. cfg_usage() prints every setting with its default.
+ * Rank, world size and rendezvous come from dist_env (worker/dist.h), not from here.
+ */
+#ifndef GANTRY_CFG_H
+#define GANTRY_CFG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#define CFG_MAX_PATH 1024
+#define CFG_DEFAULT_FILE "/etc/gantry/config.json"
+#define CFG_MAX_FILE (1 << 20) /* bytes of config JSON accepted */
+
+#define CFG_OK 0
+#define CFG_EBAD (-1)  /* bad configuration: exit 78 */
+#define CFG_EUSAGE (-2) /* bad command line: exit 64 */
+#define CFG_HELP 1      /* --help was given and printed */
+
+struct cfg {
+    char task[32];
+    /* model */
+    char model_type[16]; /* transformer | ngram */
+    int layers, hidden, heads, max_seq_len, ffn, buckets;
+    char pooling[8]; /* mean | cls */
+    /* data */
+    char train[CFG_MAX_PATH], eval[CFG_MAX_PATH], vocab[CFG_MAX_PATH];
+    int vocab_size, min_freq;
+    char format[8]; /* auto | jsonl | tsv */
+    bool strict, cls_sep;
+    /* optimisation */
+    int epochs, max_steps, batch_size, eval_batch_size, grad_accum_steps;
+    double learning_rate;
+    bool scale_learning_rate;
+    int warmup_steps;    /* -1: warmup_ratio of the total steps */
+    double warmup_ratio;
+    char lr_decay[12];   /* cosine | linear | constant */
+    double min_lr_ratio, weight_decay, grad_clip, beta1, beta2, eps;
+    int64_t seed;
+    /* run */
+    int log_interval, threads;
+    char report[CFG_MAX_PATH];
+    char config_path[CFG_MAX_PATH]; /* the file read, "" when none */
+};
+
+/* Fills c with the defaults. */
+void cfg_defaults(struct cfg *c);
+
+/*
+ * Loads the configuration for `gantry-worker [flags]`: defaults, then the file named by --config
+ * (else CFG_DEFAULT_FILE when it exists), then GANTRY_* environment variables, then flags.
+ * Returns CFG_OK, CFG_HELP (usage printed to out), CFG_EUSAGE (unknown flag; message in err) or
+ * CFG_EBAD (message in err). argv is not modified; getopt state is reset before and after.
+ */
+int cfg_load(struct cfg *c, int argc, char **argv, FILE *out, char *err, size_t errlen);
+
+/* Applies one JSON document (the training object or a wrapper) on top of c; `source` names it
+ * in messages. CFG_OK or CFG_EBAD. Exposed for tests. */
+int cfg_apply_json(struct cfg *c, const json_t *doc, const char *source, char *err, size_t errlen);
+
+/* Checks ranges and cross-field rules. CFG_OK or CFG_EBAD. */
+int cfg_validate(const struct cfg *c, char *err, size_t errlen);
+
+/* The usage text: every flag, its env variable and default. */
+void cfg_usage(FILE *f, const char *prog);
+
+/* The effective configuration as a new JSON object (training-object field names). */
+json_t *cfg_to_json(const struct cfg *c);
+
+#endif /* GANTRY_CFG_H */

@@ -1,0 +1,139 @@
+/* Configuration: precedence (defaults < file < env < flags), the three name forms, string
+ * numbers, the "training" wrapper, and bad configs naming the field. */
+#include "worker/cfg.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/test.h"
+
+static char dir[64], path[128];
+
+static void write_config(const char *json)
+{
+    FILE *f = fopen(path, "w");
+    fputs(json, f);
+    fclose(f);
+}
+
+static int load(struct cfg *c, char *err, size_t n, int argc, const char **argv)
+{
+    FILE *devnull = fopen("/dev/null", "w");
+    int rc = cfg_load(c, argc, (char **)argv, devnull, err, n);
+    fclose(devnull);
+    return rc;
+}
+
+static void test_file_env_flags_precedence(void)
+{
+    struct cfg c;
+    char err[512] = "";
+    write_config("{\"training\": {\"task\": \"text-classification\", \"model\": {\"type\": "
+                 "\"transformer\", \"layers\": 3, \"hidden\": 64, \"heads\": 4, \"maxSeqLen\": "
+                 "128}, \"data\": {\"train\": \"/d/train.jsonl\", \"eval\": \"/d/eval.jsonl\"}, "
+                 "\"epochs\": 5, \"batchSize\": 16, \"learningRate\": \"3e-4\", "
+                 "\"scaleLearningRate\": false}, \"checkpoint\": {\"path\": \"/ckpt\"}}");
+    setenv("GANTRY_BATCH_SIZE", "24", 1);
+    setenv("GANTRY_MODEL_LAYERS", "4", 1);
+    const char *argv[] = {"gantry-worker", "--config", path, "--model-layers", "6",
+                          "--scale-learning-rate", NULL};
+    TEST_EQ_INT(load(&c, err, sizeof(err), 6, argv), CFG_OK);
+    TEST_EQ_STR(err, "");
+    TEST_EQ_INT(c.hidden, 64);                /* file over default */
+    TEST_EQ_INT(c.max_seq_len, 128);
+    TEST_EQ_INT(c.epochs, 5);
+    TEST_EQ_INT(c.batch_size, 24);            /* env over file */
+    TEST_EQ_INT(c.layers, 6);                 /* flag over env */
+    TEST_NEAR(c.learning_rate, 3e-4, 1e-12);  /* a number given as a string */
+    TEST_CHECK(c.scale_learning_rate);        /* bare boolean flag = true, over the file's false */
+    TEST_EQ_STR(c.train, "/d/train.jsonl");
+    TEST_EQ_INT(c.grad_accum_steps, 1);       /* untouched default */
+    unsetenv("GANTRY_BATCH_SIZE");
+    unsetenv("GANTRY_MODEL_LAYERS");
+}
+
+static void expect_bad(const char *json, const char *want_in_err)
+{
+    struct cfg c;
+    char err[512] = "";
+    const char *argv[] = {"gantry-worker", "--config", path, NULL};
+    write_config(json);
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_EBAD);
+    if (!TEST_CHECK(strstr(err, want_in_err) != NULL))
+        fprintf(stderr, "       message: %s\n       wanted: %s\n", err, want_in_err);
+}
+
+static void test_bad_configs_name_the_field(void)
+{
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"batchSize\": -3}", "training.batchSize: -3 is out of range");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"batchSize\": -3}", "--batch-size");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"learningrate\": 0.1}",
+               "training.learningrate (from");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"model\": {\"hidden\": 100, \"heads\": 3}}",
+               "training.model.heads: 3 does not divide");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"model\": {\"type\": \"lstm\"}}",
+               "training.model.type: \"lstm\"");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"epochs\": \"three\"}", "training.epochs: \"three\"");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"epochs\": 2.5}", "training.epochs");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"data\": {\"train\": \"u\"}}", "duplicate");
+    expect_bad("{\"epochs\": 1}", "training.data.train: not set");
+    expect_bad("{\"data\": [1]}", "training.data (from");
+    expect_bad("[1, 2]", "must be a JSON object");
+    expect_bad("{\"epochs\": ", "invalid JSON");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"scaleLearningRate\": 1.5}", "scaleLearningRate");
+}
+
+static void test_env_and_flag_errors(void)
+{
+    struct cfg c;
+    char err[512] = "";
+    write_config("{\"data\": {\"train\": \"t\"}}");
+    setenv("GANTRY_ADAM_BETA2", "abc", 1);
+    const char *argv[] = {"gantry-worker", "--config", path, NULL};
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_EBAD);
+    TEST_CHECK(strstr(err, "training.adamBeta2: \"abc\" (from GANTRY_ADAM_BETA2)") != NULL);
+    unsetenv("GANTRY_ADAM_BETA2");
+    const char *argv2[] = {"gantry-worker", "--config", path, "--no-such-flag", "1", NULL};
+    TEST_EQ_INT(load(&c, err, sizeof(err), 5, argv2), CFG_EUSAGE);
+    TEST_CHECK(strstr(err, "--no-such-flag") != NULL);
+    const char *argv3[] = {"gantry-worker", "--help", NULL};
+    TEST_EQ_INT(load(&c, err, sizeof(err), 2, argv3), CFG_HELP);
+    const char *argv4[] = {"gantry-worker", "--config", "/nonexistent/x.json", NULL};
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv4), CFG_EBAD);
+    TEST_CHECK(strstr(err, "/nonexistent/x.json") != NULL);
+}
+
+static void test_usage_lists_every_form(void)
+{
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    cfg_usage(f, "gantry-worker");
+    fclose(f);
+    TEST_CHECK(strstr(text, "--model-max-seq-len") != NULL);
+    TEST_CHECK(strstr(text, "GANTRY_MODEL_MAX_SEQ_LEN") != NULL);
+    TEST_CHECK(strstr(text, "JSON model.maxSeqLen") != NULL);
+    TEST_CHECK(strstr(text, "(default 256)") != NULL);
+    free(text);
+    struct cfg c;
+    cfg_defaults(&c);
+    json_t *j = cfg_to_json(&c);
+    TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "model"), "hidden")), 128);
+    json_decref(j);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/cfg_test.XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    TEST_RUN(test_file_env_flags_precedence);
+    TEST_RUN(test_bad_configs_name_the_field);
+    TEST_RUN(test_env_and_flag_errors);
+    TEST_RUN(test_usage_lists_every_form);
+    unlink(path);
+    rmdir(dir);
+    return test_summary();
+}
