@@ -15,3 +15,10 @@ gantry_test(tbevent_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tbevent_test.c LIBS
 gantry_test(metrics_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/metrics_test.c LIBS gantry_obs PkgConfig::OBS_JANSSON)
 gantry_test(metrics_http_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/metrics_http_test.c
     LIBS gantry_obs PkgConfig::OBS_CURL PkgConfig::OBS_JANSSON)
+
+# The upstream readers: TensorBoard's EventAccumulator and prometheus_client's parser, run by
+# hack/obs_check.py in hack/pyenv.sh's venv (built on first use: allow for the wheels' download).
+gantry_test(obs_py_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/obs_py_test.c LIBS gantry_obs
+    LABELS python)
+target_compile_definitions(obs_py_test PRIVATE OBS_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+set_tests_properties(obs_py_test PROPERTIES TIMEOUT 1800)
