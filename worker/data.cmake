@@ -16,3 +16,50 @@ foreach(t text vocab dataset eval)
         target_compile_definitions(${t}_test PRIVATE GANTRY_TESTDATA="${CMAKE_CURRENT_LIST_DIR}/testdata")
     endif()
 endforeach()
+
+# Fuzz targets (worker/*_fuzz.c). Always: a replay executable per target that runs the seed corpus
+# in worker/testdata/fuzz/<name>/ once, under the build's own compiler and sanitizers. With clang
+# (found on PATH whatever compiler builds the rest; GANTRY_FUZZ=OFF to skip): a real libFuzzer
+# binary built with -fsanitize=fuzzer,address,undefined, and a ctest (label "fuzz") that fuzzes it
+# for GANTRY_FUZZ_SECONDS (default 20) starting from the seeds. New corpus entries and crash
+# files go to the build tree (fuzz/<name>/), never to the source tree.
+set(GANTRY_FUZZ AUTO CACHE STRING "Build and run libFuzzer targets with clang: AUTO|ON|OFF")
+set(GANTRY_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer ctest runs")
+set(_data_srcs ${CMAKE_CURRENT_LIST_DIR}/text.c ${CMAKE_CURRENT_LIST_DIR}/vocab.c
+    ${CMAKE_CURRENT_LIST_DIR}/dataset.c ${CMAKE_CURRENT_LIST_DIR}/../common/buf.c
+    ${CMAKE_CURRENT_LIST_DIR}/../common/xalloc.c)
+if(NOT GANTRY_FUZZ STREQUAL "OFF")
+    find_program(GANTRY_CLANG NAMES clang clang-16 clang-15 clang-14)
+    if(NOT GANTRY_CLANG AND GANTRY_FUZZ STREQUAL "ON")
+        message(FATAL_ERROR "GANTRY_FUZZ=ON but no clang found; apt-get install clang")
+    endif()
+endif()
+foreach(f dataset text)
+    set(_seeds ${CMAKE_CURRENT_LIST_DIR}/testdata/fuzz/${f})
+    add_executable(${f}_fuzz_replay ${CMAKE_CURRENT_LIST_DIR}/${f}_fuzz.c
+        ${CMAKE_CURRENT_LIST_DIR}/replay_fuzz.c)
+    target_link_libraries(${f}_fuzz_replay PRIVATE gantry_data)
+    add_test(NAME ${f}_fuzz_replay COMMAND ${f}_fuzz_replay ${_seeds})
+    set_tests_properties(${f}_fuzz_replay PROPERTIES TIMEOUT 120)
+    # The libFuzzer binary already carries ASan + UBSan, so the Asan build tree does not repeat it.
+    if(GANTRY_CLANG AND NOT GANTRY_FUZZ STREQUAL "OFF" AND NOT CMAKE_BUILD_TYPE STREQUAL "Asan")
+        set(_bin ${CMAKE_CURRENT_BINARY_DIR}/${f}_fuzz)
+        add_custom_command(OUTPUT ${_bin}
+            COMMAND ${GANTRY_CLANG} -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
+                    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+                    -I${CMAKE_CURRENT_LIST_DIR}/.. ${JANSSON_CFLAGS}
+                    ${CMAKE_CURRENT_LIST_DIR}/${f}_fuzz.c ${_data_srcs}
+                    ${JANSSON_LDFLAGS} -lm -o ${_bin}
+            DEPENDS ${CMAKE_CURRENT_LIST_DIR}/${f}_fuzz.c ${_data_srcs}
+            COMMENT "Building libFuzzer target ${f}_fuzz with clang" VERBATIM)
+        add_custom_target(${f}_fuzz_bin ALL DEPENDS ${_bin})
+        add_test(NAME ${f}_fuzz
+            COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+                    ${_bin} -max_total_time=${GANTRY_FUZZ_SECONDS} -timeout=10 -rss_limit_mb=2048
+                    -max_len=8192 -print_final_stats=1
+                    -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/fuzz/${f}/crash-
+                    ${CMAKE_CURRENT_BINARY_DIR}/fuzz/${f} ${_seeds})
+        set_tests_properties(${f}_fuzz PROPERTIES LABELS fuzz TIMEOUT 180)
+        file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fuzz/${f})
+    endif()
+endforeach()

@@ -116,6 +116,7 @@ struct vocab {
     char **tok; /* tok[id], borrowed from the table's keys */
     int32_t n;
     size_t cap; /* slots in tok */
+    size_t max_tok; /* longest token in bytes: WordPiece never tries a longer piece */
     struct table t;
     int32_t pad, unk, cls, sep, mask;
 };
@@ -137,6 +138,8 @@ static bool vocab_push(struct vocab *v, const char *tok, size_t len)
     size_t slot = table_put(&v->t, tok, len, &added);
     if (!added)
         return false;
+    if (len > v->max_tok)
+        v->max_tok = len;
     if ((size_t)v->n == v->cap) {
         v->cap *= 2;
         v->tok = xrealloc(v->tok, v->cap * sizeof(*v->tok));
@@ -341,7 +344,8 @@ size_t vocab_wordpiece(const struct vocab *v, const char *word, size_t len, int3
         goto unk;
     key[0] = key[1] = '#';
     while (start < len) {
-        size_t end = len;
+        size_t room = start == 0 ? v->max_tok : (v->max_tok > 2 ? v->max_tok - 2 : 0);
+        size_t end = len - start > room ? start + room : len;
         int32_t id = -1;
         while (end > start) {
             if (is_boundary(word, len, end)) {

@@ -1,0 +1,64 @@
+/*
+ * dataset_fuzz.c - libFuzzer target for the JSONL/TSV line parser and the label map.
+ *
+ * Input: byte 0 picks the format (even: JSONL, odd: TSV) and an alternate field name; the rest
+ * is one line of any bytes. Checks invariants the reader relies on: success means a NUL-terminated
+ * text of the stated length and a non-empty label within DATASET_MAX_LABEL_BYTES; failure means
+ * a non-empty reason and nothing allocated. Built with clang -fsanitize=fuzzer,address,undefined
+ * (data.cmake) and as a plain replay executable (replay_fuzz.c) that ctest runs on the seeds.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/dataset.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Like assert(), but also in release builds (NDEBUG), where the replay tests run. */
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);                  \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char label[DATASET_MAX_LABEL_BYTES + 1], why[256];
+    struct dataset_opts o;
+    struct label_map m;
+    char *text = (char *)1;
+    size_t text_len = 12345;
+    enum dataset_format fmt;
+    int rc;
+
+    if (size < 1)
+        return 0;
+    dataset_opts_default(&o);
+    fmt = (data[0] & 1) ? DATASET_TSV : DATASET_JSONL;
+    if (data[0] & 2) {
+        o.text_field = "body";
+        o.label_field = "y";
+    }
+    why[0] = '\0';
+    rc = dataset_parse_line(fmt, &o, (const char *)data + 1, size - 1, &text, &text_len, label,
+                            why, sizeof(why));
+    if (rc == 0) {
+        size_t llen = strlen(label);
+        CHECK(text != NULL);
+        CHECK(text[text_len] == '\0');
+        CHECK(llen > 0 && llen <= DATASET_MAX_LABEL_BYTES);
+        label_map_init(&m);
+        CHECK(label_map_add(&m, label, llen) == 0);
+        CHECK(label_map_find(&m, label, llen) == 0);
+        label_map_cleanup(&m);
+        free(text);
+    } else {
+        CHECK(text == NULL && text_len == 0);
+        CHECK(rc == 1 || why[0] != '\0');
+    }
+    return 0;
+}

@@ -1,0 +1,99 @@
+/*
+ * text_fuzz.c - libFuzzer target for the tokenizer and WordPiece.
+ *
+ * Input: byte 0 sets the tokenizer options (lowercase, accents, CJK, punctuation, stop words,
+ * a token cap); the rest is a document of any bytes. Checks: tokens are non-empty, NUL-terminated,
+ * valid UTF-8, at most TEXT_MAX_TOKEN_BYTES long, at most max_tokens of them; WordPiece ids are
+ * in range, and a fixed-length encoding is padded correctly. The vocab is built in memory with
+ * whole words and "##" continuations so both WordPiece paths are exercised.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/dataset.h"
+#include "worker/text.h"
+#include "worker/vocab.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Like assert(), but also in release builds (NDEBUG), where the replay tests run. */
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);                  \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static struct vocab *fuzz_vocab(void)
+{
+    static const char *const words[] = {"un", "##aff", "##able", "run", "##n", "##ing", "a",
+                                        "##a", "\xe6\x88\x91", "##\xc3\xa9", "caf", "the", NULL};
+    struct vocab_builder *b = vocab_builder_new();
+    struct vocab *v;
+
+    for (int i = 0; words[i]; i++)
+        vocab_builder_add_word(b, words[i], strlen(words[i]), 1);
+    v = vocab_builder_build(b, 1, 0);
+    vocab_builder_free(b);
+    return v;
+}
+
+static void check_utf8(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        int32_t cp;
+        i += text_utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        CHECK(cp > 0);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static struct vocab *v;
+    static struct text_stopwords *stop;
+    struct text_tokens t;
+    struct text_opts o;
+    int32_t ids[64], row[16];
+    size_t n, len;
+
+    if (size < 1)
+        return 0;
+    if (!v) {
+        v = fuzz_vocab();
+        stop = text_stopwords_english();
+    }
+    text_opts_default(&o);
+    o.lowercase = !(data[0] & 1);
+    o.strip_accents = !(data[0] & 2);
+    o.split_cjk = !(data[0] & 4);
+    o.split_punct = !(data[0] & 8);
+    o.stop = (data[0] & 16) ? stop : NULL;
+    o.max_tokens = (data[0] >> 5) * 3; /* 0 (no cap) .. 21 */
+    text_tokens_init(&t);
+    n = text_tokenize(&o, (const char *)data + 1, size - 1, &t);
+    CHECK(n == t.n);
+    CHECK(o.max_tokens == 0 || n <= o.max_tokens);
+    for (size_t i = 0; i < n; i++) {
+        const char *tok = text_token(&t, i);
+        CHECK(t.len[i] > 0 && t.len[i] <= TEXT_MAX_TOKEN_BYTES);
+        CHECK(strlen(tok) == t.len[i]);
+        check_utf8(tok, t.len[i]);
+        size_t np = vocab_wordpiece(v, tok, t.len[i], ids, 64);
+        CHECK(np >= 1);
+        for (size_t k = 0; k < np && k < 64; k++)
+            CHECK(ids[k] >= 0 && ids[k] < vocab_size(v));
+    }
+    n = vocab_encode_tokens(v, &t, ids, 64);
+    CHECK(n <= 64);
+    len = dataset_encode_text(v, &o, (const char *)data + 1, size - 1, 16, true, &t, row, NULL);
+    CHECK(len >= 2 && len <= 16);
+    CHECK(row[0] == vocab_cls_id(v) && row[len - 1] == vocab_sep_id(v));
+    for (size_t i = len; i < 16; i++)
+        CHECK(row[i] == vocab_pad_id(v));
+    text_tokens_cleanup(&t);
+    return 0;
+}
