@@ -29,6 +29,9 @@ SERVICE_CIDR=${GANTRY_SERVICE_CIDR:-10.213.0.0/16}
 SERVICE_APISERVER_IP=${SERVICE_CIDR%.*/*}.1   # the first address: the `kubernetes` Service
 CLUSTER_DOMAIN=cluster.local
 
+# shellcheck source=hack/cluster-full.sh
+. "$HACK/cluster-full.sh"
+
 API_COMPONENTS=(kube-apiserver kube-controller-manager kubectl)
 FULL_COMPONENTS=(kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet kube-proxy)
 
@@ -44,7 +47,11 @@ Commands:
                            Skips whatever is already built: a second run takes seconds.
   up --tier api            Start etcd, kube-apiserver and kube-controller-manager on 127.0.0.1
                            with their own PKI, RBAC on; waits until the API server is ready.
-  down                     Stop every process that 'up' started and remove the state dir
+  up --tier full           The API tier plus containerd, kubelet, kube-scheduler, kube-proxy and
+                           CoreDNS: a single-node cluster whose pods run (root; one per host).
+  image-import TAR...      Import OCI tars (from hack/cluster-image.py) into the full cluster.
+  down                     Stop every process that 'up' started, undo its host changes (full
+                           tier: mounts, netns, iptables, bridge, sysctls) and remove its state
                            (logs are kept in \$GANTRY_RUN/logs).
   status                   Show the components, their pids and API server readiness.
                            Exit 0 when all run, 1 when nothing runs, 2 when degraded.
@@ -149,9 +156,7 @@ cmd_build() {
     local start=$SECONDS
     case $tier in
         api) build_etcd; build_k8s "${API_COMPONENTS[@]}" ;;
-        full)
-            build_etcd; build_k8s "${FULL_COMPONENTS[@]}"
-            if [ -x "$HACK/cluster-full.sh" ]; then "$HACK/cluster-full.sh" build; fi ;;
+        full) build_etcd; build_k8s "${FULL_COMPONENTS[@]}"; full_build ;;
         *) die "build: --tier must be api or full, not '$tier'" ;;
     esac
     log "build ($tier) done in $((SECONDS - start))s"
@@ -336,9 +341,13 @@ start_apiserver() {
     # The `kubernetes` Service's endpoints may not be a loopback address: with no other address
     # to advertise (API tier: no pods to reach it), do not maintain them at all.
     [ -n "${ADVERTISE_IP:-}" ] || reconciler=(--endpoint-reconciler-type none)
+    # Full tier: pods reach the API server at the node's bridge address, so it listens on all
+    # addresses, and the fence (cluster-full.sh) refuses its port on every other interface.
+    API_BIND=127.0.0.1
+    [ -z "${ADVERTISE_IP:-}" ] || API_BIND=0.0.0.0
     start_proc kube-apiserver "$K8S_BIN/kube-apiserver" \
         --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-        --bind-address 127.0.0.1 --advertise-address "${ADVERTISE_IP:-127.0.0.1}" --secure-port "$API_PORT" \
+        --bind-address "$API_BIND" --advertise-address "${ADVERTISE_IP:-127.0.0.1}" --secure-port "$API_PORT" \
         --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
         --client-ca-file "$p/ca.crt" \
         --kubelet-client-certificate "$p/apiserver-kubelet-client.crt" \
@@ -424,7 +433,7 @@ cmd_up() {
     [ -n "$TIER" ] || die "up: say which tier: --tier api (or full)"
     case $TIER in
         api) ;;
-        full) [ -x "$HACK/cluster-full.sh" ] || die "up: --tier full is not implemented yet (hack/cluster-full.sh missing)" ;;
+        full) ;;
         *) die "up: --tier must be api or full, not '$TIER'" ;;
     esac
     if [ -n "$(running_components)" ]; then
@@ -435,6 +444,11 @@ cmd_up() {
     fi
     need_bin "$ETCD_BIN/etcd" "$TIER"
     for c in "${API_COMPONENTS[@]}"; do need_bin "$K8S_BIN/$c" "$TIER"; done
+    ADVERTISE_IP=
+    if [ "$TIER" = full ]; then
+        full_preflight
+        ADVERTISE_IP=$NODE_IP
+    fi
     command -v openssl >/dev/null || die "openssl not found; apt-get install -y openssl"
     command -v curl >/dev/null || die "curl not found; apt-get install -y curl"
 
@@ -446,6 +460,7 @@ cmd_up() {
     chmod 700 "$RUN"
     read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT < <(pick_ports 4)
     trap up_cleanup EXIT
+    [ "$TIER" != full ] || full_network_up
     log "PKI and kubeconfigs in $RUN"
     make_pki
     write_kubeconfig "$RUN/admin.kubeconfig" admin gantry-admin
@@ -459,9 +474,7 @@ cmd_up() {
     start_apiserver
     log "kube-controller-manager on 127.0.0.1:$KCM_PORT"
     start_controller_manager
-    if [ "$TIER" = full ]; then
-        RUN=$RUN K8S_BIN=$K8S_BIN API_PORT=$API_PORT SERVICE_CIDR=$SERVICE_CIDR "$HACK/cluster-full.sh" up
-    fi
+    [ "$TIER" != full ] || full_up
     trap - EXIT
     log "cluster ($TIER) ready in $((SECONDS - start))s; export KUBECONFIG=$RUN/admin.kubeconfig"
 }
@@ -469,11 +482,10 @@ cmd_up() {
 cmd_down() {
     local c
     if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then usage; exit 0; fi
-    if [ -x "$HACK/cluster-full.sh" ] && [ -d "$RUN/full" ]; then
-        RUN=$RUN "$HACK/cluster-full.sh" down || log "cluster-full.sh down reported errors (see above)"
-    fi
+    # The node first (pods, containerd, network, fence), then the control plane.
+    if [ -d "$F" ]; then full_down; fi
     # Reverse start order: clients of the API server first, etcd last.
-    for c in kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver etcd $(running_components); do
+    for c in kube-controller-manager kube-apiserver etcd $(running_components); do
         if [ -f "$RUN/pids/$c" ]; then
             log "stopping $c"
             stop_proc "$c"
@@ -507,8 +519,19 @@ cmd_status() {
         echo "  api server $API_SERVER NOT ready"
         dead=1
     fi
+    full_status
     [ $any -eq 1 ] || return 1
     [ $dead -eq 0 ] || return 2
+}
+
+cmd_image_import() {
+    [ $# -gt 0 ] || die "image-import: give one or more OCI tars (made by hack/cluster-image.py)"
+    [ -S "$F/containerd/containerd.sock" ] || die "no full cluster in $RUN; start one: hack/cluster.sh up --tier full"
+    local t
+    for t in "$@"; do
+        log "importing $t"
+        full_import "$t"
+    done
 }
 
 cmd_kubeconfig() {
@@ -528,6 +551,7 @@ main() {
         status) cmd_status ;;
         kubeconfig) cmd_kubeconfig ;;
         env) echo "export KUBECONFIG=$(cmd_kubeconfig)" ;;
+        image-import) cmd_image_import "$@" ;;
         -h|--help|help) usage ;;
         "") usage >&2; exit 2 ;;
         *) die "unknown command '$cmd' (see hack/cluster.sh --help)" ;;
