@@ -1,0 +1,583 @@
+#include "operator/rec.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/xalloc.h"
+#include "operator/kube/kube_err.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Observed pods
+ * ------------------------------------------------------------------------------------------- */
+
+/* The string value of v, or "" (not NULL) when v is not a string. */
+static const char *str_or(const json_t *v)
+{
+    const char *s = json_string_value(v);
+    return s ? s : "";
+}
+
+static int label_int(const json_t *labels, const char *key)
+{
+    const char *s = json_string_value(json_object_get(labels, key));
+    char *end;
+    long v;
+
+    if (!s || !*s)
+        return -1;
+    v = strtol(s, &end, 10);
+    return (*end || v < 0 || v > 1000000) ? -1 : (int)v;
+}
+
+static enum rec_pod_phase pod_phase(const char *s)
+{
+    if (!s)
+        return REC_POD_PENDING;
+    if (strcmp(s, "Running") == 0)
+        return REC_POD_RUNNING;
+    if (strcmp(s, "Succeeded") == 0)
+        return REC_POD_SUCCEEDED;
+    if (strcmp(s, "Failed") == 0)
+        return REC_POD_FAILED;
+    if (strcmp(s, "Pending") == 0)
+        return REC_POD_PENDING;
+    return REC_POD_UNKNOWN;
+}
+
+/* The worker container's status: the one named "worker", else the first. Borrowed. */
+static const json_t *worker_status(const json_t *st)
+{
+    const json_t *cs = json_object_get(st, "containerStatuses"), *c;
+    size_t i;
+
+    json_array_foreach(cs, i, c) {
+        const char *n = json_string_value(json_object_get(c, "name"));
+        if (n && strcmp(n, RENDER_CONTAINER) == 0)
+            return c;
+    }
+    return json_array_get(cs, 0);
+}
+
+int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
+{
+    const json_t *meta = json_object_get(pod, "metadata"), *st = json_object_get(pod, "status");
+    const json_t *labels = json_object_get(meta, "labels"), *cond, *term;
+    const char *name = json_string_value(json_object_get(meta, "name"));
+    size_t i;
+
+    memset(out, 0, sizeof(*out));
+    out->exit_code = -1;
+    if (!name || strlen(name) >= sizeof(out->name))
+        return OP_EPARSE;
+    snprintf(out->name, sizeof(out->name), "%s", name);
+    snprintf(out->uid, sizeof(out->uid), "%s",
+             str_or(json_object_get(meta, "uid")));
+    out->index = label_int(labels, RENDER_LABEL_INDEX);
+    out->restart = label_int(labels, RENDER_LABEL_RESTART);
+    out->terminating = json_is_string(json_object_get(meta, "deletionTimestamp"));
+    out->phase = pod_phase(json_string_value(json_object_get(st, "phase")));
+    json_array_foreach(json_object_get(st, "conditions"), i, cond) {
+        const char *t = json_string_value(json_object_get(cond, "type"));
+        const char *s = json_string_value(json_object_get(cond, "status"));
+        if (t && s && strcmp(t, "Ready") == 0)
+            out->ready = strcmp(s, "True") == 0;
+    }
+    snprintf(out->reason, sizeof(out->reason), "%s",
+             str_or(json_object_get(st, "reason")));
+    term = json_object_get(json_object_get(worker_status(st), "state"), "terminated");
+    if (json_is_object(term)) {
+        out->exit_code = (int)json_integer_value(json_object_get(term, "exitCode"));
+        if (!out->reason[0])
+            snprintf(out->reason, sizeof(out->reason), "%s",
+                     str_or(json_object_get(term, "reason")));
+    }
+    return 0;
+}
+
+/* Failed, or about to be: with restartPolicy Never a non-zero exit ends the pod. */
+static bool pod_failed(const struct rec_pod *p)
+{
+    return p->phase == REC_POD_FAILED || (p->phase != REC_POD_SUCCEEDED && p->exit_code > 0);
+}
+
+static bool exit_permanent(int code)
+{
+    return code >= REC_EXIT_PERMANENT_MIN && code <= REC_EXIT_PERMANENT_MAX;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The pass: working state and small helpers
+ * ------------------------------------------------------------------------------------------- */
+
+struct pass {
+    const struct rec_input *in;
+    const struct tj *tj;
+    struct rec_result *out;
+    size_t cap;
+    struct tj_status st; /* the new status, edited in place */
+    int active, ready, succeeded, failed; /* pods of the current gang */
+};
+
+static struct rec_action *add_action(struct pass *p, enum rec_verb verb, enum rec_kind kind,
+                                     const char *name, json_t *obj)
+{
+    struct rec_action *a;
+
+    if (p->out->nactions >= p->cap) { /* cannot happen: cap covers every pod and child */
+        json_decref(obj);
+        return NULL;
+    }
+    a = &p->out->actions[p->out->nactions++];
+    memset(a, 0, sizeof(*a));
+    a->verb = verb;
+    a->kind = kind;
+    snprintf(a->name, sizeof(a->name), "%s", name);
+    a->obj = obj;
+    return a;
+}
+
+__attribute__((format(printf, 4, 5))) static void event(struct pass *p, bool warning,
+                                                        const char *reason, const char *fmt, ...)
+{
+    struct rec_event *e;
+    va_list ap;
+
+    if (p->out->nevents >= REC_EVENTS_MAX)
+        return;
+    e = &p->out->events[p->out->nevents++];
+    e->warning = warning;
+    snprintf(e->reason, sizeof(e->reason), "%s", reason);
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+}
+
+static void set_cond(struct pass *p, const char *type, bool status, const char *reason,
+                     const char *msg)
+{
+    cond_set(&p->st.conds, type, status, reason, msg, p->in->now, p->tj->generation);
+}
+
+static void clear_cond(struct pass *p, const char *type, const char *reason, const char *msg)
+{
+    cond_clear(&p->st.conds, type, reason, msg, p->in->now, p->tj->generation);
+}
+
+static void delete_pod(struct pass *p, const struct rec_pod *pod)
+{
+    struct rec_action *a;
+
+    if (pod->terminating)
+        return;
+    a = add_action(p, REC_DELETE, REC_POD, pod->name, NULL);
+    if (a)
+        snprintf(a->uid, sizeof(a->uid), "%s", pod->uid);
+}
+
+static bool current(const struct pass *p, const struct rec_pod *pod)
+{
+    return pod->restart == p->st.restarts && pod->index >= 0 && pod->index < p->tj->replicas;
+}
+
+static void count_pods(struct pass *p)
+{
+    p->active = p->ready = p->succeeded = p->failed = 0;
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+
+        if (!current(p, pod))
+            continue;
+        if (pod->phase == REC_POD_SUCCEEDED)
+            p->succeeded++;
+        else if (pod_failed(pod))
+            p->failed++;
+        else if (!pod->terminating)
+            p->active++;
+        if (pod->phase == REC_POD_RUNNING && pod->ready && !pod->terminating)
+            p->ready++;
+    }
+}
+
+static void requeue(struct pass *p, long long after)
+{
+    if (after < 1)
+        after = 1;
+    if (p->out->requeue_after_s < 0 || after < p->out->requeue_after_s)
+        p->out->requeue_after_s = after;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Terminal states
+ * ------------------------------------------------------------------------------------------- */
+
+/* Enters Failed or Succeeded: conditions, completionTime, one event. */
+static void finish(struct pass *p, bool ok, const char *reason, const char *msg)
+{
+    p->st.phase = ok ? TJ_PHASE_SUCCEEDED : TJ_PHASE_FAILED;
+    p->st.completion_time = p->in->now;
+    set_cond(p, ok ? COND_SUCCEEDED : COND_FAILED, true, reason, msg);
+    clear_cond(p, COND_RUNNING, reason, "The job finished");
+    clear_cond(p, COND_RESTARTING, reason, "The job finished");
+    event(p, !ok, reason, "%s", msg);
+}
+
+/* Sticky terminal phase: clean pods per policy, then TTL. Never creates anything. */
+static void terminal(struct pass *p)
+{
+    const struct tj *tj = p->tj;
+
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+        bool finished = pod->phase == REC_POD_SUCCEEDED || pod_failed(pod);
+
+        if (tj->clean == TJ_CLEAN_ALL || (tj->clean == TJ_CLEAN_RUNNING && !finished))
+            delete_pod(p, pod);
+    }
+    if (!p->st.completion_time)
+        p->st.completion_time = p->in->now; /* a terminal status from elsewhere: start now */
+    if (tj->ttl_s >= 0) {
+        long long due = (long long)p->st.completion_time + tj->ttl_s;
+        if ((long long)p->in->now >= due)
+            add_action(p, REC_DELETE, REC_JOB, tj->name, NULL);
+        else
+            requeue(p, due - (long long)p->in->now);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Running states
+ * ------------------------------------------------------------------------------------------- */
+
+static void suspend(struct pass *p)
+{
+    for (size_t i = 0; i < p->in->npods; i++)
+        delete_pod(p, &p->in->pods[i]);
+    if (p->st.phase != TJ_PHASE_SUSPENDED)
+        event(p, false, "Suspended", "TrainingJob suspended: deleted its pods, kept %d restarts",
+              p->st.restarts);
+    p->st.phase = TJ_PHASE_SUSPENDED;
+    p->st.start_time = 0;
+    set_cond(p, COND_SUSPENDED, true, "Suspended", "spec.runPolicy.suspend is true");
+    clear_cond(p, COND_RUNNING, "Suspended", "The job is suspended");
+    clear_cond(p, COND_RESTARTING, "Suspended", "The job is suspended");
+}
+
+/* The failed pod of the current gang with the lowest index, or NULL. */
+static const struct rec_pod *first_failure(const struct pass *p)
+{
+    const struct rec_pod *f = NULL;
+
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+        if (current(p, pod) && pod_failed(pod) && (!f || pod->index < f->index))
+            f = pod;
+    }
+    return f;
+}
+
+/* Decides success or failure of the current gang; true when the job became terminal or the gang
+ * is being restarted (nothing more to do in this pass). */
+static bool judge(struct pass *p)
+{
+    const struct tj *tj = p->tj;
+    const struct rec_pod *f;
+    char msg[COND_MESSAGE_MAX];
+    int r = p->st.restarts;
+
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+        if (current(p, pod) && pod->index == 0 && pod->phase == REC_POD_SUCCEEDED) {
+            snprintf(msg, sizeof(msg), "Worker 0 (%s) completed successfully after %d restarts",
+                     pod->name, r);
+            finish(p, true, "Succeeded", msg);
+            return true;
+        }
+    }
+    f = first_failure(p);
+    if (!f)
+        return false;
+    if (exit_permanent(f->exit_code)) {
+        snprintf(msg, sizeof(msg), "Pod %s exited with code %d, an error a restart cannot fix "
+                 "(64-78: bad usage, data or configuration); see its log, fix the spec and "
+                 "recreate the job", f->name, f->exit_code);
+        finish(p, false, "PermanentError", msg);
+        return true;
+    }
+    if (r >= tj->backoff_limit) {
+        snprintf(msg, sizeof(msg), "Pod %s failed (exit code %d%s%s) and all %d restarts allowed "
+                 "by spec.runPolicy.backoffLimit are used", f->name, f->exit_code,
+                 f->reason[0] ? ", " : "", f->reason, tj->backoff_limit);
+        finish(p, false, "BackoffLimitExceeded", msg);
+        return true;
+    }
+    /* Whole-gang restart: collectives cannot continue without a rank. */
+    p->st.restarts = r + 1;
+    p->st.phase = TJ_PHASE_RESTARTING;
+    snprintf(msg, sizeof(msg), "Pod %s failed (exit code %d%s%s); restarting the whole gang "
+             "(restart %d of %d)", f->name, f->exit_code, f->reason[0] ? ", " : "", f->reason,
+             r + 1, tj->backoff_limit);
+    set_cond(p, COND_RESTARTING, true, "WorkerFailed", msg);
+    clear_cond(p, COND_RUNNING, "WorkerFailed", msg);
+    event(p, true, "Restarting", "%s", msg);
+    for (size_t i = 0; i < p->in->npods; i++)
+        delete_pod(p, &p->in->pods[i]);
+    return true;
+}
+
+static void children(struct pass *p)
+{
+    const struct tj *tj = p->tj;
+    char name[RENDER_NAME_MAX];
+
+    if (!p->in->have_service)
+        add_action(p, REC_CREATE, REC_SERVICE, tj->name, render_service(tj));
+    render_configmap_name(tj, name, sizeof(name));
+    if (!p->in->have_configmap) {
+        add_action(p, REC_CREATE, REC_CONFIGMAP, name, render_configmap(tj));
+    } else {
+        char *want = render_config_json(tj);
+        if (!p->in->configmap_data || strcmp(want, p->in->configmap_data) != 0)
+            add_action(p, REC_UPDATE, REC_CONFIGMAP, name, render_configmap(tj));
+        free(want);
+    }
+    render_secret_name(tj, name, sizeof(name));
+    if (!p->in->have_secret)
+        add_action(p, REC_CREATE, REC_SECRET, name, render_secret(tj, p->in->token));
+}
+
+/* Deletes pods that do not belong to the current gang; true while any of them still exists. */
+static bool retire_stale(struct pass *p)
+{
+    bool stale = false;
+
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+        if (current(p, pod))
+            continue;
+        stale = true;
+        delete_pod(p, pod);
+    }
+    return stale;
+}
+
+static int batch_of(int k)
+{
+    int b = 0;
+
+    for (k += 1; k > 1; k >>= 1)
+        b++;
+    return b;
+}
+
+static void create_pods(struct pass *p)
+{
+    const struct tj *tj = p->tj;
+    bool *seen = xcalloc((size_t)tj->replicas, sizeof(*seen));
+    int k = 0;
+
+    for (size_t i = 0; i < p->in->npods; i++)
+        if (current(p, &p->in->pods[i]))
+            seen[p->in->pods[i].index] = true;
+    for (int i = 0; i < tj->replicas; i++) {
+        char name[RENDER_NAME_MAX];
+        struct rec_action *a;
+
+        if (seen[i])
+            continue;
+        render_pod_name(tj, i, name, sizeof(name));
+        a = add_action(p, REC_CREATE, REC_POD, name, render_pod(tj, i, p->st.restarts));
+        if (a)
+            a->batch = batch_of(k++);
+    }
+    free(seen);
+}
+
+static bool all_running(const struct pass *p)
+{
+    int n = 0;
+
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+        if (current(p, pod) && !pod->terminating && pod->phase == REC_POD_RUNNING)
+            n++;
+    }
+    return n == p->tj->replicas; /* current() excludes duplicates only by name; names are unique */
+}
+
+static void set_phase(struct pass *p)
+{
+    char msg[COND_MESSAGE_MAX];
+
+    count_pods(p);
+
+    if (all_running(p)) {
+        if (p->st.phase != TJ_PHASE_RUNNING)
+            event(p, false, "Running", "All %d workers are running", p->tj->replicas);
+        p->st.phase = TJ_PHASE_RUNNING;
+        snprintf(msg, sizeof(msg), "All %d workers are running (restart %d)", p->tj->replicas,
+                 p->st.restarts);
+        set_cond(p, COND_RUNNING, true, "AllWorkersRunning", msg);
+        clear_cond(p, COND_RESTARTING, "GangRunning", msg);
+        return;
+    }
+    snprintf(msg, sizeof(msg), "%d of %d workers are running", p->active, p->tj->replicas);
+    clear_cond(p, COND_RUNNING, "WorkersNotRunning", msg);
+    p->st.phase = cond_is_true(&p->st.conds, COND_RESTARTING) ? TJ_PHASE_RESTARTING
+                                                               : TJ_PHASE_PENDING;
+}
+
+static void running(struct pass *p)
+{
+    const struct tj *tj = p->tj;
+    bool stale;
+
+    if (cond_is_true(&p->st.conds, COND_SUSPENDED)) {
+        set_cond(p, COND_SUSPENDED, false, "Resumed", "spec.runPolicy.suspend is false");
+        event(p, false, "Resumed", "TrainingJob resumed with %d restarts", p->st.restarts);
+    }
+    if (!p->st.start_time)
+        p->st.start_time = p->in->now;
+    if (tj->active_deadline_s > 0) {
+        long long end = (long long)p->st.start_time + tj->active_deadline_s;
+        if ((long long)p->in->now >= end) {
+            char msg[COND_MESSAGE_MAX];
+            snprintf(msg, sizeof(msg), "The job ran longer than spec.runPolicy."
+                     "activeDeadlineSeconds (%llds)", tj->active_deadline_s);
+            finish(p, false, "DeadlineExceeded", msg);
+            terminal(p);
+            return;
+        }
+        requeue(p, end - (long long)p->in->now);
+    }
+    if (judge(p)) {
+        if (tj_phase_terminal(p->st.phase))
+            terminal(p);
+        return;
+    }
+    stale = retire_stale(p);
+    children(p);
+    if (!stale && p->in->expectations_met)
+        create_pods(p);
+    set_phase(p);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Status
+ * ------------------------------------------------------------------------------------------- */
+
+static json_t *status_json(const struct pass *p)
+{
+    json_t *st = json_object(), *lc;
+    char ts[32], ready[32];
+
+    json_object_set_new(st, "phase", json_string(tj_phase_str(p->st.phase)));
+    snprintf(ready, sizeof(ready), "%d/%d", p->ready, p->tj->replicas);
+    json_object_set_new(st, "ready", json_string(ready));
+    json_object_set_new(st, "restarts", json_integer(p->st.restarts));
+    json_object_set_new(st, "replicas",
+                        json_pack("{s:i, s:i, s:i, s:i}", "active", p->active, "ready", p->ready,
+                                  "succeeded", p->succeeded, "failed", p->failed));
+    if (p->st.start_time) {
+        cond_fmt_time(p->st.start_time, ts, sizeof(ts));
+        json_object_set_new(st, "startTime", json_string(ts));
+    }
+    if (p->st.completion_time) {
+        cond_fmt_time(p->st.completion_time, ts, sizeof(ts));
+        json_object_set_new(st, "completionTime", json_string(ts));
+    }
+    json_object_set_new(st, "observedGeneration", json_integer(p->tj->generation));
+    json_object_set_new(st, "conditions", cond_list_to_json(&p->st.conds));
+    lc = json_object_get(p->tj->status_raw, "lastCheckpoint"); /* reported by others: kept */
+    if (lc)
+        json_object_set(st, "lastCheckpoint", lc);
+    return st;
+}
+
+static void result_init(struct rec_result *out, size_t cap)
+{
+    memset(out, 0, sizeof(*out));
+    out->actions = xcalloc(cap ? cap : 1, sizeof(*out->actions));
+    out->requeue_after_s = -1;
+}
+
+static void result_status(struct pass *p)
+{
+    p->out->status = status_json(p);
+    p->out->status_changed = !p->tj->status_raw || !json_equal(p->out->status, p->tj->status_raw);
+}
+
+int rec_reconcile(const struct rec_input *in, struct rec_result *out)
+{
+    const struct tj *tj = in->job;
+    struct pass p = {.in = in, .tj = tj, .out = out, .st = tj->status};
+
+    p.cap = in->npods + (size_t)tj->replicas + 8;
+    result_init(out, p.cap);
+    if (tj->deleting) { /* the garbage collector takes the children */
+        out->status = tj->status_raw ? json_deep_copy(tj->status_raw) : json_object();
+        return 0;
+    }
+    for (size_t i = 0; i < in->npods; i++)
+        if (in->pods[i].restart > p.st.restarts)
+            p.st.restarts = in->pods[i].restart; /* never lose the restart budget */
+    if (!cond_find(&p.st.conds, COND_CREATED) || !cond_is_true(&p.st.conds, COND_CREATED)) {
+        bool was = cond_find(&p.st.conds, COND_CREATED) != NULL;
+        set_cond(&p, COND_CREATED, true, "TrainingJobCreated",
+                 "The TrainingJob is accepted and its children are managed");
+        if (!was)
+            event(&p, false, "Created", "TrainingJob %s/%s accepted: %d replicas", tj->ns,
+                  tj->name, tj->replicas);
+    }
+    if (tj_phase_terminal(p.st.phase))
+        terminal(&p);
+    else if (tj->suspend)
+        suspend(&p);
+    else
+        running(&p);
+    count_pods(&p);
+    result_status(&p);
+    return 0;
+}
+
+void rec_invalid(const struct tj *job, const char *why, time_t now, struct rec_result *out)
+{
+    struct pass p = {.tj = job, .out = out, .st = job->status};
+    struct rec_input in = {.job = job, .now = now};
+    json_t *st;
+
+    p.in = &in;
+    result_init(out, 1);
+    set_cond(&p, COND_CREATED, false, "InvalidSpec", why ? why : "invalid spec");
+    if (p.st.phase == TJ_PHASE_NONE)
+        p.st.phase = TJ_PHASE_PENDING;
+    st = job->status_raw ? json_deep_copy(job->status_raw) : json_object();
+    json_object_set_new(st, "phase", json_string(tj_phase_str(p.st.phase)));
+    json_object_set_new(st, "observedGeneration", json_integer(job->generation));
+    json_object_set_new(st, "conditions", cond_list_to_json(&p.st.conds));
+    out->status = st;
+    out->status_changed = !job->status_raw || !json_equal(st, job->status_raw);
+}
+
+void rec_result_cleanup(struct rec_result *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->nactions; i++)
+        json_decref(r->actions[i].obj);
+    free(r->actions);
+    json_decref(r->status);
+    memset(r, 0, sizeof(*r));
+}
+
+const char *rec_verb_str(enum rec_verb v)
+{
+    return v == REC_CREATE ? "create" : v == REC_UPDATE ? "update" : "delete";
+}
+
+const char *rec_kind_str(enum rec_kind k)
+{
+    static const char *const names[] = {"Pod", "Service", "ConfigMap", "Secret", "TrainingJob"};
+    return (unsigned)k < 5 ? names[k] : "?";
+}

@@ -1,0 +1,132 @@
+/*
+ * rec.h - reconcile, as a pure function (DESIGN.md §3).
+ *
+ *   (TrainingJob, observed pods/service/configmap/secret, expectations, now)
+ *       -> (actions, new status, events, requeue-after)
+ *
+ * No I/O, no clock, no randomness: everything comes in through struct rec_input, so every
+ * decision is tested with JSON fixtures (operator/testdata/rec/). The executor applies the result:
+ * the status first (through /status, with the job's resourceVersion, so a decision taken on a
+ * stale read is refused with 409 and retried from a fresh one), then the actions in order.
+ *
+ * Semantics, in the order they are decided:
+ *  - A job being deleted: nothing (the garbage collector removes the children).
+ *  - Restart count R = max(status.restarts, the highest gantry.dev/restart-count label seen): a
+ *    lost or reset status cannot reset the restart budget.
+ *  - Terminal phases (Succeeded, Failed) are sticky: no pod is ever created again; pods are
+ *    deleted per cleanPodPolicy (Running: those not finished; All; None), and once
+ *    ttlSecondsAfterFinished has passed since completionTime, the TrainingJob itself is deleted.
+ *  - suspend: every pod is deleted, phase Suspended, restarts and conditions kept, startTime
+ *    cleared (activeDeadlineSeconds counts from the last start or resume, as for a Job).
+ *  - activeDeadlineSeconds past since startTime: Failed (DeadlineExceeded).
+ *  - Success policy: the job Succeeded when worker 0 (rank 0, which writes the final checkpoint
+ *    and report) exits 0, whatever the others do; still-running pods are then cleaned.
+ *  - A worker of the current gang failed (pod Failed, or its worker container terminated
+ *    non-zero): exit code 64-78 (sysexits: bad usage/data/config) -> Failed at once
+ *    (PermanentError); else if R >= backoffLimit -> Failed (BackoffLimitExceeded); else the whole
+ *    gang is deleted and status.restarts becomes R+1 (phase Restarting). Nothing is created in
+ *    the same pass.
+ *  - Pods of an older gang (restart label < R) or with an index outside [0, replicas) are deleted
+ *    (with a UID precondition); while any of them still exists, no pod is created, so a new gang
+ *    never mixes with the old one and deterministic names never collide.
+ *  - Service, ConfigMap and Secret are created when missing; the ConfigMap is updated when the
+ *    rendered config differs. Missing pods are created in slow-start batches (batch b holds up to
+ *    2^b pods: 1, 2, 4, ...; the executor stops at the first batch with an error), and only when
+ *    expectations are met: a cache that has not yet seen our earlier creates/deletes creates
+ *    nothing (the caller tracks expectations; see exec.h).
+ *  - Phase: Running when every replica of the current gang is Running; Restarting after a gang
+ *    restart until then; Pending otherwise.
+ * Conditions (Created, Running, Restarting, Succeeded, Failed, Suspended) change
+ * lastTransitionTime only on transitions; status_changed is false when the new status equals the
+ * observed one, so status is written only when it changed.
+ */
+#ifndef GANTRY_REC_H
+#define GANTRY_REC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "operator/render.h"
+#include "operator/tj.h"
+
+#define REC_EXIT_PERMANENT_MIN 64 /* sysexits EX_USAGE */
+#define REC_EXIT_PERMANENT_MAX 78 /* sysexits EX_CONFIG */
+#define REC_EVENTS_MAX 4
+#define REC_UID_MAX 64
+#define REC_REASON_MAX 64
+
+enum rec_pod_phase { REC_POD_PENDING = 0, REC_POD_RUNNING, REC_POD_SUCCEEDED, REC_POD_FAILED,
+                     REC_POD_UNKNOWN };
+
+/* What reconcile needs to know about one observed pod (the informer keeps only these fields). */
+struct rec_pod {
+    char name[RENDER_NAME_MAX];
+    char uid[REC_UID_MAX];
+    int index;   /* gantry.dev/replica-index; -1 when missing or not a number */
+    int restart; /* gantry.dev/restart-count; -1 when missing or not a number */
+    enum rec_pod_phase phase;
+    bool ready;       /* condition Ready is True */
+    bool terminating; /* metadata.deletionTimestamp is set */
+    int exit_code;    /* the worker container's exit code once terminated, else -1 */
+    char reason[REC_REASON_MAX]; /* status.reason (Evicted, ...) or the terminated reason */
+};
+
+/* Reads a Pod object (borrowed). 0, or OP_EPARSE when it has no metadata.name. */
+int rec_pod_from_json(const json_t *pod, struct rec_pod *out);
+
+struct rec_input {
+    const struct tj *job;
+    const struct rec_pod *pods; /* the pods labelled gantry.dev/job-name=<job> */
+    size_t npods;
+    bool have_service, have_configmap, have_secret;
+    const char *configmap_data; /* observed data["config.json"], or NULL */
+    bool expectations_met;      /* every create/delete we issued has been observed */
+    time_t now;
+    const char *token; /* a fresh random token, used only if the Secret must be created */
+};
+
+enum rec_verb { REC_CREATE = 0, REC_UPDATE, REC_DELETE };
+enum rec_kind { REC_POD = 0, REC_SERVICE, REC_CONFIGMAP, REC_SECRET, REC_JOB };
+
+struct rec_action {
+    enum rec_verb verb;
+    enum rec_kind kind;
+    char name[RENDER_NAME_MAX];
+    char uid[REC_UID_MAX]; /* deletes of pods: precondition, so a replacement is never hit */
+    int batch;             /* pod creates: slow-start batch 0, 1, 2, ... */
+    json_t *obj;           /* create/update: the object (owned by the result) */
+};
+
+struct rec_event {
+    bool warning;
+    char reason[REC_REASON_MAX];
+    char message[COND_MESSAGE_MAX];
+};
+
+struct rec_result {
+    struct rec_action *actions;
+    size_t nactions;
+    json_t *status;      /* the new .status (owned by the result) */
+    bool status_changed; /* differs from the observed status: write it */
+    long long requeue_after_s; /* -1: no timer needed (events will wake us) */
+    struct rec_event events[REC_EVENTS_MAX];
+    int nevents;
+};
+
+/* Computes the result for a valid job. 0 always today; the result must be cleaned up. */
+int rec_reconcile(const struct rec_input *in, struct rec_result *out)
+    __attribute__((warn_unused_result));
+
+/* For a job whose spec failed tj_parse(): no actions; status keeps its phase (Pending when
+ * none) and gets Created=False, reason InvalidSpec, with the validation message, so the user sees
+ * why in `kubectl describe` instead of a crash loop. Fixing the spec clears it. */
+void rec_invalid(const struct tj *job, const char *why, time_t now, struct rec_result *out);
+
+void rec_result_cleanup(struct rec_result *r);
+
+const char *rec_verb_str(enum rec_verb v);
+const char *rec_kind_str(enum rec_kind k);
+
+#endif /* GANTRY_REC_H */
