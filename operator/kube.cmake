@@ -10,6 +10,8 @@ add_library(gantry_kube STATIC
     ${KUBE_DIR}/kube_yaml.c
     ${KUBE_DIR}/kube_config.c
     ${KUBE_DIR}/kube.c
+    ${KUBE_DIR}/strmap.c
+    ${KUBE_DIR}/watch.c
 )
 target_include_directories(gantry_kube PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_kube PUBLIC PkgConfig::KUBE_DEPS OpenSSL::SSL OpenSSL::Crypto
@@ -24,3 +26,4 @@ target_compile_definitions(kube_config_test PRIVATE
 add_library(gantry_kube_testsrv STATIC ${KUBE_DIR}/testsrv.c)
 target_link_libraries(gantry_kube_testsrv PUBLIC gantry_kube)
 gantry_test(kube_test SOURCES ${KUBE_DIR}/kube_test.c LIBS gantry_kube_testsrv)
+gantry_test(kube_watch_test SOURCES ${KUBE_DIR}/watch_test.c LIBS gantry_kube_testsrv)

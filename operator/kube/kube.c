@@ -197,6 +197,9 @@ struct xfer {
     void *ud;
     struct buf errbody;
     bool stopped;
+    bool dead;             /* no byte for dead_after_s */
+    long dead_after_s;
+    struct timespec last_data;
     CURL *h;
 };
 
@@ -207,6 +210,7 @@ static size_t write_cb(char *p, size_t size, size_t n, void *ud)
 
     if (x->on_data) {
         long code = 0;
+        clock_gettime(CLOCK_MONOTONIC, &x->last_data);
         curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
         if (code >= 300) /* an error body: keep it for the Status */
             return buf_append(&x->errbody, p, len) ? 0 : len;
@@ -240,7 +244,20 @@ static size_t header_cb(char *p, size_t size, size_t n, void *ud)
 static int progress_cb(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
     struct xfer *x = ud;
-    return atomic_load(&x->kc->canceled) ? 1 : 0;
+
+    if (atomic_load(&x->kc->canceled))
+        return 1;
+    if (x->dead_after_s > 0) {
+        /* curl's LOW_SPEED check averages over a window of seconds; a silent half-open
+         * connection is caught sooner and exactly by timing the last byte ourselves. */
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - x->last_data.tv_sec >= x->dead_after_s) {
+            x->dead = true;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* Options shared by requests and streams: URL, TLS, auth, HTTP version, callbacks. */
@@ -316,6 +333,11 @@ static int from_curl(struct kube_client *kc, CURLcode cc, const struct xfer *x, 
         snprintf(kc->last.message, sizeof(kc->last.message), "%s %s: response over %u bytes "
                  "(KUBE_MAX_BODY); use a smaller list limit", method, path, KUBE_MAX_BODY);
         return OP_ETOOBIG;
+    }
+    if (x->dead) {
+        snprintf(kc->last.message, sizeof(kc->last.message), "%s %s: no data for %ld s; the "
+                 "connection is presumed dead", method, path, x->dead_after_s);
+        return OP_ETIMEDOUT;
     }
     if (cc == CURLE_ABORTED_BY_CALLBACK || x->stopped || atomic_load(&kc->canceled))
         return OP_ECANCELED;
@@ -619,10 +641,8 @@ int kube_stream(struct kube_client *kc, const char *path, kube_data_fn on_data, 
     kc->errbuf[0] = 0;
     hdr = setup(kc, kc->sh, path, NULL, &x);
     curl_easy_setopt(kc->sh, CURLOPT_ACCEPT_ENCODING, NULL); /* events must arrive unbuffered */
-    if (dead_after_s > 0) {
-        curl_easy_setopt(kc->sh, CURLOPT_LOW_SPEED_LIMIT, 1L);
-        curl_easy_setopt(kc->sh, CURLOPT_LOW_SPEED_TIME, dead_after_s);
-    }
+    x.dead_after_s = dead_after_s;
+    clock_gettime(CLOCK_MONOTONIC, &x.last_data);
     if (max_s > 0)
         curl_easy_setopt(kc->sh, CURLOPT_TIMEOUT_MS, max_s * 1000L);
     cc = curl_easy_perform(kc->sh);

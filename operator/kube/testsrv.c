@@ -275,3 +275,16 @@ void testsrv_stop(struct testsrv *s)
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
+
+int testsrv_wait_closed(struct testsrv_conn *c, int ms)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    char b[256];
+
+    while (poll(&p, 1, ms) > 0) {
+        ssize_t n = recv(c->fd, b, sizeof(b), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return 0;
+    }
+    return -1;
+}

@@ -36,6 +36,8 @@ void testsrv_chunked_start(struct testsrv_conn *c, int code);
 /* 0, or -1 when the client went away. */
 int testsrv_chunk(struct testsrv_conn *c, const char *data);
 void testsrv_chunked_end(struct testsrv_conn *c);
+/* Waits up to ms for the client to close the connection: 0 closed, -1 still open. */
+int testsrv_wait_closed(struct testsrv_conn *c, int ms);
 /* Value of a request header (case-insensitive name) into out; 0 found, -1 not. */
 int testsrv_header(const struct testsrv_req *r, const char *name, char *out, size_t outlen);
 
