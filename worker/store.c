@@ -415,32 +415,48 @@ static bool conn_write(struct conn *c)
     return c->state != ST_CLOSING;
 }
 
+/* Stopping: rank 0's own client has already closed, so wait (bounded) for the other ranks to
+ * read their last replies and hang up before closing their connections. */
+#define DRAIN_MS 5000
+
 static void *server_main(void *arg)
 {
     struct store_server *s = arg;
     struct pollfd *pf = NULL;
     size_t cap = 0;
+    int64_t drain_until = -1;
 
     for (;;) {
         size_t n = s->nconns + 2;
+        int timeout = -1;
+        if (drain_until >= 0) {
+            int64_t left = drain_until - dist_now_ms();
+            if (s->nconns == 0 || left <= 0)
+                break;
+            timeout = (int)left;
+        }
         if (n > cap) {
             cap = 2 * n;
             pf = xrealloc(pf, cap * sizeof(*pf));
         }
         pf[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
         pf[1] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
+        if (drain_until >= 0)
+            pf[0].fd = pf[1].fd = -1; /* poll ignores negative fds */
         for (size_t i = 0; i < s->nconns; i++)
             pf[i + 2] = (struct pollfd){
                 .fd = s->conns[i].fd,
                 .events = (short)(POLLIN | (buf_len(&s->conns[i].out) ? POLLOUT : 0))};
-        if (poll(pf, n, -1) < 0) {
+        if (poll(pf, n, timeout) < 0) {
             if (errno == EINTR)
                 continue;
             dist_log("Store server poll failed: %s", strerror(errno));
             break;
         }
-        if (pf[0].revents)
-            break;
+        if (pf[0].revents) {
+            drain_until = dist_now_ms() + DRAIN_MS;
+            continue;
+        }
         /* Walk backwards: conn_close() moves the last connection into the freed slot. */
         for (size_t i = n - 2; i-- > 0;) {
             struct conn *c = &s->conns[i];
@@ -904,8 +920,8 @@ int store_barrier(struct store *st, int timeout_ms)
     snprintf(done, sizeof(done), "%s/done", key);
     if ((rc = store_add(st, key, 1, &n)))
         return rc;
-    if (n == st->world && (rc = store_set(st, done, "1", 1)))
-        return rc;
+    if (n == st->world) /* the last to arrive releases the others and need not wait */
+        return store_set(st, done, "1", 1);
     rc = store_wait(st, done, timeout_ms, &v, &vl);
     free(v);
     return rc;

@@ -149,16 +149,17 @@ static void test_wait_wakes(void)
 {
     struct store_server *srv = NULL;
     struct store *a = NULL;
-    struct store_server_opts so = {.bind_addr = "127.0.0.1", .token = "tok", .world_size = 2};
+    struct store_server_opts so = {.bind_addr = "127.0.0.1", .port = tu_free_port(),
+                                   .token = "tok", .world_size = 2};
     void *v = NULL;
     size_t vl;
+    struct store_opts co = {.host = "localhost", .port = so.port, .token = "tok", .rank = 0,
+                            .world_size = 2, .connect_timeout_ms = 5000, .op_timeout_ms = 5000};
+    /* Fork before this process has threads (the server's): the child retries until it is up. */
+    pid_t p = tu_spawn(late_setter, 1, &co);
 
     TEST_EQ_INT(store_server_start(&so, &srv), 0);
-    struct store_opts co = {.host = "localhost", .port = store_server_port(srv), .token = "tok",
-                            .rank = 0, .world_size = 2, .connect_timeout_ms = 5000,
-                            .op_timeout_ms = 5000};
     TEST_EQ_INT(store_connect(&co, &a), 0);
-    pid_t p = tu_spawn(late_setter, 1, &co);
     TEST_EQ_INT(store_wait(a, "woken", 10000, &v, &vl), 0);
     TEST_EQ_STR((char *)v, "yes");
     TEST_EQ_INT(tu_wait(p, 10000, NULL), 0);

@@ -1,0 +1,106 @@
+/*
+ * coll.h - collectives behind one interface: all-reduce (sum, average), broadcast, all-gather,
+ * barrier; and a gradient bucketer that reduces buckets on a background thread while backward
+ * is still running.
+ *
+ * Backends:
+ *   tcp  (coll_tcp_new, here): a ring over plain sockets, for CPUs and tests. All-reduce is ring
+ *        reduce-scatter + all-gather, chunked and pipelined (the next chunk is on the wire while
+ *        this one is being added), fp32 with optional bf16 compression on the wire. Buffers are
+ *        host memory.
+ *   nccl (coll_nccl_new, coll_nccl.h): NCCL on GPUs; buffers are device memory.
+ *
+ * Contract for every collective: all ranks call the same collectives in the same order with the
+ * same sizes (and root). Calls are synchronous: the result is in the buffer when they return.
+ * Not thread-safe: one thread at a time per struct coll (the bucketer owns it while buckets are
+ * pending).
+ *
+ * Failure: a peer that dies (connection reset, EOF) or makes no progress for opts.timeout_ms
+ * (default 60 s: a hung or SIGSTOPped process) fails the call with DIST_EPEER / DIST_ETIMEDOUT and
+ * a message naming the peer's rank and address. The struct coll is broken from then on: every
+ * later call returns the same error. The worker should exit(dist_exit_code(rc)) - a retryable
+ * code - so the operator restarts the gang. Because ring neighbours also lose their connection to
+ * the exiting rank, every rank fails within about one timeout.
+ */
+#ifndef GANTRY_COLL_H
+#define GANTRY_COLL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct store;
+struct coll; /* opaque */
+
+enum coll_red {
+    COLL_SUM,
+    COLL_AVG /* sum / world size */
+};
+
+struct coll_opts {
+    int timeout_ms;      /* no progress from a peer for this long is a failure (default 60000) */
+    size_t chunk_bytes;  /* pipelining granularity (default 512 KiB; multiple of 4) */
+    bool bf16_wire;      /* all-reduce: send bf16 instead of fp32 (half the bytes; every rank
+                          * ends with identical values, rounded to bf16 precision) */
+    int sock_buf_bytes;  /* SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning */
+};
+
+/* Connects the tcp ring: each rank listens on the interface that reaches the store, publishes
+ * its address in the store, connects to rank+1 and accepts rank-1; connections are authenticated
+ * with the job token (HMAC over a per-instance nonce). Every rank must call it (in the same order
+ * as other coll_*_new calls). opts may be NULL. *out is new: coll_free(). */
+int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **out)
+    __attribute__((warn_unused_result));
+
+/* "tcp" or "nccl". */
+const char *coll_backend(const struct coll *c);
+int coll_rank(const struct coll *c);
+int coll_world_size(const struct coll *c);
+
+/* In place: buf[i] = op over ranks of buf[i], n floats. */
+int coll_allreduce(struct coll *c, float *buf, size_t n, enum coll_red op)
+    __attribute__((warn_unused_result));
+/* Copies root's bytes into every other rank's buf. */
+int coll_broadcast(struct coll *c, void *buf, size_t bytes, int root)
+    __attribute__((warn_unused_result));
+/* recv (world * bytes) gets every rank's send (bytes), in rank order. send may alias
+ * recv + rank * bytes. */
+int coll_allgather(struct coll *c, const void *send, void *recv, size_t bytes)
+    __attribute__((warn_unused_result));
+/* Returns when every rank has entered the barrier. */
+int coll_barrier(struct coll *c) __attribute__((warn_unused_result));
+/* NULL is a no-op. */
+void coll_free(struct coll *c);
+
+/* ---- gradient buckets ---------------------------------------------------------------------
+ * Backward calls coll_grads_push() for each bucket as soon as its gradients are final; a
+ * background thread all-reduces the buckets in push order while backward goes on. Before the
+ * optimiser step, coll_grads_wait() returns when every pushed bucket is reduced. Every rank must
+ * push the same buckets (sizes) in the same order. The bucket memory is borrowed until
+ * coll_grads_wait() returns; the struct coll must not be used by anyone else in between.
+ *
+ *     struct coll_grads *g = coll_grads_new(coll, COLL_AVG);
+ *     for each step:
+ *         backward(..., on_bucket_ready = coll_grads_push(g, bucket_ptr, bucket_len));
+ *         if ((rc = coll_grads_wait(g))) exit(dist_exit_code(rc));
+ *         adamw_step(...);
+ *     coll_grads_free(g);
+ */
+struct coll_grads;
+
+/* c is borrowed and must outlive the bucketer. */
+struct coll_grads *coll_grads_new(struct coll *c, enum coll_red op);
+/* Queues buf[0..n) for reduction and returns at once. After an error, returns it. */
+int coll_grads_push(struct coll_grads *g, float *buf, size_t n)
+    __attribute__((warn_unused_result));
+/* Waits for every queued bucket; returns the first error, if any. */
+int coll_grads_wait(struct coll_grads *g) __attribute__((warn_unused_result));
+/* Waits for pending buckets, stops the thread. NULL is a no-op. */
+void coll_grads_free(struct coll_grads *g);
+
+/* ---- bf16 helpers (also used by the checkpoint code and tests) ---------------------------- */
+
+/* Round to nearest even; NaN stays NaN. */
+unsigned short coll_f32_to_bf16(float f);
+float coll_bf16_to_f32(unsigned short h);
+
+#endif /* GANTRY_COLL_H */

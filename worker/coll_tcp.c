@@ -1,0 +1,510 @@
+/*
+ * coll_tcp.c - the tcp collectives backend: a ring of authenticated TCP connections.
+ *
+ * Each rank sends to rank+1 on one socket and receives from rank-1 on another, both at once
+ * (non-blocking, poll), so both directions of every link are busy. All-reduce is the
+ * bandwidth-optimal ring: W-1 reduce-scatter steps then W-1 all-gather steps, each moving
+ * n/W elements; data is received in chunks (opts.chunk_bytes) and each chunk is added while the
+ * kernel already receives the next one. Sizes need not divide by W: segment i is
+ * [i*n/W, (i+1)*n/W).
+ */
+#include "worker/coll.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "common/xalloc.h"
+#include "worker/coll_impl.h"
+#include "worker/dist.h"
+#include "worker/net.h"
+#include "worker/store.h"
+
+#define COLL_MAC_LABEL "gantry-coll-v1"
+#define NONCE_LEN 16
+#define MAX_IO (4u << 20) /* bytes per send/recv call */
+
+struct tcp {
+    int rank, world;
+    int next_fd, prev_fd;
+    int timeout_ms;
+    size_t chunk;
+    bool bf16;
+    char next_addr[NET_MAX_ADDR + 16], prev_addr[NET_MAX_ADDR + 16];
+    char *stage;      /* chunk-sized receive staging for reductions */
+    uint16_t *wire_a; /* bf16 segment buffers (bf16 mode) */
+    uint16_t *wire_b;
+    size_t wire_cap;  /* elements in each */
+};
+
+enum rmode {
+    R_COPY,      /* bytes land in rp */
+    R_ADD_F32,   /* fp32 chunks staged, then acc += chunk */
+    R_ADD_BF16,  /* bf16 chunks staged, then acc += decode(chunk) */
+    R_COPY_BF16  /* bf16 bytes land in rp, and acc = decode(rp) */
+};
+
+/* ---- the transfer engine ------------------------------------------------------------------- */
+
+struct xfer {
+    const char *sp;
+    size_t slen, sdone;
+    char *rp; /* R_COPY, R_COPY_BF16: destination of the raw bytes */
+    size_t rlen, rdone, folded;
+    enum rmode mode;
+    float *acc; /* R_ADD_*, R_COPY_BF16: fp32 elements matching the received bytes */
+    bool follow; /* never send bytes not yet received (broadcast forwarding, sp == rp) */
+};
+
+/* Applies the received bytes [x->folded, upto) to acc. */
+static void fold(struct tcp *t, struct xfer *x, size_t upto)
+{
+    size_t from = x->folded;
+
+    if (x->mode == R_ADD_F32) {
+        const float *s = (const float *)t->stage;
+        float *d = x->acc + from / 4;
+        for (size_t i = 0, n = (upto - from) / 4; i < n; i++)
+            d[i] += s[i];
+    } else if (x->mode == R_ADD_BF16) {
+        const uint16_t *s = (const uint16_t *)t->stage;
+        float *d = x->acc + from / 2;
+        for (size_t i = 0, n = (upto - from) / 2; i < n; i++)
+            d[i] += coll_bf16_to_f32(s[i]);
+    } else if (x->mode == R_COPY_BF16) {
+        const uint16_t *s = (const uint16_t *)(x->rp + from);
+        float *d = x->acc + from / 2;
+        for (size_t i = 0, n = (upto - from) / 2; i < n; i++)
+            d[i] = coll_bf16_to_f32(s[i]);
+    }
+    x->folded = upto;
+}
+
+static int peer_error(struct tcp *t, const char *what, bool prev, int rc)
+{
+    int peer = prev ? (t->rank - 1 + t->world) % t->world : (t->rank + 1) % t->world;
+    const char *addr = prev ? t->prev_addr : t->next_addr;
+
+    if (rc == DIST_ETIMEDOUT)
+        dist_log("%s: rank %d (%s) made no progress for %.1f s: it is hung or dead. Exiting so "
+                 "that the gang restarts from the last checkpoint",
+                 what, peer, addr, t->timeout_ms / 1000.0);
+    else if (rc == DIST_EPEER)
+        dist_log("%s: rank %d (%s) closed the connection: it died. Exiting so that the gang "
+                 "restarts from the last checkpoint",
+                 what, peer, addr);
+    else
+        dist_log("%s: talking to rank %d (%s) failed: %s", what, peer, addr, strerror(errno));
+    return rc;
+}
+
+static int do_recv(struct tcp *t, struct xfer *x, const char *what, bool *progress)
+{
+    bool staged = x->mode == R_ADD_F32 || x->mode == R_ADD_BF16;
+    size_t room = x->rlen - x->rdone;
+    char *dst;
+
+    if (x->mode != R_COPY) {
+        size_t chunk_end = x->folded + t->chunk; /* do not cross the chunk being staged */
+        if (chunk_end - x->rdone < room)
+            room = chunk_end - x->rdone;
+    }
+    if (room > MAX_IO)
+        room = MAX_IO;
+    dst = staged ? t->stage + (x->rdone - x->folded) : x->rp + x->rdone;
+    ssize_t n = recv(t->prev_fd, dst, room, 0);
+    if (n == 0)
+        return peer_error(t, what, true, DIST_EPEER);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR)
+            return 0;
+        return peer_error(t, what, true, errno == ECONNRESET ? DIST_EPEER : DIST_EIO);
+    }
+    *progress = true;
+    x->rdone += (size_t)n;
+    if (x->mode != R_COPY && (x->rdone - x->folded == t->chunk || x->rdone == x->rlen))
+        fold(t, x, x->rdone);
+    return 0;
+}
+
+static int do_send(struct tcp *t, struct xfer *x, const char *what, bool *progress)
+{
+    size_t avail = (x->follow ? x->rdone : x->slen) - x->sdone;
+
+    if (avail == 0)
+        return 0;
+    if (avail > MAX_IO)
+        avail = MAX_IO;
+    ssize_t n = send(t->next_fd, x->sp + x->sdone, avail, MSG_NOSIGNAL);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR)
+            return 0;
+        return peer_error(t, what, false,
+                          (errno == EPIPE || errno == ECONNRESET) ? DIST_EPEER : DIST_EIO);
+    }
+    *progress = n > 0;
+    x->sdone += (size_t)n;
+    return 0;
+}
+
+/* Runs one ring step to completion: sends x->slen bytes to next while receiving x->rlen from
+ * prev. Waits in poll() only when neither direction can move; a wait longer than the timeout is
+ * a dead peer. */
+static int run_xfer(struct tcp *t, struct xfer *x, const char *what)
+{
+    int rc;
+
+    while (x->sdone < x->slen || x->rdone < x->rlen) {
+        bool progress = false;
+        if (x->rdone < x->rlen && (rc = do_recv(t, x, what, &progress)))
+            return rc;
+        if (x->sdone < x->slen && (rc = do_send(t, x, what, &progress)))
+            return rc;
+        if (progress)
+            continue;
+        struct pollfd p[2];
+        int np = 0;
+        bool want_send = x->sdone < x->slen && (!x->follow || x->sdone < x->rdone);
+        if (x->rdone < x->rlen)
+            p[np++] = (struct pollfd){.fd = t->prev_fd, .events = POLLIN};
+        if (want_send)
+            p[np++] = (struct pollfd){.fd = t->next_fd, .events = POLLOUT};
+        int n = poll(p, (nfds_t)np, t->timeout_ms);
+        if (n < 0 && errno != EINTR)
+            return peer_error(t, what, true, DIST_EIO);
+        if (n == 0) /* blame the side we were waiting on; receiving first */
+            return peer_error(t, what, x->rdone < x->rlen, DIST_ETIMEDOUT);
+        for (int i = 0; i < np; i++)
+            if (p[i].revents & (POLLERR | POLLHUP) && !(p[i].revents & POLLIN)) {
+                bool prev = p[i].fd == t->prev_fd;
+                return peer_error(t, what, prev, DIST_EPEER);
+            }
+    }
+    return 0;
+}
+
+static int step(struct tcp *t, const char *what, const void *sp, size_t slen, void *rp,
+                size_t rlen, enum rmode mode, float *acc)
+{
+    struct xfer x = {.sp = sp, .slen = slen, .rp = rp, .rlen = rlen, .mode = mode, .acc = acc};
+    return run_xfer(t, &x, what);
+}
+
+/* ---- all-reduce ------------------------------------------------------------------------------ */
+
+static size_t seg_off(size_t n, int world, int i)
+{
+    return (size_t)((uint64_t)n * (uint64_t)i / (uint64_t)world); /* n < 2^40, world < 2^20 */
+}
+
+static void encode(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = coll_f32_to_bf16(src[i]);
+}
+
+static int allreduce_f32(struct tcp *t, float *buf, size_t n)
+{
+    int W = t->world, r = t->rank, rc;
+
+    for (int s = 0; s < W - 1; s++) {
+        int si = ((r - s) % W + W) % W, ri = ((r - s - 1) % W + W) % W;
+        size_t so = seg_off(n, W, si), ro = seg_off(n, W, ri);
+        if ((rc = step(t, "all-reduce", buf + so, (seg_off(n, W, si + 1) - so) * 4, NULL,
+                       (seg_off(n, W, ri + 1) - ro) * 4, R_ADD_F32, buf + ro)))
+            return rc;
+    }
+    for (int s = 0; s < W - 1; s++) {
+        int si = ((r + 1 - s) % W + W) % W, ri = ((r - s) % W + W) % W;
+        size_t so = seg_off(n, W, si), ro = seg_off(n, W, ri);
+        if ((rc = step(t, "all-reduce", buf + so, (seg_off(n, W, si + 1) - so) * 4,
+                       (char *)(buf + ro), (seg_off(n, W, ri + 1) - ro) * 4, R_COPY, NULL)))
+            return rc;
+    }
+    return 0;
+}
+
+/* bf16 on the wire: partial sums travel as bf16 and are accumulated in fp32; the owner of each
+ * reduced segment rounds it to bf16 before the all-gather, so every rank ends bit-identical. */
+static int allreduce_bf16(struct tcp *t, float *buf, size_t n)
+{
+    int W = t->world, r = t->rank, rc;
+    size_t maxseg = n / (size_t)W + 1;
+
+    if (maxseg > t->wire_cap) {
+        free(t->wire_a);
+        free(t->wire_b);
+        t->wire_a = xmallocarray(maxseg, 2);
+        t->wire_b = xmallocarray(maxseg, 2);
+        t->wire_cap = maxseg;
+    }
+    for (int s = 0; s < W - 1; s++) {
+        int si = ((r - s) % W + W) % W, ri = ((r - s - 1) % W + W) % W;
+        size_t so = seg_off(n, W, si), sn = seg_off(n, W, si + 1) - so;
+        size_t ro = seg_off(n, W, ri), rn = seg_off(n, W, ri + 1) - ro;
+        encode(t->wire_a, buf + so, sn);
+        if ((rc = step(t, "all-reduce", t->wire_a, sn * 2, NULL, rn * 2, R_ADD_BF16, buf + ro)))
+            return rc;
+    }
+    int own = (r + 1) % W;
+    size_t oo = seg_off(n, W, own), on = seg_off(n, W, own + 1) - oo;
+    encode(t->wire_a, buf + oo, on);
+    for (size_t i = 0; i < on; i++)
+        buf[oo + i] = coll_bf16_to_f32(t->wire_a[i]);
+    uint16_t *send = t->wire_a, *recv = t->wire_b;
+    for (int s = 0; s < W - 1; s++) {
+        int si = ((r + 1 - s) % W + W) % W, ri = ((r - s) % W + W) % W;
+        size_t sn = seg_off(n, W, si + 1) - seg_off(n, W, si);
+        size_t ro = seg_off(n, W, ri), rn = seg_off(n, W, ri + 1) - ro;
+        if ((rc = step(t, "all-reduce", send, sn * 2, (char *)recv, rn * 2, R_COPY_BF16,
+                       buf + ro)))
+            return rc;
+        uint16_t *tmp = send; /* what arrived is what goes on next */
+        send = recv;
+        recv = tmp;
+    }
+    return 0;
+}
+
+static int tcp_allreduce(struct coll *c, float *buf, size_t n, enum coll_red op)
+{
+    struct tcp *t = c->impl;
+    int rc = 0;
+
+    if (t->world > 1)
+        rc = t->bf16 ? allreduce_bf16(t, buf, n) : allreduce_f32(t, buf, n);
+    if (!rc && op == COLL_AVG && t->world > 1) {
+        float w = (float)t->world;
+        for (size_t i = 0; i < n; i++)
+            buf[i] /= w;
+    }
+    return rc;
+}
+
+/* ---- broadcast, all-gather, barrier --------------------------------------------------------- */
+
+/* A pipelined chain root -> root+1 -> ... -> root-1: each rank forwards every chunk as soon as
+ * it has arrived. */
+static int tcp_broadcast(struct coll *c, void *buf, size_t bytes, int root)
+{
+    struct tcp *t = c->impl;
+    int pos = (t->rank - root + t->world) % t->world; /* place in the chain */
+    struct xfer x = {.sp = buf, .rp = buf, .mode = R_COPY};
+
+    if (pos == 0) {
+        x.slen = bytes;
+    } else {
+        x.rlen = bytes;
+        x.slen = pos == t->world - 1 ? 0 : bytes;
+        x.follow = true;
+    }
+    return run_xfer(t, &x, "broadcast");
+}
+
+static int tcp_allgather(struct coll *c, const void *send, void *recv, size_t bytes)
+{
+    struct tcp *t = c->impl;
+    int W = t->world, r = t->rank, rc;
+    char *out = recv;
+
+    (void)send; /* coll.c already put it at recv + rank * bytes */
+    for (int s = 0; s < W - 1; s++) {
+        int si = ((r - s) % W + W) % W, ri = ((r - s - 1) % W + W) % W;
+        if ((rc = step(t, "all-gather", out + (size_t)si * bytes, bytes,
+                       out + (size_t)ri * bytes, bytes, R_COPY, NULL)))
+            return rc;
+    }
+    return 0;
+}
+
+/* An all-gather of one byte per rank: nobody leaves before everyone has sent. */
+static int tcp_barrier(struct coll *c)
+{
+    char *b = xcalloc((size_t)c->world, 1);
+    int rc = tcp_allgather(c, b + c->rank, b, 1);
+    free(b);
+    return rc;
+}
+
+static void tcp_destroy(struct coll *c)
+{
+    struct tcp *t = c->impl;
+
+    if (!t)
+        return;
+    if (t->next_fd >= 0)
+        close(t->next_fd);
+    if (t->prev_fd >= 0)
+        close(t->prev_fd);
+    free(t->stage);
+    free(t->wire_a);
+    free(t->wire_b);
+    free(t);
+}
+
+static const struct coll_ops tcp_ops = {.name = "tcp",
+                                        .allreduce = tcp_allreduce,
+                                        .broadcast = tcp_broadcast,
+                                        .allgather = tcp_allgather,
+                                        .barrier = tcp_barrier,
+                                        .destroy = tcp_destroy};
+
+/* ---- setup ---------------------------------------------------------------------------------- */
+
+/* The hello a connecting rank sends: its rank, then HMAC(token, label | nonce | instance | rank).
+ */
+static void hello_mac(struct store *st, const unsigned char *nonce, int64_t inst, int rank,
+                      unsigned char mac[STORE_MAC_LEN])
+{
+    unsigned char m[sizeof(COLL_MAC_LABEL) + NONCE_LEN + 12];
+    size_t l = sizeof(COLL_MAC_LABEL) - 1;
+
+    memcpy(m, COLL_MAC_LABEL, l);
+    memcpy(m + l, nonce, NONCE_LEN);
+    net_put_u64(m + l + NONCE_LEN, (uint64_t)inst);
+    net_put_u32(m + l + NONCE_LEN + 8, (uint32_t)rank);
+    store_hmac(st, m, l + NONCE_LEN + 12, mac);
+}
+
+/* Accepts until the expected previous rank shows up with a valid hello; strays are dropped. */
+static int accept_prev(struct tcp *t, struct store *st, int lfd, const unsigned char *nonce,
+                       int64_t inst)
+{
+    int64_t deadline = dist_now_ms() + t->timeout_ms;
+    int prev = (t->rank - 1 + t->world) % t->world;
+
+    for (;;) {
+        unsigned char h[4 + STORE_MAC_LEN], want[STORE_MAC_LEN];
+        int fd, left = (int)(deadline - dist_now_ms());
+        if (left <= 0 || net_accept(lfd, left, &fd) != 0) {
+            dist_log("tcp collectives: rank %d (%s) did not connect within %.1f s", prev,
+                     t->prev_addr, t->timeout_ms / 1000.0);
+            return DIST_ETIMEDOUT;
+        }
+        hello_mac(st, nonce, inst, prev, want);
+        if (net_read_all(fd, h, sizeof(h), left) == 0 && (int)net_get_u32(h) == prev &&
+            memcmp(h + 4, want, STORE_MAC_LEN) == 0) {
+            t->prev_fd = fd;
+            return 0;
+        }
+        dist_log("tcp collectives: dropped a connection that did not authenticate as rank %d",
+                 prev);
+        close(fd);
+    }
+}
+
+static int get_addr(struct store *st, const char *key, int timeout_ms, char *out, size_t cap)
+{
+    void *v = NULL;
+    size_t vl;
+    int rc = store_wait(st, key, timeout_ms, &v, &vl);
+
+    if (!rc)
+        snprintf(out, cap, "%s", (char *)v);
+    free(v);
+    return rc;
+}
+
+/* The per-instance nonce, address exchange and the two connections. */
+static int tcp_connect_ring(struct tcp *t, struct store *st, int lfd, int lport)
+{
+    unsigned char nonce[NONCE_LEN], h[4 + STORE_MAC_LEN];
+    char key[96], val[NET_MAX_ADDR + 16], host[NET_MAX_ADDR];
+    int next = (t->rank + 1) % t->world, prev = (t->rank - 1 + t->world) % t->world, port, rc;
+    int64_t inst;
+    void *v = NULL;
+    size_t vl;
+
+    /* Every rank creates its collectives in the same order, so its own count names the instance. */
+    snprintf(key, sizeof(key), "coll/instances/%d", t->rank);
+    if ((rc = store_add(st, key, 1, &inst)))
+        return rc;
+    snprintf(key, sizeof(key), "coll/%" PRId64 "/nonce", inst);
+    if (t->rank == 0) {
+        if (RAND_bytes(nonce, NONCE_LEN) != 1 || (rc = store_set(st, key, nonce, NONCE_LEN)))
+            return rc ? rc : DIST_EIO;
+    } else {
+        if ((rc = store_wait(st, key, t->timeout_ms, &v, &vl)))
+            return rc;
+        if (vl != NONCE_LEN) {
+            free(v);
+            return DIST_EPROTO;
+        }
+        memcpy(nonce, v, NONCE_LEN);
+        free(v);
+    }
+    snprintf(key, sizeof(key), "coll/%" PRId64 "/addr/%d", inst, t->rank);
+    snprintf(val, sizeof(val), "%s %d", store_local_addr(st), lport);
+    if ((rc = store_set(st, key, val, strlen(val))))
+        return rc;
+    snprintf(key, sizeof(key), "coll/%" PRId64 "/addr/%d", inst, next);
+    if ((rc = get_addr(st, key, t->timeout_ms, val, sizeof(val))))
+        return rc;
+    if (sscanf(val, "%63s %d", host, &port) != 2)
+        return DIST_EPROTO;
+    snprintf(t->next_addr, sizeof(t->next_addr), "%s:%d", host, port);
+    snprintf(key, sizeof(key), "coll/%" PRId64 "/addr/%d", inst, prev);
+    if ((rc = get_addr(st, key, t->timeout_ms, val, sizeof(val))))
+        return rc;
+    snprintf(t->prev_addr, sizeof(t->prev_addr), "%s", val);
+    char *sp = strchr(t->prev_addr, ' ');
+    if (sp)
+        *sp = ':';
+    char why[256];
+    if ((rc = net_connect(host, port, t->timeout_ms, &t->next_fd, why, sizeof(why)))) {
+        dist_log("tcp collectives: could not connect to rank %d: %s", next, why);
+        return rc;
+    }
+    net_put_u32(h, (uint32_t)t->rank);
+    hello_mac(st, nonce, inst, t->rank, h + 4);
+    if ((rc = net_write_all(t->next_fd, h, sizeof(h), t->timeout_ms)))
+        return rc;
+    return accept_prev(t, st, lfd, nonce, inst);
+}
+
+int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **out)
+{
+    struct coll_opts o = {0};
+    struct tcp *t = xcalloc(1, sizeof(*t));
+    int lfd = -1, lport, rc = 0;
+
+    if (opts)
+        o = *opts;
+    t->rank = store_rank(st);
+    t->world = store_world_size(st);
+    t->next_fd = t->prev_fd = -1;
+    t->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 60000;
+    t->chunk = o.chunk_bytes >= 4096 ? o.chunk_bytes & ~(size_t)3 : 512 * 1024;
+    t->bf16 = o.bf16_wire;
+    t->stage = xmalloc(t->chunk);
+    if (t->world > 1) {
+        if ((rc = net_listen(store_local_addr(st), 0, &lfd, &lport))) {
+            dist_log("tcp collectives: could not listen on %s: %s", store_local_addr(st),
+                     strerror(errno));
+            goto out;
+        }
+        if ((rc = tcp_connect_ring(t, st, lfd, lport)))
+            goto out;
+        if (o.sock_buf_bytes > 0) {
+            net_set_bufsize(t->next_fd, o.sock_buf_bytes);
+            net_set_bufsize(t->prev_fd, o.sock_buf_bytes);
+        }
+    }
+    *out = coll_wrap(&tcp_ops, t->rank, t->world, t);
+    t = NULL;
+out:
+    if (lfd >= 0)
+        close(lfd);
+    if (t) {
+        struct coll tmp = {.impl = t};
+        tcp_destroy(&tmp);
+    }
+    return rc;
+}
