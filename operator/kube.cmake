@@ -12,6 +12,8 @@ add_library(gantry_kube STATIC
     ${KUBE_DIR}/kube.c
     ${KUBE_DIR}/strmap.c
     ${KUBE_DIR}/watch.c
+    ${KUBE_DIR}/informer.c
+    ${KUBE_DIR}/queue.c
 )
 target_include_directories(gantry_kube PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_kube PUBLIC PkgConfig::KUBE_DEPS OpenSSL::SSL OpenSSL::Crypto
@@ -27,3 +29,5 @@ add_library(gantry_kube_testsrv STATIC ${KUBE_DIR}/testsrv.c)
 target_link_libraries(gantry_kube_testsrv PUBLIC gantry_kube)
 gantry_test(kube_test SOURCES ${KUBE_DIR}/kube_test.c LIBS gantry_kube_testsrv)
 gantry_test(kube_watch_test SOURCES ${KUBE_DIR}/watch_test.c LIBS gantry_kube_testsrv)
+gantry_test(kube_queue_test SOURCES ${KUBE_DIR}/queue_test.c LIBS gantry_kube)
+gantry_test(kube_informer_test SOURCES ${KUBE_DIR}/informer_test.c LIBS gantry_kube_testsrv)

@@ -395,6 +395,8 @@ int watch_run(struct watch *w)
                 continue;
             }
             need_list = false;
+            if (w->o.on_listed)
+                w->o.on_listed(w->ud);
             pthread_mutex_lock(&w->mu);
             w->st.lists++;
             pthread_mutex_unlock(&w->mu);

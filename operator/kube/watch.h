@@ -65,6 +65,7 @@ struct watch_opts {
     long dead_after_s;          /* 0: 120 (kube-apiserver bookmarks at least every minute) */
     long page_limit;            /* list page size; 0: 500 */
     long backoff_max_ms;        /* 0: 30000 */
+    void (*on_listed)(void *ud); /* optional: after each complete (re)list has been delivered */
 };
 
 /* obj is borrowed. Return nonzero to end watch_run() with that value. Called on the watch thread. */

@@ -1,0 +1,59 @@
+/*
+ * informer.h - a watch-fed cache of one collection, keyed "namespace/name".
+ *
+ * informer_start() runs a struct watch (list+watch, relist on 410) on its own thread and keeps
+ * the objects in a map. Scope it with the collection path (one namespace or all), a label and a
+ * field selector, and keep only the fields the caller reads (opts.fields, dotted paths such as
+ * "status.phase" or "metadata.labels"): metadata.name/namespace/uid/resourceVersion are always
+ * kept. That projection is what keeps memory per cached pod small.
+ *
+ * Handlers run on the informer thread, without the cache lock held (they may call
+ * informer_get()), and receive borrowed objects: on_update gets the cached old object; on_delete
+ * gets the last cached object (also for deletes synthesised after a relist).
+ * Cached objects are shared and must be treated as read-only; informer_get() returns a new
+ * reference. Thread-safe.
+ */
+#ifndef GANTRY_INFORMER_H
+#define GANTRY_INFORMER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "operator/kube/watch.h"
+
+struct informer_handlers {
+    void (*on_add)(void *ud, json_t *obj);
+    void (*on_update)(void *ud, json_t *old_obj, json_t *new_obj);
+    void (*on_delete)(void *ud, json_t *obj);
+    void *ud;
+};
+
+struct informer_opts {
+    struct watch_opts watch;     /* path, selectors, timeouts */
+    const char *const *fields;   /* NULL-terminated dotted paths to keep; NULL: whole objects */
+};
+
+struct informer;
+/* Copies cfg, copts (may be NULL), opts and the field list. */
+struct informer *informer_new(const struct kube_config *cfg, const struct kube_client_opts *copts,
+                              const struct informer_opts *opts, const struct informer_handlers *h);
+int informer_start(struct informer *inf) __attribute__((warn_unused_result));
+/* True once the first list has been delivered into the cache. */
+bool informer_synced(struct informer *inf);
+/* Waits for informer_synced(); 0 or OP_ETIMEDOUT. */
+int informer_wait_synced(struct informer *inf, long timeout_ms) __attribute__((warn_unused_result));
+/* New reference to the cached object for "ns/name", or NULL. */
+json_t *informer_get(struct informer *inf, const char *key);
+/* New array (new references) of every cached object. */
+json_t *informer_list(struct informer *inf);
+size_t informer_len(struct informer *inf);
+void informer_get_stats(struct informer *inf, struct watch_stats *out);
+/* Stops the watch and joins the thread; the cache stays readable until informer_free(). */
+void informer_stop(struct informer *inf);
+void informer_free(struct informer *inf);
+
+/* A new object with only the given dotted paths of obj (plus the identity metadata). */
+json_t *kube_project(const json_t *obj, const char *const *fields);
+
+#endif /* GANTRY_INFORMER_H */
