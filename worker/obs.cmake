@@ -1,5 +1,6 @@
-# Observability: the /metrics + /progress HTTP server (worker/metrics) and TensorBoard event files
-# (worker/tbevent). Core links gantry_obs into gantry-worker; documented in docs/metrics.md.
+# Observability: the /metrics + /progress HTTP server (worker/metrics), TensorBoard event files
+# (worker/tbevent) and the training loop's handle on both (worker/obs). Core links gantry_obs
+# into gantry-worker; the metrics and tags are documented in docs/metrics.md.
 pkg_check_modules(OBS_ISAL REQUIRED IMPORTED_TARGET libisal)          # CRC32C (crc32_iscsi)
 pkg_check_modules(OBS_MHD REQUIRED IMPORTED_TARGET libmicrohttpd)     # the HTTP server
 pkg_check_modules(OBS_CURL REQUIRED IMPORTED_TARGET libcurl)          # tests only: a real HTTP client
@@ -7,12 +8,14 @@ pkg_check_modules(OBS_JANSSON REQUIRED IMPORTED_TARGET jansson)  # tests only: p
 
 add_library(gantry_obs STATIC
     ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c
+    ${CMAKE_CURRENT_SOURCE_DIR}/obs.c
     ${CMAKE_CURRENT_SOURCE_DIR}/tbevent.c)
 target_include_directories(gantry_obs PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_obs PUBLIC gantry_common PkgConfig::OBS_ISAL PkgConfig::OBS_MHD Threads::Threads m)
 
 gantry_test(tbevent_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tbevent_test.c LIBS gantry_obs)
 gantry_test(metrics_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/metrics_test.c LIBS gantry_obs PkgConfig::OBS_JANSSON)
+gantry_test(obs_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/obs_test.c LIBS gantry_obs)
 gantry_test(metrics_http_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/metrics_http_test.c
     LIBS gantry_obs PkgConfig::OBS_CURL PkgConfig::OBS_JANSSON)
 
