@@ -3,12 +3,25 @@
 add_library(gantry_core STATIC
     ${CMAKE_CURRENT_SOURCE_DIR}/model.c
     ${CMAKE_CURRENT_SOURCE_DIR}/optim.c
-    ${CMAKE_CURRENT_SOURCE_DIR}/cfg.c)
+    ${CMAKE_CURRENT_SOURCE_DIR}/cfg.c
+    ${CMAKE_CURRENT_SOURCE_DIR}/train.c)
 target_include_directories(gantry_core PUBLIC "${PROJECT_SOURCE_DIR}")
 pkg_check_modules(CORE_JANSSON REQUIRED IMPORTED_TARGET jansson)
-target_link_libraries(gantry_core PUBLIC gantry_kernels gantry_common PkgConfig::CORE_JANSSON m)
+target_link_libraries(gantry_core PUBLIC gantry_kernels gantry_data gantry_common PkgConfig::CORE_JANSSON m)
 
 gantry_test(model_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/model_test.c LIBS gantry_core)
 set_tests_properties(model_test PROPERTIES
     ENVIRONMENT "GANTRY_TESTDATA=${CMAKE_CURRENT_SOURCE_DIR}/testdata")
 gantry_test(cfg_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cfg_test.c LIBS gantry_core)
+
+# The binary. gantry_dist provides the launch environment (dist_env) and exit codes.
+add_executable(gantry-worker ${CMAKE_CURRENT_SOURCE_DIR}/main.c)
+target_link_libraries(gantry-worker PRIVATE gantry_core gantry_dist)
+gantry_test(train_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_test.c LIBS gantry_core)
+# Passive OpenMP waiting: spinning threads starve OpenBLAS's threads and other tests (see main.c).
+set_tests_properties(model_test cfg_test train_test PROPERTIES ENVIRONMENT_MODIFICATION
+    "OMP_WAIT_POLICY=set:passive")
+add_test(NAME gantry_worker_cli_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/worker_cli_test.sh $<TARGET_FILE:gantry-worker>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/testdata)
+set_tests_properties(gantry_worker_cli_test PROPERTIES TIMEOUT 120)

@@ -1,0 +1,189 @@
+#include "worker/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/xalloc.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t mix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* Fisher-Yates with a generator seeded from (seed, epoch): every rank draws the same order. */
+static void shuffle(size_t *perm, size_t n, uint64_t seed, int epoch)
+{
+    uint64_t s = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(epoch + 1));
+    for (size_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(mix64(&s) % i);
+        size_t t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* This rank's shard of the epoch's order, as torch's DistributedSampler cuts it: positions
+ * rank, rank + W, ... of perm, wrapping around so every rank gets ceil(n / W) examples (and so
+ * takes the same number of steps). */
+static size_t shard(size_t *idx, const size_t *perm, size_t n, int rank, int world)
+{
+    size_t ns = (n + (size_t)world - 1) / (size_t)world;
+    for (size_t i = 0; i < ns; i++)
+        idx[i] = perm[(i * (size_t)world + (size_t)rank) % n];
+    return ns;
+}
+
+long train_steps_per_epoch(size_t n, int batch, int accum, int world)
+{
+    size_t per = (size_t)batch * (size_t)accum, ns = (n + (size_t)world - 1) / (size_t)world;
+    return (long)((ns + per - 1) / per);
+}
+
+/* Copies examples idx[0..B) into (B, T) buffers with T = their longest length; returns T. */
+static int gather(const struct train_data *d, const size_t *idx, int B, int *tok, int *len,
+                  int *lab, long *ntok)
+{
+    int T = 1;
+    for (int b = 0; b < B; b++)
+        T = d->len[idx[b]] > T ? d->len[idx[b]] : T;
+    for (int b = 0; b < B; b++) {
+        const int32_t *row = d->ids + idx[b] * (size_t)d->max_len;
+        memcpy(tok + (size_t)b * T, row, sizeof(int) * (size_t)T);
+        len[b] = d->len[idx[b]];
+        lab[b] = d->labels[idx[b]];
+        *ntok += len[b];
+    }
+    return T;
+}
+
+static void log_progress(const struct train_opts *o, long step, long total, int epoch,
+                         double loss, float lr, float norm, double dt, long samples, long tokens,
+                         long steps)
+{
+    double ms = 1e3 * dt / (double)steps;
+    int W = o->world_size > 0 ? o->world_size : 1;
+    double sps = (double)samples * W / dt, tps = (double)tokens * W / dt;
+    if (o->json_out) {
+        fprintf(o->json_out,
+                "{\"step\":%ld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.4f,"
+                "\"samples_per_s\":%.1f,\"tokens_per_s\":%.0f,\"ms_per_step\":%.1f}\n",
+                step, epoch, loss, (double)lr, (double)norm, sps, tps, ms);
+        fflush(o->json_out);
+    }
+    if (o->human_out) {
+        fprintf(o->human_out, "step %ld/%ld | epoch %d | loss %.4f | lr %.1e | %.1f ms | %.0f "
+                              "samples/s | %.1fk tok/s\n",
+                step, total, epoch + 1, loss, (double)lr, ms, sps, tps / 1e3);
+        fflush(o->human_out);
+    }
+}
+
+int train_run(struct model *m, const struct train_data *d, const struct train_opts *o,
+              struct train_result *res)
+{
+    const int per_step = o->batch * o->accum;
+    const int W = o->world_size > 0 ? o->world_size : 1;
+    long spe = train_steps_per_epoch(d->n, o->batch, o->accum, W);
+    long total = (long)o->epochs * spe, step = 0;
+    struct optim_config oc = o->optim;
+    struct adamw opt;
+    size_t *perm = xmallocarray(d->n ? d->n : 1, sizeof(size_t));
+    size_t *idx = xmallocarray(d->n ? d->n : 1, sizeof(size_t)), ns = 0;
+    int *tok = xmallocarray((size_t)o->batch * d->max_len, sizeof(int));
+    int *len = xmallocarray((size_t)o->batch, sizeof(int));
+    int *lab = xmallocarray((size_t)o->batch, sizeof(int));
+    double t0 = now_s(), tlog = t0, loss_sum = 0.0;
+    long samples = 0, tokens = 0, log_steps = 0, all_samples = 0, all_tokens = 0;
+    int rc = 0;
+
+    if (o->max_steps > 0 && o->max_steps < total)
+        total = o->max_steps;
+    oc.total_steps = total;
+    oc.warmup_steps = o->warmup_steps >= 0 ? o->warmup_steps
+                                           : (int)lround(o->warmup_ratio * (double)total);
+    adamw_init(&opt, m->n_params);
+    memset(res, 0, sizeof(*res));
+    for (int epoch = 0; epoch < o->epochs && step < total; epoch++) {
+        shuffle(perm, d->n, o->seed, epoch);
+        ns = shard(idx, perm, d->n, o->rank, W);
+        for (size_t start = 0; start < ns && step < total; start += per_step) {
+            size_t in_step = ns - start < (size_t)per_step ? ns - start : (size_t)per_step;
+            double step_loss = 0.0;
+            model_zero_grad(m);
+            for (size_t mb = 0; mb < in_step; mb += o->batch) {
+                int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
+                int T = gather(d, idx + start + mb, B, tok, len, lab, &tokens);
+                float l = model_forward(m, tok, len, lab, B, T);
+                model_backward(m, 1.0f / (float)in_step);
+                step_loss += (double)l * B;
+            }
+            if (o->reduce) {
+                if ((rc = o->reduce(m->grads, m->n_params, o->reduce_ctx)))
+                    goto out;
+                float inv = 1.0f / (float)W;
+                for (size_t i = 0; i < m->n_params; i++)
+                    m->grads[i] *= inv;
+            }
+            float norm = optim_clip_grad_norm(m->grads, m->n_params, oc.grad_clip);
+            float lr = optim_lr(&oc, step);
+            adamw_step(&opt, m, &oc, lr);
+            step++;
+            samples += (long)in_step;
+            loss_sum += step_loss / (double)in_step;
+            log_steps++;
+            if (step % o->log_interval == 0 || step == total) {
+                double t = now_s();
+                res->last_loss = loss_sum / (double)log_steps;
+                log_progress(o, step, total, epoch, res->last_loss, lr, norm, t - tlog, samples,
+                             tokens, log_steps);
+                all_samples += samples, all_tokens += tokens;
+                samples = tokens = log_steps = 0;
+                loss_sum = 0.0;
+                tlog = t;
+            }
+        }
+    }
+out:
+    res->steps = step;
+    res->seconds = now_s() - t0;
+    all_samples += samples, all_tokens += tokens;
+    res->samples_per_s = (double)all_samples / res->seconds;
+    res->tokens_per_s = (double)all_tokens / res->seconds;
+    adamw_cleanup(&opt);
+    free(perm), free(idx), free(tok), free(len), free(lab);
+    return rc;
+}
+
+void train_evaluate(struct model *m, const struct train_data *d, int batch, struct eval_counts *e)
+{
+    int *tok = xmallocarray((size_t)batch * d->max_len, sizeof(int));
+    int *len = xmallocarray((size_t)batch, sizeof(int));
+    int *lab = xmallocarray((size_t)batch, sizeof(int));
+    size_t *idx = xmallocarray((size_t)batch, sizeof(size_t));
+    long ntok = 0;
+
+    for (size_t start = 0; start < d->n; start += (size_t)batch) {
+        int B = (int)(d->n - start < (size_t)batch ? d->n - start : (size_t)batch);
+        for (int b = 0; b < B; b++)
+            idx[b] = start + (size_t)b;
+        int T = gather(d, idx, B, tok, len, lab, &ntok);
+        float l = model_forward(m, tok, len, lab, B, T);
+        eval_add_logits(e, d->labels + start, m->logits, (size_t)B);
+        eval_add_loss(e, (double)l * B, (uint64_t)B);
+    }
+    free(tok), free(len), free(lab), free(idx);
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# gantry-worker end to end on the tiny fixture: trains, writes the report, and exits with the
+# documented codes for bad configs (78), bad usage (64) and bad data (65).
+# Usage: worker_cli_test.sh /path/to/gantry-worker /path/to/worker/testdata
+set -euo pipefail
+bin=$1 data=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { # name, expected exit, command...
+    local name=$1 want=$2 got=0
+    shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err" || got=$?
+    if [ "$got" != "$want" ]; then
+        echo "FAIL $name: exit $got, want $want"; sed 's/^/  /' "$tmp/err" | tail -5; fail=1
+    else
+        echo "ok   $name"
+    fi
+}
+cat >"$tmp/cfg.json" <<JSON
+{"training": {"model": {"hidden": 16, "heads": 2, "layers": 1, "maxSeqLen": 24},
+  "data": {"train": "$data/tiny.jsonl", "eval": "$data/tiny.jsonl", "minFreq": 1},
+  "epochs": 40, "batchSize": 3, "learningRate": "3e-3", "logInterval": 20,
+  "report": "$tmp/report.json"}}
+JSON
+check "trains and reports" 0 "$bin" --config "$tmp/cfg.json"
+grep -q '"step":80,' "$tmp/out" || { echo "FAIL no JSON progress line for step 80"; fail=1; }
+grep -q '^step 80/80 | epoch 40 | loss' "$tmp/err" || { echo "FAIL no human progress line"; fail=1; }
+python3 - "$tmp/report.json" <<'PY' || fail=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["examples"] == 6 and r["labels"] == ["ham", "spam"], r
+assert r["accuracy"] == 1.0, r["accuracy"]           # 6 examples, 40 epochs: memorised
+assert r["train"]["steps"] == 80 and r["train"]["final_loss"] < 0.3, r["train"]
+print("ok   report.json")
+PY
+check "n-gram baseline" 0 "$bin" --config "$tmp/cfg.json" --model-type ngram --model-buckets 64
+check "flag beats file: bad value" 78 "$bin" --config "$tmp/cfg.json" --batch-size 0
+grep -q 'training.batchSize: 0 is out of range' "$tmp/err" || { echo "FAIL message"; fail=1; }
+check "env beats file: bad value" 78 env GANTRY_MODEL_HEADS=5 "$bin" --config "$tmp/cfg.json"
+check "unknown flag" 64 "$bin" --config "$tmp/cfg.json" --bogus 1
+check "missing data file" 65 "$bin" --config "$tmp/cfg.json" --data-train "$tmp/none.jsonl"
+check "help" 0 "$bin" --help
+exit $fail
