@@ -18,3 +18,7 @@ gantry_test(tj_test SOURCES ${CTL_DIR}/tj_test.c LIBS gantry_ctl)
 gantry_test(render_test SOURCES ${CTL_DIR}/render_test.c LIBS gantry_ctl)
 gantry_test(rec_test SOURCES ${CTL_DIR}/rec_test.c LIBS gantry_ctl)
 target_compile_definitions(rec_test PRIVATE REC_TESTDATA="${CTL_DIR}/testdata/rec")
+
+# API tier: the CRD against a real kube-apiserver; skipped (77) unless GANTRY_TEST_KUBECONFIG is set.
+add_test(NAME crd_api_test COMMAND bash ${PROJECT_SOURCE_DIR}/e2e/api/crd_test.sh)
+set_tests_properties(crd_api_test PROPERTIES LABELS api SKIP_RETURN_CODE 77 TIMEOUT 300)
