@@ -63,3 +63,11 @@ foreach(f dataset text)
         file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fuzz/${f})
     endif()
 endforeach()
+
+# The SpamAssassin converter (hack/spam_data.py) on a five-e-mail fixture; Python stdlib only.
+find_program(GANTRY_PYTHON3 NAMES python3)
+if(GANTRY_PYTHON3)
+    add_test(NAME spam_data_test
+        COMMAND ${GANTRY_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/../hack/spam_data_test.py)
+    set_tests_properties(spam_data_test PROPERTIES TIMEOUT 120)
+endif()
