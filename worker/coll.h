@@ -28,6 +28,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct store;
 struct coll; /* opaque */
 
@@ -102,5 +106,9 @@ void coll_grads_free(struct coll_grads *g);
 /* Round to nearest even; NaN stays NaN. */
 unsigned short coll_f32_to_bf16(float f);
 float coll_bf16_to_f32(unsigned short h);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* GANTRY_COLL_H */

@@ -314,7 +314,8 @@ static int tcp_allgather(struct coll *c, const void *send, void *recv, size_t by
     int W = t->world, r = t->rank, rc;
     char *out = recv;
 
-    (void)send; /* coll.c already put it at recv + rank * bytes */
+    if (send != out + (size_t)r * bytes)
+        memmove(out + (size_t)r * bytes, send, bytes);
     for (int s = 0; s < W - 1; s++) {
         int si = ((r - s) % W + W) % W, ri = ((r - s - 1) % W + W) % W;
         if ((rc = step(t, "all-gather", out + (size_t)si * bytes, bytes,
@@ -328,7 +329,7 @@ static int tcp_allgather(struct coll *c, const void *send, void *recv, size_t by
 static int tcp_barrier(struct coll *c)
 {
     char *b = xcalloc((size_t)c->world, 1);
-    int rc = tcp_allgather(c, b + c->rank, b, 1);
+    int rc = c->world > 1 ? tcp_allgather(c, b + c->rank, b, 1) : 0;
     free(b);
     return rc;
 }

@@ -15,3 +15,12 @@ target_link_libraries(gantry_dist PUBLIC gantry_common OpenSSL::Crypto PkgConfig
 
 gantry_test(store_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/store_test.c LIBS gantry_dist)
 gantry_test(coll_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/coll_test.c LIBS gantry_dist)
+
+# NCCL backend: compiled only with CUDA; without it coll_nccl.h provides a stub.
+if(GANTRY_HAVE_NCCL)
+    target_sources(gantry_dist PRIVATE ${CMAKE_CURRENT_LIST_DIR}/coll_nccl.cu)
+    target_compile_definitions(gantry_dist PUBLIC GANTRY_HAVE_NCCL=1)
+    target_link_libraries(gantry_dist PUBLIC gantry::nccl)
+    gantry_test(coll_nccl_gpu_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/coll_nccl_gpu_test.cu
+                LIBS gantry_dist LABELS gpu)
+endif()

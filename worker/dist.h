@@ -27,6 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Error codes (negative). Keep dist_strerror() and dist_exit_code() in step. */
 enum {
     DIST_OK = 0,
@@ -133,5 +137,9 @@ int dist_agree_resume(struct dist_rdzv *rz, int64_t my_step, enum dist_resume_po
 /* A final barrier (so rank 0's store outlives every client's last request), then closes the
  * connection and, on rank 0, stops the server. NULL is a no-op. */
 void dist_rdzv_free(struct dist_rdzv *rz);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* GANTRY_DIST_H */

@@ -22,6 +22,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define STORE_MAX_KEY 256
 #define STORE_MAX_VALUE (1 << 20)
 #define STORE_MAX_KEYS 65536
@@ -96,5 +100,9 @@ int store_add(struct store *st, const char *key, int64_t delta, int64_t *result)
 /* Blocks until all world_size ranks have called store_barrier the same number of times, or
  * timeout_ms (< 0: op_timeout_ms). Every rank must call barriers in the same order. */
 int store_barrier(struct store *st, int timeout_ms) __attribute__((warn_unused_result));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* GANTRY_STORE_H */

@@ -1,0 +1,199 @@
+/*
+ * coll_nccl.cu - the nccl collectives backend (see coll_nccl.h). Compiled only with CUDA.
+ * Host code only: it enqueues NCCL calls and waits for them with async error checks.
+ */
+#include "worker/coll_nccl.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+extern "C" {
+#include "common/xalloc.h" /* a C header without C++ guards */
+}
+#include "worker/coll_impl.h"
+#include "worker/store.h"
+
+struct nccl {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    bool own_stream;
+    float *scratch; /* one float on the device, for the barrier */
+    int timeout_ms;
+    bool aborted;
+};
+
+static int cuda_failed(const char *what, cudaError_t e)
+{
+    dist_log("%s failed: %s. HINT: check the GPU with nvidia-smi; the pod restarts from the last "
+             "checkpoint",
+             what, cudaGetErrorString(e));
+    return DIST_EIO;
+}
+
+static int nccl_failed(const char *what, ncclResult_t r)
+{
+    dist_log("%s failed: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(NULL));
+    return r == ncclRemoteError || r == ncclSystemError ? DIST_EPEER : DIST_EIO;
+}
+
+/* Waits for the stream, polling NCCL's async error: a dead peer shows up there, a hung one as a
+ * timeout. Either way the communicator is aborted so nothing stays blocked on the GPU. */
+static int wait_stream(struct nccl *n, const char *what)
+{
+    int64_t start = dist_now_ms();
+    struct timespec ts = {0, 50 * 1000};
+
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(n->stream);
+        if (e == cudaSuccess)
+            return 0;
+        if (e != cudaErrorNotReady)
+            return cuda_failed(what, e);
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(n->comm, &async);
+        if (r != ncclSuccess || async != ncclSuccess) {
+            ncclCommAbort(n->comm);
+            n->aborted = true;
+            dist_log("%s: NCCL reported %s: a peer died or its network failed. Exiting so that "
+                     "the gang restarts",
+                     what, ncclGetErrorString(r != ncclSuccess ? r : async));
+            return DIST_EPEER;
+        }
+        if (dist_now_ms() - start > n->timeout_ms) {
+            ncclCommAbort(n->comm);
+            n->aborted = true;
+            dist_log("%s made no progress for %.1f s: a peer is hung or dead. Exiting so that the "
+                     "gang restarts",
+                     what, n->timeout_ms / 1000.0);
+            return DIST_ETIMEDOUT;
+        }
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int nccl_allreduce(struct coll *c, float *buf, size_t count, enum coll_red op)
+{
+    struct nccl *n = (struct nccl *)c->impl;
+    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, op == COLL_AVG ? ncclAvg : ncclSum,
+                                   n->comm, n->stream);
+    return r != ncclSuccess ? nccl_failed("ncclAllReduce", r) : wait_stream(n, "all-reduce");
+}
+
+static int nccl_broadcast(struct coll *c, void *buf, size_t bytes, int root)
+{
+    struct nccl *n = (struct nccl *)c->impl;
+    ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclChar, root, n->comm, n->stream);
+    return r != ncclSuccess ? nccl_failed("ncclBroadcast", r) : wait_stream(n, "broadcast");
+}
+
+static int nccl_allgather(struct coll *c, const void *send, void *recv, size_t bytes)
+{
+    struct nccl *n = (struct nccl *)c->impl;
+    ncclResult_t r = ncclAllGather(send, recv, bytes, ncclChar, n->comm, n->stream);
+    return r != ncclSuccess ? nccl_failed("ncclAllGather", r) : wait_stream(n, "all-gather");
+}
+
+static int nccl_barrier(struct coll *c)
+{
+    struct nccl *n = (struct nccl *)c->impl;
+    return nccl_allreduce(c, n->scratch, 1, COLL_SUM);
+}
+
+static void nccl_destroy(struct coll *c)
+{
+    struct nccl *n = (struct nccl *)c->impl;
+
+    if (!n)
+        return;
+    if (n->comm && !n->aborted)
+        ncclCommDestroy(n->comm);
+    if (n->scratch)
+        cudaFree(n->scratch);
+    if (n->own_stream && n->stream)
+        cudaStreamDestroy(n->stream);
+    free(n);
+}
+
+static const struct coll_ops nccl_ops = {"nccl", nccl_allreduce, nccl_broadcast, nccl_allgather,
+                                         nccl_barrier, nccl_destroy};
+
+/* Rank 0's unique id, through the store; the key is numbered per instance like the tcp ring's. */
+static int exchange_id(struct store *st, ncclUniqueId *id, int timeout_ms)
+{
+    char key[96];
+    int64_t inst;
+    void *v = NULL;
+    size_t vl;
+    int rank = store_rank(st), rc;
+
+    snprintf(key, sizeof(key), "nccl/instances/%d", rank);
+    if ((rc = store_add(st, key, 1, &inst)))
+        return rc;
+    snprintf(key, sizeof(key), "nccl/%" PRId64 "/id", inst);
+    if (rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(id);
+        if (r != ncclSuccess)
+            return nccl_failed("ncclGetUniqueId", r);
+        return store_set(st, key, id, sizeof(*id));
+    }
+    if ((rc = store_wait(st, key, timeout_ms, &v, &vl)))
+        return rc;
+    if (vl != sizeof(*id))
+        rc = DIST_EPROTO;
+    else
+        memcpy(id, v, sizeof(*id));
+    free(v);
+    return rc;
+}
+
+extern "C" int coll_nccl_new(struct store *st, int device, struct CUstream_st *stream,
+                             const struct coll_opts *opts, struct coll **out)
+{
+    struct nccl *n = (struct nccl *)xcalloc(1, sizeof(*n));
+    ncclUniqueId id;
+    cudaError_t e;
+    ncclResult_t r;
+    int rc = 0;
+
+    n->timeout_ms = opts && opts->timeout_ms > 0 ? opts->timeout_ms : 60000;
+    if ((e = cudaSetDevice(device)) != cudaSuccess) {
+        rc = cuda_failed("cudaSetDevice", e);
+        goto out;
+    }
+    n->stream = (cudaStream_t)stream;
+    if (!n->stream) {
+        if ((e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+            rc = cuda_failed("cudaStreamCreate", e);
+            goto out;
+        }
+        n->own_stream = true;
+    }
+    if ((e = cudaMalloc((void **)&n->scratch, sizeof(float))) != cudaSuccess ||
+        (e = cudaMemset(n->scratch, 0, sizeof(float))) != cudaSuccess) {
+        rc = cuda_failed("cudaMalloc", e);
+        goto out;
+    }
+    if ((rc = exchange_id(st, &id, n->timeout_ms)))
+        goto out;
+    r = ncclCommInitRank(&n->comm, store_world_size(st), id, store_rank(st));
+    if (r != ncclSuccess) {
+        n->comm = NULL;
+        rc = nccl_failed("ncclCommInitRank", r);
+        goto out;
+    }
+    *out = coll_wrap(&nccl_ops, store_rank(st), store_world_size(st), n);
+    n = NULL;
+out:
+    if (n) {
+        struct coll tmp = {};
+        tmp.impl = n;
+        nccl_destroy(&tmp);
+    }
+    return rc;
+}
