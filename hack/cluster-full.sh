@@ -409,6 +409,7 @@ POD_CIDR=$POD_CIDR
 DNS_IP=$DNS_IP
 CONTAINERD_ADDRESS=$F/containerd/containerd.sock
 BUSYBOX_IMAGE=$(busybox_image)
+VOLUME_ROOT=$F/volumes
 EOF
 }
 

@@ -62,9 +62,10 @@ eventually() { # TIMEOUT COMMAND...
     done
 }
 
+NAMESPACES=("$NS")
 cleanup() {
-    [ $KEEP -eq 1 ] && { echo "kept namespace $NS"; return; }
-    k delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+    [ $KEEP -eq 1 ] && { echo "kept namespaces ${NAMESPACES[*]}"; return; }
+    k delete namespace "${NAMESPACES[@]}" --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -147,11 +148,27 @@ test_roundtrip
 test_gc
 test_rbac
 test_namespace_delete
-if [ "$TIER" = full ]; then
-    for t in "$HACK"/../e2e/smoke/*.sh; do
-        [ -e "$t" ] || continue
-        if NS=$NS KUBECTL=$KUBECTL bash "$t"; then ok "$(basename "$t")"; else bad "$(basename "$t")"; fi
+# --- full tier: pods run (e2e/smoke/*_test.sh, one namespace each) ------------------------------
+run_full() {
+    local env t name ns start
+    env=$(dirname "$KUBECONFIG")/cluster.env
+    BUSYBOX_IMAGE=$(sed -n 's/^BUSYBOX_IMAGE=//p' "$env" 2>/dev/null)
+    VOLUME_ROOT=$(sed -n 's/^VOLUME_ROOT=//p' "$env" 2>/dev/null)
+    if [ -z "$BUSYBOX_IMAGE" ]; then
+        bad "the cluster in $(dirname "$KUBECONFIG") is not a full one; start it with: hack/cluster.sh up --tier full"
+        return
+    fi
+    export BUSYBOX_IMAGE VOLUME_ROOT KUBECTL KUBECONFIG
+    for t in "$HACK"/../e2e/smoke/*_test.sh; do
+        name=$(basename "$t" _test.sh)
+        ns=$NS-${name//_/-}
+        NAMESPACES+=("$ns")
+        k create namespace "$ns" >/dev/null
+        eventually 30 k -n "$ns" get serviceaccount default || true
+        start=$SECONDS
+        if NS=$ns bash "$t"; then ok "$name ($((SECONDS - start))s)"; else bad "$name ($((SECONDS - start))s; namespace $ns)"; fi
     done
-fi
+}
+[ "$TIER" != full ] || run_full
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]
