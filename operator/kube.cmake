@@ -14,6 +14,8 @@ add_library(gantry_kube STATIC
     ${KUBE_DIR}/watch.c
     ${KUBE_DIR}/informer.c
     ${KUBE_DIR}/queue.c
+    ${KUBE_DIR}/lease.c
+    ${KUBE_DIR}/event.c
 )
 target_include_directories(gantry_kube PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_kube PUBLIC PkgConfig::KUBE_DEPS OpenSSL::SSL OpenSSL::Crypto
@@ -31,3 +33,4 @@ gantry_test(kube_test SOURCES ${KUBE_DIR}/kube_test.c LIBS gantry_kube_testsrv)
 gantry_test(kube_watch_test SOURCES ${KUBE_DIR}/watch_test.c LIBS gantry_kube_testsrv)
 gantry_test(kube_queue_test SOURCES ${KUBE_DIR}/queue_test.c LIBS gantry_kube)
 gantry_test(kube_informer_test SOURCES ${KUBE_DIR}/informer_test.c LIBS gantry_kube_testsrv)
+gantry_test(kube_event_test SOURCES ${KUBE_DIR}/event_test.c LIBS gantry_kube_testsrv)

@@ -162,6 +162,13 @@ long kube_client_connects(const struct kube_client *kc)
     return kc->connects;
 }
 
+int kube_client_http_version(const struct kube_client *kc)
+{
+    long v = 0;
+    curl_easy_getinfo(kc->h, CURLINFO_HTTP_VERSION, &v);
+    return v == CURL_HTTP_VERSION_2_0 ? 2 : v ? 1 : 0;
+}
+
 /* Token bucket: waits until one token is there, then takes it. */
 static int rate_wait(struct kube_client *kc)
 {

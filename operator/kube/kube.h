@@ -61,6 +61,8 @@ const struct kube_status *kube_last_status(const struct kube_client *kc);
 const char *kube_client_namespace(const struct kube_client *kc);
 /* Number of TCP/TLS connections opened so far (keep-alive check, benchmarks). */
 long kube_client_connects(const struct kube_client *kc);
+/* HTTP version of the last request: 2 (HTTP/2), 1 (HTTP/1.x) or 0 (none yet). */
+int kube_client_http_version(const struct kube_client *kc);
 
 /*
  * Builds "/api/v1/..." (api "v1") or "/apis/<group>/<version>/..." (api "apps/v1"); ns, name and

@@ -1,0 +1,76 @@
+/* The event recorder against testsrv: create, then series patches for duplicates. */
+#include "operator/kube/event.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "common/test.h"
+#include "operator/kube/testsrv.h"
+
+static char methods[16][16], paths[16][256], bodies[16][2048];
+static atomic_int n;
+
+static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r)
+{
+    int i = atomic_fetch_add(&n, 1);
+    if (i < 16) {
+        snprintf(methods[i], sizeof(methods[i]), "%.15s", r->method);
+        snprintf(paths[i], sizeof(paths[i]), "%.255s", r->path);
+        snprintf(bodies[i], sizeof(bodies[i]), "%.2047s", r->body);
+    }
+    testsrv_respond(c, strcmp(r->method, "POST") == 0 ? 201 : 200, NULL, "{}");
+    return 0;
+}
+
+static void test_dedup_series(void)
+{
+    struct testsrv *srv = testsrv_start(handler, NULL);
+    struct kube_config cfg = {0};
+    char server[64];
+    int count = 0;
+    json_t *tj = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "apiVersion", "gantry.dev/v1alpha1",
+                           "kind", "TrainingJob", "metadata", "name", "spam", "namespace", "ml",
+                           "uid", "u-1");
+
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
+    cfg.server = server;
+    struct event_recorder *r = event_recorder_new(&cfg, NULL, "gantry.dev/operator", "op-0");
+    TEST_EQ_INT(event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0",
+                             &count), 0);
+    TEST_EQ_INT(count, 1);
+    TEST_EQ_INT(event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0",
+                             &count), 0);
+    TEST_EQ_INT(count, 2);
+    TEST_EQ_INT(event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0",
+                             &count), 0);
+    TEST_EQ_INT(count, 3);
+    TEST_EQ_INT(event_record(r, tj, "Warning", "Restarting", "Restart", "Gang restart 1", &count),
+                0);
+    TEST_EQ_INT(count, 1);
+    TEST_EQ_INT(atomic_load(&n), 4);
+    TEST_EQ_STR(methods[0], "POST");
+    TEST_EQ_STR(paths[0], "/apis/events.k8s.io/v1/namespaces/ml/events");
+    json_t *ev = json_loads(bodies[0], 0, NULL);
+    TEST_EQ_STR(json_string_value(json_object_get(ev, "reason")), "Created");
+    TEST_EQ_STR(json_string_value(json_object_get(json_object_get(ev, "regarding"), "uid")), "u-1");
+    TEST_EQ_STR(json_string_value(json_object_get(ev, "reportingController")),
+                "gantry.dev/operator");
+    const char *name = json_string_value(json_object_get(json_object_get(ev, "metadata"), "name"));
+    TEST_CHECK(name && strncmp(name, "spam.", 5) == 0);
+    TEST_EQ_STR(methods[1], "PATCH");
+    TEST_CHECK(name && strstr(paths[1], name) != NULL); /* the same Event */
+    json_t *p = json_loads(bodies[2], 0, NULL);
+    TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(p, "series"), "count")), 3);
+    TEST_EQ_STR(methods[3], "POST");
+    json_decref(p);
+    json_decref(ev);
+    json_decref(tj);
+    event_recorder_free(r);
+    testsrv_stop(srv);
+}
+
+int main(void)
+{
+    TEST_RUN(test_dedup_series);
+    return test_summary();
+}
