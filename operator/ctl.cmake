@@ -9,6 +9,7 @@ add_library(gantry_ctl STATIC
     ${CTL_DIR}/tj.c
     ${CTL_DIR}/render.c
     ${CTL_DIR}/rec.c
+    ${CTL_DIR}/exec.c
 )
 target_include_directories(gantry_ctl PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_ctl PUBLIC PkgConfig::CTL_JANSSON gantry_kube gantry_common)
@@ -22,3 +23,7 @@ target_compile_definitions(rec_test PRIVATE REC_TESTDATA="${CTL_DIR}/testdata/re
 # API tier: the CRD against a real kube-apiserver; skipped (77) unless GANTRY_TEST_KUBECONFIG is set.
 add_test(NAME crd_api_test COMMAND bash ${PROJECT_SOURCE_DIR}/e2e/api/crd_test.sh)
 set_tests_properties(crd_api_test PROPERTIES LABELS api SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+add_executable(gantry-operator ${CTL_DIR}/main.c)
+target_link_libraries(gantry-operator PRIVATE gantry_ctl)
+gantry_test(exec_test SOURCES ${CTL_DIR}/exec_test.c LIBS gantry_ctl)

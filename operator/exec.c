@@ -1,0 +1,497 @@
+#include "operator/exec.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "common/xalloc.h"
+#include "operator/kube/log.h"
+#include "operator/kube/strmap.h"
+
+const char *const exec_pod_fields[] = {
+    "metadata.labels", "metadata.deletionTimestamp", "status.phase", "status.reason",
+    "status.conditions", "status.containerStatuses", NULL,
+};
+const char *const exec_configmap_fields[] = {"metadata.labels", "data", NULL};
+const char *const exec_child_fields[] = {"metadata.labels", NULL};
+
+/* ---------------------------------------------------------------------------------------------
+ * Expectations
+ * ------------------------------------------------------------------------------------------- */
+
+struct expectation {
+    int adds, dels;
+    time_t at; /* when last raised */
+};
+
+struct exec_expect {
+    pthread_mutex_t mu;
+    struct strmap m; /* key -> struct expectation * */
+};
+
+struct exec_expect *exec_expect_new(void)
+{
+    struct exec_expect *e = xcalloc(1, sizeof(*e));
+
+    pthread_mutex_init(&e->mu, NULL);
+    strmap_init(&e->m);
+    return e;
+}
+
+void exec_expect_free(struct exec_expect *e)
+{
+    if (!e)
+        return;
+    strmap_cleanup(&e->m, free);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+void exec_expect_raise(struct exec_expect *e, const char *key, int adds, int dels, time_t now)
+{
+    struct expectation *x;
+
+    if (adds <= 0 && dels <= 0)
+        return;
+    pthread_mutex_lock(&e->mu);
+    x = strmap_get(&e->m, key);
+    if (!x) {
+        x = xcalloc(1, sizeof(*x));
+        strmap_put(&e->m, key, x);
+    }
+    x->adds += adds > 0 ? adds : 0;
+    x->dels += dels > 0 ? dels : 0;
+    x->at = now;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void exec_expect_lower(struct exec_expect *e, const char *key, int adds, int dels)
+{
+    struct expectation *x;
+
+    pthread_mutex_lock(&e->mu);
+    x = strmap_get(&e->m, key);
+    if (x) {
+        x->adds = x->adds > adds ? x->adds - adds : 0;
+        x->dels = x->dels > dels ? x->dels - dels : 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+bool exec_expect_met(struct exec_expect *e, const char *key, time_t now)
+{
+    struct expectation *x;
+    bool met;
+
+    pthread_mutex_lock(&e->mu);
+    x = strmap_get(&e->m, key);
+    met = !x || (x->adds == 0 && x->dels == 0) || now - x->at >= EXEC_EXPECT_TTL_S;
+    pthread_mutex_unlock(&e->mu);
+    return met;
+}
+
+void exec_expect_forget(struct exec_expect *e, const char *key)
+{
+    pthread_mutex_lock(&e->mu);
+    free(strmap_del(&e->m, key));
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Informer handlers
+ * ------------------------------------------------------------------------------------------- */
+
+static const char *meta_str(const json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(json_object_get(obj, "metadata"), key));
+}
+
+/* "ns/<gantry.dev/job-name label>" of a child into out; false when it has no such label. */
+static bool owner_key(const json_t *obj, char *out, size_t n)
+{
+    const json_t *labels = json_object_get(json_object_get(obj, "metadata"), "labels");
+    const char *job = json_string_value(json_object_get(labels, RENDER_LABEL_JOB));
+    const char *ns = meta_str(obj, "namespace");
+
+    if (!job || !ns)
+        return false;
+    return snprintf(out, n, "%s/%s", ns, job) < (int)n;
+}
+
+void exec_on_job(void *ud, json_t *obj)
+{
+    struct exec_shared *sh = ud;
+    char key[256];
+
+    if (kube_object_key(obj, key, sizeof(key)) == 0)
+        queue_add(sh->queue, key);
+}
+
+void exec_on_job_update(void *ud, json_t *old_obj, json_t *new_obj)
+{
+    exec_on_job(ud, new_obj);
+}
+
+void exec_on_child(void *ud, json_t *obj)
+{
+    struct exec_shared *sh = ud;
+    char key[256];
+
+    if (owner_key(obj, key, sizeof(key)))
+        queue_add(sh->queue, key);
+}
+
+void exec_on_child_update(void *ud, json_t *old_obj, json_t *new_obj)
+{
+    exec_on_child(ud, new_obj);
+}
+
+void exec_on_pod_add(void *ud, json_t *obj)
+{
+    struct exec_shared *sh = ud;
+    char key[256];
+
+    if (!owner_key(obj, key, sizeof(key)))
+        return;
+    exec_expect_lower(sh->expect, key, 1, 0);
+    queue_add(sh->queue, key);
+}
+
+void exec_on_pod_delete(void *ud, json_t *obj)
+{
+    struct exec_shared *sh = ud;
+    char key[256];
+
+    if (!owner_key(obj, key, sizeof(key)))
+        return;
+    exec_expect_lower(sh->expect, key, 0, 1);
+    queue_add(sh->queue, key);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Applying a result
+ * ------------------------------------------------------------------------------------------- */
+
+static int job_path(const struct tj *tj, const char *sub, char *out, size_t n)
+{
+    return kube_path(out, n, TJ_API_VERSION, "trainingjobs", tj->ns, tj->name, sub);
+}
+
+static const char *resource_of(enum rec_kind k)
+{
+    switch (k) {
+    case REC_POD: return "pods";
+    case REC_SERVICE: return "services";
+    case REC_CONFIGMAP: return "configmaps";
+    case REC_SECRET: return "secrets";
+    case REC_JOB: return "trainingjobs";
+    }
+    return "?";
+}
+
+static const char *api_of(enum rec_kind k)
+{
+    return k == REC_JOB ? TJ_API_VERSION : "v1";
+}
+
+static void post_event(struct exec_worker *w, const struct tj *tj, bool warning,
+                       const char *reason, const char *message)
+{
+    char path[KUBE_MAX_PATH], ts[32], gen[TJ_NAME_MAX + 2], host[64] = "";
+    json_t *ev;
+    int rc;
+
+    cond_fmt_time(time(NULL), ts, sizeof(ts));
+    snprintf(gen, sizeof(gen), "%s.", tj->name);
+    gethostname(host, sizeof(host) - 1);
+    ev = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:s}, s:s, s:s, s:s, s:{s:s},"
+                   " s:s, s:s, s:i, s:s, s:s}",
+                   "apiVersion", "v1", "kind", "Event", "metadata", "generateName", gen,
+                   "namespace", tj->ns, "involvedObject", "apiVersion", TJ_API_VERSION, "kind",
+                   TJ_KIND, "name", tj->name, "namespace", tj->ns, "uid", tj->uid, "reason",
+                   reason, "message", message, "type", warning ? "Warning" : "Normal", "source",
+                   "component", EXEC_COMPONENT, "firstTimestamp", ts, "lastTimestamp", ts, "count",
+                   1, "reportingComponent", EXEC_COMPONENT, "reportingInstance", host);
+    if (kube_path(path, sizeof(path), "v1", "events", tj->ns, NULL, NULL) == 0) {
+        rc = kube_create(w->kc, path, ev, NULL);
+        if (rc)
+            log_warn("Failed to record Event", "{s:s, s:s, s:s}", "trainjob", tj->name,
+                     "reason", reason, "error", op_strerror(rc));
+        else
+            atomic_fetch_add(&w->sh->stats.events, 1);
+    }
+    json_decref(ev);
+}
+
+static int write_status(struct exec_worker *w, const json_t *obj, const struct tj *tj,
+                        const json_t *status)
+{
+    char path[KUBE_MAX_PATH];
+    json_t *body;
+    int rc;
+
+    rc = job_path(tj, "status", path, sizeof(path));
+    if (rc)
+        return rc;
+    body = json_deep_copy(obj);
+    json_object_set(body, "status", (json_t *)status);
+    rc = kube_replace(w->kc, path, body, NULL);
+    json_decref(body);
+    if (rc == 0)
+        atomic_fetch_add(&w->sh->stats.status_writes, 1);
+    return rc;
+}
+
+/* One action; 0 also for outcomes that mean "already so" (404 on delete, 409 on create). */
+static int apply_one(struct exec_worker *w, const struct tj *tj, const char *key,
+                     const struct rec_action *a)
+{
+    char path[KUBE_MAX_PATH];
+    int rc;
+
+    if (a->verb == REC_CREATE) {
+        rc = kube_path(path, sizeof(path), api_of(a->kind), resource_of(a->kind), tj->ns, NULL,
+                       NULL);
+        if (rc == 0)
+            rc = kube_create(w->kc, path, a->obj, NULL);
+        if (rc == OP_EEXIST) /* deterministic names: an earlier create of ours got there */
+            return 0;
+        if (rc == 0)
+            log_info("Created child", "{s:s, s:s, s:s}", "trainjob", key, "kind",
+                     rec_kind_str(a->kind), "name", a->name);
+        return rc;
+    }
+    rc = kube_path(path, sizeof(path), api_of(a->kind), resource_of(a->kind), tj->ns, a->name,
+                   NULL);
+    if (rc)
+        return rc;
+    if (a->verb == REC_UPDATE) {
+        json_t *patch = json_pack("{s:O}", "data", json_object_get(a->obj, "data"));
+        rc = kube_patch(w->kc, path, KUBE_PATCH_MERGE, patch, NULL, NULL);
+        json_decref(patch);
+        if (rc == 0)
+            log_info("Updated child", "{s:s, s:s, s:s}", "trainjob", key, "kind",
+                     rec_kind_str(a->kind), "name", a->name);
+        return rc;
+    }
+    struct kube_delete_opts d = {.propagation_policy = "Background",
+                                 .precondition_uid = a->uid[0] ? a->uid : NULL,
+                                 .grace_period_seconds = -1};
+    rc = kube_delete(w->kc, path, &d, NULL);
+    if (rc == OP_ENOTFOUND || (rc == OP_ECONFLICT && a->uid[0]))
+        return 0; /* gone already, or the name belongs to a newer pod: not ours to delete */
+    if (rc == 0)
+        log_info("Deleted child", "{s:s, s:s, s:s}", "trainjob", key, "kind",
+                 rec_kind_str(a->kind), "name", a->name);
+    return rc;
+}
+
+int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
+               const struct rec_result *r)
+{
+    struct exec_shared *sh = w->sh;
+    char key[2 * TJ_NAME_MAX + 2];
+    int adds = 0, dels = 0, first = 0, failed_batch = -1, rc;
+
+    snprintf(key, sizeof(key), "%s/%s", tj->ns, tj->name);
+    if (r->status_changed) {
+        rc = write_status(w, obj, tj, r->status);
+        if (rc)
+            return rc; /* nothing else is done on a stale read */
+    }
+    for (size_t i = 0; i < r->nactions; i++) {
+        if (r->actions[i].kind != REC_POD)
+            continue;
+        adds += r->actions[i].verb == REC_CREATE;
+        dels += r->actions[i].verb == REC_DELETE;
+    }
+    exec_expect_raise(sh->expect, key, adds, dels, time(NULL));
+    for (size_t i = 0; i < r->nactions; i++) {
+        const struct rec_action *a = &r->actions[i];
+        bool pod = a->kind == REC_POD;
+
+        if (pod && a->verb == REC_CREATE && failed_batch >= 0 && a->batch > failed_batch) {
+            exec_expect_lower(sh->expect, key, 1, 0); /* slow start: not attempted */
+            continue;
+        }
+        rc = apply_one(w, tj, key, a);
+        if (pod && a->verb == REC_CREATE) {
+            if (rc) {
+                exec_expect_lower(sh->expect, key, 1, 0);
+                failed_batch = a->batch;
+            } else {
+                atomic_fetch_add(&sh->stats.pods_created, 1);
+            }
+        } else if (pod && a->verb == REC_DELETE) {
+            if (rc)
+                exec_expect_lower(sh->expect, key, 0, 1);
+            else
+                atomic_fetch_add(&sh->stats.pods_deleted, 1);
+        }
+        if (rc) {
+            const struct kube_status *st = kube_last_status(w->kc);
+            char msg[COND_MESSAGE_MAX];
+
+            log_warn("Failed to apply action", "{s:s, s:s, s:s, s:s, s:s, s:s}", "trainjob", key,
+                     "verb", rec_verb_str(a->verb), "kind", rec_kind_str(a->kind), "name",
+                     a->name, "error", op_strerror(rc), "message", st->message);
+            snprintf(msg, sizeof(msg), "Could not %s %s %s: %.400s", rec_verb_str(a->verb),
+                     rec_kind_str(a->kind), a->name, st->message[0] ? st->message : op_strerror(rc));
+            post_event(w, tj, true, a->verb == REC_CREATE ? "FailedCreate" : "FailedSync", msg);
+            if (!first)
+                first = rc;
+        }
+    }
+    for (int i = 0; i < r->nevents; i++) {
+        if (strcmp(r->events[i].reason, "Restarting") == 0)
+            atomic_fetch_add(&sh->stats.gang_restarts, 1);
+        log_info("TrainingJob transition", "{s:s, s:s, s:s}", "trainjob", key, "reason",
+                 r->events[i].reason, "message", r->events[i].message);
+        post_event(w, tj, r->events[i].warning, r->events[i].reason, r->events[i].message);
+    }
+    return first;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Syncing one key
+ * ------------------------------------------------------------------------------------------- */
+
+static void random_token(char *out, size_t n)
+{
+    unsigned char raw[24];
+    size_t got = 0;
+
+    while (got < sizeof(raw)) {
+        ssize_t k = getrandom(raw + got, sizeof(raw) - got, 0);
+        if (k > 0)
+            got += (size_t)k;
+    }
+    for (size_t i = 0; i < sizeof(raw) && 2 * i + 2 < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+/* The cached pods of the job: a new array in *pods (free()), count returned. */
+static size_t gather_pods(struct exec_shared *sh, const struct tj *tj, struct rec_pod **pods)
+{
+    json_t *all = informer_list(sh->pods), *p;
+    size_t i, n = 0;
+
+    *pods = xcalloc(json_array_size(all) + 1, sizeof(**pods));
+    json_array_foreach(all, i, p) {
+        const json_t *labels = json_object_get(json_object_get(p, "metadata"), "labels");
+        const char *job = json_string_value(json_object_get(labels, RENDER_LABEL_JOB));
+        const char *ns = meta_str(p, "namespace");
+
+        if (!job || !ns || strcmp(job, tj->name) != 0 || strcmp(ns, tj->ns) != 0)
+            continue;
+        if (rec_pod_from_json(p, &(*pods)[n]) == 0)
+            n++;
+    }
+    json_decref(all);
+    return n;
+}
+
+static bool cached(struct informer *inf, const char *ns, const char *name)
+{
+    char key[2 * RENDER_NAME_MAX + 2];
+    json_t *o;
+
+    snprintf(key, sizeof(key), "%s/%s", ns, name);
+    o = informer_get(inf, key);
+    json_decref(o);
+    return o != NULL;
+}
+
+static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
+{
+    struct exec_shared *sh = w->sh;
+    char err[TJ_ERR_MAX], name[RENDER_NAME_MAX], cmkey[2 * RENDER_NAME_MAX + 2], token[64];
+    struct rec_input in = {0};
+    struct rec_result r;
+    struct rec_pod *pods = NULL;
+    json_t *cm = NULL;
+    struct tj tj;
+    int rc;
+
+    rc = tj_parse(obj, &tj, err, sizeof(err));
+    if (rc == OP_EPARSE || !tj.name[0] || !tj.ns[0]) {
+        log_error("Ignored malformed TrainingJob", "{s:s, s:s}", "trainjob", key, "error", err);
+        tj_cleanup(&tj);
+        return 0;
+    }
+    if (rc == OP_EINVALID) {
+        log_warn("Refused TrainingJob spec", "{s:s, s:s}", "trainjob", key, "error", err);
+        rec_invalid(&tj, err, time(NULL), &r);
+        rc = exec_apply(w, obj, &tj, &r);
+        goto out;
+    }
+    in.job = &tj;
+    in.npods = gather_pods(sh, &tj, &pods);
+    in.pods = pods;
+    in.have_service = cached(sh->services, tj.ns, tj.name);
+    render_configmap_name(&tj, name, sizeof(name));
+    snprintf(cmkey, sizeof(cmkey), "%s/%s", tj.ns, name);
+    cm = informer_get(sh->configmaps, cmkey);
+    in.have_configmap = cm != NULL;
+    in.configmap_data =
+        json_string_value(json_object_get(json_object_get(cm, "data"), RENDER_CONFIG_FILE));
+    render_secret_name(&tj, name, sizeof(name));
+    in.have_secret = cached(sh->secrets, tj.ns, name);
+    in.now = time(NULL);
+    in.expectations_met = exec_expect_met(sh->expect, key, in.now);
+    if (!in.have_secret)
+        random_token(token, sizeof(token));
+    in.token = in.have_secret ? NULL : token;
+    rc = rec_reconcile(&in, &r);
+    if (rc == 0)
+        rc = exec_apply(w, obj, &tj, &r);
+    if (rc == 0 && r.requeue_after_s >= 0)
+        queue_add_after(sh->queue, key, r.requeue_after_s * 1000);
+out:
+    rec_result_cleanup(&r);
+    json_decref(cm);
+    free(pods);
+    tj_cleanup(&tj);
+    return rc;
+}
+
+int exec_sync(struct exec_worker *w, const char *key)
+{
+    struct exec_shared *sh = w->sh;
+    json_t *obj = informer_get(sh->jobs, key);
+    char path[KUBE_MAX_PATH], ns[TJ_NS_MAX + 1] = "";
+    const char *slash = strchr(key, '/');
+    int rc = 0;
+
+    atomic_fetch_add(&sh->stats.syncs, 1);
+    if (!obj) { /* deleted: its children go with it (owner references) */
+        exec_expect_forget(sh->expect, key);
+        return 0;
+    }
+    for (int attempt = 0;; attempt++) {
+        rc = sync_once(w, key, obj);
+        if (rc != OP_ECONFLICT || attempt >= EXEC_CONFLICT_RETRIES || !slash)
+            break;
+        /* Our copy was stale: read the job fresh from the API and decide again. */
+        atomic_fetch_add(&sh->stats.conflicts, 1);
+        json_decref(obj);
+        obj = NULL;
+        snprintf(ns, sizeof(ns), "%.*s", (int)(slash - key), key);
+        rc = kube_path(path, sizeof(path), TJ_API_VERSION, "trainingjobs", ns, slash + 1, NULL);
+        if (rc == 0)
+            rc = kube_get(w->kc, path, &obj);
+        if (rc == OP_ENOTFOUND) {
+            rc = 0;
+            break;
+        }
+        if (rc)
+            break;
+    }
+    json_decref(obj);
+    if (rc)
+        atomic_fetch_add(&sh->stats.sync_errors, 1);
+    return rc;
+}

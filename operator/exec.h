@@ -1,0 +1,102 @@
+/*
+ * exec.h - the controller around the pure reconcile: expectations, syncing one TrainingJob, and
+ * the executor that applies a rec_result through the Kubernetes client.
+ *
+ * exec_sync(key) reads the job and its children from the informer caches, runs rec_reconcile()
+ * (or rec_invalid() for a spec that fails tj_parse()), and applies the result:
+ *   1. the status, once, through PUT .../status with the job's resourceVersion; a 409 Conflict
+ *      means our read was stale: the job is read fresh from the API and reconciled again (at most
+ *      EXEC_CONFLICT_RETRIES times);
+ *   2. the actions in order: deletes (pods with a UID precondition; 404 and a failed precondition
+ *      count as done), Service/ConfigMap/Secret creates (409 AlreadyExists: adopted), the
+ *      ConfigMap update (merge patch of data), pod creates batch by batch (slow start: a batch
+ *      with an error stops the rest, as the Job controller does), the TrainingJob delete (TTL);
+ *   3. Events for rec's transitions (core/v1 Events; failures only logged);
+ *   4. a timer (queue_add_after) when rec asks for one.
+ * Expectations (after the ReplicaSet/Job controllers): before issuing N pod creates and M
+ * deletes the job's key expects them; the pod informer's add/delete handlers lower the counts;
+ * rec creates nothing for a job whose expectations are not met, so a cache that lags behind our
+ * own writes never makes duplicates. A failed call lowers its own expectation; expectations older
+ * than EXEC_EXPECT_TTL_S are dropped (a lost watch event cannot wedge a job).
+ *
+ * Threads: struct exec_shared is shared by all workers (its parts are thread-safe); each worker
+ * has its own struct exec_worker with its own kube_client (clients are not thread-safe).
+ */
+#ifndef GANTRY_EXEC_H
+#define GANTRY_EXEC_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "operator/kube/informer.h"
+#include "operator/kube/kube.h"
+#include "operator/kube/queue.h"
+#include "operator/rec.h"
+
+#define EXEC_EXPECT_TTL_S 300
+#define EXEC_CONFLICT_RETRIES 3
+#define EXEC_COMPONENT "gantry-operator"
+
+/* ---- expectations: thread-safe */
+struct exec_expect;
+struct exec_expect *exec_expect_new(void);
+void exec_expect_free(struct exec_expect *e);
+/* Adds to what the job key expects to observe. */
+void exec_expect_raise(struct exec_expect *e, const char *key, int adds, int dels, time_t now);
+/* One pod add/delete observed (or known never to come); counts do not go below 0. */
+void exec_expect_lower(struct exec_expect *e, const char *key, int adds, int dels);
+/* True when nothing is pending for key, or what is pending is older than EXEC_EXPECT_TTL_S. */
+bool exec_expect_met(struct exec_expect *e, const char *key, time_t now);
+void exec_expect_forget(struct exec_expect *e, const char *key);
+
+/* ---- counters, for logs now and /metrics later */
+struct exec_stats {
+    atomic_long syncs, sync_errors, status_writes, conflicts;
+    atomic_long pods_created, pods_deleted, gang_restarts, events;
+};
+
+/* What every worker shares. The informers are owned by the caller (main.c). */
+struct exec_shared {
+    struct informer *jobs;       /* TrainingJobs, whole objects */
+    struct informer *pods;       /* pods labelled gantry.dev/job-name, projected (EXEC_POD_FIELDS) */
+    struct informer *services;   /* labelled gantry.dev/job-name, identity only */
+    struct informer *configmaps; /* labelled, with data */
+    struct informer *secrets;    /* labelled, identity only: tokens are never cached */
+    struct queue *queue;
+    struct exec_expect *expect;
+    struct exec_stats stats;
+};
+
+/* The fields the pod informer keeps (NULL-terminated), everything rec_pod_from_json() reads. */
+extern const char *const exec_pod_fields[];
+extern const char *const exec_configmap_fields[];
+extern const char *const exec_child_fields[];
+
+struct exec_worker {
+    struct exec_shared *sh;
+    struct kube_client *kc; /* owned by the worker's creator */
+};
+
+/*
+ * Reconciles the TrainingJob "ns/name" once. 0 when done (the caller forgets the key's backoff),
+ * else an OP_E* (the caller requeues with backoff). A job no longer in the cache is forgotten.
+ */
+int exec_sync(struct exec_worker *w, const char *key) __attribute__((warn_unused_result));
+
+/* Applies r to the job (obj: its object with metadata.resourceVersion, borrowed). Returns 0,
+ * OP_ECONFLICT when the status write found a newer job, or the first other error. */
+int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
+               const struct rec_result *r) __attribute__((warn_unused_result));
+
+/* Informer handlers for main.c to install: TrainingJobs enqueue their key; children enqueue
+ * their job's key (label gantry.dev/job-name); pod handlers also lower expectations.
+ * ud is the struct exec_shared. */
+void exec_on_job(void *ud, json_t *obj);
+void exec_on_job_update(void *ud, json_t *old_obj, json_t *new_obj);
+void exec_on_child(void *ud, json_t *obj);
+void exec_on_child_update(void *ud, json_t *old_obj, json_t *new_obj);
+void exec_on_pod_add(void *ud, json_t *obj);
+void exec_on_pod_delete(void *ud, json_t *obj);
+
+#endif /* GANTRY_EXEC_H */
