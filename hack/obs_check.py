@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reads what gantry-worker's observability code wrote, with the upstream Python readers.
 
-    obs_check.py --events DIR --metrics URL --progress URL
+    obs_check.py --events DIR [--serve] --metrics URL --progress URL
 
 --events: reads the TensorBoard event files in DIR with TensorBoard's own EventAccumulator (and
 re-checks every record's masked CRC32C with TensorBoard's pure-Python crc32c), and expects the
@@ -10,6 +10,8 @@ scenario written by worker/obs_py_test.c:
   run 2 (resumed at step 6): SessionLog START at 6, then train/loss = 100+step at steps 6..12.
   TensorBoard must drop run 1's points at steps >= 6, so train/loss is 1..5 from run 1 and 6..12
   from run 2, train/lr is 1..5, eval/accuracy is [5].
+--serve: also starts `tensorboard --logdir DIR` (its default fast loader, the Rust data server)
+on a free loopback port and reads the same train/loss series back over its HTTP API.
 --metrics: parses the Prometheus text with prometheus_client's parser and checks the values
 obs_py_test.c recorded. --progress: parses the JSON and checks the same values.
 Run through hack/pyenv.sh's venv (pins in hack/requirements.txt). Exit 0 when every check holds.
@@ -19,8 +21,13 @@ import glob
 import json
 import math
 import os
+import re
+import selectors
 import struct
+import subprocess
 import sys
+import time
+import urllib.parse
 import urllib.request
 
 failures = []
@@ -70,7 +77,7 @@ def check_events(logdir):
         return [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)] if tag in tags else []
 
     loss = series("train/loss")
-    check([s for s, _, _ in loss] == list(range(1, 13)), f"train/loss steps {[s for s, _, _ in loss]}")
+    check([s for s, _, _ in loss] == expected_loss_steps(), f"train/loss steps {[s for s, _, _ in loss]}")
     for step, value, wall in loss:
         want = 1.0 / step if step < 6 else 100.0 + step
         check(math.isclose(value, want, rel_tol=1e-6), f"train/loss at {step}: {value} != {want}")
@@ -82,6 +89,55 @@ def check_events(logdir):
     check([(s, round(v, 6)) for s, v, _ in accuracy] == [(5, 0.5)], f"eval/accuracy {accuracy}")
     print(f"events: {len(files)} files, {sum(records)} records, tags {sorted(tags)}, "
           f"train/loss steps 1..{loss[-1][0] if loss else '?'}")
+
+
+def expected_loss_steps():
+    return list(range(1, 13))
+
+
+def check_served(logdir):
+    """`tensorboard --logdir` as a user runs it: the scalars plugin must serve our curve."""
+    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1",
+           "--port", "0", "--load_fast", "true"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    url, log = None, []
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            if sel.select(timeout=1):
+                line = proc.stdout.readline()
+                log.append(line)
+                m = re.search(r"at (http://127\.0\.0\.1:\d+/)", line)
+                if m:
+                    url = m.group(1)
+        check(url is not None, "tensorboard started and printed its URL: " + "".join(log)[-500:])
+        if url is None:
+            return
+        q = urllib.parse.urlencode({"run": ".", "tag": "train/loss"})
+        points = []
+        while time.monotonic() < deadline:  # the data server loads in the background
+            try:
+                _, body = fetch(url + "data/plugin/scalars/scalars?" + q)
+                points = json.loads(body)
+            except Exception:  # 400 until the run is loaded
+                points = []
+            if len(points) >= 12:
+                break
+            time.sleep(0.5)
+        steps = [p[1] for p in points]
+        check(steps == expected_loss_steps(), f"tensorboard serves train/loss steps {steps}")
+        check(all(math.isclose(v, 1.0 / s if s < 6 else 100.0 + s, rel_tol=1e-6)
+                  for _, s, v in points), "tensorboard serves the train/loss values")
+        print(f"tensorboard: {url} served train/loss at {len(points)} steps")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def fetch(url):
@@ -158,11 +214,14 @@ def check_progress(url):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events")
+    ap.add_argument("--serve", action="store_true")
     ap.add_argument("--metrics")
     ap.add_argument("--progress")
     args = ap.parse_args()
     if args.events:
         check_events(args.events)
+    if args.events and args.serve:
+        check_served(args.events)
     if args.metrics:
         check_metrics(args.metrics)
     if args.progress:

@@ -19,7 +19,10 @@
 
 #include "common/xalloc.h"
 
-static const double allreduce_bounds[METRICS_NUM_ALLREDUCE_BUCKETS] = METRICS_ALLREDUCE_BUCKETS;
+/* Upper bounds (seconds) of the all-reduce histogram buckets, from a fast intra-node NCCL call to
+ * a TCP ring over a slow network. */
+static const double allreduce_bounds[METRICS_NUM_ALLREDUCE_BUCKETS] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
 /* One point of the throughput window: cumulative counts at time t. */
 struct point {
@@ -185,8 +188,10 @@ void metrics_eval(struct metrics *m, const char *name, double value)
     int i;
 
     if (!valid_eval_name(name)) {
-        fprintf(stderr, "metrics: eval metric name \"%s\" dropped: use 1-%d characters of "
-                        "[a-z0-9_]\n", name, METRICS_MAX_EVAL_NAME - 1);
+        fprintf(stderr,
+                "metrics: eval metric name \"%s\" dropped: use 1-%d characters of "
+                "[a-z0-9_]\n",
+                name, METRICS_MAX_EVAL_NAME - 1);
         return;
     }
     pthread_mutex_lock(&m->mu);
@@ -310,8 +315,7 @@ static void metric_f(struct out *o, const char *name, const char *type, const ch
     emit(o, "%s %s\n", name, prom_num(tmp, v));
 }
 
-static void metric_i(struct out *o, const char *name, const char *type, const char *help,
-                     int64_t v)
+static void metric_i(struct out *o, const char *name, const char *type, const char *help, int64_t v)
 {
     family(o, name, type, help);
     emit(o, "%s %lld\n", name, (long long)v);
@@ -321,7 +325,8 @@ static void render_state(struct out *o, const char *state)
 {
     static const char *const states[] = {"starting", "running", "succeeded", "failed"};
 
-    family(o, "gantry_train_state", "gauge", "Current state of training: 1 for it, 0 for the others.");
+    family(o, "gantry_train_state", "gauge",
+           "Current state of training: 1 for it, 0 for the others.");
     for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
         emit(o, "gantry_train_state{state=\"%s\"} %d\n", states[i], strcmp(state, states[i]) == 0);
 }
@@ -354,8 +359,8 @@ int metrics_render_prometheus(struct metrics *m, struct buf *b)
     metric_i(&o, "gantry_train_step", "gauge", "Optimizer steps completed.", s->step);
     metric_i(&o, "gantry_train_total_steps", "gauge", "Steps the job will run (0: unknown).",
              s->total_steps);
-    metric_f(&o, "gantry_train_progress_ratio", "gauge", "Fraction of the steps done (step / total_steps).",
-             s->percent / 100.0);
+    metric_f(&o, "gantry_train_progress_ratio", "gauge",
+             "Fraction of the steps done (step / total_steps).", s->percent / 100.0);
     metric_i(&o, "gantry_train_epoch", "gauge", "Current epoch, counting from 0.", s->epoch);
     metric_i(&o, "gantry_train_epochs", "gauge", "Epochs the job will run.", s->epochs);
     metric_i(&o, "gantry_train_world_size", "gauge", "Training processes in the job.",
@@ -378,8 +383,7 @@ int metrics_render_prometheus(struct metrics *m, struct buf *b)
              "Non-padding tokens processed over all ranks since this process started training.",
              s->tokens_total);
     metric_i(&o, "gantry_train_steps_total", "counter",
-             "Optimizer steps run by this process (a resumed run starts again at 0).",
-             f.steps_run);
+             "Optimizer steps run by this process (a resumed run starts again at 0).", f.steps_run);
     metric_f(&o, "gantry_train_last_step_timestamp_seconds", "gauge",
              "Unix time at which the last step finished.", s->last_step_unix);
     metric_i(&o, "gantry_train_last_checkpoint_step", "gauge",
@@ -412,8 +416,9 @@ int metrics_render_progress(struct metrics *m, struct buf *b)
          (long long)s->step, (long long)s->total_steps, json_num(t1, s->percent));
     emit(&o, "\"epoch\":%d,\"epochs\":%d,\"world_size\":%d,\"loss\":%s,\"lr\":%s,", s->epoch,
          s->epochs, s->world_size, json_num(t1, s->loss), json_num(t2, s->lr));
-    emit(&o, "\"samples_per_second\":%s,\"tokens_per_second\":%s,\"steps_per_second\":%s,"
-             "\"eta_seconds\":%s,",
+    emit(&o,
+         "\"samples_per_second\":%s,\"tokens_per_second\":%s,\"steps_per_second\":%s,"
+         "\"eta_seconds\":%s,",
          json_num(t1, s->samples_per_s), json_num(t2, s->tokens_per_s),
          json_num(t3, s->steps_per_s), json_num(t4, s->eta_s));
     if (s->last_checkpoint_step >= 0)
@@ -505,18 +510,21 @@ int metrics_serve(struct metrics *m, const char *addr, int port)
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)port);
     if (port < 0 || port > 65535 || inet_pton(AF_INET, addr, &sa.sin_addr) != 1) {
-        fprintf(stderr, "metrics: cannot serve on %s:%d: give a numeric IPv4 address such as "
-                        "0.0.0.0 and a port in 0-65535\n", addr, port);
+        fprintf(stderr,
+                "metrics: cannot serve on %s:%d: give a numeric IPv4 address such as "
+                "0.0.0.0 and a port in 0-65535\n",
+                addr, port);
         return -1;
     }
-    m->daemon = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG,
-                                 (uint16_t)port, NULL, NULL, handle, m,
-                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
+    m->daemon = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
+                                 NULL, NULL, handle, m, MHD_OPTION_SOCK_ADDR,
+                                 (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     if (!m->daemon) {
-        fprintf(stderr, "metrics: could not listen on %s:%d (see the message above; is the port "
-                        "in use?). Pick another port with --metrics-port\n", addr, port);
+        fprintf(stderr,
+                "metrics: could not listen on %s:%d (see the message above; is the port "
+                "in use?). Pick another port with --metrics-port\n",
+                addr, port);
         return -1;
     }
     info = MHD_get_daemon_info(m->daemon, MHD_DAEMON_INFO_BIND_PORT);

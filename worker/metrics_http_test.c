@@ -59,8 +59,8 @@ static int fetch(int port, const char *path, const char *method, struct reply *r
 
 static void step(struct metrics *m, int64_t n, double now)
 {
-    struct metrics_step s = {.step = n, .epoch = 1, .loss = 0.5, .lr = 1e-3, .samples = 64,
-                             .tokens = 4096, .now = now};
+    struct metrics_step s = {
+        .step = n, .epoch = 1, .loss = 0.5, .lr = 1e-3, .samples = 64, .tokens = 4096, .now = now};
     metrics_step(m, &s);
 }
 

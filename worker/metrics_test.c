@@ -62,8 +62,10 @@ static void check_exposition_format(const char *text)
     char family[128] = "";
     int lines = 0;
 
-    regcomp(&sample, "^([a-zA-Z_:][a-zA-Z0-9_:]*)(\\{[a-z_]+=\"[^\"]*\"\\})? "
-                     "(NaN|[+-]Inf|-?[0-9]+(\\.[0-9]+)?(e[+-][0-9]+)?)$", REG_EXTENDED);
+    regcomp(&sample,
+            "^([a-zA-Z_:][a-zA-Z0-9_:]*)(\\{[a-z_]+=\"[^\"]*\"\\})? "
+            "(NaN|[+-]Inf|-?[0-9]+(\\.[0-9]+)?(e[+-][0-9]+)?)$",
+            REG_EXTENDED);
     regcomp(&help, "^# HELP [a-z_]+ [A-Z].*\\.$", REG_EXTENDED);
     regcomp(&type, "^# TYPE [a-z_]+ (gauge|counter|histogram)$", REG_EXTENDED);
     for (const char *p = text; *p; lines++) {
@@ -119,8 +121,13 @@ static void test_starting(void)
 
 static void step_at(struct metrics *m, int64_t step, double now, double loss)
 {
-    struct metrics_step s = {.step = step, .epoch = (int)(step / 500), .loss = loss, .lr = 3e-4,
-                             .samples = 32, .tokens = 3200, .now = now};
+    struct metrics_step s = {.step = step,
+                             .epoch = (int)(step / 500),
+                             .loss = loss,
+                             .lr = 3e-4,
+                             .samples = 32,
+                             .tokens = 3200,
+                             .now = now};
     metrics_step(m, &s);
 }
 
@@ -210,7 +217,10 @@ static void test_histogram_checkpoint_eval(void)
     char *t = prom(m);
     const char *h = "gantry_train_allreduce_duration_seconds";
     char line[128];
-    struct { const char *le; int n; } want[] = {
+    struct {
+        const char *le;
+        int n;
+    } want[] = {
         {"0.0005", 1}, {"0.001", 1}, {"0.0025", 1}, {"0.005", 3}, {"0.1", 3},
         {"0.25", 4},   {"1", 4},     {"10", 4},     {"+Inf", 5},
     };
@@ -256,7 +266,8 @@ static void test_eval_limit(void)
     metrics_free(m);
 }
 
-/* Writers on several threads while the main thread renders: no torn counts, no sanitizer reports. */
+/* Writers on several threads while the main thread renders: no torn counts, no sanitizer reports.
+ */
 enum { THREADS = 4, STEPS = 2000 };
 
 static void *writer(void *arg)

@@ -50,8 +50,8 @@ struct obs *obs_open(const struct obs_config *c)
             goto fail;
         /* Resumed after `start_step` steps: TensorBoard drops the old run's points from the
          * next step on, which this run is about to redo. */
-        if (c->start_step > 0 && (tbevent_session_start(o->tb, c->start_step + 1) != 0 ||
-                                  tbevent_flush(o->tb) != 0))
+        if (c->start_step > 0 &&
+            (tbevent_session_start(o->tb, c->start_step + 1) != 0 || tbevent_flush(o->tb) != 0))
             goto fail;
     }
     return o;

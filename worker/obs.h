@@ -27,7 +27,7 @@ struct obs_config {
     int64_t start_step;       /* steps already done (resuming from a checkpoint), else 0 */
     int64_t total_steps;      /* 0 when unknown */
     int epochs;
-    int log_interval;         /* write TensorBoard scalars every this many steps (>= 1) */
+    int log_interval; /* write TensorBoard scalars every this many steps (>= 1) */
 };
 
 struct obs;

@@ -51,8 +51,13 @@ static void record_metrics(struct metrics *m)
 {
     metrics_begin(m, 0, 420, 2, 2, 10.0);
     for (int s = 1; s <= 42; s++) {
-        struct metrics_step st = {.step = s, .epoch = s / 22, .loss = 0.25, .lr = 1e-3,
-                                  .samples = 64, .tokens = 6400, .now = 10.0 + 0.5 * s};
+        struct metrics_step st = {.step = s,
+                                  .epoch = s / 22,
+                                  .loss = 0.25,
+                                  .lr = 1e-3,
+                                  .samples = 64,
+                                  .tokens = 6400,
+                                  .now = 10.0 + 0.5 * s};
         metrics_step(m, &st);
     }
     metrics_checkpoint(m, 40, 0.75);
@@ -136,8 +141,8 @@ int main(int argc, char **argv)
     snprintf(metrics_url, sizeof(metrics_url), "http://127.0.0.1:%d/metrics", metrics_port(m));
     snprintf(progress_url, sizeof(progress_url), "http://127.0.0.1:%d/progress", metrics_port(m));
 
-    char *args[] = {check_py, "--events", events, "--metrics", metrics_url,
-                    "--progress", progress_url, NULL};
+    char *args[] = {check_py,    "--events",   events,       "--serve", "--metrics",
+                    metrics_url, "--progress", progress_url, NULL};
     TEST_EQ_INT(run_python(venv, args), 0);
 out:
     metrics_free(m);

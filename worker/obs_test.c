@@ -110,8 +110,8 @@ static const struct point *find(const struct point *pts, int n, const char *tag,
 static void run_steps(struct obs *o, int64_t from, int64_t to, int *logged)
 {
     for (int64_t s = from; s <= to; s++) {
-        struct metrics_step st = {.step = s, .loss = (double)s, .lr = 0.01, .samples = 8,
-                                  .tokens = 80};
+        struct metrics_step st = {
+            .step = s, .loss = (double)s, .lr = 0.01, .samples = 8, .tokens = 80};
         if (obs_step(o, &st, 0.01))
             logged[(*logged)++ + 1] = (int)s; /* logged[0] counts, then the steps */
     }
@@ -126,8 +126,13 @@ static void test_rank0_and_resume(void)
 
     TEST_CHECK(mkdtemp(dir) != NULL);
     snprintf(tb, sizeof(tb), "%s/job/tensorboard", dir);
-    struct obs_config c = {.rank = 0, .world_size = 2, .metrics_addr = "127.0.0.1",
-                           .metrics_port = 0, .tb_dir = tb, .total_steps = 20, .epochs = 1,
+    struct obs_config c = {.rank = 0,
+                           .world_size = 2,
+                           .metrics_addr = "127.0.0.1",
+                           .metrics_port = 0,
+                           .tb_dir = tb,
+                           .total_steps = 20,
+                           .epochs = 1,
                            .log_interval = 5};
     struct obs *o = obs_open(&c);
     if (!TEST_CHECK(o != NULL))
@@ -191,8 +196,13 @@ static void test_other_ranks_and_errors(void)
     struct point pts[8];
 
     TEST_CHECK(mkdtemp(dir) != NULL);
-    struct obs_config c = {.rank = 1, .world_size = 2, .metrics_port = 0, .tb_dir = dir,
-                           .total_steps = 10, .epochs = 1, .log_interval = 1};
+    struct obs_config c = {.rank = 1,
+                           .world_size = 2,
+                           .metrics_port = 0,
+                           .tb_dir = dir,
+                           .total_steps = 10,
+                           .epochs = 1,
+                           .log_interval = 1};
     struct obs *o = obs_open(&c);
     TEST_CHECK(o != NULL);
     TEST_EQ_INT(metrics_port(obs_metrics(o)), 0); /* rank 1 does not serve */

@@ -274,8 +274,8 @@ static FILE *create_unique(const char *dir, char **path_out)
     if (gethostname(host, sizeof(host) - 1) != 0)
         snprintf(host, sizeof(host), "localhost");
     for (int n = 0; n < 100; n++) {
-        int len = snprintf(path, sizeof(path), "%s/events.out.tfevents.%010lld.%s.%d.%d", dir,
-                           secs, host, (int)getpid(), n);
+        int len = snprintf(path, sizeof(path), "%s/events.out.tfevents.%010lld.%s.%d.%d", dir, secs,
+                           host, (int)getpid(), n);
         if (len < 0 || (size_t)len >= sizeof(path)) {
             errno = ENAMETOOLONG;
             return NULL;
@@ -311,8 +311,10 @@ static int write_event(struct tbevent_writer *w, const uint8_t *ev, size_t n)
     if (len == 0 || fwrite(rec, 1, len, w->f) != len) {
         if (len == 0)
             errno = EINVAL;
-        fprintf(stderr, "tbevent: could not write an event to %s: %s. TensorBoard curves will "
-                        "miss points; check the volume has space\n", w->path, strerror(errno));
+        fprintf(stderr,
+                "tbevent: could not write an event to %s: %s. TensorBoard curves will "
+                "miss points; check the volume has space\n",
+                w->path, strerror(errno));
         return -1;
     }
     return 0;
@@ -326,8 +328,10 @@ struct tbevent_writer *tbevent_open(const char *dir)
     FILE *f = NULL;
 
     if (mkdir_p(dir) != 0 || !(f = create_unique(dir, &path))) {
-        fprintf(stderr, "tbevent: could not create an event file in %s: %s. Check that the "
-                        "checkpoint volume is mounted and writable\n", dir, strerror(errno));
+        fprintf(stderr,
+                "tbevent: could not create an event file in %s: %s. Check that the "
+                "checkpoint volume is mounted and writable\n",
+                dir, strerror(errno));
         goto out;
     }
     w = xcalloc(1, sizeof(*w));

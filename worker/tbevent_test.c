@@ -62,8 +62,9 @@ static void test_crc32c_vectors(void)
         buf[i] = (uint8_t)(31 - i);
     TEST_EQ_INT(tbevent_crc32c(buf, 32), 0x113fdb5cu);
     /* An iSCSI read command PDU. */
-    unhex("01c00000" "00000000" "00000000" "00000000" "14000000" "00000400" "00000014"
-          "00000018" "28000000" "00000000" "02000000" "00000000", buf, sizeof(buf));
+    const char *pdu = "01c000000000000000000000000000001400000000000400000000140000001828000000"
+                      "000000000200000000000000";
+    unhex(pdu, buf, sizeof(buf));
     TEST_EQ_INT(tbevent_crc32c(buf, 48), 0xd9963a56u);
     /* tensorboard.compat.tensorflow_stub.pywrap_tensorflow.masked_crc32c(b"123456789") */
     TEST_EQ_INT(tbevent_mask_crc(tbevent_crc32c("123456789", 9)), 0xc78ab0e5u);
@@ -77,8 +78,13 @@ static void test_encode_scalar(void)
     /* Event{wall_time: 1.5, step: 7, summary{value{tag: "loss", simple_value: 0.25}}}:
      * 09 <double 1.5> | 10 07 | 2a 0d { 0a 0b { 0a 04 "loss" | 15 <float 0.25> } } */
     n = tbevent_encode_scalar(out, sizeof(out), 1.5, 7, "loss", 0.25f);
-    TEST_CHECK(same_bytes(out, n, "09000000000000f83f" "1007" "2a0d" "0a0b" "0a046c6f7373"
-                                  "150000803e"));
+    TEST_CHECK(same_bytes(out, n,
+                          "09000000000000f83f"
+                          "1007"
+                          "2a0d"
+                          "0a0b"
+                          "0a046c6f7373"
+                          "150000803e"));
 
     /* A negative step is a 10-byte varint; a 200-byte tag makes 2-byte lengths (0xd3 0x01). */
     char tag[201];
@@ -113,7 +119,9 @@ static void test_encode_other_events(void)
     n = tbevent_encode_version(out, sizeof(out), 2.0, "brain.Event:2");
     TEST_CHECK(same_bytes(out, n, "0900000000000000401a0d627261696e2e4576656e743a32"));
     n = tbevent_encode_session_start(out, sizeof(out), 2.0, 5);
-    TEST_CHECK(same_bytes(out, n, "0900000000000000401005" "3a020801"));
+    TEST_CHECK(same_bytes(out, n,
+                          "0900000000000000401005"
+                          "3a020801"));
 }
 
 /* tensorboard.summary.writer.record_writer.RecordWriter output for the scalar event above. */
@@ -124,9 +132,11 @@ static void test_frame(void)
     size_t m = tbevent_frame(rec, sizeof(rec), ev, n);
 
     TEST_EQ_INT(m, n + 16);
-    TEST_CHECK(same_bytes(rec, m, "1a00000000000000" "129bd82d"
-                                  "09000000000000f83f10072a0d0a0b0a046c6f7373150000803e"
-                                  "c9d07b8d"));
+    TEST_CHECK(same_bytes(rec, m,
+                          "1a00000000000000"
+                          "129bd82d"
+                          "09000000000000f83f10072a0d0a0b0a046c6f7373150000803e"
+                          "c9d07b8d"));
 }
 
 static uint64_t get_le(const uint8_t *p, int n)
@@ -186,7 +196,8 @@ static void test_file_roundtrip(void)
             break;
         TEST_EQ_INT(get_le(data + off + 12 + n, 4),
                     tbevent_mask_crc(tbevent_crc32c(data + off + 12, n)));
-        if (records == 0) /* file_version first: after the 9-byte wall_time, 1a 0d "brain.Event:2" */
+        if (records ==
+            0) /* file_version first: after the 9-byte wall_time, 1a 0d "brain.Event:2" */
             TEST_CHECK(n == 24 && memcmp(data + off + 12 + 11, "brain.Event:2", 13) == 0);
         if (records == 1) /* step 1, tag train/loss, value 1.0 */
             TEST_CHECK(data[off + 12 + 9] == 0x10 && data[off + 12 + 10] == 1 &&
