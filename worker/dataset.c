@@ -322,8 +322,10 @@ static int handle_line(struct reader *r, const char *line, size_t len, bool over
     r->lineno++;
     r->ds->n_lines++;
     if (overlong) {
-        snprintf(why, sizeof(why), "line longer than %zu bytes (max_line); split the record or "
-                 "raise the limit", r->o->max_line);
+        snprintf(why, sizeof(why),
+                 "line longer than %zu bytes (max_line); split the record or "
+                 "raise the limit",
+                 r->o->max_line);
         goto bad;
     }
     rc = dataset_parse_line(r->fmt, r->o, line, len, &text, &text_len, label, why, sizeof(why));

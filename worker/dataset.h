@@ -32,9 +32,9 @@
 #include "worker/vocab.h"
 
 #define DATASET_DEFAULT_MAX_LINE (8u << 20) /* bytes per line, newline excluded */
-#define DATASET_MAX_LABELS 4096             /* distinct labels in one label_map */
-#define DATASET_MAX_LABEL_BYTES 256         /* bytes in one label */
-#define DATASET_MAX_REPORTED 20             /* malformed lines printed before going quiet */
+#define DATASET_MAX_LABELS       4096       /* distinct labels in one label_map */
+#define DATASET_MAX_LABEL_BYTES  256        /* bytes in one label */
+#define DATASET_MAX_REPORTED     20         /* malformed lines printed before going quiet */
 
 enum dataset_format { DATASET_AUTO = 0, DATASET_JSONL, DATASET_TSV };
 

@@ -44,8 +44,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         o.label_field = "y";
     }
     why[0] = '\0';
-    rc = dataset_parse_line(fmt, &o, (const char *)data + 1, size - 1, &text, &text_len, label,
-                            why, sizeof(why));
+    rc = dataset_parse_line(fmt, &o, (const char *)data + 1, size - 1, &text, &text_len, label, why,
+                            sizeof(why));
     if (rc == 0) {
         size_t llen = strlen(label);
         CHECK(text != NULL);

@@ -35,14 +35,14 @@ static int parse(enum dataset_format fmt, const char *line, size_t len)
     free(g_text);
     g_text = NULL;
     g_why[0] = '\0';
-    return dataset_parse_line(fmt, NULL, line, len, &g_text, &g_len, g_label, g_why,
-                              sizeof(g_why));
+    return dataset_parse_line(fmt, NULL, line, len, &g_text, &g_len, g_label, g_why, sizeof(g_why));
 }
 #define PARSE(fmt, s) parse((fmt), (s), strlen(s))
 
 static void test_parse_jsonl(void)
 {
-    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"Hi\\nthere\", \"label\": \"spam\", \"x\": 1}"), 0);
+    TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"Hi\\nthere\", \"label\": \"spam\", \"x\": 1}"),
+                0);
     TEST_EQ_STR(g_text, "Hi\nthere");
     TEST_EQ_INT(g_len, 8);
     TEST_EQ_STR(g_label, "spam");
@@ -169,7 +169,9 @@ static void test_load_malformed(void)
     dataset_cleanup(&ds);
 
     /* The unknown label, strict, after removing the lines before it. */
-    p = write_tmp("unk.jsonl", "{\"text\": \"a\", \"label\": \"ham\"}\n{\"text\": \"x\", \"label\": \"eggs\"}\n", 62);
+    p = write_tmp("unk.jsonl",
+                  "{\"text\": \"a\", \"label\": \"ham\"}\n{\"text\": \"x\", \"label\": \"eggs\"}\n",
+                  62);
     dataset_init(&ds);
     TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), -1);
     TEST_CHECK(strstr(err, "unk.jsonl:2: unknown label \"eggs\"") != NULL);

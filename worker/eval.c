@@ -45,8 +45,8 @@ int eval_add(struct eval_counts *e, int true_label, int pred_label)
     return 0;
 }
 
-size_t eval_add_batch(struct eval_counts *e, const int32_t *true_labels,
-                      const int32_t *pred_labels, size_t n)
+size_t eval_add_batch(struct eval_counts *e, const int32_t *true_labels, const int32_t *pred_labels,
+                      size_t n)
 {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)

@@ -43,8 +43,8 @@ void eval_reset(struct eval_counts *e);
 /* Adds one prediction. Labels outside 0..n_classes-1 are ignored and return -1, else 0. */
 int eval_add(struct eval_counts *e, int true_label, int pred_label);
 /* Adds n predictions; returns how many were out of range (and ignored). */
-size_t eval_add_batch(struct eval_counts *e, const int32_t *true_labels,
-                      const int32_t *pred_labels, size_t n);
+size_t eval_add_batch(struct eval_counts *e, const int32_t *true_labels, const int32_t *pred_labels,
+                      size_t n);
 /* Adds argmax over each row of logits (n, n_classes) as the predictions (ties: lowest index). */
 size_t eval_add_logits(struct eval_counts *e, const int32_t *true_labels, const float *logits,
                        size_t n);
@@ -70,8 +70,8 @@ struct eval_metrics {
     uint64_t total;
     double accuracy;
     double macro_precision, macro_recall, macro_f1;
-    double weighted_f1; /* mean of f1 weighted by support */
-    double loss;        /* NaN when no loss was added */
+    double weighted_f1;     /* mean of f1 weighted by support */
+    double loss;            /* NaN when no loss was added */
     struct eval_class *cls; /* n_classes entries, owned */
 };
 

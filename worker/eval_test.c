@@ -102,8 +102,8 @@ static void test_merge_and_allreduce(void)
     fill(&r[2], 11, 16);
     TEST_EQ_INT(eval_counts_flat_len(&r[0]), 2 + 9);
     for (size_t i = 0; i < eval_counts_flat_len(&r[0]); i++) {
-        double s = eval_counts_flat(&r[0])[i] + eval_counts_flat(&r[1])[i] +
-                   eval_counts_flat(&r[2])[i];
+        double s =
+            eval_counts_flat(&r[0])[i] + eval_counts_flat(&r[1])[i] + eval_counts_flat(&r[2])[i];
         for (int k = 0; k < 3; k++)
             eval_counts_flat(&r[k])[i] = s;
     }
@@ -127,7 +127,7 @@ static void test_edge_cases(void)
     struct eval_counts e;
     struct eval_metrics m;
     const int32_t y[4] = {0, 0, 1, 1};
-    const float logits[4 * 3] = {2, 1, 0, /* -> 0 */ 1, 1, 0, /* tie -> 0 */ 0, 5, 9, /* -> 2 */
+    const float logits[4 * 3] = {2,   1, 0, /* -> 0 */ 1, 1, 0, /* tie -> 0 */ 0, 5, 9, /* -> 2 */
                                  NAN, 1, 0 /* NaN is never the max -> 1 */};
 
     /* Empty: all zeros, no NaN. */
@@ -169,8 +169,8 @@ static void test_report(void)
     TEST_NEAR(json_real_value(json_object_get(r, "accuracy")), 0.75, 1e-12);
     TEST_CHECK(json_object_get(r, "loss") == NULL);
     TEST_EQ_STR(json_string_value(json_array_get(json_object_get(r, "labels"), 2)), "C");
-    TEST_EQ_INT(json_integer_value(json_array_get(
-                    json_array_get(json_object_get(r, "confusion_matrix"), 1), 0)),
+    TEST_EQ_INT(json_integer_value(
+                    json_array_get(json_array_get(json_object_get(r, "confusion_matrix"), 1), 0)),
                 2);
     TEST_EQ_INT(json_integer_value(json_object_get(
                     json_object_get(json_object_get(r, "per_class"), "B"), "support")),

@@ -108,13 +108,13 @@ static bool is_punct(int32_t c)
     if (c == 0xD7 || c == 0xF7)
         return true;
     return (c >= 0x2010 && c <= 0x2027) || (c >= 0x2030 && c <= 0x205E) ||
-           (c >= 0x20A0 && c <= 0x20CF) ||                    /* currency */
-           (c >= 0x2100 && c <= 0x2BFF) ||                    /* letterlike..misc symbols */
-           (c >= 0x3001 && c <= 0x303F) ||                    /* CJK punctuation */
-           (c >= 0xFE30 && c <= 0xFE4F) ||                    /* CJK compatibility forms */
+           (c >= 0x20A0 && c <= 0x20CF) || /* currency */
+           (c >= 0x2100 && c <= 0x2BFF) || /* letterlike..misc symbols */
+           (c >= 0x3001 && c <= 0x303F) || /* CJK punctuation */
+           (c >= 0xFE30 && c <= 0xFE4F) || /* CJK compatibility forms */
            (c >= 0xFF01 && c <= 0xFF0F) || (c >= 0xFF1A && c <= 0xFF20) ||
            (c >= 0xFF3B && c <= 0xFF40) || (c >= 0xFF5B && c <= 0xFF65) ||
-           (c >= 0x1F000 && c <= 0x1FAFF);                    /* emoji and pictographs */
+           (c >= 0x1F000 && c <= 0x1FAFF); /* emoji and pictographs */
 }
 
 /* BERT's _is_chinese_char ranges, plus kana. */
@@ -132,8 +132,8 @@ static enum cls classify(int32_t c)
         return C_SPACE;
     if (c < 0x20 || (c >= 0x7F && c <= 0x9F))
         return C_SPACE; /* control characters, NUL included, separate words */
-    if (c == 0xAD || (c >= 0x200B && c <= 0x200F) || (c >= 0x2060 && c <= 0x2064) ||
-        c == 0xFEFF || (c >= 0xFE00 && c <= 0xFE0F))
+    if (c == 0xAD || (c >= 0x200B && c <= 0x200F) || (c >= 0x2060 && c <= 0x2064) || c == 0xFEFF ||
+        (c >= 0xFE00 && c <= 0xFE0F))
         return C_DROP; /* soft hyphen, zero-width, BOM, variation selectors */
     if (c >= 0x0300 && c <= 0x036F)
         return C_MARK;
@@ -145,7 +145,8 @@ static enum cls classify(int32_t c)
 }
 
 /* Base letters of U+00C0..U+00FF and U+0100..U+017F for accent stripping ('.' = keep). */
-static const char latin1_base[64 + 1] = "aaaaaa.ceeeeiiii.nooooo..uuuuy..aaaaaa.ceeeeiiii.nooooo..uuuuy.y";
+static const char latin1_base[64 + 1] =
+    "aaaaaa.ceeeeiiii.nooooo..uuuuy..aaaaaa.ceeeeiiii.nooooo..uuuuy.y";
 static const char latinA_base[128 + 1] =
     "aaaaaaccccccccddddeeeeeeeeeegggggggghhhhiiiiiiiiii..jjkk.lllllll"
     "lllnnnnnn...oooooo..rrrrrrssssssssttttttuuuuuuuuuuuuwwyyyzzzzzz.";
@@ -172,14 +173,22 @@ static int32_t to_lower(int32_t c)
     if (c >= 0x391 && c <= 0x3AB && c != 0x3A2)
         return c + 32;
     switch (c) { /* accented Greek capitals */
-    case 0x386: return 0x3AC;
-    case 0x388: return 0x3AD;
-    case 0x389: return 0x3AE;
-    case 0x38A: return 0x3AF;
-    case 0x38C: return 0x3CC;
-    case 0x38E: return 0x3CD;
-    case 0x38F: return 0x3CE;
-    default: break;
+    case 0x386:
+        return 0x3AC;
+    case 0x388:
+        return 0x3AD;
+    case 0x389:
+        return 0x3AE;
+    case 0x38A:
+        return 0x3AF;
+    case 0x38C:
+        return 0x3CC;
+    case 0x38E:
+        return 0x3CD;
+    case 0x38F:
+        return 0x3CE;
+    default:
+        break;
     }
     if (c >= 0x410 && c <= 0x42F)
         return c + 32;
@@ -198,14 +207,26 @@ static int32_t strip_accent(int32_t c)
     if (c >= 0x100 && c <= 0x17F && latinA_base[c - 0x100] != '.')
         return latinA_base[c - 0x100];
     switch (c) { /* Greek tonos/dialytika */
-    case 0x3AC: return 0x3B1;
-    case 0x3AD: return 0x3B5;
-    case 0x3AE: return 0x3B7;
-    case 0x3AF: case 0x390: case 0x3CA: return 0x3B9;
-    case 0x3CC: return 0x3BF;
-    case 0x3CD: case 0x3B0: case 0x3CB: return 0x3C5;
-    case 0x3CE: return 0x3C9;
-    default: return c;
+    case 0x3AC:
+        return 0x3B1;
+    case 0x3AD:
+        return 0x3B5;
+    case 0x3AE:
+        return 0x3B7;
+    case 0x3AF:
+    case 0x390:
+    case 0x3CA:
+        return 0x3B9;
+    case 0x3CC:
+        return 0x3BF;
+    case 0x3CD:
+    case 0x3B0:
+    case 0x3CB:
+        return 0x3C5;
+    case 0x3CE:
+        return 0x3C9;
+    default:
+        return c;
     }
 }
 
@@ -414,18 +435,22 @@ struct text_stopwords *text_stopwords_new(const char *const *words)
 struct text_stopwords *text_stopwords_english(void)
 {
     static const char *const words[] = {
-        "a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any",
-        "are", "as", "at", "be", "because", "been", "before", "being", "below", "between",
-        "both", "but", "by", "can", "did", "do", "does", "doing", "down", "during", "each",
-        "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here",
-        "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it",
-        "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now",
-        "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out",
-        "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the",
-        "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this",
-        "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were",
-        "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "you",
-        "your", "yours", "yourself", "yourselves", NULL};
+        "a",      "about",  "above",    "after",      "again",      "against", "all",     "am",
+        "an",     "and",    "any",      "are",        "as",         "at",      "be",      "because",
+        "been",   "before", "being",    "below",      "between",    "both",    "but",     "by",
+        "can",    "did",    "do",       "does",       "doing",      "down",    "during",  "each",
+        "few",    "for",    "from",     "further",    "had",        "has",     "have",    "having",
+        "he",     "her",    "here",     "hers",       "herself",    "him",     "himself", "his",
+        "how",    "i",      "if",       "in",         "into",       "is",      "it",      "its",
+        "itself", "just",   "me",       "more",       "most",       "my",      "myself",  "no",
+        "nor",    "not",    "now",      "of",         "off",        "on",      "once",    "only",
+        "or",     "other",  "our",      "ours",       "ourselves",  "out",     "over",    "own",
+        "same",   "she",    "should",   "so",         "some",       "such",    "than",    "that",
+        "the",    "their",  "theirs",   "them",       "themselves", "then",    "there",   "these",
+        "they",   "this",   "those",    "through",    "to",         "too",     "under",   "until",
+        "up",     "very",   "was",      "we",         "were",       "what",    "when",    "where",
+        "which",  "while",  "who",      "whom",       "why",        "will",    "with",    "you",
+        "your",   "yours",  "yourself", "yourselves", NULL};
     return text_stopwords_new(words);
 }
 

@@ -45,13 +45,13 @@ struct text_opts {
 
 /* The token list of one document: tokens are NUL-terminated strings packed in one buffer. */
 struct text_tokens {
-    char *data;   /* packed tokens, each followed by NUL */
-    size_t *off;  /* off[i]: start of token i in data */
-    size_t *len;  /* len[i]: bytes of token i, without the NUL */
-    size_t n;     /* tokens */
-    size_t cap;   /* slots in off/len */
-    size_t dlen;  /* bytes used in data */
-    size_t dcap;  /* bytes allocated in data */
+    char *data;       /* packed tokens, each followed by NUL */
+    size_t *off;      /* off[i]: start of token i in data */
+    size_t *len;      /* len[i]: bytes of token i, without the NUL */
+    size_t n;         /* tokens */
+    size_t cap;       /* slots in off/len */
+    size_t dlen;      /* bytes used in data */
+    size_t dcap;      /* bytes allocated in data */
     size_t n_invalid; /* invalid UTF-8 bytes dropped by the last text_tokenize() */
     bool truncated;   /* the last text_tokenize() stopped at max_tokens */
 };

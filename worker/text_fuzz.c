@@ -29,8 +29,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct vocab *fuzz_vocab(void)
 {
-    static const char *const words[] = {"un", "##aff", "##able", "run", "##n", "##ing", "a",
-                                        "##a", "\xe6\x88\x91", "##\xc3\xa9", "caf", "the", NULL};
+    static const char *const words[] = {"un",    "##aff", "##able", "run",          "##n",
+                                        "##ing", "a",     "##a",    "\xe6\x88\x91", "##\xc3\xa9",
+                                        "caf",   "the",   NULL};
     struct vocab_builder *b = vocab_builder_new();
     struct vocab *v;
 

@@ -39,13 +39,19 @@ static void test_ascii_and_punct(void)
     TOK(&o, "Hello, World!", "hello|,|world|!");
     TOK(&o, "  multiple\t\n spaces\r\n", "multiple|spaces");
     TOK(&o, "don't e-mail me@x.com $100", "don|'|t|e|-|mail|me|@|x|.|com|$|100");
-    TOK(&o, "\xe2\x80\x9cquoted\xe2\x80\x9d\xe2\x80\xa6", "\xe2\x80\x9c|quoted|\xe2\x80\x9d|\xe2\x80\xa6");
-    TOK(&o, "a\xc2\xa0" "b\xe3\x80\x80" "c\xe2\x80\x89" "d", "a|b|c|d"); /* NBSP, ideographic, thin */
+    TOK(&o, "\xe2\x80\x9cquoted\xe2\x80\x9d\xe2\x80\xa6",
+        "\xe2\x80\x9c|quoted|\xe2\x80\x9d|\xe2\x80\xa6");
+    TOK(&o,
+        "a\xc2\xa0"
+        "b\xe3\x80\x80"
+        "c\xe2\x80\x89"
+        "d",
+        "a|b|c|d"); /* NBSP, ideographic, thin */
     TOK(&o, "", "");
     TOK(&o, " \t ", "");
     TEST_EQ_INT(t.n, 0);
     TOK(&o, "\xc2\xbfQu\xc3\xa9?", "\xc2\xbf|que|?"); /* ¿Qué? */
-    TOK(&o, "100\xe2\x82\xac", "100|\xe2\x82\xac");  /* euro sign is a symbol token */
+    TOK(&o, "100\xe2\x82\xac", "100|\xe2\x82\xac");   /* euro sign is a symbol token */
     TOK(&o, "hi\xf0\x9f\x98\x80there", "hi|\xf0\x9f\x98\x80|there"); /* emoji */
     o.split_punct = false;
     TOK(&o, "don't stop.", "don't|stop.");
@@ -59,12 +65,22 @@ static void test_case_and_accents(void)
 
     text_tokens_init(&t);
     text_opts_default(&o);
-    TOK(&o, "Caf\xc3\xa9 \xc3\x91\x61nd\xc3\xba \xc3\x80\xc3\x89\xc3\x8e\xc3\x95\xc3\x9c", "cafe|nandu|aeiou");
-    TOK(&o, "Stra\xc3\x9f" "e \xc3\x86sir \xc3\x98re", "stra\xc3\x9f" "e|\xc3\xa6sir|\xc3\xb8re"); /* ß æ ø kept */
+    TOK(&o, "Caf\xc3\xa9 \xc3\x91\x61nd\xc3\xba \xc3\x80\xc3\x89\xc3\x8e\xc3\x95\xc3\x9c",
+        "cafe|nandu|aeiou");
+    TOK(&o,
+        "Stra\xc3\x9f"
+        "e \xc3\x86sir \xc3\x98re",
+        "stra\xc3\x9f"
+        "e|\xc3\xa6sir|\xc3\xb8re"); /* ß æ ø kept */
     TOK(&o, "\xc5\x81\xc3\xb3\x64\xc5\xba \xc4\x8c\x65\x73k\xc3\xbd \xc5\xa0ID", "lodz|cesky|sid");
     TOK(&o, "e\xcc\x81t\xc3\xa9", "ete"); /* NFD combining acute dropped */
-    TOK(&o, "\xce\x9a\xce\x91\xce\x9b\xce\x97\xce\x9c\xce\x88\xce\xa1\xce\x91", "\xce\xba\xce\xb1\xce\xbb\xce\xb7\xce\xbc\xce\xb5\xcf\x81\xce\xb1"); /* ΚΑΛΗΜΈΡΑ -> καλημερα */
-    TOK(&o, "\xd0\x9f\xd0\xa0\xd0\x98\xd0\x92\xd0\x95\xd0\xa2 \xd0\x81\xd0\xbb\xd0\xba\xd0\xb0", "\xd0\xbf\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82|\xd1\x91\xd0\xbb\xd0\xba\xd0\xb0"); /* ПРИВЕТ Ёлка */
+    TOK(&o, "\xce\x9a\xce\x91\xce\x9b\xce\x97\xce\x9c\xce\x88\xce\xa1\xce\x91",
+        "\xce\xba\xce\xb1\xce\xbb\xce\xb7\xce\xbc\xce\xb5\xcf\x81\xce\xb1"); /* ΚΑΛΗΜΈΡΑ -> καλημερα
+                                                                              */
+    TOK(&o, "\xd0\x9f\xd0\xa0\xd0\x98\xd0\x92\xd0\x95\xd0\xa2 \xd0\x81\xd0\xbb\xd0\xba\xd0\xb0",
+        "\xd0\xbf\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82|\xd1\x91\xd0\xbb\xd0\xba\xd0\xb0"); /* ПРИВЕТ
+                                                                                                 Ёлка
+                                                                                               */
     TOK(&o, "\xef\xbc\xa1\xef\xbc\xa2", "\xef\xbd\x81\xef\xbd\x82"); /* fullwidth AB -> ab */
     o.strip_accents = false;
     TOK(&o, "Caf\xc3\x89", "caf\xc3\xa9");
@@ -81,14 +97,23 @@ static void test_cjk(void)
     text_tokens_init(&t);
     text_opts_default(&o);
     /* 我爱北京abc天安门。 */
-    TOK(&o, "\xe6\x88\x91\xe7\x88\xb1\xe5\x8c\x97\xe4\xba\xac" "abc" "\xe5\xa4\xa9\xe5\xae\x89\xe9\x97\xa8\xe3\x80\x82",
-        "\xe6\x88\x91|\xe7\x88\xb1|\xe5\x8c\x97|\xe4\xba\xac|abc|\xe5\xa4\xa9|\xe5\xae\x89|\xe9\x97\xa8|\xe3\x80\x82");
+    TOK(&o,
+        "\xe6\x88\x91\xe7\x88\xb1\xe5\x8c\x97\xe4\xba\xac"
+        "abc"
+        "\xe5\xa4\xa9\xe5\xae\x89\xe9\x97\xa8\xe3\x80\x82",
+        "\xe6\x88\x91|\xe7\x88\xb1|\xe5\x8c\x97|\xe4\xba\xac|abc|\xe5\xa4\xa9|\xe5\xae\x89|"
+        "\xe9\x97\xa8|\xe3\x80\x82");
     /* カタカナ: kana one per token */
-    TOK(&o, "\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a", "\xe3\x82\xab|\xe3\x82\xbf|\xe3\x82\xab|\xe3\x83\x8a");
+    TOK(&o, "\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a",
+        "\xe3\x82\xab|\xe3\x82\xbf|\xe3\x82\xab|\xe3\x83\x8a");
     /* 안녕 하세요: Hangul stays in words */
-    TOK(&o, "\xec\x95\x88\xeb\x85\x95 \xed\x95\x98\xec\x84\xb8\xec\x9a\x94", "\xec\x95\x88\xeb\x85\x95|\xed\x95\x98\xec\x84\xb8\xec\x9a\x94");
+    TOK(&o, "\xec\x95\x88\xeb\x85\x95 \xed\x95\x98\xec\x84\xb8\xec\x9a\x94",
+        "\xec\x95\x88\xeb\x85\x95|\xed\x95\x98\xec\x84\xb8\xec\x9a\x94");
     /* U+20000 (4-byte ideograph) */
-    TOK(&o, "a\xf0\xa0\x80\x80" "b", "a|\xf0\xa0\x80\x80|b");
+    TOK(&o,
+        "a\xf0\xa0\x80\x80"
+        "b",
+        "a|\xf0\xa0\x80\x80|b");
     o.split_cjk = false;
     TOK(&o, "\xe6\x88\x91\xe7\x88\xb1", "\xe6\x88\x91\xe7\x88\xb1");
     text_tokens_cleanup(&t);
@@ -102,7 +127,10 @@ static void test_invalid_utf8(void)
 
     text_tokens_init(&t);
     text_opts_default(&o);
-    TOK(&o, "ab\xff" "cd\xc3", "abcd");
+    TOK(&o,
+        "ab\xff"
+        "cd\xc3",
+        "abcd");
     TEST_EQ_INT(t.n_invalid, 2);
     TOK(&o, "x\xc0\xafy", "xy"); /* overlong '/' */
     TEST_EQ_INT(t.n_invalid, 2);
@@ -110,11 +138,18 @@ static void test_invalid_utf8(void)
     TEST_EQ_INT(t.n_invalid, 3);
     TOK(&o, "x\xf4\x90\x80\x80y", "xy"); /* > U+10FFFF */
     TEST_EQ_INT(t.n_invalid, 4);
-    TOK(&o, "\xe6\x88", "");             /* truncated sequence at the end */
+    TOK(&o, "\xe6\x88", ""); /* truncated sequence at the end */
     TEST_EQ_INT(t.n_invalid, 2);
     TEST_EQ_STR(tok_join(&o, "a\0b", 3, &t), "a|b"); /* NUL separates */
-    TOK(&o, "ab\xe2\x80\x8b" "cd\xc2\xad" "ef\xef\xbb\xbf", "abcdef"); /* ZWSP, soft hyphen, BOM */
-    TOK(&o, "a\x01\x7f" "b", "a|b"); /* control characters separate */
+    TOK(&o,
+        "ab\xe2\x80\x8b"
+        "cd\xc2\xad"
+        "ef\xef\xbb\xbf",
+        "abcdef"); /* ZWSP, soft hyphen, BOM */
+    TOK(&o,
+        "a\x01\x7f"
+        "b",
+        "a|b"); /* control characters separate */
     TEST_EQ_INT(text_utf8_decode((const unsigned char *)"\xe2\x82\xac", 3, &cp), 3);
     TEST_EQ_INT(cp, 0x20AC);
     TEST_EQ_INT(text_utf8_decode((const unsigned char *)"\xe2\x82\xac", 2, &cp), 1);
@@ -179,13 +214,18 @@ static void test_stopwords(void)
     TEST_CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof(path), "%s/stop.txt", dir);
     f = fopen(path, "w");
-    fputs("# a comment\n\n\xc3\x9c" "BER\nTHE\r\nthe\n", f);
+    fputs("# a comment\n\n\xc3\x9c"
+          "BER\nTHE\r\nthe\n",
+          f);
     fclose(f);
     sw = text_stopwords_load(path, NULL, err, sizeof(err));
     TEST_CHECK(sw != NULL);
     if (sw) {
         o.stop = sw;
-        TOK(&o, "\xc3\xbc" "ber the Alles", "alles");
+        TOK(&o,
+            "\xc3\xbc"
+            "ber the Alles",
+            "alles");
         text_stopwords_free(sw);
     }
     f = fopen(path, "w");

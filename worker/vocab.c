@@ -23,10 +23,10 @@ static const char *const specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MAS
  */
 
 struct table {
-    char **key;      /* key[slot], NULL when empty; owned */
+    char **key; /* key[slot], NULL when empty; owned */
     size_t *keylen;
     uint64_t *val;
-    size_t mask;     /* slots - 1 (a power of two) */
+    size_t mask; /* slots - 1 (a power of two) */
     size_t n;
 };
 
@@ -115,7 +115,7 @@ static size_t table_put(struct table *t, const char *s, size_t n, bool *added)
 struct vocab {
     char **tok; /* tok[id], borrowed from the table's keys */
     int32_t n;
-    size_t cap; /* slots in tok */
+    size_t cap;     /* slots in tok */
     size_t max_tok; /* longest token in bytes: WordPiece never tries a longer piece */
     struct table t;
     int32_t pad, unk, cls, sep, mask;
@@ -184,10 +184,22 @@ const char *vocab_token(const struct vocab *v, int32_t id)
     return id >= 0 && id < v->n ? v->tok[id] : NULL;
 }
 
-int32_t vocab_pad_id(const struct vocab *v) { return v->pad; }
-int32_t vocab_unk_id(const struct vocab *v) { return v->unk; }
-int32_t vocab_cls_id(const struct vocab *v) { return v->cls; }
-int32_t vocab_sep_id(const struct vocab *v) { return v->sep; }
+int32_t vocab_pad_id(const struct vocab *v)
+{
+    return v->pad;
+}
+int32_t vocab_unk_id(const struct vocab *v)
+{
+    return v->unk;
+}
+int32_t vocab_cls_id(const struct vocab *v)
+{
+    return v->cls;
+}
+int32_t vocab_sep_id(const struct vocab *v)
+{
+    return v->sep;
+}
 
 /* Reads a whole file, at most max bytes, into b. 0, or -1 with err. */
 static int slurp(const char *path, size_t max, struct buf *b, char *err, size_t errlen)
@@ -460,8 +472,7 @@ static bool is_special(const char *w, size_t len)
     return false;
 }
 
-struct vocab *vocab_builder_build(const struct vocab_builder *b, uint64_t min_freq,
-                                  size_t max_size)
+struct vocab *vocab_builder_build(const struct vocab_builder *b, uint64_t min_freq, size_t max_size)
 {
     struct entry *e = xcalloc(b->t.n ? b->t.n : 1, sizeof(*e));
     size_t n = 0, keep;

@@ -28,9 +28,9 @@
 #include "worker/text.h"
 
 /* Limits on what vocab_load() accepts. */
-#define VOCAB_MAX_FILE (64 << 20)  /* bytes */
-#define VOCAB_MAX_SIZE (1 << 22)   /* tokens */
-#define VOCAB_MAX_TOKEN_BYTES 1024 /* one line */
+#define VOCAB_MAX_FILE        (64 << 20) /* bytes */
+#define VOCAB_MAX_SIZE        (1 << 22)  /* tokens */
+#define VOCAB_MAX_TOKEN_BYTES 1024       /* one line */
 /* Words longer than this many characters are one [UNK] (BERT's max_input_chars_per_word). */
 #define VOCAB_MAX_WORD_CHARS 100
 
