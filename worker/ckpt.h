@@ -1,0 +1,133 @@
+/*
+ * ckpt.h - checkpoints on the shared volume (DESIGN.md §4).
+ *
+ * Layout: <root>/<job>/step-<N>/ holding
+ *   model.safetensors      weights (safetensors: 8-byte LE header length, JSON header with
+ *                          dtype/shape/data_offsets, raw little-endian data; loads with the
+ *                          Python `safetensors` package)
+ *   optimizer.safetensors  optimiser state (e.g. AdamW m and v), same format
+ *   state.json             {"format":"gantry-ckpt-v1","step","epoch","sampler":{"epoch",
+ *                          "consumed"},"world_size","config_hash","extra":{...caller's: RNG...}}
+ *   MANIFEST.sha256        "<sha256>  <file>" per file (`sha256sum -c MANIFEST.sha256` works)
+ *
+ * Writing is crash-safe: files go to <root>/<job>/.tmp-step-<N>.<pid>/, each is fsynced, the
+ * manifest is written last, the directory is fsynced, renamed to step-<N>, and the parent is
+ * fsynced. Then only the newest `keep` step directories stay (and stale .tmp-* are removed).
+ * The writer copies everything into a snapshot first (fast, memcpy) and writes it on a
+ * background thread, so training continues while the disk works.
+ *
+ * Reading: ckpt_find_latest() walks step directories from the newest and returns the first one
+ * whose manifest checks out (every file present with the right SHA-256, state.json's step
+ * matching the name); truncated, bit-flipped or partial ones are skipped with a warning.
+ *
+ * Only one process (rank 0) writes; every rank may read.
+ */
+#ifndef GANTRY_CKPT_H
+#define GANTRY_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "worker/sampler.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPT_MAX_NAME 128
+#define CKPT_MAX_DIMS 8
+#define CKPT_MAX_HASH 128
+#define CKPT_MAX_HEADER (64u << 20) /* safetensors JSON header limit */
+
+enum ckpt_dtype { CKPT_F32, CKPT_F16, CKPT_BF16, CKPT_I32, CKPT_I64, CKPT_U8 };
+
+/* Which file a tensor belongs to. */
+enum ckpt_part { CKPT_WEIGHTS, CKPT_OPTIM };
+
+struct ckpt_tensor {
+    char name[CKPT_MAX_NAME];
+    enum ckpt_dtype dtype;
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    size_t bytes;
+    void *data; /* owned by the snapshot */
+};
+
+struct ckpt_meta {
+    int64_t step;
+    uint64_t epoch;
+    struct sampler_pos sampler;
+    int world_size;
+    char config_hash[CKPT_MAX_HASH + 1];
+};
+
+/* Everything one checkpoint holds, in memory. */
+struct ckpt_snapshot {
+    struct ckpt_meta meta;
+    struct ckpt_tensor *t[2]; /* [CKPT_WEIGHTS], [CKPT_OPTIM] */
+    size_t n[2];
+    json_t *extra; /* object for the caller's state (RNG, LR scheduler, ...); owned */
+};
+
+/* A new, empty snapshot (extra = {}); free with ckpt_snapshot_free(). */
+struct ckpt_snapshot *ckpt_snapshot_new(const struct ckpt_meta *meta);
+void ckpt_snapshot_free(struct ckpt_snapshot *s);
+
+/* Copies `data` (prod(shape) elements of dtype) into the snapshot. Names must be unique per part
+ * and shorter than CKPT_MAX_NAME; 0 or DIST_EUSAGE. */
+int ckpt_snapshot_add(struct ckpt_snapshot *s, enum ckpt_part part, const char *name,
+                      enum ckpt_dtype dtype, int ndim, const int64_t *shape, const void *data)
+    __attribute__((warn_unused_result));
+
+/* Borrowed tensor by name, or NULL. */
+const struct ckpt_tensor *ckpt_snapshot_find(const struct ckpt_snapshot *s, enum ckpt_part part,
+                                             const char *name);
+
+size_t ckpt_dtype_size(enum ckpt_dtype d);
+
+/* ---- writing --------------------------------------------------------------------------------- */
+
+/* Writes s synchronously as <root>/<job>/step-<s->meta.step>, then keeps the newest `keep`
+ * (keep <= 0: all). 0 or DIST_EIO with a message naming the path and the errno. */
+int ckpt_write(const char *root, const char *job, int keep, const struct ckpt_snapshot *s)
+    __attribute__((warn_unused_result));
+
+struct ckpt_writer;
+
+/* A background writer for <root>/<job>. Free with ckpt_writer_free(). */
+struct ckpt_writer *ckpt_writer_new(const char *root, const char *job, int keep);
+/* Steals s and writes it on the writer's thread. If the previous write is still running it is
+ * waited for first; its result is returned (and s is still taken). */
+int ckpt_writer_save(struct ckpt_writer *w, struct ckpt_snapshot *s)
+    __attribute__((warn_unused_result));
+/* Waits for the write in flight, if any; its result. */
+int ckpt_writer_wait(struct ckpt_writer *w) __attribute__((warn_unused_result));
+/* Waits, then frees. NULL is a no-op. */
+void ckpt_writer_free(struct ckpt_writer *w);
+
+/* ---- reading ----------------------------------------------------------------------------------- */
+
+/* Checks one step directory: manifest, hashes, state.json, safetensors headers. 0, or
+ * DIST_ECORRUPT / DIST_ENOENT with *why (may be NULL) saying what is wrong. */
+int ckpt_verify(const char *dir, char *why, size_t why_len);
+
+/* Newest valid checkpoint under <root>/<job>: *step and dir (e.g. ".../step-1200"). Invalid ones
+ * are skipped with a warning. DIST_ENOENT when there is none (start from scratch). */
+int ckpt_find_latest(const char *root, const char *job, int64_t *step, char *dir, size_t dir_len)
+    __attribute__((warn_unused_result));
+
+/* Loads a verified step directory. *out is new: ckpt_snapshot_free(). */
+int ckpt_load(const char *dir, struct ckpt_snapshot **out) __attribute__((warn_unused_result));
+
+/* Reads one safetensors file into part CKPT_WEIGHTS of a new snapshot (meta zeroed); for tools
+ * and tests. */
+int ckpt_read_safetensors(const char *path, struct ckpt_snapshot **out)
+    __attribute__((warn_unused_result));
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GANTRY_CKPT_H */
