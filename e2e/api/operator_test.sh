@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# gantry-operator against a real kube-apiserver (CTest label `api`); the test plays kubelet by
+# setting pod phases through the pods' status subresource.
+#
+#   GANTRY_TEST_KUBECONFIG=/tmp/gantry-cluster/admin.kubeconfig e2e/api/operator_test.sh OPERATOR
+#
+# Scenarios, each a TrainingJob in one namespace of its own (deleted on exit), with the operator
+# scoped to it: children and pod contract; Running 3/3; rank 0 Succeeded -> Succeeded and
+# cleanPodPolicy; a retryable failure -> whole gang replaced with restart count 1; failures past
+# backoffLimit -> Failed and nothing recreated when pods are deleted by hand; exit 65 -> Failed
+# at once; suspend/resume; ttlSecondsAfterFinished; activeDeadlineSeconds; SIGKILL of the
+# operator in the middle of creating pods -> no duplicates after a restart.
+# Exits 77 when GANTRY_TEST_KUBECONFIG is unset. Operator logs: $ARTIFACTS (or a temp dir).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+op=${1:?usage: operator_test.sh PATH-TO-gantry-operator}
+if [ -z "${GANTRY_TEST_KUBECONFIG:-}" ]; then
+    echo "SKIP: GANTRY_TEST_KUBECONFIG is unset (start a cluster: hack/cluster.sh up --tier api)"
+    exit 77
+fi
+export KUBECONFIG=$GANTRY_TEST_KUBECONFIG
+k8s_version=$(sed -n 's#^[[:space:]]*\(require[[:space:]]*\)\{0,1\}k8s.io/kubernetes \(v[0-9.]*\).*#\2#p' \
+    "$root/hack/k8s/go.mod" | head -1)
+kubectl=${GANTRY_KUBECTL:-${GANTRY_CACHE:-$HOME/.cache/gantry}/k8s-$k8s_version/bin/kubectl}
+[ -x "$kubectl" ] || kubectl=$(command -v kubectl) || {
+    echo "FAIL: no kubectl: set GANTRY_KUBECTL or run hack/cluster.sh build --tier api"; exit 1; }
+
+ns=ctl-op-$$-$RANDOM
+logs=${ARTIFACTS:-$(mktemp -d /tmp/gantry-op-test.XXXXXX)}
+mkdir -p "$logs"
+fails=0 checks=0 op_pid=
+ok() { checks=$((checks + 1)); echo "ok   $*"; }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
+k() { "$kubectl" --request-timeout=30s -n "$ns" "$@"; }
+start_op() {
+    "$op" --namespace "$ns" --workers 2 --log-level info >>"$logs/operator-$ns.log" 2>&1 &
+    op_pid=$!
+}
+stop_op() { # $1: signal
+    [ -n "$op_pid" ] || return 0
+    kill "-$1" "$op_pid" 2>/dev/null || true
+    wait "$op_pid" 2>/dev/null || true
+    op_pid=
+}
+cleanup() {
+    stop_op TERM
+    "$kubectl" --request-timeout=30s delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
+    echo "operator log: $logs/operator-$ns.log"
+}
+trap cleanup EXIT
+
+# wait_for DESC SECONDS CMD...: retries CMD every 0.2 s; ok/bad with DESC.
+wait_for() {
+    local desc=$1 secs=$2 i
+    shift 2
+    for ((i = 0; i < secs * 5; i++)); do
+        if "$@" >/dev/null 2>&1; then ok "$desc"; return 0; fi
+        sleep 0.2
+    done
+    bad "$desc (not within ${secs}s)"
+    return 1
+}
+jp() { k get "$1" -o jsonpath="$2" 2>/dev/null; }
+is() { [ "$(jp "$1" "$2")" = "$3" ]; }          # is OBJ JSONPATH VALUE
+npods() { k get pods -l "gantry.dev/job-name=$1" --no-headers 2>/dev/null | wc -l; }
+has_pods() { [ "$(npods "$1")" -eq "$2" ]; }
+pod_env() { jp "pod/$1" "{.spec.containers[?(@.name==\"worker\")].env[?(@.name==\"$2\")].value}"; }
+
+# set_pod POD PHASE [EXIT]: what a kubelet would report.
+set_pod() {
+    local state='{"running":{}}' ready=True
+    case $2 in
+        Succeeded|Failed) state="{\"terminated\":{\"exitCode\":${3:-0},\"reason\":\"Completed\"}}"; ready=False ;;
+    esac
+    k patch "pod/$1" --subresource=status --type=merge -p "{\"status\":{\"phase\":\"$2\",
+        \"conditions\":[{\"type\":\"Ready\",\"status\":\"$ready\"}],
+        \"containerStatuses\":[{\"name\":\"worker\",\"image\":\"gantry-worker:0.1.0\",\"imageID\":\"\",
+        \"ready\":$([ $ready = True ] && echo true || echo false),\"restartCount\":0,\"state\":$state}]}}" >/dev/null
+}
+run_all() { # run_all JOB N: every worker Running and Ready
+    for ((i = 0; i < $2; i++)); do set_pod "$1-worker-$i" Running; done
+}
+apply_job() { # apply_job NAME REPLICAS [runPolicy JSON]
+    k apply -f - >/dev/null <<EOF2
+{"apiVersion":"gantry.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"$1"},
+ "spec":{"replicas":$2,"runPolicy":${3:-{\}}}}
+EOF2
+}
+
+"$kubectl" apply -f "$root/manifests/crds/gantry.dev_trainingjobs.yaml" >/dev/null
+"$kubectl" wait --for=condition=Established crd/trainingjobs.gantry.dev --timeout=60s >/dev/null
+"$kubectl" create namespace "$ns" >/dev/null
+start_op
+
+# ---- 1. children, pod contract, Running, rank 0 Succeeded, cleanPodPolicy Running
+apply_job happy 3
+wait_for "happy: 3 pods created" 30 has_pods happy 3
+wait_for "happy: headless Service publishing not-ready addresses" 10 \
+    is svc/happy '{.spec.clusterIP} {.spec.publishNotReadyAddresses}' "None true"
+wait_for "happy: ConfigMap with config.json" 10 is cm/happy-config '{.metadata.labels.gantry\.dev/job-name}' happy
+wait_for "happy: Secret with a token" 10 bash -c "[ -n \"\$('$kubectl' -n $ns get secret happy-rdzv -o jsonpath='{.data.token}')\" ]"
+got="$(jp pod/happy-worker-1 '{.spec.hostname} {.spec.subdomain} {.spec.restartPolicy} {.metadata.ownerReferences[0].kind} {.metadata.ownerReferences[0].controller}')"
+[ "$got" = "happy-worker-1 happy Never TrainingJob true" ] && ok "pod DNS fields and owner: $got" || bad "pod fields: $got"
+got="$(pod_env happy-worker-1 MASTER_ADDR) $(pod_env happy-worker-1 WORLD_SIZE) $(pod_env happy-worker-1 RANK) $(pod_env happy-worker-1 GANTRY_RESTART_COUNT)"
+[ "$got" = "happy-worker-0.happy.$ns.svc 3 1 0" ] && ok "pod env: $got" || bad "pod env: $got"
+got=$(jp pod/happy-worker-1 '{.spec.containers[0].env[?(@.name=="GANTRY_RDZV_TOKEN")].valueFrom.secretKeyRef.name}')
+[ "$got" = happy-rdzv ] && ok "token from the Secret" || bad "token env: $got"
+run_all happy 3
+wait_for "happy: Running, Ready 3/3" 15 is tj/happy '{.status.phase} {.status.ready}' "Running 3/3"
+set_pod happy-worker-0 Succeeded 0
+wait_for "happy: rank 0 Succeeded -> job Succeeded" 15 is tj/happy '{.status.phase}' Succeeded
+wait_for "happy: running workers cleaned, worker 0 kept (cleanPodPolicy Running)" 15 \
+    bash -c "[ \"\$('$kubectl' -n $ns get pods -l gantry.dev/job-name=happy -o name | tr '\n' ' ')\" = 'pod/happy-worker-0 ' ]"
+
+# ---- 2. gang restart, then backoff exhausted, sticky Failed
+apply_job flaky 2 '{"backoffLimit":1}'
+wait_for "flaky: 2 pods" 30 has_pods flaky 2
+run_all flaky 2
+wait_for "flaky: Running" 15 is tj/flaky '{.status.phase}' Running
+uid0=$(jp pod/flaky-worker-0 '{.metadata.uid}')
+set_pod flaky-worker-1 Failed 1
+wait_for "flaky: restarts 1 after a retryable failure" 15 is tj/flaky '{.status.restarts}' 1
+wait_for "flaky: the whole gang replaced with restart-count 1" 20 bash -c \
+    "[ \"\$('$kubectl' -n $ns get pods -l gantry.dev/job-name=flaky,gantry.dev/restart-count=1 --no-headers | wc -l)\" -eq 2 ]"
+[ "$(jp pod/flaky-worker-0 '{.metadata.uid}')" != "$uid0" ] && ok "flaky: the healthy worker 0 was replaced too" || bad "worker 0 kept its uid"
+[ "$(pod_env flaky-worker-0 GANTRY_RESTART_COUNT)" = 1 ] && ok "flaky: env GANTRY_RESTART_COUNT=1" || bad "restart count env"
+run_all flaky 2
+set_pod flaky-worker-0 Failed 2
+wait_for "flaky: Failed (BackoffLimitExceeded) past backoffLimit" 15 \
+    is tj/flaky '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}' "Failed BackoffLimitExceeded"
+k delete pods -l gantry.dev/job-name=flaky --wait=false >/dev/null 2>&1 || true
+sleep 3
+[ "$(npods flaky)" -eq 0 ] && ok "flaky: nothing recreated after Failed, even with pods deleted by hand" || bad "flaky: pods recreated"
+[ "$(jp tj/flaky '{.status.restarts}')" = 1 ] && ok "flaky: restarts stays 1" || bad "flaky restarts changed"
+
+# ---- 3. permanent exit code
+apply_job baddata 2
+wait_for "baddata: 2 pods" 30 has_pods baddata 2
+run_all baddata 2
+set_pod baddata-worker-1 Failed 65
+wait_for "baddata: exit 65 -> Failed (PermanentError) at once" 15 \
+    is tj/baddata '{.status.phase} {.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}' "Failed 0 PermanentError"
+
+# ---- 4. suspend / resume
+apply_job pausy 2
+wait_for "pausy: 2 pods" 30 has_pods pausy 2
+run_all pausy 2
+k patch tj pausy --type=merge -p '{"spec":{"runPolicy":{"suspend":true}}}' >/dev/null
+wait_for "pausy: suspended, pods deleted" 15 bash -c \
+    "[ \"\$('$kubectl' -n $ns get tj pausy -o jsonpath='{.status.phase}')\" = Suspended ] && [ \"\$('$kubectl' -n $ns get pods -l gantry.dev/job-name=pausy --no-headers | wc -l)\" -eq 0 ]"
+k patch tj pausy --type=merge -p '{"spec":{"runPolicy":{"suspend":false}}}' >/dev/null
+wait_for "pausy: resumed, 2 pods again" 20 has_pods pausy 2
+wait_for "pausy: Suspended condition False (Resumed)" 10 \
+    is tj/pausy '{.status.conditions[?(@.type=="Suspended")].reason}' Resumed
+
+# ---- 5. TTL after finished, 6. active deadline
+apply_job shortlived 1 '{"ttlSecondsAfterFinished":2}'
+wait_for "shortlived: 1 pod" 30 has_pods shortlived 1
+set_pod shortlived-worker-0 Succeeded 0
+wait_for "shortlived: deleted by ttlSecondsAfterFinished" 20 bash -c "! '$kubectl' -n $ns get tj shortlived"
+apply_job slow 1 '{"activeDeadlineSeconds":2}'
+wait_for "slow: Failed (DeadlineExceeded)" 20 \
+    is tj/slow '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}' "Failed DeadlineExceeded"
+
+# ---- 7. SIGKILL while creating pods, restart: no duplicates, the job proceeds
+apply_job crashy 60
+for ((i = 0; i < 100; i++)); do [ "$(npods crashy)" -gt 0 ] && break; sleep 0.05; done
+stop_op KILL
+n=$(npods crashy)
+start_op
+wait_for "crashy: 60 pods after a SIGKILL with $n created and a restart" 30 has_pods crashy 60
+sleep 1
+[ "$(npods crashy)" -eq 60 ] && ok "crashy: still exactly 60 (no duplicates)" || bad "crashy: $(npods crashy) pods"
+run_all crashy 60
+wait_for "crashy: Running 60/60" 30 is tj/crashy '{.status.ready}' 60/60
+
+stop_op TERM
+grep -q '"msg":"Stopped"' "$logs/operator-$ns.log" && ok "graceful SIGTERM" || bad "no clean stop in the log"
+echo "$checks checks, $fails failed"
+[ "$fails" -eq 0 ]
