@@ -134,6 +134,10 @@ void metrics_step(struct metrics *m, const struct metrics_step *s)
     double wall = unix_now();
 
     pthread_mutex_lock(&m->mu);
+    if (m->win_len == 0) { /* no metrics_begin(): training began with this step */
+        m->f.s.state = "running";
+        m->begin_t = now;
+    }
     m->f.s.step = s->step;
     m->f.s.epoch = s->epoch;
     m->f.s.loss = s->loss;

@@ -251,6 +251,24 @@ static void test_histogram_checkpoint_eval(void)
     metrics_free(m);
 }
 
+/* Without metrics_begin(), the first step starts the clock and the rates need a second one. */
+static void test_without_begin(void)
+{
+    struct metrics *m = metrics_new();
+    struct metrics_snapshot s;
+
+    step_at(m, 1, 500.0, 1.0);
+    metrics_get(m, &s);
+    TEST_EQ_STR(s.state, "running");
+    TEST_NEAR(s.elapsed_s, 0, 0);
+    TEST_CHECK(isnan(s.samples_per_s));
+    step_at(m, 2, 501.0, 1.0);
+    metrics_get(m, &s);
+    TEST_NEAR(s.elapsed_s, 1.0, 1e-12);
+    TEST_NEAR(s.samples_per_s, 32.0, 1e-9);
+    metrics_free(m);
+}
+
 static void test_eval_limit(void)
 {
     struct metrics *m = metrics_new();
@@ -314,6 +332,7 @@ int main(void)
     TEST_RUN(test_starting);
     TEST_RUN(test_rates_and_eta);
     TEST_RUN(test_histogram_checkpoint_eval);
+    TEST_RUN(test_without_begin);
     TEST_RUN(test_eval_limit);
     TEST_RUN(test_concurrent);
     return test_summary();
