@@ -147,6 +147,11 @@ void kube_client_cancel(struct kube_client *kc)
     atomic_store(&kc->canceled, 1);
 }
 
+void kube_client_reset_cancel(struct kube_client *kc)
+{
+    atomic_store(&kc->canceled, 0);
+}
+
 const struct kube_status *kube_last_status(const struct kube_client *kc)
 {
     return &kc->last;

@@ -55,6 +55,8 @@ struct kube_client *kube_client_new(const struct kube_config *cfg,
 void kube_client_free(struct kube_client *kc);
 /* Makes a running stream or backoff sleep on kc return OP_ECANCELED soon; thread-safe. */
 void kube_client_cancel(struct kube_client *kc);
+/* Clears a cancel so the client can be used again. */
+void kube_client_reset_cancel(struct kube_client *kc);
 /* Borrowed; valid until the next call on kc. */
 const struct kube_status *kube_last_status(const struct kube_client *kc);
 /* The namespace from the config (context or in-cluster), "default" when none. Borrowed. */

@@ -156,6 +156,17 @@ void watch_stop(struct watch *w)
     kube_client_cancel(w->kc);
 }
 
+static void set_rv(struct watch *w, const char *rv);
+
+void watch_resume(struct watch *w, const char *rv)
+{
+    atomic_store(&w->stop, 0);
+    w->cb_rc = 0;
+    kube_client_reset_cancel(w->kc);
+    if (rv)
+        set_rv(w, rv);
+}
+
 void watch_get_stats(struct watch *w, struct watch_stats *out)
 {
     pthread_mutex_lock(&w->mu);
@@ -369,7 +380,7 @@ static void watch_url(struct watch *w, char *q, size_t n, long timeout_s)
 
 int watch_run(struct watch *w)
 {
-    bool need_list = true;
+    bool need_list = w->rv[0] == 0;
     long backoff = 0;
     char q[4096];
     int rc = 0;

@@ -83,6 +83,13 @@ struct watch *watch_new(const struct kube_config *cfg, const struct kube_client_
 /* Runs until watch_stop() (returns OP_ECANCELED) or fn returns nonzero (returns that). */
 int watch_run(struct watch *w);
 void watch_stop(struct watch *w);
+/*
+ * Makes a stopped watch runnable again (keeping what it has delivered), resuming from rv when
+ * not NULL (e.g. a saved resourceVersion) instead of its last one. A watch with a
+ * resourceVersion starts watching without a list; if that version is too old the server answers
+ * 410 and the watch relists, synthesising DELETED for what vanished meanwhile.
+ */
+void watch_resume(struct watch *w, const char *rv);
 void watch_get_stats(struct watch *w, struct watch_stats *out);
 void watch_free(struct watch *w);
 
