@@ -34,18 +34,25 @@ if(NOT GANTRY_FUZZ STREQUAL "OFF")
         message(FATAL_ERROR "GANTRY_FUZZ=ON but no clang found; apt-get install clang")
     endif()
 endif()
-foreach(f dataset text)
+foreach(f dataset text reader)
     set(_seeds ${CMAKE_CURRENT_LIST_DIR}/testdata/fuzz/${f})
+    # The reader target reads files through a 7-byte window so lines straddle reads.
+    set(_defs "")
+    if(f STREQUAL "reader")
+        set(_defs -DDATASET_READ_CHUNK=7)
+    endif()
     add_executable(${f}_fuzz_replay ${CMAKE_CURRENT_LIST_DIR}/${f}_fuzz.c
-        ${CMAKE_CURRENT_LIST_DIR}/replay_fuzz.c)
-    target_link_libraries(${f}_fuzz_replay PRIVATE gantry_data)
+        ${CMAKE_CURRENT_LIST_DIR}/replay_fuzz.c ${_data_srcs})
+    target_compile_options(${f}_fuzz_replay PRIVATE ${_defs})
+    target_include_directories(${f}_fuzz_replay PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
+    target_link_libraries(${f}_fuzz_replay PRIVATE PkgConfig::JANSSON m)
     add_test(NAME ${f}_fuzz_replay COMMAND ${f}_fuzz_replay ${_seeds})
     set_tests_properties(${f}_fuzz_replay PROPERTIES TIMEOUT 120)
     # The libFuzzer binary already carries ASan + UBSan, so the Asan build tree does not repeat it.
     if(GANTRY_CLANG AND NOT GANTRY_FUZZ STREQUAL "OFF" AND NOT CMAKE_BUILD_TYPE STREQUAL "Asan")
         set(_bin ${CMAKE_CURRENT_BINARY_DIR}/${f}_fuzz)
         add_custom_command(OUTPUT ${_bin}
-            COMMAND ${GANTRY_CLANG} -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
+            COMMAND ${GANTRY_CLANG} -std=c11 -D_GNU_SOURCE ${_defs} -g -O1 -fno-omit-frame-pointer
                     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
                     -I${CMAKE_CURRENT_LIST_DIR}/.. ${JANSSON_CFLAGS}
                     ${CMAKE_CURRENT_LIST_DIR}/${f}_fuzz.c ${_data_srcs}

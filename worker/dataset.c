@@ -16,6 +16,11 @@
 #include "common/buf.h"
 #include "common/xalloc.h"
 
+/* Bytes read per fread(); the fuzz build makes it tiny so lines straddle reads. */
+#ifndef DATASET_READ_CHUNK
+#define DATASET_READ_CHUNK 65536
+#endif
+
 /* ---------------------------------------------------------------------------------------------
  * Label maps
  */
@@ -390,8 +395,8 @@ int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    chunk = xmalloc(65536);
-    while ((got = fread(chunk, 1, 65536, f)) > 0) {
+    chunk = xmalloc(DATASET_READ_CHUNK);
+    while ((got = fread(chunk, 1, DATASET_READ_CHUNK, f)) > 0) {
         const char *p = chunk, *end = chunk + got;
         while (p < end) {
             const char *nl = memchr(p, '\n', (size_t)(end - p));

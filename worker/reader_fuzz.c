@@ -1,0 +1,115 @@
+/*
+ * reader_fuzz.c - libFuzzer target for dataset_load(): the file reader's line framing.
+ *
+ * Input: byte 0 picks the format (bit 0: TSV), strict mode (bit 1) and max_line (bits 2..7:
+ * 1..64 bytes); the rest is written to a temp file and loaded. The oracle splits the same bytes
+ * on '\n' and runs dataset_parse_line() on each line itself: the reader must agree on the number
+ * of lines, examples, malformed lines and every example's text and label. Built with a tiny
+ * DATASET_READ_CHUNK (data.cmake) so that lines straddle fread() calls.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "worker/dataset.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Like assert(), but also in release builds (NDEBUG), where the replay tests run. */
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);                  \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static char path[64];
+
+static void remove_tmp(void)
+{
+    unlink(path);
+}
+
+/* The expected outcome of one line; returns false when a strict load stops here. */
+static bool oracle_line(const struct dataset_opts *o, const char *line, size_t len,
+                        struct label_map *m, const struct dataset *ds, size_t *n_ex, size_t *n_bad)
+{
+    char label[DATASET_MAX_LABEL_BYTES + 1], why[256], *text;
+    size_t text_len;
+    int rc = len > o->max_line ? -1
+                               : dataset_parse_line(o->format, o, line, len, &text, &text_len,
+                                                    label, why, sizeof(why));
+    if (rc == 0) {
+        int li = label_map_add(m, label, strlen(label));
+        CHECK(*n_ex < ds->n);
+        CHECK(ds->ex[*n_ex].text_len == text_len);
+        CHECK(memcmp(ds->ex[*n_ex].text, text, text_len) == 0);
+        CHECK(li >= 0 && ds->ex[*n_ex].label == li);
+        (*n_ex)++;
+        free(text);
+    } else if (rc < 0) {
+        (*n_bad)++;
+        return !o->strict;
+    }
+    return true;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct dataset_opts o;
+    struct dataset ds;
+    struct label_map m, want;
+    char err[512];
+    size_t n_lines = 0, n_ex = 0, n_bad = 0, start = 0;
+    int rc;
+    FILE *f;
+
+    if (size < 1)
+        return 0;
+    if (!path[0]) {
+        int fd;
+        snprintf(path, sizeof(path), "/tmp/gantry-reader-fuzz-XXXXXX");
+        fd = mkstemp(path);
+        CHECK(fd >= 0);
+        close(fd);
+        atexit(remove_tmp);
+    }
+    f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(fwrite(data + 1, 1, size - 1, f) == size - 1);
+    fclose(f);
+    dataset_opts_default(&o);
+    o.format = (data[0] & 1) ? DATASET_TSV : DATASET_JSONL;
+    o.strict = (data[0] & 2) != 0;
+    o.max_line = (size_t)(data[0] >> 2) + 1;
+    o.quiet = true;
+    label_map_init(&m);
+    label_map_init(&want);
+    dataset_init(&ds);
+    rc = dataset_load(&ds, path, &o, &m, err, sizeof(err));
+
+    while (start < size - 1) {
+        const char *line = (const char *)data + 1 + start;
+        const char *nl = memchr(line, '\n', size - 1 - start);
+        size_t len = nl ? (size_t)(nl - line) : size - 1 - start;
+        n_lines++;
+        if (!oracle_line(&o, line, len, &want, &ds, &n_ex, &n_bad)) {
+            CHECK(rc == -1 && strstr(err, path) == err);
+            goto out;
+        }
+        start += len + (nl ? 1 : 0);
+    }
+    CHECK(rc == 0);
+out:
+    CHECK(ds.n == n_ex);
+    CHECK(ds.n_lines == n_lines);
+    CHECK(ds.n_malformed == n_bad);
+    CHECK(m.n == want.n);
+    dataset_cleanup(&ds);
+    label_map_cleanup(&m);
+    label_map_cleanup(&want);
+    return 0;
+}
