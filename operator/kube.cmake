@@ -103,3 +103,7 @@ if(KUBE_CLANG AND EXISTS "${_kube_fz}" AND NOT GANTRY_FUZZ STREQUAL "OFF")
 else()
     message(STATUS "operator/kube fuzzers: off (no clang with libFuzzer; replays still run)")
 endif()
+
+# ---- benchmark (bench/kube_bench.c): needs the API tier; not a test.
+add_executable(kube_bench ${PROJECT_SOURCE_DIR}/bench/kube_bench.c)
+target_link_libraries(kube_bench PRIVATE gantry_kube)
