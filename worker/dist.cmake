@@ -11,7 +11,8 @@ add_library(gantry_dist STATIC
     ${CMAKE_CURRENT_LIST_DIR}/coll_tcp.c
     ${CMAKE_CURRENT_LIST_DIR}/sampler.c
     ${CMAKE_CURRENT_LIST_DIR}/ckpt.c
-    ${CMAKE_CURRENT_LIST_DIR}/ckpt_read.c)
+    ${CMAKE_CURRENT_LIST_DIR}/ckpt_read.c
+    ${CMAKE_CURRENT_LIST_DIR}/launch.c)
 target_include_directories(gantry_dist PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_dist PUBLIC gantry_common OpenSSL::Crypto PkgConfig::GANTRY_JANSSON
                       Threads::Threads m)
@@ -20,6 +21,16 @@ gantry_test(store_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/store_test.c LIBS gantr
 gantry_test(coll_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/coll_test.c LIBS gantry_dist)
 gantry_test(sampler_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sampler_test.c LIBS gantry_dist)
 gantry_test(ckpt_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ckpt_test.c LIBS gantry_dist)
+
+# gantry-run: the local launcher (torchrun --standalone); dist_smoke: a tiny distributed program.
+add_executable(gantry-run ${CMAKE_CURRENT_LIST_DIR}/gantry_run.c)
+target_link_libraries(gantry-run PRIVATE gantry_dist)
+add_executable(dist_smoke ${CMAKE_CURRENT_LIST_DIR}/dist_smoke.c)
+target_link_libraries(dist_smoke PRIVATE gantry_dist)
+gantry_test(launch_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/launch_test.c LIBS gantry_dist)
+target_compile_definitions(launch_test PRIVATE DIST_SMOKE="$<TARGET_FILE:dist_smoke>")
+add_dependencies(launch_test dist_smoke)
+add_test(NAME gantry_run_smoke COMMAND gantry-run --nproc 4 -- $<TARGET_FILE:dist_smoke>)
 
 # NCCL backend: compiled only with CUDA; without it coll_nccl.h provides a stub.
 if(GANTRY_HAVE_NCCL)
