@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <unistd.h>
 
 #include "common/xalloc.h"
 #include "operator/kube/log.h"
@@ -197,33 +196,26 @@ static const char *api_of(enum rec_kind k)
     return k == REC_JOB ? TJ_API_VERSION : "v1";
 }
 
+/* Best effort: a failure is logged, never returned. action says what the operator did. */
 static void post_event(struct exec_worker *w, const struct tj *tj, bool warning,
-                       const char *reason, const char *message)
+                       const char *reason, const char *action, const char *message)
 {
-    char path[KUBE_MAX_PATH], ts[32], gen[TJ_NAME_MAX + 2], host[64] = "";
-    json_t *ev;
+    json_t *regarding;
     int rc;
 
-    cond_fmt_time(time(NULL), ts, sizeof(ts));
-    snprintf(gen, sizeof(gen), "%s.", tj->name);
-    gethostname(host, sizeof(host) - 1);
-    ev = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:s, s:s}, s:s, s:s, s:s, s:{s:s},"
-                   " s:s, s:s, s:i, s:s, s:s}",
-                   "apiVersion", "v1", "kind", "Event", "metadata", "generateName", gen,
-                   "namespace", tj->ns, "involvedObject", "apiVersion", TJ_API_VERSION, "kind",
-                   TJ_KIND, "name", tj->name, "namespace", tj->ns, "uid", tj->uid, "reason",
-                   reason, "message", message, "type", warning ? "Warning" : "Normal", "source",
-                   "component", EXEC_COMPONENT, "firstTimestamp", ts, "lastTimestamp", ts, "count",
-                   1, "reportingComponent", EXEC_COMPONENT, "reportingInstance", host);
-    if (kube_path(path, sizeof(path), "v1", "events", tj->ns, NULL, NULL) == 0) {
-        rc = kube_create(w->kc, path, ev, NULL);
-        if (rc)
-            log_warn("Failed to record Event", "{s:s, s:s, s:s}", "trainjob", tj->name,
-                     "reason", reason, "error", op_strerror(rc));
-        else
-            atomic_fetch_add(&w->sh->stats.events, 1);
-    }
-    json_decref(ev);
+    if (!w->sh->events)
+        return;
+    regarding = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "apiVersion", TJ_API_VERSION, "kind",
+                          TJ_KIND, "metadata", "name", tj->name, "namespace", tj->ns, "uid",
+                          tj->uid);
+    rc = event_record(w->sh->events, regarding, warning ? "Warning" : "Normal", reason, action,
+                      message, NULL);
+    if (rc)
+        log_warn("Failed to record Event", "{s:s, s:s, s:s}", "trainjob", tj->name, "reason",
+                 reason, "error", op_strerror(rc));
+    else
+        atomic_fetch_add(&w->sh->stats.events, 1);
+    json_decref(regarding);
 }
 
 static int write_status(struct exec_worker *w, const json_t *obj, const struct tj *tj,
@@ -340,7 +332,9 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
                      a->name, "error", op_strerror(rc), "message", st->message);
             snprintf(msg, sizeof(msg), "Could not %s %s %s: %.400s", rec_verb_str(a->verb),
                      rec_kind_str(a->kind), a->name, st->message[0] ? st->message : op_strerror(rc));
-            post_event(w, tj, true, a->verb == REC_CREATE ? "FailedCreate" : "FailedSync", msg);
+            post_event(w, tj, true, a->verb == REC_CREATE ? "FailedCreate" : "FailedSync",
+                       a->verb == REC_CREATE ? "Create" : a->verb == REC_UPDATE ? "Update" : "Delete",
+                       msg);
             if (!first)
                 first = rc;
         }
@@ -350,7 +344,8 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
             atomic_fetch_add(&sh->stats.gang_restarts, 1);
         log_info("TrainingJob transition", "{s:s, s:s, s:s}", "trainjob", key, "reason",
                  r->events[i].reason, "message", r->events[i].message);
-        post_event(w, tj, r->events[i].warning, r->events[i].reason, r->events[i].message);
+        post_event(w, tj, r->events[i].warning, r->events[i].reason, "Reconcile",
+                   r->events[i].message);
     }
     return first;
 }

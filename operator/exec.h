@@ -11,7 +11,8 @@
  *      count as done), Service/ConfigMap/Secret creates (409 AlreadyExists: adopted), the
  *      ConfigMap update (merge patch of data), pod creates batch by batch (slow start: a batch
  *      with an error stops the rest, as the Job controller does), the TrainingJob delete (TTL);
- *   3. Events for rec's transitions (core/v1 Events; failures only logged);
+ *   3. Events (events.k8s.io/v1, de-duplicated by the recorder) for rec's transitions and for
+ *      failed actions; a failure to record is only logged;
  *   4. a timer (queue_add_after) when rec asks for one.
  * Expectations (after the ReplicaSet/Job controllers): before issuing N pod creates and M
  * deletes the job's key expects them; the pod informer's add/delete handlers lower the counts;
@@ -29,6 +30,7 @@
 #include <stdbool.h>
 #include <time.h>
 
+#include "operator/kube/event.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/kube.h"
 #include "operator/kube/queue.h"
@@ -65,6 +67,7 @@ struct exec_shared {
     struct informer *secrets;    /* labelled, identity only: tokens are never cached */
     struct queue *queue;
     struct exec_expect *expect;
+    struct event_recorder *events; /* NULL: no Events (tests) */
     struct exec_stats stats;
 };
 

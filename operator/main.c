@@ -2,13 +2,16 @@
  * gantry-operator: runs TrainingJobs (DESIGN.md §3).
  *
  * Reads top to bottom: configuration (flags > env > defaults), the Kubernetes config (kubeconfig
- * or in-cluster), a check that the CRD is served, informers on TrainingJobs and on the pods,
+ * or in-cluster), a check that the CRD is served, leader election on a Lease (only the leader
+ * acts; standbys wait), then the controller: informers on TrainingJobs and on the pods,
  * services, configmaps and secrets labelled gantry.dev/job-name, the work queue and its workers
- * (exec.h: reconcile + executor), then waits for SIGTERM/SIGINT and shuts down in order: stop
- * taking work, let in-flight syncs finish, stop the watches.
+ * (exec.h: reconcile + executor). SIGTERM/SIGINT shut down in order: stop taking work, let
+ * in-flight syncs finish, stop the watches, release the Lease so a standby takes over at once.
+ * Losing the Lease stops the controller and exits 1, so the restarted process comes back as a
+ * standby and two leaders never act together.
  *
- * Not here yet (later issues): leader election (run one replica), /healthz /readyz /metrics.
- * Exits only at startup, on bad configuration (64 usage, 78 config, 69 API unavailable).
+ * Not here yet (later issue): /healthz /readyz /metrics.
+ * Exits otherwise only at startup, on bad configuration (64 usage, 78 config, 69 API unavailable).
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -16,10 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "common/xalloc.h"
 #include "operator/exec.h"
 #include "operator/kube/kube_config.h"
+#include "operator/kube/lease.h"
 #include "operator/kube/log.h"
 
 #define VERSION "0.1.0"
@@ -27,6 +33,8 @@
 
 struct opts {
     const char *kubeconfig, *context, *ns, *log_level;
+    const char *leader_elect, *lease_ns, *lease_name;
+    long lease_duration_s, renew_deadline_s, retry_period_s;
     int workers;
     double qps;
     int burst;
@@ -50,9 +58,20 @@ static void usage(FILE *f, const struct opts *d)
             "  --sync-timeout S      GANTRY_SYNC_TIMEOUT  seconds to wait for the first lists\n"
             "                                           (default %ld)\n"
             "  --log-level L         GANTRY_LOG_LEVEL   debug|info|warn|error (default %s)\n"
+            "  --leader-elect B      GANTRY_LEADER_ELECT  true|false: act only while holding the\n"
+            "                                           Lease (default %s)\n"
+            "  --lease-namespace NS  GANTRY_LEASE_NAMESPACE  (default: --namespace, else the\n"
+            "                                           kubeconfig's namespace)\n"
+            "  --lease-name NAME     GANTRY_LEASE_NAME  (default %s)\n"
+            "  --lease-duration S    GANTRY_LEASE_DURATION  a dead leader's Lease expires after\n"
+            "                                           S seconds (default %ld)\n"
+            "  --renew-deadline S    GANTRY_RENEW_DEADLINE  the leader gives up after S seconds\n"
+            "                                           without a renewal (default %ld)\n"
+            "  --retry-period S      GANTRY_RETRY_PERIOD  seconds between attempts (default %ld)\n"
             "  -h, --help            this text\n"
             "      --version         print the version\n",
-            d->workers, d->qps, d->burst, d->sync_timeout_s, d->log_level);
+            d->workers, d->qps, d->burst, d->sync_timeout_s, d->log_level, d->leader_elect,
+            d->lease_name, d->lease_duration_s, d->renew_deadline_s, d->retry_period_s);
 }
 
 static int parse_long(const char *name, const char *s, long min, long max, long *out)
@@ -77,12 +96,17 @@ static int load_opts(int argc, char **argv, struct opts *o)
         {"namespace", required_argument, 0, 'n'},  {"workers", required_argument, 0, 'w'},
         {"qps", required_argument, 0, 'q'},        {"burst", required_argument, 0, 'b'},
         {"sync-timeout", required_argument, 0, 's'}, {"log-level", required_argument, 0, 'l'},
+        {"leader-elect", required_argument, 0, 'L'}, {"lease-namespace", required_argument, 0, 'N'},
+        {"lease-name", required_argument, 0, 'M'}, {"lease-duration", required_argument, 0, 'D'},
+        {"renew-deadline", required_argument, 0, 'R'}, {"retry-period", required_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},             {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0},
     };
     const struct opts defaults = *o;
     const char *workers = getenv("GANTRY_WORKERS"), *qps = getenv("GANTRY_QPS");
     const char *burst = getenv("GANTRY_BURST"), *sync = getenv("GANTRY_SYNC_TIMEOUT");
+    const char *ldur = getenv("GANTRY_LEASE_DURATION"), *lren = getenv("GANTRY_RENEW_DEADLINE");
+    const char *lret = getenv("GANTRY_RETRY_PERIOD");
     long v;
     int c;
 
@@ -94,6 +118,12 @@ static int load_opts(int argc, char **argv, struct opts *o)
         o->ns = getenv("GANTRY_NAMESPACE");
     if (getenv("GANTRY_LOG_LEVEL"))
         o->log_level = getenv("GANTRY_LOG_LEVEL");
+    if (getenv("GANTRY_LEADER_ELECT"))
+        o->leader_elect = getenv("GANTRY_LEADER_ELECT");
+    if (getenv("GANTRY_LEASE_NAMESPACE"))
+        o->lease_ns = getenv("GANTRY_LEASE_NAMESPACE");
+    if (getenv("GANTRY_LEASE_NAME"))
+        o->lease_name = getenv("GANTRY_LEASE_NAME");
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'k': o->kubeconfig = optarg; break;
@@ -104,6 +134,12 @@ static int load_opts(int argc, char **argv, struct opts *o)
         case 'b': burst = optarg; break;
         case 's': sync = optarg; break;
         case 'l': o->log_level = optarg; break;
+        case 'L': o->leader_elect = optarg; break;
+        case 'N': o->lease_ns = optarg; break;
+        case 'M': o->lease_name = optarg; break;
+        case 'D': ldur = optarg; break;
+        case 'R': lren = optarg; break;
+        case 'P': lret = optarg; break;
         case 'h': usage(stdout, &defaults); exit(0);
         case 'V': printf("gantry-operator %s\n", VERSION); exit(0);
         default: usage(stderr, &defaults); return 64;
@@ -123,6 +159,21 @@ static int load_opts(int argc, char **argv, struct opts *o)
             return 64;
         o->burst = (int)v;
     }
+    if (strcmp(o->leader_elect, "true") != 0 && strcmp(o->leader_elect, "false") != 0) {
+        fprintf(stderr, "gantry-operator: --leader-elect: '%s' must be true or false\n",
+                o->leader_elect);
+        return 64;
+    }
+    if ((ldur && parse_long("--lease-duration", ldur, 1, 3600, &o->lease_duration_s)) ||
+        (lren && parse_long("--renew-deadline", lren, 1, 3600, &o->renew_deadline_s)) ||
+        (lret && parse_long("--retry-period", lret, 1, 3600, &o->retry_period_s)))
+        return 64;
+    if (!(o->retry_period_s < o->renew_deadline_s && o->renew_deadline_s < o->lease_duration_s)) {
+        fprintf(stderr, "gantry-operator: need --retry-period (%ld) < --renew-deadline (%ld) < "
+                        "--lease-duration (%ld)\n", o->retry_period_s, o->renew_deadline_s,
+                o->lease_duration_s);
+        return 64;
+    }
     if (sync && parse_long("--sync-timeout", sync, 1, 3600, &o->sync_timeout_s))
         return 64;
     if (qps) {
@@ -139,6 +190,13 @@ static int load_opts(int argc, char **argv, struct opts *o)
 struct worker {
     pthread_t th;
     struct exec_worker ew;
+};
+
+/* The running controller: informers, queue, workers. */
+struct controller {
+    struct exec_shared sh;
+    struct worker *workers;
+    int nworkers;
 };
 
 static void *work(void *arg)
@@ -168,14 +226,12 @@ static struct informer *start_informer(const struct kube_config *cfg,
                                        const char *const *fields, const struct informer_handlers *h)
 {
     struct informer_opts io = {0};
-    static char paths[5][KUBE_MAX_PATH]; /* main thread only, at startup */
-    static int np;
+    char path[KUBE_MAX_PATH];
     struct informer *inf;
 
-    if (kube_path(paths[np], sizeof(paths[np]), api, resource, ns && *ns ? ns : NULL, NULL,
-                  NULL) != 0)
+    if (kube_path(path, sizeof(path), api, resource, ns && *ns ? ns : NULL, NULL, NULL) != 0)
         return NULL;
-    io.watch.path = paths[np++];
+    io.watch.path = path; /* informer_new() copies the options */
     io.watch.label_selector = selector;
     io.fields = fields;
     inf = informer_new(cfg, copts, &io, h);
@@ -186,16 +242,117 @@ static struct informer *start_informer(const struct kube_config *cfg,
     return inf;
 }
 
+static struct informer **informer_slot(struct controller *c, int i)
+{
+    struct informer **slots[5] = {&c->sh.jobs, &c->sh.pods, &c->sh.services, &c->sh.configmaps,
+                                  &c->sh.secrets};
+    return slots[i];
+}
+
+/* Starts informers, waits for their first lists, starts the workers. 0, or an exit code. */
+static int controller_start(struct controller *c, const struct opts *o,
+                            const struct kube_config *cfg, const struct kube_client_opts *copts)
+{
+    static const char *const names[5] = {"trainingjobs", "pods", "services", "configmaps",
+                                          "secrets"};
+    struct exec_shared *sh = &c->sh;
+    struct informer_handlers hjob = {exec_on_job, exec_on_job_update, exec_on_job, sh};
+    struct informer_handlers hpod = {exec_on_pod_add, exec_on_child_update, exec_on_pod_delete, sh};
+    struct informer_handlers hchild = {exec_on_child, exec_on_child_update, exec_on_child, sh};
+
+    sh->queue = queue_new(0, 0);
+    sh->expect = exec_expect_new();
+    sh->jobs = start_informer(cfg, copts, TJ_API_VERSION, "trainingjobs", o->ns, NULL, NULL, &hjob);
+    sh->pods = start_informer(cfg, copts, "v1", "pods", o->ns, CHILD_SELECTOR, exec_pod_fields,
+                              &hpod);
+    sh->services = start_informer(cfg, copts, "v1", "services", o->ns, CHILD_SELECTOR,
+                                  exec_child_fields, &hchild);
+    sh->configmaps = start_informer(cfg, copts, "v1", "configmaps", o->ns, CHILD_SELECTOR,
+                                    exec_configmap_fields, &hchild);
+    sh->secrets = start_informer(cfg, copts, "v1", "secrets", o->ns, CHILD_SELECTOR,
+                                 exec_child_fields, &hchild);
+    for (int i = 0; i < 5; i++) {
+        struct informer *inf = *informer_slot(c, i);
+        if (!inf || informer_wait_synced(inf, o->sync_timeout_s * 1000) != 0) {
+            log_error("Informer did not sync", "{s:s, s:i, s:s}", "resource", names[i],
+                      "timeout_s", (int)o->sync_timeout_s, "hint",
+                      "check RBAC (list/watch on trainingjobs, pods, services, configmaps, "
+                      "secrets) and the API server");
+            return 69;
+        }
+    }
+    log_info("Caches synced", "{s:i, s:i}", "trainingjobs", (int)informer_len(sh->jobs), "pods",
+             (int)informer_len(sh->pods));
+    c->workers = xcalloc((size_t)o->workers, sizeof(*c->workers));
+    for (int i = 0; i < o->workers; i++) {
+        c->workers[i].ew.sh = sh;
+        c->workers[i].ew.kc = kube_client_new(cfg, copts);
+        pthread_create(&c->workers[i].th, NULL, work, &c->workers[i]);
+        c->nworkers++;
+    }
+    return 0;
+}
+
+/* Stops taking work, lets in-flight syncs finish, stops the watches; safe on a partial start. */
+static void controller_stop(struct controller *c)
+{
+    struct exec_shared *sh = &c->sh;
+
+    if (sh->queue)
+        queue_shutdown(sh->queue); /* workers finish the key in hand, then return */
+    for (int i = 0; i < c->nworkers; i++) {
+        pthread_join(c->workers[i].th, NULL);
+        kube_client_free(c->workers[i].ew.kc);
+    }
+    free(c->workers);
+    for (int i = 0; i < 5; i++)
+        if (*informer_slot(c, i))
+            informer_stop(*informer_slot(c, i));
+    log_info("Stopped", "{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "syncs", (int)sh->stats.syncs,
+             "sync_errors", (int)sh->stats.sync_errors, "status_writes",
+             (int)sh->stats.status_writes, "conflicts", (int)sh->stats.conflicts, "pods_created",
+             (int)sh->stats.pods_created, "pods_deleted", (int)sh->stats.pods_deleted,
+             "gang_restarts", (int)sh->stats.gang_restarts);
+    for (int i = 0; i < 5; i++)
+        informer_free(*informer_slot(c, i));
+    queue_free(sh->queue);
+    exec_expect_free(sh->expect);
+}
+
+/* Lease callbacks run on the elector thread: they only signal the main thread. */
+static pthread_t main_thread;
+static void on_started_leading(void *ud)
+{
+    pthread_kill(main_thread, SIGUSR2);
+}
+static void on_stopped_leading(void *ud)
+{
+    pthread_kill(main_thread, SIGUSR1);
+}
+
+static void make_identity(char *out, size_t n)
+{
+    char host[64] = "gantry-operator";
+    unsigned char r[4] = {0};
+
+    gethostname(host, sizeof(host) - 1);
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        r[0] = (unsigned char)getpid();
+    snprintf(out, n, "%s_%02x%02x%02x%02x", host, r[0], r[1], r[2], r[3]);
+}
+
 int main(int argc, char **argv)
 {
-    struct opts o = {.ns = "", .log_level = "info", .workers = 4, .qps = 50, .burst = 100,
+    struct opts o = {.ns = "", .log_level = "info", .leader_elect = "true",
+                     .lease_name = "gantry-operator", .lease_duration_s = 15,
+                     .renew_deadline_s = 10, .retry_period_s = 2, .workers = 4, .qps = 50, .burst = 100,
                      .sync_timeout_s = 60};
     struct kube_config *cfg = NULL;
     struct kube_client *kc = NULL;
-    struct exec_shared sh = {0};
-    struct worker *workers = NULL;
-    struct informer **infs[5] = {&sh.jobs, &sh.pods, &sh.services, &sh.configmaps, &sh.secrets};
-    char err[1024];
+    struct lease_elector *elector = NULL;
+    struct controller ctl = {0};
+    char err[1024], identity[128];
+    bool leading = false;
     enum log_level lvl;
     sigset_t sigs;
     json_t *probe = NULL;
@@ -216,10 +373,14 @@ int main(int argc, char **argv)
     }
     struct kube_client_opts copts = {.qps = o.qps, .burst = o.burst,
                                      .user_agent = "gantry-operator/" VERSION};
-    log_info("Starting gantry-operator", "{s:s, s:s, s:s, s:s, s:i, s:f, s:i}", "version", VERSION,
-             "server", cfg->server, "context", cfg->context ? cfg->context : "",
-             "namespace", *o.ns ? o.ns : "(all)", "workers", o.workers, "qps", o.qps, "burst",
-             o.burst);
+    make_identity(identity, sizeof(identity));
+    if (!o.lease_ns)
+        o.lease_ns = *o.ns ? o.ns : cfg->namespace;
+    log_info("Starting gantry-operator", "{s:s, s:s, s:s, s:s, s:i, s:f, s:i, s:s, s:s}",
+             "version", VERSION, "server", cfg->server, "context",
+             cfg->context ? cfg->context : "", "namespace", *o.ns ? o.ns : "(all)", "workers",
+             o.workers, "qps", o.qps, "burst", o.burst, "identity", identity, "leaderElect",
+             o.leader_elect);
 
     /* The CRD must be served, or every list below would fail forever. */
     kc = kube_client_new(cfg, &copts);
@@ -234,69 +395,62 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    /* Block the signals in every thread; main waits for them with sigwait(). */
+    /* Block the signals in every thread (all are created below); main waits with sigwait(). */
+    main_thread = pthread_self();
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGUSR1); /* leadership lost */
+    sigaddset(&sigs, SIGUSR2); /* leadership acquired */
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    ctl.sh.events = event_recorder_new(cfg, &copts, "gantry.dev/operator", identity);
 
-    sh.queue = queue_new(0, 0);
-    sh.expect = exec_expect_new();
-    struct informer_handlers hjob = {exec_on_job, exec_on_job_update, exec_on_job, &sh};
-    struct informer_handlers hpod = {exec_on_pod_add, exec_on_child_update, exec_on_pod_delete,
-                                     &sh};
-    struct informer_handlers hchild = {exec_on_child, exec_on_child_update, exec_on_child, &sh};
-    sh.jobs = start_informer(cfg, &copts, TJ_API_VERSION, "trainingjobs", o.ns, NULL, NULL, &hjob);
-    sh.pods = start_informer(cfg, &copts, "v1", "pods", o.ns, CHILD_SELECTOR, exec_pod_fields,
-                             &hpod);
-    sh.services = start_informer(cfg, &copts, "v1", "services", o.ns, CHILD_SELECTOR,
-                                 exec_child_fields, &hchild);
-    sh.configmaps = start_informer(cfg, &copts, "v1", "configmaps", o.ns, CHILD_SELECTOR,
-                                   exec_configmap_fields, &hchild);
-    sh.secrets = start_informer(cfg, &copts, "v1", "secrets", o.ns, CHILD_SELECTOR,
-                                exec_child_fields, &hchild);
-    for (int i = 0; i < 5; i++) {
-        if (!*infs[i] || informer_wait_synced(*infs[i], o.sync_timeout_s * 1000) != 0) {
-            log_error("Informer did not sync", "{s:i, s:i, s:s}", "informer", i, "timeout_s",
-                      (int)o.sync_timeout_s, "hint", "check RBAC (list/watch on trainingjobs, "
-                      "pods, services, configmaps, secrets) and the API server");
+    if (strcmp(o.leader_elect, "true") == 0) {
+        struct lease_opts lo = {.namespace = o.lease_ns, .name = o.lease_name,
+                                .identity = identity,
+                                .lease_duration_ms = o.lease_duration_s * 1000,
+                                .renew_deadline_ms = o.renew_deadline_s * 1000,
+                                .retry_period_ms = o.retry_period_s * 1000,
+                                .on_started = on_started_leading,
+                                .on_stopped = on_stopped_leading};
+        elector = lease_new(cfg, &copts, &lo);
+        if (lease_start(elector) != 0) {
+            log_error("Could not start leader election", "{s:s, s:s}", "lease", o.lease_name,
+                      "namespace", o.lease_ns);
             exit_code = 69;
-            goto stop;
+            goto out;
+        }
+        log_info("Waiting for leadership", "{s:s, s:s}", "lease", o.lease_name, "namespace",
+                 o.lease_ns);
+    } else {
+        pthread_kill(main_thread, SIGUSR2); /* no election: lead at once */
+    }
+
+    for (;;) {
+        sigwait(&sigs, &sig);
+        if (sig == SIGUSR2 && !leading) {
+            leading = true;
+            log_info("Started leading", "{s:s}", "identity", identity);
+            exit_code = controller_start(&ctl, &o, cfg, &copts);
+            if (exit_code)
+                break;
+        } else if (sig == SIGUSR1 && leading) {
+            log_error("Lost leadership; stopping so that the new leader acts alone", "{s:s}",
+                      "identity", identity);
+            exit_code = 1;
+            break;
+        } else if (sig == SIGTERM || sig == SIGINT) {
+            log_info("Shutting down", "{s:s}", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            break;
         }
     }
-    log_info("Caches synced", "{s:i}", "trainingjobs", (int)informer_len(sh.jobs));
-
-    workers = xcalloc((size_t)o.workers, sizeof(*workers));
-    for (int i = 0; i < o.workers; i++) {
-        workers[i].ew.sh = &sh;
-        workers[i].ew.kc = kube_client_new(cfg, &copts);
-        pthread_create(&workers[i].th, NULL, work, &workers[i]);
-    }
-
-    sigwait(&sigs, &sig);
-    log_info("Shutting down", "{s:s}", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-
-    queue_shutdown(sh.queue); /* workers finish the key in hand, then return */
-    for (int i = 0; i < o.workers; i++) {
-        pthread_join(workers[i].th, NULL);
-        kube_client_free(workers[i].ew.kc);
-    }
-    free(workers);
-stop:
-    queue_shutdown(sh.queue);
-    for (int i = 0; i < 5; i++)
-        if (*infs[i])
-            informer_stop(*infs[i]);
-    log_info("Stopped", "{s:i, s:i, s:i, s:i, s:i, s:i}", "syncs", (int)sh.stats.syncs,
-             "sync_errors", (int)sh.stats.sync_errors, "status_writes",
-             (int)sh.stats.status_writes, "pods_created", (int)sh.stats.pods_created,
-             "pods_deleted", (int)sh.stats.pods_deleted, "gang_restarts",
-             (int)sh.stats.gang_restarts);
-    for (int i = 0; i < 5; i++)
-        informer_free(*infs[i]);
-    queue_free(sh.queue);
-    exec_expect_free(sh.expect);
+    if (leading)
+        controller_stop(&ctl);
+    if (elector)
+        lease_stop(elector, true); /* a standby takes over at once */
 out:
+    lease_free(elector);
+    event_recorder_free(ctl.sh.events);
     kube_client_free(kc);
     kube_config_free(cfg);
     return exit_code;

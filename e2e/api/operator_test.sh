@@ -9,7 +9,8 @@
 # cleanPodPolicy; a retryable failure -> whole gang replaced with restart count 1; failures past
 # backoffLimit -> Failed and nothing recreated when pods are deleted by hand; exit 65 -> Failed
 # at once; suspend/resume; ttlSecondsAfterFinished; activeDeadlineSeconds; SIGKILL of the
-# operator in the middle of creating pods -> no duplicates after a restart.
+# operator in the middle of creating pods -> no duplicates after a restart; two replicas -> only
+# the Lease holder acts, and a standby takes over when the leader stops.
 # Exits 77 when GANTRY_TEST_KUBECONFIG is unset. Operator logs: $ARTIFACTS (or a temp dir).
 set -euo pipefail
 
@@ -30,24 +31,30 @@ kubectl=${GANTRY_KUBECTL:-${GANTRY_CACHE:-$HOME/.cache/gantry}/k8s-$k8s_version/
 ns=ctl-op-$$-$RANDOM
 logs=${ARTIFACTS:-$(mktemp -d /tmp/gantry-op-test.XXXXXX)}
 mkdir -p "$logs"
-fails=0 checks=0 op_pid=
+fails=0 checks=0 op_pid= op_log=
 ok() { checks=$((checks + 1)); echo "ok   $*"; }
 bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
 k() { "$kubectl" --request-timeout=30s -n "$ns" "$@"; }
-start_op() {
-    "$op" --namespace "$ns" --workers 2 --log-level info >>"$logs/operator-$ns.log" 2>&1 &
+start_op() { # start_op NAME [FLAGS...]: a new operator process, logging to operator-NAME.log
+    op_log=$logs/operator-$ns-$1.log
+    shift
+    "$op" --namespace "$ns" --workers 2 --log-level info --lease-duration 4 --renew-deadline 3 \
+        --retry-period 1 "$@" >>"$op_log" 2>&1 &
     op_pid=$!
 }
-stop_op() { # $1: signal
-    [ -n "$op_pid" ] || return 0
-    kill "-$1" "$op_pid" 2>/dev/null || true
-    wait "$op_pid" 2>/dev/null || true
-    op_pid=
+stop_op() { # stop_op SIGNAL [PID]
+    local pid=${2:-$op_pid}
+    [ -n "$pid" ] || return 0
+    kill "-$1" "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    [ "$pid" != "$op_pid" ] || op_pid=
 }
+extra_pids=()
 cleanup() {
     stop_op TERM
+    for p in "${extra_pids[@]}"; do stop_op TERM "$p"; done
     "$kubectl" --request-timeout=30s delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
-    echo "operator log: $logs/operator-$ns.log"
+    echo "operator logs: $logs/operator-$ns-*.log"
 }
 trap cleanup EXIT
 
@@ -92,7 +99,7 @@ EOF2
 "$kubectl" apply -f "$root/manifests/crds/gantry.dev_trainingjobs.yaml" >/dev/null
 "$kubectl" wait --for=condition=Established crd/trainingjobs.gantry.dev --timeout=60s >/dev/null
 "$kubectl" create namespace "$ns" >/dev/null
-start_op
+start_op a
 
 # ---- 1. children, pod contract, Running, rank 0 Succeeded, cleanPodPolicy Running
 apply_job happy 3
@@ -164,19 +171,45 @@ apply_job slow 1 '{"activeDeadlineSeconds":2}'
 wait_for "slow: Failed (DeadlineExceeded)" 20 \
     is tj/slow '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}' "Failed DeadlineExceeded"
 
-# ---- 7. SIGKILL while creating pods, restart: no duplicates, the job proceeds
-apply_job crashy 60
-for ((i = 0; i < 100; i++)); do [ "$(npods crashy)" -gt 0 ] && break; sleep 0.05; done
+# ---- 7. SIGKILL while creating pods, restart: no duplicates, the job proceeds. The dead
+# process still holds the Lease, so the new one waits for it to expire (4 s here) first.
+# A throttled operator (5 requests/s) makes sure the kill lands in the middle of the creates.
+stop_op TERM
+start_op slow --qps 5 --burst 1
+wait_for "throttled operator leads" 10 grep -q '"msg":"Started leading"' "$op_log"
+apply_job crashy 30
+for ((i = 0; i < 200; i++)); do [ "$(npods crashy)" -gt 0 ] && break; sleep 0.05; done
 stop_op KILL
 n=$(npods crashy)
-start_op
-wait_for "crashy: 60 pods after a SIGKILL with $n created and a restart" 30 has_pods crashy 60
+[ "$n" -gt 0 ] && [ "$n" -lt 30 ] && ok "crashy: SIGKILL with $n of 30 pods created" || bad "crashy: killed with $n pods"
+start_op b
+wait_for "crashy: 30 pods after the restart" 30 has_pods crashy 30
 sleep 1
-[ "$(npods crashy)" -eq 60 ] && ok "crashy: still exactly 60 (no duplicates)" || bad "crashy: $(npods crashy) pods"
-run_all crashy 60
-wait_for "crashy: Running 60/60" 30 is tj/crashy '{.status.ready}' 60/60
+[ "$(npods crashy)" -eq 30 ] && ok "crashy: still exactly 30 (no duplicates)" || bad "crashy: $(npods crashy) pods"
+run_all crashy 30
+wait_for "crashy: Running 30/30" 30 is tj/crashy '{.status.ready}' 30/30
+
+# ---- 8. two replicas: only the leader acts; SIGTERM releases the Lease and the standby takes over
+leader_pid=$op_pid leader_log=$op_log
+start_op c
+extra_pids+=("$op_pid")
+standby_pid=$op_pid standby_log=$op_log
+op_pid=$leader_pid
+wait_for "standby c waits for leadership" 10 grep -q '"msg":"Waiting for leadership"' "$standby_log"
+apply_job duo 2
+wait_for "duo: created by the leader" 30 has_pods duo 2
+sleep 1
+grep -q '"name":"duo-worker-0"' "$leader_log" && ok "duo: the leader created the pods" || bad "duo: not in the leader's log"
+! grep -q '"msg":"Started leading"' "$standby_log" && ok "standby c did not lead" || bad "standby c led"
+! grep -q 'duo' "$standby_log" && ok "standby c did not touch duo" || bad "standby c acted on duo"
+stop_op TERM "$leader_pid"
+op_pid=$standby_pid
+grep -q '"msg":"Stopped"' "$leader_log" && ok "graceful SIGTERM of the leader" || bad "no clean stop in the leader's log"
+wait_for "standby c takes over at once (Lease released)" 10 grep -q '"msg":"Started leading"' "$standby_log"
+apply_job duo2 1
+wait_for "duo2: created by the new leader" 20 has_pods duo2 1
 
 stop_op TERM
-grep -q '"msg":"Stopped"' "$logs/operator-$ns.log" && ok "graceful SIGTERM" || bad "no clean stop in the log"
+grep -q '"msg":"Stopped"' "$standby_log" && ok "graceful SIGTERM of the new leader" || bad "no clean stop in c's log"
 echo "$checks checks, $fails failed"
 [ "$fails" -eq 0 ]
