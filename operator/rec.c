@@ -60,6 +60,53 @@ static const json_t *worker_status(const json_t *st)
     return json_array_get(cs, 0);
 }
 
+/* A condition reason may hold only [A-Za-z0-9_,:] and starts with a letter. */
+static void copy_reason(char *dst, size_t n, const char *src)
+{
+    size_t j = 0;
+
+    for (; src && *src && j + 1 < n; src++) {
+        char c = *src;
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                  (j > 0 && ((c >= '0' && c <= '9') || c == '_' || c == ',' || c == ':'));
+        if (ok)
+            dst[j++] = c;
+    }
+    dst[j] = '\0';
+}
+
+static void find_problem(const json_t *st, struct rec_pod *out)
+{
+    static const char *const waiting_bad[] = {"ErrImagePull", "ImagePullBackOff",
+                                              "InvalidImageName", "CreateContainerConfigError",
+                                              "CreateContainerError", NULL};
+    const json_t *cond, *waiting;
+    size_t i;
+
+    json_array_foreach(json_object_get(st, "conditions"), i, cond) {
+        const char *t = json_string_value(json_object_get(cond, "type"));
+        const char *s = json_string_value(json_object_get(cond, "status"));
+        if (t && s && strcmp(t, "PodScheduled") == 0 && strcmp(s, "False") == 0) {
+            copy_reason(out->problem, sizeof(out->problem),
+                        json_string_value(json_object_get(cond, "reason")));
+            if (!out->problem[0])
+                snprintf(out->problem, sizeof(out->problem), "Unschedulable");
+            snprintf(out->problem_msg, sizeof(out->problem_msg), "%s",
+                     str_or(json_object_get(cond, "message")));
+            return;
+        }
+    }
+    waiting = json_object_get(json_object_get(worker_status(st), "state"), "waiting");
+    for (int k = 0; waiting_bad[k]; k++) {
+        if (strcmp(str_or(json_object_get(waiting, "reason")), waiting_bad[k]) == 0) {
+            snprintf(out->problem, sizeof(out->problem), "%s", waiting_bad[k]);
+            snprintf(out->problem_msg, sizeof(out->problem_msg), "%s",
+                     str_or(json_object_get(waiting, "message")));
+            return;
+        }
+    }
+}
+
 int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
 {
     const json_t *meta = json_object_get(pod, "metadata"), *st = json_object_get(pod, "status");
@@ -93,6 +140,8 @@ int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
             snprintf(out->reason, sizeof(out->reason), "%s",
                      str_or(json_object_get(term, "reason")));
     }
+    if (out->phase == REC_POD_PENDING)
+        find_problem(st, out);
     return 0;
 }
 
@@ -406,8 +455,23 @@ static bool all_running(const struct pass *p)
     return n == p->tj->replicas; /* current() excludes duplicates only by name; names are unique */
 }
 
+/* The current-gang pod with the lowest index that cannot start, or NULL. */
+static const struct rec_pod *first_problem(const struct pass *p)
+{
+    const struct rec_pod *f = NULL;
+
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+        if (current(p, pod) && !pod->terminating && pod->problem[0] &&
+            (!f || pod->index < f->index))
+            f = pod;
+    }
+    return f;
+}
+
 static void set_phase(struct pass *p)
 {
+    const struct rec_pod *stuck;
     char msg[COND_MESSAGE_MAX];
 
     count_pods(p);
@@ -422,8 +486,20 @@ static void set_phase(struct pass *p)
         clear_cond(p, COND_RESTARTING, "GangRunning", msg);
         return;
     }
-    snprintf(msg, sizeof(msg), "%d of %d workers are running", p->active, p->tj->replicas);
-    clear_cond(p, COND_RUNNING, "WorkersNotRunning", msg);
+    stuck = first_problem(p);
+    if (stuck) {
+        const struct cond *c = cond_find(&p->st.conds, COND_RUNNING);
+        bool news = !c || strcmp(c->reason, stuck->problem) != 0;
+
+        snprintf(msg, sizeof(msg), "Pod %s cannot start: %s: %s", stuck->name, stuck->problem,
+                 stuck->problem_msg[0] ? stuck->problem_msg : "(no message)");
+        set_cond(p, COND_RUNNING, false, stuck->problem, msg);
+        if (news)
+            event(p, true, stuck->problem, "%s", msg);
+    } else {
+        snprintf(msg, sizeof(msg), "%d of %d workers are running", p->active, p->tj->replicas);
+        clear_cond(p, COND_RUNNING, "WorkersNotRunning", msg);
+    }
     p->st.phase = cond_is_true(&p->st.conds, COND_RESTARTING) ? TJ_PHASE_RESTARTING
                                                                : TJ_PHASE_PENDING;
 }

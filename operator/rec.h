@@ -35,7 +35,10 @@
  *    expectations are met: a cache that has not yet seen our earlier creates/deletes creates
  *    nothing (the caller tracks expectations; see exec.h).
  *  - Phase: Running when every replica of the current gang is Running; Restarting after a gang
- *    restart until then; Pending otherwise.
+ *    restart until then; Pending otherwise. A pod that cannot start (unschedulable, e.g. its
+ *    claim is missing; image pull errors; a missing ConfigMap/Secret key) shows as Running=False
+ *    with the pod's reason and message, and a Warning Event when that reason first appears: a
+ *    spec that passes the schema but cannot run is explained, never crash-looped.
  * Conditions (Created, Running, Restarting, Succeeded, Failed, Suspended) change
  * lastTransitionTime only on transitions; status_changed is false when the new status equals the
  * observed one, so status is written only when it changed.
@@ -56,6 +59,7 @@
 #define REC_EVENTS_MAX 4
 #define REC_UID_MAX 64
 #define REC_REASON_MAX 64
+#define REC_PROBLEM_MSG_MAX 256
 
 enum rec_pod_phase { REC_POD_PENDING = 0, REC_POD_RUNNING, REC_POD_SUCCEEDED, REC_POD_FAILED,
                      REC_POD_UNKNOWN };
@@ -71,6 +75,11 @@ struct rec_pod {
     bool terminating; /* metadata.deletionTimestamp is set */
     int exit_code;    /* the worker container's exit code once terminated, else -1 */
     char reason[REC_REASON_MAX]; /* status.reason (Evicted, ...) or the terminated reason */
+    /* Why a pod that should run does not: PodScheduled=False (Unschedulable: e.g. a missing
+     * claim) or the worker container waiting on ErrImagePull, ImagePullBackOff,
+     * InvalidImageName, CreateContainerConfigError, CreateContainerError. "" when none. */
+    char problem[REC_REASON_MAX];
+    char problem_msg[REC_PROBLEM_MSG_MAX];
 };
 
 /* Reads a Pod object (borrowed). 0, or OP_EPARSE when it has no metadata.name. */

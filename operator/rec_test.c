@@ -2,7 +2,8 @@
  * Reconcile, driven by fixtures: each operator/testdata/rec/<case>.json holds
  *   "job"      a TrainingJob object (status included),
  *   "pods"     observed pods: full Pod objects (with "metadata") or the compact form
- *              {"name","uid","index","restart","phase","ready","exitCode","terminating","reason"},
+ *              {"name","uid","index","restart","phase","ready","exitCode","terminating","reason",
+ *               "problem","problemMsg"},
  *   "service", "secret": true when observed; "configmap": true (observed with the rendered data)
  *              or a string (observed with that data),
  *   "now", "expectationsMet" (default true), "invalid" (run rec_invalid with tj_parse's error),
@@ -119,6 +120,12 @@ static void compact_pod(const json_t *j, struct rec_pod *p)
     snprintf(p->reason, sizeof(p->reason), "%s",
              json_is_string(json_object_get(j, "reason"))
                  ? json_string_value(json_object_get(j, "reason")) : "");
+    snprintf(p->problem, sizeof(p->problem), "%s",
+             json_is_string(json_object_get(j, "problem"))
+                 ? json_string_value(json_object_get(j, "problem")) : "");
+    snprintf(p->problem_msg, sizeof(p->problem_msg), "%s",
+             json_is_string(json_object_get(j, "problemMsg"))
+                 ? json_string_value(json_object_get(j, "problemMsg")) : "");
 }
 
 static void action_str(const struct rec_action *a, char *out, size_t n)
