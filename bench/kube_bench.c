@@ -150,6 +150,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "kube_bench: --pods must be > 0 and --threads 1..64\n");
         return 64;
     }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* rows appear as they are measured */
     log_set_level(LOG_LEVEL_WARN);
     if (kube_config_load(kubeconfig, NULL, &cfg, err, sizeof(err))) {
         fprintf(stderr, "kube_bench: %s\n", err);

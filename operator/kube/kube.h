@@ -14,7 +14,8 @@
  * Every call returns 0 or a negative OP_E* (kube_err.h); on an API error the Status object is in
  * kube_last_status() (code, reason, message). Retries: 429 for every verb (the server did not
  * run the request); 5xx and transport errors only for GET, PUT and DELETE (idempotent);
- * Retry-After is honoured, otherwise jittered exponential backoff; at most opts.max_retries.
+ * Retry-After (delay-seconds form, capped at 30 s) is honoured, otherwise jittered exponential
+ * backoff (200 ms doubling to 10 s); at most opts.max_retries.
  * A 401 with a token file or exec plugin refreshes the credential once and repeats the call.
  * Response bodies are bounded by KUBE_MAX_BODY (over it: OP_ETOOBIG).
  */
@@ -37,7 +38,7 @@ struct kube_client;
 struct kube_client_opts {
     double qps;         /* token bucket rate; 0: default 50 */
     int burst;          /* bucket size; 0: default 100 */
-    long timeout_ms;    /* whole-call deadline incl. retries' individual calls; 0: 30000 */
+    long timeout_ms;    /* deadline of each attempt (connect + transfer); 0: 30000 */
     int max_retries;    /* 0: default 5; -1: none */
     const char *user_agent; /* NULL: "gantry/<version>" */
 };
@@ -53,7 +54,8 @@ struct kube_status {
 struct kube_client *kube_client_new(const struct kube_config *cfg,
                                     const struct kube_client_opts *opts);
 void kube_client_free(struct kube_client *kc);
-/* Makes a running stream or backoff sleep on kc return OP_ECANCELED soon; thread-safe. */
+/* Makes a running request, stream or backoff sleep on kc return OP_ECANCELED within about a
+ * second, and every later call too until kube_client_reset_cancel(); thread-safe. */
 void kube_client_cancel(struct kube_client *kc);
 /* Clears a cancel so the client can be used again. */
 void kube_client_reset_cancel(struct kube_client *kc);
