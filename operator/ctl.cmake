@@ -26,7 +26,7 @@ set_tests_properties(crd_api_test PROPERTIES LABELS api SKIP_RETURN_CODE 77 TIME
 
 add_executable(gantry-operator ${CTL_DIR}/main.c)
 target_link_libraries(gantry-operator PRIVATE gantry_ctl)
-gantry_test(exec_test SOURCES ${CTL_DIR}/exec_test.c LIBS gantry_ctl)
+gantry_test(exec_test SOURCES ${CTL_DIR}/exec_test.c LIBS gantry_ctl gantry_kube_testsrv)
 add_test(NAME operator_api_test
          COMMAND bash ${PROJECT_SOURCE_DIR}/e2e/api/operator_test.sh $<TARGET_FILE:gantry-operator>)
 set_tests_properties(operator_api_test PROPERTIES LABELS api SKIP_RETURN_CODE 77 TIMEOUT 300)

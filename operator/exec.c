@@ -237,20 +237,24 @@ static int write_status(struct exec_worker *w, const json_t *obj, const struct t
     return rc;
 }
 
-/* One action; 0 also for outcomes that mean "already so" (404 on delete, 409 on create). */
+/* One action; 0 also for outcomes that mean "already so" (404 on delete, 409 on create), which
+ * set *already: no watch event for them is coming, so their expectation is lowered at once. */
 static int apply_one(struct exec_worker *w, const struct tj *tj, const char *key,
-                     const struct rec_action *a)
+                     const struct rec_action *a, bool *already)
 {
     char path[KUBE_MAX_PATH];
     int rc;
 
+    *already = false;
     if (a->verb == REC_CREATE) {
         rc = kube_path(path, sizeof(path), api_of(a->kind), resource_of(a->kind), tj->ns, NULL,
                        NULL);
         if (rc == 0)
             rc = kube_create(w->kc, path, a->obj, NULL);
-        if (rc == OP_EEXIST) /* deterministic names: an earlier create of ours got there */
+        if (rc == OP_EEXIST) { /* deterministic names: an earlier create of ours got there */
+            *already = true;
             return 0;
+        }
         if (rc == 0)
             log_info("Created child", "{s:s, s:s, s:s}", "trainjob", key, "kind",
                      rec_kind_str(a->kind), "name", a->name);
@@ -273,8 +277,10 @@ static int apply_one(struct exec_worker *w, const struct tj *tj, const char *key
                                  .precondition_uid = a->uid[0] ? a->uid : NULL,
                                  .grace_period_seconds = -1};
     rc = kube_delete(w->kc, path, &d, NULL);
-    if (rc == OP_ENOTFOUND || (rc == OP_ECONFLICT && a->uid[0]))
-        return 0; /* gone already, or the name belongs to a newer pod: not ours to delete */
+    if (rc == OP_ENOTFOUND || (rc == OP_ECONFLICT && a->uid[0])) {
+        *already = true; /* gone already, or the name belongs to a newer pod: not ours to delete */
+        return 0;
+    }
     if (rc == 0)
         log_info("Deleted child", "{s:s, s:s, s:s}", "trainjob", key, "kind",
                  rec_kind_str(a->kind), "name", a->name);
@@ -303,24 +309,24 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
     exec_expect_raise(sh->expect, key, adds, dels, time(NULL));
     for (size_t i = 0; i < r->nactions; i++) {
         const struct rec_action *a = &r->actions[i];
-        bool pod = a->kind == REC_POD;
+        bool pod = a->kind == REC_POD, already;
 
         if (pod && a->verb == REC_CREATE && failed_batch >= 0 && a->batch > failed_batch) {
             exec_expect_lower(sh->expect, key, 1, 0); /* slow start: not attempted */
             continue;
         }
-        rc = apply_one(w, tj, key, a);
+        rc = apply_one(w, tj, key, a, &already);
         if (pod && a->verb == REC_CREATE) {
-            if (rc) {
+            if (rc || already)
                 exec_expect_lower(sh->expect, key, 1, 0);
-                failed_batch = a->batch;
-            } else {
-                atomic_fetch_add(&sh->stats.pods_created, 1);
-            }
-        } else if (pod && a->verb == REC_DELETE) {
             if (rc)
+                failed_batch = a->batch;
+            else if (!already)
+                atomic_fetch_add(&sh->stats.pods_created, 1);
+        } else if (pod && a->verb == REC_DELETE) {
+            if (rc || already)
                 exec_expect_lower(sh->expect, key, 0, 1);
-            else
+            if (!rc && !already)
                 atomic_fetch_add(&sh->stats.pods_deleted, 1);
         }
         if (rc) {

@@ -1,9 +1,15 @@
-/* Expectations and the informer handlers' routing of children to their job's key. */
+/* Expectations, the informer handlers' routing of children to their job's key, and the
+ * executor against a loopback API server: status first (409 stops everything), slow-start
+ * batches stop after a failed batch, 404 on delete counts as done, UID preconditions. */
 #include "operator/exec.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/test.h"
+#include "operator/kube/log.h"
+#include "operator/kube/testsrv.h"
 
 static void test_expectations(void)
 {
@@ -65,9 +71,133 @@ static void test_handlers_route_to_job(void)
     exec_expect_free(sh.expect);
 }
 
+/* ---- the executor against testsrv */
+
+static struct {
+    pthread_mutex_t mu;
+    char log[32][160]; /* "METHOD path" of each request, in order */
+    char delete_body[1024];
+    int n;
+    bool status_conflict;
+} S = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static const char conflict_body[] =
+    "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"reason\":"
+    "\"Conflict\",\"code\":409,\"message\":\"the object has been modified\"}";
+static const char quota_body[] =
+    "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"reason\":"
+    "\"Forbidden\",\"code\":403,\"message\":\"exceeded quota: pods\"}";
+static const char notfound_body[] =
+    "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"reason\":"
+    "\"NotFound\",\"code\":404,\"message\":\"not found\"}";
+
+static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *req)
+{
+    bool status, conflict;
+
+    pthread_mutex_lock(&S.mu);
+    if (S.n < 32)
+        snprintf(S.log[S.n++], sizeof(S.log[0]), "%s %.140s", req->method, req->path);
+    if (strcmp(req->method, "DELETE") == 0)
+        snprintf(S.delete_body, sizeof(S.delete_body), "%.1000s", req->body ? req->body : "");
+    conflict = S.status_conflict;
+    pthread_mutex_unlock(&S.mu);
+    status = strstr(req->path, "/status") != NULL;
+    if (status && conflict)
+        testsrv_respond(c, 409, NULL, conflict_body);
+    else if (strcmp(req->method, "DELETE") == 0)
+        testsrv_respond(c, 404, NULL, notfound_body);
+    else if (strcmp(req->method, "POST") == 0 && strstr(req->body, "\"j-worker-1\""))
+        testsrv_respond(c, 403, NULL, quota_body); /* batch 1 fails */
+    else
+        testsrv_respond(c, strcmp(req->method, "POST") == 0 ? 201 : 200, NULL, "{}");
+    return 0;
+}
+
+static void add(struct rec_result *r, enum rec_verb v, const char *name, int batch,
+                const char *uid)
+{
+    struct rec_action *a = &r->actions[r->nactions++];
+
+    memset(a, 0, sizeof(*a));
+    a->verb = v;
+    a->kind = REC_POD;
+    a->batch = batch;
+    snprintf(a->name, sizeof(a->name), "%s", name);
+    snprintf(a->uid, sizeof(a->uid), "%s", uid ? uid : "");
+    if (v == REC_CREATE)
+        a->obj = json_pack("{s:s, s:{s:s}}", "kind", "Pod", "metadata", "name", name);
+}
+
+static void test_apply_against_server(void)
+{
+    struct testsrv *srv = testsrv_start(handler, NULL);
+    struct kube_config cfg = {0};
+    struct exec_shared sh = {0};
+    struct exec_worker w = {.sh = &sh};
+    struct rec_result r = {0};
+    struct tj tj;
+    char server[64];
+    json_t *obj = json_loads("{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"j\","
+                             "\"namespace\":\"ml\",\"uid\":\"u\",\"resourceVersion\":\"5\"},"
+                             "\"spec\":{\"replicas\":4}}", 0, NULL);
+
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
+    cfg.server = server;
+    cfg.namespace = "ml";
+    cfg.token = "t";
+    w.kc = kube_client_new(&cfg, NULL);
+    sh.expect = exec_expect_new();
+    TEST_EQ_INT(tj_parse(obj, &tj, NULL, 0), 0);
+    r.actions = calloc(8, sizeof(*r.actions));
+    r.status = json_pack("{s:s}", "phase", "Pending");
+    r.status_changed = true;
+    add(&r, REC_DELETE, "j-worker-9", 0, "uid-9");
+    add(&r, REC_CREATE, "j-worker-0", 0, NULL);
+    add(&r, REC_CREATE, "j-worker-1", 1, NULL);
+    add(&r, REC_CREATE, "j-worker-2", 1, NULL);
+    add(&r, REC_CREATE, "j-worker-3", 2, NULL);
+
+    /* 1. a stale read: the status write is refused and nothing else happens */
+    S.status_conflict = true;
+    TEST_EQ_INT(exec_apply(&w, obj, &tj, &r), OP_ECONFLICT);
+    TEST_EQ_INT(S.n, 1);
+    TEST_EQ_STR(S.log[0], "PUT /apis/gantry.dev/v1alpha1/namespaces/ml/trainingjobs/j/status");
+    TEST_CHECK(exec_expect_met(sh.expect, "ml/j", time(NULL)));
+
+    /* 2. status written first; delete 404 is done; batch 1 fails: worker-2 (same batch) is still
+     *    tried, worker-3 (batch 2) is not; the first error comes back */
+    S.status_conflict = false;
+    S.n = 0;
+    TEST_EQ_INT(exec_apply(&w, obj, &tj, &r), OP_EFORBIDDEN);
+    TEST_EQ_INT(S.n, 5);
+    TEST_EQ_STR(S.log[0], "PUT /apis/gantry.dev/v1alpha1/namespaces/ml/trainingjobs/j/status");
+    TEST_EQ_STR(S.log[1], "DELETE /api/v1/namespaces/ml/pods/j-worker-9");
+    TEST_EQ_STR(S.log[2], "POST /api/v1/namespaces/ml/pods");
+    TEST_EQ_STR(S.log[4], "POST /api/v1/namespaces/ml/pods");
+    TEST_CHECK(strstr(S.delete_body, "uid-9") != NULL); /* precondition */
+    TEST_EQ_INT(sh.stats.pods_created, 2);
+    TEST_EQ_INT(sh.stats.pods_deleted, 0); /* it was gone already */
+    /* worker-0 and worker-2 are awaited; the failed, skipped and 404'd ones are not */
+    TEST_CHECK(!exec_expect_met(sh.expect, "ml/j", time(NULL)));
+    exec_expect_lower(sh.expect, "ml/j", 1, 0);
+    TEST_CHECK(!exec_expect_met(sh.expect, "ml/j", time(NULL)));
+    exec_expect_lower(sh.expect, "ml/j", 1, 0);
+    TEST_CHECK(exec_expect_met(sh.expect, "ml/j", time(NULL)));
+
+    rec_result_cleanup(&r);
+    tj_cleanup(&tj);
+    json_decref(obj);
+    exec_expect_free(sh.expect);
+    kube_client_free(w.kc);
+    testsrv_stop(srv);
+}
+
 int main(void)
 {
+    log_set_level(LOG_LEVEL_ERROR); /* the executor's info/warn lines are expected here */
     TEST_RUN(test_expectations);
     TEST_RUN(test_handlers_route_to_job);
+    TEST_RUN(test_apply_against_server);
     return test_summary();
 }
