@@ -34,6 +34,7 @@ gantry_test(kube_watch_test SOURCES ${KUBE_DIR}/watch_test.c LIBS gantry_kube_te
 gantry_test(kube_queue_test SOURCES ${KUBE_DIR}/queue_test.c LIBS gantry_kube)
 gantry_test(kube_informer_test SOURCES ${KUBE_DIR}/informer_test.c LIBS gantry_kube_testsrv)
 gantry_test(kube_event_test SOURCES ${KUBE_DIR}/event_test.c LIBS gantry_kube_testsrv)
+gantry_test(kube_lease_test SOURCES ${KUBE_DIR}/lease_test.c LIBS gantry_kube_testsrv)
 # Integration tests against the API tier (kube-apiserver + etcd); exit 77 without
 # GANTRY_TEST_KUBECONFIG.
 gantry_test(kube_api_test SOURCES ${KUBE_DIR}/kube_api_test.c LIBS gantry_kube LABELS api)

@@ -334,11 +334,28 @@ static struct curl_slist *setup(struct kube_client *kc, CURL *h, const char *pat
     return hdr;
 }
 
+/* What to do about a transport failure, for the message. */
+static const char *transport_hint(CURLcode cc)
+{
+    switch (cc) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+        return "; check certificate-authority(-data) and tls-server-name in the kubeconfig";
+    case CURLE_SSL_CERTPROBLEM:
+        return "; check client-certificate(-data) and client-key(-data) in the kubeconfig";
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+        return "; is the API server in the kubeconfig's server field running and reachable?";
+    default:
+        return "";
+    }
+}
+
 static int from_curl(struct kube_client *kc, CURLcode cc, const struct xfer *x, const char *method,
                      const char *path)
 {
-    snprintf(kc->last.message, sizeof(kc->last.message), "%s %s: %s", method, path,
-             kc->errbuf[0] ? kc->errbuf : curl_easy_strerror(cc));
+    snprintf(kc->last.message, sizeof(kc->last.message), "%s %s%s: %s%s", method, kc->base_url,
+             path, kc->errbuf[0] ? kc->errbuf : curl_easy_strerror(cc), transport_hint(cc));
     kc->last.code = 0;
     snprintf(kc->last.reason, sizeof(kc->last.reason), "%s", "Transport");
     if (x->toobig) {

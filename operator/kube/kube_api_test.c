@@ -563,6 +563,90 @@ static void test_events(void)
     event_recorder_free(r);
 }
 
+/* ---------------------------------------------------------------- TLS options */
+
+static int try_get(struct kube_config *c, char *msg, size_t n)
+{
+    struct kube_client *k = kube_client_new(c, &(struct kube_client_opts){.max_retries = -1});
+    json_t *o = NULL;
+    int rc = kube_get(k, "/api/v1/namespaces/default", &o);
+    snprintf(msg, n, "%s", kube_last_status(k)->message);
+    json_decref(o);
+    kube_client_free(k);
+    return rc;
+}
+
+static char *write_temp(const char *dir, const char *name, const struct kube_blob *b)
+{
+    char *path = malloc(512);
+    snprintf(path, 512, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    fwrite(b->data, 1, b->len, f);
+    fclose(f);
+    return path;
+}
+
+static void test_tls_options(void)
+{
+    struct kube_config *c = kube_config_dup(cfg);
+    char msg[1024], dir[] = "/tmp/kube-api-tls-XXXXXX";
+
+    if (!c->ca_data.data || !c->cert_data.data) {
+        kube_config_free(c);
+        test_skip("the admin kubeconfig has no inline CA and client certificate");
+    }
+    TEST_CHECK(mkdtemp(dir) != NULL);
+    /* tls-server-name: verified against that name (a SAN of the server certificate) */
+    c->tls_server_name = strdup("kubernetes.default.svc");
+    TEST_EQ_INT(try_get(c, msg, sizeof(msg)), 0);
+    free(c->tls_server_name);
+    c->tls_server_name = strdup("wrong.example.com");
+    TEST_EQ_INT(try_get(c, msg, sizeof(msg)), OP_EHTTP);
+    printf("  wrong tls-server-name: %s\n", msg);
+    free(c->tls_server_name);
+    c->tls_server_name = NULL;
+
+    /* CA and client certificate from files instead of memory */
+    char *ca = write_temp(dir, "ca.crt", &c->ca_data);
+    char *crt = write_temp(dir, "client.crt", &c->cert_data);
+    char *key = write_temp(dir, "client.key", &c->key_data);
+    struct kube_config *f = kube_config_dup(c);
+    free(f->ca_data.data);
+    free(f->cert_data.data);
+    free(f->key_data.data);
+    memset(&f->ca_data, 0, sizeof(f->ca_data));
+    memset(&f->cert_data, 0, sizeof(f->cert_data));
+    memset(&f->key_data, 0, sizeof(f->key_data));
+    f->ca_file = strdup(ca);
+    f->cert_file = strdup(crt);
+    f->key_file = strdup(key);
+    TEST_EQ_INT(try_get(f, msg, sizeof(msg)), 0);
+
+    /* no CA: the system roots do not know this cluster, so verification fails ... */
+    free(f->ca_file);
+    f->ca_file = NULL;
+    TEST_EQ_INT(try_get(f, msg, sizeof(msg)), OP_EHTTP);
+    printf("  no CA: %s\n", msg);
+    /* ... unless insecure-skip-tls-verify was asked for */
+    f->insecure = true;
+    TEST_EQ_INT(try_get(f, msg, sizeof(msg)), 0);
+    /* no client certificate: anonymous, and RBAC says no */
+    free(f->cert_file);
+    free(f->key_file);
+    f->cert_file = f->key_file = NULL;
+    TEST_CHECK(try_get(f, msg, sizeof(msg)) == OP_EFORBIDDEN ||
+               try_get(f, msg, sizeof(msg)) == OP_EUNAUTHORIZED);
+    unlink(ca);
+    unlink(crt);
+    unlink(key);
+    rmdir(dir);
+    free(ca);
+    free(crt);
+    free(key);
+    kube_config_free(f);
+    kube_config_free(c);
+}
+
 /* ---------------------------------------------------------------- RBAC */
 
 static void test_limited_rbac_403(void)
@@ -728,6 +812,7 @@ int main(void)
     TEST_RUN(test_lease_handover);
     TEST_RUN(test_events);
     TEST_RUN(test_limited_rbac_403);
+    TEST_RUN(test_tls_options);
     TEST_EQ_INT(kube_path(p, sizeof(p), "v1", "namespaces", NULL, ns, NULL), 0);
     TEST_EQ_INT(kube_delete(kc, p, NULL, NULL), 0);
     json_decref(nsobj);
