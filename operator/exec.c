@@ -451,6 +451,9 @@ static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
         rc = exec_apply(w, obj, &tj, &r);
     if (rc == 0 && r.requeue_after_s >= 0)
         queue_add_after(sh->queue, key, r.requeue_after_s * 1000);
+    /* A lost watch event must not wedge the job: look again when the expectations expire. */
+    if (rc == 0 && !in.expectations_met)
+        queue_add_after(sh->queue, key, (EXEC_EXPECT_TTL_S + 1) * 1000L);
 out:
     rec_result_cleanup(&r);
     json_decref(cm);

@@ -167,6 +167,7 @@ apply_job shortlived 1 '{"ttlSecondsAfterFinished":2}'
 wait_for "shortlived: 1 pod" 30 has_pods shortlived 1
 set_pod shortlived-worker-0 Succeeded 0
 wait_for "shortlived: deleted by ttlSecondsAfterFinished" 20 bash -c "! '$kubectl' -n $ns get tj shortlived"
+wait_for "shortlived: its pod garbage-collected through the owner reference" 30 has_pods shortlived 0
 apply_job slow 1 '{"activeDeadlineSeconds":2}'
 wait_for "slow: Failed (DeadlineExceeded)" 20 \
     is tj/slow '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}' "Failed DeadlineExceeded"
