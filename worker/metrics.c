@@ -55,8 +55,9 @@ struct metrics {
     /* Guarded by mu. */
     struct full f;
     double begin_t;
-    struct point win[METRICS_WINDOW + 1]; /* ring: the last METRICS_WINDOW steps + one before */
+    struct point win[METRICS_WINDOW + 1]; /* ring of sampled points, oldest at win_head */
     int win_head, win_len;
+    struct point last; /* the latest step, valid when win_len > 0 */
 };
 
 static double mono_now(void)
@@ -100,10 +101,20 @@ void metrics_free(struct metrics *m)
     free(m);
 }
 
+/*
+ * Records point p. It enters the ring only if the newest sampled point is at least
+ * METRICS_SAMPLE_S older, so the ring spans the last METRICS_WINDOW steps when steps are slow
+ * and about METRICS_WINDOW * METRICS_SAMPLE_S seconds when they are fast (thousands of tiny
+ * steps a second would otherwise leave a window of milliseconds, and a jumpy ETA).
+ */
 static void win_push(struct metrics *m, struct point p)
 {
     int cap = METRICS_WINDOW + 1;
+    const struct point *newest = &m->win[(m->win_head + m->win_len - 1 + cap) % cap];
 
+    m->last = p;
+    if (m->win_len > 0 && p.t - newest->t < METRICS_SAMPLE_S)
+        return;
     m->win[(m->win_head + m->win_len) % cap] = p;
     if (m->win_len < cap)
         m->win_len++;
@@ -224,14 +235,12 @@ void metrics_finish(struct metrics *m, bool succeeded)
 /* Rates over the window and the ETA; called with mu held. */
 static void derive(struct metrics *m, struct metrics_snapshot *s)
 {
-    int cap = METRICS_WINDOW + 1;
-    const struct point *a = &m->win[m->win_head];
-    const struct point *b = &m->win[(m->win_head + (m->win_len > 0 ? m->win_len - 1 : 0)) % cap];
+    const struct point *a = &m->win[m->win_head], *b = &m->last;
     double dt = b->t - a->t;
 
     s->samples_per_s = s->tokens_per_s = s->steps_per_s = NAN;
     s->eta_s = s->percent = NAN;
-    if (m->win_len >= 2 && dt > 0) {
+    if (m->win_len > 0 && dt > 0) {
         s->samples_per_s = (double)(b->samples - a->samples) / dt;
         s->tokens_per_s = (double)(b->tokens - a->tokens) / dt;
         s->steps_per_s = (double)(b->step - a->step) / dt;

@@ -10,9 +10,10 @@
  *                  tokens/s, eta_seconds, last_checkpoint_step, state, ... (the operator reads it)
  *   GET /healthz   "ok" (for a liveness probe of the serving thread only, not of training)
  *
- * Rates (samples/s, tokens/s, steps/s) and the ETA are computed here over a sliding window of the
- * last METRICS_WINDOW steps, so the log line, /metrics and /progress agree (use metrics_get() to
- * print them). Counts passed in are global (summed over all ranks), as rank 0 knows them.
+ * Rates (samples/s, tokens/s, steps/s) and the ETA are computed here over a sliding window (the
+ * last METRICS_WINDOW steps, or about METRICS_WINDOW * METRICS_SAMPLE_S seconds when steps are
+ * faster than that), so the log line, /metrics and /progress agree (use metrics_get() to print
+ * them). Counts passed in are global (summed over all ranks), as rank 0 knows them.
  *
  * Thread notes: every function may be called from any thread; one mutex guards the state and
  * rendering formats a snapshot taken under it, so a slow scraper never blocks a training step.
@@ -27,8 +28,9 @@
 
 #include "common/buf.h"
 
-/* Steps the throughput and ETA are averaged over. */
-#define METRICS_WINDOW 20
+/* Points the throughput and ETA are averaged over, taken at least METRICS_SAMPLE_S apart. */
+#define METRICS_WINDOW   20
+#define METRICS_SAMPLE_S 0.5
 /* Eval metrics kept (distinct names); later new names are dropped with a warning. */
 #define METRICS_MAX_EVAL      16
 #define METRICS_MAX_EVAL_NAME 48
