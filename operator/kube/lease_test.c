@@ -191,7 +191,7 @@ static void test_rv_guard(void)
     pthread_t th[8];
     atomic_int wins = 0;
     for (int i = 0; i < 8; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof(id), "p%d", i);
         o.identity = id;
         e[i] = lease_new(&cfg, NULL, &o);
