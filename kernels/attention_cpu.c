@@ -6,52 +6,63 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/xalloc.h"
+#include <cblas.h>
 
-/* One (b, h) pair. q, k, v point at the head's first column for t = 0; rows are 3C apart. */
-static void head_forward(float *o, float *att, const float *q, const float *k, const float *v,
-                         float *kt, int L, int T, int C, int hs)
+#include "common/xalloc.h"
+#include "kernels/cpu.h"
+
+/*
+ * Each (b, h) pair is five small GEMMs on the valid L x L block (OpenBLAS, single-threaded, one
+ * pair per OpenMP thread at a time) plus a softmax. q, k, v point at the head's first column for
+ * t = 0 inside qkv, rows 3C apart; o, dout rows are C apart; att rows are T apart.
+ */
+
+/* p[0..L) <- softmax(p[0..L)), p[L..T) <- 0 */
+CPU_CLONES static void softmax_row(float *p, int L, int T)
 {
-    const size_t ld = (size_t)3 * C;
+    float mx = p[0], sum = 0.0f;
+    /* omp simd: lets the compiler reorder these reductions into vector lanes */
+#pragma omp simd reduction(max : mx)
+    for (int j = 1; j < L; j++)
+        mx = p[j] > mx ? p[j] : mx;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < L; j++) {
+        p[j] = cpu_expf(p[j] - mx);
+        sum += p[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < L; j++)
+        p[j] *= inv;
+    for (int j = L; j < T; j++)
+        p[j] = 0.0f;
+}
+
+/* ds <- p * (dp - sum(p * dp)) * scale, in place over dp */
+CPU_CLONES static void softmax_row_backward(float *ds, const float *p, int L, float scale)
+{
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int j = 0; j < L; j++)
+        dot += p[j] * ds[j];
+    for (int j = 0; j < L; j++)
+        ds[j] = p[j] * (ds[j] - dot) * scale;
+}
+
+static void head_forward(float *o, float *att, const float *q, const float *k, const float *v,
+                         int L, int T, int C, int hs)
+{
+    const int ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 
-    /* kt (hs, L): keys transposed so the score loop runs over contiguous j. */
-    for (int j = 0; j < L; j++)
-        for (int d = 0; d < hs; d++)
-            kt[(size_t)d * L + j] = k[j * ld + d];
-    for (int i = 0; i < L; i++) {
-        float *p = att + (size_t)i * T, *oi = o + (size_t)i * C;
-        const float *qi = q + i * ld;
-        for (int j = 0; j < L; j++)
-            p[j] = 0.0f;
-        for (int d = 0; d < hs; d++) {
-            float qd = qi[d] * scale;
-            const float *kd = kt + (size_t)d * L;
-            for (int j = 0; j < L; j++)
-                p[j] += qd * kd[j];
-        }
-        float mx = p[0], sum = 0.0f;
-        for (int j = 1; j < L; j++)
-            mx = p[j] > mx ? p[j] : mx;
-        for (int j = 0; j < L; j++) {
-            p[j] = expf(p[j] - mx);
-            sum += p[j];
-        }
-        float inv = 1.0f / sum;
-        for (int j = 0; j < L; j++)
-            p[j] *= inv;
-        for (int j = L; j < T; j++)
-            p[j] = 0.0f;
-        for (int d = 0; d < hs; d++)
-            oi[d] = 0.0f;
-        for (int j = 0; j < L; j++) {
-            const float *vj = v + j * ld;
-            float pj = p[j];
-            for (int d = 0; d < hs; d++)
-                oi[d] += pj * vj[d];
-        }
-    }
-    for (int i = L; i < T; i++) {
+    /* S = scale Q K^T (L,L), rows T apart in att */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hs, scale, q, ld, k, ld, 0.0f,
+                att, T);
+    for (int i = 0; i < L; i++)
+        softmax_row(att + (size_t)i * T, L, T);
+    /* O = P V (L,hs) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hs, L, 1.0f, att, T, v, ld, 0.0f,
+                o, C);
+    for (int i = L; i < T; i++) { /* padding queries: zeros (nothing reads them) */
         memset(att + (size_t)i * T, 0, sizeof(float) * (size_t)T);
         memset(o + (size_t)i * C, 0, sizeof(float) * (size_t)hs);
     }
@@ -62,61 +73,37 @@ void attention_forward_cpu(float *out, float *att, const float *qkv, const int *
 {
     const int hs = C / NH;
     assert(C % NH == 0);
-
-#pragma omp parallel
-    {
-        float *kt = xmallocarray((size_t)hs * T, sizeof(float));
-#pragma omp for collapse(2) schedule(dynamic)
-        for (int b = 0; b < B; b++) {
-            for (int h = 0; h < NH; h++) {
-                const float *base = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
-                head_forward(out + (size_t)b * T * C + (size_t)h * hs,
-                             att + ((size_t)b * NH + h) * T * T, base, base + C, base + 2 * C, kt,
-                             len[b], T, C, hs);
-            }
+    cpu_blas_single();
+#pragma omp parallel for collapse(2) schedule(dynamic) if ((size_t)B * NH * T * T * hs > 65536)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float *base = qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+            head_forward(out + (size_t)b * T * C + (size_t)h * hs,
+                         att + ((size_t)b * NH + h) * T * T, base, base + C, base + 2 * C, len[b],
+                         T, C, hs);
         }
-        free(kt);
     }
 }
 
-/* One (b, h) pair: dv += P^T dO; dS = P * (dO V^T - rowsum(P * dO V^T)); dq += s dS K;
- * dk += s dS^T Q. dq, dk, dv point into dqkv like q, k, v into qkv. */
+/* dv += P^T dO; dS = P * (dO V^T - rowsum(P * dO V^T)) * s; dq += dS K; dk += dS^T Q.
+ * ds is scratch of L*L floats. */
 static void head_backward(float *dq, float *dk, float *dv, const float *dout, const float *att,
-                          const float *q, const float *k, const float *v, float *vt, float *dp,
-                          int L, int T, int C, int hs)
+                          const float *q, const float *k, const float *v, float *ds, int L, int T,
+                          int C, int hs)
 {
-    const size_t ld = (size_t)3 * C;
+    const int ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
 
-    for (int j = 0; j < L; j++)
-        for (int d = 0; d < hs; d++)
-            vt[(size_t)d * L + j] = v[j * ld + d];
-    for (int i = 0; i < L; i++) {
-        const float *p = att + (size_t)i * T, *doi = dout + (size_t)i * C;
-        const float *qi = q + i * ld;
-        float *dqi = dq + i * ld;
-        for (int j = 0; j < L; j++)
-            dp[j] = 0.0f;
-        for (int d = 0; d < hs; d++) {
-            float g = doi[d];
-            const float *vd = vt + (size_t)d * L;
-            for (int j = 0; j < L; j++)
-                dp[j] += g * vd[j];
-        }
-        float dot = 0.0f;
-        for (int j = 0; j < L; j++)
-            dot += p[j] * dp[j];
-        for (int j = 0; j < L; j++) {
-            float pj = p[j], ds = pj * (dp[j] - dot) * scale;
-            const float *kj = k + j * ld;
-            float *dkj = dk + j * ld, *dvj = dv + j * ld;
-            for (int d = 0; d < hs; d++) {
-                dvj[d] += pj * doi[d];
-                dqi[d] += ds * kj[d];
-                dkj[d] += ds * qi[d];
-            }
-        }
-    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hs, 1.0f, dout, C, v, ld, 0.0f,
+                ds, L);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hs, L, 1.0f, att, T, dout, C, 1.0f,
+                dv, ld);
+    for (int i = 0; i < L; i++)
+        softmax_row_backward(ds + (size_t)i * L, att + (size_t)i * T, L, scale);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hs, L, 1.0f, ds, L, k, ld, 1.0f, dq,
+                ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, hs, L, 1.0f, ds, L, q, ld, 1.0f, dk,
+                ld);
 }
 
 void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att,
@@ -124,11 +111,10 @@ void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, co
 {
     const int hs = C / NH;
     assert(C % NH == 0);
-
-#pragma omp parallel
+    cpu_blas_single();
+#pragma omp parallel if ((size_t)B * NH * T * T * hs > 65536)
     {
-        float *vt = xmallocarray((size_t)hs * T, sizeof(float));
-        float *dp = xmallocarray((size_t)T, sizeof(float));
+        float *ds = xmallocarray((size_t)T * T, sizeof(float));
 #pragma omp for collapse(2) schedule(dynamic)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
@@ -136,10 +122,9 @@ void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, co
                 head_backward(dqkv + off, dqkv + off + C, dqkv + off + 2 * C,
                               dout + (size_t)b * T * C + (size_t)h * hs,
                               att + ((size_t)b * NH + h) * T * T, qkv + off, qkv + off + C,
-                              qkv + off + 2 * C, vt, dp, len[b], T, C, hs);
+                              qkv + off + 2 * C, ds, len[b], T, C, hs);
             }
         }
-        free(vt);
-        free(dp);
+        free(ds);
     }
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/xalloc.h"
+#include "kernels/cpu.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -14,35 +15,42 @@ static int omp_get_max_threads(void) { return 1; }
 static int omp_get_thread_num(void) { return 0; }
 #endif
 
+CPU_CLONES static void forward_row(float *o, float *mean, float *rstd, const float *x,
+                                   const float *weight, const float *bias, int C)
+{
+    float m = 0.0f, v = 0.0f;
+    /* omp simd: lets the compiler reorder these sums into vector lanes */
+#pragma omp simd reduction(+ : m)
+    for (int c = 0; c < C; c++)
+        m += x[c];
+    m /= (float)C;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    v /= (float)C;
+    float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
+    for (int c = 0; c < C; c++)
+        o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    *mean = m;
+    *rstd = s;
+}
+
 void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C)
 {
 #pragma omp parallel for if ((size_t)N * C > 32768)
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float *o = out + (size_t)i * C;
-        float m = 0.0f, v = 0.0f;
-        for (int c = 0; c < C; c++)
-            m += x[c];
-        m /= (float)C;
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            v += d * d;
-        }
-        v /= (float)C;
-        float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * s * weight[c] + bias[c];
-        mean[i] = m;
-        rstd[i] = s;
-    }
+    for (int i = 0; i < N; i++)
+        forward_row(out + (size_t)i * C, mean + i, rstd + i, inp + (size_t)i * C, weight, bias, C);
 }
 
 /* One row: dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight. */
-static void backward_row(float *dx, float *dw, float *db, const float *dy, const float *x,
+CPU_CLONES static void backward_row(float *dx, float *dw, float *db, const float *dy, const float *x,
                          const float *weight, float m, float s, int C)
 {
     float mg = 0.0f, mgx = 0.0f;
+#pragma omp simd reduction(+ : mg, mgx)
     for (int c = 0; c < C; c++) {
         float xhat = (x[c] - m) * s;
         float g = dy[c] * weight[c];

@@ -3,6 +3,27 @@
 #include <cblas.h>
 #include <stddef.h>
 
+#include "kernels/cpu.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static int omp_get_num_threads(void) { return 1; }
+static int omp_get_thread_num(void) { return 0; }
+#endif
+
+/* Work below this many multiply-adds runs on one thread: splitting costs more than it saves. */
+#define SPLIT_MIN_MACS (1 << 18)
+
+/* This thread's share [*lo, *hi) of n items, in blocks of `align`. */
+static void share(int n, int align, int *lo, int *hi)
+{
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int blocks = (n + align - 1) / align, per = (blocks + nt - 1) / nt;
+    *lo = t * per * align < n ? t * per * align : n;
+    *hi = (t + 1) * per * align < n ? (t + 1) * per * align : n;
+}
+
 void bias_forward_cpu(float *out, const float *bias, int N, int OC)
 {
 #pragma omp parallel for if ((size_t)N * OC > 65536)
@@ -13,14 +34,19 @@ void bias_forward_cpu(float *out, const float *bias, int N, int OC)
     }
 }
 
-void bias_backward_cpu(float *dbias, const float *dout, int N, int OC)
+/* Column sums of dout over rows, for columns [j0, j1): rows in a fixed order. */
+static void colsum(float *dbias, const float *dout, int N, int OC, int j0, int j1)
 {
-    /* Serial over rows, vectorised over columns: a fixed summation order, and cheap. */
     for (int i = 0; i < N; i++) {
         const float *d = dout + (size_t)i * OC;
-        for (int j = 0; j < OC; j++)
+        for (int j = j0; j < j1; j++)
             dbias[j] += d[j];
     }
+}
+
+void bias_backward_cpu(float *dbias, const float *dout, int N, int OC)
+{
+    colsum(dbias, dout, N, OC, 0, OC);
 }
 
 void residual_forward_cpu(float *out, const float *a, const float *b, long n)
@@ -33,30 +59,47 @@ void residual_forward_cpu(float *out, const float *a, const float *b, long n)
 void matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias, int N,
                         int C, int OC)
 {
-    float beta = 0.0f;
-
-    if (bias) {
-#pragma omp parallel for if ((size_t)N * OC > 65536)
-        for (int i = 0; i < N; i++)
-            for (int j = 0; j < OC; j++)
-                out[(size_t)i * OC + j] = bias[j];
-        beta = 1.0f;
+    cpu_blas_single(); /* we split GEMMs over our own threads (cpu.h) */
+    /* Rows of out are independent: each thread runs one GEMM on its block of rows. */
+#pragma omp parallel if ((size_t)N * C * OC > SPLIT_MIN_MACS)
+    {
+        int lo, hi;
+        share(N, 8, &lo, &hi);
+        if (hi > lo) {
+            float beta = 0.0f;
+            if (bias) {
+                for (int i = lo; i < hi; i++)
+                    for (int j = 0; j < OC; j++)
+                        out[(size_t)i * OC + j] = bias[j];
+                beta = 1.0f;
+            }
+            /* (rows,C) x (OC,C)^T -> (rows,OC) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, OC, C, 1.0f,
+                        inp + (size_t)lo * C, C, weight, C, beta, out + (size_t)lo * OC, OC);
+        }
     }
-    /* (N,C) x (OC,C)^T -> (N,OC) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
-                out, OC);
 }
 
 void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC)
 {
-    /* dinp (N,C) += dout (N,OC) x weight (OC,C) */
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                    1.0f, dinp, C);
-    /* dweight (OC,C) += dout^T (OC,N) x inp (N,C) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dweight, C);
-    if (dbias)
-        bias_backward_cpu(dbias, dout, N, OC);
+    cpu_blas_single(); /* we split GEMMs over our own threads (cpu.h) */
+#pragma omp parallel if ((size_t)N * C * OC > SPLIT_MIN_MACS)
+    {
+        int lo, hi;
+        /* dinp (N,C) += dout (N,OC) x weight (OC,C): split rows of dinp. */
+        share(N, 8, &lo, &hi);
+        if (dinp && hi > lo)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, C, OC, 1.0f,
+                        dout + (size_t)lo * OC, OC, weight, C, 1.0f, dinp + (size_t)lo * C, C);
+        /* dweight (OC,C) += dout^T (OC,N) x inp (N,C): split rows of dweight, so no thread
+         * shares an output and the sum over N keeps one order (deterministic). */
+        share(OC, 8, &lo, &hi);
+        if (hi > lo) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, C, N, 1.0f, dout + lo,
+                        OC, inp, C, 1.0f, dweight + (size_t)lo * C, C);
+            if (dbias)
+                colsum(dbias, dout, N, OC, lo, hi);
+        }
+    }
 }

@@ -25,3 +25,7 @@ add_test(NAME gantry_worker_cli_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/worker_cli_test.sh $<TARGET_FILE:gantry-worker>
                  ${CMAKE_CURRENT_SOURCE_DIR}/testdata)
 set_tests_properties(gantry_worker_cli_test PROPERTIES TIMEOUT 120)
+
+# Benchmark: CPU training throughput (bench/cpu_train.sh compares it with PyTorch).
+add_executable(cpu_train_bench ${PROJECT_SOURCE_DIR}/bench/cpu_train.c)
+target_link_libraries(cpu_train_bench PRIVATE gantry_core)

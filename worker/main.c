@@ -16,12 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cblas.h>
 #include <jansson.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "kernels/cpu.h"
 
 #include "worker/cfg.h"
 #include "worker/dataset.h"
@@ -211,24 +208,10 @@ static void worker_cleanup(struct worker *w)
     label_map_cleanup(&w->labels);
 }
 
-/*
- * libgomp reads OMP_WAIT_POLICY when it loads, before main. Its default lets idle OpenMP threads
- * spin, which steals the cores OpenBLAS's own threads need between our parallel regions (and
- * wrecks a shared machine): measured 60 ms instead of 3 ms per step on a busy 2-core host. So when
- * the user has not chosen, re-execute once with the passive policy.
- */
-static void ensure_passive_omp(char **argv)
-{
-    if (getenv("OMP_WAIT_POLICY"))
-        return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv); /* on failure, carry on with the default policy */
-}
-
 int main(int argc, char **argv)
 {
     static struct worker w; /* large; zero-initialised */
-    ensure_passive_omp(argv);
+    cpu_runtime_setup(argv); /* may re-execute once with OpenMP/OpenBLAS settings (cpu.h) */
     struct model_config mc;
     struct train_opts to;
     struct train_result tr;
@@ -252,12 +235,7 @@ int main(int argc, char **argv)
                         "this build yet; run with WORLD_SIZE=1\n", w.env.world_size);
         return DIST_EXIT_UNAVAIL;
     }
-    if (w.cfg.threads > 0) {
-#ifdef _OPENMP
-        omp_set_num_threads(w.cfg.threads);
-#endif
-        openblas_set_num_threads(w.cfg.threads);
-    }
+    cpu_set_threads(w.cfg.threads);
     if ((rc = load_data(&w)))
         goto out;
     model_config_from(&w.cfg, vocab_size(w.vocab), w.labels.n, &mc);
@@ -272,6 +250,8 @@ int main(int argc, char **argv)
         json_t *eff = cfg_to_json(&w.cfg);
         char *line = json_dumps(eff, JSON_COMPACT);
         fprintf(stderr, "gantry-worker: config %s\n", line);
+        fprintf(stderr, "gantry-worker: %d threads, OpenBLAS %s kernels\n", cpu_threads(),
+                cpu_blas_core());
         fprintf(stderr, "gantry-worker: %zu training examples (%zu malformed lines skipped, %zu "
                         "truncated to %d tokens), %zu eval, %d labels, vocab %d, %zu parameters\n",
                 w.train_enc.n, w.train.n_malformed, w.train_enc.n_truncated, w.cfg.max_seq_len,
