@@ -100,6 +100,87 @@ void exec_expect_forget(struct exec_expect *e, const char *key)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Pod index
+ * ------------------------------------------------------------------------------------------- */
+
+struct exec_index {
+    pthread_mutex_t mu;
+    struct strmap jobs; /* job key -> struct strmap * (pod key -> non-NULL marker) */
+};
+
+struct exec_index *exec_index_new(void)
+{
+    struct exec_index *x = xcalloc(1, sizeof(*x));
+
+    pthread_mutex_init(&x->mu, NULL);
+    strmap_init(&x->jobs);
+    return x;
+}
+
+static void free_set(void *v)
+{
+    strmap_cleanup(v, NULL);
+    free(v);
+}
+
+void exec_index_free(struct exec_index *x)
+{
+    if (!x)
+        return;
+    strmap_cleanup(&x->jobs, free_set);
+    pthread_mutex_destroy(&x->mu);
+    free(x);
+}
+
+void exec_index_put(struct exec_index *x, const char *job, const char *pod)
+{
+    struct strmap *set;
+
+    pthread_mutex_lock(&x->mu);
+    set = strmap_get(&x->jobs, job);
+    if (!set) {
+        set = xcalloc(1, sizeof(*set));
+        strmap_init(set);
+        strmap_put(&x->jobs, job, set);
+    }
+    strmap_put(set, pod, set); /* any non-NULL marker */
+    pthread_mutex_unlock(&x->mu);
+}
+
+void exec_index_del(struct exec_index *x, const char *job, const char *pod)
+{
+    struct strmap *set;
+
+    pthread_mutex_lock(&x->mu);
+    set = strmap_get(&x->jobs, job);
+    if (set) {
+        strmap_del(set, pod);
+        if (strmap_len(set) == 0)
+            free_set(strmap_del(&x->jobs, job));
+    }
+    pthread_mutex_unlock(&x->mu);
+}
+
+char **exec_index_get(struct exec_index *x, const char *job, size_t *n)
+{
+    struct strmap_iter it;
+    struct strmap_entry *e;
+    struct strmap *set;
+    char **keys;
+    size_t i = 0;
+
+    pthread_mutex_lock(&x->mu);
+    set = strmap_get(&x->jobs, job);
+    keys = xcalloc((set ? strmap_len(set) : 0) + 1, sizeof(*keys));
+    if (set)
+        for (e = strmap_first(set, &it); e; e = strmap_next(set, &it))
+            keys[i++] = xstrdup(e->key);
+    pthread_mutex_unlock(&x->mu);
+    *n = i;
+    return keys;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Informer handlers
  * ------------------------------------------------------------------------------------------- */
 
@@ -148,6 +229,19 @@ void exec_on_child_update(void *ud, json_t *old_obj, json_t *new_obj)
     exec_on_child(ud, new_obj);
 }
 
+/* Keeps the pod index: put on add/update, del on delete. */
+static void index_pod(struct exec_shared *sh, const char *job, const json_t *pod, bool put)
+{
+    char pkey[256];
+
+    if (!sh->pod_index || kube_object_key(pod, pkey, sizeof(pkey)) != 0)
+        return;
+    if (put)
+        exec_index_put(sh->pod_index, job, pkey);
+    else
+        exec_index_del(sh->pod_index, job, pkey);
+}
+
 void exec_on_pod_add(void *ud, json_t *obj)
 {
     struct exec_shared *sh = ud;
@@ -155,7 +249,25 @@ void exec_on_pod_add(void *ud, json_t *obj)
 
     if (!owner_key(obj, key, sizeof(key)))
         return;
+    index_pod(sh, key, obj, true);
     exec_expect_lower(sh->expect, key, 1, 0);
+    queue_add(sh->queue, key);
+}
+
+void exec_on_pod_update(void *ud, json_t *old_obj, json_t *new_obj)
+{
+    struct exec_shared *sh = ud;
+    char key[256], old_key[256];
+    bool had = owner_key(old_obj, old_key, sizeof(old_key));
+
+    if (!owner_key(new_obj, key, sizeof(key))) {
+        if (had)
+            index_pod(sh, old_key, old_obj, false);
+        return;
+    }
+    if (had && strcmp(old_key, key) != 0) /* a relabelled pod moves to its new job */
+        index_pod(sh, old_key, old_obj, false);
+    index_pod(sh, key, new_obj, true);
     queue_add(sh->queue, key);
 }
 
@@ -166,6 +278,7 @@ void exec_on_pod_delete(void *ud, json_t *obj)
 
     if (!owner_key(obj, key, sizeof(key)))
         return;
+    index_pod(sh, key, obj, false);
     exec_expect_lower(sh->expect, key, 0, 1);
     queue_add(sh->queue, key);
 }
@@ -377,8 +490,27 @@ static void random_token(char *out, size_t n)
 /* The cached pods of the job: a new array in *pods (free()), count returned. */
 static size_t gather_pods(struct exec_shared *sh, const struct tj *tj, struct rec_pod **pods)
 {
-    json_t *all = informer_list(sh->pods), *p;
+    json_t *all, *p;
     size_t i, n = 0;
+
+    if (sh->pod_index) {
+        char job[2 * TJ_NAME_MAX + 2], **keys;
+        size_t nk;
+
+        snprintf(job, sizeof(job), "%s/%s", tj->ns, tj->name);
+        keys = exec_index_get(sh->pod_index, job, &nk);
+        *pods = xcalloc(nk + 1, sizeof(**pods));
+        for (i = 0; i < nk; i++) {
+            p = informer_get(sh->pods, keys[i]);
+            if (p && rec_pod_from_json(p, &(*pods)[n]) == 0)
+                n++;
+            json_decref(p);
+            free(keys[i]);
+        }
+        free(keys);
+        return n;
+    }
+    all = informer_list(sh->pods);
 
     *pods = xcalloc(json_array_size(all) + 1, sizeof(**pods));
     json_array_foreach(all, i, p) {

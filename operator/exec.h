@@ -52,6 +52,17 @@ void exec_expect_lower(struct exec_expect *e, const char *key, int adds, int del
 bool exec_expect_met(struct exec_expect *e, const char *key, time_t now);
 void exec_expect_forget(struct exec_expect *e, const char *key);
 
+/* ---- which cached pods belong to which job ("ns/job" -> set of "ns/pod"), kept by the pod
+ * informer's handlers so a sync reads its own pods, not every cached pod. Thread-safe. */
+struct exec_index;
+struct exec_index *exec_index_new(void);
+void exec_index_free(struct exec_index *x);
+void exec_index_put(struct exec_index *x, const char *job, const char *pod);
+void exec_index_del(struct exec_index *x, const char *job, const char *pod);
+/* The pod keys of job: a new NULL-terminated array of new strings (free each, then the array);
+ * *n gets the count. */
+char **exec_index_get(struct exec_index *x, const char *job, size_t *n);
+
 /* ---- counters, for logs now and /metrics later */
 struct exec_stats {
     atomic_long syncs, sync_errors, status_writes, conflicts;
@@ -67,6 +78,7 @@ struct exec_shared {
     struct informer *secrets;    /* labelled, identity only: tokens are never cached */
     struct queue *queue;
     struct exec_expect *expect;
+    struct exec_index *pod_index;  /* NULL: scan every cached pod (tests) */
     struct event_recorder *events; /* NULL: no Events (tests) */
     struct exec_stats stats;
 };
@@ -100,6 +112,7 @@ void exec_on_job_update(void *ud, json_t *old_obj, json_t *new_obj);
 void exec_on_child(void *ud, json_t *obj);
 void exec_on_child_update(void *ud, json_t *old_obj, json_t *new_obj);
 void exec_on_pod_add(void *ud, json_t *obj);
+void exec_on_pod_update(void *ud, json_t *old_obj, json_t *new_obj);
 void exec_on_pod_delete(void *ud, json_t *obj);
 
 #endif /* GANTRY_EXEC_H */

@@ -47,12 +47,28 @@ static void test_handlers_route_to_job(void)
 
     sh.queue = queue_new(0, 0);
     sh.expect = exec_expect_new();
+    sh.pod_index = exec_index_new();
     exec_expect_raise(sh.expect, "ml/spam", 1, 1, time(NULL));
     exec_on_pod_add(&sh, pod);
     exec_on_child(&sh, stray); /* no job label: ignored */
     TEST_EQ_INT(queue_len(sh.queue), 1);
     TEST_CHECK(!exec_expect_met(sh.expect, "ml/spam", time(NULL)));
+    size_t n;
+    char **keys = exec_index_get(sh.pod_index, "ml/spam", &n);
+    TEST_EQ_INT(n, 1);
+    TEST_EQ_STR(keys[0], "ml/spam-worker-1");
+    TEST_CHECK(keys[1] == NULL);
+    free(keys[0]);
+    free(keys);
+    exec_on_pod_update(&sh, pod, pod); /* same job: stays indexed */
+    keys = exec_index_get(sh.pod_index, "ml/spam", &n);
+    TEST_EQ_INT(n, 1);
+    free(keys[0]);
+    free(keys);
     exec_on_pod_delete(&sh, pod);
+    keys = exec_index_get(sh.pod_index, "ml/spam", &n);
+    TEST_EQ_INT(n, 0);
+    free(keys);
     TEST_CHECK(exec_expect_met(sh.expect, "ml/spam", time(NULL)));
     TEST_EQ_INT(queue_len(sh.queue), 1); /* de-duplicated */
     TEST_EQ_INT(queue_get(sh.queue, &key, 1000), 0);
@@ -69,6 +85,33 @@ static void test_handlers_route_to_job(void)
     json_decref(job);
     queue_free(sh.queue);
     exec_expect_free(sh.expect);
+    exec_index_free(sh.pod_index);
+}
+
+static void test_pod_index(void)
+{
+    struct exec_index *x = exec_index_new();
+    size_t n;
+    char **k;
+
+    exec_index_put(x, "ml/a", "ml/a-worker-0");
+    exec_index_put(x, "ml/a", "ml/a-worker-1");
+    exec_index_put(x, "ml/a", "ml/a-worker-1"); /* a set */
+    exec_index_put(x, "ml/b", "ml/b-worker-0");
+    k = exec_index_get(x, "ml/a", &n);
+    TEST_EQ_INT(n, 2);
+    for (size_t i = 0; i < n; i++)
+        free(k[i]);
+    free(k);
+    exec_index_del(x, "ml/a", "ml/a-worker-0");
+    exec_index_del(x, "ml/a", "ml/a-worker-0"); /* twice: harmless */
+    exec_index_del(x, "ml/zz", "ml/zz-worker-0");
+    k = exec_index_get(x, "ml/a", &n);
+    TEST_EQ_INT(n, 1);
+    TEST_EQ_STR(k[0], "ml/a-worker-1");
+    free(k[0]);
+    free(k);
+    exec_index_free(x); /* frees the remaining sets */
 }
 
 /* ---- the executor against testsrv */
@@ -198,6 +241,7 @@ int main(void)
     log_set_level(LOG_LEVEL_ERROR); /* the executor's info/warn lines are expected here */
     TEST_RUN(test_expectations);
     TEST_RUN(test_handlers_route_to_job);
+    TEST_RUN(test_pod_index);
     TEST_RUN(test_apply_against_server);
     return test_summary();
 }

@@ -257,11 +257,12 @@ static int controller_start(struct controller *c, const struct opts *o,
                                           "secrets"};
     struct exec_shared *sh = &c->sh;
     struct informer_handlers hjob = {exec_on_job, exec_on_job_update, exec_on_job, sh};
-    struct informer_handlers hpod = {exec_on_pod_add, exec_on_child_update, exec_on_pod_delete, sh};
+    struct informer_handlers hpod = {exec_on_pod_add, exec_on_pod_update, exec_on_pod_delete, sh};
     struct informer_handlers hchild = {exec_on_child, exec_on_child_update, exec_on_child, sh};
 
     sh->queue = queue_new(0, 0);
     sh->expect = exec_expect_new();
+    sh->pod_index = exec_index_new();
     sh->jobs = start_informer(cfg, copts, TJ_API_VERSION, "trainingjobs", o->ns, NULL, NULL, &hjob);
     sh->pods = start_informer(cfg, copts, "v1", "pods", o->ns, CHILD_SELECTOR, exec_pod_fields,
                               &hpod);
@@ -317,6 +318,7 @@ static void controller_stop(struct controller *c)
         informer_free(*informer_slot(c, i));
     queue_free(sh->queue);
     exec_expect_free(sh->expect);
+    exec_index_free(sh->pod_index);
 }
 
 /* Lease callbacks run on the elector thread: they only signal the main thread. */
