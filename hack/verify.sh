@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# hack/verify.sh: the install artefacts are consistent and render as intended. No cluster needed.
+#
+#   1. derived files are current (hack/sync-crds.sh --check): charts/gantry/crds/ equal
+#      manifests/crds/, manifests/rbac/ and manifests/deploy/ equal the chart's render,
+#      manifests/install.yaml equals `kubectl kustomize manifests/`;
+#   2. `helm lint --strict` with the default values and with every optional part switched on;
+#   3. `helm template` renders what the values promise (checked on the output): image tag from
+#      appVersion, never latest; leader election on with replicas > 1 (refused off), Recreate
+#      without it; ClusterRole vs Role in watchNamespace; rbac.create apart from
+#      serviceAccount.create; hardened securityContext; probes, metrics Service, ServiceMonitor.
+# Exits non-zero on any difference or failed check; 69 when helm or kubectl is missing.
+set -euo pipefail
+
+HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HACK/.." && pwd)
+CHART=$ROOT/charts/gantry
+CACHE=${GANTRY_CACHE:-$HOME/.cache/gantry}
+fails=0 checks=0
+ok() { checks=$((checks + 1)); echo "ok   $*"; }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
+
+v=$(sed -n 's/^HELM_VERSION=\([^ ]*\).*/\1/p' "$HACK/cluster-full.sh" | head -1)
+HELM=
+for c in "${GANTRY_HELM:-}" "$CACHE/helm-$v/bin/helm" "$(command -v helm || true)"; do
+    [ -n "$c" ] && [ -x "$c" ] && { HELM=$c; break; }
+done
+[ -n "$HELM" ] || { echo "verify: helm not found: run 'hack/cluster.sh build --tier full' or set GANTRY_HELM" >&2; exit 69; }
+export GANTRY_HELM=$HELM
+
+# 1. derived files
+if "$HACK/sync-crds.sh" --check; then ok "derived files are current"; else
+    rc=$?; [ $rc = 69 ] && exit 69; bad "derived files are stale: run hack/sync-crds.sh"; fi
+
+# 2. lint
+all_on=(--set replicaCount=2 --set metrics.enabled=true --set metrics.serviceMonitor.enabled=true
+        --set health.enabled=true --set watchNamespace=team-a)
+"$HELM" lint --strict "$CHART" >/tmp/verify-lint.$$ 2>&1 && ok "helm lint --strict (defaults)" ||
+    { bad "helm lint (defaults)"; cat /tmp/verify-lint.$$; }
+"$HELM" lint --strict "$CHART" "${all_on[@]}" >/tmp/verify-lint.$$ 2>&1 &&
+    ok "helm lint --strict (replicas 2, metrics, ServiceMonitor, probes, one namespace)" ||
+    { bad "helm lint (all on)"; cat /tmp/verify-lint.$$; }
+rm -f /tmp/verify-lint.$$
+
+# 3. renders
+appv=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$CHART/Chart.yaml")
+render() { "$HELM" template t "$CHART" --namespace ops "$@" 2>&1; }
+# A string matches anywhere in a line; "=STRING" must be a whole line.
+found() { # STRING OUTPUT
+    case "$1" in
+    =*) grep -qxF -- "${1#=}" <<<"$2" ;;
+    *) grep -qF -- "$1" <<<"$2" ;;
+    esac
+}
+has() { # DESCRIPTION OUTPUT STRING...
+    local d=$1 out=$2 s
+    shift 2
+    for s in "$@"; do
+        found "$s" "$out" || { bad "$d: no '$s' in the render"; return; }
+    done
+    ok "$d"
+}
+hasnt() { # DESCRIPTION OUTPUT STRING...
+    local d=$1 out=$2 s
+    shift 2
+    for s in "$@"; do
+        ! found "$s" "$out" || { bad "$d: '$s' is in the render"; return; }
+    done
+    ok "$d"
+}
+refused() { # DESCRIPTION MESSAGE-PART ARGS...
+    local d=$1 m=$2 out
+    shift 2
+    if out=$(render "$@"); then bad "$d: rendered, should be refused"
+    elif grep -qF -- "$m" <<<"$out"; then ok "$d"
+    else bad "$d: refused without '$m': $out"; fi
+}
+
+out=$(render) || { bad "helm template (defaults) failed: $out"; out=; }
+has "default image is gantry-operator:<appVersion>" "$out" "image: \"gantry-operator:$appv\""
+has "hardened container" "$out" "allowPrivilegeEscalation: false" "readOnlyRootFilesystem: true" \
+    "runAsNonRoot: true" "- ALL" "type: RuntimeDefault" "runAsUser: 65532"
+has "leader election on by default, Lease Role in the release namespace" "$out" \
+    "name: GANTRY_LEADER_ELECT" 'value: "true"' "name: t-gantry-operator-leader-election" \
+    "resources: [leases]" "type: RollingUpdate"
+has "all namespaces: ClusterRole + ClusterRoleBinding" "$out" "=kind: ClusterRole" \
+    "=kind: ClusterRoleBinding" "resources: [trainingjobs/status]"
+has "standard labels" "$out" "app.kubernetes.io/name: gantry" "app.kubernetes.io/instance: t" \
+    "app.kubernetes.io/version: \"$appv\"" "app.kubernetes.io/managed-by: Helm" "helm.sh/chart: gantry-"
+sel=$("$HELM" template t "$CHART" --namespace ops --show-only templates/deployment.yaml |
+      sed -n '/^  selector:/,/^  template:/p' | grep -c 'app.kubernetes.io/' || true)
+[ "$sel" = 2 ] && ok "Deployment selector is name + instance only" || bad "Deployment selector has $sel labels, want 2"
+hasnt "no probes, metrics Service or ServiceMonitor by default (operator 0.1.0 serves none)" "$out" \
+    "livenessProbe" "=kind: Service" "kind: ServiceMonitor" "GANTRY_METRICS_ADDR"
+
+out=$(render --set image.tag=0.2.0-rc.1)
+has "image.tag overrides appVersion" "$out" 'image: "gantry-operator:0.2.0-rc.1"'
+out=$(render --set image.repository=reg.example/g/op --set image.digest=sha256:0123)
+has "image.digest pins by digest" "$out" 'image: "reg.example/g/op@sha256:0123"'
+refused "image.tag=latest is refused" "'latest' is not allowed" --set image.tag=latest
+refused "replicas > 1 without leader election is refused" "needs leaderElection.enabled=true" \
+    --set replicaCount=2 --set leaderElection.enabled=false
+
+out=$(render --set leaderElection.enabled=false)
+has "no leader election: Recreate, GANTRY_LEADER_ELECT false" "$out" "type: Recreate" 'value: "false"'
+hasnt "no leader election: no Lease RBAC" "$out" "leader-election" "leases"
+
+out=$(render --set replicaCount=3)
+has "replicas 3: leader election, 3 replicas" "$out" "replicas: 3" "name: GANTRY_LEASE_NAMESPACE"
+
+out=$(render --set watchNamespace=team-a --set rbac.aggregateToDefaultRoles=false)
+has "watchNamespace: Role + RoleBinding there, GANTRY_NAMESPACE set" "$out" \
+    "=kind: Role" "=kind: RoleBinding" "namespace: team-a" 'value: "team-a"'
+hasnt "watchNamespace: no ClusterRole(Binding)" "$out" "=kind: ClusterRoleBinding" "=kind: ClusterRole"
+
+out=$(render --set rbac.create=false --set rbac.aggregateToDefaultRoles=false)
+hasnt "rbac.create=false: no roles or bindings" "$out" "kind: Role" "kind: ClusterRole" "Binding"
+has "rbac.create=false: ServiceAccount still created" "$out" "=kind: ServiceAccount"
+out=$(render --set serviceAccount.create=false --set serviceAccount.name=ops-sa)
+hasnt "serviceAccount.create=false: no ServiceAccount" "$out" "=kind: ServiceAccount"
+has "serviceAccount.create=false: binds and runs as the named one" "$out" \
+    "serviceAccountName: ops-sa" "    name: ops-sa"
+
+out=$(render --set health.enabled=true --set health.port=9440)
+has "health.enabled: probes on /healthz and /readyz, GANTRY_HEALTH_ADDR" "$out" \
+    "path: /healthz" "path: /readyz" "containerPort: 9440" 'value: ":9440"'
+out=$(render --set metrics.enabled=true --set metrics.serviceMonitor.enabled=true \
+      --set metrics.serviceMonitor.labels.release=prom)
+has "metrics: Service + ServiceMonitor on port metrics" "$out" "=kind: Service" \
+    "name: t-gantry-operator-metrics" "kind: ServiceMonitor" "port: metrics" "release: prom" \
+    'value: ":8080"'
+refused "ServiceMonitor without metrics is refused" "needs metrics.enabled=true" \
+    --set metrics.serviceMonitor.enabled=true
+
+
+echo "$((checks - fails))/$checks checks passed"
+[ "$fails" = 0 ]
