@@ -159,6 +159,8 @@ full_save_host() {
         v=$(sysctl -n "$s" 2>/dev/null) && printf '%s=%s\n' "$s" "$v" >>"$F/sysctl.saved"
     done
     ip netns list 2>/dev/null | awk '{print $1}' | sort >"$F/netns.before"
+    if grep -q ' /run/netns ' /proc/self/mounts; then touch "$F/netns-mount.before"; fi
+    if command -v nft >/dev/null; then nft list tables 2>/dev/null | sort >"$F/nft.before" || true; fi
     ls -d /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods 2>/dev/null >"$F/cgroups.before" || true
     { iptables-save 2>/dev/null; ip6tables-save 2>/dev/null; } | sed -n 's/^:\([A-Z0-9-]*\) .*/\1/p' | sort -u >"$F/chains.before"
 }
@@ -217,6 +219,9 @@ extendedKeyUsage=clientAuth"
 
 full_containerd() {
     local c=$F/containerd
+    # Capability 24 is CAP_SYS_RESOURCE; without it in our effective set, clamp (see config below).
+    RESTRICT_OOM=false
+    (( (0x$(sed -n 's/^CapEff:\t*//p' /proc/self/status) >> 24) & 1 )) || RESTRICT_OOM=true
     mkdir -p "$c" "$F/cni/net.d" "$F/cni/ipam"
     cat >"$F/cni/net.d/10-gantry.conflist" <<EOF
 {
@@ -244,6 +249,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   path = "$c/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
+  # Sandboxes ask for oom_score_adj -998 and Guaranteed pods for -997; lowering it needs
+  # CAP_SYS_RESOURCE, which sandboxed hosts (this VM, CI) may lack: then runc init dies with
+  # "can't get final child's PID from pipe". Clamp to containerd's own score instead.
+  restrict_oom_score_adj = $RESTRICT_OOM
   stream_server_address = "127.0.0.1"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -477,13 +486,23 @@ full_iptables_cleanup() {
             local re
             re=$(IFS='|'; echo "${ours[*]}")
             # Delete the jumps into our chains from chains that are not ours.
-            grep -E -- "-j ($re)( |$)" <<<"$save" | grep -vE "^-A ($re) " | while read -r rule; do
+            { grep -E -- "-j ($re)( |$)" <<<"$save" | grep -vE "^-A ($re) " || true; } | while read -r rule; do
                 eval "$ipt -t $table -D ${rule#-A }" 2>/dev/null || true
             done
             for chain in "${ours[@]}"; do "$ipt" -t "$table" -F "$chain" 2>/dev/null || true; done
             for chain in "${ours[@]}"; do "$ipt" -t "$table" -X "$chain" 2>/dev/null || true; done
         done
     done
+    # iptables-nft made nf_tables tables (ip filter, ip6 nat, ...) that a clean host may not have:
+    # drop those that were not there before and hold no rule now.
+    local t
+    if command -v nft >/dev/null && [ -f "$F/nft.before" ]; then
+        nft list tables 2>/dev/null | sort | comm -13 "$F/nft.before" - | while read -r _ fam name; do
+            t=$(nft list table "$fam" "$name" 2>/dev/null) || continue
+            grep -qE '^[[:space:]]+(ip|ip6|meta|counter|jump|goto|accept|drop|reject|tcp|udp|oif|iif|ct|mark)' <<<"$t" ||
+                nft delete table "$fam" "$name" 2>/dev/null || true
+        done
+    fi
 }
 
 full_unmount() {
@@ -500,6 +519,11 @@ full_netns_cleanup() {
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | sort | comm -13 "$F/netns.before" - | grep '^cni-' || true); do
         ip netns del "$ns" 2>/dev/null || true
     done
+    # `ip netns` (and CNI tooling) bind-mount /run/netns onto itself once; undo that if it is ours.
+    if [ ! -e "$F/netns-mount.before" ] && grep -q ' /run/netns ' /proc/self/mounts &&
+        [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
+        umount /run/netns 2>/dev/null || true
+    fi
 }
 
 full_cgroups_cleanup() {

@@ -274,7 +274,16 @@ start_proc() { # NAME BINARY ARGS...
     mkdir -p "$RUN/pids" "$RUN/logs"
     setsid "$@" >>"$RUN/logs/$name.log" 2>&1 </dev/null &
     echo $! >"$RUN/pids/$name"
-    echo "$1" >"$RUN/pids/$name.exe"
+    command -v "$1" >"$RUN/pids/$name.exe"
+    # Until the forked shell has exec'd the binary, its /proc/PID/exe is still bash: wait for the
+    # exec, so that proc_alive's check of the binary cannot mistake a starting process for a dead one.
+    local i
+    for ((i = 0; i < 100; i++)); do
+        proc_alive "$name" && return 0
+        [ -d "/proc/$!" ] || break
+        sleep 0.05
+    done
+    proc_alive "$name" || die "$name did not start (log: $RUN/logs/$name.log)"
 }
 
 # A pid counts as ours only while it still runs the binary we started (pids get reused).
@@ -351,6 +360,7 @@ start_apiserver() {
         --bind-address "$API_BIND" --advertise-address "${ADVERTISE_IP:-127.0.0.1}" --secure-port "$API_PORT" \
         --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
         --client-ca-file "$p/ca.crt" \
+        --kubelet-preferred-address-types InternalIP,Hostname \
         --kubelet-client-certificate "$p/apiserver-kubelet-client.crt" \
         --kubelet-client-key "$p/apiserver-kubelet-client.key" \
         --authorization-mode Node,RBAC \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two pods behind a headless Service with publishNotReadyAddresses resolve each other's
-# <hostname>.<subdomain> names through CoreDNS before either is Ready (a's readiness probe never
+# <hostname>.<subdomain>.<ns>.svc.cluster.local names through CoreDNS (busybox's nslookup applies
+# no search path, hence the full names) before either is Ready (a's readiness probe never
 # passes), and exchange bytes over TCP: what gantry-worker's rendezvous relies on.
 . "$(dirname "$0")/lib.sh"
 k apply -f - >/dev/null <<YAML
@@ -29,8 +30,10 @@ spec:
     - sh
     - -c
     - |
-      for i in \$(seq 90); do nslookup b.rdzv >/dev/null 2>&1 && break; sleep 1; done
-      nslookup b.rdzv >/dev/null 2>&1 && echo "a resolved b.rdzv" || echo "a could not resolve b.rdzv"
+      name=b.rdzv.$NS.svc.cluster.local
+      for i in \$(seq 60); do nslookup \$name >/dev/null 2>&1 && break; sleep 1; done
+      nslookup \$name >/dev/null 2>&1 || { echo "a could not resolve \$name"; exit 1; }
+      echo "a resolved \$name"
       got=\$(echo hello-from-a | nc -l -p 7000)
       echo "a got: \$got"
 ---
@@ -50,20 +53,21 @@ spec:
     - -c
     - |
       name=a.rdzv.$NS.svc.cluster.local
-      for i in \$(seq 90); do nslookup \$name >/dev/null 2>&1 && break; sleep 1; done
-      nslookup \$name >/dev/null 2>&1 && echo "b resolved \$name" || echo "b could not resolve \$name"
+      for i in \$(seq 60); do nslookup \$name >/dev/null 2>&1 && break; sleep 1; done
+      nslookup \$name >/dev/null 2>&1 || { echo "b could not resolve \$name"; exit 1; }
+      echo "b resolved \$name"
       for i in \$(seq 60); do
         got=\$(echo hello-from-b | nc -w 3 \$name 7000) && [ -n "\$got" ] && break
         sleep 1
       done
       echo "b got: \$got"
 YAML
-wait_phase a Succeeded 150
-wait_phase b Succeeded 60
+wait_phase b Succeeded 120 || true
+wait_phase a Succeeded 30 || true
 la=$(k logs a)
 lb=$(k logs b)
 fail=0
-grep -qx "a resolved b.rdzv" <<<"$la" || { echo "a did not resolve b.rdzv through CoreDNS" >&2; fail=1; }
+grep -qx "a resolved b.rdzv.$NS.svc.cluster.local" <<<"$la" || { echo "a did not resolve b.rdzv.$NS.svc.cluster.local" >&2; fail=1; }
 grep -qx "b resolved a.rdzv.$NS.svc.cluster.local" <<<"$lb" || { echo "b did not resolve a.rdzv.$NS.svc.cluster.local" >&2; fail=1; }
 grep -qx "a got: hello-from-b" <<<"$la" || { echo "a did not receive b's bytes; a's log: $la" >&2; fail=1; }
 grep -qx "b got: hello-from-a" <<<"$lb" || { echo "b did not receive a's bytes; b's log: $lb" >&2; fail=1; }
