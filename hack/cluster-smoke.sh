@@ -154,11 +154,12 @@ run_full() {
     env=$(dirname "$KUBECONFIG")/cluster.env
     BUSYBOX_IMAGE=$(sed -n 's/^BUSYBOX_IMAGE=//p' "$env" 2>/dev/null)
     VOLUME_ROOT=$(sed -n 's/^VOLUME_ROOT=//p' "$env" 2>/dev/null)
+    SERVICE_CIDR=$(sed -n 's/^SERVICE_CIDR=//p' "$env" 2>/dev/null)
     if [ -z "$BUSYBOX_IMAGE" ]; then
         bad "the cluster in $(dirname "$KUBECONFIG") is not a full one; start it with: hack/cluster.sh up --tier full"
         return
     fi
-    export BUSYBOX_IMAGE VOLUME_ROOT KUBECTL KUBECONFIG
+    export BUSYBOX_IMAGE VOLUME_ROOT SERVICE_CIDR KUBECTL KUBECONFIG
     for t in "$HACK"/../e2e/smoke/*_test.sh; do
         name=$(basename "$t" _test.sh)
         ns=$NS-${name//_/-}
