@@ -8,6 +8,7 @@
 #include <curl/curl.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -148,6 +149,35 @@ out:
     metrics_free(m);
 }
 
+/*
+ * A hang as the operator sees it: the training thread is stuck (say in a collective whose peer
+ * died) but the server thread still answers, with the same step and a growing
+ * seconds_since_last_step.
+ */
+static void test_stalled_step_visible(void)
+{
+    struct metrics *m = metrics_new();
+    struct reply r;
+    json_t *j;
+
+    if (!TEST_CHECK(metrics_serve(m, "127.0.0.1", 0) == 0)) {
+        metrics_free(m);
+        return;
+    }
+    metrics_begin(m, 0, 100, 1, 2, 0);
+    step(m, 7, 0);
+    struct timespec pause = {1, 200000000};
+    nanosleep(&pause, NULL);
+    TEST_EQ_INT(fetch(metrics_port(m), "/progress", "GET", &r), 0);
+    j = json_loads(buf_ptr(&r.body), 0, NULL);
+    TEST_EQ_INT(json_integer_value(json_object_get(j, "step")), 7);
+    double since = json_number_value(json_object_get(j, "seconds_since_last_step"));
+    TEST_CHECK(since >= 1.1 && since < 60);
+    json_decref(j);
+    buf_cleanup(&r.body);
+    metrics_free(m);
+}
+
 /* After metrics_free() the port is closed. */
 static void test_stop(void)
 {
@@ -169,6 +199,7 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     TEST_RUN(test_serve);
+    TEST_RUN(test_stalled_step_visible);
     TEST_RUN(test_stop);
     curl_global_cleanup();
     return test_summary();
