@@ -126,6 +126,7 @@ int main(int argc, char **argv)
                                          {"max", required_argument, NULL, 'b'},
                                          {"bf16", no_argument, NULL, 'f'},
                                          {"chunk", required_argument, NULL, 'c'},
+                                         {"sockbuf", required_argument, NULL, 's'},
                                          {"raw", no_argument, NULL, 'r'},
                                          {NULL, 0, NULL, 0}};
     size_t lo = 4096, hi = 256u << 20;
@@ -141,10 +142,11 @@ int main(int argc, char **argv)
         case 'b': hi = strtoull(optarg, NULL, 0); break;
         case 'f': co.bf16_wire = true; break;
         case 'c': co.chunk_bytes = strtoull(optarg, NULL, 0); break;
+        case 's': co.sock_buf_bytes = atoi(optarg); break;
         case 'r': return raw_tcp();
         default:
             fprintf(stderr, "usage: gantry-run --nproc N -- bench_allreduce [--min B] [--max B] "
-                            "[--bf16] [--chunk B] | bench_allreduce --raw\n");
+                            "[--bf16] [--chunk B] [--sockbuf B] | bench_allreduce --raw\n");
             return 64;
         }
     }
