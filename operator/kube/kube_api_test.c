@@ -19,6 +19,7 @@
 #include "operator/kube/event.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/lease.h"
+#include "operator/kube/log.h"
 #include "operator/kube/watch.h"
 
 static struct kube_config *cfg;
@@ -191,6 +192,18 @@ static json_t *core_event(const char *name, const char *label)
 }
 static int etcd_compact(long rev);
 
+static void *compact_later(void *arg)
+{
+    char coll[256];
+    json_t *cm = configmap("bump2", "x");
+    ms_sleep(600);
+    cm_path(coll, sizeof(coll), NULL);
+    (void)!kube_create(kc, coll, cm, NULL); /* runs while kc is otherwise idle */
+    json_decref(cm);
+    (void)etcd_compact(etcd_revision());
+    return NULL;
+}
+
 static void test_pagination_and_expired_continue(void)
 {
     char coll[256], q[512];
@@ -251,11 +264,43 @@ static void test_pagination_and_expired_continue(void)
                kube_last_status(kc)->code, kube_last_status(kc)->reason);
         TEST_EQ_INT(rc, OP_EGONE);
         TEST_EQ_STR(kube_last_status(kc)->reason, "Expired");
-        /* and kube_list itself still returns the full list */
-        TEST_EQ_INT(kube_list(kc, ecoll, &lo, &items, &rv), 0);
+        /* kube_list, paced to 4 pages/s, with etcd compacted under it after its second page:
+         * it must restart and still return each object exactly once. */
+        struct kube_client *slow = kube_client_new(cfg, &(struct kube_client_opts){.qps = 4,
+                                                                                   .burst = 1});
+        struct kube_list_opts lo2 = {.limit = 2, .label_selector = "page=yes"};
+        char logpath[] = "/tmp/kube-api-log-XXXXXX";
+        int logfd = mkstemp(logpath);
+        pthread_t th;
+        log_set_fd(logfd);
+        pthread_create(&th, NULL, compact_later, NULL);
+        TEST_EQ_INT(kube_list(slow, ecoll, &lo2, &items, &rv), 0);
+        pthread_join(th, NULL);
+        log_set_fd(2);
         TEST_EQ_INT(json_array_size(items), 25);
+        size_t i;
+        json_t *it;
+        int dup = 0;
+        json_array_foreach(items, i, it) {
+            for (size_t j = 0; j < i; j++)
+                dup += strcmp(json_string_value(json_object_get(json_object_get(it, "metadata"),
+                                                                "name")),
+                              json_string_value(json_object_get(
+                                  json_object_get(json_array_get(items, j), "metadata"), "name")))
+                       == 0;
+        }
+        TEST_EQ_INT(dup, 0);
+        char logtext[4096] = "";
+        ssize_t ln = pread(logfd, logtext, sizeof(logtext) - 1, 0);
+        logtext[ln > 0 ? ln : 0] = 0;
+        TEST_CHECK(strstr(logtext, "Restarted list after an expired continue token") != NULL);
+        printf("  list restarted after compaction: %s\n",
+               strstr(logtext, "Restarted list") ? "yes" : "no");
+        close(logfd);
+        unlink(logpath);
         json_decref(items);
         free(rv);
+        kube_client_free(slow);
     }
     json_decref(page);
     buf_cleanup(&b);
