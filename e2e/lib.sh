@@ -1,0 +1,119 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # E2E_SCENARIO_FAILED, INSTALLED, CRD_EXISTED: read by the sourcing script
+# e2e/lib.sh: helpers shared by e2e/run.sh, its scenarios (e2e/scenarios/*.sh) and hack/demo.sh.
+# Everything talks to the cluster through kubectl and helm, as a user would.
+#
+# Expects: ROOT (the repository), KUBECONFIG exported. Sets KUBECTL and HELM when unset.
+
+GANTRY_CACHE=${GANTRY_CACHE:-$HOME/.cache/gantry}
+
+e2e_k8s_version() {
+    sed -n 's#^[[:space:]]*\(require[[:space:]]*\)\{0,1\}k8s.io/kubernetes \(v[0-9.]*\).*#\2#p' \
+        "$ROOT/hack/k8s/go.mod" | head -1
+}
+
+# kubectl and helm: $KUBECTL/$HELM, else the ones hack/cluster.sh build cached, else PATH.
+e2e_find_tools() {
+    if [ -z "${KUBECTL:-}" ]; then
+        KUBECTL=$GANTRY_CACHE/k8s-$(e2e_k8s_version)/bin/kubectl
+        [ -x "$KUBECTL" ] || KUBECTL=$(command -v kubectl 2>/dev/null) || KUBECTL=
+    fi
+    if [ -z "${HELM:-}" ]; then
+        HELM=$(ls -d "$GANTRY_CACHE"/helm-*/bin/helm 2>/dev/null | sort -V | tail -1)
+        [ -x "${HELM:-}" ] || HELM=$(command -v helm 2>/dev/null) || HELM=
+    fi
+    [ -n "$KUBECTL" ] || { echo "error: kubectl not found; run 'hack/cluster.sh build' or put kubectl on PATH" >&2; return 1; }
+    [ -n "$HELM" ] || { echo "error: helm not found; run 'hack/cluster.sh build' or put helm on PATH" >&2; return 1; }
+    export KUBECTL HELM
+}
+
+kc() { "$KUBECTL" --request-timeout=30s "$@"; }
+
+# ok/FAIL lines and the counts the suite ends with.
+E2E_PASS=${E2E_PASS:-0}
+E2E_FAIL=${E2E_FAIL:-0}
+E2E_SCENARIO_FAILED=0
+ok() { E2E_PASS=$((E2E_PASS + 1)); printf '  ok   %s\n' "$*"; }
+bad() { E2E_FAIL=$((E2E_FAIL + 1)); E2E_SCENARIO_FAILED=1; printf '  FAIL %s\n' "$*"; }
+check() { # DESCRIPTION COMMAND...: ok when the command succeeds
+    local d=$1
+    shift
+    if "$@"; then ok "$d"; else bad "$d"; fi
+}
+note() { printf '       %s\n' "$*"; }
+stamp() { date -u +%H:%M:%S; }
+
+# jsonpath of a TrainingJob (empty when absent).
+tj_get() { # NS NAME JSONPATH
+    kc -n "$1" get trainingjob "$2" -o "jsonpath=$3" 2>/dev/null || true
+}
+
+# Waits until the job's phase is one of PHASES (space-separated); prints `kubectl get tj` lines
+# (as `kubectl get tj -w` would) whenever phase, ready or restarts change. Returns 1 on timeout
+# or when the job reaches a terminal phase that is not wanted.
+wait_tj_phase() { # NS NAME "PHASES" TIMEOUT_S
+    local ns=$1 name=$2 want=" $3 " deadline=$((SECONDS + $4)) line last='' phase
+    while :; do
+        line=$(tj_get "$ns" "$name" '{.status.phase} {.status.replicas.ready}/{.spec.replicas} restarts={.status.restarts} ckpt={.status.lastCheckpoint.step}')
+        phase=${line%% *}
+        if [ "$line" != "$last" ]; then
+            printf '       %s  tj/%s  %s\n' "$(stamp)" "$name" "${line:-<no status yet>}"
+            last=$line
+        fi
+        [[ -n $phase && $want == *" $phase "* ]] && return 0
+        if [[ $phase == Succeeded || $phase == Failed ]]; then
+            note "tj/$name ended $phase: $(tj_get "$ns" "$name" '{.status.conditions[?(@.type=="'"$phase"'")].message}')"
+            return 1
+        fi
+        [ $SECONDS -lt $deadline ] || { note "timed out after ${4}s waiting for tj/$name to be$want"; return 1; }
+        sleep 2
+    done
+}
+
+# Waits for a condition on anything (a shell command that succeeds).
+wait_until() { # TIMEOUT_S COMMAND...
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        [ $SECONDS -lt $deadline ] || return 1
+        sleep 1
+    done
+}
+
+job_pods() { # NS NAME: pod names of the job, one per line
+    kc -n "$1" get pods -l "gantry.dev/job-name=$2" -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}' 2>/dev/null || true
+}
+
+# The last JSON line of rank 0's log that holds "accuracy": the final eval report.
+rank0_report() { # NS NAME
+    kc -n "$1" logs "$2-worker-0" -c worker 2>/dev/null | grep '"accuracy"' | tail -1
+}
+
+json_field() { # JSON PYTHON-EXPR (on r)
+    python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null
+}
+
+# Saves what a person debugging a failure wants: operator logs (current and previous), every
+# worker log, events, `kubectl describe` of jobs and pods, the jobs' YAML.
+save_artifacts() { # DIR NAMESPACE...
+    local dir=$1 ns p
+    shift
+    mkdir -p "$dir"
+    for ns in "$@"; do
+        kc get namespace "$ns" >/dev/null 2>&1 || continue
+        mkdir -p "$dir/$ns"
+        kc -n "$ns" get events --sort-by=.lastTimestamp -o wide >"$dir/$ns/events.txt" 2>&1 || true
+        kc -n "$ns" get trainingjobs,pods,svc,cm,pvc -o wide >"$dir/$ns/get.txt" 2>&1 || true
+        kc -n "$ns" get trainingjobs -o yaml >"$dir/$ns/trainingjobs.yaml" 2>&1 || true
+        kc -n "$ns" describe trainingjobs >"$dir/$ns/describe-trainingjobs.txt" 2>&1 || true
+        kc -n "$ns" describe pods >"$dir/$ns/describe-pods.txt" 2>&1 || true
+        for p in $(kc -n "$ns" get pods -o name 2>/dev/null); do
+            p=${p#pod/}
+            kc -n "$ns" logs "$p" --all-containers >"$dir/$ns/$p.log" 2>&1 || true
+            kc -n "$ns" logs "$p" --all-containers --previous >"$dir/$ns/$p.previous.log" 2>/dev/null ||
+                rm -f "$dir/$ns/$p.previous.log"
+        done
+    done
+    kc get events -A --sort-by=.lastTimestamp >"$dir/events-all.txt" 2>&1 || true
+    kc get pv -o wide >"$dir/pv.txt" 2>&1 || true
+}

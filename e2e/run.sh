@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# e2e/run.sh: Gantry end to end on a real cluster, doing what a user does (helm install,
+# kubectl apply -f, kubectl wait, kubectl logs, kubectl delete) and asserting on what they see.
+#
+#   e2e/run.sh [--keep] [--only "4 1 2"] [--no-build]
+#
+# Cluster: the one $KUBECONFIG points at (the local cluster tier, or kind: E2E_KIND_CLUSTER=name
+# loads the images with `kind load`). With KUBECONFIG unset it builds and brings up the local
+# full tier (hack/cluster.sh, root) and takes it down at the end, leaving the host clean.
+#
+# Scenarios (issue 10; each prints ok/FAIL lines):
+#   1  helm install; a 3-worker SpamAssassin job on a shared checkpoint claim Succeeds; the eval
+#      report shows >= 98 % accuracy (E2E_MIN_ACCURACY); checkpoints and report on the volume
+#   2  a worker pod deleted mid-training: one gang restart, workers resume from step S > 0,
+#      Succeeded, status.restarts == 1
+#   3  the operator pod killed mid-run: the new one adopts the job, never two pods per rank,
+#      Succeeded without a gang restart
+#   4  invalid manifests refused by kubectl apply naming the field; a config the worker rejects
+#      ends Failed at once (exit 64-78) with the worker's message visible
+#   5  suspend and resume a running job; delete it and every child is garbage-collected
+#   6  helm uninstall leaves no operator objects
+# On any failure: operator and worker logs, events, describe output in $ARTIFACTS (default
+# ./artifacts/e2e-<UTC time>). The last line is 'N passed, N failed'; exit 0 only with 0 failed.
+#
+# Environment: KUBECONFIG, ARTIFACTS, GANTRY_BUILD_DIR (binaries; default build/, built when
+# missing), E2E_REPLICAS (3), E2E_MIN_ACCURACY (0.98), E2E_TRAIN_TIMEOUT (900 s per job),
+# E2E_KIND_CLUSTER, E2E_SKIP_IMAGES=1 (images already on the nodes), E2E_BUSYBOX_IMAGE.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+E2E=$ROOT/e2e
+# shellcheck source=e2e/lib.sh
+. "$E2E/lib.sh"
+# shellcheck source=e2e/jobs.sh
+. "$E2E/jobs.sh"
+
+KEEP=0 BUILD=1 ONLY="4 1 2 3 5 6"
+while [ $# -gt 0 ]; do
+    case $1 in
+        --keep) KEEP=1; shift ;;
+        --only) ONLY=${2:?--only needs scenario numbers}; shift 2 ;;
+        --no-build) BUILD=0; shift ;;
+        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+ARTIFACTS=${ARTIFACTS:-$ROOT/artifacts/e2e-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$ARTIFACTS"
+E2E_MIN_ACCURACY=${E2E_MIN_ACCURACY:-0.98}
+E2E_TRAIN_TIMEOUT=${E2E_TRAIN_TIMEOUT:-900}
+RELEASE=gantry RELEASE_NS=gantry-system
+NS=gantry-e2e-$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
+CLUSTER_RUN=${GANTRY_RUN:-/tmp/gantry-cluster}
+OWN_CLUSTER=0 LOCAL_TIER=0 VOLDIR='' CRD_EXISTED=1 INSTALLED=0
+T0=$SECONDS
+declare -A TIMES
+
+say() { printf '\n== %s  %s\n' "$(stamp)" "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; finish 1; }
+
+# ----------------------------------------------------------------------------------------------
+# set-up: cluster, binaries, images, data
+# ----------------------------------------------------------------------------------------------
+
+cluster_up() {
+    if [ -n "${KUBECONFIG:-}" ]; then
+        export KUBECONFIG
+        return
+    fi
+    say "KUBECONFIG is unset: bringing up the local full cluster tier (hack/cluster.sh)"
+    [ "$(id -u)" = 0 ] || die "the local full tier needs root; or point KUBECONFIG at a cluster"
+    "$ROOT/hack/cluster.sh" build --tier full || die "hack/cluster.sh build failed"
+    if "$ROOT/hack/cluster.sh" status >/dev/null 2>&1; then
+        die "a local cluster already runs in $CLUSTER_RUN; use it (export KUBECONFIG=$CLUSTER_RUN/admin.kubeconfig) or take it down first"
+    fi
+    OWN_CLUSTER=1
+    "$ROOT/hack/cluster.sh" up --tier full || die "hack/cluster.sh up --tier full failed"
+    KUBECONFIG=$("$ROOT/hack/cluster.sh" kubeconfig)
+    export KUBECONFIG
+}
+
+# Is $KUBECONFIG the local tier of this host (then images go in with ctr, volumes are hostPath)?
+detect_local_tier() {
+    local server env_server
+    # A kubeconfig that hack/cluster.sh wrote lives in the cluster's state folder (GANTRY_RUN).
+    if [ -z "${GANTRY_RUN:-}" ] && [ -f "$(dirname "$KUBECONFIG")/cluster.env" ]; then
+        CLUSTER_RUN=$(dirname "$KUBECONFIG")
+    fi
+    [ -f "$CLUSTER_RUN/cluster.env" ] || return 0
+    env_server=$(sed -n 's/^API_SERVER=//p' "$CLUSTER_RUN/cluster.env")
+    server=$(kc config view --minify -o 'jsonpath={.clusters[0].cluster.server}' 2>/dev/null)
+    if [ -n "$server" ] && [ "$server" = "$env_server" ]; then
+        LOCAL_TIER=1
+        VOLUME_ROOT=$(sed -n 's/^VOLUME_ROOT=//p' "$CLUSTER_RUN/cluster.env")
+        E2E_BUSYBOX_IMAGE=${E2E_BUSYBOX_IMAGE:-$(sed -n 's/^BUSYBOX_IMAGE=//p' "$CLUSTER_RUN/cluster.env")}
+    fi
+}
+
+build_binaries() {
+    local b=${GANTRY_BUILD_DIR:-$ROOT/build}
+    GANTRY_BUILD_DIR=$b
+    export GANTRY_BUILD_DIR
+    if [ $BUILD = 1 ]; then
+        if [ ! -f "$b/build.ninja" ]; then
+            cmake -S "$ROOT" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGANTRY_CUDA=OFF \
+                >"$ARTIFACTS/cmake-configure.log" 2>&1 || die "cmake configure failed ($ARTIFACTS/cmake-configure.log)"
+        fi
+        cmake --build "$b" --target gantry-operator gantry-worker >"$ARTIFACTS/build.log" 2>&1 ||
+            { tail -20 "$ARTIFACTS/build.log"; die "building gantry-operator/gantry-worker failed"; }
+    fi
+}
+
+load_images() {
+    local tars
+    if [ "${E2E_SKIP_IMAGES:-0}" = 1 ]; then note "E2E_SKIP_IMAGES=1: images assumed on the nodes"; return; fi
+    # hack/images.sh prints "<reference> <digest> -> <tar>" per image.
+    tars=$("$ROOT/hack/images.sh" --build-dir "$GANTRY_BUILD_DIR" | awk '{print $NF}') ||
+        die "hack/images.sh failed"
+    [ -n "$tars" ] || die "hack/images.sh made no image"
+    if [ $LOCAL_TIER = 1 ]; then
+        # shellcheck disable=SC2086
+        GANTRY_RUN=$CLUSTER_RUN "$ROOT/hack/cluster.sh" image-import $tars >/dev/null || die "ctr import failed"
+    elif [ -n "${E2E_KIND_CLUSTER:-}" ]; then
+        local t
+        for t in $tars; do kind load image-archive "$t" --name "$E2E_KIND_CLUSTER" || die "kind load $t failed"; done
+    else
+        die "do not know how to load images into this cluster: set E2E_KIND_CLUSTER or E2E_SKIP_IMAGES=1"
+    fi
+    # shellcheck disable=SC2086
+    note "images: $(basename -a $tars | tr '\n' ' ')"
+}
+
+# The namespace, the two claims, and the SpamAssassin split on the data claim.
+setup_storage() {
+    local data
+    data=$("$ROOT/hack/spam-data.sh" | tail -1) # counts, then the folder of the split
+    [ -s "$data/train.jsonl" ] || die "hack/spam-data.sh did not make $data/train.jsonl"
+    kc create namespace "$NS" >/dev/null || die "cannot create namespace $NS"
+    kc label namespace "$NS" app.kubernetes.io/part-of=gantry-e2e >/dev/null
+    if [ $LOCAL_TIER = 1 ]; then
+        VOLDIR=$VOLUME_ROOT/$NS
+        mkdir -p "$VOLDIR/data" "$VOLDIR/ckpt"
+        cp "$data/train.jsonl" "$data/eval.jsonl" "$VOLDIR/data/"
+        chmod 0777 "$VOLDIR/ckpt"
+        chmod -R a+rX "$VOLDIR/data"
+        claims_yaml "$NS" "$VOLDIR" >"$ARTIFACTS/claims.yaml"
+        kc apply -f "$ARTIFACTS/claims.yaml" >/dev/null || die "cannot create the claims"
+    else
+        claims_yaml "$NS" "" >"$ARTIFACTS/claims.yaml"
+        kc apply -f "$ARTIFACTS/claims.yaml" >/dev/null || die "cannot create the claims"
+        # A user's way in: a pod with tar mounts the claim, kubectl cp copies the split.
+        kc -n "$NS" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: loader}
+spec:
+  restartPolicy: Never
+  containers:
+    - {name: c, image: ${E2E_BUSYBOX_IMAGE:-busybox:1.36.1}, command: [sleep, "600"], volumeMounts: [{name: d, mountPath: /data}]}
+  volumes: [{name: d, persistentVolumeClaim: {claimName: spam-data}}]
+YAML
+        kc -n "$NS" wait --for=condition=Ready pod/loader --timeout=180s >/dev/null || die "loader pod not Ready"
+        kc -n "$NS" cp "$data/train.jsonl" loader:/data/train.jsonl && kc -n "$NS" cp "$data/eval.jsonl" loader:/data/eval.jsonl ||
+            die "kubectl cp of the data failed"
+        kc -n "$NS" delete pod loader --wait=true >/dev/null
+    fi
+    E2E_BUSYBOX_IMAGE=${E2E_BUSYBOX_IMAGE:-busybox:1.36.1}
+    export E2E_BUSYBOX_IMAGE
+    note "namespace $NS; claims spam-data (the split: $(wc -l <"$data/train.jsonl") train, $(wc -l <"$data/eval.jsonl") eval) and spam-ckpt"
+}
+
+# ----------------------------------------------------------------------------------------------
+# the end
+# ----------------------------------------------------------------------------------------------
+
+teardown() {
+    if [ $KEEP = 1 ]; then
+        note "--keep: namespace $NS, release $RELEASE and the cluster are left running"
+        return
+    fi
+    kc delete namespace "$NS" --wait=true --timeout=120s >/dev/null 2>&1 || true
+    kc delete pv "$NS-data" "$NS-ckpt" --wait=false >/dev/null 2>&1 || true
+    if [ $INSTALLED = 1 ]; then
+        "$HELM" uninstall "$RELEASE" -n "$RELEASE_NS" --wait --timeout 120s >/dev/null 2>&1 || true
+    fi
+    kc delete namespace "$RELEASE_NS" --wait=false >/dev/null 2>&1 || true
+    [ $CRD_EXISTED = 1 ] || kc delete crd trainingjobs.gantry.dev --wait=false >/dev/null 2>&1 || true
+    [ -z "$VOLDIR" ] || rm -rf "$VOLDIR"
+    if [ $OWN_CLUSTER = 1 ]; then
+        say "taking down the local cluster this run started"
+        "$ROOT/hack/cluster.sh" down >/dev/null 2>&1 || echo "warning: hack/cluster.sh down failed" >&2
+    fi
+}
+
+FINISHED=0
+finish() {
+    local rc=${1:-0}
+    [ $FINISHED = 0 ] || exit "$rc"
+    FINISHED=1
+    teardown
+    local s
+    printf '\ntimings:'
+    for s in "${!TIMES[@]}"; do printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
+    printf ' total=%ss\n' "$((SECONDS - T0))"
+    if [ "$E2E_FAIL" -gt 0 ] || [ "$rc" != 0 ]; then
+        echo "artifacts: $ARTIFACTS"
+    else
+        rm -rf "$ARTIFACTS"
+    fi
+    echo "$E2E_PASS passed, $E2E_FAIL failed"
+    [ "$E2E_FAIL" -eq 0 ] && [ "$rc" = 0 ]
+    exit $?
+}
+trap 'E2E_FAIL=$((E2E_FAIL + 1)); finish 130' INT TERM
+
+# Runs one scenario file; on a failure saves the artifacts of its moment.
+run_scenario() { # N NAME
+    local n=$1 name=$2 t=$SECONDS
+    say "scenario $n: $name"
+    E2E_SCENARIO_FAILED=0
+    # shellcheck disable=SC1090
+    . "$E2E/scenarios/$n.sh"
+    "scenario_$n"
+    TIMES[s$n]=$((SECONDS - t))
+    if [ $E2E_SCENARIO_FAILED = 1 ]; then
+        save_artifacts "$ARTIFACTS/scenario-$n" "$NS" "$RELEASE_NS"
+        note "artifacts of scenario $n: $ARTIFACTS/scenario-$n"
+    fi
+    note "scenario $n took $((SECONDS - t))s"
+}
+
+# ----------------------------------------------------------------------------------------------
+# main
+# ----------------------------------------------------------------------------------------------
+
+say "set-up"
+t=$SECONDS
+e2e_find_tools || exit 1
+cluster_up
+e2e_find_tools || exit 1
+kc get --raw /readyz >/dev/null 2>&1 || die "the cluster at KUBECONFIG=$KUBECONFIG is not ready"
+detect_local_tier
+note "cluster: $(kc config view --minify -o 'jsonpath={.clusters[0].cluster.server}') ($([ $LOCAL_TIER = 1 ] && echo "local tier, $CLUSTER_RUN" || echo other)); kubectl $("$KUBECTL" version --client -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])'), helm $("$HELM" version --short)"
+build_binaries
+load_images
+setup_storage
+TIMES[setup]=$((SECONDS - t))
+
+# helm install is the first thing every scenario needs; scenario 1 counts its checks.
+. "$E2E/scenarios/install.sh"
+t=$SECONDS
+say "install: helm install $RELEASE charts/gantry -n $RELEASE_NS"
+helm_install
+TIMES[install]=$((SECONDS - t))
+
+for n in $ONLY; do
+    case $n in
+        1) run_scenario 1 "the SpamAssassin job trains to Succeeded" ;;
+        2) run_scenario 2 "a worker pod deleted mid-training" ;;
+        3) run_scenario 3 "the operator pod killed mid-run" ;;
+        4) run_scenario 4 "invalid manifests and a config the worker rejects" ;;
+        5) run_scenario 5 "suspend, resume, delete" ;;
+        6) run_scenario 6 "helm uninstall" ;;
+        *) echo "unknown scenario $n" >&2 ;;
+    esac
+done
+finish 0

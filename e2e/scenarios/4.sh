@@ -1,0 +1,69 @@
+# shellcheck shell=bash
+# Scenario 4: kubectl apply refuses invalid manifests with the field named (CRD schema and CEL);
+# a job whose config the worker rejects (exit 78, EX_CONFIG) ends Failed at once - no restart
+# loop - with the worker's message visible to the user.
+
+minimal_tj() { # NAME: a valid job the cases below break in one place each
+    cat <<YAML
+apiVersion: gantry.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: $1}
+spec:
+  replicas: 2
+  image: $E2E_IMAGE
+  training:
+    model: {hidden: 64, heads: 4}
+    data: {train: /data/train.jsonl}
+    learningRate: 1e-3
+  runPolicy: {cleanPodPolicy: None}
+YAML
+}
+
+refused() { # NAME FIELD SED-EXPR: kubectl apply fails, its message names FIELD, nothing created
+    local name=$1 field=$2 expr=$3 f=$ARTIFACTS/invalid-$1.yaml out rc
+    minimal_tj "$name" | sed "$expr" >"$f"
+    out=$(kc -n "$NS" apply -f "$f" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" >"$f.out"
+    if [ $rc != 0 ] && grep -qF "$field" <<<"$out" && ! kc -n "$NS" get tj "$name" >/dev/null 2>&1; then
+        ok "refused, naming $field: $(grep -oE "${field}[^,]*" <<<"$out" | head -1 | cut -c1-110)"
+    else
+        bad "$name: kubectl apply exit $rc, want a refusal naming $field; got: $(tr '\n' ' ' <<<"$out" | cut -c1-200)"
+    fi
+}
+
+scenario_4() {
+    check "a valid minimal manifest passes server-side dry run" \
+        bash -c "$(declare -f minimal_tj); E2E_IMAGE='$E2E_IMAGE' minimal_tj ok-min | '$KUBECTL' -n '$NS' apply --dry-run=server -f - >/dev/null"
+    refused zero-replicas spec.replicas 's/replicas: 2/replicas: 0/'
+    refused latest-image spec.image "s#image: .*#image: gantry-worker:latest#"
+    refused hidden-heads spec.training.model.hidden 's/hidden: 64, heads: 4/hidden: 64, heads: 3/'
+    refused negative-lr spec.training.learningRate 's/learningRate: 1e-3/learningRate: -1/'
+    refused bad-clean-policy spec.runPolicy.cleanPodPolicy 's/cleanPodPolicy: None/cleanPodPolicy: Sometimes/'
+    refused typo-field epochz 's/learningRate: 1e-3/epochz: 3/'
+
+    # The CRD allows maxSeqLen up to 1048576; gantry-worker allows 8192 and exits 78 on more.
+    local job=bad-config f=$ARTIFACTS/bad-config.yaml t msg logs ev
+    spam_job "$job" maxSeqLen=10000 >"$f"
+    check "kubectl apply -f bad-config.yaml (maxSeqLen 10000: valid for the API, not for the worker)" \
+        kc -n "$NS" apply -f "$f"
+    t=$SECONDS
+    if wait_tj_phase "$NS" "$job" Failed 180; then ok "tj/$job ends Failed ($((SECONDS - t))s after apply)"; else bad "tj/$job did not end Failed"; fi
+    check "the Failed reason is PermanentError" \
+        test "$(tj_get "$NS" "$job" '{.status.conditions[?(@.type=="Failed")].reason}')" = PermanentError
+    check "no restart: status.restarts is 0" test "$(tj_get "$NS" "$job" '{.status.restarts}')" = 0
+    sleep 10
+    check "no pod is recreated after Failed (restarts still 0, no Pending/Running pod)" bash -c \
+        "[ \"\$('$KUBECTL' -n '$NS' get tj $job -o jsonpath='{.status.restarts}')\" = 0 ] && ! '$KUBECTL' -n '$NS' get pods -l gantry.dev/job-name=$job -o jsonpath='{.items[*].status.phase}' | grep -qE 'Pending|Running'"
+    msg=$(tj_get "$NS" "$job" '{.status.conditions[?(@.type=="Failed")].message}')
+    note "status: $msg"
+    check "the status names the exit code (78)" grep -q '78' <<<"$msg"
+    logs=$(for p in $(job_pods "$NS" "$job"); do kc -n "$NS" logs "$p" -c worker 2>&1; done)
+    note "worker log: $(grep -m1 maxSeqLen <<<"$logs" | cut -c1-160)"
+    check "kubectl logs shows the worker's message naming training.model.maxSeqLen" grep -q 'model.maxSeqLen' <<<"$logs"
+    ev=$(kc -n "$NS" get events --field-selector "involvedObject.name=$job" -o 'jsonpath={range .items[*]}{.message}{"\n"}{end}' 2>/dev/null
+        kc -n "$NS" describe tj "$job" 2>/dev/null)
+    check "the worker's message (maxSeqLen) is visible in the job's status or events" \
+        grep -q 'maxSeqLen' <<<"$msg
+$ev"
+}
