@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench/allreduce.sh [BUILD_DIR]: Gantry's tcp ring all-reduce against Gloo and the raw TCP peak,
+# all on this machine's loopback, in one run.
+#   1. raw TCP: one loopback connection, the most one ring link can carry;
+#   2. nccl-tests tables (size, time, algbw, busbw, #wrong, OK/FAILED) for gantry (fp32, then
+#      bf16 on the wire) and Gloo (gloo::allreduce ring, what PyTorch's ProcessGroupGloo uses) at
+#      each world size, 4 KiB .. 256 MiB;
+#   3. busbw at 64 MiB from ROUNDS interleaved runs of each (median), and the ratio to Gloo
+#      against the target (>= 2x).
+# Env: WORLDS ("2 4"), ROUNDS (3), MIN (4096), MAX (268435456), GLOO_ALGO (ring).
+# Needs bench_allreduce, bench_allreduce_gloo (libgloo-dev) and gantry-run built in BUILD_DIR.
+set -euo pipefail
+B=${1:-build}
+WORLDS=${WORLDS:-2 4}
+ROUNDS=${ROUNDS:-3}
+MIN=${MIN:-4096}
+MAX=${MAX:-268435456}
+ALGO=${GLOO_ALGO:-ring}
+S64=67108864
+
+bin() {
+    local p
+    p=$(find "$B" -maxdepth 3 -type f -name "$1" -perm -u+x | head -1)
+    [ -n "$p" ] || { echo "allreduce.sh: $1 not found under $B (build it first)" >&2; exit 2; }
+    echo "$p"
+}
+OURS=$(bin bench_allreduce)
+GLOO=$(bin bench_allreduce_gloo)
+RUN=$(bin gantry-run)
+
+ours() { local n=$1; shift; "$RUN" --nproc "$n" -- "$OURS" "$@"; }
+gloo() { # n lo hi
+    local n=$1 d r
+    d=$(mktemp -d)
+    for r in $(seq 1 $((n - 1))); do "$GLOO" "$r" "$n" "$d" "$ALGO" "$2" "$3" >/dev/null & done
+    "$GLOO" 0 "$n" "$d" "$ALGO" "$2" "$3"
+    wait
+    rm -rf "$d"
+}
+busbw_at() { awk -v s="$1" '$1 == s { print $7 }'; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+echo "# bench/allreduce on $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+"$OURS" --raw
+for n in $WORLDS; do
+    echo
+    ours "$n" --min "$MIN" --max "$MAX"
+    echo
+    ours "$n" --min "$MIN" --max "$MAX" --bf16
+    echo
+    gloo "$n" "$MIN" "$MAX"
+done
+
+echo
+echo "# busbw at 64 MiB, median of $ROUNDS interleaved rounds (GB/s)"
+printf "# %5s %10s %10s %10s %10s %10s\n" ranks gantry gantry-bf16 gloo ratio ratio-bf16
+verdict=OK
+for n in $WORLDS; do
+    a=() b=() g=()
+    for _ in $(seq "$ROUNDS"); do
+        a+=("$(ours "$n" --min $S64 --max $S64 | busbw_at $S64)")
+        b+=("$(ours "$n" --min $S64 --max $S64 --bf16 | busbw_at $S64)")
+        g+=("$(gloo "$n" $S64 $S64 | busbw_at $S64)")
+    done
+    ma=$(printf '%s\n' "${a[@]}" | median)
+    mb=$(printf '%s\n' "${b[@]}" | median)
+    mg=$(printf '%s\n' "${g[@]}" | median)
+    ra=$(awk -v x="$ma" -v y="$mg" 'BEGIN { printf "%.2f", x / y }')
+    rb=$(awk -v x="$mb" -v y="$mg" 'BEGIN { printf "%.2f", x / y }')
+    printf "  %5s %10s %10s %10s %9sx %9sx\n" "$n" "$ma" "$mb" "$mg" "$ra" "$rb"
+    awk -v r="$ra" 'BEGIN { exit !(r >= 2.0) }' || verdict="BELOW TARGET (fp32 < 2x gloo)"
+done
+echo "# target: gantry fp32 busbw >= 2x gloo at 64 MiB: $verdict"
