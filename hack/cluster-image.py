@@ -4,7 +4,10 @@ image layout tar out, ready for `ctr -n k8s.io images import` (hack/cluster.sh i
 that). One uncompressed layer, reproducible: entries sorted, owner root, mtime 0.
 
   hack/cluster-image.py --rootfs DIR --name gantry-worker:0.1.0 --out worker.tar \
-      [--entrypoint /usr/bin/gantry-worker] [--cmd ARG ...] [--env K=V ...] [--workdir /]
+      [--entrypoint /usr/bin/gantry-worker] [--cmd '["--config", "/etc/gantry/config.json"]'] \
+      [--env K=V ...] [--workdir /] [--user UID[:GID]]
+
+--entrypoint and --cmd take either one word or a JSON array of words.
 
 The name is normalised as kubelet does (gantry-worker:0.1.0 -> docker.io/library/gantry-worker:0.1.0),
 so a pod that names the image the short way finds it. A tag is required and may not be `latest`:
@@ -33,6 +36,16 @@ def normalise(name):
     if "." not in first and ":" not in first and first != "localhost":
         return "docker.io/" + name
     return name
+
+
+def argv(text):
+    """One word, or a JSON array of words (so that words may start with '-')."""
+    if text.lstrip().startswith("["):
+        words = json.loads(text)
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise argparse.ArgumentTypeError(f"{text}: want a JSON array of strings")
+        return words
+    return [text]
 
 
 def layer_tar(rootfs):
@@ -69,8 +82,8 @@ def main():
     ap.add_argument("--rootfs", required=True, help="directory that becomes the image's /")
     ap.add_argument("--name", required=True, help="image reference with a tag, e.g. gantry.local/busybox:1.35.0")
     ap.add_argument("--out", required=True, help="OCI layout tar to write")
-    ap.add_argument("--entrypoint", nargs="*", default=None)
-    ap.add_argument("--cmd", nargs="*", default=None)
+    ap.add_argument("--entrypoint", type=argv, default=None, help='a word or a JSON array: \'["/bin/sh", "-c", "..."]\'')
+    ap.add_argument("--cmd", type=argv, default=None, help="a word or a JSON array, like --entrypoint")
     ap.add_argument("--env", action="append", default=[], help="K=V, repeatable")
     ap.add_argument("--workdir", default="/")
     ap.add_argument("--user", default="")

@@ -164,6 +164,13 @@ cmd_build() {
     done
     go_env
     local start=$SECONDS
+    # One build at a time per cache: two would write the same binaries.
+    mkdir -p "$CACHE"
+    exec 9>"$CACHE/.build.lock"
+    if ! flock -n 9; then
+        log "another 'hack/cluster.sh build' is using $CACHE; waiting for it"
+        flock 9
+    fi
     case $tier in
         api) build_etcd; build_k8s "${API_COMPONENTS[@]}" ;;
         full) build_etcd; build_k8s "${FULL_COMPONENTS[@]}"; full_build ;;
