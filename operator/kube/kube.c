@@ -555,7 +555,10 @@ int kube_delete(struct kube_client *kc, const char *path, const struct kube_dele
         body = json_pack("{s:s, s:s}", "apiVersion", "v1", "kind", "DeleteOptions");
         if (opts->propagation_policy)
             json_object_set_new(body, "propagationPolicy", json_string(opts->propagation_policy));
-        if (opts->grace_period_seconds >= 0)
+        /* A zeroed struct must not mean "delete at once": only grace_now sends 0. */
+        if (opts->grace_now)
+            json_object_set_new(body, "gracePeriodSeconds", json_integer(0));
+        else if (opts->grace_period_seconds > 0)
             json_object_set_new(body, "gracePeriodSeconds",
                                 json_integer(opts->grace_period_seconds));
         if (opts->precondition_uid || opts->precondition_rv) {

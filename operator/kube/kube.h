@@ -122,7 +122,8 @@ struct kube_delete_opts {
     const char *propagation_policy; /* "Foreground", "Background", "Orphan" or NULL */
     const char *precondition_uid;   /* delete only this incarnation; else OP_ECONFLICT */
     const char *precondition_rv;    /* delete only at this resourceVersion; else OP_ECONFLICT */
-    long grace_period_seconds;      /* -1: server default (use -1, 0 means now) */
+    long grace_period_seconds;      /* > 0: seconds; 0 or -1: the server's default */
+    bool grace_now;                 /* send gracePeriodSeconds: 0 (immediate; force for pods) */
 };
 /* DELETE an object path. NULL opts: defaults. out (may be NULL) gets the object or Status. */
 int kube_delete(struct kube_client *kc, const char *path, const struct kube_delete_opts *opts,

@@ -270,6 +270,14 @@ static void test_patch_and_delete_requests(void)
                                                   "resourceVersion")), "42");
     TEST_CHECK(json_object_get(b, "gracePeriodSeconds") == NULL);
     json_decref(b);
+    /* a zeroed struct keeps the server's grace period; only grace_now sends 0 */
+    struct kube_delete_opts zero = {0}, now = {.grace_now = true}, thirty = {.grace_period_seconds = 30};
+    TEST_EQ_INT(kube_delete(kc, "/api/v1/namespaces/ml/pods/a", &zero, NULL), 0);
+    TEST_CHECK(strstr(S.last_body, "gracePeriodSeconds") == NULL);
+    TEST_EQ_INT(kube_delete(kc, "/api/v1/namespaces/ml/pods/a", &now, NULL), 0);
+    TEST_CHECK(strstr(S.last_body, "\"gracePeriodSeconds\":0") != NULL);
+    TEST_EQ_INT(kube_delete(kc, "/api/v1/namespaces/ml/pods/a", &thirty, NULL), 0);
+    TEST_CHECK(strstr(S.last_body, "\"gracePeriodSeconds\":30") != NULL);
     json_decref(patch);
     kube_client_free(kc);
 }
