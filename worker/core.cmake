@@ -23,7 +23,7 @@ set_tests_properties(model_test cfg_test train_test PROPERTIES ENVIRONMENT_MODIF
     "OMP_WAIT_POLICY=set:passive")
 add_test(NAME gantry_worker_cli_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/worker_cli_test.sh $<TARGET_FILE:gantry-worker>
-                 ${CMAKE_CURRENT_SOURCE_DIR}/testdata)
+                 ${CMAKE_CURRENT_SOURCE_DIR}/testdata $<TARGET_FILE:gantry-run>)
 set_tests_properties(gantry_worker_cli_test PROPERTIES TIMEOUT 120)
 
 # Benchmark: CPU training throughput (bench/cpu_train.sh compares it with PyTorch).

@@ -21,6 +21,7 @@
 #include "kernels/cpu.h"
 
 #include "worker/cfg.h"
+#include "worker/coll.h"
 #include "worker/dataset.h"
 #include "worker/dist.h"
 #include "worker/eval.h"
@@ -40,6 +41,8 @@ struct worker {
     struct dataset_encoded train_enc, eval_enc;
     struct vocab *vocab;
     struct model model;
+    struct dist_rdzv *rz; /* multi-process only */
+    struct coll *coll;
     char err[2048];
 };
 
@@ -157,6 +160,8 @@ static int write_report(struct worker *w, const struct train_result *r, double s
     int K = w->labels.n, rc = 0;
     json_t *rep;
 
+    if (w->env.rank != 0) /* rank 0 evaluates the whole eval set and reports */
+        return 0;
     for (int i = 0; i < K; i++)
         names[i] = label_map_name(&w->labels, i);
     eval_init(&ec, K);
@@ -175,7 +180,7 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         "parameters", (json_int_t)w->model.n_params, "vocab", vocab_size(w->vocab),
         "world_size", w->env.world_size));
     json_object_set_new(rep, "config", cfg_to_json(&w->cfg));
-    if (w->env.rank == 0) {
+    {
         char *line = json_dumps(rep, JSON_COMPACT);
         printf("%s\n", line);
         free(line);
@@ -197,8 +202,44 @@ static int write_report(struct worker *w, const struct train_result *r, double s
     return rc;
 }
 
+/* The training hook: sum the gradient buffer over ranks (train_run divides by the world). */
+static int allreduce_grads(float *buf, size_t n, void *ctx)
+{
+    return coll_allreduce(ctx, buf, n, COLL_SUM);
+}
+
+/* FNV-1a of the effective config: ranks must agree on it at rendezvous. */
+static void config_hash(const struct cfg *c, char out[17])
+{
+    json_t *j = cfg_to_json(c);
+    char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const char *p = s; *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+    free(s);
+    json_decref(j);
+}
+
+/* Joins the job and connects the gradient ring when WORLD_SIZE > 1. 0 or an exit status. */
+static int join(struct worker *w)
+{
+    char hash[17];
+    int rc;
+    if (w->env.world_size <= 1)
+        return 0;
+    dist_log_set_rank(w->env.rank);
+    config_hash(&w->cfg, hash);
+    if ((rc = dist_rendezvous(&w->env, hash, NULL, &w->rz)) ||
+        (rc = coll_tcp_new(dist_rdzv_store(w->rz), NULL, &w->coll)))
+        return dist_exit_code(rc);
+    return 0;
+}
+
 static void worker_cleanup(struct worker *w)
 {
+    coll_free(w->coll);
+    dist_rdzv_free(w->rz);
     model_cleanup(&w->model);
     vocab_free(w->vocab);
     dataset_encoded_cleanup(&w->train_enc);
@@ -230,11 +271,6 @@ int main(int argc, char **argv)
     }
     if ((rc = dist_env_load(&w.env)))
         return dist_exit_code(rc);
-    if (w.env.world_size > 1) {
-        fprintf(stderr, "gantry-worker: WORLD_SIZE=%d: multi-process training is not wired into "
-                        "this build yet; run with WORLD_SIZE=1\n", w.env.world_size);
-        return DIST_EXIT_UNAVAIL;
-    }
     cpu_set_threads(w.cfg.threads);
     if ((rc = load_data(&w)))
         goto out;
@@ -259,7 +295,13 @@ int main(int argc, char **argv)
         free(line);
         json_decref(eff);
     }
+    if ((rc = join(&w)))
+        goto out;
     train_opts_from(&w, &to);
+    if (w.coll) {
+        to.reduce = allreduce_grads;
+        to.reduce_ctx = w.coll;
+    }
     struct train_data td = data_view(&w.train_enc);
     double setup = now_s() - t0;
     if ((rc = train_run(&w.model, &td, &to, &tr))) {

@@ -131,9 +131,14 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
                 model_backward(m, 1.0f / (float)in_step);
                 step_loss += (double)l * B;
             }
+            double mean_loss = step_loss / (double)in_step;
             if (o->reduce) {
-                if ((rc = o->reduce(m->grads, m->n_params, o->reduce_ctx)))
+                /* the step's loss over all ranks (for the log), then the mean gradient */
+                float ls[2] = {(float)step_loss, (float)in_step};
+                if ((rc = o->reduce(ls, 2, o->reduce_ctx)) ||
+                    (rc = o->reduce(m->grads, m->n_params, o->reduce_ctx)))
                     goto out;
+                mean_loss = (double)ls[0] / (double)ls[1];
                 float inv = 1.0f / (float)W;
                 for (size_t i = 0; i < m->n_params; i++)
                     m->grads[i] *= inv;
@@ -143,7 +148,7 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
             adamw_step(&opt, m, &oc, lr);
             step++;
             samples += (long)in_step;
-            loss_sum += step_loss / (double)in_step;
+            loss_sum += mean_loss;
             log_steps++;
             if (step % o->log_interval == 0 || step == total) {
                 double t = now_s();

@@ -5,7 +5,8 @@
  * accum micro-batches of up to `batch` examples each run forward + backward into the model's
  * gradient buffer with loss scale 1/(examples in the step), so the accumulated gradient is the
  * gradient of the step's mean loss whatever the split. Then (when a reduce hook is set) the
- * gradient buffer is summed across ranks and divided by the world size, clipped by global norm,
+ * gradient buffer is summed across ranks and divided by the world size (the step loss is summed
+ * too, so logs show the global mean), clipped by global norm,
  * and AdamW updates the parameters at the scheduled learning rate.
  *
  * Each micro-batch is cut to the longest sequence in it (tokens are copied into a (B, T_b)

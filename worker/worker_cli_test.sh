@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # gantry-worker end to end on the tiny fixture: trains, writes the report, and exits with the
 # documented codes for bad configs (78), bad usage (64) and bad data (65).
-# Usage: worker_cli_test.sh /path/to/gantry-worker /path/to/worker/testdata
+# With a third argument (gantry-run), also: 2 ranks with batch 3 train exactly like 1 rank with
+# batch 6 (same examples per step, all-reduced mean gradient), so the final loss agrees.
+# Usage: worker_cli_test.sh /path/to/gantry-worker /path/to/worker/testdata [/path/to/gantry-run]
 set -euo pipefail
-bin=$1 data=$2
+bin=$1 data=$2 run=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -41,4 +43,17 @@ check "env beats file: bad value" 78 env GANTRY_MODEL_HEADS=5 "$bin" --config "$
 check "unknown flag" 64 "$bin" --config "$tmp/cfg.json" --bogus 1
 check "missing data file" 65 "$bin" --config "$tmp/cfg.json" --data-train "$tmp/none.jsonl"
 check "help" 0 "$bin" --help
+if [ -n "$run" ]; then
+    common=(--config "$tmp/cfg.json" --epochs 6 --scale-learning-rate=false --threads 1)
+    check "1 rank, batch 6" 0 "$bin" "${common[@]}" --batch-size 6 --report "$tmp/r1.json"
+    check "2 ranks, batch 3" 0 "$run" --nproc 2 -- "$bin" "${common[@]}" --batch-size 3 \
+        --report "$tmp/r2.json"
+    python3 - "$tmp/r1.json" "$tmp/r2.json" <<'PY' || fail=1
+import json, sys
+a, b = (json.load(open(p))["train"] for p in sys.argv[1:])
+assert a["steps"] == b["steps"] == 6 and b["world_size"] == 2, (a, b)
+assert abs(a["final_loss"] - b["final_loss"]) < 1e-4, (a["final_loss"], b["final_loss"])
+print("ok   data-parallel = big batch (final loss %.6f vs %.6f)" % (a["final_loss"], b["final_loss"]))
+PY
+fi
 exit $fail
