@@ -192,13 +192,19 @@ static void test_matches_pytorch(void)
     for (int i = 0; i < B * 3; i++)
         TEST_NEAR(m.logits[i], logits[i], 2e-5);
     int bad = 0;
+    double worst = 0, worst_logit = 0;
+    for (int i = 0; i < B * 3; i++)
+        worst_logit = fmax(worst_logit, fabs(m.logits[i] - logits[i]));
     for (size_t i = 0; i < m.n_params; i++) {
+        worst = fmax(worst, fabs(m.grads[i] - ref[i]));
         if (!(fabsf(m.grads[i] - ref[i]) <= 1e-5f + 1e-3f * fabsf(ref[i]))) {
             if (bad++ < 5)
                 fprintf(stderr, "  grad[%zu]: got %.7g, PyTorch %.7g\n", i, m.grads[i], ref[i]);
         }
     }
     TEST_EQ_INT(bad, 0);
+    printf("  vs PyTorch: loss diff %.2g, max logit diff %.2g, max grad diff %.2g\n",
+           fabs(got - loss), worst_logit, worst);
 
     /* 10 AdamW steps: lr wd beta1 beta2 eps clip warmup steps min_ratio */
     float h[9], want[10];
@@ -219,7 +225,9 @@ static void test_matches_pytorch(void)
         optim_clip_grad_norm(m.grads, m.n_params, oc.grad_clip);
         adamw_step(&opt, &m, &oc, optim_lr(&oc, s));
         TEST_NEAR(l, want[s], 1e-4);
+        worst = s ? fmax(worst, fabs(l - want[s])) : fabs(l - want[s]);
     }
+    printf("  10 AdamW steps: max loss diff %.2g (loss %.5f -> %.5f)\n", worst, want[0], want[9]);
     TEST_CHECK(want[9] < want[0] - 0.05f); /* the fixture itself shows learning */
     adamw_cleanup(&opt);
     free(ref);
