@@ -5,8 +5,8 @@
 # ./staging/src/... with replace directives, which a module that requires it cannot see. So the
 # wrapper module re-states them: one replace per staging module at the matching v0.X.Y, the list
 # taken from the release's own go.mod, plus its go and godebug lines (the main module's godebug
-# sets the runtime defaults the release was tested with). Run it when bumping K8S_VERSION in
-# hack/cluster.sh, then commit hack/k8s/go.mod and go.sum.
+# sets the runtime defaults the release was tested with). To move to another release: run it,
+# commit hack/k8s/go.mod and go.sum; hack/cluster.sh reads the version from go.mod.
 set -euo pipefail
 
 usage() {

@@ -1,4 +1,4 @@
-// Wrapper module for building etcd's server (see hack/cluster.sh build). Pinned by ETCD_VERSION there.
+// Wrapper module for building etcd's server (hack/cluster.sh build reads the pinned version here).
 module gantry.dev/hack/etcd
 
 go 1.26.0
