@@ -40,8 +40,8 @@ static double mono(void)
 
 static void *creator(void *arg)
 {
-    struct kube_client *kc = kube_client_new(cfg, &(struct kube_client_opts){.qps = 5000,
-                                                                             .burst = 5000});
+    struct kube_client *kc =
+        kube_client_new(cfg, &(struct kube_client_opts){.qps = 5000, .burst = 5000});
     char coll[256], name[64], idx[16];
     int i;
 
@@ -54,8 +54,8 @@ static void *creator(void *arg)
             "{s:s, s:s, s:{s:s, s:{s:s, s:s}}, s:{s:[{s:s, s:s, s:[s, s], s:[{s:s, s:s}]}]}}",
             "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "labels",
             "gantry.dev/job-name", "bench", "gantry.dev/replica-index", idx, "spec", "containers",
-            "name", "worker", "image", "gantry-worker:0.1.0", "command", "gantry-worker", "--config",
-            "env", "name", "RANK", "value", idx);
+            "name", "worker", "image", "gantry-worker:0.1.0", "command", "gantry-worker",
+            "--config", "env", "name", "RANK", "value", idx);
         if (kube_create(kc, coll, pod, NULL))
             atomic_fetch_add(&create_errors, 1);
         json_decref(pod);
@@ -121,13 +121,17 @@ static const char *find_kubectl(void)
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"pods", 1, 0, 'n'}, {"threads", 1, 0, 't'},
+    static const struct option lo[] = {{"pods", 1, 0, 'n'},       {"threads", 1, 0, 't'},
                                        {"kubeconfig", 1, 0, 'k'}, {"keep", 0, 0, 'K'},
-                                       {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    static const char *const fields[] = {"metadata.labels", "metadata.ownerReferences",
-                                         "metadata.deletionTimestamp", "spec.nodeName",
-                                         "status.phase", "status.conditions",
-                                         "status.containerStatuses", NULL};
+                                       {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+    static const char *const fields[] = {"metadata.labels",
+                                         "metadata.ownerReferences",
+                                         "metadata.deletionTimestamp",
+                                         "spec.nodeName",
+                                         "status.phase",
+                                         "status.conditions",
+                                         "status.containerStatuses",
+                                         NULL};
     const char *kubeconfig = NULL, *kubectl;
     char err[1024], p[256], coll[256], *rv0 = NULL, *rv = NULL;
     bool keep = false;
@@ -136,10 +140,18 @@ int main(int argc, char **argv)
 
     while ((c = getopt_long(argc, argv, "n:t:k:Kh", lo, NULL)) != -1) {
         switch (c) {
-        case 'n': npods = atoi(optarg); break;
-        case 't': nthreads = atoi(optarg); break;
-        case 'k': kubeconfig = optarg; break;
-        case 'K': keep = true; break;
+        case 'n':
+            npods = atoi(optarg);
+            break;
+        case 't':
+            nthreads = atoi(optarg);
+            break;
+        case 'k':
+            kubeconfig = optarg;
+            break;
+        case 'K':
+            keep = true;
+            break;
         default:
             printf("usage: kube_bench [--pods N (10000)] [--threads T (8)] [--kubeconfig PATH] "
                    "[--keep]\n");
@@ -211,8 +223,10 @@ int main(int argc, char **argv)
     kubectl = find_kubectl();
     if (kubectl) {
         char cmd[2048];
-        snprintf(cmd, sizeof(cmd), "%s --kubeconfig %s -n %s get pods -o json --chunk-size=500 "
-                 ">/dev/null", kubectl, cfg->source, ns);
+        snprintf(cmd, sizeof(cmd),
+                 "%s --kubeconfig %s -n %s get pods -o json --chunk-size=500 "
+                 ">/dev/null",
+                 kubectl, cfg->source, ns);
         double kbest = 1e9;
         for (int r = 0; r < 3; r++) {
             t0 = mono();
@@ -235,9 +249,8 @@ int main(int argc, char **argv)
     (void)watch_run(w);
     double tw = mono() - t0;
     watch_get_stats(w, &st);
-    printf("%-34s %12ld %12.3f %10.0f%s\n", "watch (replay of ADDED events)",
-           atomic_load(&watched), tw, atomic_load(&watched) / tw,
-           st.relists ? "   (410: served by a relist)" : "");
+    printf("%-34s %12ld %12.3f %10.0f%s\n", "watch (replay of ADDED events)", atomic_load(&watched),
+           tw, atomic_load(&watched) / tw, st.relists ? "   (410: served by a relist)" : "");
     watch_free(w);
 
     double ts_full = 0, ts_proj = 0;

@@ -16,8 +16,8 @@
 #include "operator/kube/kube.h"
 
 #define EVENT_DEDUP_WINDOW_S 600
-#define EVENT_CACHE_MAX 4096
-#define EVENT_NOTE_MAX 1024
+#define EVENT_CACHE_MAX      4096
+#define EVENT_NOTE_MAX       1024
 
 struct event_recorder;
 /* controller: reportingController ("gantry.dev/operator"); instance: reportingInstance (pod). */

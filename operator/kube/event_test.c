@@ -28,21 +28,21 @@ static void test_dedup_series(void)
     struct kube_config cfg = {0};
     char server[64];
     int count = 0;
-    json_t *tj = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "apiVersion", "gantry.dev/v1alpha1",
-                           "kind", "TrainingJob", "metadata", "name", "spam", "namespace", "ml",
-                           "uid", "u-1");
+    json_t *tj =
+        json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "apiVersion", "gantry.dev/v1alpha1", "kind",
+                  "TrainingJob", "metadata", "name", "spam", "namespace", "ml", "uid", "u-1");
 
     snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
     cfg.server = server;
     struct event_recorder *r = event_recorder_new(&cfg, NULL, "gantry.dev/operator", "op-0");
-    TEST_EQ_INT(event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0",
-                             &count), 0);
+    TEST_EQ_INT(
+        event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0", &count), 0);
     TEST_EQ_INT(count, 1);
-    TEST_EQ_INT(event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0",
-                             &count), 0);
+    TEST_EQ_INT(
+        event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0", &count), 0);
     TEST_EQ_INT(count, 2);
-    TEST_EQ_INT(event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0",
-                             &count), 0);
+    TEST_EQ_INT(
+        event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0", &count), 0);
     TEST_EQ_INT(count, 3);
     TEST_EQ_INT(event_record(r, tj, "Warning", "Restarting", "Restart", "Gang restart 1", &count),
                 0);

@@ -30,8 +30,8 @@ struct informer_handlers {
 };
 
 struct informer_opts {
-    struct watch_opts watch;     /* path, selectors, timeouts */
-    const char *const *fields;   /* NULL-terminated dotted paths to keep; NULL: whole objects */
+    struct watch_opts watch;   /* path, selectors, timeouts */
+    const char *const *fields; /* NULL-terminated dotted paths to keep; NULL: whole objects */
 };
 
 struct informer;

@@ -12,11 +12,14 @@ static atomic_int nwatch;
 
 static const char *pod(char *b, size_t n, const char *name, const char *rv, const char *phase)
 {
-    snprintf(b, n, "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"ml\","
-             "\"uid\":\"u-%s\",\"resourceVersion\":\"%s\",\"labels\":{\"gantry.dev/job-name\":\"j\"},"
-             "\"managedFields\":[{\"manager\":\"x\",\"big\":\"yyyyyyyyyyyyyyyyyyyy\"}]},"
-             "\"spec\":{\"nodeName\":\"n1\",\"containers\":[{\"name\":\"w\"}]},"
-             "\"status\":{\"phase\":\"%s\",\"podIP\":\"10.0.0.1\"}}", name, name, rv, phase);
+    snprintf(
+        b, n,
+        "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"ml\","
+        "\"uid\":\"u-%s\",\"resourceVersion\":\"%s\",\"labels\":{\"gantry.dev/job-name\":\"j\"},"
+        "\"managedFields\":[{\"manager\":\"x\",\"big\":\"yyyyyyyyyyyyyyyyyyyy\"}]},"
+        "\"spec\":{\"nodeName\":\"n1\",\"containers\":[{\"name\":\"w\"}]},"
+        "\"status\":{\"phase\":\"%s\",\"podIP\":\"10.0.0.1\"}}",
+        name, name, rv, phase);
     return b;
 }
 
@@ -29,16 +32,19 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
             testsrv_respond(c, 400, NULL, "{\"kind\":\"Status\",\"code\":400}");
             return 0;
         }
-        snprintf(body, sizeof(body), "{\"metadata\":{\"resourceVersion\":\"10\"},\"items\":[%s,%s]}",
+        snprintf(body, sizeof(body),
+                 "{\"metadata\":{\"resourceVersion\":\"10\"},\"items\":[%s,%s]}",
                  pod(a, sizeof(a), "p0", "3", "Pending"), pod(b, sizeof(b), "p1", "4", "Pending"));
         testsrv_respond(c, 200, NULL, body);
         return 0;
     }
     if (atomic_fetch_add(&nwatch, 1) == 0) {
         testsrv_chunked_start(c, 200);
-        snprintf(body, sizeof(body), "{\"type\":\"MODIFIED\",\"object\":%s}\n"
+        snprintf(body, sizeof(body),
+                 "{\"type\":\"MODIFIED\",\"object\":%s}\n"
                  "{\"type\":\"DELETED\",\"object\":%s}\n",
-                 pod(a, sizeof(a), "p0", "11", "Running"), pod(b, sizeof(b), "p1", "12", "Pending"));
+                 pod(a, sizeof(a), "p0", "11", "Running"),
+                 pod(b, sizeof(b), "p1", "12", "Pending"));
         testsrv_chunk(c, body);
         testsrv_chunked_end(c);
         return 0;
@@ -74,7 +80,8 @@ static void test_informer_projection_and_handlers(void)
     static const char *const fields[] = {"status.phase", "metadata.labels", NULL};
     struct informer_opts io = {.watch = {.path = "/api/v1/namespaces/ml/pods",
                                          .label_selector = "gantry.dev/job-name=j",
-                                         .timeout_s = 30, .dead_after_s = 30},
+                                         .timeout_s = 30,
+                                         .dead_after_s = 30},
                                .fields = fields};
     struct informer_handlers h = {on_add, on_update, on_delete, NULL};
     char server[64];

@@ -20,15 +20,15 @@
 #include "operator/kube/log.h"
 
 #define KUBE_CONNECT_TIMEOUT_MS 10000
-#define KUBE_BACKOFF_BASE_MS 200
-#define KUBE_BACKOFF_MAX_MS 10000
-#define KUBE_RETRY_AFTER_MAX_S 30
+#define KUBE_BACKOFF_BASE_MS    200
+#define KUBE_BACKOFF_MAX_MS     10000
+#define KUBE_RETRY_AFTER_MAX_S  30
 
 struct kube_client {
     struct kube_config *cfg;
-    CURL *h;  /* requests */
-    CURL *sh; /* streams */
-    char *base_url;     /* scheme://host:port[/prefix], host replaced by tls-server-name */
+    CURL *h;        /* requests */
+    CURL *sh;       /* streams */
+    char *base_url; /* scheme://host:port[/prefix], host replaced by tls-server-name */
     struct curl_slist *connect_to; /* "sni:port:host:port" when tls-server-name is set */
     double qps, tokens;
     int burst;
@@ -87,7 +87,8 @@ static void build_base(struct kube_client *kc)
         snprintf(portbuf, sizeof(portbuf), "%s", https ? "443" : "80");
     }
     port = portbuf;
-    n = strlen(s) + strlen(host) + 64 + (kc->cfg->tls_server_name ? strlen(kc->cfg->tls_server_name) : 0);
+    n = strlen(s) + strlen(host) + 64 +
+        (kc->cfg->tls_server_name ? strlen(kc->cfg->tls_server_name) : 0);
     url = xmalloc(n);
     if (kc->cfg->tls_server_name && https) {
         /* Verify and send SNI for tls-server-name, but connect to the real host. */
@@ -209,7 +210,7 @@ struct xfer {
     void *ud;
     struct buf errbody;
     bool stopped;
-    bool dead;             /* no byte for dead_after_s */
+    bool dead; /* no byte for dead_after_s */
     long dead_after_s;
     struct timespec last_data;
     CURL *h;
@@ -359,13 +360,17 @@ static int from_curl(struct kube_client *kc, CURLcode cc, const struct xfer *x, 
     kc->last.code = 0;
     snprintf(kc->last.reason, sizeof(kc->last.reason), "%s", "Transport");
     if (x->toobig) {
-        snprintf(kc->last.message, sizeof(kc->last.message), "%s %s: response over %u bytes "
-                 "(KUBE_MAX_BODY); use a smaller list limit", method, path, KUBE_MAX_BODY);
+        snprintf(kc->last.message, sizeof(kc->last.message),
+                 "%s %s: response over %u bytes "
+                 "(KUBE_MAX_BODY); use a smaller list limit",
+                 method, path, KUBE_MAX_BODY);
         return OP_ETOOBIG;
     }
     if (x->dead) {
-        snprintf(kc->last.message, sizeof(kc->last.message), "%s %s: no data for %ld s; the "
-                 "connection is presumed dead", method, path, x->dead_after_s);
+        snprintf(kc->last.message, sizeof(kc->last.message),
+                 "%s %s: no data for %ld s; the "
+                 "connection is presumed dead",
+                 method, path, x->dead_after_s);
         return OP_ETIMEDOUT;
     }
     if (cc == CURLE_ABORTED_BY_CALLBACK || x->stopped || atomic_load(&kc->canceled))
@@ -451,7 +456,8 @@ int kube_request(struct kube_client *kc, const char *method, const char *path,
             return rc;
         wait = x.retry_after_s >= 0
                    ? (x.retry_after_s > KUBE_RETRY_AFTER_MAX_S ? KUBE_RETRY_AFTER_MAX_S
-                                                               : x.retry_after_s) * 1000L +
+                                                               : x.retry_after_s) *
+                             1000L +
                          (long)(random() % 100)
                    : backoff_ms(attempt);
         log_debug("Retrying request", "{s:s, s:s, s:i, s:s, s:i}", "method", method, "path", path,
@@ -482,8 +488,8 @@ static int json_call(struct kube_client *kc, const char *method, const char *pat
         goto out;
     doc = json_loadb(buf_ptr(&resp), buf_len(&resp), 0, NULL);
     if (!doc) {
-        snprintf(kc->last.message, sizeof(kc->last.message), "%s %s: response is not JSON",
-                 method, path);
+        snprintf(kc->last.message, sizeof(kc->last.message), "%s %s: response is not JSON", method,
+                 path);
         rc = OP_EPARSE;
         goto out;
     }

@@ -36,17 +36,17 @@
 struct kube_client;
 
 struct kube_client_opts {
-    double qps;         /* token bucket rate; 0: default 50 */
-    int burst;          /* bucket size; 0: default 100 */
-    long timeout_ms;    /* deadline of each attempt (connect + transfer); 0: 30000 */
-    int max_retries;    /* 0: default 5; -1: none */
+    double qps;             /* token bucket rate; 0: default 50 */
+    int burst;              /* bucket size; 0: default 100 */
+    long timeout_ms;        /* deadline of each attempt (connect + transfer); 0: 30000 */
+    int max_retries;        /* 0: default 5; -1: none */
     const char *user_agent; /* NULL: "gantry/<version>" */
 };
 
 /* The API's Status for the last failed call (code 0 when the failure was not an API status). */
 struct kube_status {
-    long code;          /* HTTP status: 404, 409, 410, ... */
-    char reason[64];    /* NotFound, Conflict, AlreadyExists, Expired, Gone, Forbidden, ... */
+    long code;       /* HTTP status: 404, 409, 410, ... */
+    char reason[64]; /* NotFound, Conflict, AlreadyExists, Expired, Gone, Forbidden, ... */
     char message[1024];
 };
 
@@ -82,8 +82,8 @@ int kube_get(struct kube_client *kc, const char *path, json_t **out)
 struct kube_list_opts {
     const char *label_selector; /* NULL: everything */
     const char *field_selector;
-    long limit;                 /* page size; 0: 500 */
-    int max_restarts;           /* restarts after an expired continue token; 0: 3 */
+    long limit;       /* page size; 0: 500 */
+    int max_restarts; /* restarts after an expired continue token; 0: 3 */
 };
 /*
  * Lists a collection page by page (limit/continue) into *items (new array) and the list's

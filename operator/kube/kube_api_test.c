@@ -42,8 +42,8 @@ static void ms_sleep(long ms)
 static json_t *configmap(const char *name, const char *value)
 {
     return json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:s}}", "apiVersion", "v1", "kind",
-                     "ConfigMap", "metadata", "name", name, "labels", "test", "kube-api",
-                     "data", "k", value);
+                     "ConfigMap", "metadata", "name", name, "labels", "test", "kube-api", "data",
+                     "k", value);
 }
 
 static void cm_path(char *p, size_t n, const char *name)
@@ -184,10 +184,9 @@ static long etcd_revision(void);
 static json_t *core_event(const char *name, const char *label)
 {
     json_t *ev = json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:s, s:s, s:s}, s:s, s:s, s:s}",
-                           "apiVersion", "v1", "kind", "Event", "metadata", "name", name,
-                           "labels", label, "yes", "involvedObject", "kind", "ConfigMap", "name",
-                           "x", "namespace", ns, "reason", "Test", "message", "m", "type",
-                           "Normal");
+                           "apiVersion", "v1", "kind", "Event", "metadata", "name", name, "labels",
+                           label, "yes", "involvedObject", "kind", "ConfigMap", "name", "x",
+                           "namespace", ns, "reason", "Test", "message", "m", "type", "Normal");
     return ev;
 }
 static int etcd_compact(long rev);
@@ -246,8 +245,8 @@ static void test_pagination_and_expired_continue(void)
     snprintf(q, sizeof(q), "%s?limit=10&labelSelector=page%%3Dyes", ecoll);
     TEST_EQ_INT(kube_request(kc, "GET", q, NULL, NULL, 0, &b), 0);
     page = json_loads(buf_ptr(&b), 0, NULL);
-    const char *cont = json_string_value(json_object_get(json_object_get(page, "metadata"),
-                                                         "continue"));
+    const char *cont =
+        json_string_value(json_object_get(json_object_get(page, "metadata"), "continue"));
     TEST_CHECK(cont != NULL);
     if (!etcd_url[0]) {
         printf("  (no etcd URL: skipping the compaction part)\n");
@@ -266,8 +265,8 @@ static void test_pagination_and_expired_continue(void)
         TEST_EQ_STR(kube_last_status(kc)->reason, "Expired");
         /* kube_list, paced to 4 pages/s, with etcd compacted under it after its second page:
          * it must restart and still return each object exactly once. */
-        struct kube_client *slow = kube_client_new(cfg, &(struct kube_client_opts){.qps = 4,
-                                                                                   .burst = 1});
+        struct kube_client *slow =
+            kube_client_new(cfg, &(struct kube_client_opts){.qps = 4, .burst = 1});
         struct kube_list_opts lo2 = {.limit = 2, .label_selector = "page=yes"};
         char logpath[] = "/tmp/kube-api-log-XXXXXX";
         int logfd = mkstemp(logpath);
@@ -281,13 +280,14 @@ static void test_pagination_and_expired_continue(void)
         size_t i;
         json_t *it;
         int dup = 0;
-        json_array_foreach(items, i, it) {
+        json_array_foreach(items, i, it)
+        {
             for (size_t j = 0; j < i; j++)
-                dup += strcmp(json_string_value(json_object_get(json_object_get(it, "metadata"),
-                                                                "name")),
-                              json_string_value(json_object_get(
-                                  json_object_get(json_array_get(items, j), "metadata"), "name")))
-                       == 0;
+                dup +=
+                    strcmp(
+                        json_string_value(json_object_get(json_object_get(it, "metadata"), "name")),
+                        json_string_value(json_object_get(
+                            json_object_get(json_array_get(items, j), "metadata"), "name"))) == 0;
         }
         TEST_EQ_INT(dup, 0);
         char logtext[4096] = "";
@@ -358,8 +358,8 @@ static int wait_events(int n, double timeout_s)
 static void test_watch_order_bookmark_and_410(void)
 {
     char coll[256], p[256];
-    struct watch_opts wo = {.label_selector = "w=yes", .timeout_s = 6, .dead_after_s = 30,
-                            .backoff_max_ms = 500};
+    struct watch_opts wo = {
+        .label_selector = "w=yes", .timeout_s = 6, .dead_after_s = 30, .backoff_max_ms = 500};
     struct watch_stats st;
     pthread_t th;
     json_t *cm;
@@ -423,8 +423,8 @@ static void test_watch_order_bookmark_and_410(void)
 static void test_watch_410_after_compaction(void)
 {
     char coll[256], p[256];
-    struct watch_opts wo = {.label_selector = "w=yes", .timeout_s = 60, .dead_after_s = 30,
-                            .backoff_max_ms = 500};
+    struct watch_opts wo = {
+        .label_selector = "w=yes", .timeout_s = 60, .dead_after_s = 30, .backoff_max_ms = 500};
     struct watch_stats st;
     pthread_t th;
     json_t *ev;
@@ -517,15 +517,29 @@ static void test_informer_real(void)
 /* ---------------------------------------------------------------- lease */
 
 static atomic_int started_a, stopped_a, started_b;
-static void a_on(void *ud) { atomic_fetch_add(&started_a, 1); }
-static void a_off(void *ud) { atomic_fetch_add(&stopped_a, 1); }
-static void b_on(void *ud) { atomic_fetch_add(&started_b, 1); }
+static void a_on(void *ud)
+{
+    atomic_fetch_add(&started_a, 1);
+}
+static void a_off(void *ud)
+{
+    atomic_fetch_add(&stopped_a, 1);
+}
+static void b_on(void *ud)
+{
+    atomic_fetch_add(&started_b, 1);
+}
 
 static void test_lease_handover(void)
 {
-    struct lease_opts la = {.namespace = ns, .name = "gantry-test", .identity = "a",
-                            .lease_duration_ms = 3000, .renew_deadline_ms = 2000,
-                            .retry_period_ms = 300, .on_started = a_on, .on_stopped = a_off};
+    struct lease_opts la = {.namespace = ns,
+                            .name = "gantry-test",
+                            .identity = "a",
+                            .lease_duration_ms = 3000,
+                            .renew_deadline_ms = 2000,
+                            .retry_period_ms = 300,
+                            .on_started = a_on,
+                            .on_stopped = a_off};
     struct lease_opts lb = la;
     lb.identity = "b";
     lb.on_started = b_on;
@@ -577,13 +591,13 @@ static void test_lease_handover(void)
 static void test_events(void)
 {
     struct event_recorder *r = event_recorder_new(cfg, NULL, "gantry.dev/operator", "test-0");
-    json_t *reg = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "apiVersion", "v1", "kind",
-                            "ConfigMap", "metadata", "name", "page-01", "namespace", ns, "uid",
-                            "1234");
+    json_t *reg =
+        json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "apiVersion", "v1", "kind", "ConfigMap",
+                  "metadata", "name", "page-01", "namespace", ns, "uid", "1234");
     int count = 0;
     for (int i = 0; i < 3; i++)
-        TEST_EQ_INT(event_record(r, reg, "Normal", "Tested", "Test", "Tested the recorder",
-                                 &count), 0);
+        TEST_EQ_INT(event_record(r, reg, "Normal", "Tested", "Test", "Tested the recorder", &count),
+                    0);
     TEST_EQ_INT(count, 3);
     char p[256];
     json_t *items = NULL;
@@ -592,7 +606,8 @@ static void test_events(void)
     /* Other tests' core Events show up here too: look at ours only. */
     size_t i, mine = 0;
     json_t *it, *found = NULL;
-    json_array_foreach(items, i, it) {
+    json_array_foreach(items, i, it)
+    {
         const char *reason = json_string_value(json_object_get(it, "reason"));
         if (reason && strcmp(reason, "Tested") == 0) {
             mine++;
@@ -699,16 +714,15 @@ static void test_limited_rbac_403(void)
     char p[256];
     json_t *sa = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "ServiceAccount",
                            "metadata", "name", "limited");
-    json_t *role = json_pack("{s:s, s:s, s:{s:s}, s:[{s:[s], s:[s], s:[s]}]}", "apiVersion",
-                             "rbac.authorization.k8s.io/v1", "kind", "Role", "metadata", "name",
-                             "read-cm", "rules", "apiGroups", "", "resources", "configmaps",
-                             "verbs", "get");
-    json_t *rb = json_pack("{s:s, s:s, s:{s:s}, s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:s}]}",
-                           "apiVersion", "rbac.authorization.k8s.io/v1", "kind", "RoleBinding",
-                           "metadata", "name", "read-cm", "roleRef", "apiGroup",
-                           "rbac.authorization.k8s.io", "kind", "Role", "name", "read-cm",
-                           "subjects", "kind", "ServiceAccount", "name", "limited", "namespace",
-                           ns);
+    json_t *role =
+        json_pack("{s:s, s:s, s:{s:s}, s:[{s:[s], s:[s], s:[s]}]}", "apiVersion",
+                  "rbac.authorization.k8s.io/v1", "kind", "Role", "metadata", "name", "read-cm",
+                  "rules", "apiGroups", "", "resources", "configmaps", "verbs", "get");
+    json_t *rb = json_pack(
+        "{s:s, s:s, s:{s:s}, s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:s}]}", "apiVersion",
+        "rbac.authorization.k8s.io/v1", "kind", "RoleBinding", "metadata", "name", "read-cm",
+        "roleRef", "apiGroup", "rbac.authorization.k8s.io", "kind", "Role", "name", "read-cm",
+        "subjects", "kind", "ServiceAccount", "name", "limited", "namespace", ns);
     json_t *tr = json_pack("{s:s, s:s, s:{s:i}}", "apiVersion", "authentication.k8s.io/v1", "kind",
                            "TokenRequest", "spec", "expirationSeconds", 600);
     json_t *tok = NULL, *o = NULL;
@@ -718,8 +732,8 @@ static void test_limited_rbac_403(void)
     TEST_EQ_INT(kube_path(p, sizeof(p), "rbac.authorization.k8s.io/v1", "roles", ns, NULL, NULL),
                 0);
     TEST_EQ_INT(kube_create(kc, p, role, NULL), 0);
-    TEST_EQ_INT(kube_path(p, sizeof(p), "rbac.authorization.k8s.io/v1", "rolebindings", ns, NULL,
-                          NULL), 0);
+    TEST_EQ_INT(
+        kube_path(p, sizeof(p), "rbac.authorization.k8s.io/v1", "rolebindings", ns, NULL, NULL), 0);
     TEST_EQ_INT(kube_create(kc, p, rb, NULL), 0);
     TEST_EQ_INT(kube_path(p, sizeof(p), "v1", "serviceaccounts", ns, "limited", "token"), 0);
     TEST_EQ_INT(kube_create(kc, p, tr, &tok), 0);
@@ -773,7 +787,8 @@ static long etcd_revision(void)
     if (kube_request(ec, "POST", "/v3/kv/range", "application/json", "{\"key\":\"AA==\"}", 14,
                      &b) == 0) {
         json_t *d = json_loads(buf_ptr(&b), 0, NULL);
-        const char *r = json_string_value(json_object_get(json_object_get(d, "header"), "revision"));
+        const char *r =
+            json_string_value(json_object_get(json_object_get(d, "header"), "revision"));
         rev = r ? atol(r) : -1;
         json_decref(d);
     }

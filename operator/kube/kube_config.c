@@ -189,8 +189,8 @@ static int get_str(const json_t *o, const char *field, const char **out, const s
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_string(v)) {
-        snprintf(err, errlen, "kubeconfig %s: %s.%s must be a string; fix the file", f->name,
-                 where, field);
+        snprintf(err, errlen, "kubeconfig %s: %s.%s must be a string; fix the file", f->name, where,
+                 field);
         return -1;
     }
     *out = json_string_value(v);
@@ -218,7 +218,8 @@ static json_t *find_named(struct kfile *files, int nfiles, const char *list, con
     for (int i = 0; i < nfiles; i++) {
         json_t *arr = json_object_get(files[i].doc, list), *e;
         size_t k;
-        json_array_foreach(arr, k, e) {
+        json_array_foreach(arr, k, e)
+        {
             json_t *n = json_object_get(e, "name");
             if (json_is_string(n) && strcmp(json_string_value(n), name) == 0) {
                 json_t *in = json_object_get(e, inner);
@@ -242,16 +243,20 @@ static int parse_exec(json_t *ex, const struct kfile *f, struct kube_config *c, 
         get_str(ex, "apiVersion", &apiv, f, "users[].user.exec", err, errlen))
         return OP_ECONFIG;
     if (!cmd || !*cmd) {
-        snprintf(err, errlen, "kubeconfig %s: user.exec.command is empty; set the credential "
-                 "plugin to run (e.g. aws, gke-gcloud-auth-plugin)", f->name);
+        snprintf(err, errlen,
+                 "kubeconfig %s: user.exec.command is empty; set the credential "
+                 "plugin to run (e.g. aws, gke-gcloud-auth-plugin)",
+                 f->name);
         return OP_ECONFIG;
     }
     if (!apiv)
         apiv = "client.authentication.k8s.io/v1";
     if (strcmp(apiv, "client.authentication.k8s.io/v1") != 0 &&
         strcmp(apiv, "client.authentication.k8s.io/v1beta1") != 0) {
-        snprintf(err, errlen, "kubeconfig %s: user.exec.apiVersion \"%s\" is not supported; use "
-                 "client.authentication.k8s.io/v1 or v1beta1", f->name, apiv);
+        snprintf(err, errlen,
+                 "kubeconfig %s: user.exec.apiVersion \"%s\" is not supported; use "
+                 "client.authentication.k8s.io/v1 or v1beta1",
+                 f->name, apiv);
         return OP_ECONFIG;
     }
     x = xcalloc(1, sizeof(*x));
@@ -272,7 +277,8 @@ static int parse_exec(json_t *ex, const struct kfile *f, struct kube_config *c, 
     }
     n = json_is_array(env) ? json_array_size(env) : 0;
     x->env = xcalloc(n + 1, sizeof(char *));
-    json_array_foreach(env, i, e) {
+    json_array_foreach(env, i, e)
+    {
         const char *k = json_string_value(json_object_get(e, "name"));
         const char *v = json_string_value(json_object_get(e, "value"));
         size_t len;
@@ -301,13 +307,17 @@ static int parse_cluster(json_t *cl, const struct kfile *f, struct kube_config *
         get_str(cl, "tls-server-name", &sni, f, w, err, errlen))
         return OP_ECONFIG;
     if (!server || !*server) {
-        snprintf(err, errlen, "kubeconfig %s: cluster \"%s\" has no server; set clusters[].cluster"
-                 ".server to the API server URL (https://host:port)", f->name, c->context);
+        snprintf(err, errlen,
+                 "kubeconfig %s: cluster \"%s\" has no server; set clusters[].cluster"
+                 ".server to the API server URL (https://host:port)",
+                 f->name, c->context);
         return OP_ECONFIG;
     }
     if (strncmp(server, "https://", 8) != 0 && strncmp(server, "http://", 7) != 0) {
-        snprintf(err, errlen, "kubeconfig %s: server \"%s\" is not an http(s) URL; write it as "
-                 "https://host:port", f->name, server);
+        snprintf(err, errlen,
+                 "kubeconfig %s: server \"%s\" is not an http(s) URL; write it as "
+                 "https://host:port",
+                 f->name, server);
         return OP_ECONFIG;
     }
     c->server = xstrdup(server);
@@ -317,8 +327,10 @@ static int parse_cluster(json_t *cl, const struct kfile *f, struct kube_config *
     c->tls_server_name = xstrdup0(sni);
     c->ca_file = resolve(f->dir, ca);
     if (cad && b64_decode(cad, &c->ca_data)) {
-        snprintf(err, errlen, "kubeconfig %s: certificate-authority-data is not valid base64; "
-                 "re-encode the CA PEM with base64 -w0", f->name);
+        snprintf(err, errlen,
+                 "kubeconfig %s: certificate-authority-data is not valid base64; "
+                 "re-encode the CA PEM with base64 -w0",
+                 f->name);
         return OP_ECONFIG;
     }
     /* Booleans arrive as strings from the YAML converter; "insecure" only when explicitly true. */
@@ -347,7 +359,8 @@ static int parse_user(json_t *u, const struct kfile *f, struct kube_config *c, c
         get_str(u, "client-key-data", &keyd, f, w, err, errlen))
         return OP_ECONFIG;
     if (json_object_get(u, "auth-provider")) {
-        snprintf(err, errlen, "kubeconfig %s: user uses auth-provider, which is not supported; "
+        snprintf(err, errlen,
+                 "kubeconfig %s: user uses auth-provider, which is not supported; "
                  "switch to an exec credential plugin (e.g. gke-gcloud-auth-plugin, kubelogin)",
                  f->name);
         return OP_ECONFIG;
@@ -357,13 +370,17 @@ static int parse_user(json_t *u, const struct kfile *f, struct kube_config *c, c
     c->cert_file = resolve(f->dir, cert);
     c->key_file = resolve(f->dir, key);
     if ((certd && b64_decode(certd, &c->cert_data)) || (keyd && b64_decode(keyd, &c->key_data))) {
-        snprintf(err, errlen, "kubeconfig %s: client-certificate-data or client-key-data is not "
-                 "valid base64; re-encode the PEM with base64 -w0", f->name);
+        snprintf(err, errlen,
+                 "kubeconfig %s: client-certificate-data or client-key-data is not "
+                 "valid base64; re-encode the PEM with base64 -w0",
+                 f->name);
         return OP_ECONFIG;
     }
     if ((c->cert_data.data || c->cert_file) != (c->key_data.data || c->key_file)) {
-        snprintf(err, errlen, "kubeconfig %s: a client certificate needs its key and the other way "
-                 "round; set both client-certificate(-data) and client-key(-data)", f->name);
+        snprintf(err, errlen,
+                 "kubeconfig %s: a client certificate needs its key and the other way "
+                 "round; set both client-certificate(-data) and client-key(-data)",
+                 f->name);
         return OP_ECONFIG;
     }
     if (ex && !json_is_null(ex) && !c->token && !c->token_file)
@@ -388,15 +405,19 @@ static int build_config(struct kfile *files, int nfiles, const char *context,
             context = cc;
     }
     if (!context) {
-        snprintf(err, errlen, "kubeconfig %s: current-context is not set; run kubectl config "
-                 "use-context NAME or pass --context", names);
+        snprintf(err, errlen,
+                 "kubeconfig %s: current-context is not set; run kubectl config "
+                 "use-context NAME or pass --context",
+                 names);
         goto out;
     }
     c->context = xstrdup(context);
     ctx = find_named(files, nfiles, "contexts", "context", context, &cf);
     if (!ctx) {
-        snprintf(err, errlen, "kubeconfig %s: context \"%s\" not found in contexts; run kubectl "
-                 "config get-contexts to see the names", names, context);
+        snprintf(err, errlen,
+                 "kubeconfig %s: context \"%s\" not found in contexts; run kubectl "
+                 "config get-contexts to see the names",
+                 names, context);
         goto out;
     }
     if (get_str(ctx, "cluster", &cluster, cf, "contexts[].context", err, errlen) ||
@@ -406,9 +427,10 @@ static int build_config(struct kfile *files, int nfiles, const char *context,
     c->namespace = xstrdup(ns && *ns ? ns : "default");
     cl = cluster ? find_named(files, nfiles, "clusters", "cluster", cluster, &clf) : NULL;
     if (!cl) {
-        snprintf(err, errlen, "kubeconfig %s: context \"%s\": cluster \"%s\" not found in "
-                 "clusters; check the context's cluster field", cf->name, context,
-                 cluster ? cluster : "");
+        snprintf(err, errlen,
+                 "kubeconfig %s: context \"%s\": cluster \"%s\" not found in "
+                 "clusters; check the context's cluster field",
+                 cf->name, context, cluster ? cluster : "");
         goto out;
     }
     if ((rc = parse_cluster(cl, clf, c, err, errlen)))
@@ -417,7 +439,8 @@ static int build_config(struct kfile *files, int nfiles, const char *context,
     if (user && *user) {
         u = find_named(files, nfiles, "users", "user", user, &uf);
         if (!u) {
-            snprintf(err, errlen, "kubeconfig %s: context \"%s\": user \"%s\" not found in users; "
+            snprintf(err, errlen,
+                     "kubeconfig %s: context \"%s\": user \"%s\" not found in users; "
                      "check the context's user field or run kubectl config get-users",
                      cf->name, context, user);
             goto out;
@@ -439,8 +462,10 @@ static int load_doc(const char *text, size_t len, struct kfile *f, char *err, si
     char perr[256];
 
     if (kube_yaml_to_json(text, len, &f->doc, perr, sizeof(perr))) {
-        snprintf(err, errlen, "kubeconfig %s: not valid YAML: %s; fix the file or point "
-                 "KUBECONFIG elsewhere", f->name, perr);
+        snprintf(err, errlen,
+                 "kubeconfig %s: not valid YAML: %s; fix the file or point "
+                 "KUBECONFIG elsewhere",
+                 f->name, perr);
         return OP_ECONFIG;
     }
     if (json_is_null(f->doc)) {
@@ -448,8 +473,10 @@ static int load_doc(const char *text, size_t len, struct kfile *f, char *err, si
         f->doc = json_object(); /* an empty file is an empty config */
     }
     if (!json_is_object(f->doc)) {
-        snprintf(err, errlen, "kubeconfig %s: the top level must be a mapping (apiVersion, "
-                 "clusters, contexts, users)", f->name);
+        snprintf(err, errlen,
+                 "kubeconfig %s: the top level must be a mapping (apiVersion, "
+                 "clusters, contexts, users)",
+                 f->name);
         return OP_ECONFIG;
     }
     return 0;
@@ -497,8 +524,10 @@ int kube_config_from_kubeconfig(const char *paths, const char *context, struct k
         if (read_file(p, KUBE_CONFIG_MAX_FILE, &b, ferr, sizeof(ferr))) {
             /* kubectl skips missing files in a list; remember why for the all-missing case. */
             if (!firsterr[0])
-                snprintf(firsterr, sizeof(firsterr), "kubeconfig %s: cannot read: %s; set "
-                         "KUBECONFIG or --kubeconfig to a readable file", p, ferr);
+                snprintf(firsterr, sizeof(firsterr),
+                         "kubeconfig %s: cannot read: %s; set "
+                         "KUBECONFIG or --kubeconfig to a readable file",
+                         p, ferr);
             if (parts == 0 || errno != ENOENT) {
                 snprintf(err, errlen, "%s", firsterr);
                 goto out;
@@ -517,8 +546,10 @@ int kube_config_from_kubeconfig(const char *paths, const char *context, struct k
         rc = OP_ECONFIG;
     }
     if (n == 0) {
-        snprintf(err, errlen, "%s", firsterr[0] ? firsterr : "kubeconfig: empty path list; set "
-                 "KUBECONFIG or --kubeconfig");
+        snprintf(err, errlen, "%s",
+                 firsterr[0] ? firsterr
+                             : "kubeconfig: empty path list; set "
+                               "KUBECONFIG or --kubeconfig");
         goto out;
     }
     rc = build_config(fs, n, context, out, err, errlen);
@@ -542,7 +573,8 @@ int kube_config_in_cluster(const char *sa_dir, struct kube_config **out, char *e
     if (!sa_dir)
         sa_dir = KUBE_SA_DIR;
     if (!host || !*host || !port || !*port) {
-        snprintf(err, errlen, "in-cluster config: KUBERNETES_SERVICE_HOST/PORT are not set, so "
+        snprintf(err, errlen,
+                 "in-cluster config: KUBERNETES_SERVICE_HOST/PORT are not set, so "
                  "this is not a pod; pass --kubeconfig or set KUBECONFIG");
         return OP_ECONFIG;
     }
@@ -552,15 +584,16 @@ int kube_config_in_cluster(const char *sa_dir, struct kube_config **out, char *e
     n = strlen(host) + strlen(port) + 16;
     c->server = xmalloc(n);
     /* An IPv6 address needs brackets in a URL (https://[fd00::1]:443). */
-    snprintf(c->server, n, strchr(host, ':') && host[0] != '[' ? "https://[%s]:%s" : "https://%s:%s",
-             host, port);
+    snprintf(c->server, n,
+             strchr(host, ':') && host[0] != '[' ? "https://[%s]:%s" : "https://%s:%s", host, port);
     snprintf(path, sizeof(path), "%s/token", sa_dir);
     c->token_file = xstrdup(path);
     snprintf(path, sizeof(path), "%s/ca.crt", sa_dir);
     if (access(path, R_OK) != 0) {
-        snprintf(err, errlen, "in-cluster config: cannot read %s: %s; mount the service account "
-                 "(automountServiceAccountToken: true) or pass --kubeconfig", path,
-                 strerror(errno));
+        snprintf(err, errlen,
+                 "in-cluster config: cannot read %s: %s; mount the service account "
+                 "(automountServiceAccountToken: true) or pass --kubeconfig",
+                 path, strerror(errno));
         goto out;
     }
     c->ca_file = xstrdup(path);
@@ -596,8 +629,10 @@ int kube_config_load(const char *explicit_path, const char *context, struct kube
         return kube_config_in_cluster(NULL, out, err, errlen);
     snprintf(path, sizeof(path), "%s/.kube/config", home ? home : "");
     if (access(path, F_OK) != 0) {
-        snprintf(err, errlen, "no Kubernetes config: no --kubeconfig, KUBECONFIG unset, not in a "
-                 "pod, and %s does not exist; pass --kubeconfig PATH", path);
+        snprintf(err, errlen,
+                 "no Kubernetes config: no --kubeconfig, KUBECONFIG unset, not in a "
+                 "pod, and %s does not exist; pass --kubeconfig PATH",
+                 path);
         return OP_ECONFIG;
     }
     return kube_config_from_kubeconfig(path, context, out, err, errlen);
@@ -611,8 +646,10 @@ static int read_token_file(struct kube_config *c, char *err, size_t errlen)
     char ferr[256];
 
     if (read_file(c->token_file, 1u << 20, &b, ferr, sizeof(ferr))) {
-        snprintf(err, errlen, "could not read token %s: %s; check the tokenFile in %s or mount "
-                 "the service account token", c->token_file, ferr, c->source ? c->source : "");
+        snprintf(err, errlen,
+                 "could not read token %s: %s; check the tokenFile in %s or mount "
+                 "the service account token",
+                 c->token_file, ferr, c->source ? c->source : "");
         return OP_EAUTH;
     }
     str_free_secret(&c->token);
@@ -670,8 +707,10 @@ static int run_plugin(const struct kube_exec *x, struct buf *out, char *err, siz
     envp = xcalloc(nenv + ne + 2, sizeof(char *));
     memcpy(envp, environ, nenv * sizeof(char *));
     memcpy(envp + nenv, x->env, ne * sizeof(char *));
-    snprintf(info, sizeof(info), "KUBERNETES_EXEC_INFO={\"apiVersion\":\"%s\",\"kind\":"
-             "\"ExecCredential\",\"spec\":{\"interactive\":false}}", x->api_version);
+    snprintf(info, sizeof(info),
+             "KUBERNETES_EXEC_INFO={\"apiVersion\":\"%s\",\"kind\":"
+             "\"ExecCredential\",\"spec\":{\"interactive\":false}}",
+             x->api_version);
     envp[nenv + ne] = info;
     if (pipe2(pipefd, O_CLOEXEC)) {
         snprintf(err, errlen, "exec plugin %s: pipe: %s", cmd, strerror(errno));
@@ -684,8 +723,8 @@ static int run_plugin(const struct kube_exec *x, struct buf *out, char *err, siz
     close(pipefd[1]);
     pipefd[1] = -1;
     if (status) {
-        snprintf(err, errlen, "exec plugin %s: cannot run: %s; install it or fix user.exec.command"
-                 , cmd, strerror(status));
+        snprintf(err, errlen, "exec plugin %s: cannot run: %s; install it or fix user.exec.command",
+                 cmd, strerror(status));
         pid = -1;
         goto out;
     }
@@ -720,8 +759,10 @@ out:
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
             ;
         if (rc == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-            snprintf(err, errlen, "exec plugin %s: exited with status %d; run it by hand to see "
-                     "why", cmd, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+            snprintf(err, errlen,
+                     "exec plugin %s: exited with status %d; run it by hand to see "
+                     "why",
+                     cmd, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
             rc = OP_EAUTH;
         }
     }
@@ -748,8 +789,10 @@ static int run_exec(struct kube_config *c, char *err, size_t errlen)
     st = json_object_get(doc, "status");
     apiv = json_string_value(json_object_get(doc, "apiVersion"));
     if (!json_is_object(st) || !apiv || strcmp(apiv, c->exec->api_version) != 0) {
-        snprintf(err, errlen, "exec plugin %s: output is not an ExecCredential of %s with a "
-                 "status; check the plugin's version", c->exec->command, c->exec->api_version);
+        snprintf(err, errlen,
+                 "exec plugin %s: output is not an ExecCredential of %s with a "
+                 "status; check the plugin's version",
+                 c->exec->command, c->exec->api_version);
         goto out;
     }
     tok = json_string_value(json_object_get(st, "token"));
@@ -757,8 +800,10 @@ static int run_exec(struct kube_config *c, char *err, size_t errlen)
     key = json_string_value(json_object_get(st, "clientKeyData"));
     exp = json_string_value(json_object_get(st, "expirationTimestamp"));
     if (!tok && !(cert && key)) {
-        snprintf(err, errlen, "exec plugin %s: ExecCredential has neither status.token nor "
-                 "clientCertificateData+clientKeyData", c->exec->command);
+        snprintf(err, errlen,
+                 "exec plugin %s: ExecCredential has neither status.token nor "
+                 "clientCertificateData+clientKeyData",
+                 c->exec->command);
         goto out;
     }
     if (exp && parse_rfc3339(exp) < 0) {

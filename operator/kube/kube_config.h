@@ -26,10 +26,10 @@
 #include <time.h>
 
 #define KUBE_CONFIG_MAX_FILE (4u << 20) /* a kubeconfig larger than this is refused */
-#define KUBE_TOKEN_REREAD_S 60          /* token files (projected SA tokens) are re-read this often */
-#define KUBE_EXEC_TIMEOUT_S 30          /* an exec plugin that takes longer is killed */
+#define KUBE_TOKEN_REREAD_S  60 /* token files (projected SA tokens) are re-read this often */
+#define KUBE_EXEC_TIMEOUT_S  30 /* an exec plugin that takes longer is killed */
 #define KUBE_EXEC_MAX_OUTPUT (1u << 20) /* ... or prints more than this */
-#define KUBE_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+#define KUBE_SA_DIR          "/var/run/secrets/kubernetes.io/serviceaccount"
 
 /* Bytes in memory (PEM). Owned by the struct that holds it. */
 struct kube_blob {
@@ -39,10 +39,10 @@ struct kube_blob {
 
 struct kube_exec {
     char *command;
-    char **args;    /* NULL-terminated */
-    char **env;     /* "NAME=value", NULL-terminated; added to the plugin's environment */
+    char **args; /* NULL-terminated */
+    char **env;  /* "NAME=value", NULL-terminated; added to the plugin's environment */
     char *api_version;
-    char *dir;      /* directory of the kubeconfig, for a relative command */
+    char *dir; /* directory of the kubeconfig, for a relative command */
 };
 
 struct kube_config {
@@ -53,15 +53,15 @@ struct kube_config {
     struct kube_blob ca_data;
     char *cert_file, *key_file;
     struct kube_blob cert_data, key_data;
-    char *token;           /* current bearer token (static, read from token_file or from exec) */
+    char *token; /* current bearer token (static, read from token_file or from exec) */
     char *token_file;
     time_t token_read_at;
     struct kube_exec *exec;
-    time_t exec_expiry;    /* 0: the plugin's credential does not expire; refreshed on 401 */
-    bool exec_have;        /* the plugin has run and its credential is loaded */
-    char *namespace;       /* the context's namespace, the in-cluster one, or "default" */
-    char *context;         /* context name, or "in-cluster" */
-    char *source;          /* where it came from, for messages */
+    time_t exec_expiry; /* 0: the plugin's credential does not expire; refreshed on 401 */
+    bool exec_have;     /* the plugin has run and its credential is loaded */
+    char *namespace;    /* the context's namespace, the in-cluster one, or "default" */
+    char *context;      /* context name, or "in-cluster" */
+    char *source;       /* where it came from, for messages */
 };
 
 /*

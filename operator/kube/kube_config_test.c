@@ -75,8 +75,8 @@ static void test_merge_first_wins(void)
         fprintf(stderr, "%s\n", err);
         return;
     }
-    TEST_EQ_STR(c->context, "from-b");      /* current-context from the first file setting it */
-    TEST_EQ_STR(c->token, "from-a");        /* user "shared": first file wins */
+    TEST_EQ_STR(c->context, "from-b"); /* current-context from the first file setting it */
+    TEST_EQ_STR(c->token, "from-a");   /* user "shared": first file wins */
     TEST_EQ_STR(c->server, "https://[::1]:6443");
     TEST_CHECK(c->insecure);
     TEST_EQ_STR(c->ca_file, TD "/certs/ca.crt"); /* relative to merge-b.yaml */

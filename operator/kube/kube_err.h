@@ -12,17 +12,17 @@
 
 enum op_err {
     OP_OK = 0,
-    OP_EINVAL = -1,         /* a bad argument from the caller (a programming error) */
-    OP_ECONFIG = -2,        /* bad or missing configuration (kubeconfig, flags, env) */
-    OP_EIO = -3,            /* reading a local file or running a process failed */
-    OP_EHTTP = -4,          /* transport: DNS, connect, TLS, reset; retried for idempotent verbs */
-    OP_ETIMEDOUT = -5,      /* the call's deadline passed */
-    OP_EPARSE = -6,         /* a response or file that is not the JSON/YAML we expect */
-    OP_ETOOBIG = -7,        /* input over its named limit (KUBE_MAX_BODY, WATCH_MAX_LINE, ...) */
-    OP_ENOTFOUND = -8,      /* 404 NotFound */
-    OP_ECONFLICT = -9,      /* 409 Conflict: stale resourceVersion, failed precondition, SSA owner */
-    OP_EEXIST = -10,        /* 409 AlreadyExists */
-    OP_EGONE = -11,         /* 410 Gone / Expired: resourceVersion or continue token too old */
+    OP_EINVAL = -1,    /* a bad argument from the caller (a programming error) */
+    OP_ECONFIG = -2,   /* bad or missing configuration (kubeconfig, flags, env) */
+    OP_EIO = -3,       /* reading a local file or running a process failed */
+    OP_EHTTP = -4,     /* transport: DNS, connect, TLS, reset; retried for idempotent verbs */
+    OP_ETIMEDOUT = -5, /* the call's deadline passed */
+    OP_EPARSE = -6,    /* a response or file that is not the JSON/YAML we expect */
+    OP_ETOOBIG = -7,   /* input over its named limit (KUBE_MAX_BODY, WATCH_MAX_LINE, ...) */
+    OP_ENOTFOUND = -8, /* 404 NotFound */
+    OP_ECONFLICT = -9, /* 409 Conflict: stale resourceVersion, failed precondition, SSA owner */
+    OP_EEXIST = -10,   /* 409 AlreadyExists */
+    OP_EGONE = -11,    /* 410 Gone / Expired: resourceVersion or continue token too old */
     OP_EUNAUTHORIZED = -12, /* 401: no or bad credentials */
     OP_EFORBIDDEN = -13,    /* 403: RBAC denies the verb */
     OP_EINVALID = -14,      /* 422 Invalid: the object failed validation */

@@ -13,7 +13,7 @@
 /* The handler's script: what each test wants the server to do, and what it saw. */
 struct script {
     atomic_int calls;
-    int fail_first;          /* answer this many calls with fail_code first */
+    int fail_first; /* answer this many calls with fail_code first */
     int fail_code;
     const char *fail_headers;
     int sleep_ms;
@@ -26,8 +26,10 @@ static struct script S;
 
 static const char *status_body(int code, const char *reason, const char *msg, char *buf, size_t n)
 {
-    snprintf(buf, n, "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
-             "\"message\":\"%s\",\"reason\":\"%s\",\"code\":%d}", msg, reason, code);
+    snprintf(buf, n,
+             "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
+             "\"message\":\"%s\",\"reason\":\"%s\",\"code\":%d}",
+             msg, reason, code);
     return buf;
 }
 
@@ -41,8 +43,9 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
     if (S.sleep_ms)
         usleep((useconds_t)S.sleep_ms * 1000);
     if (n < S.fail_first) {
-        testsrv_respond(c, S.fail_code, S.fail_headers,
-                        status_body(S.fail_code, "TooManyRequests", "slow down", body, sizeof(body)));
+        testsrv_respond(
+            c, S.fail_code, S.fail_headers,
+            status_body(S.fail_code, "TooManyRequests", "slow down", body, sizeof(body)));
         return 0;
     }
     if (strncmp(r->path, "/api/v1/namespaces/ml/pods?", 27) == 0) {
@@ -52,39 +55,42 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
             page = q + 9;
         if (*page == '2' && S.expire_continue_once) {
             S.expire_continue_once = 0;
-            testsrv_respond(c, 410, NULL, status_body(410, "Expired", "continue expired", body,
-                                                      sizeof(body)));
+            testsrv_respond(c, 410, NULL,
+                            status_body(410, "Expired", "continue expired", body, sizeof(body)));
             return 0;
         }
         int p = atoi(page);
-        snprintf(body, sizeof(body), "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":"
+        snprintf(body, sizeof(body),
+                 "{\"kind\":\"PodList\",\"metadata\":{\"resourceVersion\":"
                  "\"%d\",\"continue\":\"%s\"},\"items\":[{\"metadata\":{\"name\":\"p%d\"}},"
-                 "{\"metadata\":{\"name\":\"p%d\"}}]}", 100 + p, p < 3 ? (p == 1 ? "2" : "3") : "",
-                 2 * p - 1, 2 * p);
+                 "{\"metadata\":{\"name\":\"p%d\"}}]}",
+                 100 + p, p < 3 ? (p == 1 ? "2" : "3") : "", 2 * p - 1, 2 * p);
         testsrv_respond(c, 200, NULL, body);
         return 0;
     }
     if (strstr(r->path, "/missing")) {
-        testsrv_respond(c, 404, NULL, status_body(404, "NotFound", "pods \\\"missing\\\" not found",
-                                                  body, sizeof(body)));
+        testsrv_respond(
+            c, 404, NULL,
+            status_body(404, "NotFound", "pods \\\"missing\\\" not found", body, sizeof(body)));
         return 0;
     }
     if (strstr(r->path, "/exists")) {
-        testsrv_respond(c, 409, NULL, status_body(409, "AlreadyExists", "already exists", body,
-                                                  sizeof(body)));
+        testsrv_respond(c, 409, NULL,
+                        status_body(409, "AlreadyExists", "already exists", body, sizeof(body)));
         return 0;
     }
     if (strstr(r->path, "/stale")) {
-        testsrv_respond(c, 409, NULL, status_body(409, "Conflict", "the object has been modified",
-                                                  body, sizeof(body)));
+        testsrv_respond(
+            c, 409, NULL,
+            status_body(409, "Conflict", "the object has been modified", body, sizeof(body)));
         return 0;
     }
     if (strstr(r->path, "/secret")) {
         char auth[256] = "";
         testsrv_header(r, "Authorization", auth, sizeof(auth));
         if (strcmp(auth, "Bearer new-token") != 0) {
-            testsrv_respond(c, 401, NULL, status_body(401, "Unauthorized", "Unauthorized", body,
-                                                      sizeof(body)));
+            testsrv_respond(c, 401, NULL,
+                            status_body(401, "Unauthorized", "Unauthorized", body, sizeof(body)));
             return 0;
         }
     }
@@ -96,7 +102,8 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
         free(b);
         return 0;
     }
-    testsrv_respond(c, 200, NULL, "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\","
+    testsrv_respond(c, 200, NULL,
+                    "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\","
                     "\"namespace\":\"ml\",\"resourceVersion\":\"7\"}}");
     return 0;
 }
@@ -179,7 +186,7 @@ static void test_retry_after_and_idempotency(void)
     S.fail_headers = "Retry-After: 1\r\n";
     t0 = mono();
     TEST_EQ_INT(kube_create(kc, "/api/v1/namespaces/ml/pods", obj, &out), 0); /* 429: any verb */
-    TEST_CHECK(mono() - t0 >= 0.95);                                         /* honoured */
+    TEST_CHECK(mono() - t0 >= 0.95);                                          /* honoured */
     TEST_EQ_INT(atomic_load(&S.calls), 2);
     json_decref(out);
 
@@ -213,8 +220,9 @@ static void test_list_pagination_and_restart(void)
     reset();
     TEST_EQ_INT(kube_list(kc, "/api/v1/namespaces/ml/pods", &lo, &items, &rv), 0);
     TEST_EQ_INT(json_array_size(items), 6);
-    TEST_EQ_STR(json_string_value(json_object_get(json_object_get(json_array_get(items, 5),
-                                                                  "metadata"), "name")), "p6");
+    TEST_EQ_STR(json_string_value(
+                    json_object_get(json_object_get(json_array_get(items, 5), "metadata"), "name")),
+                "p6");
     TEST_EQ_STR(rv, "101"); /* the snapshot's version: from the first page */
     TEST_EQ_INT(atomic_load(&S.calls), 3);
     TEST_CHECK(strstr(S.last.path, "labelSelector=app%3Dx%2Ctier%20in%20%28a%2Cb%29") != NULL);
@@ -237,8 +245,10 @@ static void test_patch_and_delete_requests(void)
     struct kube_client *kc = client(NULL, NULL);
     json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "labels", "a", "b");
     struct kube_patch_opts po = {.field_manager = "gantry", .force = true};
-    struct kube_delete_opts dopt = {.propagation_policy = "Foreground", .precondition_uid = "u-1",
-                                    .precondition_rv = "42", .grace_period_seconds = -1};
+    struct kube_delete_opts dopt = {.propagation_policy = "Foreground",
+                                    .precondition_uid = "u-1",
+                                    .precondition_rv = "42",
+                                    .grace_period_seconds = -1};
     char ct[128];
 
     reset();
@@ -253,8 +263,8 @@ static void test_patch_and_delete_requests(void)
     TEST_EQ_STR(ct, "application/apply-patch+yaml");
     TEST_EQ_STR(S.last.path, "/api/v1/namespaces/ml/pods/a?fieldManager=gantry&force=true");
     TEST_EQ_INT(kube_patch(kc, "/x", KUBE_PATCH_APPLY, patch, NULL, NULL), OP_EINVAL);
-    json_t *jp = json_pack("[{s:s, s:s, s:s}]", "op", "add", "path", "/metadata/labels/c",
-                           "value", "d");
+    json_t *jp =
+        json_pack("[{s:s, s:s, s:s}]", "op", "add", "path", "/metadata/labels/c", "value", "d");
     TEST_EQ_INT(kube_patch(kc, "/api/v1/namespaces/ml/pods/a", KUBE_PATCH_JSON, jp, NULL, NULL), 0);
     testsrv_header(&S.last, "Content-Type", ct, sizeof(ct));
     TEST_EQ_STR(ct, "application/json-patch+json");
@@ -266,12 +276,14 @@ static void test_patch_and_delete_requests(void)
     TEST_EQ_STR(json_string_value(json_object_get(b, "propagationPolicy")), "Foreground");
     TEST_EQ_STR(json_string_value(json_object_get(json_object_get(b, "preconditions"), "uid")),
                 "u-1");
-    TEST_EQ_STR(json_string_value(json_object_get(json_object_get(b, "preconditions"),
-                                                  "resourceVersion")), "42");
+    TEST_EQ_STR(
+        json_string_value(json_object_get(json_object_get(b, "preconditions"), "resourceVersion")),
+        "42");
     TEST_CHECK(json_object_get(b, "gracePeriodSeconds") == NULL);
     json_decref(b);
     /* a zeroed struct keeps the server's grace period; only grace_now sends 0 */
-    struct kube_delete_opts zero = {0}, now = {.grace_now = true}, thirty = {.grace_period_seconds = 30};
+    struct kube_delete_opts zero = {0}, now = {.grace_now = true},
+                            thirty = {.grace_period_seconds = 30};
     TEST_EQ_INT(kube_delete(kc, "/api/v1/namespaces/ml/pods/a", &zero, NULL), 0);
     TEST_CHECK(strstr(S.last_body, "gracePeriodSeconds") == NULL);
     TEST_EQ_INT(kube_delete(kc, "/api/v1/namespaces/ml/pods/a", &now, NULL), 0);

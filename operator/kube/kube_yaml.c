@@ -118,8 +118,8 @@ int kube_yaml_to_json(const char *yaml, size_t len, json_t **out, char *err, siz
             break;
         case YAML_SCALAR_EVENT:
             if (depth > 0 && json_is_object(st[depth - 1].node) && !st[depth - 1].key) {
-                st[depth - 1].key = xstrndup((const char *)ev.data.scalar.value,
-                                             ev.data.scalar.length);
+                st[depth - 1].key =
+                    xstrndup((const char *)ev.data.scalar.value, ev.data.scalar.length);
             } else {
                 json_t *v = scalar_value(&ev);
                 if (!v)

@@ -43,8 +43,8 @@ void kube_micro_time(char *out, size_t outlen)
 
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000);
+    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000);
 }
 
 struct lease_elector *lease_new(const struct kube_config *cfg, const struct kube_client_opts *copts,
@@ -199,8 +199,8 @@ static void *run(void *arg)
                     (rc == OP_ENOTLEADER && strcmp(e->obs_holder, e->id) != 0))) {
             /* Could not renew within the deadline: someone else may take over any moment. */
             atomic_store(&e->leader, false);
-            log_error("Lost Lease", "{s:s, s:s, s:s}", "name", e->name, "identity", e->id,
-                      "error", op_strerror(rc));
+            log_error("Lost Lease", "{s:s, s:s, s:s}", "name", e->name, "identity", e->id, "error",
+                      op_strerror(rc));
             if (e->o.on_stopped)
                 e->o.on_stopped(e->o.ud);
         } else if (rc && rc != OP_ENOTLEADER) {
@@ -208,8 +208,9 @@ static void *run(void *arg)
                      op_strerror(rc), "message", kube_last_status(e->kc)->message);
         }
         /* Jitter only while waiting to acquire, as client-go does. */
-        nap(e, atomic_load(&e->leader) ? e->o.retry_period_ms
-                                       : e->o.retry_period_ms + random() % (e->o.retry_period_ms / 5 + 1));
+        nap(e, atomic_load(&e->leader)
+                   ? e->o.retry_period_ms
+                   : e->o.retry_period_ms + random() % (e->o.retry_period_ms / 5 + 1));
     }
     return NULL;
 }
@@ -232,8 +233,7 @@ static void release_locked(struct lease_elector *e)
     if (kube_get(e->kc, e->path, &lease))
         goto out;
     spec = json_object_get(lease, "spec");
-    if (!json_is_object(spec) ||
-        !json_string_value(json_object_get(spec, "holderIdentity")) ||
+    if (!json_is_object(spec) || !json_string_value(json_object_get(spec, "holderIdentity")) ||
         strcmp(json_string_value(json_object_get(spec, "holderIdentity")), e->id) != 0)
         goto out;
     kube_micro_time(now, sizeof(now));

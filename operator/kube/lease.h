@@ -19,12 +19,12 @@
 #include "operator/kube/kube.h"
 
 struct lease_opts {
-    const char *namespace;   /* where the Lease lives */
-    const char *name;        /* e.g. "gantry-operator" */
-    const char *identity;    /* unique per process, e.g. the pod name + a random suffix */
-    long lease_duration_ms;  /* 0: 15000 */
-    long renew_deadline_ms;  /* 0: 10000 */
-    long retry_period_ms;    /* 0: 2000 */
+    const char *namespace;        /* where the Lease lives */
+    const char *name;             /* e.g. "gantry-operator" */
+    const char *identity;         /* unique per process, e.g. the pod name + a random suffix */
+    long lease_duration_ms;       /* 0: 15000 */
+    long renew_deadline_ms;       /* 0: 10000 */
+    long retry_period_ms;         /* 0: 2000 */
     void (*on_started)(void *ud); /* became leader; runs on the elector thread */
     void (*on_stopped)(void *ud); /* lost or released leadership */
     void *ud;

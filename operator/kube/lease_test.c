@@ -88,9 +88,11 @@ static const char *holder(void)
 {
     static char h[64];
     pthread_mutex_lock(&mu);
-    snprintf(h, sizeof(h), "%s",
-             json_string_value(json_object_get(json_object_get(lease, "spec"), "holderIdentity"))
-                 ? json_string_value(json_object_get(json_object_get(lease, "spec"), "holderIdentity")) : "");
+    snprintf(
+        h, sizeof(h), "%s",
+        json_string_value(json_object_get(json_object_get(lease, "spec"), "holderIdentity"))
+            ? json_string_value(json_object_get(json_object_get(lease, "spec"), "holderIdentity"))
+            : "");
     pthread_mutex_unlock(&mu);
     return h;
 }
@@ -103,17 +105,28 @@ static double mono(void)
 }
 
 static atomic_int a_started, a_stopped;
-static void a_on(void *ud) { atomic_fetch_add(&a_started, 1); }
-static void a_off(void *ud) { atomic_fetch_add(&a_stopped, 1); }
+static void a_on(void *ud)
+{
+    atomic_fetch_add(&a_started, 1);
+}
+static void a_off(void *ud)
+{
+    atomic_fetch_add(&a_stopped, 1);
+}
 
 static void test_acquire_handover_release(void)
 {
     struct testsrv *srv = testsrv_start(handler, NULL);
     struct kube_config cfg = {0};
     char server[64];
-    struct lease_opts o = {.namespace = "ops", .name = "gantry", .identity = "a",
-                           .lease_duration_ms = 1000, .renew_deadline_ms = 700,
-                           .retry_period_ms = 100, .on_started = a_on, .on_stopped = a_off};
+    struct lease_opts o = {.namespace = "ops",
+                           .name = "gantry",
+                           .identity = "a",
+                           .lease_duration_ms = 1000,
+                           .renew_deadline_ms = 700,
+                           .retry_period_ms = 100,
+                           .on_started = a_on,
+                           .on_stopped = a_off};
 
     snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
     cfg.server = server;
@@ -149,8 +162,8 @@ static void test_acquire_handover_release(void)
     TEST_CHECK(took >= 0.5 && took < 2.5);
     TEST_EQ_STR(holder(), "b");
     pthread_mutex_lock(&mu);
-    TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(lease, "spec"),
-                                                   "leaseTransitions")), 1);
+    TEST_EQ_INT(
+        json_integer_value(json_object_get(json_object_get(lease, "spec"), "leaseTransitions")), 1);
     pthread_mutex_unlock(&mu);
 
     /* b releases: c acquires at its next attempt, without waiting for the duration */
@@ -174,8 +187,11 @@ static void test_rv_guard(void)
     struct testsrv *srv = testsrv_start(handler, NULL);
     struct kube_config cfg = {0};
     char server[64];
-    struct lease_opts o = {.namespace = "ops", .name = "race", .identity = "x",
-                           .lease_duration_ms = 1000, .renew_deadline_ms = 700,
+    struct lease_opts o = {.namespace = "ops",
+                           .name = "race",
+                           .identity = "x",
+                           .lease_duration_ms = 1000,
+                           .renew_deadline_ms = 700,
                            .retry_period_ms = 100};
 
     snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));

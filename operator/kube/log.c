@@ -138,7 +138,8 @@ void log_emit(enum log_level level, const char *msg, const char *fields, ...)
     if (extra && json_is_object(extra)) {
         const char *k;
         json_t *v;
-        json_object_foreach(extra, k, v) {
+        json_object_foreach(extra, k, v)
+        {
             if (!json_object_get(line, k))
                 json_object_set(line, k, v);
         }

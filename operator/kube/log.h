@@ -2,7 +2,8 @@
  * log.h - the operator's logger: one JSON object per line (STYLE.md section 10).
  *
  *   log_info("Created Pod", "{s:s, s:i}", "trainjob", "ml/spam", "replica", 3);
- *   -> {"ts":"2026-11-30T07:12:01.123Z","level":"info","msg":"Created Pod","trainjob":"ml/spam","replica":3}
+ *   -> {"ts":"2026-11-30T07:12:01.123Z","level":"info","msg":"Created
+ * Pod","trainjob":"ml/spam","replica":3}
  *
  * Fields use Jansson's json_pack() format (an object format, or none at all). The level is
  * checked in the macro before any argument is formatted, so a disabled debug line costs one
@@ -16,7 +17,7 @@
 
 enum log_level { LOG_LEVEL_DEBUG = 0, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
 
-#define LOG_BURST 5
+#define LOG_BURST    5
 #define LOG_WINDOW_S 10
 #define LOG_MAX_LINE 8192 /* longer lines are cut and marked "truncated":true */
 
@@ -38,8 +39,8 @@ void log_emit(enum log_level level, const char *msg, const char *fields, ...);
             log_emit((lvl), __VA_ARGS__, NULL);                                                    \
     } while (0)
 #define log_debug(...) LOG_AT_(LOG_LEVEL_DEBUG, __VA_ARGS__)
-#define log_info(...) LOG_AT_(LOG_LEVEL_INFO, __VA_ARGS__)
-#define log_warn(...) LOG_AT_(LOG_LEVEL_WARN, __VA_ARGS__)
+#define log_info(...)  LOG_AT_(LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_warn(...)  LOG_AT_(LOG_LEVEL_WARN, __VA_ARGS__)
 #define log_error(...) LOG_AT_(LOG_LEVEL_ERROR, __VA_ARGS__)
 
 #endif /* GANTRY_LOG_H */

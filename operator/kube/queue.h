@@ -16,7 +16,7 @@
 #include <stddef.h>
 
 #define QUEUE_BASE_MS 5
-#define QUEUE_MAX_MS (1000L * 1000)
+#define QUEUE_MAX_MS  (1000L * 1000)
 
 struct queue;
 

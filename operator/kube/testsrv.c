@@ -53,16 +53,26 @@ static int send_all(int fd, const char *p, size_t n)
 static const char *reason(int code)
 {
     switch (code) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Status";
     }
 }
 
@@ -71,8 +81,10 @@ void testsrv_respond(struct testsrv_conn *c, int code, const char *extra, const 
     char head[1024];
     size_t n = body ? strlen(body) : 0;
 
-    snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\n%s\r\n", code, reason(code), n, extra ? extra : "");
+    snprintf(head, sizeof(head),
+             "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n%s\r\n",
+             code, reason(code), n, extra ? extra : "");
     if (send_all(c->fd, head, strlen(head)) == 0 && n)
         send_all(c->fd, body, n);
 }
@@ -80,8 +92,10 @@ void testsrv_respond(struct testsrv_conn *c, int code, const char *extra, const 
 void testsrv_chunked_start(struct testsrv_conn *c, int code)
 {
     char head[256];
-    snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-             "Transfer-Encoding: chunked\r\n\r\n", code, reason(code));
+    snprintf(head, sizeof(head),
+             "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n",
+             code, reason(code));
     send_all(c->fd, head, strlen(head));
 }
 

@@ -234,8 +234,8 @@ static json_t *tombstone(const char *key, const char *rv)
 /* Lists and diffs against the known set (everything is ADDED the first time). */
 static int relist(struct watch *w)
 {
-    struct kube_list_opts lo = {.label_selector = w->labels, .field_selector = w->fields,
-                                .limit = w->o.page_limit};
+    struct kube_list_opts lo = {
+        .label_selector = w->labels, .field_selector = w->fields, .limit = w->o.page_limit};
     json_t *items = NULL, *it;
     char *rv = NULL, key[512];
     struct strmap seen;
@@ -248,7 +248,8 @@ static int relist(struct watch *w)
     if (rc)
         return rc;
     strmap_init(&seen);
-    json_array_foreach(items, i, it) {
+    json_array_foreach(items, i, it)
+    {
         const char *orv = kube_object_rv(it), *old;
         if (kube_object_key(it, key, sizeof(key)))
             continue;
@@ -371,8 +372,10 @@ static void watch_url(struct watch *w, char *q, size_t n, long timeout_s)
     char *l = w->labels ? curl_easy_escape(NULL, w->labels, 0) : NULL;
     char *f = w->fields ? curl_easy_escape(NULL, w->fields, 0) : NULL;
 
-    snprintf(q, n, "%s%swatch=1&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%ld"
-             "%s%s%s%s", w->path, strchr(w->path, '?') ? "&" : "?", w->rv, timeout_s,
+    snprintf(q, n,
+             "%s%swatch=1&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%ld"
+             "%s%s%s%s",
+             w->path, strchr(w->path, '?') ? "&" : "?", w->rv, timeout_s,
              l ? "&labelSelector=" : "", l ? l : "", f ? "&fieldSelector=" : "", f ? f : "");
     curl_free(l);
     curl_free(f);

@@ -61,14 +61,15 @@ struct watch_opts {
     const char *path;           /* collection path, e.g. /api/v1/namespaces/ml/pods */
     const char *label_selector; /* NULL: all */
     const char *field_selector;
-    long timeout_s;             /* server timeoutSeconds per watch; 0: 300..600 s, jittered */
-    long dead_after_s;          /* 0: 120 (kube-apiserver bookmarks at least every minute) */
-    long page_limit;            /* list page size; 0: 500 */
-    long backoff_max_ms;        /* 0: 30000 */
+    long timeout_s;              /* server timeoutSeconds per watch; 0: 300..600 s, jittered */
+    long dead_after_s;           /* 0: 120 (kube-apiserver bookmarks at least every minute) */
+    long page_limit;             /* list page size; 0: 500 */
+    long backoff_max_ms;         /* 0: 30000 */
     void (*on_listed)(void *ud); /* optional: after each complete (re)list has been delivered */
 };
 
-/* obj is borrowed. Return nonzero to end watch_run() with that value. Called on the watch thread. */
+/* obj is borrowed. Return nonzero to end watch_run() with that value. Called on the watch thread.
+ */
 typedef int (*watch_event_fn)(void *ud, enum kube_event type, json_t *obj);
 
 struct watch_stats {

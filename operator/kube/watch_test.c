@@ -58,7 +58,8 @@ static void test_parse_event(void)
 {
     enum kube_event t;
     json_t *o = NULL;
-    const char *ok = "{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}";
+    const char *ok =
+        "{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}";
     TEST_EQ_INT(watch_parse_event(ok, strlen(ok), &t, &o), 0);
     TEST_EQ_INT(t, KUBE_EVENT_BOOKMARK);
     TEST_EQ_STR(kube_object_rv(o), "9");
@@ -75,8 +76,10 @@ static char watch_rvs[8][32];
 
 static void ev(char *out, size_t n, const char *type, const char *name, const char *rv)
 {
-    snprintf(out, n, "{\"type\":\"%s\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\","
-             "\"namespace\":\"ml\",\"resourceVersion\":\"%s\"}}}\n", type, name, rv);
+    snprintf(out, n,
+             "{\"type\":\"%s\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\","
+             "\"namespace\":\"ml\",\"resourceVersion\":\"%s\"}}}\n",
+             type, name, rv);
 }
 
 static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r)
@@ -86,14 +89,19 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
     if (!strstr(r->path, "watch=1")) {
         int l = atomic_fetch_add(&nlist, 1);
         if (l == 0)
-            testsrv_respond(c, 200, NULL, "{\"metadata\":{\"resourceVersion\":\"10\"},\"items\":["
-                            "{\"metadata\":{\"name\":\"a\",\"namespace\":\"ml\",\"resourceVersion\":\"5\"}},"
-                            "{\"metadata\":{\"name\":\"b\",\"namespace\":\"ml\",\"resourceVersion\":\"6\"}}]}");
+            testsrv_respond(
+                c, 200, NULL,
+                "{\"metadata\":{\"resourceVersion\":\"10\"},\"items\":["
+                "{\"metadata\":{\"name\":\"a\",\"namespace\":\"ml\",\"resourceVersion\":\"5\"}},"
+                "{\"metadata\":{\"name\":\"b\",\"namespace\":\"ml\",\"resourceVersion\":\"6\"}}]}");
         else
-            testsrv_respond(c, 200, NULL, "{\"metadata\":{\"resourceVersion\":\"20\"},\"items\":["
-                            "{\"metadata\":{\"name\":\"a\",\"namespace\":\"ml\",\"resourceVersion\":\"12\"}},"
-                            "{\"metadata\":{\"name\":\"c\",\"namespace\":\"ml\",\"resourceVersion\":\"18\"}},"
-                            "{\"metadata\":{\"name\":\"d\",\"namespace\":\"ml\",\"resourceVersion\":\"19\"}}]}");
+            testsrv_respond(
+                c, 200, NULL,
+                "{\"metadata\":{\"resourceVersion\":\"20\"},\"items\":["
+                "{\"metadata\":{\"name\":\"a\",\"namespace\":\"ml\",\"resourceVersion\":\"12\"}},"
+                "{\"metadata\":{\"name\":\"c\",\"namespace\":\"ml\",\"resourceVersion\":\"18\"}},"
+                "{\"metadata\":{\"name\":\"d\",\"namespace\":\"ml\",\"resourceVersion\":\"19\"}}]"
+                "}");
         return 0;
     }
     int n = atomic_fetch_add(&nwatch, 1);
@@ -161,8 +169,10 @@ static void test_list_watch_relist_dead(void)
 {
     struct testsrv *srv = testsrv_start(handler, NULL);
     struct kube_config cfg = {0};
-    struct watch_opts wo = {.path = "/api/v1/namespaces/ml/pods", .timeout_s = 30,
-                            .dead_after_s = 1, .backoff_max_ms = 200};
+    struct watch_opts wo = {.path = "/api/v1/namespaces/ml/pods",
+                            .timeout_s = 30,
+                            .dead_after_s = 1,
+                            .backoff_max_ms = 200};
     struct watch_stats st;
     char server[64];
     struct watch *w;
@@ -174,12 +184,12 @@ static void test_list_watch_relist_dead(void)
     watch_get_stats(w, &st);
 
     const char *want[] = {
-        "ADDED a 5", "ADDED b 6",                          /* initial list */
-        "ADDED c 11", "MODIFIED a 12", "BOOKMARK - 15",   /* first watch */
+        "ADDED a 5", "ADDED b 6",                           /* initial list */
+        "ADDED c 11", "MODIFIED a 12", "BOOKMARK - 15",     /* first watch */
         "MODIFIED c 18", "ADDED d 19", "DELETED b 6 synth", /* relist after ERROR 410 */
         /* relist after HTTP 410: nothing changed, so nothing delivered */
-        "DELETED d 21",                                    /* then the connection goes silent */
-        "BOOKMARK - 22",                                   /* reconnected from rv 21 */
+        "DELETED d 21",  /* then the connection goes silent */
+        "BOOKMARK - 22", /* reconnected from rv 21 */
     };
     int nwant = (int)(sizeof(want) / sizeof(want[0]));
     TEST_EQ_INT(nseen, nwant);

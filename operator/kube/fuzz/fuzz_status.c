@@ -9,8 +9,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *const fields[] = {"status.phase", "metadata.labels", "spec",
-                                         "status.conditions", "a.b.c.d", "", ".", NULL};
+    static const char *const fields[] = {
+        "status.phase", "metadata.labels", "spec", "status.conditions", "a.b.c.d", "", ".", NULL};
     static const long codes[] = {0, 200, 400, 401, 403, 404, 409, 410, 422, 429, 500, 503};
     struct kube_status st;
     json_t *doc, *p;
