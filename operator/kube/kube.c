@@ -305,14 +305,15 @@ static struct curl_slist *setup(struct kube_client *kc, CURL *h, const char *pat
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
     } else if (c->ca_data.data) {
-        struct curl_blob b = {c->ca_data.data, c->ca_data.len, CURL_BLOB_NOCOPY};
+        /* Blobs are copied into the handle, in memory: an exec plugin's refresh may free ours. */
+        struct curl_blob b = {c->ca_data.data, c->ca_data.len, CURL_BLOB_COPY};
         curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
     } else if (c->ca_file) {
         curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
     }
     if (c->cert_data.data && c->key_data.data) {
-        struct curl_blob cb = {c->cert_data.data, c->cert_data.len, CURL_BLOB_NOCOPY};
-        struct curl_blob kb = {c->key_data.data, c->key_data.len, CURL_BLOB_NOCOPY};
+        struct curl_blob cb = {c->cert_data.data, c->cert_data.len, CURL_BLOB_COPY};
+        struct curl_blob kb = {c->key_data.data, c->key_data.len, CURL_BLOB_COPY};
         curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &cb);
         curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &kb);
         curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
