@@ -30,6 +30,12 @@ gantry_test(exec_test SOURCES ${CTL_DIR}/exec_test.c LIBS gantry_ctl gantry_kube
 add_test(NAME operator_api_test
          COMMAND bash ${PROJECT_SOURCE_DIR}/e2e/api/operator_test.sh $<TARGET_FILE:gantry-operator>)
 set_tests_properties(operator_api_test PROPERTIES LABELS api SKIP_RETURN_CODE 77 TIMEOUT 300)
-gantry_test(tj_crd_test SOURCES ${CTL_DIR}/tj_crd_test.c LIBS gantry_ctl)
+# The CRD, tj.c and (when its config loader is built) gantry-worker must agree.
+if(TARGET gantry_core)
+    gantry_test(tj_crd_test SOURCES ${CTL_DIR}/tj_crd_test.c LIBS gantry_ctl gantry_core)
+    target_compile_definitions(tj_crd_test PRIVATE TJ_WORKER_CFG=1)
+else()
+    gantry_test(tj_crd_test SOURCES ${CTL_DIR}/tj_crd_test.c LIBS gantry_ctl)
+endif()
 target_compile_definitions(tj_crd_test PRIVATE
     TJ_CRD_PATH="${PROJECT_SOURCE_DIR}/manifests/crds/gantry.dev_trainingjobs.yaml")

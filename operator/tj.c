@@ -157,71 +157,158 @@ int tj_nproc(const struct tj *tj)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * spec.training: defaults filled into a private copy (it becomes config.json), then validated.
+ * spec.training: gantry-worker's configuration (worker/cfg.c), rendered as config.json. The
+ * names, kinds and bounds below are the worker's, so a value the worker would refuse (exit 78)
+ * is refused here first, naming the field. Only the fields the CRD defaults get a default here;
+ * the others, when absent, take the worker's own default.
  * ------------------------------------------------------------------------------------------- */
 
-struct int_rule {
-    const char *obj; /* NULL: training itself; else a sub-object of training */
-    const char *key;
-    long long def, min, max;
+enum fkind { FK_INT, FK_NUM, FK_BOOL, FK_STR, FK_ENUM };
+
+struct train_field {
+    const char *path; /* "epochs", "model.hidden", "data.train" */
+    enum fkind kind;
+    double min, max;     /* FK_INT, FK_NUM */
+    const char *choices; /* FK_ENUM: "a|b" */
+    const char *def;     /* default as text; NULL: none */
 };
 
-static const struct int_rule training_ints[] = {
-    {"model", "layers", 2, 1, 256},
-    {"model", "hidden", 128, 1, 65536},
-    {"model", "heads", 4, 1, 1024},
-    {"model", "maxSeqLen", 256, 1, 1048576},
-    {"model", "vocabSize", 0, 0, 10000000},
-    {"model", "numClasses", 0, 0, 100000},
-    {NULL, "epochs", 3, 1, 100000},
-    {NULL, "maxSteps", 0, 0, (long long)1 << 53},
-    {NULL, "batchSize", 32, 1, 1048576},
-    {NULL, "warmupSteps", 100, 0, (long long)1 << 53},
-    {NULL, "seed", 42, 0, (long long)1 << 53},
-    {NULL, "logIntervalSteps", 10, 1, 1 << 30},
+#define TJ_2_30 1073741824.0
+static const struct train_field train_fields[] = {
+    {"task", FK_ENUM, 0, 0, "text-classification", "text-classification"},
+    {"model.type", FK_ENUM, 0, 0, "transformer|ngram", "transformer"},
+    {"model.layers", FK_INT, 1, 128, NULL, "2"},
+    {"model.hidden", FK_INT, 1, 8192, NULL, "128"},
+    {"model.heads", FK_INT, 1, 8192, NULL, "4"},
+    {"model.maxSeqLen", FK_INT, 1, 8192, NULL, "256"},
+    {"model.ffn", FK_INT, 0, 65536, NULL, NULL},
+    {"model.pooling", FK_ENUM, 0, 0, "mean|cls", NULL},
+    {"model.buckets", FK_INT, 1, 67108864, NULL, NULL},
+    {"data.train", FK_STR, 0, 0, NULL, NULL},
+    {"data.eval", FK_STR, 0, 0, NULL, NULL},
+    {"data.vocab", FK_STR, 0, 0, NULL, NULL},
+    {"data.vocabSize", FK_INT, 5, 4194304, NULL, NULL},
+    {"data.minFreq", FK_INT, 1, TJ_2_30, NULL, NULL},
+    {"data.format", FK_ENUM, 0, 0, "auto|jsonl|tsv", NULL},
+    {"data.strict", FK_BOOL, 0, 0, NULL, NULL},
+    {"data.clsSep", FK_BOOL, 0, 0, NULL, NULL},
+    {"epochs", FK_INT, 1, 1000000, NULL, "3"},
+    {"maxSteps", FK_INT, 0, TJ_2_30, NULL, NULL},
+    {"batchSize", FK_INT, 1, 65536, NULL, "32"},
+    {"evalBatchSize", FK_INT, 0, 65536, NULL, NULL},
+    {"gradAccumSteps", FK_INT, 1, 65536, NULL, NULL},
+    {"learningRate", FK_NUM, 1e-9, 10, NULL, "0.0003"},
+    {"scaleLearningRate", FK_BOOL, 0, 0, NULL, "true"},
+    {"warmupSteps", FK_INT, -1, TJ_2_30, NULL, NULL},
+    {"warmupRatio", FK_NUM, 0, 1, NULL, NULL},
+    {"lrDecay", FK_ENUM, 0, 0, "cosine|linear|constant", NULL},
+    {"minLrRatio", FK_NUM, 0, 1, NULL, NULL},
+    {"weightDecay", FK_NUM, 0, 10, NULL, NULL},
+    {"gradClip", FK_NUM, 0, 1e9, NULL, NULL},
+    {"adamBeta1", FK_NUM, 0, 0.999999, NULL, NULL},
+    {"adamBeta2", FK_NUM, 0, 0.999999999, NULL, NULL},
+    {"adamEps", FK_NUM, 1e-30, 1, NULL, NULL},
+    {"seed", FK_INT, 0, 9007199254740992.0, NULL, NULL},
+    {"logInterval", FK_INT, 1, TJ_2_30, NULL, NULL},
+    {"threads", FK_INT, 0, 4096, NULL, NULL},
+    {"report", FK_STR, 0, 0, NULL, NULL},
 };
+#define NTRAIN (sizeof(train_fields) / sizeof(train_fields[0]))
+#define TJ_TRAIN_STR_MAX 1023 /* the worker's CFG_MAX_PATH - 1 */
 
-struct num_rule {
-    const char *key;
-    double def, min, max;
-    bool exclusive_min;
-};
-
-static const struct num_rule training_nums[] = {
-    {"learningRate", 3e-4, 0, 10, true},
-    {"weightDecay", 0.01, 0, 1e9, false},
-    {"gradClip", 1.0, 0, 1e9, false},
-};
-
-static void default_str(json_t *obj, const char *path, const char *key, const char *def,
-                        const char *const *allowed, struct errs *e)
+static bool in_choices(const char *choices, const char *v)
 {
-    json_t *v = json_object_get(obj, key);
+    size_t n = strlen(v);
 
-    if (!v || json_is_null(v)) {
-        if (def)
-            json_object_set_new(obj, key, json_string(def));
-        return;
+    for (const char *p = choices; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0)
+            return true;
+        p = bar ? bar + 1 : NULL;
     }
-    if (!json_is_string(v)) {
-        errf(e, "%s.%s: must be a string", path, key);
-        return;
+    return false;
+}
+
+static json_t *default_value(const struct train_field *f)
+{
+    switch (f->kind) {
+    case FK_INT: return json_integer(strtoll(f->def, NULL, 10));
+    case FK_NUM: return json_real(strtod(f->def, NULL));
+    case FK_BOOL: return json_boolean(strcmp(f->def, "true") == 0);
+    default: return json_string(f->def);
     }
-    if (json_string_length(v) == 0)
-        errf(e, "%s.%s: must not be empty", path, key);
-    else if (allowed && !one_of(json_string_value(v), allowed))
-        errf(e, "%s.%s: unsupported value \"%s\"", path, key, json_string_value(v));
+}
+
+/* Checks one present value against its field; errors name spec.training.<path>. */
+static void check_field(const struct train_field *f, const json_t *v, struct errs *e)
+{
+    long long i;
+    double x;
+
+    switch (f->kind) {
+    case FK_INT:
+        if (!as_int(v, &i))
+            errf(e, "spec.training.%s: must be an integer", f->path);
+        else if (i < (long long)f->min) /* integer compares: 2^53 + 1 is not 2^53 */
+            errf(e, "spec.training.%s: must be >= %.0f (got %lld)", f->path, f->min, i);
+        else if (i > (long long)f->max)
+            errf(e, "spec.training.%s: must be <= %.0f (got %lld)", f->path, f->max, i);
+        break;
+    case FK_NUM:
+        x = json_number_value(v);
+        if (!json_is_number(v))
+            errf(e, "spec.training.%s: must be a number", f->path);
+        else if (!(x >= f->min))
+            errf(e, "spec.training.%s: must be >= %g (got %g)", f->path, f->min, x);
+        else if (x > f->max)
+            errf(e, "spec.training.%s: must be <= %g (got %g)", f->path, f->max, x);
+        break;
+    case FK_BOOL:
+        if (!json_is_boolean(v))
+            errf(e, "spec.training.%s: must be true or false", f->path);
+        break;
+    case FK_STR:
+    case FK_ENUM:
+        if (!json_is_string(v))
+            errf(e, "spec.training.%s: must be a string", f->path);
+        else if (json_string_length(v) == 0)
+            errf(e, "spec.training.%s: must not be empty", f->path);
+        else if (f->kind == FK_STR && json_string_length(v) > TJ_TRAIN_STR_MAX)
+            errf(e, "spec.training.%s: must be at most %d characters", f->path,
+                 TJ_TRAIN_STR_MAX);
+        else if (f->kind == FK_ENUM && !in_choices(f->choices, json_string_value(v)))
+            errf(e, "spec.training.%s: unsupported value \"%s\"; use one of %s", f->path,
+                 json_string_value(v), f->choices);
+        break;
+    }
+}
+
+/* Refuses keys of obj (at prefix "", "model." or "data.") that no field names: the worker
+ * refuses them too, and a typo must not be silently ignored. */
+static void check_known(const json_t *obj, const char *prefix, struct errs *e)
+{
+    const char *key;
+    json_t *v;
+    char path[96];
+
+    json_object_foreach((json_t *)obj, key, v) {
+        bool known = !*prefix && (strcmp(key, "model") == 0 || strcmp(key, "data") == 0);
+
+        snprintf(path, sizeof(path), "%s%s", prefix, key);
+        for (size_t i = 0; i < NTRAIN && !known; i++)
+            known = strcmp(train_fields[i].path, path) == 0;
+        if (!known)
+            errf(e, "spec.training.%s: unknown field (gantry-worker would refuse it)", path);
+    }
 }
 
 static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
 {
-    static const char *const tasks[] = {"text-classification", NULL};
-    static const char *const types[] = {"transformer", "bow", NULL};
-    static const char *const formats[] = {"jsonl", "tsv", NULL};
-    static const char *const precisions[] = {"fp32", "bf16", NULL};
     const json_t *in = json_object_get(spec, "training");
     json_t *t, *model, *data;
-    long long hidden = 0, heads = 0;
+    long long hidden = 0, heads = 0, seq = 0;
+    const char *type;
 
     if (in && !json_is_null(in) && !json_is_object(in)) {
         errf(e, "spec.training: must be an object");
@@ -229,60 +316,42 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     }
     t = json_is_object(in) ? json_deep_copy(in) : json_object();
     tj->training = t;
-    default_str(t, "spec.training", "task", "text-classification", tasks, e);
     model = sub_object(t, "spec.training", "model", e);
-    data = sub_object(t, "spec.training", "data", e);
+    data = json_object_get(t, "data");
+    if (data && !json_is_object(data)) {
+        errf(e, "spec.training.data: must be an object");
+        data = NULL;
+    }
+    check_known(t, "", e);
     if (model)
-        default_str(model, "spec.training.model", "type", "transformer", types, e);
-    if (data) {
-        default_str(data, "spec.training.data", "train", NULL, NULL, e);
-        default_str(data, "spec.training.data", "eval", NULL, NULL, e);
-        default_str(data, "spec.training.data", "vocab", NULL, NULL, e);
-        default_str(data, "spec.training.data", "format", "jsonl", formats, e);
-    }
-    default_str(t, "spec.training", "precision", "fp32", precisions, e);
-    json_object_set_new(t, "scaleLearningRate",
-                        json_boolean(get_bool(t, "spec.training", "scaleLearningRate", true, e)));
+        check_known(model, "model.", e);
+    if (data)
+        check_known(data, "data.", e);
+    for (size_t i = 0; i < NTRAIN; i++) {
+        const struct train_field *f = &train_fields[i];
+        const char *dot = strchr(f->path, '.');
+        json_t *o = !dot ? t : strncmp(f->path, "model.", 6) == 0 ? model : data;
+        const char *key = dot ? dot + 1 : f->path;
+        json_t *v = o ? json_object_get(o, key) : NULL;
 
-    for (size_t i = 0; i < sizeof(training_ints) / sizeof(training_ints[0]); i++) {
-        const struct int_rule *r = &training_ints[i];
-        json_t *o = r->obj ? (strcmp(r->obj, "model") == 0 ? model : data) : t;
-        char path[64];
-        long long v;
-
-        if (!o)
+        if (!v || json_is_null(v)) {
+            if (f->def && o)
+                json_object_set_new(o, key, default_value(f));
             continue;
-        snprintf(path, sizeof(path), "spec.training%s%s", r->obj ? "." : "", r->obj ? r->obj : "");
-        v = get_int(o, path, r->key, r->def, r->min, r->max, e);
-        json_object_set_new(o, r->key, json_integer(v));
-        if (o == model && strcmp(r->key, "hidden") == 0)
-            hidden = v;
-        if (o == model && strcmp(r->key, "heads") == 0)
-            heads = v;
+        }
+        check_field(f, v, e);
     }
-    if (heads > 0 && hidden > 0 && hidden % heads != 0)
+    /* The worker's cross-field rules (cfg_validate), as in the CRD's CEL rules. */
+    as_int(json_object_get(model, "hidden"), &hidden);
+    as_int(json_object_get(model, "heads"), &heads);
+    as_int(json_object_get(model, "maxSeqLen"), &seq);
+    type = json_string_value(json_object_get(model, "type"));
+    if (type && strcmp(type, "transformer") == 0 && heads > 0 && hidden > 0 && hidden % heads)
         errf(e, "spec.training.model.hidden: %lld must be divisible by spec.training.model.heads "
                 "(%lld)", hidden, heads);
-
-    for (size_t i = 0; i < sizeof(training_nums) / sizeof(training_nums[0]); i++) {
-        const struct num_rule *r = &training_nums[i];
-        json_t *v = json_object_get(t, r->key);
-        double x = r->def;
-
-        if (v && !json_is_null(v)) {
-            if (!json_is_number(v)) {
-                errf(e, "spec.training.%s: must be a number", r->key);
-            } else {
-                x = json_number_value(v);
-                if (r->exclusive_min ? !(x > r->min) : !(x >= r->min))
-                    errf(e, "spec.training.%s: must be %s %g (got %g)", r->key,
-                         r->exclusive_min ? ">" : ">=", r->min, x);
-                else if (x > r->max)
-                    errf(e, "spec.training.%s: must be <= %g (got %g)", r->key, r->max, x);
-            }
-        }
-        json_object_set_new(t, r->key, json_real(x));
-    }
+    if (seq == 1 && !json_is_false(json_object_get(data, "clsSep")))
+        errf(e, "spec.training.model.maxSeqLen: 1 leaves no room for [CLS] and [SEP]; use at "
+                "least 2, or set spec.training.data.clsSep: false");
 }
 
 /* ---------------------------------------------------------------------------------------------

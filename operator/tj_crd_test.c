@@ -6,7 +6,10 @@
  *    past it is refused with a message naming the field;
  *  - every enum value is accepted, and a value outside the enum is refused;
  *  - every default under spec.training equals what tj_parse() renders into config.json, and the
- *    other defaults equal the struct's fields.
+ *    other defaults equal the struct's fields;
+ *  - with the worker linked in (TJ_WORKER_CFG), every value tj_parse() accepts at a bound or from
+ *    an enum renders a config.json that gantry-worker's own loader (worker/cfg.c) accepts: the
+ *    operator never starts a gang that exits 78 on a config the API server let through.
  */
 #include "operator/tj.h"
 
@@ -16,6 +19,10 @@
 
 #include "common/test.h"
 #include "operator/kube/kube_config.h"
+#include "operator/render.h"
+#ifdef TJ_WORKER_CFG
+#include "worker/cfg.h"
+#endif
 
 #ifndef TJ_CRD_PATH
 #error "TJ_CRD_PATH must name manifests/crds/gantry.dev_trainingjobs.yaml"
@@ -64,19 +71,61 @@ static void dotted(const char *const *path, int depth, char *out, size_t n)
         len += (size_t)snprintf(out + len, n - len, ".%s", path[i]);
 }
 
-/* tj_parse() of spec-with-v: returns its rc; err gets the messages. */
-static int try_value(const char *const *path, int depth, json_t *v, char *err, size_t n)
-{
-    json_t *job = job_with(path, depth, v);
-    struct tj tj;
-    int rc = tj_parse(job, &tj, err, n);
+static int rules, checked_defaults, worker_checks;
 
+/* The worker loads the config.json the operator renders for tj: 0, or its error in err. */
+static int worker_accepts(const struct tj *tj, char *err, size_t n)
+{
+#ifdef TJ_WORKER_CFG
+    char *text = render_config_json(tj);
+    json_t *doc = json_loads(text, 0, NULL);
+    struct cfg c;
+    int rc;
+
+    cfg_defaults(&c);
+    rc = cfg_apply_json(&c, doc, "config.json", err, n);
+    if (rc == 0)
+        rc = cfg_validate(&c, err, n);
+    json_decref(doc);
+    free(text);
+    worker_checks++;
+    return rc;
+#else
+    (void)tj, (void)err, (void)n;
+    return 0;
+#endif
+}
+
+/* tj_parse() of spec-with-v: returns its rc; err gets the messages. When tj accepts and
+ * `worker` is set, the rendered config must be accepted by the worker too. */
+static int try_value(const char *const *path, int depth, json_t *v, char *err, size_t n,
+                     bool worker)
+{
+    json_t *job = job_with(path, depth, v), *training, *data;
+    char werr[1024], name[256];
+    struct tj tj;
+    int rc;
+
+    /* the worker needs a training file; tj does not care */
+    training = json_object_get(json_object_get(job, "spec"), "training");
+    if (!training)
+        json_object_set_new(json_object_get(job, "spec"), "training", training = json_object());
+    if (json_is_object(training)) {
+        data = json_object_get(training, "data");
+        if (!data)
+            json_object_set_new(training, "data", data = json_object());
+        if (!json_object_get(data, "train"))
+            json_object_set_new(data, "train", json_string("/data/train.jsonl"));
+    }
+    rc = tj_parse(job, &tj, err, n);
+    if (rc == 0 && worker && !TEST_CHECK(worker_accepts(&tj, werr, sizeof(werr)) == 0)) {
+        dotted(path, depth, name, sizeof(name));
+        fprintf(stderr, "       %s: tj accepted, the worker refused: %s\n", name, werr);
+    }
     tj_cleanup(&tj);
     json_decref(job);
     return rc;
 }
-
-static int rules, checked_defaults;
 
 static void check_bounds(const char *const *path, int depth, const json_t *node)
 {
@@ -97,10 +146,10 @@ static void check_bounds(const char *const *path, int depth, const json_t *node)
         json_t *past = integer ? json_integer((json_int_t)m - 1) : json_real(ex ? m : m - 0.5);
         json_t *at = integer ? json_integer((json_int_t)m) : json_real(ex ? m + 1e-6 : m);
 
-        try_value(path, depth, past, err, sizeof(err));
+        try_value(path, depth, past, err, sizeof(err), false);
         if (!TEST_CHECK(strstr(err, want) != NULL))
             fprintf(stderr, "       below the CRD's minimum %s of %s: got \"%s\"\n", min, name, err);
-        try_value(path, depth, at, err, sizeof(err));
+        try_value(path, depth, at, err, sizeof(err), true);
         if (!TEST_CHECK(strstr(err, want) == NULL))
             fprintf(stderr, "       the CRD's minimum %s of %s refused: \"%s\"\n", min, name, err);
         rules++;
@@ -110,10 +159,10 @@ static void check_bounds(const char *const *path, int depth, const json_t *node)
         json_t *past = integer ? json_integer((json_int_t)m + 1) : json_real(m * 2 + 1);
         json_t *at = integer ? json_integer((json_int_t)m) : json_real(m);
 
-        try_value(path, depth, past, err, sizeof(err));
+        try_value(path, depth, past, err, sizeof(err), false);
         if (!TEST_CHECK(strstr(err, want) != NULL))
             fprintf(stderr, "       above the CRD's maximum %s of %s: got \"%s\"\n", max, name, err);
-        try_value(path, depth, at, err, sizeof(err));
+        try_value(path, depth, at, err, sizeof(err), true);
         if (!TEST_CHECK(strstr(err, want) == NULL))
             fprintf(stderr, "       the CRD's maximum %s of %s refused: \"%s\"\n", max, name, err);
         rules++;
@@ -130,12 +179,12 @@ static void check_enum(const char *const *path, int depth, const json_t *node)
         return;
     dotted(path, depth, name, sizeof(name));
     json_array_foreach(e, i, v) {
-        try_value(path, depth, json_deep_copy(v), err, sizeof(err));
+        try_value(path, depth, json_deep_copy(v), err, sizeof(err), true);
         if (!TEST_CHECK(strstr(err, name) == NULL))
             fprintf(stderr, "       enum value %s of %s refused: \"%s\"\n", json_string_value(v),
                     name, err);
     }
-    try_value(path, depth, json_string("NoSuchValue"), err, sizeof(err));
+    try_value(path, depth, json_string("NoSuchValue"), err, sizeof(err), false);
     if (!TEST_CHECK(strstr(err, name) != NULL))
         fprintf(stderr, "       %s accepted a value outside its enum\n", name);
     rules++;
@@ -239,9 +288,10 @@ static void test_tj_agrees_with_crd(void)
     TEST_CHECK(json_is_object(json_object_get(spec, "properties")));
     TEST_EQ_INT(tj_parse(empty, &defaults, NULL, 0), 0);
     walk(&defaults, json_object_get(spec, "properties"), path, 0);
-    printf("  %d bound/enum rules and %d defaults compared\n", rules, checked_defaults);
-    TEST_CHECK(rules >= 30);
-    TEST_CHECK(checked_defaults >= 25);
+    printf("  %d bound/enum rules and %d defaults compared; %d configs loaded by the worker\n",
+           rules, checked_defaults, worker_checks);
+    TEST_CHECK(rules >= 60);
+    TEST_CHECK(checked_defaults >= 20);
     tj_cleanup(&defaults);
     json_decref(empty);
     json_decref(crd);

@@ -70,8 +70,9 @@ static void test_minimal_gets_defaults(void)
     TEST_EQ_INT(training_num(&tj, NULL, "batchSize"), 32);
     TEST_NEAR(training_num(&tj, NULL, "learningRate"), 3e-4, 1e-12);
     TEST_CHECK(json_is_true(json_object_get(tj.training, "scaleLearningRate")));
-    TEST_EQ_STR(json_string_value(json_object_get(json_object_get(tj.training, "data"), "format")),
-                "jsonl");
+    /* fields without a CRD default stay absent: the worker's own default applies */
+    TEST_CHECK(json_object_get(tj.training, "data") == NULL);
+    TEST_CHECK(json_object_get(tj.training, "warmupSteps") == NULL);
     tj_cleanup(&tj);
 }
 
@@ -81,9 +82,9 @@ static void test_full_spec(void)
     char err[TJ_ERR_MAX];
     int rc = parse("{" META ",\"spec\":{\"replicas\":4,\"gpusPerReplica\":8,\"image\":\"w:1\","
                    "\"port\":23456,"
-                   "\"training\":{\"model\":{\"type\":\"bow\",\"hidden\":512,\"heads\":8},"
-                   "\"data\":{\"train\":\"/d/t.jsonl\"},\"learningRate\":1e-4,"
-                   "\"scaleLearningRate\":false,\"extra\":\"kept\"},"
+                   "\"training\":{\"model\":{\"type\":\"ngram\",\"hidden\":512,\"heads\":8},"
+                   "\"data\":{\"train\":\"/d/t.jsonl\",\"vocabSize\":5000},\"learningRate\":1e-4,"
+                   "\"scaleLearningRate\":false,\"lrDecay\":\"linear\",\"warmupSteps\":-1},"
                    "\"checkpoint\":{\"claimName\":\"ckpt\",\"path\":\"/ck\",\"keep\":5},"
                    "\"runPolicy\":{\"backoffLimit\":0,\"activeDeadlineSeconds\":60,"
                    "\"ttlSecondsAfterFinished\":0,\"suspend\":true,\"cleanPodPolicy\":\"All\"},"
@@ -102,10 +103,11 @@ static void test_full_spec(void)
     TEST_EQ_INT(tj.port, 23456);
     TEST_EQ_STR(tj.image, "w:1");
     TEST_EQ_STR(json_string_value(json_object_get(json_object_get(tj.training, "model"), "type")),
-                "bow");
+                "ngram");
     TEST_NEAR(training_num(&tj, NULL, "learningRate"), 1e-4, 1e-12);
     TEST_CHECK(json_is_false(json_object_get(tj.training, "scaleLearningRate")));
-    TEST_EQ_STR(json_string_value(json_object_get(tj.training, "extra")), "kept");
+    TEST_EQ_STR(json_string_value(json_object_get(tj.training, "lrDecay")), "linear");
+    TEST_EQ_INT(json_integer_value(json_object_get(tj.training, "warmupSteps")), -1);
     TEST_EQ_STR(tj.ckpt_claim, "ckpt");
     TEST_EQ_STR(tj.ckpt_path, "/ck");
     TEST_EQ_INT(tj.ckpt_keep, 5);
@@ -147,7 +149,18 @@ static void test_errors_name_the_field(void)
          "spec.training.model.heads: must be >= 1 (got 0)"},
         {"{\"training\":{\"model\":{\"type\":\"rnn\"}}}",
          "spec.training.model.type: unsupported value \"rnn\""},
-        {"{\"training\":{\"learningRate\":0}}", "spec.training.learningRate: must be > 0 (got 0)"},
+        {"{\"training\":{\"learningRate\":0}}",
+         "spec.training.learningRate: must be >= 1e-09 (got 0)"},
+        {"{\"training\":{\"learningRate\":\"fast\"}}", "spec.training.learningRate: must be a number"},
+        {"{\"training\":{\"model\":{\"layers\":129}}}",
+         "spec.training.model.layers: must be <= 128 (got 129)"},
+        {"{\"training\":{\"lrDecay\":\"step\"}}",
+         "spec.training.lrDecay: unsupported value \"step\"; use one of cosine|linear|constant"},
+        {"{\"training\":{\"precision\":\"bf16\"}}",
+         "spec.training.precision: unknown field (gantry-worker would refuse it)"},
+        {"{\"training\":{\"model\":{\"hiden\":64}}}", "spec.training.model.hiden: unknown field"},
+        {"{\"training\":{\"data\":{\"strict\":1}}}", "spec.training.data.strict: must be true or false"},
+        {"{\"training\":{\"data\":[]}}", "spec.training.data: must be an object"},
         {"{\"training\":{\"batchSize\":0}}", "spec.training.batchSize: must be >= 1 (got 0)"},
         {"{\"training\":{\"epochs\":0}}", "spec.training.epochs: must be >= 1 (got 0)"},
         {"{\"training\":{\"data\":{\"train\":\"\"}}}", "spec.training.data.train: must not be empty"},
