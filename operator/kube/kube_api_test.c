@@ -9,6 +9,7 @@
 
 #include <curl/curl.h>
 #include <libgen.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -760,6 +761,49 @@ static void test_limited_rbac_403(void)
     cm_path(p, sizeof(p), "page-03");
     TEST_EQ_INT(kube_get(lc, p, &o), 0); /* what the Role grants still works */
     json_decref(o);
+    o = NULL;
+
+    /* The same token through a tokenFile and through an exec credential plugin. */
+    char dir[] = "/tmp/kube-api-cred-XXXXXX", tpath[128], ppath[128];
+    TEST_CHECK(mkdtemp(dir) != NULL);
+    snprintf(tpath, sizeof(tpath), "%s/token", dir);
+    snprintf(ppath, sizeof(ppath), "%s/plugin.sh", dir);
+    FILE *f = fopen(tpath, "w");
+    fprintf(f, "%s\n", token ? token : "");
+    fclose(f);
+    f = fopen(ppath, "w");
+    fprintf(f,
+            "#!/bin/sh\nprintf '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+            "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"%%s\"}}' \"$(cat %s)\"\n",
+            tpath);
+    fclose(f);
+    chmod(ppath, 0700);
+    struct kube_config *tf = kube_config_dup(lim);
+    free(tf->token);
+    tf->token = NULL;
+    tf->token_file = strdup(tpath);
+    struct kube_client *tc = kube_client_new(tf, NULL);
+    TEST_EQ_INT(kube_get(tc, p, &o), 0);
+    json_decref(o);
+    o = NULL;
+    kube_client_free(tc);
+    struct kube_config *ex = kube_config_dup(tf);
+    free(ex->token_file);
+    ex->token_file = NULL;
+    ex->exec = calloc(1, sizeof(*ex->exec));
+    ex->exec->command = strdup(ppath);
+    ex->exec->api_version = strdup("client.authentication.k8s.io/v1");
+    ex->exec->args = calloc(1, sizeof(char *));
+    ex->exec->env = calloc(1, sizeof(char *));
+    tc = kube_client_new(ex, NULL);
+    TEST_EQ_INT(kube_get(tc, p, &o), 0);
+    json_decref(o);
+    kube_client_free(tc);
+    kube_config_free(ex);
+    kube_config_free(tf);
+    unlink(tpath);
+    unlink(ppath);
+    rmdir(dir);
     kube_client_free(lc);
     kube_config_free(lim);
     json_decref(sa);
