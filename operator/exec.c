@@ -14,6 +14,8 @@ const char *const exec_pod_fields[] = {
     "metadata.labels", "metadata.deletionTimestamp", "status.phase", "status.reason",
     "status.conditions", "status.containerStatuses", NULL,
 };
+const char *const exec_job_fields[] = {"metadata.generation", "metadata.deletionTimestamp", "spec",
+                                       "status", NULL};
 const char *const exec_configmap_fields[] = {"metadata.labels", "data", NULL};
 const char *const exec_child_fields[] = {"metadata.labels", NULL};
 
@@ -341,8 +343,10 @@ static int write_status(struct exec_worker *w, const json_t *obj, const struct t
     rc = job_path(tj, "status", path, sizeof(path));
     if (rc)
         return rc;
-    body = json_deep_copy(obj);
-    json_object_set(body, "status", (json_t *)status);
+    /* The /status strategy keeps everything of the stored object but status, so identity plus
+     * resourceVersion (the precondition) is all the body needs; the cache is projected anyway. */
+    body = json_pack("{s:s, s:s, s:O, s:O}", "apiVersion", TJ_API_VERSION, "kind", TJ_KIND,
+                     "metadata", json_object_get(obj, "metadata"), "status", status);
     rc = kube_replace(w->kc, path, body, NULL);
     json_decref(body);
     if (rc == 0)

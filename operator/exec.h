@@ -71,7 +71,7 @@ struct exec_stats {
 
 /* What every worker shares. The informers are owned by the caller (main.c). */
 struct exec_shared {
-    struct informer *jobs;       /* TrainingJobs, whole objects */
+    struct informer *jobs;       /* TrainingJobs, projected (exec_job_fields) */
     struct informer *pods;       /* pods labelled gantry.dev/job-name, projected (EXEC_POD_FIELDS) */
     struct informer *services;   /* labelled gantry.dev/job-name, identity only */
     struct informer *configmaps; /* labelled, with data */
@@ -85,6 +85,7 @@ struct exec_shared {
 
 /* The fields the pod informer keeps (NULL-terminated), everything rec_pod_from_json() reads. */
 extern const char *const exec_pod_fields[];
+extern const char *const exec_job_fields[];
 extern const char *const exec_configmap_fields[];
 extern const char *const exec_child_fields[];
 

@@ -263,7 +263,8 @@ static int controller_start(struct controller *c, const struct opts *o,
     sh->queue = queue_new(0, 0);
     sh->expect = exec_expect_new();
     sh->pod_index = exec_index_new();
-    sh->jobs = start_informer(cfg, copts, TJ_API_VERSION, "trainingjobs", o->ns, NULL, NULL, &hjob);
+    sh->jobs = start_informer(cfg, copts, TJ_API_VERSION, "trainingjobs", o->ns, NULL,
+                              exec_job_fields, &hjob);
     sh->pods = start_informer(cfg, copts, "v1", "pods", o->ns, CHILD_SELECTOR, exec_pod_fields,
                               &hpod);
     sh->services = start_informer(cfg, copts, "v1", "services", o->ns, CHILD_SELECTOR,
