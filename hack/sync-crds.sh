@@ -70,6 +70,7 @@ generate() { # OUT-ROOT
     { header "charts/gantry/templates/rbac.yaml"; render rbac.yaml; } >"$out/manifests/rbac/rbac.yaml"
     { header "charts/gantry/templates/deployment.yaml"; render deployment.yaml; } \
         >"$out/manifests/deploy/deployment.yaml"
+    { header "charts/gantry/templates/lease.yaml"; render lease.yaml; } >"$out/manifests/deploy/lease.yaml"
     cat >"$out/manifests/deploy/namespace.yaml" <<NS
 $(header hack/sync-crds.sh)
 apiVersion: v1

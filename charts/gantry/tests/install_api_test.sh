@@ -79,8 +79,8 @@ fi
 grep -q "kubectl -n $relns rollout status deployment/$rel-gantry-operator" <<<"$out" &&
     ok "NOTES say how to check the install" || bad "NOTES: $out"
 sel=app.kubernetes.io/instance=$rel
-got=$(kc get sa,deploy,role,rolebinding -n "$relns" -l "$sel" -o name | sort | tr '\n' ' ')
-want="deployment.apps/$rel-gantry-operator role.rbac.authorization.k8s.io/$rel-gantry-operator-leader-election rolebinding.rbac.authorization.k8s.io/$rel-gantry-operator-leader-election serviceaccount/$rel-gantry-operator "
+got=$(kc get sa,deploy,role,rolebinding,lease -n "$relns" -l "$sel" -o name | sort | tr '\n' ' ')
+want="deployment.apps/$rel-gantry-operator lease.coordination.k8s.io/gantry-operator role.rbac.authorization.k8s.io/$rel-gantry-operator-leader-election rolebinding.rbac.authorization.k8s.io/$rel-gantry-operator-leader-election serviceaccount/$rel-gantry-operator "
 [ "$got" = "$want" ] && ok "helm install: namespaced objects $got" || bad "helm install namespaced objects: $got"
 got=$(kc get clusterrole,clusterrolebinding -l "$sel" -o name | sort | tr '\n' ' ')
 want="clusterrole.rbac.authorization.k8s.io/$rel-gantry-operator clusterrole.rbac.authorization.k8s.io/$rel-gantry-trainingjobs-edit clusterrole.rbac.authorization.k8s.io/$rel-gantry-trainingjobs-view clusterrolebinding.rbac.authorization.k8s.io/$rel-gantry-operator "
