@@ -411,11 +411,14 @@ int ckpt_write(const char *root, const char *job, int keep, const struct ckpt_sn
     snprintf(name, sizeof(name), ".tmp-step-%" PRId64 ".%d", s->meta.step, (int)getpid());
     snprintf(tmp, sizeof(tmp), "%s/%s", jobdir, name);
     snprintf(fin, sizeof(fin), "%s/step-%" PRId64, jobdir, s->meta.step);
-    if (mkdir_p(jobdir) != 0) {
-        dist_log("Could not create checkpoint directory %s: %s. Check the volume mount and its "
-                 "permissions",
-                 jobdir, strerror(errno));
-        return DIST_EIO;
+    if (access(jobdir, F_OK) != 0) {
+        if (mkdir_p(jobdir) != 0) {
+            dist_log("Could not create checkpoint directory %s: %s. Check the volume mount and "
+                     "its permissions",
+                     jobdir, strerror(errno));
+            return DIST_EIO;
+        }
+        (void)ckpt_fsync_dir_(root); /* the new job directory's entry survives a crash too */
     }
     (void)ckpt_rm_rf_(tmp);
     if (mkdir(tmp, 0755) != 0) {

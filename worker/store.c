@@ -354,6 +354,12 @@ static void conn_accept(struct store_server *s)
 
     if (net_accept(s->lfd, 0, &fd) != 0)
         return;
+    if (s->nconns >= (size_t)s->world * 2 + 64) { /* every rank once, plus slack for retries */
+        dist_log("Store server: refusing a connection: %zu are open for WORLD_SIZE=%d",
+                 s->nconns, s->world);
+        close(fd);
+        return;
+    }
     if (s->nconns == s->capconns) {
         s->capconns = s->capconns ? 2 * s->capconns : 16;
         s->conns = xrealloc(s->conns, s->capconns * sizeof(*s->conns));
@@ -391,7 +397,9 @@ static bool conn_read(struct store_server *s, struct conn *c)
     while (c->state != ST_CLOSING && buf_len(&c->in) >= 4) {
         const unsigned char *p = (const unsigned char *)buf_ptr(&c->in);
         size_t len = net_get_u32(p);
-        if (len == 0 || len > MAX_FRAME)
+        /* Before authentication only the small AUTH frame is allowed: a stranger cannot make
+         * us buffer a megabyte. */
+        if (len == 0 || len > MAX_FRAME || (c->state == ST_CHALLENGED && len > 128))
             return false;
         if (buf_len(&c->in) < 4 + len)
             break;

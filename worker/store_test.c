@@ -15,6 +15,7 @@
 #include "common/test.h"
 #include "worker/dist.h"
 #include "worker/dist_testutil.h"
+#include "worker/net.h"
 
 struct job {
     int port, world;
@@ -126,6 +127,38 @@ static void test_kv_ops(void)
 out:
     store_free(a);
     store_free(b);
+    store_server_free(srv);
+}
+
+/* A stranger that skips authentication and announces a huge frame is dropped; the store keeps
+ * serving real clients. */
+static void test_junk_client(void)
+{
+    struct store_server *srv = NULL;
+    struct store *a = NULL;
+    struct store_server_opts so = {.bind_addr = "127.0.0.1", .token = "tok", .world_size = 1};
+    unsigned char junk[8] = {0x00, 0x10, 0x00, 0x00, 'S', 0, 0, 0}, b[64];
+    int fd = -1;
+    void *v = NULL;
+    size_t vl;
+
+    TEST_EQ_INT(store_server_start(&so, &srv), 0);
+    TEST_EQ_INT(net_connect("127.0.0.1", store_server_port(srv), 2000, &fd, NULL, 0), 0);
+    TEST_EQ_INT(net_write_all(fd, junk, sizeof(junk), 2000), 0);
+    /* The server hangs up on us (perhaps after the challenge), rather than wait for 1 MiB. */
+    int rc, got = 0;
+    while ((rc = net_read_all(fd, b, 1, 2000)) == 0)
+        got++;
+    TEST_EQ_INT(rc, DIST_EPEER);
+    TEST_CHECK(got <= 4 + 1 + 32);
+    close(fd);
+    struct store_opts co = {.host = "127.0.0.1", .port = store_server_port(srv), .token = "tok",
+                            .world_size = 1, .connect_timeout_ms = 2000, .op_timeout_ms = 2000};
+    TEST_EQ_INT(store_connect(&co, &a), 0);
+    TEST_EQ_INT(store_set(a, "k", "v", 1), 0);
+    TEST_EQ_INT(store_get(a, "k", &v, &vl), 0);
+    free(v);
+    store_free(a);
     store_server_free(srv);
 }
 
@@ -338,6 +371,7 @@ int main(void)
 {
     TEST_RUN(test_env_load);
     TEST_RUN(test_kv_ops);
+    TEST_RUN(test_junk_client);
     TEST_RUN(test_wait_wakes);
     TEST_RUN(test_rendezvous_4);
     TEST_RUN(test_wrong_token);
