@@ -11,6 +11,8 @@ HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TIERS=(api full)
 ARTIFACTS=${ARTIFACTS:-/tmp/gantry-artifacts}
 export GANTRY_RUN=${GANTRY_RUN:-/tmp/gantry-cluster-ci}
+# One full cluster per host: wait for another one (a developer's e2e run) rather than fail.
+export GANTRY_FULL_WAIT=${GANTRY_FULL_WAIT:-900}
 
 usage() {
     cat <<'EOF'

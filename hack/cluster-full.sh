@@ -144,9 +144,15 @@ full_preflight() {
     need_bin "$COREDNS_BIN/coredns" full
     need_bin "$CRICTL_BIN/crictl" full
     [ -f "$PAUSE_DIR/pause.tar" ] || die "sandbox image missing; run 'hack/cluster.sh build --tier full'"
-    if ip link show "$BRIDGE" >/dev/null 2>&1; then
-        die "bridge $BRIDGE exists: another full cluster runs on this host (or one was not taken down: GANTRY_RUN=<its dir> hack/cluster.sh down, or 'ip link del $BRIDGE')"
-    fi
+    local waited=0 wait_s=${GANTRY_FULL_WAIT:-0}
+    while ip link show "$BRIDGE" >/dev/null 2>&1; do
+        if [ "$waited" -ge "$wait_s" ]; then
+            die "bridge $BRIDGE exists: another full cluster runs on this host ($(full_owner)). Wait for it (GANTRY_FULL_WAIT=<seconds>), or if it is a leftover: GANTRY_RUN=<its dir> hack/cluster.sh down"
+        fi
+        [ $((waited % 60)) -ne 0 ] || log "another full cluster runs ($(full_owner)); waiting up to ${wait_s}s for it to go"
+        sleep 5
+        waited=$((waited + 5))
+    done
     [ -d /sys/fs/cgroup/memory ] || [ -f /sys/fs/cgroup/cgroup.controllers ] || die "no cgroup hierarchy at /sys/fs/cgroup; kubelet needs one"
 }
 
@@ -191,15 +197,26 @@ full_fence_up() {
     iptables -I INPUT 1 -j GANTRY-IN
 }
 
+# Which run dir holds the host's full cluster, from its kubelet's command line.
+full_owner() {
+    local d
+    d=$(pgrep -af "kubelet --config .*/full/kubelet.yaml" | sed -n 's#.*--config \([^ ]*\)/full/kubelet.yaml.*#\1#p' | head -1)
+    echo "${d:+GANTRY_RUN=$d}${d:-no kubelet runs: a leftover?}"
+}
+
 full_network_up() {
     log "network: bridge $BRIDGE $NODE_IP, pods $POD_SUBNET, services $SERVICE_CIDR, fence"
     full_save_host
+    # Creating the bridge is the host-wide lock: whoever made it owns the network, and only the
+    # owner's `down` touches the bridge, iptables, netns, cgroups and sysctls (see full_down).
+    ip link add "$BRIDGE" type bridge 2>/dev/null ||
+        die "could not create bridge $BRIDGE: another full cluster just took it ($(full_owner))"
+    touch "$F/owns-network"
     modprobe br_netfilter 2>/dev/null || true
     sysctl -qw net.ipv4.ip_forward=1
     [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] ||
         die "br_netfilter is not loaded (no /proc/sys/net/bridge); modprobe br_netfilter, or use a kernel with it"
     sysctl -qw net.bridge.bridge-nf-call-iptables=1
-    ip link add "$BRIDGE" type bridge
     ip addr add "$NODE_IP/${POD_SUBNET#*/}" dev "$BRIDGE"
     ip link set "$BRIDGE" up
     full_fence_up
@@ -278,8 +295,8 @@ crictl_() { "$CRICTL_BIN/crictl" --runtime-endpoint "unix://$F/containerd/contai
 
 full_import() { # TAR
     [ -f "$1" ] || die "image tar $1 not found"
-    ctr_ images import --no-unpack=false "$1" >/dev/null 2>&1 || ctr_ images import "$1" >/dev/null ||
-        die "ctr images import $1 failed"
+    # Unpacked at import (ctr's default) into the overlayfs snapshotter that the CRI plugin uses.
+    ctr_ images import "$1" >/dev/null || die "ctr images import $1 failed (containerd log: $RUN/logs/containerd.log)"
 }
 
 full_kubelet() {
@@ -441,14 +458,16 @@ full_down() {
     fi
     [ -f "$RUN/pids/containerd" ] && { log "stopping containerd"; stop_proc containerd; }
     full_kill_leftovers
-    if [ -x "$K8S_BIN/kube-proxy" ]; then "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
-    full_iptables_cleanup
     full_unmount
-    full_netns_cleanup
-    ip link del "$BRIDGE" 2>/dev/null || true
-    full_cgroups_cleanup
-    if [ -f "$F/sysctl.saved" ]; then
-        while IFS= read -r kv; do sysctl -qw "$kv" 2>/dev/null || true; done <"$F/sysctl.saved"
+    if [ -f "$F/owns-network" ]; then
+        if [ -x "$K8S_BIN/kube-proxy" ]; then "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
+        full_iptables_cleanup
+        full_netns_cleanup
+        ip link del "$BRIDGE" 2>/dev/null || true
+        full_cgroups_cleanup
+        if [ -f "$F/sysctl.saved" ]; then
+            while IFS= read -r kv; do sysctl -qw "$kv" 2>/dev/null || true; done <"$F/sysctl.saved"
+        fi
     fi
     rm -rf "$F"
 }

@@ -67,6 +67,7 @@ Environment:
   GANTRY_RUN         state, PKI, logs, pids of a running cluster (default: /tmp/gantry-cluster;
                      now: $RUN). API-tier clusters can run side by side, one GANTRY_RUN each:
                      their ports are picked free. One full-tier cluster per host.
+  GANTRY_FULL_WAIT   seconds 'up --tier full' waits for another full cluster to go (default: 0)
   GANTRY_BUILD_JOBS  go build -p (default: 2)
   GANTRY_KCM_CONTROLLERS  kube-controller-manager --controllers (default: '*' for the full
                      tier; '*,-podgc' for the API tier, whose pods sit on nodes that do not exist)
