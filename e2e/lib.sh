@@ -6,6 +6,7 @@
 # Expects: ROOT (the repository), KUBECONFIG exported. Sets KUBECTL and HELM when unset.
 
 GANTRY_CACHE=${GANTRY_CACHE:-$HOME/.cache/gantry}
+E2E_START_TIMEOUT=${E2E_START_TIMEOUT:-180} # seconds a job may go without any worker pod
 
 e2e_k8s_version() {
     sed -n 's#^[[:space:]]*\(require[[:space:]]*\)\{0,1\}k8s.io/kubernetes \(v[0-9.]*\).*#\2#p' \
@@ -35,12 +36,14 @@ E2E_FAIL=${E2E_FAIL:-0}
 E2E_SCENARIO_FAILED=0
 ok() { E2E_PASS=$((E2E_PASS + 1)); printf '  ok   %s\n' "$*"; }
 bad() { E2E_FAIL=$((E2E_FAIL + 1)); E2E_SCENARIO_FAILED=1; printf '  FAIL %s\n' "$*"; }
-check() { # DESCRIPTION COMMAND...: ok when the command succeeds
-    local d=$1
+# fd 3 is the terminal: progress lines reach it even from a command whose output check() hides.
+exec 3>&1
+check() { # DESCRIPTION COMMAND...: ok when the command succeeds; its output goes to commands.log
+    local d=$1 log=${ARTIFACTS:+$ARTIFACTS/commands.log}
     shift
-    if "$@"; then ok "$d"; else bad "$d"; fi
+    if "$@" >>"${log:-/dev/null}" 2>&1; then ok "$d"; else bad "$d"; return 1; fi
 }
-note() { printf '       %s\n' "$*"; }
+note() { printf '       %s\n' "$*" >&3; }
 stamp() { date -u +%H:%M:%S; }
 
 # jsonpath of a TrainingJob (empty when absent).
@@ -52,12 +55,12 @@ tj_get() { # NS NAME JSONPATH
 # (as `kubectl get tj -w` would) whenever phase, ready or restarts change. Returns 1 on timeout
 # or when the job reaches a terminal phase that is not wanted.
 wait_tj_phase() { # NS NAME "PHASES" TIMEOUT_S
-    local ns=$1 name=$2 want=" $3 " deadline=$((SECONDS + $4)) line last='' phase
+    local ns=$1 name=$2 want=" $3 " deadline=$((SECONDS + $4)) line last='' phase start=$SECONDS
     while :; do
         line=$(tj_get "$ns" "$name" '{.status.phase} {.status.replicas.ready}/{.spec.replicas} restarts={.status.restarts} ckpt={.status.lastCheckpoint.step}')
         phase=${line%% *}
         if [ "$line" != "$last" ]; then
-            printf '       %s  tj/%s  %s\n' "$(stamp)" "$name" "${line:-<no status yet>}"
+            printf '       %s  tj/%s  %s\n' "$(stamp)" "$name" "${line:-<no status yet>}" >&3
             last=$line
         fi
         [[ -n $phase && $want == *" $phase "* ]] && return 0
@@ -66,6 +69,12 @@ wait_tj_phase() { # NS NAME "PHASES" TIMEOUT_S
             return 1
         fi
         [ $SECONDS -lt $deadline ] || { note "timed out after ${4}s waiting for tj/$name to be$want"; return 1; }
+        # A job that never gets a pod will not get one later: say so instead of waiting it out.
+        if [[ -z $phase || $phase == Pending ]] && [ $SECONDS -ge $((start + E2E_START_TIMEOUT)) ] &&
+            [ -z "$(job_pods "$ns" "$name")" ]; then
+            note "tj/$name has no worker pod ${E2E_START_TIMEOUT}s after the wait began (phase '${phase}'); see the operator's log"
+            return 1
+        fi
         sleep 2
     done
 }

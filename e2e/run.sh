@@ -57,7 +57,7 @@ T0=$SECONDS
 declare -A TIMES
 
 say() { printf '\n== %s  %s\n' "$(stamp)" "$*"; }
-die() { printf 'error: %s\n' "$*" >&2; finish 1; }
+die() { printf 'error: %s\n' "$*" >&2; bad "set-up: $*"; finish 1; }
 
 # ----------------------------------------------------------------------------------------------
 # set-up: cluster, binaries, images, data
@@ -198,6 +198,9 @@ finish() {
     local rc=${1:-0}
     [ $FINISHED = 0 ] || exit "$rc"
     FINISHED=1
+    if [ "$rc" != 0 ] && [ -n "${KUBECONFIG:-}" ] && [ -n "${KUBECTL:-}" ]; then
+        save_artifacts "$ARTIFACTS/at-exit" "$NS" "$RELEASE_NS" 2>/dev/null
+    fi
     teardown
     local s
     printf '\ntimings:'

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Scenario 4: kubectl apply refuses invalid manifests with the field named (CRD schema and CEL);
-# a job whose config the worker rejects (exit 78, EX_CONFIG) ends Failed at once - no restart
+# a job the worker rejects (missing data: exit 65, EX_DATAERR) ends Failed at once - no restart
 # loop - with the worker's message visible to the user.
 
 minimal_tj() { # NAME: a valid job the cases below break in one place each
@@ -26,7 +26,7 @@ refused() { # NAME FIELD SED-EXPR: kubectl apply fails, its message names FIELD,
     rc=$?
     printf '%s\n' "$out" >"$f.out"
     if [ $rc != 0 ] && grep -qF "$field" <<<"$out" && ! kc -n "$NS" get tj "$name" >/dev/null 2>&1; then
-        ok "refused, naming $field: $(grep -oE "${field}[^,]*" <<<"$out" | head -1 | cut -c1-110)"
+        ok "refused, naming $field: $(grep -o "$field.*" <<<"$out" | head -1 | cut -c1-110)"
     else
         bad "$name: kubectl apply exit $rc, want a refusal naming $field; got: $(tr '\n' ' ' <<<"$out" | cut -c1-200)"
     fi
@@ -40,13 +40,15 @@ scenario_4() {
     refused hidden-heads spec.training.model.hidden 's/hidden: 64, heads: 4/hidden: 64, heads: 3/'
     refused negative-lr spec.training.learningRate 's/learningRate: 1e-3/learningRate: -1/'
     refused bad-clean-policy spec.runPolicy.cleanPodPolicy 's/cleanPodPolicy: None/cleanPodPolicy: Sometimes/'
-    refused typo-field epochz 's/learningRate: 1e-3/epochz: 3/'
+    refused typo-field spec.training.epochz 's/learningRate: 1e-3/epochz: 3/'
+    refused long-seq spec.training.model.maxSeqLen 's/hidden: 64, heads: 4/hidden: 64, heads: 4, maxSeqLen: 10000/'
 
-    # The CRD allows maxSeqLen up to 1048576; gantry-worker allows 8192 and exits 78 on more.
+    # The API cannot know whether a file exists in a volume: a job whose training data is missing
+    # is valid for kubectl apply, and gantry-worker exits 65 (EX_DATAERR), a permanent error.
     local job=bad-config f=$ARTIFACTS/bad-config.yaml t msg logs ev
-    spam_job "$job" maxSeqLen=10000 >"$f"
-    check "kubectl apply -f bad-config.yaml (maxSeqLen 10000: valid for the API, not for the worker)" \
-        kc -n "$NS" apply -f "$f"
+    spam_job "$job" >"$f"
+    sed -i 's#train: /data/train.jsonl#train: /data/missing.jsonl#' "$f"
+    check "kubectl apply -f bad-config.yaml (training data /data/missing.jsonl)" kc -n "$NS" apply -f "$f"
     t=$SECONDS
     if wait_tj_phase "$NS" "$job" Failed 180; then ok "tj/$job ends Failed ($((SECONDS - t))s after apply)"; else bad "tj/$job did not end Failed"; fi
     check "the Failed reason is PermanentError" \
@@ -57,13 +59,13 @@ scenario_4() {
         "[ \"\$('$KUBECTL' -n '$NS' get tj $job -o jsonpath='{.status.restarts}')\" = 0 ] && ! '$KUBECTL' -n '$NS' get pods -l gantry.dev/job-name=$job -o jsonpath='{.items[*].status.phase}' | grep -qE 'Pending|Running'"
     msg=$(tj_get "$NS" "$job" '{.status.conditions[?(@.type=="Failed")].message}')
     note "status: $msg"
-    check "the status names the exit code (78)" grep -q '78' <<<"$msg"
+    check "the status names the exit code (65)" grep -q '65' <<<"$msg"
     logs=$(for p in $(job_pods "$NS" "$job"); do kc -n "$NS" logs "$p" -c worker 2>&1; done)
-    note "worker log: $(grep -m1 maxSeqLen <<<"$logs" | cut -c1-160)"
-    check "kubectl logs shows the worker's message naming training.model.maxSeqLen" grep -q 'model.maxSeqLen' <<<"$logs"
+    note "worker log: $(grep -m1 missing.jsonl <<<"$logs" | cut -c1-160)"
+    check "kubectl logs shows the worker's message naming /data/missing.jsonl" grep -q 'missing.jsonl' <<<"$logs"
     ev=$(kc -n "$NS" get events --field-selector "involvedObject.name=$job" -o 'jsonpath={range .items[*]}{.message}{"\n"}{end}' 2>/dev/null
         kc -n "$NS" describe tj "$job" 2>/dev/null)
-    check "the worker's message (maxSeqLen) is visible in the job's status or events" \
-        grep -q 'maxSeqLen' <<<"$msg
+    check "the worker's message (missing.jsonl) is visible in the job's status or events" \
+        grep -q 'missing.jsonl' <<<"$msg
 $ev"
 }
