@@ -25,3 +25,13 @@ if(TARGET gantry-operator)
                      $<TARGET_FILE:gantry-operator>)
     set_tests_properties(chart_rbac_api_test PROPERTIES LABELS api SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
+
+# The chart on a cluster whose pods run (hack/cluster.sh up --tier full): images imported, the
+# operator pod Ready, uninstall clean. GANTRY_TEST_FULL_KUBECONFIG (else skipped, exit 77).
+if(NOT CMAKE_BUILD_TYPE STREQUAL "Asan" AND TARGET gantry-operator AND TARGET gantry-worker
+   AND TARGET gantry-run)
+    add_test(NAME chart_cluster_test
+             COMMAND bash ${GANTRY_INSTALL_ROOT}/charts/gantry/tests/cluster_test.sh
+                     $<TARGET_FILE_DIR:gantry-operator>/..)
+    set_tests_properties(chart_cluster_test PROPERTIES LABELS full SKIP_RETURN_CODE 77 TIMEOUT 600)
+endif()
