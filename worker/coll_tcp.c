@@ -46,6 +46,7 @@ enum rmode {
     R_COPY,      /* bytes land in rp */
     R_ADD_F32,   /* fp32 chunks staged, then acc += chunk */
     R_ADD_BF16,  /* bf16 chunks staged, then acc += decode(chunk) */
+    R_ADD_ROUND_BF16, /* the same, then acc rounded to bf16 (the last reduce-scatter step) */
     R_COPY_BF16  /* bf16 chunks staged, then acc = decode(chunk) */
 };
 
@@ -103,10 +104,10 @@ HOT static void add_bf16(float *restrict d, const uint16_t *restrict s, size_t n
         d[i] += from_bf16(s[i]);
 }
 
-HOT static void round_bf16(float *d, size_t n)
+HOT static void add_round_bf16(float *restrict d, const uint16_t *restrict s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        d[i] = from_bf16(to_bf16(d[i]));
+        d[i] = from_bf16(to_bf16(d[i] + from_bf16(s[i])));
 }
 
 HOT static void copy_bf16(float *restrict d, const uint16_t *restrict s, size_t n)
@@ -130,6 +131,8 @@ static void fold(struct tcp *t, struct xfer *x, size_t upto)
         add_f32(x->acc + from / 4, (const float *)t->stage, (upto - from) / 4);
     else if (x->mode == R_ADD_BF16)
         add_bf16(x->acc + from / 2, (const uint16_t *)t->stage, (upto - from) / 2);
+    else if (x->mode == R_ADD_ROUND_BF16)
+        add_round_bf16(x->acc + from / 2, (const uint16_t *)t->stage, (upto - from) / 2);
     else if (x->mode == R_COPY_BF16)
         copy_bf16(x->acc + from / 2, (const uint16_t *)t->stage, (upto - from) / 2);
     x->folded = upto;
@@ -306,14 +309,12 @@ static int ring_bf16(struct tcp *t, float *buf, size_t n)
         int si = ((r - s) % W + W) % W, ri = ((r - s - 1) % W + W) % W;
         size_t so = seg_off(n, W, si), sn = seg_off(n, W, si + 1) - so;
         size_t ro = seg_off(n, W, ri), rn = seg_off(n, W, ri + 1) - ro;
-        struct xfer x = {.senc = buf + so, .slen = sn * 2, .rlen = rn * 2, .mode = R_ADD_BF16,
-                         .acc = buf + ro};
+        /* The last step completes this rank's own segment: round it as it is summed. */
+        struct xfer x = {.senc = buf + so, .slen = sn * 2, .rlen = rn * 2,
+                         .mode = s == W - 2 ? R_ADD_ROUND_BF16 : R_ADD_BF16, .acc = buf + ro};
         if ((rc = run_xfer(t, &x, "all-reduce")))
             return rc;
     }
-    int own = (r + 1) % W;
-    size_t oo = seg_off(n, W, own), on = seg_off(n, W, own + 1) - oo;
-    round_bf16(buf + oo, on);
     for (int s = 0; s < W - 1; s++) {
         int si = ((r + 1 - s) % W + W) % W, ri = ((r - s) % W + W) % W;
         size_t so = seg_off(n, W, si), sn = seg_off(n, W, si + 1) - so;
