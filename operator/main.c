@@ -361,6 +361,9 @@ int main(int argc, char **argv)
     json_t *probe = NULL;
     int rc, sig, exit_code = 0;
 
+    /* A peer that closes a TLS connection must be an error code, not a dead process: libcurl
+     * with CURLOPT_NOSIGNAL does not ignore SIGPIPE for us, and OpenSSL writes with write(2). */
+    signal(SIGPIPE, SIG_IGN);
     rc = load_opts(argc, argv, &o);
     if (rc)
         return rc;
