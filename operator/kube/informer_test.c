@@ -23,22 +23,36 @@ static const char *pod(char *b, size_t n, const char *name, const char *rv, cons
     return b;
 }
 
+static atomic_int nlist;
+
+/*
+ * list 1: p0, p1, p2 at rv 10. watch 1: p0 Running, p1 deleted, normal end. watch 2: ERROR 410.
+ * list 2 (the relist): only p0 at rv 20, so p2 vanished while we were away. watch 3: silent.
+ */
 static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r)
 {
-    char a[1024], b[1024], body[4096];
+    char a[1024], b[1024], d[1024], body[4096];
 
     if (!strstr(r->path, "watch=1")) {
         if (!strstr(r->path, "labelSelector=gantry.dev%2Fjob-name%3Dj")) {
             testsrv_respond(c, 400, NULL, "{\"kind\":\"Status\",\"code\":400}");
             return 0;
         }
-        snprintf(body, sizeof(body),
-                 "{\"metadata\":{\"resourceVersion\":\"10\"},\"items\":[%s,%s]}",
-                 pod(a, sizeof(a), "p0", "3", "Pending"), pod(b, sizeof(b), "p1", "4", "Pending"));
+        if (atomic_fetch_add(&nlist, 1) == 0)
+            snprintf(body, sizeof(body),
+                     "{\"metadata\":{\"resourceVersion\":\"10\"},\"items\":[%s,%s,%s]}",
+                     pod(a, sizeof(a), "p0", "3", "Pending"),
+                     pod(b, sizeof(b), "p1", "4", "Pending"),
+                     pod(d, sizeof(d), "p2", "5", "Pending"));
+        else
+            snprintf(body, sizeof(body),
+                     "{\"metadata\":{\"resourceVersion\":\"20\"},\"items\":[%s]}",
+                     pod(a, sizeof(a), "p0", "11", "Running"));
         testsrv_respond(c, 200, NULL, body);
         return 0;
     }
-    if (atomic_fetch_add(&nwatch, 1) == 0) {
+    int n = atomic_fetch_add(&nwatch, 1);
+    if (n == 0) {
         testsrv_chunked_start(c, 200);
         snprintf(body, sizeof(body),
                  "{\"type\":\"MODIFIED\",\"object\":%s}\n"
@@ -49,12 +63,19 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
         testsrv_chunked_end(c);
         return 0;
     }
+    if (n == 1) {
+        testsrv_chunked_start(c, 200);
+        testsrv_chunk(c, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410,"
+                         "\"reason\":\"Expired\"}}\n");
+        testsrv_chunked_end(c);
+        return 0;
+    }
     testsrv_wait_closed(c, 5000); /* stays open and silent until the informer stops */
     return -1;
 }
 
 static atomic_int adds, updates, deletes;
-static char last_update_old_phase[32], last_deleted[32];
+static char last_update_old_phase[32], last_deleted[32], last_deleted_phase[32];
 
 static void on_add(void *ud, json_t *o)
 {
@@ -68,6 +89,9 @@ static void on_update(void *ud, json_t *old, json_t *nw)
 }
 static void on_delete(void *ud, json_t *o)
 {
+    /* For a delete synthesised after a relist, this is the cached object, not a tombstone. */
+    const char *ph = json_string_value(json_object_get(json_object_get(o, "status"), "phase"));
+    snprintf(last_deleted_phase, sizeof(last_deleted_phase), "%s", ph ? ph : "(none)");
     snprintf(last_deleted, sizeof(last_deleted), "%s",
              json_string_value(json_object_get(json_object_get(o, "metadata"), "name")));
     atomic_fetch_add(&deletes, 1);
@@ -91,13 +115,14 @@ static void test_informer_projection_and_handlers(void)
     struct informer *inf = informer_new(&cfg, NULL, &io, &h);
     TEST_EQ_INT(informer_start(inf), 0);
     TEST_EQ_INT(informer_wait_synced(inf, 5000), 0);
-    for (int i = 0; i < 200 && atomic_load(&deletes) == 0; i++)
+    for (int i = 0; i < 300 && atomic_load(&deletes) < 2; i++)
         usleep(10000);
-    TEST_EQ_INT(atomic_load(&adds), 2);
-    TEST_EQ_INT(atomic_load(&updates), 1);
-    TEST_EQ_INT(atomic_load(&deletes), 1);
+    TEST_EQ_INT(atomic_load(&adds), 3);
+    TEST_EQ_INT(atomic_load(&updates), 1); /* the relist's p0 is unchanged: no second update */
+    TEST_EQ_INT(atomic_load(&deletes), 2);
     TEST_EQ_STR(last_update_old_phase, "Pending");
-    TEST_EQ_STR(last_deleted, "p1");
+    TEST_EQ_STR(last_deleted, "p2"); /* vanished during the 410: synthesised */
+    TEST_EQ_STR(last_deleted_phase, "Pending");
     TEST_EQ_INT(informer_len(inf), 1);
     json_t *p0 = informer_get(inf, "ml/p0");
     TEST_CHECK(p0 != NULL);
