@@ -354,54 +354,146 @@ static int write_status(struct exec_worker *w, const json_t *obj, const struct t
     return rc;
 }
 
-/* One action; 0 also for outcomes that mean "already so" (404 on delete, 409 on create), which
- * set *already: no watch event for them is coming, so their expectation is lowered at once. */
-static int apply_one(struct exec_worker *w, const struct tj *tj, const char *key,
-                     const struct rec_action *a, bool *already)
+/* What came of one action; filled by apply_one(), read after a batch's threads are joined. */
+struct outcome {
+    int rc;
+    bool already;                  /* 409 exists / 404 / UID precondition: no watch event coming */
+    char message[COND_MESSAGE_MAX / 2]; /* the API's message on failure */
+};
+
+/* One action through kc. rc 0 also for outcomes that mean "already so", which set `already`. */
+static void apply_one(struct kube_client *kc, const struct tj *tj, const char *key,
+                      const struct rec_action *a, struct outcome *out)
 {
     char path[KUBE_MAX_PATH];
     int rc;
 
-    *already = false;
+    memset(out, 0, sizeof(*out));
     if (a->verb == REC_CREATE) {
         rc = kube_path(path, sizeof(path), api_of(a->kind), resource_of(a->kind), tj->ns, NULL,
                        NULL);
         if (rc == 0)
-            rc = kube_create(w->kc, path, a->obj, NULL);
+            rc = kube_create(kc, path, a->obj, NULL);
         if (rc == OP_EEXIST) { /* deterministic names: an earlier create of ours got there */
-            *already = true;
-            return 0;
-        }
-        if (rc == 0)
+            out->already = true;
+            rc = 0;
+        } else if (rc == 0) {
             log_info("Created child", "{s:s, s:s, s:s}", "trainjob", key, "kind",
                      rec_kind_str(a->kind), "name", a->name);
-        return rc;
+        }
+    } else {
+        rc = kube_path(path, sizeof(path), api_of(a->kind), resource_of(a->kind), tj->ns, a->name,
+                       NULL);
+        if (rc == 0 && a->verb == REC_UPDATE) {
+            json_t *patch = json_pack("{s:O}", "data", json_object_get(a->obj, "data"));
+            rc = kube_patch(kc, path, KUBE_PATCH_MERGE, patch, NULL, NULL);
+            json_decref(patch);
+            if (rc == 0)
+                log_info("Updated child", "{s:s, s:s, s:s}", "trainjob", key, "kind",
+                         rec_kind_str(a->kind), "name", a->name);
+        } else if (rc == 0) {
+            struct kube_delete_opts d = {.propagation_policy = "Background",
+                                         .precondition_uid = a->uid[0] ? a->uid : NULL,
+                                         .grace_period_seconds = -1};
+            rc = kube_delete(kc, path, &d, NULL);
+            if (rc == OP_ENOTFOUND || (rc == OP_ECONFLICT && a->uid[0])) {
+                out->already = true; /* gone, or the name is a newer pod's: not ours to delete */
+                rc = 0;
+            } else if (rc == 0) {
+                log_info("Deleted child", "{s:s, s:s, s:s}", "trainjob", key, "kind",
+                         rec_kind_str(a->kind), "name", a->name);
+            }
+        }
     }
-    rc = kube_path(path, sizeof(path), api_of(a->kind), resource_of(a->kind), tj->ns, a->name,
-                   NULL);
+    out->rc = rc;
     if (rc)
-        return rc;
-    if (a->verb == REC_UPDATE) {
-        json_t *patch = json_pack("{s:O}", "data", json_object_get(a->obj, "data"));
-        rc = kube_patch(w->kc, path, KUBE_PATCH_MERGE, patch, NULL, NULL);
-        json_decref(patch);
-        if (rc == 0)
-            log_info("Updated child", "{s:s, s:s, s:s}", "trainjob", key, "kind",
-                     rec_kind_str(a->kind), "name", a->name);
-        return rc;
+        snprintf(out->message, sizeof(out->message), "%.255s",
+                 kube_last_status(kc)->message[0] ? kube_last_status(kc)->message
+                                                  : op_strerror(rc));
+}
+
+/* Expectations, counters, a log line and an Event for one applied action. */
+static void account(struct exec_worker *w, const struct tj *tj, const char *key,
+                    const struct rec_action *a, const struct outcome *o)
+{
+    struct exec_shared *sh = w->sh;
+    char msg[COND_MESSAGE_MAX];
+
+    if (a->kind == REC_POD && a->verb == REC_CREATE) {
+        if (o->rc || o->already)
+            exec_expect_lower(sh->expect, key, 1, 0);
+        else
+            atomic_fetch_add(&sh->stats.pods_created, 1);
+    } else if (a->kind == REC_POD && a->verb == REC_DELETE) {
+        if (o->rc || o->already)
+            exec_expect_lower(sh->expect, key, 0, 1);
+        else
+            atomic_fetch_add(&sh->stats.pods_deleted, 1);
     }
-    struct kube_delete_opts d = {.propagation_policy = "Background",
-                                 .precondition_uid = a->uid[0] ? a->uid : NULL,
-                                 .grace_period_seconds = -1};
-    rc = kube_delete(w->kc, path, &d, NULL);
-    if (rc == OP_ENOTFOUND || (rc == OP_ECONFLICT && a->uid[0])) {
-        *already = true; /* gone already, or the name belongs to a newer pod: not ours to delete */
-        return 0;
+    if (!o->rc)
+        return;
+    log_warn("Failed to apply action", "{s:s, s:s, s:s, s:s, s:s, s:s}", "trainjob", key, "verb",
+             rec_verb_str(a->verb), "kind", rec_kind_str(a->kind), "name", a->name, "error",
+             op_strerror(o->rc), "message", o->message);
+    snprintf(msg, sizeof(msg), "Could not %s %s %s: %s", rec_verb_str(a->verb),
+             rec_kind_str(a->kind), a->name, o->message);
+    post_event(w, tj, true, a->verb == REC_CREATE ? "FailedCreate" : "FailedSync",
+               a->verb == REC_CREATE ? "Create" : a->verb == REC_UPDATE ? "Update" : "Delete", msg);
+}
+
+/* A slow-start batch of pod creates, EXEC_PARALLEL at a time, each thread on its own client. */
+struct batch {
+    struct kube_client *kc;
+    const struct tj *tj;
+    const char *key;
+    const struct rec_action *acts;
+    struct outcome *outs;
+    int n;
+    atomic_int *next;
+};
+
+static void *batch_thread(void *arg)
+{
+    struct batch *b = arg;
+
+    for (int i; (i = atomic_fetch_add(b->next, 1)) < b->n;)
+        apply_one(b->kc, b->tj, b->key, &b->acts[i], &b->outs[i]);
+    return NULL;
+}
+
+static void run_batch(struct exec_worker *w, const struct tj *tj, const char *key,
+                      const struct rec_action *acts, int n, struct outcome *outs)
+{
+    struct batch b[EXEC_PARALLEL];
+    pthread_t th[EXEC_PARALLEL];
+    atomic_int next = 0;
+    int nt = n < EXEC_PARALLEL ? n : EXEC_PARALLEL;
+    bool started[EXEC_PARALLEL] = {false};
+
+    for (int t = 0; t < nt; t++) {
+        if (t > 0 && !w->pool[t - 1]) {
+            if (!w->cfg) { /* no config to open more connections: one at a time */
+                nt = t;
+                break;
+            }
+            w->pool[t - 1] = kube_client_new(w->cfg, w->copts);
+        }
+        b[t] = (struct batch){t ? w->pool[t - 1] : w->kc, tj, key, acts, outs, n, &next};
     }
-    if (rc == 0)
-        log_info("Deleted child", "{s:s, s:s, s:s}", "trainjob", key, "kind",
-                 rec_kind_str(a->kind), "name", a->name);
-    return rc;
+    for (int t = 1; t < nt; t++)
+        started[t] = pthread_create(&th[t], NULL, batch_thread, &b[t]) == 0;
+    batch_thread(&b[0]); /* this thread works too; it also picks up what a failed start left */
+    for (int t = 1; t < nt; t++)
+        if (started[t])
+            pthread_join(th[t], NULL);
+}
+
+void exec_worker_cleanup(struct exec_worker *w)
+{
+    for (int i = 0; i < EXEC_PARALLEL - 1; i++) {
+        kube_client_free(w->pool[i]);
+        w->pool[i] = NULL;
+    }
 }
 
 int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
@@ -410,6 +502,7 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
     struct exec_shared *sh = w->sh;
     char key[2 * TJ_NAME_MAX + 2];
     int adds = 0, dels = 0, first = 0, failed_batch = -1, rc;
+    struct outcome *outs;
 
     snprintf(key, sizeof(key), "%s/%s", tj->ns, tj->name);
     if (r->status_changed) {
@@ -424,44 +517,32 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
         dels += r->actions[i].verb == REC_DELETE;
     }
     exec_expect_raise(sh->expect, key, adds, dels, time(NULL));
-    for (size_t i = 0; i < r->nactions; i++) {
+    outs = xcalloc(r->nactions + 1, sizeof(*outs));
+    for (size_t i = 0, j; i < r->nactions; i = j) {
         const struct rec_action *a = &r->actions[i];
-        bool pod = a->kind == REC_POD, already;
+        bool create = a->kind == REC_POD && a->verb == REC_CREATE;
 
-        if (pod && a->verb == REC_CREATE && failed_batch >= 0 && a->batch > failed_batch) {
-            exec_expect_lower(sh->expect, key, 1, 0); /* slow start: not attempted */
+        /* [i, j): one pod-create batch, or one other action */
+        for (j = i + 1; create && j < r->nactions && r->actions[j].kind == REC_POD &&
+                        r->actions[j].verb == REC_CREATE && r->actions[j].batch == a->batch;)
+            j++;
+        if (create && failed_batch >= 0) { /* slow start: a batch failed, the rest waits */
+            exec_expect_lower(sh->expect, key, (int)(j - i), 0);
             continue;
         }
-        rc = apply_one(w, tj, key, a, &already);
-        if (pod && a->verb == REC_CREATE) {
-            if (rc || already)
-                exec_expect_lower(sh->expect, key, 1, 0);
-            if (rc)
+        if (create)
+            run_batch(w, tj, key, a, (int)(j - i), &outs[i]);
+        else
+            apply_one(w->kc, tj, key, a, &outs[i]);
+        for (size_t k = i; k < j; k++) {
+            account(w, tj, key, &r->actions[k], &outs[k]);
+            if (outs[k].rc && !first)
+                first = outs[k].rc;
+            if (outs[k].rc && create)
                 failed_batch = a->batch;
-            else if (!already)
-                atomic_fetch_add(&sh->stats.pods_created, 1);
-        } else if (pod && a->verb == REC_DELETE) {
-            if (rc || already)
-                exec_expect_lower(sh->expect, key, 0, 1);
-            if (!rc && !already)
-                atomic_fetch_add(&sh->stats.pods_deleted, 1);
-        }
-        if (rc) {
-            const struct kube_status *st = kube_last_status(w->kc);
-            char msg[COND_MESSAGE_MAX];
-
-            log_warn("Failed to apply action", "{s:s, s:s, s:s, s:s, s:s, s:s}", "trainjob", key,
-                     "verb", rec_verb_str(a->verb), "kind", rec_kind_str(a->kind), "name",
-                     a->name, "error", op_strerror(rc), "message", st->message);
-            snprintf(msg, sizeof(msg), "Could not %s %s %s: %.400s", rec_verb_str(a->verb),
-                     rec_kind_str(a->kind), a->name, st->message[0] ? st->message : op_strerror(rc));
-            post_event(w, tj, true, a->verb == REC_CREATE ? "FailedCreate" : "FailedSync",
-                       a->verb == REC_CREATE ? "Create" : a->verb == REC_UPDATE ? "Update" : "Delete",
-                       msg);
-            if (!first)
-                first = rc;
         }
     }
+    free(outs);
     for (int i = 0; i < r->nevents; i++) {
         if (strcmp(r->events[i].reason, "Restarting") == 0)
             atomic_fetch_add(&sh->stats.gang_restarts, 1);

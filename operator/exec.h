@@ -9,8 +9,9 @@
  *      EXEC_CONFLICT_RETRIES times);
  *   2. the actions in order: deletes (pods with a UID precondition; 404 and a failed precondition
  *      count as done), Service/ConfigMap/Secret creates (409 AlreadyExists: adopted), the
- *      ConfigMap update (merge patch of data), pod creates batch by batch (slow start: a batch
- *      with an error stops the rest, as the Job controller does), the TrainingJob delete (TTL);
+ *      ConfigMap update (merge patch of data), pod creates batch by batch, the pods of a batch in
+ *      parallel (EXEC_PARALLEL connections; slow start: a batch with an error stops the rest, as
+ *      the Job controller does), the TrainingJob delete (TTL);
  *   3. Events (events.k8s.io/v1, de-duplicated by the recorder) for rec's transitions and for
  *      failed actions; a failure to record is only logged;
  *   4. a timer (queue_add_after) when rec asks for one.
@@ -38,6 +39,7 @@
 
 #define EXEC_EXPECT_TTL_S 300
 #define EXEC_CONFLICT_RETRIES 3
+#define EXEC_PARALLEL 4 /* pod creates in flight at once within a slow-start batch */
 #define EXEC_COMPONENT "gantry-operator"
 
 /* ---- expectations: thread-safe */
@@ -92,7 +94,15 @@ extern const char *const exec_child_fields[];
 struct exec_worker {
     struct exec_shared *sh;
     struct kube_client *kc; /* owned by the worker's creator */
+    /* To open the extra connections of parallel creates (NULL: creates run one at a time).
+     * Borrowed; each pool client has its own copts rate limit. */
+    const struct kube_config *cfg;
+    const struct kube_client_opts *copts;
+    struct kube_client *pool[EXEC_PARALLEL - 1]; /* opened on first use; exec_worker_cleanup() */
 };
+
+/* Closes the worker's extra connections (not kc). */
+void exec_worker_cleanup(struct exec_worker *w);
 
 /*
  * Reconciles the TrainingJob "ns/name" once. 0 when done (the caller forgets the key's backoff),

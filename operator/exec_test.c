@@ -190,6 +190,7 @@ static void test_apply_against_server(void)
     cfg.namespace = "ml";
     cfg.token = "t";
     w.kc = kube_client_new(&cfg, NULL);
+    w.cfg = &cfg; /* batches run in parallel on pool connections */
     sh.expect = exec_expect_new();
     TEST_EQ_INT(tj_parse(obj, &tj, NULL, 0), 0);
     r.actions = calloc(8, sizeof(*r.actions));
@@ -217,6 +218,7 @@ static void test_apply_against_server(void)
     TEST_EQ_STR(S.log[0], "PUT /apis/gantry.dev/v1alpha1/namespaces/ml/trainingjobs/j/status");
     TEST_EQ_STR(S.log[1], "DELETE /api/v1/namespaces/ml/pods/j-worker-9");
     TEST_EQ_STR(S.log[2], "POST /api/v1/namespaces/ml/pods");
+    TEST_EQ_STR(S.log[3], "POST /api/v1/namespaces/ml/pods"); /* batch 1, in parallel */
     TEST_EQ_STR(S.log[4], "POST /api/v1/namespaces/ml/pods");
     TEST_CHECK(strstr(S.delete_body, "uid-9") != NULL); /* precondition */
     TEST_EQ_INT(sh.stats.pods_created, 2);
@@ -228,10 +230,28 @@ static void test_apply_against_server(void)
     exec_expect_lower(sh.expect, "ml/j", 1, 0);
     TEST_CHECK(exec_expect_met(sh.expect, "ml/j", time(NULL)));
 
+    /* 3. a batch of 8 (batch 3 of a big job) goes out on parallel connections, all created */
+    rec_result_cleanup(&r);
+    memset(&r, 0, sizeof(r));
+    r.actions = calloc(8, sizeof(*r.actions));
+    for (int i = 0; i < 8; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "j-worker-%d", 7 + i);
+        add(&r, REC_CREATE, name, 3, NULL);
+    }
+    S.n = 0;
+    long conns = testsrv_connections(srv);
+    TEST_EQ_INT(exec_apply(&w, obj, &tj, &r), 0);
+    TEST_EQ_INT(S.n, 8);
+    TEST_EQ_INT(sh.stats.pods_created, 2 + 8);
+    TEST_CHECK(testsrv_connections(srv) - conns >= 1); /* pool connections opened */
+    TEST_CHECK(w.pool[0] != NULL);
+
     rec_result_cleanup(&r);
     tj_cleanup(&tj);
     json_decref(obj);
     exec_expect_free(sh.expect);
+    exec_worker_cleanup(&w);
     kube_client_free(w.kc);
     testsrv_stop(srv);
 }

@@ -289,6 +289,8 @@ static int controller_start(struct controller *c, const struct opts *o,
     for (int i = 0; i < o->workers; i++) {
         c->workers[i].ew.sh = sh;
         c->workers[i].ew.kc = kube_client_new(cfg, copts);
+        c->workers[i].ew.cfg = cfg;
+        c->workers[i].ew.copts = copts;
         pthread_create(&c->workers[i].th, NULL, work, &c->workers[i]);
         c->nworkers++;
     }
@@ -304,6 +306,7 @@ static void controller_stop(struct controller *c)
         queue_shutdown(sh->queue); /* workers finish the key in hand, then return */
     for (int i = 0; i < c->nworkers; i++) {
         pthread_join(c->workers[i].th, NULL);
+        exec_worker_cleanup(&c->workers[i].ew);
         kube_client_free(c->workers[i].ew.kc);
     }
     free(c->workers);
