@@ -27,9 +27,13 @@ set_tests_properties(crd_api_test PROPERTIES LABELS api SKIP_RETURN_CODE 77 TIME
 add_executable(gantry-operator ${CTL_DIR}/main.c)
 target_link_libraries(gantry-operator PRIVATE gantry_ctl)
 gantry_test(exec_test SOURCES ${CTL_DIR}/exec_test.c LIBS gantry_ctl gantry_kube_testsrv)
-add_test(NAME operator_api_test
-         COMMAND bash ${PROJECT_SOURCE_DIR}/e2e/api/operator_test.sh $<TARGET_FILE:gantry-operator>)
-set_tests_properties(operator_api_test PROPERTIES LABELS api SKIP_RETURN_CODE 77 TIMEOUT 300)
+foreach(group lifecycle ha)
+    add_test(NAME operator_api_${group}_test
+             COMMAND bash ${PROJECT_SOURCE_DIR}/e2e/api/operator_test.sh
+                     $<TARGET_FILE:gantry-operator> ${group})
+    set_tests_properties(operator_api_${group}_test PROPERTIES
+                         LABELS api SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()
 # The CRD, tj.c and (when its config loader is built) gantry-worker must agree.
 if(TARGET gantry_core)
     gantry_test(tj_crd_test SOURCES ${CTL_DIR}/tj_crd_test.c LIBS gantry_ctl gantry_core)
