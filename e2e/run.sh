@@ -22,9 +22,11 @@
 # On any failure: operator and worker logs, events, describe output in $ARTIFACTS (default
 # ./artifacts/e2e-<UTC time>). The last line is 'N passed, N failed'; exit 0 only with 0 failed.
 #
-# Environment: KUBECONFIG, ARTIFACTS, GANTRY_BUILD_DIR (binaries; default build/, built when
-# missing), E2E_REPLICAS (3), E2E_MIN_ACCURACY (0.98), E2E_TRAIN_TIMEOUT (900 s per job),
-# E2E_KIND_CLUSTER, E2E_SKIP_IMAGES=1 (images already on the nodes), E2E_BUSYBOX_IMAGE.
+# Environment: KUBECONFIG, ARTIFACTS, GANTRY_RUN (own cluster's state; /tmp/gantry-cluster-e2e),
+# GANTRY_FULL_WAIT (seconds to wait for another full cluster on this host to go; 900),
+# GANTRY_BUILD_DIR (binaries; default build/, built when missing), E2E_REPLICAS (3),
+# E2E_MIN_ACCURACY (0.98), E2E_TRAIN_TIMEOUT (900 s per job), E2E_START_TIMEOUT (180 s without a
+# pod), E2E_KIND_CLUSTER, E2E_SKIP_IMAGES=1 (images already on the nodes), E2E_BUSYBOX_IMAGE.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,7 +42,7 @@ while [ $# -gt 0 ]; do
         --keep) KEEP=1; shift ;;
         --only) ONLY=${2:?--only needs scenario numbers}; shift 2 ;;
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -69,6 +71,11 @@ cluster_up() {
         return
     fi
     say "KUBECONFIG is unset: bringing up the local full cluster tier (hack/cluster.sh)"
+    # Its own state folder, so a developer's cluster in the default one is not touched; one full
+    # cluster per host, so wait for another one (CI's smoke run, a developer's) to go.
+    export GANTRY_RUN=${GANTRY_RUN:-/tmp/gantry-cluster-e2e}
+    export GANTRY_FULL_WAIT=${GANTRY_FULL_WAIT:-900}
+    CLUSTER_RUN=$GANTRY_RUN
     [ "$(id -u)" = 0 ] || die "the local full tier needs root; or point KUBECONFIG at a cluster"
     "$ROOT/hack/cluster.sh" build --tier full || die "hack/cluster.sh build failed"
     if "$ROOT/hack/cluster.sh" status >/dev/null 2>&1; then
@@ -204,7 +211,7 @@ finish() {
     teardown
     local s
     printf '\ntimings:'
-    for s in "${!TIMES[@]}"; do printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
+    for s in setup install s1 s2 s3 s4 s5 s6; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
     printf ' total=%ss\n' "$((SECONDS - T0))"
     if [ "$E2E_FAIL" -gt 0 ] || [ "$rc" != 0 ]; then
         echo "artifacts: $ARTIFACTS"

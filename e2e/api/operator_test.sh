@@ -199,6 +199,8 @@ sleep 1
 [ "$(npods crashy)" -eq 30 ] && ok "crashy: still exactly 30 (no duplicates)" || bad "crashy: $(npods crashy) pods"
 run_all crashy 30
 wait_for "crashy: Running 30/30" 30 is tj/crashy '{.status.ready}' 30/30
+set_pod crashy-worker-0 Succeeded 0
+wait_for "crashy: the job completes (Succeeded)" 20 is tj/crashy '{.status.phase}' Succeeded
 
 # ---- 8. two replicas: only the leader acts; SIGTERM releases the Lease and the standby takes over
 leader_pid=$op_pid leader_log=$op_log
