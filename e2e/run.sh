@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
         --keep) KEEP=1; shift ;;
         --only) ONLY=${2:?--only needs scenario numbers}; shift 2 ;;
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
