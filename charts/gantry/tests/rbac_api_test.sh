@@ -221,4 +221,12 @@ for v in $(printf '%s\n' "${!drop[@]}" | sort); do
         bad "without ${drop[$v]}: want a failure at '${expect[$v]}', got: $(tr '\n' ' ' <"$work/$v.res") (log: $logs/operator-$id-$v.log)"
     fi
 done
+# Stop them all (SIGTERM: graceful shutdown) before reading the logs for sanitizer reports.
+for p in "$work"/*.pid; do kill "$(cat "$p")" 2>/dev/null || true; done
+for p in "$work"/*.pid; do
+    for ((i = 0; i < 100; i++)); do kill -0 "$(cat "$p")" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "$(cat "$p")" 2>/dev/null && bad "operator $(basename "$p" .pid) still runs 20 s after SIGTERM"
+done
+san=$(grep -l "Sanitizer\|runtime error:" "$logs"/operator-"$id"-*.log 2>/dev/null || true)
+[ -z "$san" ] && ok "no sanitizer report in any operator log" || bad "sanitizer reports in: $san"
 summary
