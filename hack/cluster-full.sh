@@ -35,6 +35,9 @@ FULL_SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.bridge.
     kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
 F=$RUN/full
+# Names the run dir whose full cluster owns the host's network now (tmpfs: gone after a reboot,
+# as the bridge is). Read by full_owner and by hack/cluster-ci.sh.
+FULL_OWNER_FILE=/run/gantry-full-cluster.owner
 
 # --------------------------------------------------------------------------------------------------
 # build
@@ -197,11 +200,13 @@ full_fence_up() {
     iptables -I INPUT 1 -j GANTRY-IN
 }
 
-# Which run dir holds the host's full cluster, from its kubelet's command line.
+# Which run dir holds the host's full cluster: the one named in FULL_OWNER_FILE.
 full_owner() {
-    local d
-    d=$(pgrep -af "kubelet --config .*/full/kubelet.yaml" | sed -n 's#.*--config \([^ ]*\)/full/kubelet.yaml.*#\1#p' | head -1)
-    echo "${d:+GANTRY_RUN=$d}${d:-no kubelet runs: a leftover?}"
+    if [ -s "$FULL_OWNER_FILE" ]; then
+        echo "GANTRY_RUN=$(cat "$FULL_OWNER_FILE")"
+    else
+        echo "no owner recorded in $FULL_OWNER_FILE: a leftover?"
+    fi
 }
 
 full_network_up() {
@@ -212,6 +217,7 @@ full_network_up() {
     ip link add "$BRIDGE" type bridge 2>/dev/null ||
         die "could not create bridge $BRIDGE: another full cluster just took it ($(full_owner))"
     touch "$F/owns-network"
+    echo "$RUN" >"$FULL_OWNER_FILE"
     modprobe br_netfilter 2>/dev/null || true
     sysctl -qw net.ipv4.ip_forward=1
     [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] ||
@@ -468,6 +474,7 @@ full_down() {
         if [ -f "$F/sysctl.saved" ]; then
             while IFS= read -r kv; do sysctl -qw "$kv" 2>/dev/null || true; done <"$F/sysctl.saved"
         fi
+        if [ "$(cat "$FULL_OWNER_FILE" 2>/dev/null)" = "$RUN" ]; then rm -f "$FULL_OWNER_FILE"; fi
     fi
     rm -rf "$F"
 }
