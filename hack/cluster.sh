@@ -608,4 +608,6 @@ main() {
     esac
 }
 
-main "$@"
+# On one line, so that bash has read all it runs before it starts: editing this file while it
+# runs (a shared work tree) cannot make it execute half a line.
+main "$@"; exit $?
