@@ -445,13 +445,14 @@ running_components() {
 }
 
 # If `up` fails half way, take down what did start, so that no process is left behind.
+# shellcheck disable=SC2317  # called by the EXIT trap
 up_cleanup() {
     local rc=$?
-    if [ $rc -ne 0 ]; then
+    if [ "$rc" -ne 0 ]; then
         log "up failed; stopping what started"
         cmd_down >/dev/null 2>&1 || true
     fi
-    return $rc
+    return "$rc"
 }
 
 cmd_up() {
