@@ -176,7 +176,7 @@ full_save_host() {
 
 # The fence: nothing addressed to the pod or service ranges, and nothing from a pod, leaves the
 # host by any interface but the bridge and loopback; the API server (bound to all addresses so
-# that pods reach it at $NODE_IP) answers only on those two.
+# that pods reach it at $NODE_IP), kubelet and CoreDNS answer only on those two.
 full_fence_up() {
     iptables -N GANTRY-OUT
     iptables -A GANTRY-OUT -o lo -j RETURN
@@ -195,6 +195,7 @@ full_fence_up() {
     iptables -A GANTRY-IN -i lo -j RETURN
     iptables -A GANTRY-IN -i "$BRIDGE" -j RETURN
     iptables -A GANTRY-IN -p tcp --dport "$API_PORT" -j REJECT
+    iptables -A GANTRY-IN -d "$NODE_IP" -j REJECT   # kubelet, CoreDNS: node-local only
     iptables -I OUTPUT 1 -j GANTRY-OUT
     iptables -I FORWARD 1 -j GANTRY-FWD
     iptables -I INPUT 1 -j GANTRY-IN
