@@ -50,9 +50,8 @@ unit-asan: asan
 		ctest --test-dir build-asan --output-on-failure -j $(JOBS) -LE api $(CTEST_ARGS)
 
 # Tests against a real kube-apiserver + etcd (CTest label api); the tier is private to the run.
-api: build
-	@echo "== api tier tests (build/)"
-	@hack/test-api.sh build $(CTEST_ARGS)
+api: build asan
+	@CTEST_ARGS="$(CTEST_ARGS)" hack/test-api.sh build build-asan
 
 test: unit unit-asan api
 
