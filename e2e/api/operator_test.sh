@@ -226,5 +226,15 @@ stop_op TERM
 grep -q '"msg":"Stopped"' "$standby_log" && ok "graceful SIGTERM of the new leader" || bad "no clean stop in c's log"
 fi
 
+# Under the ASan/UBSan build a report goes to the log: it fails the test (SIGKILLed processes
+# cannot report, the others exit through SIGTERM and the leak check).
+stop_op TERM
+for p in "${extra_pids[@]}"; do stop_op TERM "$p"; done
+extra_pids=()
+if grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$logs"/operator-"$ns"-*.log; then
+    bad "sanitizer reports in the operator logs above"
+else
+    ok "no sanitizer reports in the operator logs"
+fi
 echo "$checks checks, $fails failed"
 [ "$fails" -eq 0 ]
