@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""bench/plot.py: plots and the markdown report of one bench/run.sh run.
+
+    python3 bench/plot.py RESULTS_DIR DOC.md
+
+Reads RESULTS_DIR/meta.json (machine, versions, mode, which benchmarks were skipped and why) and
+one CSV per benchmark (rows impl,metric,x,unit,round,value, every round kept), writes
+RESULTS_DIR/<bench>.png and DOC.md: the machine, the versions, a summary table (median, min-max
+over rounds, n, ratio against the peer, target, verdict), then a section per benchmark with its
+plot and every median. Prints one VERDICT line per benchmark. Medians and spreads are computed
+here from the raw rounds, nothing is averaged twice. Uses matplotlib (Agg) from hack/pyenv.sh.
+"""
+import csv
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MIB64 = 64 << 20
+
+
+def load(path):
+    """{(impl, metric, x): [values in round order]} and units, or None if the file is absent."""
+    if not os.path.exists(path):
+        return None, None
+    vals, units = defaultdict(list), {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            key = (r["impl"], r["metric"], float(r["x"]))
+            vals[key].append(float(r["value"]))
+            units[r["metric"]] = r["unit"]
+    return (vals, units) if vals else (None, None)
+
+
+def med(v):
+    return statistics.median(v) if v else float("nan")
+
+
+def spread(v, fmt="%.3g"):
+    """'median [min-max] n=K' for a list of rounds."""
+    if not v:
+        return "-"
+    if len(v) == 1:
+        return (fmt + " (n=1)") % v[0]
+    return (fmt + " [" + fmt + "-" + fmt + "] n=%d") % (med(v), min(v), max(v), len(v))
+
+
+def errbars(vs):
+    """medians and asymmetric min/max error bars for matplotlib."""
+    m = [med(v) for v in vs]
+    return m, [[a - min(v) for a, v in zip(m, vs)], [max(v) - a for a, v in zip(m, vs)]]
+
+
+def human_bytes(b):
+    for unit, s in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << s:
+            return "%g %s" % (b / (1 << s), unit)
+    return "%d B" % b
+
+
+# ---- one function per benchmark: plot, rows for the summary, lines for its section ------------
+
+
+def allreduce(vals, out_png):
+    worlds = sorted({int(m.split("_r")[1]) for (_, m, _) in vals if m.startswith("busbw_r")})
+    impls = [i for i in ("gantry", "gantry-bf16", "gloo") if any(k[0] == i for k in vals)]
+    link = vals.get(("raw-tcp", "link", 0.0), [])
+    fig, axes = plt.subplots(1, len(worlds), figsize=(6.5 * len(worlds), 4.5), squeeze=False)
+    summary, section = [], []
+    for ax, w in zip(axes[0], worlds):
+        metric = "busbw_r%d" % w
+        for impl in impls:
+            xs = sorted(x for (i, m, x) in vals if i == impl and m == metric)
+            if not xs:
+                continue
+            m, e = errbars([vals[(impl, metric, x)] for x in xs])
+            ax.errorbar(xs, m, yerr=e, marker="o", ms=3, capsize=2, label=impl)
+        if link:
+            ax.axhline(med(link), ls="--", c="gray", label="raw TCP, one connection (median)")
+        ax.axvline(MIB64, ls=":", c="k", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes, log2)")
+        ax.set_ylabel("bus bandwidth (GB/s, 1e9 B/s)")
+        ax.set_title("all-reduce (sum, fp32 in/out), %d ranks on loopback" % w)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        g = vals.get(("gantry", metric, float(MIB64)), [])
+        p = vals.get(("gloo", metric, float(MIB64)), [])
+        b = vals.get(("gantry-bf16", metric, float(MIB64)), [])
+        ratio = med(g) / med(p) if g and p else float("nan")
+        summary.append({
+            "bench": "all-reduce busbw at 64 MiB, %d ranks (GB/s)" % w,
+            "ours": spread(g), "peer": "Gloo " + spread(p), "ratio": ratio, "target": ">= 2.0x",
+            "ok": ratio >= 2.0, "note": "bf16 on the wire: %s" % spread(b) if b else ""})
+    fig.text(0.01, 0.01, "median of rounds, error bars min-max; dotted line: 64 MiB (verdict size)",
+             fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    section.append("Raw TCP through one loopback connection (the link limit): %s GB/s."
+                   % spread(link))
+    section.append("")
+    section.append("| ranks | size | " + " | ".join(impls) + " |")
+    section.append("|---|---|" + "---|" * len(impls))
+    for w in worlds:
+        metric = "busbw_r%d" % w
+        for x in sorted({x for (i, m, x) in vals if m == metric}):
+            section.append("| %d | %s | " % (w, human_bytes(int(x))) + " | ".join(
+                spread(vals.get((i, metric, x), [])) for i in impls) + " |")
+    return summary, section
+
+
+def cpu_train(vals, out_png):
+    g = vals.get(("gantry", "samples_per_s", 0.0), [])
+    t = vals.get(("pytorch", "samples_per_s", 0.0), [])
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    names = [n for n, v in (("gantry", g), ("PyTorch", t)) if v]
+    vs = [v for v in (g, t) if v]
+    m, e = errbars(vs)
+    ax.bar(names, m, yerr=e, capsize=6, color=["tab:blue", "tab:orange"][: len(vs)], alpha=0.8)
+    for i, v in enumerate(vs):
+        ax.plot([i] * len(v), v, "k.", ms=5)
+    ax.set_ylabel("training throughput (samples/s)")
+    ax.set_title("CPU training, same model, batch and threads")
+    ax.text(0.01, 0.01, "bar: median, error bar: min-max, dots: rounds", transform=ax.transAxes,
+            fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    ratio = med(g) / med(t) if g and t else float("nan")
+    summary = [{"bench": "CPU training throughput (samples/s)", "ours": spread(g),
+                "peer": "PyTorch " + spread(t), "ratio": ratio, "target": ">= 1.2x",
+                "ok": ratio >= 1.2, "note": ""}]
+    section = ["| impl | samples/s | tokens/s | ms/step |", "|---|---|---|---|"]
+    for impl in ("gantry", "pytorch"):
+        section.append("| %s | %s | %s | %s |" % (impl, *(spread(vals.get((impl, m, 0.0), []))
+                                                       for m in ("samples_per_s", "tokens_per_s",
+                                                                 "ms_per_step"))))
+    return summary, section
+
+
+def ckpt(vals, out_png):
+    order = [("gantry", "blocked", "training blocked\n(background writer)"),
+             ("gantry", "blocked_cpu", "CPU time of\nthat pause"),
+             ("gantry", "async_write", "background write\n(to rename + fsync)"),
+             ("gantry", "sync_write", "synchronous write\n(ckpt_write)"),
+             ("dd", "dd", "dd conv=fsync\n(same bytes)")]
+    keys = [k for k in order if any(kk[:2] == k[:2] for kk in vals)]
+    x = next(kk[2] for kk in vals)
+    vs = [vals[(i, m, x)] for i, m, _ in keys]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    m, e = errbars(vs)
+    ax.bar(range(len(vs)), m, yerr=e, capsize=6, alpha=0.8,
+           color=["tab:green", "tab:olive", "tab:blue", "tab:purple", "tab:gray"][: len(vs)])
+    for i, v in enumerate(vs):
+        ax.plot([i] * len(v), v, "k.", ms=5)
+    ax.set_xticks(range(len(vs)), [k[2] for k in keys], fontsize=8)
+    ax.set_ylabel("time per checkpoint (s)")
+    ax.set_title("checkpoint of %s (weights + AdamW m, v), same disk" % human_bytes(int(x)))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    b = vals.get(("gantry", "blocked", x), [])
+    w = vals.get(("gantry", "sync_write", x), [])
+    d = vals.get(("dd", "dd", x), [])
+    ratio = med(b) / med(w) if b and w else float("nan")
+    summary = [{"bench": "checkpoint: training blocked / write time (s)", "ours": spread(b),
+                "peer": "write " + spread(w), "ratio": ratio, "target": "<= 0.10",
+                "ok": ratio <= 0.10,
+                "note": "dd %s s; write at %.0f%% of dd bandwidth" % (spread(d), 100 * med(d) / med(w))
+                if d and w else ""}]
+    section = ["| measurement | seconds | MB/s (median) |", "|---|---|---|"]
+    for (i, mm, label), v in zip(keys, vs):
+        section.append("| %s | %s | %.0f |" % (label.replace("\n", " "), spread(v), x / med(v) / 1e6))
+    return summary, section
+
+
+def operator(vals, out_png):
+    ns = sorted({x for (_, m, x) in vals if m == "total"})
+    impls = [i for i in ("gantry", "kubeflow") if any(k[0] == i for k in vals)]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.8 / max(1, len(impls))
+    for j, impl in enumerate(impls):
+        xs = [k for k, n in enumerate(ns) if (impl, "total", n) in vals]
+        for ax, metric in ((a1, "total"), (a2, "rss_peak")):
+            vs = [vals[(impl, metric, ns[k])] for k in xs]
+            m, e = errbars(vs)
+            ax.bar([k + j * width for k in xs], m, width, yerr=e, capsize=4, alpha=0.8,
+                   label={"gantry": "gantry-operator", "kubeflow": "Kubeflow training-operator"}[impl])
+    for ax, ylabel, title in ((a1, "time to all pods created (s)", "N jobs applied -> N pods"),
+                              (a2, "operator peak RSS (MiB)", "operator memory (VmHWM)")):
+        ax.set_xticks([k + width * (len(impls) - 1) / 2 for k in range(len(ns))],
+                      ["N = %d jobs" % n for n in ns])
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, "bar: median, error bar: min-max over rounds; one pod per job", fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    summary = []
+    for n in ns:
+        g = vals.get(("gantry", "total", n), [])
+        k = vals.get(("kubeflow", "total", n), [])
+        gr = vals.get(("gantry", "rss_peak", n), [])
+        kr = vals.get(("kubeflow", "rss_peak", n), [])
+        ratio = med(k) / med(g) if g and k else float("nan")
+        summary.append({
+            "bench": "operator: %d jobs -> pods (s)" % n, "ours": spread(g),
+            "peer": ("Kubeflow " + spread(k)) if k else "Kubeflow not run",
+            "ratio": ratio, "target": "report (peer/ours)", "ok": None,
+            "note": "peak RSS %s MiB vs %s MiB" % (spread(gr, "%.0f"), spread(kr, "%.0f") if kr else "-")})
+    section = ["| impl | N | total s | apply s (creates returned) | peak RSS MiB | RSS at end MiB |",
+               "|---|---|---|---|---|---|"]
+    for n in ns:
+        for impl in impls:
+            section.append("| %s | %d | %s | %s | %s | %s |" % (
+                impl, n, *(spread(vals.get((impl, m, n), []), "%.3g")
+                           for m in ("total", "apply", "rss_peak", "rss_end"))))
+    return summary, section
+
+
+BENCHES = [
+    ("allreduce", "All-reduce bandwidth: Gantry TCP ring vs Gloo vs raw TCP", allreduce),
+    ("cpu_train", "CPU training throughput: Gantry vs PyTorch", cpu_train),
+    ("ckpt", "Checkpoint: training blocked vs write time vs dd", ckpt),
+    ("operator", "Operator: N TrainingJobs to N pods, vs Kubeflow training-operator", operator),
+]
+
+
+def verdict_word(ok):
+    return "report" if ok is None else ("PASS" if ok else "FAIL")
+
+
+def main():
+    res, doc = sys.argv[1], sys.argv[2]
+    meta = json.load(open(os.path.join(res, "meta.json")))
+    rows, sections = [], []
+    for name, title, fn in BENCHES:
+        vals, _ = load(os.path.join(res, name + ".csv"))
+        if vals is None:
+            why = meta.get("skipped", {}).get(name, "no results")
+            rows.append({"bench": title, "ours": "not run: " + why, "peer": "", "ratio": None,
+                         "target": "", "ok": None, "skip": True, "note": ""})
+            sections.append("## %s\n\nNot run: %s.\n" % (title, why))
+            print("VERDICT %s: not run (%s)" % (name, why))
+            continue
+        summary, section = fn(vals, os.path.join(res, name + ".png"))
+        for s in summary:
+            rows.append(s)
+            print("VERDICT %s: %s: ours %s, %s, ratio %.2f (target %s): %s" % (
+                name, s["bench"], s["ours"], s["peer"], s["ratio"], s["target"],
+                verdict_word(s["ok"])))
+        cmd = meta.get("commands", {}).get(name, "")
+        sections.append("## %s\n\n![%s](%s)\n\n%s%s\n" % (
+            title, name, os.path.relpath(os.path.join(res, name + ".png"), os.path.dirname(doc)),
+            ("Command: `%s`\n\n" % cmd) if cmd else "", "\n".join(section)))
+    gpu = meta.get("skipped", {}).get("gpu", "not run: no GPU lent")
+    rows.append({"bench": "GPU training: tokens/s and MFU vs PyTorch", "ours": gpu, "peer": "",
+                 "ratio": None, "target": "", "ok": None, "skip": True, "note": ""})
+    for name, why in sorted(meta.get("missing", {}).items()):
+        rows.append({"bench": name, "ours": "not run: " + why, "peer": "", "ratio": None,
+                     "target": "", "ok": None, "skip": True, "note": ""})
+
+    out = ["# Benchmarks", "",
+           "Generated by `bench/run.sh` (`make bench`) on %s; do not edit by hand. Mode: %s; "
+           "wall time %s s. Every number is the median over rounds with [min-max] and n, "
+           "ours and the peer measured in the same run on the same machine, rounds interleaved."
+           % (meta.get("date", "?"), meta.get("mode", "?"), meta.get("wall_s", "?")), "",
+           "## Machine and versions", ""]
+    for k, v in meta.get("machine", {}).items():
+        out.append("- %s: %s" % (k, v))
+    for k, v in meta.get("versions", {}).items():
+        out.append("- %s: %s" % (k, v))
+    d = meta.get("durations", {})
+    if d:
+        out.append("- wall time per benchmark: " + ", ".join("%s %s" % kv for kv in d.items()))
+    out += ["", "## Summary", "",
+            "| benchmark | Gantry | peer | ratio | target | verdict | notes |",
+            "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.get("skip"):
+            out.append("| %s | %s | | | | not run | |" % (r["bench"], r["ours"]))
+        else:
+            out.append("| %s | %s | %s | %.2fx | %s | %s | %s |" % (
+                r["bench"], r["ours"], r["peer"], r["ratio"], r["target"],
+                verdict_word(r["ok"]), r["note"]))
+    notes = meta.get("notes", [])
+    if notes:
+        out += ["", "Notes:", ""] + ["- " + n for n in notes]
+    out += [""] + sections
+    with open(doc, "w") as f:
+        f.write("\n".join(out).rstrip() + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# bench/run.sh: Gantry's benchmark suite (`make bench`): each benchmark against its peer in the
+# same run, CSV + PNG per benchmark, docs/benchmarks.md, a verdict line per benchmark.
+#
+#   bench/run.sh [--quick] [--build DIR] [--out DIR] [--doc FILE] [--only "NAMES"] [--skip "NAMES"]
+#
+# NAMES: allreduce cpu_train ckpt operator (default: all). Benchmarks and their peers:
+#   allreduce  bench/allreduce.sh: tcp ring (fp32, bf16 wire) vs Gloo vs raw TCP, 2 and 4 ranks,
+#              4 KiB..256 MiB, 3 rounds (--quick: 2 ranks, 1..64 MiB, 2 rounds); target 2x Gloo
+#              busbw at 64 MiB
+#   cpu_train  bench/cpu_train.sh: samples/s vs PyTorch, 2 threads, 5 rounds (quick: 2); >= 1.2x
+#   ckpt       bench/ckpt_bench.sh: blocked vs write vs dd, 192 MiB x 5 (quick: 48 MiB x 3);
+#              blocked <= 10 % of the write
+#   operator   bench/operator_bench.sh: N = 100 and 1000 jobs -> pods and RSS vs Kubeflow's
+#              training-operator on a private API tier (quick: N = 100, 1 round); ratio reported
+# The GPU row says why it did not run (no GPU on this machine). Results: DIR (bench/results)
+# gets <name>.csv (impl,metric,x,unit,round,value: every round), <name>.png, <name>.log and
+# meta.json; FILE (docs/benchmarks.md) the report, by bench/plot.py (matplotlib, hack/pyenv.sh).
+# Binaries come from DIR (default build/); ckpt_bench, bench_allreduce and bench_allreduce_gloo
+# are compiled here against DIR's libraries when the build does not have them.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+quick=0
+build=$root/build
+out=$root/bench/results
+doc=$root/docs/benchmarks.md
+only="allreduce cpu_train ckpt operator"
+skip=
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) quick=1; shift ;;
+    --build) build=$(cd "$2" && pwd); shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --doc) doc=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    --skip) skip=$2; shift 2 ;;
+    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 64 ;;
+    esac
+done
+mkdir -p "$out" "$(dirname "$doc")"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d /tmp/gantry-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+meta=$work/meta.tsv # section <TAB> key <TAB> value, turned into meta.json at the end
+: >"$meta"
+m() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$meta"; }
+want() { [[ " $only " == *" $1 "* ]] && [[ " $skip " != *" $1 "* ]]; }
+log() { echo "== $(date -u +%T) $*"; }
+sect_t=
+sect() { # sect NAME: closes the previous section's timer, opens NAME's
+    [ -z "$sect_t" ] || m durations "$sect_name" "$(($(date +%s) - sect_t)) s"
+    sect_name=$1 sect_t=$(date +%s)
+}
+t_start=$(date +%s)
+
+# ---- binaries --------------------------------------------------------------------------------
+find_bin() { find "$build" -maxdepth 3 -type f -name "$1" -perm -u+x 2>/dev/null | head -1; }
+[ -d "$build" ] || { echo "run.sh: no build in $build: run make build (or pass --build DIR)" >&2; exit 1; }
+libs=("$build/worker/libgantry_dist.a" "$build/common/libgantry_common.a" -lcrypto -ljansson -lpthread -lm)
+compile_c() { # compile_c NAME SRC: a benchmark the build does not have, against its libraries
+    local b
+    b=$(find_bin "$1")
+    if [ -z "$b" ]; then
+        b=$work/bin/$1
+        mkdir -p "$work/bin"
+        echo "run.sh: $1 not in $build; compiling $2 against its libraries" >&2
+        cc -std=c11 -O2 -D_GNU_SOURCE -I"$root" -o "$b" "$root/$2" "${libs[@]}" >&2 || return 1
+    fi
+    echo "$b"
+}
+gloo_bin() {
+    local b
+    b=$(find_bin bench_allreduce_gloo)
+    if [ -z "$b" ]; then
+        b=$work/bin/bench_allreduce_gloo
+        mkdir -p "$work/bin"
+        echo "run.sh: bench_allreduce_gloo not in $build; compiling it (libgloo-dev)" >&2
+        c++ -std=c++17 -O2 -o "$b" "$root/bench/allreduce_gloo.cc" -lgloo -pthread >&2 || return 1
+    fi
+    echo "$b"
+}
+
+# ---- machine and versions ----------------------------------------------------------------------
+m machine cpu "$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) CPUs online"
+m machine memory "$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+m machine os "$(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r)"
+m machine disk "$(df -P /tmp | awk 'NR == 2 { print $1 " mounted on " $6 }') (checkpoint and dd target: /tmp)"
+m machine "load average at start" "$(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared: other jobs may run)"
+m versions gantry "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- . 2>/dev/null || echo ' + uncommitted changes')"
+m versions compiler "$(cc --version | head -1)"
+m versions gloo "$(dpkg-query -W -f='libgloo-dev ${Version}' libgloo-dev 2>/dev/null || echo 'not installed')"
+m versions openblas "$(dpkg-query -W -f='${Package} ${Version}' 'libopenblas*-dev' 2>/dev/null | head -1 || true)"
+py=$("$root/hack/pyenv.sh")/bin/python3
+m versions python "$("$py" -c 'import sys, torch, matplotlib; print("Python %s, torch %s, matplotlib %s" % (sys.version.split()[0], torch.__version__, matplotlib.__version__))')"
+m mode mode "$([ $quick = 1 ] && echo 'quick (--quick: fewer rounds and sizes)' || echo full)"
+m skipped gpu "not run: no GPU lent (this machine has none; GPU tokens/s and MFU vs PyTorch need a lent GPU)"
+m missing "Time to accuracy on SpamAssassin vs fastText" "no fastText peer script yet (bench/cpu_train_spam.sh measures Gantry alone)"
+
+runlog() { # runlog NAME CMD...: run, keep the log, show it
+    local name=$1 rc=0
+    shift
+    m commands "$name" "$(printf '%q ' "$@" | sed "s#$root/##g; s#$build#BUILD#g")"
+    "$@" 2>&1 | tee "$out/$name.log" || rc=$?
+    return $rc
+}
+
+# ---- all-reduce ----------------------------------------------------------------------------------
+allreduce_csv() { # allreduce_csv ROUND < allreduce.sh output: rows for every table it printed
+    awk -v r="$1" '
+    /^# raw TCP/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "GB/s") printf "raw-tcp,link,0,GB/s,%d,%s\n", r, $i }
+    /^# gantry .*all-reduce: / { impl = "gantry"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
+    /^# gloo .*all-reduce: / { impl = "gloo"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
+    /^# busbw at 64 MiB/ { impl = "" }
+    impl != "" && NF == 8 && $1 ~ /^[0-9]+$/ {
+        printf "%s,busbw_r%d,%s,GB/s,%d,%s\n", ($3 == "float" ? impl : impl "-bf16"), w, $1, r, $7
+    }'
+}
+if want allreduce; then
+    sect allreduce
+    log "all-reduce"
+    if ab=$(compile_c bench_allreduce bench/allreduce.c) && gb=$(gloo_bin) && [ -n "$(find_bin gantry-run)" ]; then
+        mkdir -p "$work/ar"
+        ln -sf "$ab" "$work/ar/bench_allreduce"
+        ln -sf "$gb" "$work/ar/bench_allreduce_gloo"
+        ln -sf "$(find_bin gantry-run)" "$work/ar/gantry-run"
+        if [ $quick = 1 ]; then ar_env=(WORLDS=2 MIN=1048576 MAX=67108864 ROUNDS=1); ar_rounds=2
+        else ar_env=(WORLDS="2 4" MIN=4096 MAX=268435456 ROUNDS=1); ar_rounds=3; fi
+        echo "impl,metric,x,unit,round,value" >"$out/allreduce.csv"
+        : >"$work/allreduce.log"
+        for r in $(seq 0 $((ar_rounds - 1))); do
+            log "all-reduce round $((r + 1))/$ar_rounds"
+            runlog allreduce env "${ar_env[@]}" "$root/bench/allreduce.sh" "$work/ar" || echo "run.sh: allreduce.sh failed (round $r)" >&2
+            allreduce_csv "$r" <"$out/allreduce.log" >>"$out/allreduce.csv"
+            cat "$out/allreduce.log" >>"$work/allreduce.log"
+        done
+        cp "$work/allreduce.log" "$out/allreduce.log"
+        m notes allreduce "all-reduce: $ar_rounds rounds of bench/allreduce.sh (${ar_env[*]}), each a full sweep of every implementation; medians over the rounds. Loopback on $(nproc) shared CPUs: every rank competes for the same cores, so this measures the implementations' CPU cost per byte more than a network."
+    else
+        m skipped allreduce "bench_allreduce, bench_allreduce_gloo (libgloo-dev) or gantry-run could not be built"
+    fi
+fi
+
+# ---- CPU training ----------------------------------------------------------------------------------
+if want cpu_train; then
+    sect cpu_train
+    log "CPU training vs PyTorch"
+    if b=$(find_bin cpu_train_bench) && [ -n "$b" ]; then
+        if [ $quick = 1 ]; then ct=(--rounds 2 --steps 5); else ct=(--rounds 5 --steps 10); fi
+        if runlog cpu_train env PYTHON="$py" "$root/bench/cpu_train.sh" --bin "$b" --threads 2 "${ct[@]}"; then
+            echo "impl,metric,x,unit,round,value" >"$out/cpu_train.csv"
+            # the table's last columns are the rounds' samples/s
+            awk '$1 == "gantry" || $1 == "pytorch" { for (i = 5; i <= NF; i++) printf "%s,samples_per_s,0,samples/s,%d,%s\n", $1, i - 5, $i }' \
+                "$out/cpu_train.log" >>"$out/cpu_train.csv"
+            m notes cpu_train "CPU training: $(grep '^# CPU training' "$out/cpu_train.log" | sed 's/^# CPU training throughput: //'); ${ct[*]}; rounds alternate Gantry and PyTorch."
+        else
+            rm -f "$out/cpu_train.csv"
+            m skipped cpu_train "bench/cpu_train.sh failed (see bench/results/cpu_train.log)"
+        fi
+    else
+        m skipped cpu_train "cpu_train_bench is not built in $build"
+    fi
+fi
+
+# ---- checkpoint ------------------------------------------------------------------------------------
+if want ckpt; then
+    sect ckpt
+    log "checkpoint"
+    if b=$(compile_c ckpt_bench bench/ckpt_bench.c); then
+        if [ $quick = 1 ]; then ck=(--params 4194304 --rounds 3); else ck=(--params 16777216 --rounds 5); fi
+        runlog ckpt "$root/bench/ckpt_bench.sh" --bin "$b" --dir /tmp "${ck[@]}" --csv "$out/ckpt.csv" \
+            || { rm -f "$out/ckpt.csv"; m skipped ckpt "bench/ckpt_bench.sh failed (see bench/results/ckpt.log)"; }
+    else
+        m skipped ckpt "ckpt_bench could not be built"
+    fi
+fi
+
+# ---- operator ---------------------------------------------------------------------------------------
+if want operator; then
+    sect operator
+    log "operator vs Kubeflow training-operator (builds Kubeflow once: minutes)"
+    if b=$(find_bin gantry-operator) && [ -n "$b" ]; then
+        kf=$("$root/bench/kubeflow_build.sh") || {
+            kf=none
+            m notes operator "Kubeflow training-operator did not build (log: \$GANTRY_CACHE/kubeflow-*/build.log): Gantry's numbers alone, no ratio."
+        }
+        if [ $quick = 1 ]; then op=(--jobs 100 --rounds 1); else op=(--jobs "100 1000" --rounds 3 --rounds-large 2); fi
+        if runlog operator "$root/bench/operator_bench.sh" --operator "$b" --kubeflow "$kf" "${op[@]}" --csv "$out/operator.csv"; then
+            m versions kubernetes "API tier (etcd + kube-apiserver + kube-controller-manager) $(sed -n 's#^[[:space:]]*\(require[[:space:]]*\)\{0,1\}k8s.io/kubernetes \(v[0-9.]*\).*#\2#p' "$root/hack/k8s/go.mod" | head -1)"
+            [ "$kf" = none ] || m versions kubeflow "training-operator $(basename "$(dirname "$(dirname "$kf")")" | sed 's/^kubeflow-//') built from the Go module proxy"
+            m notes operator "operator: each job has one replica (one pod); Gantry also creates a Service, a ConfigMap and a Secret per job, Kubeflow a Service. Both with 4 workers and their own default client rate limits (Gantry 50 QPS per worker, controller-runtime 20 QPS shared), which is most of the difference at N = 1000. Kubeflow's validating webhook is off (no webhook Service on the API tier)."
+        else
+            rm -f "$out/operator.csv"
+            m skipped operator "bench/operator_bench.sh failed (see bench/results/operator.log)"
+        fi
+    else
+        m skipped operator "gantry-operator is not built in $build"
+    fi
+fi
+
+# ---- report -------------------------------------------------------------------------------------------
+sect report
+m machine "load average at end" "$(cut -d' ' -f1-3 /proc/loadavg)"
+m date date "$(date -u +'%Y-%m-%d %H:%M UTC')"
+m wall wall_s "$(($(date +%s) - t_start))"
+"$py" - "$meta" "$out/meta.json" <<'PY'
+import json, sys
+meta = {}
+for line in open(sys.argv[1]):
+    sec, key, val = line.rstrip("\n").split("\t", 2)
+    if sec in ("mode", "date", "wall"):
+        meta[key] = val
+    elif sec == "notes":
+        meta.setdefault("notes", []).append(val)
+    else:
+        meta.setdefault(sec, {})[key] = val
+json.dump(meta, open(sys.argv[2], "w"), indent=1)
+PY
+for name in allreduce cpu_train ckpt operator; do
+    want "$name" && continue
+    rm -f "$out/$name.csv" "$out/$name.png" "$out/$name.log" # no stale results from another run
+    m skipped "$name" "not selected in this run (--only/--skip)"
+done
+log "report"
+"$py" "$here/plot.py" "$out" "$doc"
+echo "== results in $out, report in $doc ($(($(date +%s) - t_start)) s)"
