@@ -49,6 +49,21 @@ all_on=(--set replicaCount=2 --set metrics.enabled=true --set metrics.serviceMon
     { bad "helm lint (all on)"; cat /tmp/verify-lint.$$; }
 rm -f /tmp/verify-lint.$$
 
+# The packaged chart: CRDs and README in, the tests out (.helmignore).
+pkg=$(mktemp -d)
+if "$HELM" package "$CHART" -d "$pkg" >/dev/null 2>&1; then
+    listing=$(tar -tzf "$pkg"/gantry-*.tgz)
+    if grep -qx 'gantry/crds/gantry.dev_trainingjobs.yaml' <<<"$listing" && grep -qx 'gantry/README.md' <<<"$listing" &&
+       ! grep -q '^gantry/tests/' <<<"$listing"; then
+        ok "helm package: crds/ and README.md in, tests/ out"
+    else
+        bad "helm package contents: $listing"
+    fi
+else
+    bad "helm package failed"
+fi
+rm -rf "$pkg"
+
 # 3. renders
 appv=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$CHART/Chart.yaml")
 render() { "$HELM" template t "$CHART" --namespace ops "$@" 2>&1; }
