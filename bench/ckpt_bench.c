@@ -136,20 +136,31 @@ out:
 static int parse_args(int argc, char **argv, struct bench_cfg *c)
 {
     static const struct option opts[] = {
-        {"dir", required_argument, NULL, 'd'},    {"params", required_argument, NULL, 'p'},
+        {"dir", required_argument, NULL, 'd'},     {"params", required_argument, NULL, 'p'},
         {"tensors", required_argument, NULL, 't'}, {"rounds", required_argument, NULL, 'r'},
-        {"keep", required_argument, NULL, 'k'},   {NULL, 0, NULL, 0},
+        {"keep", required_argument, NULL, 'k'},    {NULL, 0, NULL, 0},
     };
     int o;
 
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case 'd': c->dir = optarg; break;
-        case 'p': c->params = strtoll(optarg, NULL, 10); break;
-        case 't': c->tensors = atoi(optarg); break;
-        case 'r': c->rounds = atoi(optarg); break;
-        case 'k': c->keep = atoi(optarg); break;
-        default: return -1;
+        case 'd':
+            c->dir = optarg;
+            break;
+        case 'p':
+            c->params = strtoll(optarg, NULL, 10);
+            break;
+        case 't':
+            c->tensors = atoi(optarg);
+            break;
+        case 'r':
+            c->rounds = atoi(optarg);
+            break;
+        case 'k':
+            c->keep = atoi(optarg);
+            break;
+        default:
+            return -1;
         }
     }
     if (c->params < 1024 || c->tensors < 1 || c->tensors > 4096 || c->rounds < 1 ||
@@ -175,8 +186,9 @@ int main(int argc, char **argv)
     printf("round,metric,seconds,bytes\n");
     for (int r = 0; r < c.rounds && rc == 0; r++)
         if (one_round(&c, state, r) != 0) {
-            fprintf(stderr, "ckpt_bench: round %d failed (see the message above); is %s "
-                            "writable with %.1f MiB free?\n",
+            fprintf(stderr,
+                    "ckpt_bench: round %d failed (see the message above); is %s "
+                    "writable with %.1f MiB free?\n",
                     r, c.dir, (double)c.params * 24 / (1 << 20));
             rc = 1;
         }
