@@ -14,6 +14,12 @@ if(NOT CMAKE_BUILD_TYPE STREQUAL "Asan" AND TARGET gantry-operator AND TARGET ga
              COMMAND bash ${GANTRY_INSTALL_ROOT}/images/images_test.sh $<TARGET_FILE_DIR:gantry-operator>/..)
     set_tests_properties(install_images_test PROPERTIES LABELS install SKIP_RETURN_CODE 77
                          TIMEOUT 180)
+    # The operator image run as its pod would (uid 65532, read-only root, in-cluster config).
+    add_test(NAME chart_image_api_test
+             COMMAND bash ${GANTRY_INSTALL_ROOT}/charts/gantry/tests/image_api_test.sh
+                     $<TARGET_FILE_DIR:gantry-operator>/..)
+    set_tests_properties(chart_image_api_test PROPERTIES LABELS api SKIP_RETURN_CODE 77
+                         TIMEOUT 300)
 endif()
 
 add_test(NAME chart_install_api_test
