@@ -5,7 +5,9 @@
 # Checks: each OCI tar names <image>:<chart appVersion> (docker.io/library/...), its config runs
 # as 65532:65532 with the right entrypoint; the layer has no /bin/sh; unpacked, every binary
 # runs inside it (chroot as uid 65532: its libraries are all there); a second build gives the
-# same manifest digests. Needs root for chroot: exits 77 (skipped) otherwise.
+# same manifest digests; the worker image trains on worker/testdata/tiny.jsonl with a read-only
+# root, as uid 65532, the config and data mounted where a pod has them. Needs root (chroot,
+# unshare -m): exits 77 (skipped) otherwise.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,6 +75,35 @@ check_image gantry-worker /usr/bin/gantry-worker "/usr/bin/gantry-worker --help"
 # The operator names its version; the tag must agree (hack/images.sh refuses otherwise).
 v=$(chroot --userspec=65532:65532 "$tmp/rootfs-gantry-operator" /usr/bin/gantry-operator --version)
 [ "$v" = "gantry-operator $version" ] && ok "operator version $v matches the tag" || bad "operator says '$v', tag $version"
+
+
+# The worker image trains, the way a pod runs it: uid 65532, read-only root (private mount
+# namespace), tmpfs /tmp, /proc, the config where the operator mounts it, data on a volume.
+w=$tmp/rootfs-gantry-worker
+mkdir -p "$tmp/vol/config" "$tmp/vol/data"
+cp "$root/worker/testdata/tiny.jsonl" "$tmp/vol/data/"
+cat >"$tmp/vol/config/config.json" <<'JSON'
+{"training": {"model": {"hidden": 16, "heads": 2, "layers": 1, "maxSeqLen": 24},
+  "data": {"train": "/data/tiny.jsonl", "eval": "/data/tiny.jsonl", "minFreq": 1},
+  "epochs": 4, "batchSize": 3, "learningRate": "3e-3", "logInterval": 4,
+  "report": "/tmp/report.json"}}
+JSON
+mkdir -p "$w/etc/gantry" "$w/data"
+if out=$(env -i OMP_WAIT_POLICY=passive unshare -m bash -c '
+        r=$1 v=$2
+        mount --bind "$r" "$r" && mount -o remount,bind,ro "$r" &&
+        mount -t tmpfs -o size=16m,mode=1777 tmpfs "$r/tmp" && mount -t proc proc "$r/proc" &&
+        mount --bind "$v/config" "$r/etc/gantry" && mount --bind "$v/data" "$r/data" &&
+        chroot --userspec=65532:65532 "$r" /usr/bin/gantry-worker --config /etc/gantry/config.json &&
+        cat "$r/tmp/report.json"' _ "$w" "$tmp/vol" 2>&1); then
+    if grep -q '"accuracy"' <<<"$out"; then
+        ok "gantry-worker image trains on the tiny fixture (read-only root, uid 65532) and reports"
+    else
+        bad "gantry-worker image: no report: $(tail -3 <<<"$out")"
+    fi
+else
+    bad "gantry-worker image could not train: $(tail -5 <<<"$out")"
+fi
 
 echo "$((checks - fails))/$checks checks passed"
 [ "$fails" = 0 ]
