@@ -25,7 +25,7 @@ RUN apt-get update -qq \
 COPY . /src
 WORKDIR /src
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGANTRY_CUDA=ON \
-      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+      -DGANTRY_CUDA_ROOT=/usr/local/cuda \
  && cmake --build /build --target gantry-worker gantry-run \
  && images/rootfs.sh --out /rootfs \
       --exclude '(^|/)(ld-linux[^/]*|lib(c|m|dl|rt|pthread|gcc_s|stdc\+\+|cuda|cudart|cublas|cublasLt|nccl|nvidia-[a-z-]*)\.so[^/]*)$' \
