@@ -49,6 +49,9 @@ done
 opv=$("$op" --version | awk '{print $2}')
 [ "$opv" = "$version" ] || die "gantry-operator --version says $opv, charts/gantry/Chart.yaml appVersion $version; make them equal"
 
+if ldd "$build/worker/gantry-worker" | grep -q 'libnccl\|libcudart\|libcublas'; then
+    echo "images: warning: $build is a CUDA build; gantry-worker:$version will carry its CUDA libraries (use a GANTRY_CUDA=OFF build for the CPU image, --cuda-build-dir for the CUDA one)" >&2
+fi
 mkdir -p "$out"
 work=$(mktemp -d "${TMPDIR:-/tmp}/gantry-images.XXXXXX")
 trap 'rm -rf "$work"' EXIT
