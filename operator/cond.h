@@ -27,6 +27,7 @@
 #define COND_SUCCEEDED "Succeeded"
 #define COND_FAILED "Failed"
 #define COND_SUSPENDED "Suspended"
+#define COND_STALLED "Stalled" /* hang detection: no training progress (rec.h) */
 
 struct cond {
     char type[COND_TYPE_MAX];

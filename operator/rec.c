@@ -326,6 +326,18 @@ static const struct rec_pod *first_failure(const struct pass *p)
     return f;
 }
 
+/* Whole-gang restart: collectives cannot continue without a rank. */
+static void restart_gang(struct pass *p, const char *reason, const char *msg)
+{
+    p->st.restarts += 1;
+    p->st.phase = TJ_PHASE_RESTARTING;
+    set_cond(p, COND_RESTARTING, true, reason, msg);
+    clear_cond(p, COND_RUNNING, reason, msg);
+    event(p, true, "Restarting", "%s", msg);
+    for (size_t i = 0; i < p->in->npods; i++)
+        delete_pod(p, &p->in->pods[i]);
+}
+
 /* Decides success or failure of the current gang; true when the job became terminal or the gang
  * is being restarted (nothing more to do in this pass). */
 static bool judge(struct pass *p)
@@ -361,17 +373,10 @@ static bool judge(struct pass *p)
         finish(p, false, "BackoffLimitExceeded", msg);
         return true;
     }
-    /* Whole-gang restart: collectives cannot continue without a rank. */
-    p->st.restarts = r + 1;
-    p->st.phase = TJ_PHASE_RESTARTING;
     snprintf(msg, sizeof(msg), "Pod %s failed (exit code %d%s%s); restarting the whole gang "
              "(restart %d of %d)", f->name, f->exit_code, f->reason[0] ? ", " : "", f->reason,
              r + 1, tj->backoff_limit);
-    set_cond(p, COND_RESTARTING, true, "WorkerFailed", msg);
-    clear_cond(p, COND_RUNNING, "WorkerFailed", msg);
-    event(p, true, "Restarting", "%s", msg);
-    for (size_t i = 0; i < p->in->npods; i++)
-        delete_pod(p, &p->in->pods[i]);
+    restart_gang(p, "WorkerFailed", msg);
     return true;
 }
 
@@ -455,6 +460,46 @@ static bool all_running(const struct pass *p)
     return n == p->tj->replicas; /* current() excludes duplicates only by name; names are unique */
 }
 
+/* Hang detection (spec.runPolicy.progressDeadlineSeconds): rank 0 of the current gang, Running,
+ * whose step has not advanced for the deadline. Restarts the gang like a failure, counting
+ * against backoffLimit; true when it did (or the job failed). Otherwise asks for a timer at the
+ * deadline and clears Stalled once the current gang advances. */
+static bool stall(struct pass *p)
+{
+    const struct tj *tj = p->tj;
+    const struct rec_input *in = p->in;
+    char msg[COND_MESSAGE_MAX];
+    long long due;
+    int r = p->st.restarts;
+
+    if (tj->progress_deadline_s <= 0 || in->progress_restart < 0 || in->progress_restart != r ||
+        !in->progress_since || !all_running(p))
+        return false;
+    if (in->progress_advanced)
+        clear_cond(p, COND_STALLED, "Progressing", "Rank 0 reports new training steps");
+    due = (long long)in->progress_since + tj->progress_deadline_s;
+    if ((long long)in->now < due) {
+        requeue(p, due - (long long)in->now);
+        return false;
+    }
+    snprintf(msg, sizeof(msg), "No training progress from rank 0 for %llds "
+             "(spec.runPolicy.progressDeadlineSeconds %lld)",
+             (long long)in->now - (long long)in->progress_since, tj->progress_deadline_s);
+    set_cond(p, COND_STALLED, true, "ProgressDeadlineExceeded", msg);
+    event(p, true, "Stalled", "%s", msg);
+    if (r >= tj->backoff_limit) {
+        char fmsg[COND_MESSAGE_MAX];
+        snprintf(fmsg, sizeof(fmsg), "%.300s; all %d restarts allowed by "
+                 "spec.runPolicy.backoffLimit are used", msg, tj->backoff_limit);
+        finish(p, false, "BackoffLimitExceeded", fmsg);
+        return true;
+    }
+    snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; restarting the whole gang "
+             "(restart %d of %d)", r + 1, tj->backoff_limit);
+    restart_gang(p, "Stalled", msg);
+    return true;
+}
+
 /* The current-gang pod with the lowest index that cannot start, or NULL. */
 static const struct rec_pod *first_problem(const struct pass *p)
 {
@@ -527,7 +572,7 @@ static void running(struct pass *p)
         }
         requeue(p, end - (long long)p->in->now);
     }
-    if (judge(p)) {
+    if (judge(p) || stall(p)) {
         if (tj_phase_terminal(p->st.phase))
             terminal(p);
         return;
@@ -546,6 +591,7 @@ static void running(struct pass *p)
 static json_t *status_json(const struct pass *p)
 {
     json_t *st = json_object(), *lc;
+    const json_t *pr;
     char ts[32], ready[32];
 
     json_object_set_new(st, "phase", json_string(tj_phase_str(p->st.phase)));
@@ -565,6 +611,9 @@ static json_t *status_json(const struct pass *p)
     }
     json_object_set_new(st, "observedGeneration", json_integer(p->tj->generation));
     json_object_set_new(st, "conditions", cond_list_to_json(&p->st.conds));
+    pr = p->in->progress ? p->in->progress : json_object_get(p->tj->status_raw, "progress");
+    if (json_is_object(pr))
+        json_object_set_new(st, "progress", json_deep_copy(pr));
     lc = json_object_get(p->tj->status_raw, "lastCheckpoint"); /* reported by others: kept */
     if (lc)
         json_object_set(st, "lastCheckpoint", lc);

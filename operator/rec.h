@@ -39,7 +39,15 @@
  *    claim is missing; image pull errors; a missing ConfigMap/Secret key) shows as Running=False
  *    with the pod's reason and message, and a Warning Event when that reason first appears: a
  *    spec that passes the schema but cannot run is explained, never crash-looped.
- * Conditions (Created, Running, Restarting, Succeeded, Failed, Suspended) change
+ *  - Hang detection (spec.runPolicy.progressDeadlineSeconds, after failures are judged): when
+ *    the whole current gang is Running and rank 0's step has not advanced for the deadline
+ *    (progress_since in rec_input, kept by the poller for the current gang only), the job gets
+ *    Stalled=True (ProgressDeadlineExceeded) and a Warning Event, and the gang is restarted as
+ *    for a failure, counting against backoffLimit (past it: Failed, BackoffLimitExceeded).
+ *    Before the deadline a timer is asked for at the deadline; Stalled flips to False once the
+ *    new gang's step advances.
+ *  - status.progress is the poller's latest reading, else the observed one (kept).
+ * Conditions (Created, Running, Restarting, Succeeded, Failed, Suspended, Stalled) change
  * lastTransitionTime only on transitions; status_changed is false when the new status equals the
  * observed one, so status is written only when it changed.
  */
@@ -94,6 +102,17 @@ struct rec_input {
     bool expectations_met;      /* every create/delete we issued has been observed */
     time_t now;
     const char *token; /* a fresh random token, used only if the Secret must be created */
+    /* Training progress (progress.h), read from rank 0's /progress by the poller:
+     *   progress          what status.progress becomes (borrowed); NULL keeps the observed one
+     *   progress_restart  the gang (restart count) of the rank-0 pod the clock below belongs
+     *                     to; -1 when there is no clock (no running rank 0 seen)
+     *   progress_since    when that gang's step last advanced, or when its rank 0 was first seen
+     *                     running; 0 unknown
+     *   progress_advanced the step advanced at least once in that gang */
+    const json_t *progress;
+    int progress_restart;
+    time_t progress_since;
+    bool progress_advanced;
 };
 
 enum rec_verb { REC_CREATE = 0, REC_UPDATE, REC_DELETE };

@@ -230,6 +230,15 @@ static int load_input(struct fixture *fx, struct tj *tj, char *err, size_t errle
         fx->in.configmap_data = json_string_value(cm);
     fx->in.expectations_met = !json_is_false(json_object_get(fx->root, "expectationsMet"));
     fx->in.token = "tok";
+    fx->in.progress_restart = -1;
+    if ((pj = json_object_get(fx->root, "progress"))) { /* what the poller would pass */
+        const char *since = json_string_value(json_object_get(pj, "since"));
+        fx->in.progress = json_object_get(pj, "status");
+        fx->in.progress_restart = (int)json_integer_value(json_object_get(pj, "restart"));
+        fx->in.progress_advanced = json_is_true(json_object_get(pj, "advanced"));
+        if (since && cond_parse_time(since, &fx->in.progress_since) != 0)
+            return -1;
+    }
     if (!now || cond_parse_time(now, &fx->in.now) != 0)
         return -1;
     return rc;

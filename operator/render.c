@@ -177,6 +177,7 @@ static void render_env(const struct tj *tj, json_t *c, int index, int restarts)
     snprintf(buf, sizeof(buf), "%s/%s", strcmp(tj->ckpt_path, "/") ? tj->ckpt_path : "", tj->name);
     put_env(env, "GANTRY_CHECKPOINT_DIR", buf);
     put_env(env, "GANTRY_CONFIG", RENDER_CONFIG_DIR "/" RENDER_CONFIG_FILE);
+    put_env_int(env, "GANTRY_METRICS_PORT", RENDER_METRICS_PORT);
     render_secret_name(tj, secret, sizeof(secret));
     put_named(env, "GANTRY_RDZV_TOKEN",
               json_pack("{s:s, s:{s:{s:s, s:s}}}", "name", "GANTRY_RDZV_TOKEN", "valueFrom",
@@ -186,7 +187,7 @@ static void render_env(const struct tj *tj, json_t *c, int index, int restarts)
 static void render_worker(const struct tj *tj, json_t *c, int index, int restarts)
 {
     json_t *ports, *mounts, *p;
-    bool have_port = false;
+    bool have_port = false, have_metrics = false;
     size_t i;
 
     json_object_set_new(c, "image", json_string(tj->image));
@@ -196,10 +197,16 @@ static void render_worker(const struct tj *tj, json_t *c, int index, int restart
     json_array_foreach(ports, i, p) {
         if (json_integer_value(json_object_get(p, "containerPort")) == tj->port)
             have_port = true;
+        if (json_integer_value(json_object_get(p, "containerPort")) == RENDER_METRICS_PORT)
+            have_metrics = true;
     }
     if (!have_port)
         json_array_append_new(ports, json_pack("{s:s, s:i, s:s}", "name", "rdzv",
                                                "containerPort", tj->port, "protocol", "TCP"));
+    if (!have_metrics && tj->port != RENDER_METRICS_PORT)
+        json_array_append_new(ports, json_pack("{s:s, s:i, s:s}", "name", RENDER_METRICS_PORT_NAME,
+                                               "containerPort", RENDER_METRICS_PORT, "protocol",
+                                               "TCP"));
     mounts = want_array(c, "volumeMounts");
     put_named(mounts, CONFIG_VOLUME,
               json_pack("{s:s, s:s, s:b}", "name", CONFIG_VOLUME, "mountPath", RENDER_CONFIG_DIR,

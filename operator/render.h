@@ -14,7 +14,9 @@
  *   NPROC_PER_NODE  gpusPerReplica, or 1     WORLD_SIZE  replicas * NPROC_PER_NODE (processes)
  *   RANK            i * NPROC_PER_NODE: the global rank of the pod's first process
  *   GANTRY_JOB, GANTRY_NAMESPACE, GANTRY_RESTART_COUNT, GANTRY_CHECKPOINT_DIR (<path>/<job>),
- *   GANTRY_CONFIG (/etc/gantry/config.json), GANTRY_RDZV_TOKEN (from the Secret, key "token").
+ *   GANTRY_CONFIG (/etc/gantry/config.json), GANTRY_RDZV_TOKEN (from the Secret, key "token"),
+ *   GANTRY_METRICS_PORT (9090: rank 0 serves /metrics and /progress there; containerPort
+ *   "metrics", which the operator's progress poller reads).
  *
  * spec.template (a PodTemplateSpec) is the starting point of every pod: its labels, annotations,
  * nodeSelector, tolerations, volumes, sidecars are kept. The container named "worker" (added
@@ -38,6 +40,10 @@
 #define RENDER_CONFIG_DIR "/etc/gantry"
 #define RENDER_CONFIG_FILE "config.json"
 #define RENDER_TOKEN_KEY "token"
+/* Rank 0's /metrics and /progress (docs/metrics.md): declared on every worker container as
+ * containerPort 9090 named "metrics", and passed as GANTRY_METRICS_PORT. */
+#define RENDER_METRICS_PORT 9090
+#define RENDER_METRICS_PORT_NAME "metrics"
 #define RENDER_NAME_MAX 80 /* <= 63 after validation; room for the suffixes */
 
 /* Child names; out has at least RENDER_NAME_MAX bytes. */

@@ -99,6 +99,13 @@ static void test_pod_contract(void)
     TEST_EQ_STR(env(pod, "GANTRY_RESTART_COUNT"), "1");
     TEST_EQ_STR(env(pod, "GANTRY_CHECKPOINT_DIR"), "/checkpoints/spam");
     TEST_EQ_STR(env(pod, "GANTRY_CONFIG"), "/etc/gantry/config.json");
+    TEST_EQ_STR(env(pod, "GANTRY_METRICS_PORT"), "9090");
+    {
+        json_t *mp = named(json_object_get(container(pod, "worker"), "ports"), "metrics");
+        TEST_CHECK(mp != NULL);
+        TEST_EQ_INT(json_integer_value(json_object_get(mp, "containerPort")), 9090);
+        TEST_EQ_INT(json_array_size(json_object_get(container(pod, "worker"), "ports")), 2);
+    }
     tok = named(json_object_get(container(pod, "worker"), "env"), "GANTRY_RDZV_TOKEN");
     TEST_EQ_STR(str_at(tok, "valueFrom.secretKeyRef.name"), "spam-rdzv");
     TEST_EQ_STR(str_at(tok, "valueFrom.secretKeyRef.key"), "token");

@@ -393,6 +393,8 @@ static void parse_run_policy(struct tj *tj, const json_t *spec, struct errs *e)
                                     (long long)1 << 40, e);
     tj->ttl_s = get_int(rp, "spec.runPolicy", "ttlSecondsAfterFinished", -1, 0,
                         (long long)1 << 40, e);
+    tj->progress_deadline_s = get_int(rp, "spec.runPolicy", "progressDeadlineSeconds", 0, 1,
+                                      (long long)1 << 40, e);
     tj->suspend = get_bool(rp, "spec.runPolicy", "suspend", false, e);
     get_str(rp, "spec.runPolicy", "cleanPodPolicy", "Running", clean, sizeof(clean), e);
     if (!one_of(clean, cleans))

@@ -84,6 +84,7 @@ struct tj {
     int backoff_limit;
     long long active_deadline_s; /* -1: none */
     long long ttl_s;             /* -1: none */
+    long long progress_deadline_s; /* 0: no hang detection (rec.h: Stalled) */
     bool suspend;
     enum tj_clean clean;
 
