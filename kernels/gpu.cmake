@@ -1,0 +1,28 @@
+# The CUDA twins of the CPU kernels (kernels/gpu.h) and their GPU tests. Included at the end of
+# kernels/CMakeLists.txt, and by bench/gpu_check/CMakeLists.txt (the stand-alone build that
+# hack/gpu-check.sh runs on a GPU machine without the operator's dependencies).
+# Needs: gantry_kernels (CPU reference), gantry_kernels_cuda (gelu.cu), gantry_core (optim.c),
+# gantry_test(), and the gantry::cublas / gantry::cublaslt targets from cmake/cuda.cmake.
+if(NOT GANTRY_HAVE_CUDA)
+    return()
+endif()
+
+set(_gpu_dir ${CMAKE_CURRENT_LIST_DIR})
+foreach(op gpu_runtime embed layernorm matmul attention pool crossentropy adamw)
+    if(EXISTS ${_gpu_dir}/${op}.cu)
+        target_sources(gantry_kernels_cuda PRIVATE ${_gpu_dir}/${op}.cu)
+    endif()
+endforeach()
+target_link_libraries(gantry_kernels_cuda PUBLIC gantry::cublas gantry::cublaslt)
+# Device code: warnings as errors too (nvcc's own, and the host compiler's through -Xcompiler).
+target_compile_options(gantry_kernels_cuda PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-Wno-unused-parameter>)
+
+# GPU tests: label gpu, exit 77 (skipped) without a device. Each compares the CUDA op with the CPU
+# specification on random inputs (kernels/gpu_testutil.h).
+foreach(t embed layernorm matmul attention pool crossentropy adamw)
+    if(EXISTS ${_gpu_dir}/${t}_gpu_test.cu)
+        gantry_test(${t}_gpu_test SOURCES ${_gpu_dir}/${t}_gpu_test.cu
+                    LIBS gantry_kernels_cuda gantry_kernels gantry_core LABELS gpu)
+    endif()
+endforeach()

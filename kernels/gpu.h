@@ -1,0 +1,144 @@
+/*
+ * gpu.h - the CUDA twins of the CPU kernels (kernels/<op>.h), for C and CUDA callers.
+ *
+ * Every launcher has the CPU function's arguments and meaning (the *_cpu function in the op's
+ * header is the specification), minus the _cpu suffix, plus a stream; all pointers are DEVICE
+ * pointers, including the integer ones (tokens, len, labels). Launchers are asynchronous on the
+ * stream, never synchronise the host, and check cudaGetLastError() (fatal, cuda_common.h).
+ * Backward launchers accumulate (+=) exactly where the CPU ones do. gelu_forward/gelu_backward are
+ * declared in gelu.h.
+ *
+ * Determinism: every reduction (embedding backward, LayerNorm dweight/dbias, bias backward, pooled
+ * sums, the gradient norm) runs in a fixed order with no floating-point atomics, so a step gives
+ * bit-identical results run to run on the same GPU and launch configuration.
+ *
+ * Scratch memory comes from the stream-ordered allocator (cudaMallocAsync on the caller's stream,
+ * freed on the same stream; gpu_init() keeps freed memory in the pool so a steady-state step does
+ * not call the driver). The cuBLAS(Lt) handles and the GEMM workspace are per process (device 0
+ * of the process's CUDA_VISIBLE_DEVICES; one process per GPU) and not thread-safe: one thread
+ * launches kernels. bf16 buffers are typed uint16_t here (the raw bits of __nv_bfloat16) so this
+ * header needs no CUDA headers.
+ */
+#ifndef GANTRY_GPU_H
+#define GANTRY_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/gelu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st; /* cudaStream_t */
+
+/* Creates the cuBLAS/cuBLASLt handles and the GEMM workspace on the current device, and makes the
+ * default memory pool keep freed memory. Idempotent; launchers call it themselves when needed. */
+void gpu_init(void);
+/* Frees what gpu_init() made (tests and tools call it at exit so leak checkers stay quiet). */
+void gpu_shutdown(void);
+
+/* ---- conversions for bf16 mixed precision (round to nearest even) ---- */
+void cast_f32_to_bf16(uint16_t *out, const float *inp, size_t n, struct CUstream_st *stream);
+void cast_bf16_to_f32(float *out, const uint16_t *inp, size_t n, struct CUstream_st *stream);
+
+/* ---- embed.h ---- */
+void embed_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
+                   int C, struct CUstream_st *stream);
+/* Deterministic: (token, position) pairs are stably sorted by token (CUB radix sort), then each
+ * token's rows are summed in position order, one writer per dwte row. V is the rows of dwte. */
+void embed_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
+                    int C, int V, struct CUstream_st *stream);
+void embbag_forward(float *out, const int *ids, const int *count, const float *table, int B, int M,
+                    int D, struct CUstream_st *stream);
+/* Deterministic as embed_backward; R is the rows of dtable. */
+void embbag_backward(float *dtable, const float *dout, const int *ids, const int *count, int B,
+                     int M, int D, int R, struct CUstream_st *stream);
+
+/* ---- layernorm.h: one warp per row; dweight/dbias by per-block partials summed in order ---- */
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                       const float *bias, int N, int C, struct CUstream_st *stream);
+void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int N, int C, struct CUstream_st *stream);
+
+/* ---- matmul.h: cuBLASLt, fp32 in/out, TF32 off (the CPU reference's precision) ---- */
+void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                    int C, int OC, struct CUstream_st *stream);
+/* out = gelu(inp @ weight^T + bias) and pre = inp @ weight^T + bias (kept for the backward), in
+ * one GEMM with cuBLASLt's GELU_AUX_BIAS epilogue (tanh GELU). bias is required. pre's leading
+ * dimension is OC, so OC must be a multiple of 8 (cuBLASLt's aux alignment). */
+void matmul_forward_gelu(float *out, float *pre, const float *inp, const float *weight,
+                         const float *bias, int N, int C, int OC, struct CUstream_st *stream);
+void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                     const float *inp, const float *weight, int N, int C, int OC,
+                     struct CUstream_st *stream);
+/* bf16 operands, fp32 accumulation. Forward: out (bf16) = inp @ weight^T + bias (bf16 bias, may be
+ * NULL). Backward: dinp (bf16, may be NULL) += dout @ weight; dweight (FP32, the master gradient)
+ * += dout^T @ inp; dbias (fp32, may be NULL) += column sums of dout. */
+void matmul_forward_bf16(uint16_t *out, const uint16_t *inp, const uint16_t *weight,
+                         const uint16_t *bias, int N, int C, int OC, struct CUstream_st *stream);
+void matmul_backward_bf16(uint16_t *dinp, float *dweight, float *dbias, const uint16_t *dout,
+                          const uint16_t *inp, const uint16_t *weight, int N, int C, int OC,
+                          struct CUstream_st *stream);
+void bias_forward(float *out, const float *bias, int N, int OC, struct CUstream_st *stream);
+void bias_backward(float *dbias, const float *dout, int N, int OC, struct CUstream_st *stream);
+void residual_forward(float *out, const float *a, const float *b, long n,
+                      struct CUstream_st *stream);
+
+/* ---- attention.h: unfused, see attention.cu for why. att (B,NH,T,T) as on the CPU ---- */
+void attention_forward(float *out, float *att, const float *qkv, const int *len, int B, int T,
+                       int C, int NH, struct CUstream_st *stream);
+void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                        const int *len, int B, int T, int C, int NH, struct CUstream_st *stream);
+
+/* ---- pool.h ---- */
+void meanpool_forward(float *out, const float *inp, const int *len, int B, int T, int C,
+                      struct CUstream_st *stream);
+void meanpool_backward(float *dinp, const float *dout, const int *len, int B, int T, int C,
+                       struct CUstream_st *stream);
+void clspool_forward(float *out, const float *inp, int B, int T, int C, struct CUstream_st *stream);
+void clspool_backward(float *dinp, const float *dout, int B, int T, int C,
+                      struct CUstream_st *stream);
+
+/* ---- crossentropy.h: one block per row, fused max / sum-exp / normalise / loss ---- */
+void crossentropy_forward(float *losses, float *probs, const float *logits, const int *labels,
+                          int B, int K, struct CUstream_st *stream);
+void crossentropy_backward(float *dlogits, const float *probs, const int *labels, float scale,
+                           int B, int K, struct CUstream_st *stream);
+
+/* ---- worker/optim.h's AdamW and clipping, on the device, with no host synchronisation ---- */
+
+#define ADAMW_GPU_MAX_SEGMENTS 32
+
+/* One tensor of the parameter buffer: [offset, offset + count) floats, decay as model_tensor. */
+struct adamw_segment {
+    size_t offset, count;
+    int decay;
+};
+
+/* *norm (one device float) = L2 norm of grads (n floats), summed in double in a fixed order. */
+void grad_norm(float *norm, const float *grads, size_t n, struct CUstream_st *stream);
+/* *coef = clip coefficient for max_norm from *norm (PyTorch: min(1, max / (norm + 1e-6)); 1 when
+ * max_norm <= 0), times extra (e.g. 1 / loss scale). Device scalars both. */
+void grad_clip_coef(float *coef, const float *norm, float max_norm, float extra,
+                    struct CUstream_st *stream);
+/*
+ * One AdamW step (worker/optim.c's adamw_step, same formula and float order) over the whole
+ * parameter buffer in ONE launch: grid.y walks the nseg (<= ADAMW_GPU_MAX_SEGMENTS) tensors, grid.x
+ * their elements. The gradient used is grads[i] * *gscale when gscale (a device float, e.g. from
+ * grad_clip_coef) is not NULL. t is the step number after increment (1 for the first step).
+ * params_bf16 (may be NULL) receives the updated parameters rounded to bf16, for the next
+ * mixed-precision forward.
+ */
+void adamw_update(float *params, uint16_t *params_bf16, const float *grads, float *m, float *v,
+                  const struct adamw_segment *segs, int nseg, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, long t, const float *gscale,
+                  struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GANTRY_GPU_H */

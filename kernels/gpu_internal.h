@@ -1,0 +1,114 @@
+/*
+ * gpu_internal.h - helpers shared by the .cu files in kernels/ (CUDA C++ only, not a public API).
+ *
+ * The process-wide cuBLAS/cuBLASLt handles and GEMM workspace (gpu_runtime.cu), warp reductions,
+ * bf16 conversion, and scratch allocation on the caller's stream.
+ */
+#ifndef GANTRY_GPU_INTERNAL_H
+#define GANTRY_GPU_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include "kernels/cuda_common.h"
+#include "kernels/gpu.h"
+
+#define GPU_WORKSPACE_BYTES (32u << 20) /* cuBLASLt: 32 MiB is what Hopper's kernels ask for */
+
+struct gpu_rt {
+    int ready;
+    cublasHandle_t blas;
+    cublasLtHandle_t lt;
+    void *workspace; /* GPU_WORKSPACE_BYTES, for cuBLASLt */
+};
+extern struct gpu_rt gpu_rt_;
+
+/* Initialised runtime (gpu_init on first use). */
+static inline struct gpu_rt *gpu_rt(void)
+{
+    if (!gpu_rt_.ready)
+        gpu_init();
+    return &gpu_rt_;
+}
+
+void cublas_check_(int status, const char *call, const char *file, int line);
+#define CUBLAS_CHECK(call) cublas_check_((int)(call), #call, __FILE__, __LINE__)
+
+/* Launch check: the launch's own error, now (asynchronous faults show at the next sync). */
+#define GPU_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+/* Scratch on the stream-ordered pool: valid for work queued on `stream` until gpu_scratch_free. */
+static inline void *gpu_scratch(size_t bytes, cudaStream_t stream)
+{
+    void *p = NULL;
+    CUDA_CHECK(cudaMallocAsync(&p, bytes ? bytes : 1, stream));
+    return p;
+}
+static inline void gpu_scratch_free(void *p, cudaStream_t stream)
+{
+    if (p)
+        CUDA_CHECK(cudaFreeAsync(p, stream));
+}
+
+static __device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ double warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide sum for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
+ * Fixed order (warp tree, then warp 0 over the warps' sums): deterministic. */
+static __device__ __forceinline__ float block_sum(float v)
+{
+    __shared__ float part[32];
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (lane == 0)
+        part[w] = v;
+    __syncthreads();
+    v = lane < nw ? part[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+static __device__ __forceinline__ float block_max(float v)
+{
+    __shared__ float part[32];
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        part[w] = v;
+    __syncthreads();
+    v = lane < nw ? part[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+static __device__ __forceinline__ uint16_t f32_to_bf16_bits(float x)
+{
+    __nv_bfloat16 h = __float2bfloat16_rn(x);
+    return *reinterpret_cast<uint16_t *>(&h);
+}
+
+static __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b)
+{
+    return __uint_as_float((unsigned)b << 16);
+}
+
+#endif /* GANTRY_GPU_INTERNAL_H */

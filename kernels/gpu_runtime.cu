@@ -1,0 +1,83 @@
+// The GPU kernels' runtime: cuBLAS(Lt) handles, GEMM workspace, memory pool policy, casts.
+#include "kernels/gpu_internal.h"
+
+#include <stdint.h>
+
+struct gpu_rt gpu_rt_;
+
+void cublas_check_(int status, const char *call, const char *file, int line)
+{
+    if (status != 0) {
+        char host[256] = "?";
+        gethostname(host, sizeof(host) - 1);
+        fprintf(stderr,
+                "[%s] cuBLAS error at %s:%d: %s: status %d\n"
+                "HINT: 7 (INVALID_VALUE) or 15 (NOT_SUPPORTED) is a shape or alignment the "
+                "GEMM cannot take; 3 (ALLOC_FAILED) is out of memory\n",
+                host, file, line, call, status);
+        exit(1);
+    }
+}
+
+extern "C" void gpu_init(void)
+{
+    int dev = 0;
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+
+    if (gpu_rt_.ready)
+        return;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    /* Keep freed scratch in the pool: a steady-state step then never returns to the driver. */
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    CUBLAS_CHECK(cublasCreate(&gpu_rt_.blas));
+    /* fp32 GEMMs stay fp32 (no TF32): the CPU reference is the specification. */
+    CUBLAS_CHECK(cublasSetMathMode(gpu_rt_.blas, CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(cublasLtCreate(&gpu_rt_.lt));
+    CUDA_CHECK(cudaMalloc(&gpu_rt_.workspace, GPU_WORKSPACE_BYTES));
+    gpu_rt_.ready = 1;
+}
+
+extern "C" void gpu_shutdown(void)
+{
+    if (!gpu_rt_.ready)
+        return;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    cublasDestroy(gpu_rt_.blas);
+    cublasLtDestroy(gpu_rt_.lt);
+    cudaFree(gpu_rt_.workspace);
+    gpu_rt_.ready = 0;
+}
+
+static __global__ void cast_f32_to_bf16_kernel(uint16_t *out, const float *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = f32_to_bf16_bits(inp[i]);
+}
+
+static __global__ void cast_bf16_to_f32_kernel(float *out, const uint16_t *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = bf16_bits_to_f32(inp[i]);
+}
+
+extern "C" void cast_f32_to_bf16(uint16_t *out, const float *inp, size_t n,
+                                 struct CUstream_st *stream)
+{
+    if (n == 0)
+        return;
+    cast_f32_to_bf16_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(out, inp, n);
+    GPU_LAUNCH_CHECK();
+}
+
+extern "C" void cast_bf16_to_f32(float *out, const uint16_t *inp, size_t n,
+                                 struct CUstream_st *stream)
+{
+    if (n == 0)
+        return;
+    cast_bf16_to_f32_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(out, inp, n);
+    GPU_LAUNCH_CHECK();
+}
