@@ -64,6 +64,10 @@ static const struct field fields[] = {
     {"logInterval", F_INT, S(log_interval), 1, 1 << 30, NULL, "steps between progress lines"},
     {"threads", F_INT, S(threads), 0, 4096, NULL, "CPU threads; 0 = all cores"},
     {"report", F_STR, S(report), 0, 0, NULL, "write the final eval report (JSON) here"},
+    {"metricsPort", F_INT, S(metrics_port), -1, 65535, NULL,
+     "rank 0 serves /metrics and /progress on this port; -1 = off"},
+    {"tensorboardDir", F_STR, S(tensorboard_dir), 0, 0, NULL,
+     "write TensorBoard event files here; empty = none"},
 };
 #undef S
 #define NFIELDS (int)(sizeof(fields) / sizeof(fields[0]))
@@ -86,7 +90,7 @@ void cfg_defaults(struct cfg *c)
     snprintf(c->lr_decay, sizeof(c->lr_decay), "cosine");
     c->min_lr_ratio = 0.0, c->weight_decay = 0.01, c->grad_clip = 1.0;
     c->beta1 = 0.9, c->beta2 = 0.999, c->eps = 1e-8;
-    c->seed = 42, c->log_interval = 10;
+    c->seed = 42, c->log_interval = 10, c->metrics_port = -1;
 }
 
 /* ---- names: model.maxSeqLen -> --model-max-seq-len, GANTRY_MODEL_MAX_SEQ_LEN ---------------- */

@@ -56,6 +56,8 @@ struct cfg {
     /* run */
     int log_interval, threads;
     char report[CFG_MAX_PATH];
+    int metrics_port;                   /* rank 0 serves /metrics and /progress; -1 = off */
+    char tensorboard_dir[CFG_MAX_PATH]; /* TensorBoard event files; "" = none */
     char config_path[CFG_MAX_PATH]; /* the file read, "" when none */
 };
 

@@ -7,7 +7,8 @@ add_library(gantry_core STATIC
     ${CMAKE_CURRENT_SOURCE_DIR}/train.c)
 target_include_directories(gantry_core PUBLIC "${PROJECT_SOURCE_DIR}")
 pkg_check_modules(CORE_JANSSON REQUIRED IMPORTED_TARGET jansson)
-target_link_libraries(gantry_core PUBLIC gantry_kernels gantry_data gantry_common PkgConfig::CORE_JANSSON m)
+target_link_libraries(gantry_core PUBLIC gantry_kernels gantry_data gantry_obs gantry_common
+                      PkgConfig::CORE_JANSSON m)
 
 gantry_test(model_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/model_test.c LIBS gantry_core)
 set_tests_properties(model_test PROPERTIES

@@ -26,6 +26,7 @@
 #include "worker/dist.h"
 #include "worker/eval.h"
 #include "worker/model.h"
+#include "worker/obs.h"
 #include "worker/train.h"
 #include "worker/vocab.h"
 
@@ -43,6 +44,7 @@ struct worker {
     struct model model;
     struct dist_rdzv *rz; /* multi-process only */
     struct coll *coll;
+    struct obs *obs;
     char err[2048];
 };
 
@@ -170,6 +172,12 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         int eb = w->cfg.eval_batch_size ? w->cfg.eval_batch_size : w->cfg.batch_size;
         train_evaluate(&w->model, &ev, eb, &ec);
         rep = eval_report_json(&ec, names);
+        struct eval_metrics em;
+        eval_compute(&ec, &em);
+        obs_eval(w->obs, r->steps, "accuracy", em.accuracy);
+        obs_eval(w->obs, r->steps, "macro_f1", em.macro_f1);
+        obs_eval(w->obs, r->steps, "loss", em.loss);
+        eval_metrics_cleanup(&em);
     } else {
         rep = json_object();
     }
@@ -236,8 +244,9 @@ static int join(struct worker *w)
     return 0;
 }
 
-static void worker_cleanup(struct worker *w)
+static void worker_cleanup(struct worker *w, bool ok)
 {
+    obs_close(w->obs, ok);
     coll_free(w->coll);
     dist_rdzv_free(w->rz);
     model_cleanup(&w->model);
@@ -304,12 +313,26 @@ int main(int argc, char **argv)
     }
     struct train_data td = data_view(&w.train_enc);
     double setup = now_s() - t0;
+    struct obs_config ocfg = {
+        .rank = w.env.rank, .world_size = w.env.world_size, .metrics_port = w.cfg.metrics_port,
+        .tb_dir = w.cfg.tensorboard_dir,
+        .total_steps = train_steps_per_epoch(td.n, to.batch, to.accum, to.world_size) * to.epochs,
+        .epochs = to.epochs, .log_interval = to.log_interval};
+    if (to.max_steps > 0 && to.max_steps < ocfg.total_steps)
+        ocfg.total_steps = to.max_steps;
+    if (!(w.obs = obs_open(&ocfg))) {
+        fprintf(stderr, "gantry-worker: training.metricsPort/tensorboardDir: could not start "
+                        "them (see above); pick a free port or a writable directory\n");
+        rc = DIST_EXIT_CONFIG;
+        goto out;
+    }
+    to.obs = w.obs;
     if ((rc = train_run(&w.model, &td, &to, &tr))) {
         rc = dist_exit_code(rc);
         goto out;
     }
     rc = write_report(&w, &tr, setup);
 out:
-    worker_cleanup(&w);
+    worker_cleanup(&w, rc == 0);
     return rc;
 }

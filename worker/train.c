@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "common/xalloc.h"
+#include "worker/obs.h"
 
 static double now_s(void)
 {
@@ -123,6 +124,7 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
         for (size_t start = 0; start < ns && step < total; start += per_step) {
             size_t in_step = ns - start < (size_t)per_step ? ns - start : (size_t)per_step;
             double step_loss = 0.0;
+            long tokens_before = tokens;
             model_zero_grad(m);
             for (size_t mb = 0; mb < in_step; mb += o->batch) {
                 int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
@@ -131,7 +133,7 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
                 model_backward(m, 1.0f / (float)in_step);
                 step_loss += (double)l * B;
             }
-            double mean_loss = step_loss / (double)in_step;
+            double mean_loss = step_loss / (double)in_step, t_red = now_s();
             if (o->reduce) {
                 /* the step's loss over all ranks (for the log), then the mean gradient */
                 float ls[2] = {(float)step_loss, (float)in_step};
@@ -143,12 +145,19 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
                 for (size_t i = 0; i < m->n_params; i++)
                     m->grads[i] *= inv;
             }
+            t_red = now_s() - t_red;
             float norm = optim_clip_grad_norm(m->grads, m->n_params, oc.grad_clip);
             float lr = optim_lr(&oc, step);
             adamw_step(&opt, m, &oc, lr);
             step++;
             samples += (long)in_step;
             loss_sum += mean_loss;
+            if (o->obs) {
+                struct metrics_step ms = {.step = step, .epoch = epoch, .loss = mean_loss,
+                                          .lr = lr, .samples = (int64_t)in_step * W,
+                                          .tokens = (int64_t)(tokens - tokens_before) * W};
+                obs_step(o->obs, &ms, o->reduce ? t_red : 0.0);
+            }
             log_steps++;
             if (step % o->log_interval == 0 || step == total) {
                 double t = now_s();

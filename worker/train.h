@@ -46,6 +46,8 @@ struct train_data {
 /* Sums n floats in place across all ranks (the caller divides); 0 or a negative error. */
 typedef int (*train_reduce_fn)(float *buf, size_t n, void *ctx);
 
+struct obs;
+
 struct train_opts {
     int epochs;
     long max_steps; /* 0: epochs decide */
@@ -60,6 +62,7 @@ struct train_opts {
     int rank, world_size;   /* this process's shard of each epoch; 0 and 1 for a single process */
     train_reduce_fn reduce; /* NULL: single process */
     void *reduce_ctx;
+    struct obs *obs; /* optional: every step goes to obs_step() (/metrics, TensorBoard) */
 };
 
 struct train_result {

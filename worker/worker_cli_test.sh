@@ -36,6 +36,9 @@ assert r["accuracy"] == 1.0, r["accuracy"]           # 6 examples, 40 epochs: me
 assert r["train"]["steps"] == 80 and r["train"]["final_loss"] < 0.3, r["train"]
 print("ok   report.json")
 PY
+check "metrics server and TensorBoard" 0 "$bin" --config "$tmp/cfg.json" --epochs 4 \
+    --metrics-port 0 --tensorboard-dir "$tmp/tb"
+ls "$tmp"/tb/events.out.tfevents.* >/dev/null 2>&1 || { echo "FAIL no TensorBoard event file"; fail=1; }
 check "n-gram baseline" 0 "$bin" --config "$tmp/cfg.json" --model-type ngram --model-buckets 64
 check "flag beats file: bad value" 78 "$bin" --config "$tmp/cfg.json" --batch-size 0
 grep -q 'training.batchSize: 0 is out of range' "$tmp/err" || { echo "FAIL message"; fail=1; }
