@@ -10,6 +10,7 @@ add_library(gantry_ctl STATIC
     ${CTL_DIR}/render.c
     ${CTL_DIR}/rec.c
     ${CTL_DIR}/exec.c
+    ${CTL_DIR}/progress.c
 )
 target_include_directories(gantry_ctl PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_ctl PUBLIC PkgConfig::CTL_JANSSON gantry_kube gantry_common)
@@ -17,6 +18,7 @@ target_link_libraries(gantry_ctl PUBLIC PkgConfig::CTL_JANSSON gantry_kube gantr
 gantry_test(cond_test SOURCES ${CTL_DIR}/cond_test.c LIBS gantry_ctl)
 gantry_test(tj_test SOURCES ${CTL_DIR}/tj_test.c LIBS gantry_ctl)
 gantry_test(render_test SOURCES ${CTL_DIR}/render_test.c LIBS gantry_ctl)
+gantry_test(progress_test SOURCES ${CTL_DIR}/progress_test.c LIBS gantry_ctl)
 gantry_test(rec_test SOURCES ${CTL_DIR}/rec_test.c LIBS gantry_ctl)
 target_compile_definitions(rec_test PRIVATE REC_TESTDATA="${CTL_DIR}/testdata/rec")
 

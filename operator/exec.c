@@ -9,11 +9,25 @@
 #include "common/xalloc.h"
 #include "operator/kube/log.h"
 #include "operator/kube/strmap.h"
+#include "operator/progress.h"
 
 const char *const exec_pod_fields[] = {
     "metadata.labels", "metadata.deletionTimestamp", "status.phase", "status.reason",
-    "status.conditions", "status.containerStatuses", NULL,
+    "status.conditions", "status.containerStatuses", "status.podIP", NULL,
 };
+
+const double exec_sync_bounds[EXEC_SYNC_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                    0.1,   0.25,   0.5,   1,    2.5,   10};
+
+void exec_stats_observe(struct exec_stats *s, double seconds)
+{
+    int b = 0;
+
+    while (b < EXEC_SYNC_BUCKETS && seconds > exec_sync_bounds[b])
+        b++;
+    atomic_fetch_add(&s->sync_bucket[b], 1);
+    atomic_fetch_add(&s->sync_usec_sum, (long)(seconds * 1e6));
+}
 const char *const exec_job_fields[] = {"metadata.generation", "metadata.deletionTimestamp", "spec",
                                        "status", NULL};
 const char *const exec_configmap_fields[] = {"metadata.labels", "data", NULL};
@@ -630,7 +644,7 @@ static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
     struct rec_input in = {0};
     struct rec_result r;
     struct rec_pod *pods = NULL;
-    json_t *cm = NULL;
+    json_t *cm = NULL, *prog = NULL;
     struct tj tj;
     int rc;
 
@@ -663,6 +677,7 @@ static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
     if (!in.have_secret)
         random_token(token, sizeof(token));
     in.token = in.have_secret ? NULL : token;
+    progress_lookup(sh->progress, key, &in, &prog);
     rc = rec_reconcile(&in, &r);
     if (rc == 0)
         rc = exec_apply(w, obj, &tj, &r);
@@ -673,6 +688,7 @@ static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
         queue_add_after(sh->queue, key, (EXEC_EXPECT_TTL_S + 1) * 1000L);
 out:
     rec_result_cleanup(&r);
+    json_decref(prog);
     json_decref(cm);
     free(pods);
     tj_cleanup(&tj);
@@ -685,8 +701,10 @@ int exec_sync(struct exec_worker *w, const char *key)
     json_t *obj = informer_get(sh->jobs, key);
     char path[KUBE_MAX_PATH], ns[TJ_NS_MAX + 1] = "";
     const char *slash = strchr(key, '/');
+    struct timespec t0, t1;
     int rc = 0;
 
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     atomic_fetch_add(&sh->stats.syncs, 1);
     if (!obj) { /* deleted: its children go with it (owner references) */
         exec_expect_forget(sh->expect, key);
@@ -714,5 +732,8 @@ int exec_sync(struct exec_worker *w, const char *key)
     json_decref(obj);
     if (rc)
         atomic_fetch_add(&sh->stats.sync_errors, 1);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    exec_stats_observe(&sh->stats, (double)(t1.tv_sec - t0.tv_sec) +
+                                       (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     return rc;
 }

@@ -65,13 +65,22 @@ void exec_index_del(struct exec_index *x, const char *job, const char *pod);
  * *n gets the count. */
 char **exec_index_get(struct exec_index *x, const char *job, size_t *n);
 
-/* ---- counters, for logs now and /metrics later */
+/* ---- counters, for logs and /metrics (ops.h) */
+#define EXEC_SYNC_BUCKETS 12
+/* Upper bounds (seconds) of the reconcile latency histogram; the last bucket is +Inf. */
+extern const double exec_sync_bounds[EXEC_SYNC_BUCKETS];
 struct exec_stats {
     atomic_long syncs, sync_errors, status_writes, conflicts;
     atomic_long pods_created, pods_deleted, gang_restarts, events;
+    atomic_long sync_bucket[EXEC_SYNC_BUCKETS + 1]; /* not cumulative; [N] is +Inf */
+    atomic_long sync_usec_sum;
 };
+/* Records one exec_sync() that took seconds. */
+void exec_stats_observe(struct exec_stats *s, double seconds);
 
 /* What every worker shares. The informers are owned by the caller (main.c). */
+struct progress;
+
 struct exec_shared {
     struct informer *jobs;       /* TrainingJobs, projected (exec_job_fields) */
     struct informer *pods;       /* pods labelled gantry.dev/job-name, projected (EXEC_POD_FIELDS) */
@@ -82,6 +91,7 @@ struct exec_shared {
     struct exec_expect *expect;
     struct exec_index *pod_index;  /* NULL: scan every cached pod (tests) */
     struct event_recorder *events; /* NULL: no Events (tests) */
+    struct progress *progress;     /* rank 0's progress (progress.h); NULL: none (tests) */
     struct exec_stats stats;
 };
 

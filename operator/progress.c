@@ -1,0 +1,449 @@
+/*
+ * progress.c - rank 0's /progress -> status.progress and the hang-detection clock (progress.h).
+ */
+#include "operator/progress.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/xalloc.h"
+#include "operator/exec.h"
+#include "operator/kube/kube_err.h"
+#include "operator/kube/log.h"
+#include "operator/kube/strmap.h"
+
+#define BODY_MAX 65536 /* a /progress answer is one short line */
+
+/* ---------------------------------------------------------------------------------------------
+ * Pure parts
+ * ------------------------------------------------------------------------------------------- */
+
+void progress_clock_observe(struct progress_clock *c, const char *uid, int restart,
+                            long long step, time_t now)
+{
+    if (!c->uid[0] || strcmp(c->uid, uid) != 0 || c->restart != restart) {
+        memset(c, 0, sizeof(*c));
+        snprintf(c->uid, sizeof(c->uid), "%s", uid);
+        c->restart = restart;
+        c->step = step;
+        c->since = now;
+        return;
+    }
+    if (step >= 0 && step > c->step) {
+        if (c->step >= 0)
+            c->advanced = true; /* the first reading only sets the baseline */
+        c->step = step;
+        c->since = now;
+    }
+}
+
+int progress_url(const char *tmpl, const char *ns, const char *job, const char *pod,
+                 const char *ip, int port, char *out, size_t n)
+{
+    size_t o = 0;
+    char portbuf[16];
+
+    snprintf(portbuf, sizeof(portbuf), "%d", port);
+    for (const char *s = tmpl; *s;) {
+        const char *val = NULL;
+        size_t skip = 0;
+        if (*s == '{') {
+            static const char *const names[] = {"{ip}", "{port}", "{ns}", "{job}", "{pod}"};
+            const char *vals[] = {ip, portbuf, ns, job, pod};
+            for (int i = 0; i < 5 && !val; i++)
+                if (strncmp(s, names[i], strlen(names[i])) == 0) {
+                    val = vals[i];
+                    skip = strlen(names[i]);
+                }
+            if (!val)
+                return -1;
+        }
+        if (val) {
+            size_t l = strlen(val);
+            if (o + l >= n)
+                return -1;
+            memcpy(out + o, val, l);
+            o += l;
+            s += skip;
+        } else {
+            if (o + 1 >= n)
+                return -1;
+            out[o++] = *s++;
+        }
+    }
+    if (o >= n)
+        return -1;
+    out[o] = '\0';
+    return 0;
+}
+
+void progress_fmt_eta(double s, char *out, size_t n)
+{
+    long long t;
+
+    if (!(s > 0) || !isfinite(s)) {
+        snprintf(out, n, "0s");
+        return;
+    }
+    t = (long long)(s + 0.5);
+    if (t < 3600)
+        snprintf(out, n, t >= 60 ? "%lldm%llds" : "%llds", t >= 60 ? t / 60 : t, t % 60);
+    else if (t < 86400)
+        snprintf(out, n, "%lldh%lldm", t / 3600, t % 3600 / 60);
+    else
+        snprintf(out, n, "%lldd%lldh", t / 86400, t % 86400 / 3600);
+}
+
+static void copy_num(json_t *dst, const char *dk, const json_t *w, const char *wk)
+{
+    const json_t *v = json_object_get(w, wk);
+
+    if (json_is_integer(v))
+        json_object_set_new(dst, dk, json_integer(json_integer_value(v)));
+    else if (json_is_real(v) && isfinite(json_real_value(v)))
+        json_object_set_new(dst, dk, json_real(json_real_value(v)));
+}
+
+json_t *progress_status(const json_t *w, time_t since)
+{
+    const json_t *step = json_object_get(w, "step");
+    const json_t *total = json_object_get(w, "total_steps");
+    const json_t *eta = json_object_get(w, "eta_seconds");
+    const char *state = json_string_value(json_object_get(w, "state"));
+    char buf[64], ts[32];
+    json_t *st;
+
+    if (!json_is_integer(step))
+        return NULL;
+    st = json_object();
+    copy_num(st, "step", w, "step");
+    copy_num(st, "totalSteps", w, "total_steps");
+    copy_num(st, "percent", w, "percent");
+    copy_num(st, "epoch", w, "epoch");
+    copy_num(st, "loss", w, "loss");
+    copy_num(st, "samplesPerSecond", w, "samples_per_second");
+    copy_num(st, "etaSeconds", w, "eta_seconds");
+    copy_num(st, "lastCheckpointStep", w, "last_checkpoint_step");
+    if (json_is_number(eta)) {
+        progress_fmt_eta(json_number_value(eta), buf, sizeof(buf));
+        json_object_set_new(st, "eta", json_string(buf));
+    }
+    if (json_is_integer(total) && json_integer_value(total) > 0)
+        snprintf(buf, sizeof(buf), "%lld/%lld (%d%%)", (long long)json_integer_value(step),
+                 (long long)json_integer_value(total),
+                 (int)(100.0 * (double)json_integer_value(step) /
+                       (double)json_integer_value(total)));
+    else
+        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(step));
+    json_object_set_new(st, "summary", json_string(buf));
+    if (state && strlen(state) < 32)
+        json_object_set_new(st, "state", json_string(state));
+    if (since) {
+        cond_fmt_time(since, ts, sizeof(ts));
+        json_object_set_new(st, "lastProgressTime", json_string(ts));
+    }
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The poller
+ * ------------------------------------------------------------------------------------------- */
+
+struct entry {
+    struct progress_clock clock;
+    json_t *status; /* the status.progress to write, or NULL */
+    bool seen;      /* in this round */
+};
+
+struct progress {
+    struct exec_shared *sh;
+    long interval_ms, timeout_ms;
+    int port;
+    char *tmpl;
+    pthread_t th;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;          /* guarded by mu */
+    struct strmap jobs; /* key -> struct entry *; guarded by mu */
+    struct progress_stats stats;
+};
+
+static void entry_free(void *v)
+{
+    struct entry *e = v;
+
+    if (e)
+        json_decref(e->status);
+    free(e);
+}
+
+struct progress *progress_new(struct exec_shared *sh, const struct progress_opts *o)
+{
+    struct progress *p = xcalloc(1, sizeof(*p));
+
+    p->sh = sh;
+    p->interval_ms = o && o->interval_ms > 0 ? o->interval_ms : PROGRESS_DEFAULT_INTERVAL_MS;
+    p->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms
+                                           : (p->interval_ms < 5000 ? p->interval_ms : 5000);
+    p->port = o && o->port > 0 ? o->port : RENDER_METRICS_PORT;
+    p->tmpl = xstrdup(o && o->url_template ? o->url_template : PROGRESS_DEFAULT_URL);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    strmap_init(&p->jobs);
+    return p;
+}
+
+const struct progress_stats *progress_get_stats(const struct progress *p)
+{
+    return &p->stats;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
+{
+    struct buf *b = ud;
+
+    return buf_append(b, data, size * nmemb) == 0 ? size * nmemb : 0;
+}
+
+/* GETs url; a new JSON object, or NULL. */
+static json_t *fetch(struct progress *p, CURL *c, const char *url)
+{
+    struct buf body;
+    long code = 0;
+    json_t *j = NULL;
+    CURLcode rc;
+
+    buf_init(&body, BODY_MAX);
+    curl_easy_reset(c);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, p->timeout_ms);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, p->timeout_ms);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+    rc = curl_easy_perform(c);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    if (rc == CURLE_OK && code == 200 && body.len > 0)
+        j = json_loadb(buf_ptr(&body), buf_len(&body), 0, NULL);
+    if (j && !json_is_object(j)) {
+        json_decref(j);
+        j = NULL;
+    }
+    if (!j)
+        log_debug("Could not read progress", "{s:s, s:s, s:i}", "url", url, "error",
+                  rc == CURLE_OK ? "bad answer" : curl_easy_strerror(rc), "status", (int)code);
+    buf_cleanup(&body);
+    return j;
+}
+
+/* Rank 0 of the current gang (restart), running, with an IP: its name, uid and IP. */
+static bool find_rank0(struct progress *p, const char *key, int restart, char *pod, char *uid,
+                       char *ip, size_t n)
+{
+    size_t npods = 0;
+    char **keys = exec_index_get(p->sh->pod_index, key, &npods);
+    char want[16];
+    bool found = false;
+
+    snprintf(want, sizeof(want), "%d", restart);
+    for (size_t i = 0; i < npods; i++) {
+        json_t *o = found ? NULL : informer_get(p->sh->pods, keys[i]);
+        const json_t *meta = json_object_get(o, "metadata");
+        const json_t *labels = json_object_get(meta, "labels");
+        const char *idx = json_string_value(json_object_get(labels, RENDER_LABEL_INDEX));
+        const char *rs = json_string_value(json_object_get(labels, RENDER_LABEL_RESTART));
+        const char *ph = json_string_value(json_object_get(json_object_get(o, "status"), "phase"));
+        const char *pip =
+            json_string_value(json_object_get(json_object_get(o, "status"), "podIP"));
+        const char *name = json_string_value(json_object_get(meta, "name"));
+        const char *u = json_string_value(json_object_get(meta, "uid"));
+
+        if (o && idx && strcmp(idx, "0") == 0 && rs && strcmp(rs, want) == 0 && ph &&
+            strcmp(ph, "Running") == 0 && pip && *pip && name && u &&
+            !json_object_get(meta, "deletionTimestamp")) {
+            snprintf(pod, n, "%s", name);
+            snprintf(uid, n, "%s", u);
+            snprintf(ip, n, "%s", pip);
+            found = true;
+        }
+        json_decref(o);
+        free(keys[i]);
+    }
+    free(keys);
+    return found;
+}
+
+static void poll_job(struct progress *p, CURL *c, const json_t *job, time_t now)
+{
+    const json_t *meta = json_object_get(job, "metadata"), *st = json_object_get(job, "status");
+    const char *ns = json_string_value(json_object_get(meta, "namespace"));
+    const char *name = json_string_value(json_object_get(meta, "name"));
+    const char *phase = json_string_value(json_object_get(st, "phase"));
+    int restart = (int)json_integer_value(json_object_get(st, "restarts"));
+    char key[2 * RENDER_NAME_MAX + 2], pod[RENDER_NAME_MAX], uid[REC_UID_MAX], ip[64];
+    char url[PROGRESS_URL_MAX];
+    json_t *w = NULL, *ps = NULL;
+    struct entry *e;
+    bool changed = false;
+
+    if (!ns || !name || !phase || strcmp(phase, "Running") != 0)
+        return;
+    snprintf(key, sizeof(key), "%s/%s", ns, name);
+    if (!find_rank0(p, key, restart, pod, uid, ip, sizeof(uid)))
+        return;
+    if (progress_url(p->tmpl, ns, name, pod, ip, p->port, url, sizeof(url)) != 0) {
+        log_warn("Progress URL template does not expand", "{s:s}", "template", p->tmpl);
+        return;
+    }
+    atomic_fetch_add(&p->stats.reads, 1);
+    w = fetch(p, c, url);
+    if (!w)
+        atomic_fetch_add(&p->stats.read_errors, 1);
+
+    pthread_mutex_lock(&p->mu);
+    e = strmap_get(&p->jobs, key);
+    if (!e) {
+        e = xcalloc(1, sizeof(*e));
+        strmap_put(&p->jobs, key, e);
+    }
+    e->seen = true;
+    progress_clock_observe(&e->clock, uid, restart,
+                           w && json_is_integer(json_object_get(w, "step"))
+                               ? json_integer_value(json_object_get(w, "step"))
+                               : -1,
+                           now);
+    if (w)
+        ps = progress_status(w, e->clock.since);
+    if (ps && (!e->status || !json_equal(ps, e->status))) {
+        json_decref(e->status);
+        e->status = ps;
+        ps = NULL;
+        changed = true;
+    }
+    pthread_mutex_unlock(&p->mu);
+    json_decref(ps);
+    json_decref(w);
+    if (changed) {
+        atomic_fetch_add(&p->stats.status_changes, 1);
+        queue_add(p->sh->queue, key);
+    }
+}
+
+static void *run(void *arg)
+{
+    struct progress *p = arg;
+    CURL *c = curl_easy_init();
+
+    for (;;) {
+        struct timespec until;
+        struct strmap_iter it;
+        struct strmap_entry *se;
+        json_t *jobs, *job;
+        size_t i;
+        time_t now;
+
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += p->interval_ms / 1000;
+        until.tv_nsec += (p->interval_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&p->mu);
+        while (!p->stop && pthread_cond_timedwait(&p->cv, &p->mu, &until) != ETIMEDOUT)
+            ;
+        if (p->stop) {
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        for (se = strmap_first(&p->jobs, &it); se; se = strmap_next(&p->jobs, &it))
+            ((struct entry *)se->val)->seen = false;
+        pthread_mutex_unlock(&p->mu);
+
+        atomic_fetch_add(&p->stats.polls, 1);
+        jobs = informer_list(p->sh->jobs);
+        now = time(NULL);
+        json_array_foreach(jobs, i, job)
+            poll_job(p, c, job, now);
+        json_decref(jobs);
+
+        /* Jobs not Running or without a running rank 0 lose their clock. */
+        pthread_mutex_lock(&p->mu);
+        for (;;) {
+            const char *gone = NULL;
+            for (se = strmap_first(&p->jobs, &it); se && !gone; se = strmap_next(&p->jobs, &it))
+                if (!((struct entry *)se->val)->seen)
+                    gone = se->key;
+            if (!gone)
+                break;
+            entry_free(strmap_del(&p->jobs, gone));
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+int progress_start(struct progress *p)
+{
+    if (pthread_create(&p->th, NULL, run, p) != 0)
+        return OP_EIO;
+    p->started = true;
+    return 0;
+}
+
+void progress_stop(struct progress *p)
+{
+    if (!p || !p->started)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->th, NULL);
+    p->started = false;
+}
+
+void progress_free(struct progress *p)
+{
+    if (!p)
+        return;
+    progress_stop(p);
+    strmap_cleanup(&p->jobs, entry_free);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p->tmpl);
+    free(p);
+}
+
+void progress_lookup(struct progress *p, const char *key, struct rec_input *in, json_t **hold)
+{
+    struct entry *e;
+
+    *hold = NULL;
+    in->progress = NULL;
+    in->progress_restart = -1;
+    in->progress_since = 0;
+    in->progress_advanced = false;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    e = strmap_get(&p->jobs, key);
+    if (e && e->clock.uid[0]) {
+        *hold = json_incref(e->status);
+        in->progress = *hold;
+        in->progress_restart = e->clock.restart;
+        in->progress_since = e->clock.since;
+        in->progress_advanced = e->clock.advanced;
+    }
+    pthread_mutex_unlock(&p->mu);
+}

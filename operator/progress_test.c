@@ -1,0 +1,140 @@
+/* progress_test.c - the pure parts of the progress poller: clock, URL template, status.progress. */
+#include <string.h>
+
+#include "common/test.h"
+#include "operator/progress.h"
+
+static void test_clock(void)
+{
+    struct progress_clock c = {0};
+
+    progress_clock_observe(&c, "u1", 0, -1, 100); /* rank 0 seen, read failed: clock starts */
+    TEST_EQ_STR(c.uid, "u1");
+    TEST_EQ_INT(c.since, 100);
+    TEST_CHECK(!c.advanced);
+    progress_clock_observe(&c, "u1", 0, 5, 110); /* first reading: baseline, not an advance */
+    TEST_EQ_INT(c.since, 110);
+    TEST_EQ_INT(c.step, 5);
+    TEST_CHECK(!c.advanced);
+    progress_clock_observe(&c, "u1", 0, 5, 120); /* same step: the clock stands */
+    TEST_EQ_INT(c.since, 110);
+    progress_clock_observe(&c, "u1", 0, -1, 130); /* timeout (SIGSTOP): the clock stands */
+    TEST_EQ_INT(c.since, 110);
+    TEST_EQ_INT(c.step, 5);
+    progress_clock_observe(&c, "u1", 0, 4, 135); /* a lower step is no progress */
+    TEST_EQ_INT(c.since, 110);
+    progress_clock_observe(&c, "u1", 0, 6, 140);
+    TEST_EQ_INT(c.since, 140);
+    TEST_CHECK(c.advanced);
+    progress_clock_observe(&c, "u2", 1, 6, 150); /* new gang: a new clock */
+    TEST_EQ_STR(c.uid, "u2");
+    TEST_EQ_INT(c.restart, 1);
+    TEST_EQ_INT(c.since, 150);
+    TEST_CHECK(!c.advanced);
+    progress_clock_observe(&c, "u2", 2, 9, 160); /* same uid, other restart label: new clock */
+    TEST_EQ_INT(c.restart, 2);
+    TEST_EQ_INT(c.since, 160);
+}
+
+static void test_url(void)
+{
+    char out[64];
+
+    TEST_EQ_INT(progress_url(PROGRESS_DEFAULT_URL, "ml", "spam", "spam-worker-0", "10.1.2.3",
+                             9090, out, sizeof(out)), 0);
+    TEST_EQ_STR(out, "http://10.1.2.3:9090/progress");
+    TEST_EQ_INT(progress_url("http://127.0.0.1:5/{ns}/{job}/{pod}", "ml", "spam", "p0", "ip", 1,
+                             out, sizeof(out)), 0);
+    TEST_EQ_STR(out, "http://127.0.0.1:5/ml/spam/p0");
+    TEST_EQ_INT(progress_url("http://{host}/", "a", "b", "c", "d", 1, out, sizeof(out)), -1);
+    TEST_EQ_INT(progress_url("http://{ip}/0123456789012345678901234567890123456789012345678901",
+                             "a", "b", "c", "1.2.3.4", 1, out, sizeof(out)), -1);
+    TEST_EQ_INT(progress_url("", "a", "b", "c", "d", 1, out, sizeof(out)), 0);
+    TEST_EQ_STR(out, "");
+}
+
+static void test_eta(void)
+{
+    char b[16];
+
+    progress_fmt_eta(189, b, sizeof(b));
+    TEST_EQ_STR(b, "3m9s");
+    progress_fmt_eta(42, b, sizeof(b));
+    TEST_EQ_STR(b, "42s");
+    progress_fmt_eta(3720, b, sizeof(b));
+    TEST_EQ_STR(b, "1h2m");
+    progress_fmt_eta(2 * 86400 + 3 * 3600 + 5, b, sizeof(b));
+    TEST_EQ_STR(b, "2d3h");
+    progress_fmt_eta(0, b, sizeof(b));
+    TEST_EQ_STR(b, "0s");
+    progress_fmt_eta(-1, b, sizeof(b));
+    TEST_EQ_STR(b, "0s");
+}
+
+static void test_status(void)
+{
+    /* docs/metrics.md's example answer */
+    json_t *w = json_loads(
+        "{\"state\":\"running\",\"step\":42,\"total_steps\":420,\"percent\":10,\"epoch\":1,"
+        "\"epochs\":2,\"world_size\":2,\"loss\":0.25,\"lr\":0.001,\"samples_per_second\":128,"
+        "\"tokens_per_second\":12800,\"steps_per_second\":2,\"eta_seconds\":189,"
+        "\"last_checkpoint_step\":40,\"start_step\":0,\"samples_total\":2688,"
+        "\"tokens_total\":268800,\"elapsed_seconds\":21,\"last_step_unix\":1796022612.07,"
+        "\"seconds_since_last_step\":0.68,\"eval\":{\"accuracy\":0.5}}",
+        0, NULL);
+    json_t *st = progress_status(w, 1796022612);
+    json_t *early, *none;
+
+    TEST_CHECK(st != NULL);
+    TEST_EQ_INT(json_integer_value(json_object_get(st, "step")), 42);
+    TEST_EQ_INT(json_integer_value(json_object_get(st, "totalSteps")), 420);
+    TEST_NEAR(json_number_value(json_object_get(st, "loss")), 0.25, 1e-12);
+    TEST_NEAR(json_number_value(json_object_get(st, "samplesPerSecond")), 128, 1e-12);
+    TEST_EQ_INT(json_integer_value(json_object_get(st, "lastCheckpointStep")), 40);
+    TEST_EQ_STR(json_string_value(json_object_get(st, "summary")), "42/420 (10%)");
+    TEST_EQ_STR(json_string_value(json_object_get(st, "eta")), "3m9s");
+    TEST_EQ_STR(json_string_value(json_object_get(st, "state")), "running");
+    TEST_EQ_STR(json_string_value(json_object_get(st, "lastProgressTime")),
+                "2026-11-30T07:10:12Z");
+    TEST_CHECK(json_object_get(st, "seconds_since_last_step") == NULL); /* changes every read */
+    json_decref(st);
+
+    /* before the first step: nulls are left out, no percent */
+    early = json_loads("{\"state\":\"starting\",\"step\":0,\"total_steps\":0,\"percent\":null,"
+                       "\"loss\":null,\"eta_seconds\":null,\"last_checkpoint_step\":null}",
+                       0, NULL);
+    st = progress_status(early, 0);
+    TEST_EQ_STR(json_string_value(json_object_get(st, "summary")), "0");
+    TEST_CHECK(json_object_get(st, "loss") == NULL);
+    TEST_CHECK(json_object_get(st, "eta") == NULL);
+    TEST_CHECK(json_object_get(st, "percent") == NULL);
+    TEST_CHECK(json_object_get(st, "lastProgressTime") == NULL);
+    json_decref(st);
+
+    none = json_loads("{\"state\":\"running\"}", 0, NULL);
+    TEST_CHECK(progress_status(none, 5) == NULL);
+    json_decref(none);
+    json_decref(early);
+    json_decref(w);
+}
+
+static void test_lookup_without_poller(void)
+{
+    struct rec_input in = {.progress_restart = 7};
+    json_t *hold = (json_t *)1;
+
+    progress_lookup(NULL, "ml/spam", &in, &hold);
+    TEST_CHECK(hold == NULL);
+    TEST_CHECK(in.progress == NULL);
+    TEST_EQ_INT(in.progress_restart, -1);
+}
+
+int main(void)
+{
+    TEST_RUN(test_clock);
+    TEST_RUN(test_url);
+    TEST_RUN(test_eta);
+    TEST_RUN(test_status);
+    TEST_RUN(test_lookup_without_poller);
+    return test_summary();
+}
