@@ -1,0 +1,243 @@
+// Fully connected layers on the GPU through cuBLASLt (row-major PyTorch layout mapped onto
+// column-major GEMMs), bias and GELU fused as epilogues in the forward; the bias gradient is a
+// deterministic two-stage column sum (cuBLASLt's BGRAD epilogue overwrites instead of
+// accumulating, and the CPU contract is +=).
+//
+// Row-major X (r, c) is column-major X^T (c, r). With weight W (OC, C):
+//   out^T (OC, N)    = W (op T, ld C) x inp^T (ld C)                 m=OC n=N  k=C
+//   dinp^T (C, N)   += W (op N, ld C) x dout^T (ld OC)               m=C  n=N  k=OC
+//   dweight^T (C,OC) += inp^T (op N, ld C) x dout (op T, ld OC)      m=C  n=OC k=N
+#include "kernels/gpu_internal.h"
+#include "kernels/matmul.h"
+
+struct gemm {
+    bool ta, tb;
+    int m, n, k;
+    const void *a, *b;
+    int lda, ldb;
+    void *d;
+    int ldd;
+    cudaDataType_t ab_type, d_type;
+    float beta;
+    cublasLtEpilogue_t epi;
+    const void *bias; /* with a BIAS epilogue; of d_type */
+    void *aux;        /* with GELU_AUX: the pre-activation, ld = ldd */
+};
+
+static void gemm_run(const struct gemm *g, cudaStream_t stream)
+{
+    struct gpu_rt *rt = gpu_rt();
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t h;
+    cublasOperation_t ta = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    size_t ws = GPU_WORKSPACE_BYTES;
+    int found = 0;
+    float alpha = 1.0f;
+
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epi,
+                                                sizeof(g->epi)));
+    if (g->bias)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &g->bias, sizeof(g->bias)));
+    if (g->aux) {
+        int64_t ldaux = g->ldd;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                    &g->aux, sizeof(g->aux)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &ldaux, sizeof(ldaux)));
+    }
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, g->ab_type, g->ta ? g->k : g->m,
+                                            g->ta ? g->m : g->k, g->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g->ab_type, g->tb ? g->n : g->k,
+                                            g->tb ? g->k : g->n, g->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, g->d_type, g->m, g->n, g->ldd));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(rt->lt, op, la, lb, ld, ld, pref, 1, &h, &found));
+    if (found == 0) {
+        fprintf(stderr, "cuBLASLt has no algorithm for m=%d n=%d k=%d (lda %d ldb %d ldd %d, epilogue "
+                        "%d)\nHINT: dimensions of bf16 GEMMs must be multiples of 8\n",
+                g->m, g->n, g->k, g->lda, g->ldb, g->ldd, (int)g->epi);
+        exit(1);
+    }
+    CUBLAS_CHECK(cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta, g->d, ld, g->d,
+                                ld, &h.algo, rt->workspace, ws, stream));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatmulDescDestroy(op);
+}
+
+static void forward_gemm(void *out, const void *inp, const void *weight, const void *bias,
+                         cudaDataType_t t, int N, int C, int OC, cudaStream_t stream)
+{
+    struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, t, t, 0.0f,
+                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL};
+    gemm_run(&g, stream);
+}
+
+/* ---- deterministic column sums: dbias (OC) += sum over N rows of dout (N, OC) ---- */
+
+#define CS_ROWS 256 /* rows per partial */
+
+/* grid (ceil(OC/32), ceil(N/CS_ROWS)), block (32, 8): part[y, col] = sum of the chunk's rows */
+template <typename T>
+static __global__ void colsum_part_kernel(float *part, const T *dout, int N, int OC)
+{
+    __shared__ float sh[8][33];
+    int col = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * CS_ROWS;
+    float s = 0.0f;
+    if (col < OC)
+        for (int r = r0 + threadIdx.y; r < N && r < r0 + CS_ROWS; r += 8)
+            s += (float)dout[(size_t)r * OC + col];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < OC) {
+        for (int y = 1; y < 8; y++)
+            s += sh[y][threadIdx.x];
+        part[(size_t)blockIdx.y * OC + col] = s;
+    }
+}
+
+static __global__ void colsum_finish_kernel(float *dbias, const float *part, int nparts, int OC)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC)
+        return;
+    float s = 0.0f;
+    for (int p = 0; p < nparts; p++)
+        s += part[(size_t)p * OC + col];
+    dbias[col] += s;
+}
+
+template <typename T>
+static void colsum(float *dbias, const T *dout, int N, int OC, cudaStream_t stream)
+{
+    int nparts = CEIL_DIV(N, CS_ROWS);
+    float *part = (float *)gpu_scratch((size_t)nparts * OC * sizeof(float), stream);
+    colsum_part_kernel<T><<<dim3(CEIL_DIV(OC, 32), nparts), dim3(32, 8), 0, stream>>>(part, dout,
+                                                                                      N, OC);
+    GPU_LAUNCH_CHECK();
+    colsum_finish_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, part, nparts, OC);
+    GPU_LAUNCH_CHECK();
+    gpu_scratch_free(part, stream);
+}
+
+/* ---- fp32 ---- */
+
+extern "C" void matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                               int N, int C, int OC, struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    forward_gemm(out, inp, weight, bias, CUDA_R_32F, N, C, OC, stream);
+}
+
+extern "C" void matmul_forward_gelu(float *out, float *pre, const float *inp, const float *weight,
+                                    const float *bias, int N, int C, int OC,
+                                    struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_32F, CUDA_R_32F,
+                     0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre};
+    gemm_run(&g, stream);
+}
+
+static void backward_gemms(void *dinp, float *dweight, const void *dout, const void *inp,
+                           const void *weight, cudaDataType_t t, int N, int C, int OC,
+                           cudaStream_t stream)
+{
+    if (dinp) {
+        struct gemm g = {false, false, C, N, OC, weight, dout, C, OC, dinp, C, t, t, 1.0f,
+                         CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+        gemm_run(&g, stream);
+    }
+    struct gemm g = {false, true, C, OC, N, inp, dout, C, OC, dweight, C, t, CUDA_R_32F, 1.0f,
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+    gemm_run(&g, stream);
+}
+
+extern "C" void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, int N, int C, int OC,
+                                struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    backward_gemms(dinp, dweight, dout, inp, weight, CUDA_R_32F, N, C, OC, stream);
+    if (dbias)
+        colsum<float>(dbias, dout, N, OC, stream);
+}
+
+/* ---- bf16 operands ---- */
+
+extern "C" void matmul_forward_bf16(uint16_t *out, const uint16_t *inp, const uint16_t *weight,
+                                    const uint16_t *bias, int N, int C, int OC,
+                                    struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    forward_gemm(out, inp, weight, bias, CUDA_R_16BF, N, C, OC, stream);
+}
+
+extern "C" void matmul_backward_bf16(uint16_t *dinp, float *dweight, float *dbias,
+                                     const uint16_t *dout, const uint16_t *inp,
+                                     const uint16_t *weight, int N, int C, int OC,
+                                     struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    backward_gemms(dinp, dweight, dout, inp, weight, CUDA_R_16BF, N, C, OC, stream);
+    if (dbias)
+        colsum<__nv_bfloat16>(dbias, (const __nv_bfloat16 *)dout, N, OC, stream);
+}
+
+/* ---- bias and residual ---- */
+
+static __global__ void bias_forward_kernel(float *out, const float *bias, int OC, size_t total)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total)
+        out[i] += bias[i % OC];
+}
+
+static __global__ void residual_kernel(float *out, const float *a, const float *b, long n)
+{
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = a[i] + b[i];
+}
+
+extern "C" void bias_forward(float *out, const float *bias, int N, int OC,
+                             struct CUstream_st *stream)
+{
+    size_t total = (size_t)N * OC;
+    if (total == 0)
+        return;
+    bias_forward_kernel<<<(unsigned)CEIL_DIV(total, 256), 256, 0, stream>>>(out, bias, OC, total);
+    GPU_LAUNCH_CHECK();
+}
+
+extern "C" void bias_backward(float *dbias, const float *dout, int N, int OC,
+                              struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    colsum<float>(dbias, dout, N, OC, stream);
+}
+
+extern "C" void residual_forward(float *out, const float *a, const float *b, long n,
+                                 struct CUstream_st *stream)
+{
+    if (n <= 0)
+        return;
+    residual_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(out, a, b, n);
+    GPU_LAUNCH_CHECK();
+}
