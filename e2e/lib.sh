@@ -93,6 +93,32 @@ job_pods() { # NS NAME: pod names of the job, one per line
     kc -n "$1" get pods -l "gantry.dev/job-name=$2" -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}' 2>/dev/null || true
 }
 
+# Waits for the moment to kill a worker: a checkpoint exists (status.lastCheckpoint, or rank 0
+# logging one it wrote), so that there is something to resume from; failing that, rank 0 is half
+# way (its "step N/M" lines), so that the gang restart is still exercised. Prints the checkpoint
+# step (empty when half way without one); returns 1 when the job ended first or on timeout.
+wait_kill_moment() { # NS NAME TIMEOUT_S
+    local ns=$1 job=$2 deadline=$((SECONDS + $3)) step log prog total phase
+    while [ $SECONDS -lt $deadline ]; do
+        step=$(tj_get "$ns" "$job" '{.status.lastCheckpoint.step}')
+        [ "${step:-0}" -gt 0 ] 2>/dev/null && { echo "$step"; return 0; }
+        log=$(kc -n "$ns" logs "$job-worker-0" -c worker 2>/dev/null)
+        step=$(grep -i 'checkpoint' <<<"$log" | grep -v -i 'resum' |
+            grep -oiE '(step[^0-9]{0,3}|step-)[0-9]+' | grep -oE '[0-9]+' | sort -n | tail -1)
+        [ "${step:-0}" -gt 0 ] 2>/dev/null && { echo "$step"; return 0; }
+        prog=$(grep -oE '^step [0-9]+/[0-9]+' <<<"$log" | tail -1)
+        total=${prog#*/} prog=${prog#step } prog=${prog%/*}
+        if [ -n "$prog" ] && [ "$prog" -ge $((total / 2)) ]; then
+            note "rank 0 is at step $prog/$total and no checkpoint was reported"
+            return 0
+        fi
+        phase=$(tj_get "$ns" "$job" '{.status.phase}')
+        [[ $phase == Succeeded || $phase == Failed ]] && return 1
+        sleep 1
+    done
+    return 1
+}
+
 # The last JSON line of rank 0's log that holds "accuracy": the final eval report.
 rank0_report() { # NS NAME
     kc -n "$1" logs "$2-worker-0" -c worker 2>/dev/null | grep '"accuracy"' | tail -1

@@ -85,6 +85,7 @@ elif [ -f "$CLUSTER_RUN/cluster.env" ] && "$ROOT/hack/cluster.sh" status >/dev/n
     KUBECONFIG=$("$ROOT/hack/cluster.sh" kubeconfig)
     echo "A local cluster already runs ($CLUSTER_RUN); using it and leaving it up"
 else
+    export GANTRY_FULL_WAIT=${GANTRY_FULL_WAIT:-600} # another full cluster on this host: wait for it
     [ "$(id -u)" = 0 ] || die "the local cluster needs root (containerd, iptables, mounts); run as root or set KUBECONFIG"
     echo "Building the pinned Kubernetes, etcd, CoreDNS, helm (cached in ${GANTRY_CACHE}; the first time takes tens of minutes):"
     "$ROOT/hack/cluster.sh" build --tier full 2>&1 | sed 's/^>> /    /' || die "hack/cluster.sh build failed"
@@ -155,8 +156,10 @@ while [ $SECONDS -lt $deadline ]; do
     logline=$(kc -n "$NS" logs "$JOB-worker-0" -c worker --tail=40 2>/dev/null | grep -E '^step [0-9]+|resum' | tail -1)
     [ -z "$logline" ] || [ "$logline" = "$last_log" ] || { printf '    %s  worker-0: %s\n' "$(stamp)" "$logline"; last_log=$logline; }
     case $phase in Succeeded|Failed) break ;; esac
-    if [ $KILL = 1 ] && [ $killed = 0 ] && [ "$(tj_get "$NS" "$JOB" '{.status.lastCheckpoint.step}')" -gt 0 ] 2>/dev/null; then
-        printf '    %s  >>> chaos: kubectl delete pod %s-worker-1 (a worker dies mid-training)\n' "$(stamp)" "$JOB"
+    # A worker dies once a checkpoint exists (or half way): the gang restarts and resumes.
+    if [ $KILL = 1 ] && [ $killed = 0 ] && [ "$phase" = Running ] && ckpt=$(wait_kill_moment "$NS" "$JOB" 1); then
+        printf '    %s  >>> chaos: kubectl delete pod %s-worker-1 (a worker dies mid-training; last checkpoint: step %s)\n' \
+            "$(stamp)" "$JOB" "${ckpt:-none}"
         kc -n "$NS" delete pod "$JOB-worker-1" --wait=false >/dev/null
         killed=1
     fi

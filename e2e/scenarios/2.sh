@@ -8,30 +8,8 @@ scenario_2() {
     spam_job "$job" interval=20 >"$f"
     check "kubectl apply -f spam-chaos.yaml" kc -n "$NS" apply -f "$f" || return 0
     check "tj/$job reaches Running" wait_tj_phase "$NS" "$job" "Running Succeeded" 300 || return 0
-    # Kill only once a checkpoint exists: status.lastCheckpoint, or rank 0 logging one it wrote.
-    # Kill once a checkpoint exists (status.lastCheckpoint, or rank 0 logging one it wrote), so
-    # that there is something to resume from; failing that, half way through (rank 0's
-    # "step N/M" lines), so that the gang restart is still tested.
-    local deadline=$((SECONDS + 600)) phase='' log prog total
-    step=''
-    while [ $SECONDS -lt $deadline ]; do
-        step=$(tj_get "$NS" "$job" '{.status.lastCheckpoint.step}')
-        [ "${step:-0}" -gt 0 ] 2>/dev/null && break
-        log=$(kc -n "$NS" logs "$job-worker-0" -c worker 2>/dev/null)
-        step=$(grep -i 'checkpoint' <<<"$log" | grep -v -i 'resum' |
-            grep -oiE '(step[^0-9]{0,3}|step-)[0-9]+' | grep -oE '[0-9]+' | sort -n | tail -1)
-        [ "${step:-0}" -gt 0 ] 2>/dev/null && break
-        prog=$(grep -oE '^step [0-9]+/[0-9]+' <<<"$log" | tail -1)
-        total=${prog#*/} prog=${prog#step } prog=${prog%/*}
-        if [ -n "$prog" ] && [ "$prog" -ge $((total / 2)) ]; then
-            step=''
-            note "rank 0 is at step $prog/$total and no checkpoint was reported"
-            break
-        fi
-        phase=$(tj_get "$NS" "$job" '{.status.phase}')
-        [[ $phase == Succeeded || $phase == Failed ]] && { bad "tj/$job ended $phase before a worker could be deleted"; return 0; }
-        sleep 1
-    done
+    # Kill once a checkpoint exists (so that there is something to resume from), or half way.
+    step=$(wait_kill_moment "$NS" "$job" 600) || { bad "tj/$job ended before a worker could be deleted"; return 0; }
     if [ "${step:-0}" -gt 0 ] 2>/dev/null; then
         ok "a first checkpoint exists (step $step: status.lastCheckpoint or rank 0's log)"
     else
