@@ -2,6 +2,7 @@
 # rendering of children (render), the pure reconcile (rec); later the executor and gantry-operator.
 # Included by operator/CMakeLists.txt; stands on gantry_kube (kube.cmake) for OP_E* and logging.
 pkg_check_modules(CTL_JANSSON REQUIRED IMPORTED_TARGET jansson)
+pkg_check_modules(CTL_MHD REQUIRED IMPORTED_TARGET libmicrohttpd) # ops.c: /healthz /readyz /metrics
 
 set(CTL_DIR ${CMAKE_CURRENT_SOURCE_DIR})
 add_library(gantry_ctl STATIC
@@ -11,13 +12,16 @@ add_library(gantry_ctl STATIC
     ${CTL_DIR}/rec.c
     ${CTL_DIR}/exec.c
     ${CTL_DIR}/progress.c
+    ${CTL_DIR}/ops.c
 )
 target_include_directories(gantry_ctl PUBLIC "${PROJECT_SOURCE_DIR}")
-target_link_libraries(gantry_ctl PUBLIC PkgConfig::CTL_JANSSON gantry_kube gantry_common)
+target_link_libraries(gantry_ctl PUBLIC PkgConfig::CTL_JANSSON PkgConfig::CTL_MHD gantry_kube
+                      gantry_common)
 
 gantry_test(cond_test SOURCES ${CTL_DIR}/cond_test.c LIBS gantry_ctl)
 gantry_test(tj_test SOURCES ${CTL_DIR}/tj_test.c LIBS gantry_ctl)
 gantry_test(render_test SOURCES ${CTL_DIR}/render_test.c LIBS gantry_ctl)
+gantry_test(ops_test SOURCES ${CTL_DIR}/ops_test.c LIBS gantry_ctl)
 gantry_test(progress_test SOURCES ${CTL_DIR}/progress_test.c LIBS gantry_ctl)
 gantry_test(rec_test SOURCES ${CTL_DIR}/rec_test.c LIBS gantry_ctl)
 target_compile_definitions(rec_test PRIVATE REC_TESTDATA="${CTL_DIR}/testdata/rec")

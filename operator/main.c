@@ -10,7 +10,8 @@
  * Losing the Lease stops the controller and exits 1, so the restarted process comes back as a
  * standby and two leaders never act together.
  *
- * Not here yet (later issue): /healthz /readyz /metrics.
+ * Also: /healthz /readyz /metrics (ops.h) on --health-addr / --metrics-addr, and the progress
+ * poller (progress.h) that reads rank 0's /progress for status.progress and hang detection.
  * Exits otherwise only at startup, on bad configuration (64 usage, 78 config, 69 API unavailable).
  */
 #include <getopt.h>
@@ -24,6 +25,8 @@
 
 #include "common/xalloc.h"
 #include "operator/exec.h"
+#include "operator/ops.h"
+#include "operator/progress.h"
 #include "operator/kube/kube_config.h"
 #include "operator/kube/lease.h"
 #include "operator/kube/log.h"
@@ -39,6 +42,8 @@ struct opts {
     double qps;
     int burst;
     long sync_timeout_s;
+    const char *health_addr, *metrics_addr, *progress_url;
+    long progress_interval_s;
 };
 
 static void usage(FILE *f, const struct opts *d)
@@ -68,10 +73,22 @@ static void usage(FILE *f, const struct opts *d)
             "  --renew-deadline S    GANTRY_RENEW_DEADLINE  the leader gives up after S seconds\n"
             "                                           without a renewal (default %ld)\n"
             "  --retry-period S      GANTRY_RETRY_PERIOD  seconds between attempts (default %ld)\n"
+            "  --health-addr A       GANTRY_HEALTH_ADDR  serve /healthz and /readyz on [IPv4]:PORT,\n"
+            "                                           e.g. :8081 (default: off)\n"
+            "  --metrics-addr A      GANTRY_METRICS_ADDR  serve /metrics (Prometheus) on\n"
+            "                                           [IPv4]:PORT, e.g. :8080 (default: off; may\n"
+            "                                           equal --health-addr)\n"
+            "  --progress-interval S GANTRY_PROGRESS_INTERVAL  seconds between reads of rank 0's\n"
+            "                                           /progress (default %ld)\n"
+            "  --progress-url-template T  GANTRY_PROGRESS_URL_TEMPLATE  where rank 0's progress\n"
+            "                                           is read; {ip} {port} {ns} {job} {pod} are\n"
+            "                                           replaced (default %s; tests\n"
+            "                                           point it at a fake server)\n"
             "  -h, --help            this text\n"
             "      --version         print the version\n",
             d->workers, d->qps, d->burst, d->sync_timeout_s, d->log_level, d->leader_elect,
-            d->lease_name, d->lease_duration_s, d->renew_deadline_s, d->retry_period_s);
+            d->lease_name, d->lease_duration_s, d->renew_deadline_s, d->retry_period_s,
+            d->progress_interval_s, PROGRESS_DEFAULT_URL);
 }
 
 static int parse_long(const char *name, const char *s, long min, long max, long *out)
@@ -99,6 +116,9 @@ static int load_opts(int argc, char **argv, struct opts *o)
         {"leader-elect", required_argument, 0, 'L'}, {"lease-namespace", required_argument, 0, 'N'},
         {"lease-name", required_argument, 0, 'M'}, {"lease-duration", required_argument, 0, 'D'},
         {"renew-deadline", required_argument, 0, 'R'}, {"retry-period", required_argument, 0, 'P'},
+        {"health-addr", required_argument, 0, 'H'}, {"metrics-addr", required_argument, 0, 'm'},
+        {"progress-interval", required_argument, 0, 'I'},
+        {"progress-url-template", required_argument, 0, 'U'},
         {"help", no_argument, 0, 'h'},             {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0},
     };
@@ -107,6 +127,7 @@ static int load_opts(int argc, char **argv, struct opts *o)
     const char *burst = getenv("GANTRY_BURST"), *sync = getenv("GANTRY_SYNC_TIMEOUT");
     const char *ldur = getenv("GANTRY_LEASE_DURATION"), *lren = getenv("GANTRY_RENEW_DEADLINE");
     const char *lret = getenv("GANTRY_RETRY_PERIOD");
+    const char *pint = getenv("GANTRY_PROGRESS_INTERVAL");
     long v;
     int c;
 
@@ -124,6 +145,12 @@ static int load_opts(int argc, char **argv, struct opts *o)
         o->lease_ns = getenv("GANTRY_LEASE_NAMESPACE");
     if (getenv("GANTRY_LEASE_NAME"))
         o->lease_name = getenv("GANTRY_LEASE_NAME");
+    if (getenv("GANTRY_HEALTH_ADDR"))
+        o->health_addr = getenv("GANTRY_HEALTH_ADDR");
+    if (getenv("GANTRY_METRICS_ADDR"))
+        o->metrics_addr = getenv("GANTRY_METRICS_ADDR");
+    if (getenv("GANTRY_PROGRESS_URL_TEMPLATE"))
+        o->progress_url = getenv("GANTRY_PROGRESS_URL_TEMPLATE");
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'k': o->kubeconfig = optarg; break;
@@ -140,6 +167,10 @@ static int load_opts(int argc, char **argv, struct opts *o)
         case 'D': ldur = optarg; break;
         case 'R': lren = optarg; break;
         case 'P': lret = optarg; break;
+        case 'H': o->health_addr = optarg; break;
+        case 'm': o->metrics_addr = optarg; break;
+        case 'I': pint = optarg; break;
+        case 'U': o->progress_url = optarg; break;
         case 'h': usage(stdout, &defaults); exit(0);
         case 'V': printf("gantry-operator %s\n", VERSION); exit(0);
         default: usage(stderr, &defaults); return 64;
@@ -176,6 +207,17 @@ static int load_opts(int argc, char **argv, struct opts *o)
     }
     if (sync && parse_long("--sync-timeout", sync, 1, 3600, &o->sync_timeout_s))
         return 64;
+    if (pint && parse_long("--progress-interval", pint, 1, 3600, &o->progress_interval_s))
+        return 64;
+    if (o->progress_url) {
+        char probe[PROGRESS_URL_MAX];
+        if (progress_url(o->progress_url, "ns", "job", "pod", "10.0.0.1", 9090, probe,
+                         sizeof(probe)) != 0) {
+            fprintf(stderr, "gantry-operator: --progress-url-template: '%s' has an unknown {...} "
+                            "or is too long\n", o->progress_url);
+            return 64;
+        }
+    }
     if (qps) {
         char *end;
         o->qps = strtod(qps, &end);
@@ -195,6 +237,7 @@ struct worker {
 /* The running controller: informers, queue, workers. */
 struct controller {
     struct exec_shared sh;
+    struct ops *ops;
     struct worker *workers;
     int nworkers;
 };
@@ -285,6 +328,13 @@ static int controller_start(struct controller *c, const struct opts *o,
     }
     log_info("Caches synced", "{s:i, s:i}", "trainingjobs", (int)informer_len(sh->jobs), "pods",
              (int)informer_len(sh->pods));
+    struct progress_opts po = {.interval_ms = o->progress_interval_s * 1000,
+                               .url_template = o->progress_url};
+    sh->progress = progress_new(sh, &po);
+    if (progress_start(sh->progress) != 0) {
+        log_error("Could not start the progress poller", "{s:s}", "error", "pthread_create");
+        return 70;
+    }
     c->workers = xcalloc((size_t)o->workers, sizeof(*c->workers));
     for (int i = 0; i < o->workers; i++) {
         c->workers[i].ew.sh = sh;
@@ -294,6 +344,7 @@ static int controller_start(struct controller *c, const struct opts *o,
         pthread_create(&c->workers[i].th, NULL, work, &c->workers[i]);
         c->nworkers++;
     }
+    ops_set_controller(c->ops, sh);
     return 0;
 }
 
@@ -302,8 +353,10 @@ static void controller_stop(struct controller *c)
 {
     struct exec_shared *sh = &c->sh;
 
+    ops_set_controller(c->ops, NULL); /* waits for a scrape in flight */
     if (sh->queue)
         queue_shutdown(sh->queue); /* workers finish the key in hand, then return */
+    progress_stop(sh->progress);
     for (int i = 0; i < c->nworkers; i++) {
         pthread_join(c->workers[i].th, NULL);
         exec_worker_cleanup(&c->workers[i].ew);
@@ -320,6 +373,7 @@ static void controller_stop(struct controller *c)
              "gang_restarts", (int)sh->stats.gang_restarts);
     for (int i = 0; i < 5; i++)
         informer_free(*informer_slot(c, i));
+    progress_free(sh->progress);
     queue_free(sh->queue);
     exec_expect_free(sh->expect);
     exec_index_free(sh->pod_index);
@@ -352,7 +406,7 @@ int main(int argc, char **argv)
     struct opts o = {.ns = "", .log_level = "info", .leader_elect = "true",
                      .lease_name = "gantry-operator", .lease_duration_s = 15,
                      .renew_deadline_s = 10, .retry_period_s = 2, .workers = 4, .qps = 50, .burst = 100,
-                     .sync_timeout_s = 60};
+                     .sync_timeout_s = 60, .progress_interval_s = 15};
     struct kube_config *cfg = NULL;
     struct kube_client *kc = NULL;
     struct lease_elector *elector = NULL;
@@ -376,6 +430,11 @@ int main(int argc, char **argv)
         return 64;
     }
     log_set_level(lvl);
+    ctl.ops = ops_new(strcmp(o.leader_elect, "true") == 0);
+    if (ops_serve(ctl.ops, o.health_addr, o.metrics_addr) != 0) {
+        ops_free(ctl.ops);
+        return 78;
+    }
     if (kube_config_load(o.kubeconfig, o.context, &cfg, err, sizeof(err)) != 0) {
         log_error("Could not load Kubernetes config", "{s:s}", "error", err);
         return 78;
@@ -431,6 +490,7 @@ int main(int argc, char **argv)
         }
         log_info("Waiting for leadership", "{s:s, s:s}", "lease", o.lease_name, "namespace",
                  o.lease_ns);
+        ops_set_standby(ctl.ops, true);
     } else {
         pthread_kill(main_thread, SIGUSR2); /* no election: lead at once */
     }
@@ -439,6 +499,8 @@ int main(int argc, char **argv)
         sigwait(&sigs, &sig);
         if (sig == SIGUSR2 && !leading) {
             leading = true;
+            ops_set_standby(ctl.ops, false);
+            ops_set_leading(ctl.ops, true);
             log_info("Started leading", "{s:s}", "identity", identity);
             exit_code = controller_start(&ctl, &o, cfg, &copts);
             if (exit_code)
@@ -453,6 +515,7 @@ int main(int argc, char **argv)
             break;
         }
     }
+    ops_set_stopping(ctl.ops);
     if (leading)
         controller_stop(&ctl);
     if (elector)
@@ -462,5 +525,6 @@ out:
     event_recorder_free(ctl.sh.events);
     kube_client_free(kc);
     kube_config_free(cfg);
+    ops_free(ctl.ops);
     return exit_code;
 }
