@@ -48,8 +48,9 @@ else
     kc -n "$relns" describe pods >&2 || true
     kc -n "$relns" logs deploy/"$rel-gantry-operator" >&2 || true
 fi
-pod=$(kc -n "$relns" get pods -l "app.kubernetes.io/instance=$rel" -o jsonpath='{.items[0].metadata.name}')
-got=$(kc -n "$relns" get pod "$pod" -o jsonpath='{.status.containerStatuses[0].ready} {.status.containerStatuses[0].restartCount} {.spec.containers[0].image}')
+pod=$(kc -n "$relns" get pods -l "app.kubernetes.io/instance=$rel" -o jsonpath='{.items[0].metadata.name}' || true)
+[ -n "$pod" ] || { bad "no operator pod"; summary; exit 1; }
+got=$(kc -n "$relns" get pod "$pod" -o jsonpath='{.status.containerStatuses[0].ready} {.status.containerStatuses[0].restartCount} {.spec.containers[0].image}' || true)
 [ "$got" = "true 0 gantry-operator:0.1.0" ] && ok "operator pod Ready, no restarts, image gantry-operator:0.1.0" ||
     bad "operator pod: $got"
 wait_for "operator log: caches synced (in-cluster config, RBAC as a Role in $jobns)" 30 bash -c \
