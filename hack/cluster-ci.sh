@@ -88,11 +88,14 @@ run_tier() { # TIER
         after=$(grep -v 'host-wide check skipped' <<<"$after" || true)
         echo "note: another full cluster ran meanwhile; checked only processes and mounts under $GANTRY_RUN"
     fi
-    if [ "$before" = "$after" ]; then
+    # Only what is new counts: what went away meanwhile was someone else's.
+    local left
+    left=$(comm -13 <(sort <<<"$before") <(sort <<<"$after") | grep -v '^$' || true)
+    if [ -z "$left" ]; then
         ok "tier $tier left the host as it found it"
     else
         bad "tier $tier left things behind:"
-        diff <(echo "$before") <(echo "$after") | sed -n 's/^> /    /p'
+        while IFS= read -r line; do echo "    $line"; done <<<"$left"
     fi
 }
 
