@@ -1,0 +1,39 @@
+// Fused softmax cross-entropy on the GPU against kernels/crossentropy_cpu.c: 2 classes (the
+// classifier), a vocabulary-sized row (several warps, block reductions), and large logits.
+#include "kernels/crossentropy.h"
+#include "kernels/gpu_testutil.h"
+
+static void check(int B, int K, float scale_logits, uint64_t seed)
+{
+    uint64_t s = seed;
+    size_t n = (size_t)B * K;
+    int *labels = (int *)malloc(sizeof(int) * B);
+    for (int b = 0; b < B; b++)
+        labels[b] = (int)gt_rand(&s, 0, (float)K);
+    float *logits = gt_randv(n, &s, -scale_logits, scale_logits), *probs = gt_randv(n, &s, 0, 1);
+    float *losses = gt_randv(B, &s, 0, 1), *dlogits = gt_randv(n, &s, -1, 1);
+    int *d_labels = GT_UPI(labels, B);
+    float *d_logits = GT_UPF(logits, n), *d_probs = GT_UPF(probs, n), *d_losses = GT_UPF(losses, B);
+    float *d_dlogits = GT_UPF(dlogits, n);
+
+    printf("crossentropy B=%d K=%d logits in +-%g\n", B, K, (double)scale_logits);
+    crossentropy_forward_cpu(losses, probs, logits, labels, B, K);
+    crossentropy_forward(d_losses, d_probs, d_logits, d_labels, B, K, 0);
+    gt_compare("crossentropy losses", d_losses, losses, B, GT_F32_ATOL, GT_F32_RTOL);
+    gt_compare("crossentropy probs", d_probs, probs, n, 1e-7, GT_F32_RTOL);
+    crossentropy_backward_cpu(dlogits, probs, labels, 1.0f / B, B, K);
+    crossentropy_backward(d_dlogits, d_probs, d_labels, 1.0f / B, B, K, 0);
+    gt_compare("crossentropy dlogits", d_dlogits, dlogits, n, GT_F32_ATOL, GT_F32_RTOL);
+    cudaFree(d_labels), cudaFree(d_logits), cudaFree(d_probs), cudaFree(d_losses);
+    cudaFree(d_dlogits);
+    free(labels), free(logits), free(probs), free(losses), free(dlogits);
+}
+
+int main(void)
+{
+    gt_require_device("crossentropy_gpu_test");
+    check(64, 2, 4, 1);
+    check(8, 50257, 8, 2);
+    check(16, 1000, 80, 3); /* exp would overflow without the max shift */
+    return gt_summary("crossentropy_gpu_test");
+}

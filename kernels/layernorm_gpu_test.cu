@@ -1,0 +1,45 @@
+// LayerNorm on the GPU against kernels/layernorm_cpu.c: forward (out, mean, rstd) and the
+// accumulating backward, on rows with a non-zero mean, at GPT-2's width and an odd one.
+#include "kernels/gpu_testutil.h"
+#include "kernels/layernorm.h"
+
+static void check(int N, int C, uint64_t seed)
+{
+    uint64_t s = seed;
+    size_t nc = (size_t)N * C;
+    float *inp = gt_randv(nc, &s, -2, 3), *w = gt_randv(C, &s, 0.5f, 1.5f);
+    float *b = gt_randv(C, &s, -0.5f, 0.5f), *out = gt_randv(nc, &s, 0, 1);
+    float *mean = gt_randv(N, &s, 0, 1), *rstd = gt_randv(N, &s, 0, 1);
+    float *dout = gt_randv(nc, &s, -1, 1), *dinp = gt_randv(nc, &s, -1, 1);
+    float *dw = gt_randv(C, &s, -1, 1), *db = gt_randv(C, &s, -1, 1);
+    float *d_inp = GT_UPF(inp, nc), *d_w = GT_UPF(w, C), *d_b = GT_UPF(b, C), *d_out = GT_UPF(out, nc);
+    float *d_mean = GT_UPF(mean, N), *d_rstd = GT_UPF(rstd, N), *d_dout = GT_UPF(dout, nc);
+    float *d_dinp = GT_UPF(dinp, nc), *d_dw = GT_UPF(dw, C), *d_db = GT_UPF(db, C);
+
+    printf("layernorm N=%d C=%d\n", N, C);
+    layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C);
+    layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C, 0);
+    gt_compare("layernorm_forward out", d_out, out, nc, GT_F32_ATOL, GT_F32_RTOL);
+    gt_compare("layernorm_forward mean", d_mean, mean, N, GT_F32_ATOL, GT_F32_RTOL);
+    gt_compare("layernorm_forward rstd", d_rstd, rstd, N, GT_F32_ATOL, GT_F32_RTOL);
+    layernorm_backward_cpu(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, 0);
+    gt_compare("layernorm_backward dinp", d_dinp, dinp, nc, GT_F32_ATOL, GT_F32_RTOL);
+    /* sums over N rows: the error grows with sqrt(N) */
+    gt_compare("layernorm_backward dw", d_dw, dw, C, 1e-3, GT_F32_RTOL);
+    gt_compare("layernorm_backward db", d_db, db, C, 1e-3, GT_F32_RTOL);
+    float *bufs[] = {d_inp, d_w, d_b, d_out, d_mean, d_rstd, d_dout, d_dinp, d_dw, d_db};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        cudaFree(bufs[i]);
+    free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dinp);
+    free(dw), free(db);
+}
+
+int main(void)
+{
+    gt_require_device("layernorm_gpu_test");
+    check(4096, 768, 1);
+    check(37, 100, 2);
+    check(3, 3000, 3); /* shared-memory partials over 48 KiB */
+    return gt_summary("layernorm_gpu_test");
+}

@@ -1,0 +1,138 @@
+// Fully connected layers on the GPU (cuBLASLt) against kernels/matmul_cpu.c (OpenBLAS): fp32
+// forward with and without bias, the fused bias+GELU epilogue against matmul + gelu on the CPU,
+// the accumulating backward (with NULL dinp/dbias), bf16 operands against the CPU on the same
+// bf16-rounded inputs, bias and residual.
+#include <string.h>
+
+#include "kernels/gelu.h"
+#include "kernels/gpu_testutil.h"
+#include "kernels/matmul.h"
+
+static uint16_t to_bf16(float x) /* round to nearest even, as __float2bfloat16_rn */
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* Rounds x to bf16 in place and returns a device copy of the bf16 bits. */
+static uint16_t *bf16_up(float *x, size_t n)
+{
+    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = to_bf16(x[i]);
+        x[i] = from_bf16(h[i]);
+    }
+    uint16_t *d = (uint16_t *)gt_up(h, n, 2);
+    free(h);
+    return d;
+}
+
+static void check_fp32(int N, int C, int OC, uint64_t seed)
+{
+    uint64_t s = seed;
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    float *inp = gt_randv(ni, &s, -1, 1), *w = gt_randv(nw, &s, -0.5f, 0.5f);
+    float *bias = gt_randv(OC, &s, -1, 1), *out = gt_randv(no, &s, 0, 1);
+    float *pre = gt_randv(no, &s, 0, 1), *dout = gt_randv(no, &s, -1, 1);
+    float *dinp = gt_randv(ni, &s, -1, 1), *dw = gt_randv(nw, &s, -1, 1);
+    float *db = gt_randv(OC, &s, -1, 1);
+    float *d_inp = GT_UPF(inp, ni), *d_w = GT_UPF(w, nw), *d_bias = GT_UPF(bias, OC);
+    float *d_out = GT_UPF(out, no), *d_pre = GT_UPF(pre, no), *d_dout = GT_UPF(dout, no);
+    float *d_dinp = GT_UPF(dinp, ni), *d_dw = GT_UPF(dw, nw), *d_db = GT_UPF(db, OC);
+    double atol = 1e-4 * sqrt((double)C); /* fp32 sums of C products of size ~1 */
+
+    printf("matmul N=%d C=%d OC=%d\n", N, C, OC);
+    matmul_forward_cpu(out, inp, w, NULL, N, C, OC);
+    matmul_forward(d_out, d_inp, d_w, NULL, N, C, OC, 0);
+    gt_compare("matmul_forward", d_out, out, no, atol, GT_F32_RTOL);
+    matmul_forward_cpu(pre, inp, w, bias, N, C, OC);
+    matmul_forward(d_out, d_inp, d_w, d_bias, N, C, OC, 0);
+    gt_compare("matmul_forward +bias", d_out, pre, no, atol, GT_F32_RTOL);
+    if (OC % 8 == 0) {
+        gelu_forward_cpu(out, pre, no);
+        matmul_forward_gelu(d_out, d_pre, d_inp, d_w, d_bias, N, C, OC, 0);
+        gt_compare("matmul_forward_gelu pre", d_pre, pre, no, atol, GT_F32_RTOL);
+        gt_compare("matmul_forward_gelu out", d_out, out, no, atol, 1e-3);
+    }
+    matmul_backward_cpu(dinp, dw, db, dout, inp, w, N, C, OC);
+    matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, 0);
+    gt_compare("matmul_backward dinp", d_dinp, dinp, ni, 1e-4 * sqrt((double)OC), GT_F32_RTOL);
+    gt_compare("matmul_backward dweight", d_dw, dw, nw, 1e-4 * sqrt((double)N), GT_F32_RTOL);
+    gt_compare("matmul_backward dbias", d_db, db, OC, 1e-4 * sqrt((double)N), GT_F32_RTOL);
+    matmul_backward_cpu(NULL, dw, NULL, dout, inp, w, N, C, OC);
+    matmul_backward(NULL, d_dw, NULL, d_dout, d_inp, d_w, N, C, OC, 0);
+    gt_compare("matmul_backward NULLs", d_dw, dw, nw, 2e-4 * sqrt((double)N), GT_F32_RTOL);
+
+    CUDA_CHECK(cudaMemcpy(d_out, out, no * sizeof(float), cudaMemcpyHostToDevice));
+    bias_forward_cpu(out, bias, N, OC);
+    bias_forward(d_out, d_bias, N, OC, 0);
+    gt_compare("bias_forward", d_out, out, no, GT_F32_ATOL, GT_F32_RTOL);
+    bias_backward_cpu(db, dout, N, OC);
+    bias_backward(d_db, d_dout, N, OC, 0);
+    gt_compare("bias_backward", d_db, db, OC, 2e-4 * sqrt((double)N), GT_F32_RTOL);
+    residual_forward_cpu(out, inp, inp, (long)ni);
+    residual_forward(d_out, d_inp, d_inp, (long)ni, 0);
+    gt_compare("residual_forward", d_out, out, ni, 0, 0);
+
+    float *bufs[] = {d_inp, d_w, d_bias, d_out, d_pre, d_dout, d_dinp, d_dw, d_db};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        cudaFree(bufs[i]);
+    free(inp), free(w), free(bias), free(out), free(pre), free(dout), free(dinp), free(dw);
+    free(db);
+}
+
+/* bf16 operands: the CPU runs on the same rounded values, so only accumulation order and the
+ * bf16 output rounding differ. */
+static void check_bf16(int N, int C, int OC, uint64_t seed)
+{
+    uint64_t s = seed;
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    float *inp = gt_randv(ni, &s, -1, 1), *w = gt_randv(nw, &s, -0.5f, 0.5f);
+    float *bias = gt_randv(OC, &s, -1, 1), *out = (float *)malloc(no * sizeof(float));
+    float *dout = gt_randv(no, &s, -1, 1), *dinp = (float *)calloc(ni, sizeof(float));
+    float *dw = gt_randv(nw, &s, -1, 1), *db = gt_randv(OC, &s, -1, 1);
+    uint16_t *d_inp = bf16_up(inp, ni), *d_w = bf16_up(w, nw), *d_bias = bf16_up(bias, OC);
+    uint16_t *d_dout = bf16_up(dout, no), *d_out, *d_dinp;
+    float *d_out32, *d_dinp32, *d_dw = GT_UPF(dw, nw), *d_db = GT_UPF(db, OC);
+    CUDA_CHECK(cudaMalloc(&d_out, no * 2));
+    CUDA_CHECK(cudaMalloc(&d_out32, no * 4));
+    CUDA_CHECK(cudaMalloc(&d_dinp, ni * 2));
+    CUDA_CHECK(cudaMalloc(&d_dinp32, ni * 4));
+    CUDA_CHECK(cudaMemset(d_dinp, 0, ni * 2));
+
+    printf("matmul bf16 N=%d C=%d OC=%d\n", N, C, OC);
+    matmul_forward_cpu(out, inp, w, bias, N, C, OC);
+    matmul_forward_bf16(d_out, d_inp, d_w, d_bias, N, C, OC, 0);
+    cast_bf16_to_f32(d_out32, d_out, no, 0);
+    gt_compare("matmul_forward_bf16", d_out32, out, no, GT_BF16_ATOL, GT_BF16_RTOL);
+    matmul_backward_cpu(dinp, dw, db, dout, inp, w, N, C, OC);
+    matmul_backward_bf16(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, 0);
+    cast_bf16_to_f32(d_dinp32, d_dinp, ni, 0);
+    gt_compare("matmul_backward_bf16 dinp", d_dinp32, dinp, ni, GT_BF16_ATOL, GT_BF16_RTOL);
+    /* fp32 outputs from bf16 operands: only the accumulation order differs */
+    gt_compare("matmul_backward_bf16 dw", d_dw, dw, nw, 1e-4 * sqrt((double)N), GT_F32_RTOL);
+    gt_compare("matmul_backward_bf16 db", d_db, db, OC, 1e-4 * sqrt((double)N), GT_F32_RTOL);
+    cudaFree(d_inp), cudaFree(d_w), cudaFree(d_bias), cudaFree(d_dout), cudaFree(d_out);
+    cudaFree(d_dinp), cudaFree(d_out32), cudaFree(d_dinp32), cudaFree(d_dw), cudaFree(d_db);
+    free(inp), free(w), free(bias), free(out), free(dout), free(dinp), free(dw), free(db);
+}
+
+int main(void)
+{
+    gt_require_device("matmul_gpu_test");
+    check_fp32(512, 768, 2304, 1); /* the QKV projection at GPT-2 width */
+    check_fp32(37, 19, 5, 2);      /* odd shapes (no GELU epilogue: OC % 8) */
+    check_fp32(64, 128, 512, 3);
+    check_bf16(256, 768, 3072, 4);
+    return gt_summary("matmul_gpu_test");
+}
