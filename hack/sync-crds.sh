@@ -12,7 +12,8 @@
 #                                   `helm template` of the chart with its default values, release
 #                                   "gantry" in namespace gantry-system, relabelled for kubectl
 #                                   (managed-by: kubectl, no helm.sh/chart)
-#   manifests/install.yaml          `kubectl kustomize manifests/`: Namespace, CRD, RBAC, Deployment
+#   manifests/install.yaml          `kubectl kustomize manifests/`: Namespace, CRD, RBAC, Lease,
+#                                   Deployment, metrics Service
 #
 # Tools: helm ($GANTRY_HELM, else $GANTRY_CACHE/helm-<pinned>/bin/helm from
 # `hack/cluster.sh build --tier full`, else PATH) and kubectl ($GANTRY_KUBECTL, else the pinned
@@ -71,6 +72,8 @@ generate() { # OUT-ROOT
     { header "charts/gantry/templates/deployment.yaml"; render deployment.yaml; } \
         >"$out/manifests/deploy/deployment.yaml"
     { header "charts/gantry/templates/lease.yaml"; render lease.yaml; } >"$out/manifests/deploy/lease.yaml"
+    { header "charts/gantry/templates/service.yaml"; render service.yaml; } \
+        >"$out/manifests/deploy/metrics-service.yaml"
     cat >"$out/manifests/deploy/namespace.yaml" <<NS
 $(header hack/sync-crds.sh)
 apiVersion: v1

@@ -112,8 +112,13 @@ has "standard labels" "$out" "app.kubernetes.io/name: gantry" "app.kubernetes.io
 sel=$("$HELM" template t "$CHART" --namespace ops --show-only templates/deployment.yaml |
       sed -n '/^  selector:/,/^  template:/p' | grep -c 'app.kubernetes.io/' || true)
 [ "$sel" = 2 ] && ok "Deployment selector is name + instance only" || bad "Deployment selector has $sel labels, want 2"
-hasnt "no probes, metrics Service or ServiceMonitor by default (operator 0.1.0 serves none)" "$out" \
-    "livenessProbe" "=kind: Service" "kind: ServiceMonitor" "GANTRY_METRICS_ADDR"
+has "by default: probes on /healthz /readyz at :8081, metrics Service at :8080" "$out" \
+    "path: /healthz" "path: /readyz" 'value: ":8081"' 'value: ":8080"' "=kind: Service" \
+    "name: t-gantry-operator-metrics" "targetPort: metrics"
+hasnt "no ServiceMonitor by default (needs the Prometheus Operator's CRD)" "$out" "kind: ServiceMonitor"
+out=$(render --set health.enabled=false --set metrics.enabled=false)
+hasnt "health/metrics off: no probes, ports, Service or addresses" "$out" "livenessProbe" \
+    "readinessProbe" "=kind: Service" "GANTRY_METRICS_ADDR" "GANTRY_HEALTH_ADDR" "containerPort"
 
 out=$(render --set image.tag=0.2.0-rc.1)
 has "image.tag overrides appVersion" "$out" 'image: "gantry-operator:0.2.0-rc.1"'
@@ -152,7 +157,7 @@ has "metrics: Service + ServiceMonitor on port metrics" "$out" "=kind: Service" 
     "name: t-gantry-operator-metrics" "kind: ServiceMonitor" "port: metrics" "release: prom" \
     'value: ":8080"'
 refused "ServiceMonitor without metrics is refused" "needs metrics.enabled=true" \
-    --set metrics.serviceMonitor.enabled=true
+    --set metrics.serviceMonitor.enabled=true --set metrics.enabled=false
 
 
 echo "$((checks - fails))/$checks checks passed"

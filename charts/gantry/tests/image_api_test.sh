@@ -5,7 +5,8 @@
 # filesystem mounted read-only (a private mount namespace) with a tmpfs on /tmp, the environment
 # the installed Deployment sets, and in-cluster config from a ServiceAccount directory holding the
 # chart ServiceAccount's token (KUBERNETES_SERVICE_HOST/PORT pointing at the API server).
-# Checks: the informers sync, it holds the chart's Lease, it creates a TrainingJob's pods in the
+# Checks: the informers sync, the probes' /healthz and /readyz and /metrics answer (on free
+# loopback ports instead of the pod's), it holds the chart's Lease, it creates a TrainingJob's pods in the
 # namespace it watches, SIGTERM stops it with exit 0 and releases the Lease.
 #
 #   GANTRY_TEST_KUBECONFIG=/tmp/gantry-cluster/admin.kubeconfig \
@@ -61,13 +62,25 @@ server=$(kc config view --raw --minify -o jsonpath='{.clusters[0].cluster.server
 hostport=${server#https://}
 # The environment of the installed Deployment (fieldRef metadata.namespace -> the release's).
 envs=(KUBERNETES_SERVICE_HOST="${hostport%:*}" KUBERNETES_SERVICE_PORT="${hostport##*:}")
+# The pod's ports, on this host's network: free loopback ports instead of :8081 / :8080.
+read -r hport mport < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
 while IFS='=' read -r name value; do
     [ -n "$name" ] || continue
     [ -n "$value" ] || value=$relns
+    case $name in
+    GANTRY_HEALTH_ADDR) value=127.0.0.1:$hport ;;
+    GANTRY_METRICS_ADDR) value=127.0.0.1:$mport ;;
+    esac
     envs+=("$name=$value")
 done < <(kc -n "$relns" get deploy "$rel-gantry-operator" \
          -o jsonpath='{range .spec.template.spec.containers[0].env[*]}{.name}={.value}{"\n"}{end}')
 grep -q "GANTRY_NAMESPACE=$jobns" <<<"$(printf '%s\n' "${envs[@]}")" &&
+    grep -q "GANTRY_HEALTH_ADDR=" <<<"$(printf '%s\n' "${envs[@]}")" &&
+    grep -q "GANTRY_METRICS_ADDR=" <<<"$(printf '%s\n' "${envs[@]}")" &&
     ok "environment from the installed Deployment: ${#envs[@]} variables" || bad "env: ${envs[*]}"
 
 env -i "${envs[@]}" unshare -m bash -c '
@@ -76,6 +89,10 @@ env -i "${envs[@]}" unshare -m bash -c '
     exec chroot --userspec=65532:65532 "$1" /usr/bin/gantry-operator' _ "$rfs" >"$log" 2>&1 &
 op_pid=$!
 wait_for "operator from the image: in-cluster config, caches synced" 30 grep -q '"Caches synced"' "$log"
+wait_for "/healthz answers 200 (the liveness probe)" 10 curl -sf "http://127.0.0.1:$hport/healthz"
+wait_for "/readyz answers 200 (the readiness probe)" 20 curl -sf "http://127.0.0.1:$hport/readyz"
+wait_for "/metrics: gantry_operator_leader 1" 20 bash -c \
+    "curl -sf http://127.0.0.1:$mport/metrics | grep -qx 'gantry_operator_leader 1'"
 wait_for "it holds the chart's Lease" 20 bash -c \
     "'$kubectl' -n $relns get lease gantry-operator -o jsonpath='{.spec.holderIdentity}' | grep -q ."
 kc -n "$jobns" apply -f - >/dev/null <<'JOB'
