@@ -172,11 +172,14 @@ def ckpt(vals, out_png):
     w = vals.get(("gantry", "sync_write", x), [])
     d = vals.get(("dd", "dd", x), [])
     ratio = med(b) / med(w) if b and w else float("nan")
+    bc = vals.get(("gantry", "blocked_cpu", x), [])
+    note = "dd %s s; write at %.0f%% of dd bandwidth" % (spread(d), 100 * med(d) / med(w)) if d and w else ""
+    if bc and w:
+        note += "; CPU time of the pause %s s = %.1f%% of the write (the rest of the pause waited " \
+                "for a core)" % (spread(bc), 100 * med(bc) / med(w))
     summary = [{"bench": "checkpoint: training blocked / write time (s)", "ours": spread(b),
                 "peer": "write " + spread(w), "ratio": ratio, "target": "<= 0.10",
-                "ok": ratio <= 0.10,
-                "note": "dd %s s; write at %.0f%% of dd bandwidth" % (spread(d), 100 * med(d) / med(w))
-                if d and w else ""}]
+                "ok": ratio <= 0.10, "note": note}]
     section = ["| measurement | seconds | MB/s (median) |", "|---|---|---|"]
     for (i, mm, label), v in zip(keys, vs):
         section.append("| %s | %s | %.0f |" % (label.replace("\n", " "), spread(v), x / med(v) / 1e6))

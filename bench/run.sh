@@ -6,9 +6,10 @@
 #
 # NAMES: allreduce cpu_train ckpt operator (default: all). Benchmarks and their peers:
 #   allreduce  bench/allreduce.sh: tcp ring (fp32, bf16 wire) vs Gloo vs raw TCP, 2 and 4 ranks,
-#              4 KiB..256 MiB, 3 rounds (--quick: 2 ranks, 1..64 MiB, 2 rounds); target 2x Gloo
-#              busbw at 64 MiB
-#   cpu_train  bench/cpu_train.sh: samples/s vs PyTorch, 2 threads, 5 rounds (quick: 2); >= 1.2x
+#              4 KiB..64 MiB, 2 rounds, each a sweep plus an interleaved 64 MiB run (--quick:
+#              2 ranks, 1..64 MiB); target 2x Gloo busbw at 64 MiB
+#   cpu_train  bench/cpu_train.sh: samples/s vs PyTorch, 2 threads, 3 rounds x 8 steps (quick: 2 x 5);
+#              target >= 1.2x
 #   ckpt       bench/ckpt_bench.sh: blocked vs write vs dd, 192 MiB x 5 (quick: 48 MiB x 3);
 #              blocked <= 10 % of the write
 #   operator   bench/operator_bench.sh: N = 100 and 1000 jobs -> pods and RSS vs Kubeflow's
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
     --doc) doc=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
-    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -91,7 +92,7 @@ m machine "load average at start" "$(cut -d' ' -f1-3 /proc/loadavg) (the machine
 m versions gantry "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- . 2>/dev/null || echo ' + uncommitted changes')"
 m versions compiler "$(cc --version | head -1)"
 m versions gloo "$(dpkg-query -W -f='libgloo-dev ${Version}' libgloo-dev 2>/dev/null || echo 'not installed')"
-m versions openblas "$(dpkg-query -W -f='${Package} ${Version}' 'libopenblas*-dev' 2>/dev/null | head -1 || true)"
+m versions openblas "$(dpkg-query -W -f='${db:Status-Abbrev}${Package} ${Version}\n' 'libopenblas*' 2>/dev/null | awk '/^ii/ { print $2, $3; exit }')"
 py=$("$root/hack/pyenv.sh")/bin/python3
 m versions python "$("$py" -c 'import sys, torch, matplotlib; print("Python %s, torch %s, matplotlib %s" % (sys.version.split()[0], torch.__version__, matplotlib.__version__))')"
 m mode mode "$([ $quick = 1 ] && echo 'quick (--quick: fewer rounds and sizes)' || echo full)"
@@ -112,9 +113,15 @@ allreduce_csv() { # allreduce_csv ROUND < allreduce.sh output: rows for every ta
     /^# raw TCP/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "GB/s") printf "raw-tcp,link,0,GB/s,%d,%s\n", r, $i }
     /^# gantry .*all-reduce: / { impl = "gantry"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
     /^# gloo .*all-reduce: / { impl = "gloo"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
-    /^# busbw at 64 MiB/ { impl = "" }
+    /^# busbw at 64 MiB/ { impl = ""; final = 1 }
     impl != "" && NF == 8 && $1 ~ /^[0-9]+$/ {
         printf "%s,busbw_r%d,%s,GB/s,%d,%s\n", ($3 == "float" ? impl : impl "-bf16"), w, $1, r, $7
+    }
+    # its interleaved 64 MiB rounds (ROUNDS=1: one value each): more samples at the verdict size
+    final && NF == 6 && $1 ~ /^[0-9]+$/ {
+        printf "gantry,busbw_r%d,67108864,GB/s,%d,%s\n", $1, r, $2
+        printf "gantry-bf16,busbw_r%d,67108864,GB/s,%d,%s\n", $1, r, $3
+        printf "gloo,busbw_r%d,67108864,GB/s,%d,%s\n", $1, r, $4
     }'
 }
 if want allreduce; then
@@ -122,11 +129,10 @@ if want allreduce; then
     log "all-reduce"
     if ab=$(compile_c bench_allreduce bench/allreduce.c) && gb=$(gloo_bin) && [ -n "$(find_bin gantry-run)" ]; then
         mkdir -p "$work/ar"
-        ln -sf "$ab" "$work/ar/bench_allreduce"
-        ln -sf "$gb" "$work/ar/bench_allreduce_gloo"
-        ln -sf "$(find_bin gantry-run)" "$work/ar/gantry-run"
+        # allreduce.sh finds its binaries as plain files under one directory
+        cp "$ab" "$gb" "$(find_bin gantry-run)" "$work/ar/"
         if [ $quick = 1 ]; then ar_env=(WORLDS=2 MIN=1048576 MAX=67108864 ROUNDS=1); ar_rounds=2
-        else ar_env=(WORLDS="2 4" MIN=4096 MAX=268435456 ROUNDS=1); ar_rounds=3; fi
+        else ar_env=(WORLDS="2 4" MIN=4096 MAX=67108864 ROUNDS=1); ar_rounds=2; fi
         echo "impl,metric,x,unit,round,value" >"$out/allreduce.csv"
         : >"$work/allreduce.log"
         for r in $(seq 0 $((ar_rounds - 1))); do
@@ -136,7 +142,11 @@ if want allreduce; then
             cat "$out/allreduce.log" >>"$work/allreduce.log"
         done
         cp "$work/allreduce.log" "$out/allreduce.log"
-        m notes allreduce "all-reduce: $ar_rounds rounds of bench/allreduce.sh (${ar_env[*]}), each a full sweep of every implementation; medians over the rounds. Loopback on $(nproc) shared CPUs: every rank competes for the same cores, so this measures the implementations' CPU cost per byte more than a network."
+        if [ "$(wc -l <"$out/allreduce.csv")" -le 1 ]; then
+            rm -f "$out/allreduce.csv"
+            m skipped allreduce "bench/allreduce.sh produced no table (see bench/results/allreduce.log)"
+        fi
+        m notes allreduce "all-reduce: $ar_rounds rounds of bench/allreduce.sh (${ar_env[*]}), each a sweep of every implementation and one interleaved 64 MiB run of each (so n = 2 x rounds at 64 MiB); medians over all of them. Loopback on $(nproc) shared CPUs: every rank competes for the same cores, so this measures the implementations' CPU cost per byte more than a network."
     else
         m skipped allreduce "bench_allreduce, bench_allreduce_gloo (libgloo-dev) or gantry-run could not be built"
     fi
@@ -147,7 +157,7 @@ if want cpu_train; then
     sect cpu_train
     log "CPU training vs PyTorch"
     if b=$(find_bin cpu_train_bench) && [ -n "$b" ]; then
-        if [ $quick = 1 ]; then ct=(--rounds 2 --steps 5); else ct=(--rounds 5 --steps 10); fi
+        if [ $quick = 1 ]; then ct=(--rounds 2 --steps 5); else ct=(--rounds 3 --steps 8); fi
         if runlog cpu_train env PYTHON="$py" "$root/bench/cpu_train.sh" --bin "$b" --threads 2 "${ct[@]}"; then
             echo "impl,metric,x,unit,round,value" >"$out/cpu_train.csv"
             # the table's last columns are the rounds' samples/s
@@ -201,6 +211,11 @@ fi
 
 # ---- report -------------------------------------------------------------------------------------------
 sect report
+for name in allreduce cpu_train ckpt operator; do
+    want "$name" && continue
+    rm -f "$out/$name.csv" "$out/$name.png" "$out/$name.log" # no stale results from another run
+    m skipped "$name" "not selected in this run (--only/--skip)"
+done
 m machine "load average at end" "$(cut -d' ' -f1-3 /proc/loadavg)"
 m date date "$(date -u +'%Y-%m-%d %H:%M UTC')"
 m wall wall_s "$(($(date +%s) - t_start))"
@@ -217,11 +232,6 @@ for line in open(sys.argv[1]):
         meta.setdefault(sec, {})[key] = val
 json.dump(meta, open(sys.argv[2], "w"), indent=1)
 PY
-for name in allreduce cpu_train ckpt operator; do
-    want "$name" && continue
-    rm -f "$out/$name.csv" "$out/$name.png" "$out/$name.log" # no stale results from another run
-    m skipped "$name" "not selected in this run (--only/--skip)"
-done
 log "report"
 "$py" "$here/plot.py" "$out" "$doc"
 echo "== results in $out, report in $doc ($(($(date +%s) - t_start)) s)"
