@@ -45,7 +45,7 @@ RELEASE=gantry RELEASE_NS=gantry-system NS=gantry-demo JOB=spam
 CLUSTER_RUN=${GANTRY_RUN:-/tmp/gantry-cluster}
 OWN_CLUSTER=0 INSTALLED=0 CRD_EXISTED=1 VOLDIR=''
 T0=$SECONDS
-STEP=0 STEPS=8
+STEP=0 STEPS=7
 
 step() { STEP=$((STEP + 1)); printf '\n\033[1m[%d/%d] %s\033[0m  (%s, %ds so far)\n' "$STEP" "$STEPS" "$*" "$(stamp)" "$((SECONDS - T0))"; }
 die() { printf '\ndemo: %s\n' "$*" >&2; cleanup; exit 1; }
@@ -175,6 +175,7 @@ printf '%s\n' "$logs" >"$DEMO_OUT/worker-0.log"
 resume=$(grep -i 'resum' <<<"$logs" | head -1)
 echo "    resumed: ${resume:-no resume line in the log of rank 0}"
 report=$(grep '"accuracy"' <<<"$logs" | tail -1)
+acc=''
 if [ -n "$report" ]; then
     printf '%s\n' "$report" >"$DEMO_OUT/report.json"
     echo "    evaluation on the 1,209 held-out e-mails (from kubectl logs $JOB-worker-0):"
@@ -193,8 +194,19 @@ if [ -n "$VOLDIR" ] && [ -d "$VOLDIR/ckpt/$JOB" ]; then
 else
     echo "    no checkpoints on the volume"
 fi
-echo "    total time: $((SECONDS - T0))s"
+restarts=$(tj_get "$NS" "$JOB" '{.status.restarts}')
+resume_step=$(grep -oiE 'step[^0-9]{0,3}[0-9]+' <<<"$resume" | grep -oE '[0-9]+' | head -1)
+printf '\n\033[1mSummary: tj/%s %s | %s worker(s) killed | gang restarts %s | resumed from step %s | accuracy %s %%\033[0m  (%ss)\n' \
+    "$JOB" "${phase:-?}" "$killed" "${restarts:-?}" "${resume_step:-none}" "${acc:-?}" "$((SECONDS - T0))"
 rc=0
-[ "$phase" = Succeeded ] || rc=1
+[ "$phase" = Succeeded ] || { echo "demo: the job did not succeed" >&2; rc=1; }
+if [ "$killed" = 1 ] && [ "${restarts:-0}" = 0 ]; then
+    echo "demo: a worker was killed but the gang did not restart: the run above is not the fault-tolerant run it should be" >&2
+    rc=1
+fi
+if [ "$killed" = 1 ] && [ -z "$resume_step" ]; then
+    echo "demo: no worker resumed from a checkpoint after the kill" >&2
+    rc=1
+fi
 cleanup
 exit $rc
