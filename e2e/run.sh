@@ -54,7 +54,7 @@ E2E_TRAIN_TIMEOUT=${E2E_TRAIN_TIMEOUT:-900}
 RELEASE=gantry RELEASE_NS=gantry-system
 NS=gantry-e2e-$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
 CLUSTER_RUN=${GANTRY_RUN:-/tmp/gantry-cluster}
-OWN_CLUSTER=0 LOCAL_TIER=0 VOLDIR='' CRD_EXISTED=1 INSTALLED=0
+OWN_CLUSTER=0 LOCAL_TIER=0 VOLDIR='' IMG_DIR='' CRD_EXISTED=1 INSTALLED=0
 T0=$SECONDS
 declare -A TIMES
 
@@ -122,7 +122,9 @@ load_images() {
     local tars
     if [ "${E2E_SKIP_IMAGES:-0}" = 1 ]; then note "E2E_SKIP_IMAGES=1: images assumed on the nodes"; return; fi
     # hack/images.sh prints "<reference> <digest> -> <tar>" per image.
-    tars=$("$ROOT/hack/images.sh" --build-dir "$GANTRY_BUILD_DIR" | awk '{print $NF}') ||
+    # Into a folder of this run's own: the shared cache's tars may be another build's.
+    IMG_DIR=$(mktemp -d /tmp/gantry-e2e-images.XXXXXX)
+    tars=$("$ROOT/hack/images.sh" --build-dir "$GANTRY_BUILD_DIR" --out "$IMG_DIR" | awk '{print $NF}') ||
         die "hack/images.sh failed"
     [ -n "$tars" ] || die "hack/images.sh made no image"
     if [ $LOCAL_TIER = 1 ]; then
@@ -182,6 +184,7 @@ YAML
 # ----------------------------------------------------------------------------------------------
 
 teardown() {
+    [ -z "$IMG_DIR" ] || rm -rf "$IMG_DIR"
     if [ $KEEP = 1 ]; then
         note "--keep: namespace $NS, release $RELEASE and the cluster are left running"
         return
