@@ -93,92 +93,127 @@ static void log_progress(const struct train_opts *o, long step, long total, int 
     }
 }
 
+/* Scratch and counters of one train_run. */
+struct loop {
+    size_t *perm, *idx;
+    int *tok, *len, *lab;
+    long tokens; /* non-padding tokens seen by this rank since the last log line */
+};
+
+/*
+ * One optimizer step over idx[0..in_step): micro-batches of up to o->batch into the gradient
+ * buffer, then (multi-process) the sum over ranks. *loss gets the step's mean loss over every
+ * rank's examples; *red_s the seconds spent reducing. 0 or the reduce hook's error.
+ */
+static int step_grads(struct model *m, const struct train_data *d, const struct train_opts *o,
+                      struct loop *lp, const size_t *idx, size_t in_step, double *loss,
+                      double *red_s)
+{
+    double sum = 0.0;
+    int rc = 0;
+
+    model_zero_grad(m);
+    for (size_t mb = 0; mb < in_step; mb += o->batch) {
+        int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
+        int T = gather(d, idx + mb, B, lp->tok, lp->len, lp->lab, &lp->tokens);
+        sum += (double)model_forward(m, lp->tok, lp->len, lp->lab, B, T) * B;
+        model_backward(m, 1.0f / (float)in_step);
+    }
+    *loss = sum / (double)in_step;
+    *red_s = 0.0;
+    if (o->reduce) {
+        double t = now_s();
+        float ls[2] = {(float)sum, (float)in_step}; /* the global mean loss, for the log */
+        if ((rc = o->reduce(ls, 2, o->reduce_ctx)) ||
+            (rc = o->reduce(m->grads, m->n_params, o->reduce_ctx)))
+            return rc;
+        *loss = (double)ls[0] / (double)ls[1];
+        float inv = 1.0f / (float)o->world_size;
+        for (size_t i = 0; i < m->n_params; i++)
+            m->grads[i] *= inv;
+        *red_s = now_s() - t;
+    }
+    return 0;
+}
+
 int train_run(struct model *m, const struct train_data *d, const struct train_opts *o,
               struct train_result *res)
 {
-    const int per_step = o->batch * o->accum;
-    const int W = o->world_size > 0 ? o->world_size : 1;
+    const int per_step = o->batch * o->accum, W = o->world_size > 0 ? o->world_size : 1;
+    struct train_opts ow = *o;
     long spe = train_steps_per_epoch(d->n, o->batch, o->accum, W);
-    long total = (long)o->epochs * spe, step = 0;
+    long total = (long)o->epochs * spe, step = o->start_step, logged = 0, samples = 0;
     struct optim_config oc = o->optim;
-    struct adamw opt;
-    size_t *perm = xmallocarray(d->n ? d->n : 1, sizeof(size_t));
-    size_t *idx = xmallocarray(d->n ? d->n : 1, sizeof(size_t)), ns = 0;
-    int *tok = xmallocarray((size_t)o->batch * d->max_len, sizeof(int));
-    int *len = xmallocarray((size_t)o->batch, sizeof(int));
-    int *lab = xmallocarray((size_t)o->batch, sizeof(int));
-    double t0 = now_s(), tlog = t0, loss_sum = 0.0;
-    long samples = 0, tokens = 0, log_steps = 0, all_samples = 0, all_tokens = 0;
+    struct adamw own, *opt = o->opt ? o->opt : &own;
+    struct loop lp = {0};
+    double t0 = now_s(), tlog = t0, loss_sum = 0.0, all_tokens = 0;
+    long all_samples = 0;
     int rc = 0;
 
+    ow.world_size = W;
     if (o->max_steps > 0 && o->max_steps < total)
         total = o->max_steps;
     oc.total_steps = total;
     oc.warmup_steps = o->warmup_steps >= 0 ? o->warmup_steps
                                            : (int)lround(o->warmup_ratio * (double)total);
-    adamw_init(&opt, m->n_params);
+    if (!o->opt)
+        adamw_init(&own, m->n_params);
+    lp.perm = xmallocarray(d->n ? d->n : 1, sizeof(size_t));
+    lp.idx = xmallocarray(d->n ? d->n : 1, sizeof(size_t));
+    lp.tok = xmallocarray((size_t)o->batch * d->max_len, sizeof(int));
+    lp.len = xmallocarray((size_t)o->batch, sizeof(int));
+    lp.lab = xmallocarray((size_t)o->batch, sizeof(int));
     memset(res, 0, sizeof(*res));
-    for (int epoch = 0; epoch < o->epochs && step < total; epoch++) {
-        shuffle(perm, d->n, o->seed, epoch);
-        ns = shard(idx, perm, d->n, o->rank, W);
-        for (size_t start = 0; start < ns && step < total; start += per_step) {
+    /* Resuming at start_step: the order of each epoch depends only on (seed, epoch), so the
+     * epoch and position follow from the step. */
+    for (int epoch = (int)(step / spe); epoch < o->epochs && step < total; epoch++) {
+        shuffle(lp.perm, d->n, o->seed, epoch);
+        size_t ns = shard(lp.idx, lp.perm, d->n, o->rank, W);
+        size_t first = epoch == step / spe ? (size_t)(step % spe) * per_step : 0;
+        for (size_t start = first; start < ns && step < total; start += per_step) {
             size_t in_step = ns - start < (size_t)per_step ? ns - start : (size_t)per_step;
-            double step_loss = 0.0;
-            long tokens_before = tokens;
-            model_zero_grad(m);
-            for (size_t mb = 0; mb < in_step; mb += o->batch) {
-                int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
-                int T = gather(d, idx + start + mb, B, tok, len, lab, &tokens);
-                float l = model_forward(m, tok, len, lab, B, T);
-                model_backward(m, 1.0f / (float)in_step);
-                step_loss += (double)l * B;
-            }
-            double mean_loss = step_loss / (double)in_step, t_red = now_s();
-            if (o->reduce) {
-                /* the step's loss over all ranks (for the log), then the mean gradient */
-                float ls[2] = {(float)step_loss, (float)in_step};
-                if ((rc = o->reduce(ls, 2, o->reduce_ctx)) ||
-                    (rc = o->reduce(m->grads, m->n_params, o->reduce_ctx)))
-                    goto out;
-                mean_loss = (double)ls[0] / (double)ls[1];
-                float inv = 1.0f / (float)W;
-                for (size_t i = 0; i < m->n_params; i++)
-                    m->grads[i] *= inv;
-            }
-            t_red = now_s() - t_red;
+            long tokens_before = lp.tokens;
+            double loss, red_s;
+            if ((rc = step_grads(m, d, &ow, &lp, lp.idx + start, in_step, &loss, &red_s)))
+                goto out;
             float norm = optim_clip_grad_norm(m->grads, m->n_params, oc.grad_clip);
             float lr = optim_lr(&oc, step);
-            adamw_step(&opt, m, &oc, lr);
+            adamw_step(opt, m, &oc, lr);
             step++;
             samples += (long)in_step;
-            loss_sum += mean_loss;
+            loss_sum += loss;
+            logged++;
             if (o->obs) {
-                struct metrics_step ms = {.step = step, .epoch = epoch, .loss = mean_loss,
-                                          .lr = lr, .samples = (int64_t)in_step * W,
-                                          .tokens = (int64_t)(tokens - tokens_before) * W};
-                obs_step(o->obs, &ms, o->reduce ? t_red : 0.0);
+                struct metrics_step ms = {.step = step, .epoch = epoch, .loss = loss, .lr = lr,
+                                          .samples = (int64_t)in_step * W,
+                                          .tokens = (int64_t)(lp.tokens - tokens_before) * W};
+                obs_step(o->obs, &ms, red_s);
             }
-            log_steps++;
             if (step % o->log_interval == 0 || step == total) {
                 double t = now_s();
-                res->last_loss = loss_sum / (double)log_steps;
-                log_progress(o, step, total, epoch, res->last_loss, lr, norm, t - tlog, samples,
-                             tokens, log_steps);
-                all_samples += samples, all_tokens += tokens;
-                samples = tokens = log_steps = 0;
+                res->last_loss = loss_sum / (double)logged;
+                log_progress(&ow, step, total, epoch, res->last_loss, lr, norm, t - tlog, samples,
+                             lp.tokens, logged);
+                all_samples += samples, all_tokens += (double)lp.tokens;
+                samples = lp.tokens = logged = 0;
                 loss_sum = 0.0;
                 tlog = t;
             }
+            if (o->checkpoint && o->checkpoint_interval > 0 &&
+                (step % o->checkpoint_interval == 0 || step == total) &&
+                (rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
+                goto out;
         }
     }
 out:
     res->steps = step;
     res->seconds = now_s() - t0;
-    all_samples += samples, all_tokens += tokens;
+    all_samples += samples, all_tokens += (double)lp.tokens;
     res->samples_per_s = (double)all_samples / res->seconds;
-    res->tokens_per_s = (double)all_tokens / res->seconds;
-    adamw_cleanup(&opt);
-    free(perm), free(idx), free(tok), free(len), free(lab);
+    res->tokens_per_s = all_tokens / res->seconds;
+    if (!o->opt)
+        adamw_cleanup(&own);
+    free(lp.perm), free(lp.idx), free(lp.tok), free(lp.len), free(lp.lab);
     return rc;
 }
 

@@ -63,6 +63,16 @@ struct train_opts {
     train_reduce_fn reduce; /* NULL: single process */
     void *reduce_ctx;
     struct obs *obs; /* optional: every step goes to obs_step() (/metrics, TensorBoard) */
+    /* Checkpoints and resume. start_step > 0 resumes after that many optimizer steps: the
+     * model's parameters and *opt (moments and step count) must hold the saved state; the
+     * data order continues where it stopped (it depends only on seed and epoch), so a resumed
+     * run ends bit-identical to an uninterrupted one. */
+    long start_step;
+    struct adamw *opt; /* borrowed optimizer state; NULL: train_run keeps its own */
+    int checkpoint_interval; /* call checkpoint() every this many steps and at the end; 0: never */
+    int (*checkpoint)(void *ctx, long step, int epoch, const struct model *m,
+                      const struct adamw *opt); /* 0, or an error that stops training */
+    void *checkpoint_ctx;
 };
 
 struct train_result {
@@ -76,7 +86,7 @@ struct train_result {
 /* Optimizer steps an epoch takes on each rank: ceil(ceil(n / world) / (batch * accum)). */
 long train_steps_per_epoch(size_t n, int batch, int accum, int world);
 
-/* Trains m on d. 0, or the reduce hook's error. */
+/* Trains m on d. 0, or the reduce or checkpoint hook's error. */
 int train_run(struct model *m, const struct train_data *d, const struct train_opts *o,
               struct train_result *res);
 

@@ -105,6 +105,64 @@ static void test_accumulation_matches_big_batch(void)
     model_cleanup(&a), model_cleanup(&b);
 }
 
+/* A checkpoint taken mid-epoch by the hook, restored into a fresh model and optimizer, resumes
+ * to exactly the parameters of the uninterrupted run. */
+struct snap {
+    long at, step;
+    float *params, *m, *v;
+    long t;
+};
+
+static int take_snapshot(void *ctx, long step, int epoch, const struct model *m,
+                         const struct adamw *opt)
+{
+    struct snap *s = ctx;
+    if (step != s->at)
+        return 0;
+    s->step = step;
+    s->params = malloc(m->n_params * sizeof(float));
+    s->m = malloc(m->n_params * sizeof(float));
+    s->v = malloc(m->n_params * sizeof(float));
+    memcpy(s->params, m->params, m->n_params * sizeof(float));
+    memcpy(s->m, opt->m, m->n_params * sizeof(float));
+    memcpy(s->v, opt->v, m->n_params * sizeof(float));
+    s->t = opt->t;
+    return 0;
+}
+
+static void test_resume_is_bit_identical(void)
+{
+    struct model a, b;
+    struct train_result r;
+    struct adamw oa, ob;
+    char err[256];
+    struct train_data d = toy();
+    struct train_opts o = opts(8, 1, 3); /* 8 steps per epoch, 24 in all */
+    struct snap sn = {.at = 11};
+    model_init(&a, &mc, 8, 1, err, sizeof(err));
+    adamw_init(&oa, a.n_params);
+    o.opt = &oa, o.checkpoint = take_snapshot, o.checkpoint_ctx = &sn, o.checkpoint_interval = 1;
+    TEST_EQ_INT(train_run(&a, &d, &o, &r), 0);
+    TEST_EQ_INT(sn.step, 11);
+    TEST_EQ_INT(r.steps, 24);
+
+    model_init(&b, &mc, 8, 99, err, sizeof(err)); /* other weights: all must come from the snapshot */
+    adamw_init(&ob, b.n_params);
+    memcpy(b.params, sn.params, b.n_params * sizeof(float));
+    memcpy(ob.m, sn.m, b.n_params * sizeof(float));
+    memcpy(ob.v, sn.v, b.n_params * sizeof(float));
+    ob.t = sn.t;
+    o = opts(8, 1, 3);
+    o.opt = &ob, o.start_step = 11;
+    TEST_EQ_INT(train_run(&b, &d, &o, &r), 0);
+    TEST_EQ_INT(r.steps, 24);
+    TEST_CHECK(memcmp(a.params, b.params, a.n_params * sizeof(float)) == 0);
+    TEST_CHECK(memcmp(oa.v, ob.v, a.n_params * sizeof(float)) == 0);
+    adamw_cleanup(&oa), adamw_cleanup(&ob);
+    free(sn.params), free(sn.m), free(sn.v);
+    model_cleanup(&a), model_cleanup(&b);
+}
+
 static void test_schedule_and_clip(void)
 {
     struct optim_config c;
@@ -139,6 +197,7 @@ int main(void)
     TEST_RUN(test_learns_toy_task);
     TEST_RUN(test_deterministic_and_seeded);
     TEST_RUN(test_accumulation_matches_big_batch);
+    TEST_RUN(test_resume_is_bit_identical);
     TEST_RUN(test_schedule_and_clip);
     TEST_RUN(test_steps_per_epoch);
     return test_summary();
