@@ -33,7 +33,7 @@ set_tests_properties(crd_api_test PROPERTIES LABELS api SKIP_RETURN_CODE 77 TIME
 add_executable(gantry-operator ${CTL_DIR}/main.c)
 target_link_libraries(gantry-operator PRIVATE gantry_ctl)
 gantry_test(exec_test SOURCES ${CTL_DIR}/exec_test.c LIBS gantry_ctl gantry_kube_testsrv)
-foreach(group lifecycle ha)
+foreach(group lifecycle ha obs)
     add_test(NAME operator_api_${group}_test
              COMMAND bash ${PROJECT_SOURCE_DIR}/e2e/api/operator_test.sh
                      $<TARGET_FILE:gantry-operator> ${group})

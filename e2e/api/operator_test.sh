@@ -4,15 +4,19 @@
 #
 #   GANTRY_TEST_KUBECONFIG=/tmp/gantry-cluster/admin.kubeconfig e2e/api/operator_test.sh OPERATOR [GROUP]
 #
-# GROUP: lifecycle (scenarios 1-6), ha (7-8) or all (default); CTest runs the two groups as two
-# tests so that each stays well under a minute.
+# GROUP: lifecycle (scenarios 1-6), ha (7-8), obs (9) or all (default); CTest runs the groups as
+# separate tests so that each stays well under a minute.
 # Scenarios, each a TrainingJob in one namespace of its own (deleted on exit), with the operator
 # scoped to it: children and pod contract; Running 3/3; rank 0 Succeeded -> Succeeded and
 # cleanPodPolicy; a retryable failure -> whole gang replaced with restart count 1; failures past
 # backoffLimit -> Failed and nothing recreated when pods are deleted by hand; exit 65 -> Failed
 # at once; suspend/resume; ttlSecondsAfterFinished; activeDeadlineSeconds; SIGKILL of the
 # operator in the middle of creating pods -> no duplicates after a restart; two replicas -> only
-# the Lease holder acts, and a standby takes over when the leader stops.
+# the Lease holder acts, and a standby takes over when the leader stops; /healthz, /readyz and
+# /metrics; status.progress read from rank 0's /progress (a fake server on loopback stands in for
+# the pod, through --progress-url-template, since pod IPs do not exist on this tier) and shown by
+# `kubectl get tj`; a hung rank 0 (SIGSTOP of that server) -> Stalled + gang restart, counting
+# against backoffLimit.
 # Exits 77 when GANTRY_TEST_KUBECONFIG is unset. Operator logs: $ARTIFACTS (or a temp dir).
 set -euo pipefail
 
@@ -20,7 +24,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 op=${1:?usage: operator_test.sh PATH-TO-gantry-operator [lifecycle|ha|all]}
 group=${2:-all}
-case $group in lifecycle | ha | all) ;; *) echo "unknown group '$group'"; exit 64 ;; esac
+case $group in lifecycle | ha | obs | all) ;; *) echo "unknown group '$group'"; exit 64 ;; esac
 want() { [ "$group" = all ] || [ "$group" = "$1" ]; }
 if [ -z "${GANTRY_TEST_KUBECONFIG:-}" ]; then
     echo "SKIP: GANTRY_TEST_KUBECONFIG is unset (start a cluster: hack/cluster.sh up --tier api)"
@@ -54,8 +58,17 @@ stop_op() { # stop_op SIGNAL [PID]
     wait "$pid" 2>/dev/null || true
     [ "$pid" != "$op_pid" ] || op_pid=
 }
-extra_pids=()
+extra_pids=() fake_pid= ticker_pid=
+stop_aux() { # the fake /progress server (maybe SIGSTOPped) and the step ticker of scenario 9
+    if [ -n "$ticker_pid" ]; then kill "$ticker_pid" 2>/dev/null || true; fi
+    if [ -n "$fake_pid" ]; then
+        kill -CONT "$fake_pid" 2>/dev/null || true
+        kill "$fake_pid" 2>/dev/null || true
+    fi
+    return 0
+}
 cleanup() {
+    stop_aux
     stop_op TERM
     for p in "${extra_pids[@]}"; do stop_op TERM "$p"; done
     "$kubectl" --request-timeout=30s delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
@@ -82,11 +95,11 @@ pod_env() { jp "pod/$1" "{.spec.containers[?(@.name==\"worker\")].env[?(@.name==
 
 # set_pod POD PHASE [EXIT]: what a kubelet would report.
 set_pod() {
-    local state='{"running":{}}' ready=True
+    local state='{"running":{}}' ready=True ip='"podIP":"10.244.0.10","podIPs":[{"ip":"10.244.0.10"}],'
     case $2 in
         Succeeded|Failed) state="{\"terminated\":{\"exitCode\":${3:-0},\"reason\":\"Completed\"}}"; ready=False ;;
     esac
-    k patch "pod/$1" --subresource=status --type=merge -p "{\"status\":{\"phase\":\"$2\",
+    k patch "pod/$1" --subresource=status --type=merge -p "{\"status\":{$ip\"phase\":\"$2\",
         \"conditions\":[{\"type\":\"Ready\",\"status\":\"$ready\"}],
         \"containerStatuses\":[{\"name\":\"worker\",\"image\":\"gantry-worker:0.1.0\",\"imageID\":\"\",
         \"ready\":$([ $ready = True ] && echo true || echo false),\"restartCount\":0,\"state\":$state}]}}" >/dev/null
@@ -104,7 +117,10 @@ EOF2
 "$kubectl" apply -f "$root/manifests/crds/gantry.dev_trainingjobs.yaml" >/dev/null
 "$kubectl" wait --for=condition=Established crd/trainingjobs.gantry.dev --timeout=60s >/dev/null
 "$kubectl" create namespace "$ns" >/dev/null
-start_op a
+# Only lifecycle uses operator a; ha and obs start their own. (Killing a process bash has just
+# forked, before it execs the operator, makes that subshell run the EXIT trap: cleanup would
+# delete the namespace under the test.)
+if want lifecycle; then start_op a; fi
 
 if want lifecycle; then
 # ---- 1. children, pod contract, Running, rank 0 Succeeded, cleanPodPolicy Running
@@ -224,6 +240,89 @@ wait_for "duo2: created by the new leader" 20 has_pods duo2 1
 
 stop_op TERM
 grep -q '"msg":"Stopped"' "$standby_log" && ok "graceful SIGTERM of the new leader" || bad "no clean stop in c's log"
+fi
+
+if want obs; then
+# ---- 9. /healthz /readyz /metrics; status.progress; hang detection (Stalled + gang restart)
+stop_op TERM
+pdir=$(mktemp -d /tmp/gantry-progress.XXXXXX)
+python3 "$here/fake_progress.py" "$pdir" "$pdir/port" &
+fake_pid=$!
+for ((i = 0; i < 100; i++)); do [ -s "$pdir/port" ] && break; sleep 0.1; done
+fport=$(cat "$pdir/port")
+start_op obs --health-addr 127.0.0.1:0 --metrics-addr 127.0.0.1:0 --progress-interval 1 \
+    --progress-url-template "http://127.0.0.1:$fport/{ns}/{pod}/progress"
+wait_for "obs: health and metrics servers listening" 10 grep -q '"server":"metrics"' "$op_log"
+hport=$(sed -n 's/.*"server":"health".*"port":\([0-9]*\).*/\1/p' "$op_log" | tail -1)
+mport=$(sed -n 's/.*"server":"metrics".*"port":\([0-9]*\).*/\1/p' "$op_log" | tail -1)
+code() { curl -s -o /dev/null -m 5 -w '%{http_code}' "http://127.0.0.1:$1$2"; }
+[ "$(code "$hport" /healthz)" = 200 ] && ok "obs: /healthz 200" || bad "obs: /healthz"
+wait_for "obs: /readyz 200 once leading with synced caches" 15 bash -c "[ \"\$(curl -s -o /dev/null -m 5 -w '%{http_code}' http://127.0.0.1:$hport/readyz)\" = 200 ]"
+apply_job prog 2 '{"backoffLimit":1,"progressDeadlineSeconds":6}'
+wait_for "prog: 2 pods" 30 has_pods prog 2
+got="$(pod_env prog-worker-0 GANTRY_METRICS_PORT) $(jp pod/prog-worker-0 '{.spec.containers[?(@.name=="worker")].ports[?(@.name=="metrics")].containerPort}')"
+[ "$got" = "9090 9090" ] && ok "prog: GANTRY_METRICS_PORT and containerPort metrics 9090" || bad "prog: metrics port: $got"
+run_all prog 2
+echo 5 >"$pdir/prog-worker-0.step"
+touch "$pdir/run"
+(s=5; while [ -e "$pdir/run" ]; do s=$((s + 1)); echo "$s" >"$pdir/s.tmp"; mv "$pdir/s.tmp" "$pdir/prog-worker-0.step"; sleep 1; done) &
+ticker_pid=$!
+wait_for "prog: status.progress read from rank 0" 15 bash -c "[ -n \"\$('$kubectl' -n $ns get tj prog -o jsonpath='{.status.progress.step}')\" ]"
+s1=$(jp tj/prog '{.status.progress.step}')
+wait_for "prog: status.progress.step advances (from $s1)" 15 bash -c "[ \"\$('$kubectl' -n $ns get tj prog -o jsonpath='{.status.progress.step}')\" -gt $s1 ]"
+table=$(k get tj prog)
+hdr=${table%%$'\n'*} row=${table#*$'\n'}
+if [[ $hdr == *PROGRESS*ETA* ]] && [[ $row =~ [0-9]+/1000\ \([0-9]+%\) ]] && [[ $row =~ [0-9]+m[0-9]+s ]]; then
+    ok "prog: kubectl get tj shows Progress and ETA: $row"
+else
+    bad "prog: kubectl get tj: $hdr / $row"
+fi
+[ -n "$(jp tj/prog '{.status.progress.loss}')" ] && [ -n "$(jp tj/prog '{.status.progress.samplesPerSecond}')" ] \
+    && ok "prog: loss and samples/s in status.progress" || bad "prog: progress fields: $(jp tj/prog '{.status.progress}')"
+kill -STOP "$fake_pid" # rank 0 hangs: reads time out, the step stands
+t0=$(date +%s)
+wait_for "prog: Stalled and the gang restarted (restart 1) after 6 s without progress" 30 \
+    is tj/prog '{.status.conditions[?(@.type=="Stalled")].status} {.status.conditions[?(@.type=="Stalled")].reason} {.status.restarts}' \
+    "True ProgressDeadlineExceeded 1"
+dt=$(($(date +%s) - t0))
+[ "$dt" -ge 3 ] && [ "$dt" -le 20 ] && ok "prog: stall noticed ${dt}s after the hang (deadline 6 s)" || bad "prog: stall after ${dt}s"
+wait_for "prog: a Warning Event Stalled" 10 bash -c "'$kubectl' -n $ns get events --field-selector reason=Stalled -o name | grep -q ."
+kill -CONT "$fake_pid"
+wait_for "prog: the new gang (restart-count 1) created" 20 bash -c \
+    "[ \"\$('$kubectl' -n $ns get pods -l gantry.dev/job-name=prog,gantry.dev/restart-count=1 --no-headers | wc -l)\" -eq 2 ]"
+run_all prog 2
+wait_for "prog: Stalled=False (Progressing) once the new gang advances" 20 \
+    is tj/prog '{.status.conditions[?(@.type=="Stalled")].status}' False
+rm -f "$pdir/run" # training stops advancing again: the second stall uses up backoffLimit 1
+wait_for "prog: second stall -> Failed (BackoffLimitExceeded)" 30 \
+    is tj/prog '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}' "Failed BackoffLimitExceeded"
+metrics=$(curl -s -m 5 "http://127.0.0.1:$mport/metrics")
+for m in 'gantry_operator_gang_restarts_total 1' 'gantry_operator_trainingjobs{phase="Failed"} 1' \
+         'gantry_operator_leader 1' 'gantry_operator_ready 1'; do
+    grep -qxF "$m" <<<"$metrics" && ok "metrics: $m" || bad "metrics: no line '$m'"
+done
+grep -qE '^gantry_operator_reconcile_duration_seconds_count [1-9]' <<<"$metrics" && ok "metrics: reconcile histogram counts" || bad "metrics: reconcile count"
+grep -qE '^gantry_operator_progress_reads_total [1-9]' <<<"$metrics" && ok "metrics: progress reads counted" || bad "metrics: progress reads"
+pyenv=${GANTRY_CACHE:-$HOME/.cache/gantry}/pyenv-$(sha256sum "$root/hack/requirements.txt" | cut -c1-12)
+if [ -f "$pyenv/.complete" ]; then
+    if "$pyenv/bin/python3" -c '
+import sys
+from prometheus_client.parser import text_string_to_metric_families as parse
+fam = {f.name: f for f in parse(sys.stdin.read())}
+h = fam["gantry_operator_reconcile_duration_seconds"]
+assert h.type == "histogram", h.type
+b = [s.value for s in h.samples if s.name.endswith("_bucket")]
+assert b == sorted(b) and b[-1] >= 1, b
+assert fam["gantry_operator_workqueue_depth"].type == "gauge"
+assert {s.labels["resource"] for s in fam["gantry_operator_watch_relists"].samples} >= {"pods", "trainingjobs"}
+' <<<"$metrics"; then ok "metrics: parsed by prometheus_client"; else bad "metrics: prometheus_client parse"; fi
+else
+    echo "note: no hack/pyenv.sh venv; prometheus_client parse skipped"
+fi
+kill "$fake_pid" 2>/dev/null || true
+wait "$fake_pid" 2>/dev/null || true
+fake_pid=
+rm -rf "$pdir"
 fi
 
 # Under the ASan/UBSan build a report goes to the log: it fails the test (SIGKILLed processes
