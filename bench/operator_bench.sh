@@ -5,6 +5,7 @@
 #
 #   bench/operator_bench.sh --operator PATH [--kubeflow PATH|none] [--jobs "100 1000"]
 #                           [--rounds R] [--rounds-large R] [--csv FILE]
+#                           [--kube-bench PATH --kube-pods N --kube-rounds R --kube-csv FILE]
 #
 # Starts its own API tier (hack/cluster.sh up --tier api, GANTRY_RUN defaults to
 # /tmp/gantry-bench-api so no other cluster is touched) and always stops it. Per implementation,
@@ -18,6 +19,10 @@
 # --rounds-large (2) for N >= 1000.
 # CSV rows: impl,metric,x,unit,round,value with x = N and metric total|apply|rss_peak|rss_end.
 # Prints a table of medians (min-max) and per N the verdict line (ratio Kubeflow/Gantry time).
+# With --kube-bench, first runs bench/kube_bench (the client library: create, list vs kubectl,
+# watch, informer, bytes per cached pod) R times with N pods on the same cluster; its rows
+# (impl gantry|kubectl, metric create|list|watch|informer_whole|informer_projected in
+# objects/s, mem_whole|mem_projected in bytes per pod, x = N) go to the --kube-csv FILE.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -27,6 +32,10 @@ jobs_list="100 1000"
 rounds=3
 rounds_large=2
 csv=
+kb=
+kube_pods=2000
+kube_rounds=2
+kube_csv=
 while [ $# -gt 0 ]; do
     case "$1" in
     --operator) op=$2; shift 2 ;;
@@ -35,7 +44,11 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --rounds-large) rounds_large=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
-    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --kube-bench) kb=$2; shift 2 ;;
+    --kube-pods) kube_pods=$2; shift 2 ;;
+    --kube-rounds) kube_rounds=$2; shift 2 ;;
+    --kube-csv) kube_csv=$2; shift 2 ;;
+    -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "operator_bench.sh: unknown argument $1 (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -170,6 +183,27 @@ one() { # one IMPL N ROUND
     fi
     k delete namespace "$ns" --wait=false >/dev/null
 }
+
+if [ -n "$kb" ]; then
+    : >"$work/kube.csv"
+    for r in $(seq 0 $((kube_rounds - 1))); do
+        echo "# kube_bench round $((r + 1))/$kube_rounds"
+        "$kb" --pods "$kube_pods" >"$work/kb.txt" 2>&1 || echo "operator_bench: kube_bench failed (round $r)" >&2
+        cat "$work/kb.txt"
+        # rows are "%-34s" labels then numbers: objects, seconds, objects/s (memory: bytes)
+        awk -v r="$r" -v n="$kube_pods" '{
+            label = substr($0, 1, 34); sub(/ +$/, "", label); split(substr($0, 35), f, " ")
+            m = label ~ /^create/ ? "gantry,create" : label ~ /^list/ ? "gantry,list" \
+              : label ~ /^peer: kubectl/ ? "kubectl,list" : label ~ /^watch/ ? "gantry,watch" \
+              : label ~ /^informer sync \(whole/ ? "gantry,informer_whole" \
+              : label ~ /^informer sync \(proj/ ? "gantry,informer_projected" : ""
+            if (m != "" && f[3] ~ /^[0-9.]+$/) printf "%s,%d,objects/s,%d,%s\n", m, n, r, f[3]
+            if (label == "whole objects") printf "gantry,mem_whole,%d,B/pod,%d,%s\n", n, r, f[1]
+            if (label == "projected fields") printf "gantry,mem_projected,%d,B/pod,%d,%s\n", n, r, f[1]
+        }' "$work/kb.txt" >>"$work/kube.csv"
+    done
+    [ -z "$kube_csv" ] || { echo "impl,metric,x,unit,round,value" >"$kube_csv"; cat "$work/kube.csv" >>"$kube_csv"; }
+fi
 
 echo "# operator: N jobs -> N pods, API tier $k8s_version ($GANTRY_RUN), $(nproc) CPUs;" \
     "peers: $(basename "$op") vs $([ "$kf" = none ] && echo "nothing (Kubeflow not built)" || echo "Kubeflow training-operator ($kf)")"

@@ -232,11 +232,60 @@ def operator(vals, out_png):
     return summary, section
 
 
+def kube(vals, out_png):
+    x = next(k[2] for k in vals)
+    ops = [("gantry", "create", "create\n(8 clients)"), ("gantry", "list", "list\n(gantry)"),
+           ("kubectl", "list", "list\n(kubectl -o json)"), ("gantry", "watch", "watch replay"),
+           ("gantry", "informer_whole", "informer sync\n(whole)"),
+           ("gantry", "informer_projected", "informer sync\n(projected)")]
+    ops = [o for o in ops if (o[0], o[1], x) in vals]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 1]})
+    vs = [vals[(i, m, x)] for i, m, _ in ops]
+    m, e = errbars(vs)
+    a1.bar(range(len(vs)), m, yerr=e, capsize=5, alpha=0.8,
+           color=["tab:orange" if o[0] == "kubectl" else "tab:blue" for o in ops])
+    a1.set_xticks(range(len(vs)), [o[2] for o in ops], fontsize=8)
+    a1.set_yscale("log")
+    a1.set_ylabel("objects/s (log scale)")
+    a1.set_title("Kubernetes client on the API tier, %d pods (orange: kubectl peer)" % x)
+    a1.grid(axis="y", alpha=0.3)
+    mem = [(k, vals.get(("gantry", k, x), [])) for k in ("mem_whole", "mem_projected")]
+    mem = [(k, v) for k, v in mem if v]
+    if mem:
+        mm, me = errbars([v for _, v in mem])
+        a2.bar(range(len(mem)), [v / 1024 for v in mm], yerr=[[v / 1024 for v in r] for r in me],
+               capsize=5, alpha=0.8, color="tab:green")
+        a2.set_xticks(range(len(mem)), ["whole\nobjects", "projected\nfields"], fontsize=8)
+    a2.set_ylabel("informer heap per cached pod (KiB)")
+    a2.set_title("memory per cached pod")
+    a2.grid(axis="y", alpha=0.3)
+    fig.text(0.01, 0.01, "bar: median, error bar: min-max over rounds", fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    g = vals.get(("gantry", "list", x), [])
+    k = vals.get(("kubectl", "list", x), [])
+    ratio = med(g) / med(k) if g and k else float("nan")
+    wv = vals.get(("gantry", "mem_whole", x), [])
+    pv = vals.get(("gantry", "mem_projected", x), [])
+    summary = [{"bench": "Kubernetes client: list %d pods (objects/s)" % x, "ours": spread(g),
+                "peer": "kubectl " + spread(k), "ratio": ratio, "target": "report", "ok": None,
+                "note": "bytes per cached pod: whole %s, projected %s" % (spread(wv, "%.0f"),
+                                                                         spread(pv, "%.0f"))}]
+    section = ["| operation | impl | value |", "|---|---|---|"]
+    for (i, mt, label), v in zip(ops, vs):
+        section.append("| %s | %s | %s objects/s |" % (label.replace("\n", " "), i, spread(v, "%.0f")))
+    for kk, v in mem:
+        section.append("| %s | gantry | %s bytes/pod |" % (kk, spread(v, "%.0f")))
+    return summary, section
+
+
 BENCHES = [
     ("allreduce", "All-reduce bandwidth: Gantry TCP ring vs Gloo vs raw TCP", allreduce),
     ("cpu_train", "CPU training throughput: Gantry vs PyTorch", cpu_train),
     ("ckpt", "Checkpoint: training blocked vs write time vs dd", ckpt),
     ("operator", "Operator: N TrainingJobs to N pods, vs Kubeflow training-operator", operator),
+    ("kube", "Kubernetes client: create, list vs kubectl, watch, informer memory", kube),
 ]
 
 

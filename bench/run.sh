@@ -13,7 +13,9 @@
 #   ckpt       bench/ckpt_bench.sh: blocked vs write vs dd, 192 MiB x 5 (quick: 48 MiB x 3);
 #              blocked <= 10 % of the write
 #   operator   bench/operator_bench.sh: N = 100 and 1000 jobs -> pods and RSS vs Kubeflow's
-#              training-operator on a private API tier (quick: N = 100, 1 round); ratio reported
+#              training-operator on a private API tier (quick: N = 100, 1 round); ratio reported;
+#              on the same cluster first bench/kube_bench (list vs kubectl, watch, informer
+#              memory), 2000 pods x 3 (quick: 500 x 1), results as kube.csv/png
 # The GPU row says why it did not run (no GPU on this machine). Results: DIR (bench/results)
 # gets <name>.csv (impl,metric,x,unit,round,value: every round), <name>.png, <name>.log and
 # meta.json; FILE (docs/benchmarks.md) the report, by bench/plot.py (matplotlib, hack/pyenv.sh).
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
     --doc) doc=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -196,13 +198,22 @@ if want operator; then
             m notes operator "Kubeflow training-operator did not build (log: \$GANTRY_CACHE/kubeflow-*/build.log): Gantry's numbers alone, no ratio."
         }
         if [ $quick = 1 ]; then op=(--jobs 100 --rounds 1); else op=(--jobs "100 1000" --rounds 3 --rounds-large 2); fi
-        if runlog operator "$root/bench/operator_bench.sh" --operator "$b" --kubeflow "$kf" "${op[@]}" --csv "$out/operator.csv"; then
+        kbargs=()
+        if kbb=$(find_bin kube_bench) && [ -n "$kbb" ]; then
+            if [ $quick = 1 ]; then kbargs=(--kube-pods 500 --kube-rounds 1); else kbargs=(--kube-pods 2000 --kube-rounds 3); fi
+            kbargs=(--kube-bench "$kbb" "${kbargs[@]}" --kube-csv "$out/kube.csv")
+            m notes kube "Kubernetes client (bench/kube_bench, engineer kube's): the kubectl peer's list time includes starting the kubectl process (as a user pays it); kube_bench reports the best of 3 lists per round, the table the median of the rounds' bests."
+        else
+            m skipped kube "kube_bench is not built in $build"
+        fi
+        if runlog operator "$root/bench/operator_bench.sh" --operator "$b" --kubeflow "$kf" "${op[@]}" "${kbargs[@]}" --csv "$out/operator.csv"; then
             m versions kubernetes "API tier (etcd + kube-apiserver + kube-controller-manager) $(sed -n 's#^[[:space:]]*\(require[[:space:]]*\)\{0,1\}k8s.io/kubernetes \(v[0-9.]*\).*#\2#p' "$root/hack/k8s/go.mod" | head -1)"
             [ "$kf" = none ] || m versions kubeflow "training-operator $(basename "$(dirname "$(dirname "$kf")")" | sed 's/^kubeflow-//') built from the Go module proxy"
             m notes operator "operator: each job has one replica (one pod); Gantry also creates a Service, a ConfigMap and a Secret per job, Kubeflow a Service. Both with 4 workers and their own default client rate limits (Gantry 50 QPS per worker, controller-runtime 20 QPS shared), which is most of the difference at N = 1000. Kubeflow's validating webhook is off (no webhook Service on the API tier)."
         else
-            rm -f "$out/operator.csv"
+            rm -f "$out/operator.csv" "$out/kube.csv"
             m skipped operator "bench/operator_bench.sh failed (see bench/results/operator.log)"
+            m skipped kube "bench/operator_bench.sh failed (see bench/results/operator.log)"
         fi
     else
         m skipped operator "gantry-operator is not built in $build"
@@ -211,8 +222,8 @@ fi
 
 # ---- report -------------------------------------------------------------------------------------------
 sect report
-for name in allreduce cpu_train ckpt operator; do
-    want "$name" && continue
+for name in allreduce cpu_train ckpt operator kube; do
+    want "${name/kube/operator}" && continue
     rm -f "$out/$name.csv" "$out/$name.png" "$out/$name.log" # no stale results from another run
     m skipped "$name" "not selected in this run (--only/--skip)"
 done
