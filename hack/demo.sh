@@ -108,7 +108,7 @@ if [ ! -f "$B/build.ninja" ]; then
     cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGANTRY_CUDA=OFF >"$DEMO_OUT/cmake.log" 2>&1 ||
         die "cmake failed ($DEMO_OUT/cmake.log)"
 fi
-cmake --build "$B" --target gantry-operator gantry-worker 2>&1 | grep -E '^\[[0-9]+/[0-9]+\] Linking|FAILED|error' | sed 's/^/    /'
+cmake --build "$B" --target gantry-operator gantry-worker gantry-run 2>&1 | grep -E '^\[[0-9]+/[0-9]+\] Linking|FAILED|error' | sed 's/^/    /'
 [ "${PIPESTATUS[0]}" = 0 ] || die "the build failed (cmake --build $B)"
 if [ $LOCAL_TIER = 1 ]; then
     GANTRY_RUN=$CLUSTER_RUN "$ROOT/hack/images.sh" --build-dir "$B" --import | sed 's/^/    /'
