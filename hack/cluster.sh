@@ -280,7 +280,9 @@ listening_ports() {
 pick_ports() { # N
     local used p n=$1 out=()
     used=" $(listening_ports | tr '\n' ' ') "
-    for ((p = ${GANTRY_PORT_BASE:-23400} + RANDOM % 400; ${#out[@]} < n; p++)); do
+    # A random start in 20000-27999 (below the kernel's ephemeral range, 32768 and up) makes two
+    # clusters starting at the same moment unlikely to pick the same ports.
+    for ((p = ${GANTRY_PORT_BASE:-20000} + RANDOM % 8000; ${#out[@]} < n; p++)); do
         [[ $used == *" $p "* ]] || out+=("$p")
     done
     echo "${out[@]}"
