@@ -26,3 +26,6 @@ foreach(t embed layernorm matmul attention pool crossentropy adamw)
                     LIBS gantry_kernels_cuda gantry_kernels gantry_core LABELS gpu)
     endif()
 endforeach()
+
+# The GPU training benchmark (bench/gpu_bench.cu), when present.
+include(${_gpu_dir}/../bench/gpu_bench.cmake OPTIONAL)

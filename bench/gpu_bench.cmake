@@ -1,0 +1,5 @@
+# bench/gpu_bench: GPU training throughput and MFU (hack/gpu-check.sh runs it beside
+# bench/gpu_torch.py). Included from kernels/gpu.cmake when CUDA is on.
+add_executable(gpu_bench ${CMAKE_CURRENT_LIST_DIR}/gpu_bench.cu)
+target_include_directories(gpu_bench PRIVATE "${PROJECT_SOURCE_DIR}")
+target_link_libraries(gpu_bench PRIVATE gantry_kernels_cuda gantry_core)

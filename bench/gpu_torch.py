@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench/gpu_bench: the same Transformer classifier (bench/cpu_train_torch.py's
+forward, the network hack/torch_ref.py checks against gantry's CPU path) trained on the same GPU,
+in eager mode and under torch.compile, fp32 and bf16 autocast, one optimizer step = zero_grad,
+forward, backward, clip_grad_norm_(1.0), fused AdamW. Prints one JSON line per variant with
+tokens/s and MFU computed exactly as gpu_bench computes them (3 x forward FLOPs, the full T x T
+attention, H100/H200 dense bf16 peak 989.4 TFLOP/s).
+
+  python3 bench/gpu_torch.py --preset gpt2 [--variants eager-fp32,eager-bf16,compile-bf16]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hack"))
+import cpu_train_torch  # noqa: E402
+import torch_ref  # noqa: E402
+
+PEAK_BF16 = 989.4e12
+PRESETS = {
+    "gpt2": dict(batch=8, seq=1024, hidden=768, layers=12, heads=12, vocab=50257, classes=2,
+                 steps=20, warmup=3),
+    "example": dict(batch=32, seq=256, hidden=128, layers=2, heads=4, vocab=20000, classes=2,
+                    steps=50, warmup=5),
+}
+
+
+def fwd_flops(B, T, C, L, K):
+    N, F = B * T, 4 * C
+    return L * (2 * N * C * 3 * C + 2 * N * C * C + 4 * N * C * F + 4 * B * T * T * C) + 2 * B * C * K
+
+
+def run(a, variant):
+    dev = torch.device("cuda")
+    cfg = dict(V=a.vocab, K=a.classes, maxT=a.seq, C=a.hidden, L=a.layers, NH=a.heads,
+               F=4 * a.hidden)
+    g = torch.Generator().manual_seed(1)
+    B, T = a.batch, a.seq
+    lens = (torch.randint(T // 4, T + 1, (B,), generator=g) if a.varlen
+            else torch.full((B,), T))
+    tokens = torch.randint(5, a.vocab, (B, T), generator=g)
+    key_ok = torch.arange(T)[None, :] < lens[:, None]
+    tokens = tokens.masked_fill(~key_ok, 0)
+    labels = torch.arange(B) % a.classes
+    tokens, key_ok, lens, labels = (t.to(dev) for t in (tokens, key_ok, lens, labels))
+    p = {}
+    for name, shape, decay in torch_ref.tensor_table(cfg):
+        t = torch.randn(shape, generator=g) * 0.02 if decay else torch.zeros(shape)
+        if name.startswith("ln") and name.endswith("w"):
+            t = torch.ones(shape)
+        p[name] = t.to(dev).requires_grad_(True)
+    table = torch_ref.tensor_table(cfg)
+    opt = torch.optim.AdamW([{"params": [p[n] for n, _, d in table if d], "weight_decay": 0.01},
+                             {"params": [p[n] for n, _, d in table if not d],
+                              "weight_decay": 0.0}], lr=3e-4, fused=True)
+    params = list(p.values())
+    bf16 = variant.endswith("bf16")
+    fwd = cpu_train_torch.forward
+    if variant.startswith("compile"):
+        fwd = torch.compile(fwd)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = fwd(p, cfg, tokens, key_ok, lens, labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return loss
+
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(a.steps):
+        loss = step()
+    e1.record()
+    torch.cuda.synchronize()
+    sec = e0.elapsed_time(e1) / 1e3 / a.steps
+    flops = 3 * fwd_flops(B, T, a.hidden, a.layers, a.classes)
+    return {"impl": "pytorch-" + variant, "preset": a.preset, "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(), "batch": B, "seq": T, "hidden": a.hidden,
+            "layers": a.layers, "heads": a.heads, "steps": a.steps,
+            "ms_per_step": round(sec * 1e3, 3), "tokens_per_s": round(B * T / sec),
+            "real_tokens_per_s": round(int(lens.sum()) / sec),
+            "tflops": round(flops / sec / 1e12, 2), "mfu": round(flops / sec / PEAK_BF16, 4),
+            "final_loss": round(loss.item(), 4)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="example")
+    for name in PRESETS["example"]:
+        ap.add_argument("--" + name, type=int, default=None)
+    ap.add_argument("--varlen", action="store_true")
+    ap.add_argument("--variants", default="eager-fp32,eager-bf16,compile-bf16")
+    a = ap.parse_args()
+    for k, v in PRESETS[a.preset].items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if not torch.cuda.is_available():
+        print(json.dumps({"impl": "pytorch", "skipped": "no CUDA device"}))
+        return 0
+    rc = 0
+    for v in a.variants.split(","):
+        t0 = time.time()
+        try:
+            r = run(a, v)
+        except Exception as e:  # one variant failing (e.g. the compiler) must not hide the rest
+            r, rc = {"impl": "pytorch-" + v, "preset": a.preset, "error": repr(e)[:500]}, 1
+        r["wall_s"] = round(time.time() - t0, 1)
+        print(json.dumps(r), flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The GPU check: builds the CUDA kernels with nvcc, runs their GPU tests (ctest -L gpu), checks a
+# GPU training run against the CPU model, and benchmarks gantry against PyTorch on the same GPU.
+# Made for a bare GPU machine with nvcc 13, PyTorch and the nvidia-nccl-cu13 Python package but
+# no internet and none of the operator's libraries (it builds bench/gpu_check, the stand-alone
+# CMake project, not the whole tree).
+#
+#   hack/gpu-check.sh --prepare   HERE (with apt): download the OpenBLAS .debs into .carry/gpu-debs
+#   hack/gpu-check.sh [--quick]   ON THE GPU MACHINE: build, test, check, benchmark
+#                                 (--quick: tests and the CPU check only, no benchmarks)
+#
+# Results go to $OUT (default ./out/gpu-check): env.txt, build.log, ctest.log, check.log,
+# bench.jsonl (one JSON line per run: gantry and PyTorch), bench.log, summary.txt. The device tool
+# brings back at most 8 files, so nothing else is written there. Exit status: 0 when the build,
+# every GPU test and the CPU check passed (benchmark numbers are reported, not judged).
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+debs="$here/.carry/gpu-debs"
+out=${OUT:-$here/out/gpu-check}
+quick=0
+
+case "${1:-}" in
+--prepare)
+    mkdir -p "$debs"
+    cd "$debs" && apt-get download libopenblas0-pthread libopenblas-pthread-dev libgfortran5 \
+        libquadmath0
+    ls -la "$debs"
+    echo "gpu-check: carry .carry (device tool: carry [\".carry\"]) and run hack/gpu-check.sh there"
+    exit 0 ;;
+--quick) quick=1 ;;
+"") ;;
+*) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 64 ;;
+esac
+
+mkdir -p "$out"
+summary="$out/summary.txt"
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+status=0
+
+# ---- environment ----
+{
+    date -u
+    nvidia-smi 2>&1 | head -20
+    command -v nvcc && nvcc --version | tail -2
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+    cmake --version | head -1; ninja --version; gcc --version | head -1; nproc
+} >"$out/env.txt" 2>&1
+
+# ---- toolkit: nvcc, cuBLAS(Lt) and NCCL from wherever this machine keeps them ----
+nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [ -z "$nvcc_bin" ]; then
+    say "FAILED: no nvcc on PATH or in /usr/local/cuda/bin"; exit 1
+fi
+cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc_bin")")")
+shim=/tmp/gantry-gpu-shim # unversioned .so names for the linker, found by CMAKE_LIBRARY_PATH
+rm -rf "$shim"; mkdir -p "$shim/lib"
+pyroot=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null || true)
+for l in cublasLt cublas; do
+    if ! ls "$cuda_root"/lib64/lib$l.so "$cuda_root"/lib/lib$l.so >/dev/null 2>&1; then
+        f=$(ls "$cuda_root"/lib64/lib$l.so.* "$cuda_root"/targets/*/lib/lib$l.so.* \
+              "$pyroot"/nvidia/*/lib/lib$l.so.* 2>/dev/null | head -1)
+        [ -n "$f" ] && ln -sf "$f" "$shim/lib/lib$l.so"
+    fi
+done
+extra_inc=""
+if [ ! -f "$cuda_root/include/cublasLt.h" ]; then
+    h=$(ls "$pyroot"/nvidia/*/include/cublasLt.h 2>/dev/null | head -1)
+    [ -n "$h" ] && extra_inc="-I$(dirname "$h")"
+fi
+# NCCL: the nvidia-nccl-cu13 wheel, presented where cmake/cuda.cmake looks for the pinned one.
+# shellcheck source=hack/versions.env
+. "$here/hack/versions.env"
+export GANTRY_CACHE=/tmp/gantry-gpu-cache
+wheel_nccl="$GANTRY_CACHE/cuda-$CUDA_NVCC_VERSION-nccl-$NCCL_VERSION/nvidia/nccl"
+ncclpkg=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
+if [ -n "$ncclpkg" ]; then
+    rm -rf "$wheel_nccl"; mkdir -p "$wheel_nccl/lib"
+    ln -s "$ncclpkg/include" "$wheel_nccl/include"
+    ln -s "$(ls "$ncclpkg"/lib/libnccl.so* | head -1)" "$wheel_nccl/lib/libnccl.so"
+fi
+# OpenBLAS (the CPU reference's GEMMs): carried Debian packages, else the system's.
+blas_root=/tmp/gantry-gpu-debs
+if ls "$debs"/*.deb >/dev/null 2>&1; then
+    rm -rf "$blas_root"; mkdir -p "$blas_root"
+    for f in "$debs"/*.deb; do dpkg -x "$f" "$blas_root"; done
+    export LD_LIBRARY_PATH="$blas_root/usr/lib/x86_64-linux-gnu/openblas-pthread:$blas_root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+export LD_LIBRARY_PATH="$shim/lib:${ncclpkg:+$ncclpkg/lib:}${LD_LIBRARY_PATH:-}"
+
+# ---- build ----
+build=/tmp/gantry-build-gpu
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+if ! { cmake -S "$here/bench/gpu_check" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DGANTRY_CUDA_ROOT="$cuda_root" -DGANTRY_OPENBLAS_ROOT="$blas_root" \
+        -DCMAKE_LIBRARY_PATH="$shim/lib" -DCMAKE_CUDA_ARCHITECTURES=90 \
+        ${extra_inc:+-DCMAKE_CUDA_FLAGS="$extra_inc"} &&
+       cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1; then
+    say "FAILED: build (build.log)"; tail -30 "$out/build.log"; exit 1
+fi
+say "OK: build ($(grep -c 'Building CUDA' "$out/build.log") CUDA objects, sm_90 + PTX)"
+
+# ---- GPU tests ----
+if (cd "$build" && timeout 300 ctest -L gpu --output-on-failure -V) >"$out/ctest.log" 2>&1; then
+    say "OK: ctest -L gpu: $(grep -E 'tests passed' "$out/ctest.log" | tail -1)"
+else
+    status=1
+    say "FAILED: ctest -L gpu (ctest.log): $(grep -E 'tests passed|\(Failed\)|Not Run' "$out/ctest.log" | tr '\n' ' ')"
+fi
+grep -E '^\S.*(OK|FAILED)$' "$out/ctest.log" | grep -v '^  ' >>"$summary" || true
+
+# ---- a GPU training run against the CPU model (same weights, same batch) ----
+check_cpu() {
+    local rc=0
+    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu || rc=1
+    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen || rc=1
+    return $rc
+}
+if check_cpu >"$out/check.log" 2>&1; then
+    say "OK: GPU loss follows the CPU loss (check.log)"
+else
+    status=1
+    say "FAILED: GPU vs CPU loss (check.log)"
+fi
+grep -E '^check-cpu' "$out/check.log" >>"$summary" || true
+
+[ "$quick" = 1 ] && { say "quick: benchmarks skipped"; exit $status; }
+
+# ---- benchmarks: gantry, then PyTorch (eager and torch.compile) on the same GPU ----
+: >"$out/bench.jsonl"
+for preset in example gpt2; do
+    for prec in "" --bf16; do
+        timeout 180 "$build/gpu_bench" --preset $preset $prec >>"$out/bench.log" 2>&1
+    done
+    PYTHONUNBUFFERED=1 timeout 420 python3 "$here/bench/gpu_torch.py" --preset $preset \
+        >>"$out/bench.log" 2>&1
+done
+grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
+python3 - "$out/bench.jsonl" <<'PY' | tee -a "$summary"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(f"{'preset':8} {'impl':24} {'prec':5} {'ms/step':>9} {'tok/s':>10} {'TFLOP/s':>8} {'MFU':>6}")
+for r in rows:
+    if "error" in r:
+        print(f"{r.get('preset','?'):8} {r['impl']:24} error: {r['error'][:60]}")
+        continue
+    prec = r.get("precision", r["impl"].split("-")[-1])
+    print(f"{r['preset']:8} {r['impl']:24} {prec:5} {r['ms_per_step']:9.2f} "
+          f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")
+PY
+exit $status
