@@ -328,6 +328,11 @@ def main():
            "wall time %s s. Every number is the median over rounds with [min-max] and n, "
            "ours and the peer measured in the same run on the same machine, rounds interleaved."
            % (meta.get("date", "?"), meta.get("mode", "?"), meta.get("wall_s", "?")), "",
+           "Reproduce: `make bench` (or `bench/run.sh --build build`; `--quick` for a short run, "
+           "`--only NAME` for one benchmark). Raw rounds: `bench/results/<name>.csv` "
+           "(impl,metric,x,unit,round,value), tool output: `bench/results/<name>.log`. "
+           "Ratios are Gantry over the peer, except the operator's (peer time over Gantry's, "
+           ">1 means Gantry is faster) and the checkpoint's (blocked time over write time).", "",
            "## Machine and versions", ""]
     for k, v in meta.get("machine", {}).items():
         out.append("- %s: %s" % (k, v))
