@@ -7,6 +7,7 @@
 //   out^T (OC, N)    = W (op T, ld C) x inp^T (ld C)                 m=OC n=N  k=C
 //   dinp^T (C, N)   += W (op N, ld C) x dout^T (ld OC)               m=C  n=N  k=OC
 //   dweight^T (C,OC) += inp^T (op N, ld C) x dout (op T, ld OC)      m=C  n=OC k=N
+#include "kernels/gelu.h"
 #include "kernels/gpu_internal.h"
 #include "kernels/matmul.h"
 
@@ -24,7 +25,9 @@ struct gemm {
     void *aux;        /* with GELU_AUX: the pre-activation, ld = ldd */
 };
 
-static void gemm_run(const struct gemm *g, cudaStream_t stream)
+/* Runs the GEMM; returns 0, or -1 when cuBLASLt has no algorithm for it and `optional` is set
+ * (otherwise that is fatal). */
+static int gemm_run(const struct gemm *g, cudaStream_t stream, bool optional = false)
 {
     struct gpu_rt *rt = gpu_rt();
     cublasLtMatmulDesc_t op = NULL;
@@ -59,7 +62,20 @@ static void gemm_run(const struct gemm *g, cudaStream_t stream)
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(rt->lt, op, la, lb, ld, ld, pref, 1, &h, &found));
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(rt->lt, op, la, lb, ld, ld, pref, 1, &h, &found);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED)
+        found = 0; /* "no algorithm", as found == 0 */
+    else
+        CUBLAS_CHECK(st);
+    if (found == 0 && optional) {
+        cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatrixLayoutDestroy(ld);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatmulDescDestroy(op);
+        return -1;
+    }
     if (found == 0) {
         fprintf(stderr, "cuBLASLt has no algorithm for m=%d n=%d k=%d (lda %d ldb %d ldd %d, epilogue "
                         "%d)\nHINT: dimensions of bf16 GEMMs must be multiples of 8\n",
@@ -73,6 +89,7 @@ static void gemm_run(const struct gemm *g, cudaStream_t stream)
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatmulDescDestroy(op);
+    return 0;
 }
 
 static void forward_gemm(void *out, const void *inp, const void *weight, const void *bias,
@@ -148,7 +165,11 @@ extern "C" void matmul_forward_gelu(float *out, float *pre, const float *inp, co
         return;
     struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_32F, CUDA_R_32F,
                      0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre};
-    gemm_run(&g, stream);
+    if (gemm_run(&g, stream, true) == 0)
+        return;
+    /* no fused algorithm for this shape/type on this GPU: the same result in two steps */
+    forward_gemm(pre, inp, weight, bias, CUDA_R_32F, N, C, OC, stream);
+    gelu_forward(out, pre, (size_t)N * OC, stream);
 }
 
 static void backward_gemms(void *dinp, float *dweight, const void *dout, const void *inp,
