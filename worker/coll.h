@@ -21,6 +21,9 @@
  * later call returns the same error. The worker should exit(dist_exit_code(rc)) - a retryable
  * code - so the operator restarts the gang. Because ring neighbours also lose their connection to
  * the exiting rank, every rank fails within about one timeout.
+ * The timeout counts time without progress inside a collective, so a rank that arrives more than
+ * timeout_ms late (rank 0 alone evaluating, say) looks dead to the others: keep such phases
+ * shorter than the timeout, or raise it (GANTRY_PEER_TIMEOUT).
  */
 #ifndef GANTRY_COLL_H
 #define GANTRY_COLL_H

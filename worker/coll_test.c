@@ -131,6 +131,51 @@ static int run_buckets(struct coll *c, int rank, int world)
     return rc;
 }
 
+/* push() hands the bucket over and returns at once, even while the peer is not there yet: the
+ * reduction waits on the background thread, not in backward. Rank 1 pushes 500 ms late. */
+static int grads_async_main(int rank, void *arg)
+{
+    const struct job *j = arg;
+    struct dist_rdzv *rz = NULL;
+    struct coll *c = NULL;
+    struct coll_grads *g;
+    float b[1000];
+    int rc;
+
+    if ((rc = join(j, rank, &rz)) || (rc = coll_tcp_new(dist_rdzv_store(rz), NULL, &c)))
+        _exit(dist_exit_code(rc));
+    for (int i = 0; i < 1000; i++)
+        b[i] = (float)(rank + 1);
+    g = coll_grads_new(c, COLL_SUM);
+    if (rank == 1)
+        tu_sleep_ms(500);
+    int64_t t0 = dist_now_ms();
+    rc = coll_grads_push(g, b, 1000);
+    int64_t push_ms = dist_now_ms() - t0;
+    int wrc = coll_grads_wait(g);
+    int64_t wait_ms = dist_now_ms() - t0;
+    coll_grads_free(g);
+    rc = rc ? rc : wrc;
+    if (!rc && b[999] != 3.0f)
+        rc = 60;
+    if (!rc && rank == 0 && (push_ms > 100 || wait_ms < 400)) {
+        dist_log("push took %lld ms, wait %lld ms", (long long)push_ms, (long long)wait_ms);
+        rc = 61;
+    }
+    coll_free(c);
+    dist_rdzv_free(rz);
+    return rc < 0 ? dist_exit_code(rc) : rc;
+}
+
+static void test_grads_async(void)
+{
+    struct job j = {.port = tu_free_port(), .world = 2, .timeout_ms = 20000};
+    pid_t p0 = tu_spawn(grads_async_main, 0, &j), p1 = tu_spawn(grads_async_main, 1, &j);
+
+    TEST_EQ_INT(tu_wait(p0, 60000, NULL), 0);
+    TEST_EQ_INT(tu_wait(p1, 60000, NULL), 0);
+}
+
 /* bf16 on the wire: values exact in bf16 (small integers) stay exact; all ranks bit-equal. */
 static int run_bf16(struct store *st, int rank, int world)
 {
@@ -308,6 +353,7 @@ int main(void)
     TEST_RUN(test_world1);
     TEST_RUN(test_world2);
     TEST_RUN(test_world4);
+    TEST_RUN(test_grads_async);
     TEST_RUN(test_kill9);
     TEST_RUN(test_hung_peer);
     return test_summary();
