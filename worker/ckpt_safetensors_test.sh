@@ -7,7 +7,10 @@ set -euo pipefail
 tool=$1
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
-if ! venv=$("$repo/hack/pyenv.sh"); then
+cache=${GANTRY_CACHE:-$HOME/.cache/gantry}
+mkdir -p "$cache"
+# Serialise venv creation with other tests run in parallel (pyenv.sh itself does not lock).
+if ! venv=$(flock "$cache/pyenv.lock" "$repo/hack/pyenv.sh"); then
     echo "SKIP: could not build the Python venv (hack/pyenv.sh); needs PyPI once"
     exit 77
 fi
