@@ -88,7 +88,16 @@ else
     export GANTRY_FULL_WAIT=${GANTRY_FULL_WAIT:-600} # another full cluster on this host: wait for it
     [ "$(id -u)" = 0 ] || die "the local cluster needs root (containerd, iptables, mounts); run as root or set KUBECONFIG"
     echo "Building the pinned Kubernetes, etcd, CoreDNS, helm (cached in ${GANTRY_CACHE}; the first time takes tens of minutes):"
-    "$ROOT/hack/cluster.sh" build --tier full 2>&1 | sed 's/^>> /    /' || die "hack/cluster.sh build failed"
+    # A cold build is quiet for minutes at a time: say every minute that it is still going.
+    "$ROOT/hack/cluster.sh" build --tier full > >(sed -u 's/^>> /    /') 2>&1 &
+    build_pid=$!
+    while kill -0 "$build_pid" 2>/dev/null; do
+        for ((i = 0; i < 60; i++)); do kill -0 "$build_pid" 2>/dev/null || break; sleep 1; done
+        kill -0 "$build_pid" 2>/dev/null || break
+        printf '    ... still building (%ds so far; go build log: %s)\n' "$((SECONDS - T0))" \
+            "$(ls -t "$GANTRY_CACHE"/logs/build-*.log 2>/dev/null | head -1)"
+    done
+    wait "$build_pid" || die "hack/cluster.sh build failed"
     echo "Starting a single-node cluster on this host (containerd, kubelet, scheduler, kube-proxy, CoreDNS):"
     OWN_CLUSTER=1
     "$ROOT/hack/cluster.sh" up --tier full 2>&1 | sed 's/^>> /    /'
