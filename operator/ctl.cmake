@@ -49,3 +49,6 @@ else()
 endif()
 target_compile_definitions(tj_crd_test PRIVATE
     TJ_CRD_PATH="${PROJECT_SOURCE_DIR}/manifests/crds/gantry.dev_trainingjobs.yaml")
+# ---- benchmark (bench/operator_rss.c, wrapped by bench/operator_rss.sh): needs the API tier.
+add_executable(operator_rss ${PROJECT_SOURCE_DIR}/bench/operator_rss.c)
+target_link_libraries(operator_rss PRIVATE gantry_ctl)

@@ -15,6 +15,7 @@
  * Exits otherwise only at startup, on bad configuration (64 usage, 78 config, 69 API unavailable).
  */
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -496,7 +497,13 @@ int main(int argc, char **argv)
     }
 
     for (;;) {
-        sigwait(&sigs, &sig);
+        struct timespec trim_every = {.tv_sec = 30};
+        sig = sigtimedwait(&sigs, NULL, &trim_every);
+        if (sig < 0) { /* EAGAIN (timeout) or EINTR */
+            if (leading)
+                malloc_trim(0); /* churn (lists, relists, status writes) leaves free heap */
+            continue;
+        }
         if (sig == SIGUSR2 && !leading) {
             leading = true;
             ops_set_standby(ctl.ops, false);
@@ -505,6 +512,9 @@ int main(int argc, char **argv)
             exit_code = controller_start(&ctl, &o, cfg, &copts);
             if (exit_code)
                 break;
+            /* The first lists parsed every object whole (pages of 500) before projecting them;
+             * hand that transient heap back to the system: RSS is then the caches' size. */
+            malloc_trim(0);
         } else if (sig == SIGUSR1 && leading) {
             log_error("Lost leadership; stopping so that the new leader acts alone", "{s:s}",
                       "identity", identity);

@@ -5,6 +5,7 @@
 #include "operator/ops.h"
 
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -227,6 +228,12 @@ static int render_metrics(struct ops *o, struct buf *b)
     if (rc == 0 && o->sh)
         rc = render_controller(b, o->sh);
     pthread_mutex_unlock(&o->mu);
+    {
+        struct mallinfo2 mi = mallinfo2(); /* all arenas */
+        P("# HELP gantry_operator_heap_bytes Bytes of the malloc heap in use (RSS minus this is "
+          "code, stacks and free heap not yet returned).\n# TYPE gantry_operator_heap_bytes "
+          "gauge\ngantry_operator_heap_bytes %zu\n", mi.uordblks + mi.hblkhd);
+    }
     P("# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
       "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %ld\n",
       rss_bytes());

@@ -26,6 +26,7 @@
  *     gantry_operator_progress_reads_total, gantry_operator_progress_read_errors_total  counters
  *     gantry_operator_leader                      gauge      1 while this process leads
  *     gantry_operator_ready                       gauge      what /readyz answers (1 = 200)
+ *     gantry_operator_heap_bytes                  gauge      malloc heap in use (mallinfo2)
  *     process_resident_memory_bytes               gauge      RSS (from /proc/self/statm)
  * Each address is "[HOST]:PORT" (HOST empty or 0.0.0.0: all IPv4 addresses; PORT 0: ephemeral,
  * see ops_port()). Health and metrics may share one fixed address (one server then answers all
