@@ -11,6 +11,9 @@
 #include "kernels/gpu_internal.h"
 #include "kernels/matmul.h"
 
+#include <stdint.h>
+#include <string.h>
+
 struct gemm {
     bool ta, tb;
     int m, n, k;
@@ -25,6 +28,78 @@ struct gemm {
     void *aux;        /* with GELU_AUX: the pre-activation, ld = ldd */
 };
 
+/* Largest power of two (<= 256) dividing the address. cuBLASLt's heuristic otherwise assumes
+ * 256-byte aligned operands and may pick a kernel that faults on a tensor carved from the middle of
+ * a buffer (a layer's slice of a stacked weight). */
+static uint32_t align_of(const void *p)
+{
+    uint32_t al = 256;
+    while (al > 1 && (uintptr_t)p % al)
+        al >>= 1;
+    return al;
+}
+
+/* Heuristic results by shape, type, epilogue and alignment: the query costs ~10 us of host time
+ * and a training step repeats the same few GEMM shapes. Not thread-safe (gpu.h). */
+struct algo_key {
+    int ta, tb, m, n, k, lda, ldb, ldd, ab_type, d_type, epi, bias, aux;
+    uint32_t align[3];
+};
+#define ALGO_CACHE_MAX 128
+static struct {
+    struct algo_key key;
+    cublasLtMatmulAlgo_t algo;
+    int found;
+} algo_cache[ALGO_CACHE_MAX];
+static int algo_cache_n;
+
+/* Algorithm for op/layouts into *algo; returns 0 when cuBLASLt has none. */
+static int gemm_algo(const struct gemm *g, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                     cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
+                     cublasLtMatmulAlgo_t *algo)
+{
+    struct algo_key key;
+    memset(&key, 0, sizeof(key)); /* padding too: keys are compared with memcmp */
+    key = (struct algo_key){g->ta, g->tb, g->m, g->n, g->k, g->lda, g->ldb, g->ldd,
+                            (int)g->ab_type, (int)g->d_type, (int)g->epi, g->bias != NULL,
+                            g->aux != NULL, {align_of(g->a), align_of(g->b), align_of(g->d)}};
+    for (int i = 0; i < algo_cache_n; i++) {
+        if (memcmp(&algo_cache[i].key, &key, sizeof(key)) == 0) {
+            *algo = algo_cache[i].algo;
+            return algo_cache[i].found;
+        }
+    }
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t h;
+    size_t ws = GPU_WORKSPACE_BYTES;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const cublasLtMatmulPreferenceAttributes_t attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const uint32_t al[4] = {key.align[0], key.align[1], key.align[2], key.align[2]};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &al[i], sizeof(al[i])));
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(gpu_rt()->lt, op, la, lb, ld, ld, pref, 1, &h, &found);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED)
+        found = 0; /* "no algorithm", as found == 0 */
+    else
+        CUBLAS_CHECK(st);
+    cublasLtMatmulPreferenceDestroy(pref);
+    found = found > 0;
+    if (found)
+        *algo = h.algo;
+    if (algo_cache_n < ALGO_CACHE_MAX) {
+        algo_cache[algo_cache_n].key = key;
+        algo_cache[algo_cache_n].algo = h.algo;
+        algo_cache[algo_cache_n++].found = found;
+    }
+    return found;
+}
+
 /* Runs the GEMM; returns 0, or -1 when cuBLASLt has no algorithm for it and `optional` is set
  * (otherwise that is fatal). */
 static int gemm_run(const struct gemm *g, cudaStream_t stream, bool optional = false)
@@ -32,12 +107,10 @@ static int gemm_run(const struct gemm *g, cudaStream_t stream, bool optional = f
     struct gpu_rt *rt = gpu_rt();
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t h;
+    cublasLtMatmulAlgo_t algo;
     cublasOperation_t ta = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    size_t ws = GPU_WORKSPACE_BYTES;
-    int found = 0;
     float alpha = 1.0f;
+    int rc = 0;
 
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
@@ -59,37 +132,22 @@ static int gemm_run(const struct gemm *g, cudaStream_t stream, bool optional = f
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g->ab_type, g->tb ? g->n : g->k,
                                             g->tb ? g->k : g->n, g->ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, g->d_type, g->m, g->n, g->ldd));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(rt->lt, op, la, lb, ld, ld, pref, 1, &h, &found);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED)
-        found = 0; /* "no algorithm", as found == 0 */
-    else
-        CUBLAS_CHECK(st);
-    if (found == 0 && optional) {
-        cublasLtMatmulPreferenceDestroy(pref);
-        cublasLtMatrixLayoutDestroy(ld);
-        cublasLtMatrixLayoutDestroy(lb);
-        cublasLtMatrixLayoutDestroy(la);
-        cublasLtMatmulDescDestroy(op);
-        return -1;
-    }
-    if (found == 0) {
-        fprintf(stderr, "cuBLASLt has no algorithm for m=%d n=%d k=%d (lda %d ldb %d ldd %d, epilogue "
-                        "%d)\nHINT: dimensions of bf16 GEMMs must be multiples of 8\n",
+    if (gemm_algo(g, op, la, lb, ld, &algo)) {
+        CUBLAS_CHECK(cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta, g->d, ld,
+                                    g->d, ld, &algo, rt->workspace, GPU_WORKSPACE_BYTES, stream));
+    } else if (optional) {
+        rc = -1;
+    } else {
+        fprintf(stderr, "cuBLASLt has no algorithm for m=%d n=%d k=%d (lda %d ldb %d ldd %d, "
+                        "epilogue %d)\nHINT: dimensions of bf16 GEMMs must be multiples of 8\n",
                 g->m, g->n, g->k, g->lda, g->ldb, g->ldd, (int)g->epi);
         exit(1);
     }
-    CUBLAS_CHECK(cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta, g->d, ld, g->d,
-                                ld, &h.algo, rt->workspace, ws, stream));
-    cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(ld);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatmulDescDestroy(op);
-    return 0;
+    return rc;
 }
 
 static void forward_gemm(void *out, const void *inp, const void *weight, const void *bias,
