@@ -67,8 +67,13 @@ for l in cublasLt cublas; do
 done
 extra_inc=""
 if [ ! -f "$cuda_root/include/cublasLt.h" ]; then
+    # only the cuBLAS headers, so the package's other CUDA headers cannot shadow nvcc's own
     h=$(ls "$pyroot"/nvidia/*/include/cublasLt.h 2>/dev/null | head -1)
-    [ -n "$h" ] && extra_inc="-I$(dirname "$h")"
+    if [ -n "$h" ]; then
+        mkdir -p "$shim/include"
+        ln -sf "$(dirname "$h")"/cublas*.h "$shim/include/"
+        extra_inc="-I$shim/include"
+    fi
 fi
 # NCCL: the nvidia-nccl-cu13 wheel, presented where cmake/cuda.cmake looks for the pinned one.
 # shellcheck source=hack/versions.env
