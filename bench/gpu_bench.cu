@@ -5,9 +5,10 @@
 // One optimizer step = zero grads, forward, cross-entropy, backward, global-norm clipping and AdamW,
 // all on one stream with no host synchronisation (the loss is read once, after the timed steps).
 // Parameters, gradients and AdamW moments are single fp32 buffers laid out by model_init() (llm.c
-// style). --bf16 runs every GEMM on bf16 operands with fp32 accumulation and fp32 master weights
-// (the parameters' bf16 copy is refreshed by the AdamW kernel); activations stay fp32 and are cast
-// around each GEMM, which costs bandwidth a fully bf16 activation path would not (docs/gpu.md).
+// style). --bf16 runs every GEMM (the attention's batched ones too) on bf16 operands with fp32
+// accumulation and fp32 master weights (the parameters' bf16 copy is refreshed by the AdamW
+// kernel); activations stay fp32 and are cast around each GEMM, which costs bandwidth a fully bf16
+// activation path would not (docs/gpu.md).
 //
 // MFU = model FLOPs per second / 989.4e12 (H100/H200 dense bf16, no sparsity), FLOPs counted as
 // 3 x forward (GEMMs 2*N*C*OC each, attention 4*B*T*T*C per layer, the full T x T: that is what
@@ -114,7 +115,10 @@ static void forward(struct gm *g, int B, int T, cudaStream_t s)
                           P("ln1b") + l * C, N, C, s);
         fc_forward(g, qkv, ln1, "qkvw", "qkvb", (size_t)l * 3 * C * C, (size_t)l * 3 * C, N, C,
                    3 * C, s);
-        attention_forward(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
+        if (g->bf16)
+            attention_forward_mixed(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
+        else
+            attention_forward(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
         fc_forward(g, g->attproj, atty, "attprojw", "attprojb", (size_t)l * C * C, (size_t)l * C,
                    N, C, C, s);
         residual_forward(res2, x, g->attproj, (long)NC, s);
@@ -177,7 +181,11 @@ static void backward(struct gm *g, int B, int T, cudaStream_t s)
         fc_backward(g, g->datty, g->dres, atty, "attprojw", "attprojb", (size_t)l * C * C,
                     (size_t)l * C, N, C, C, s);
         CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
-        attention_backward(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C, NH, s);
+        if (g->bf16)
+            attention_backward_mixed(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C,
+                                     NH, s);
+        else
+            attention_backward(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C, NH, s);
         fc_backward(g, g->dln, g->dqkv, ln1, "qkvw", "qkvb", (size_t)l * 3 * C * C,
                     (size_t)l * 3 * C, N, C, 3 * C, s);
         layernorm_backward(g->dres, G("ln1w") + l * C, G("ln1b") + l * C, g->dln, x,

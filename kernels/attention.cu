@@ -16,26 +16,36 @@
 
 #include <math.h>
 
+template <typename T> static __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x)
+{
+    return x;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+
 /* dst (B,NH,T,hs) <- rows of src (B,T,ld), head h in columns [h*hs, (h+1)*hs) */
-static __global__ void permute_kernel(float *dst, const float *src, int B, int T, int NH, int hs,
+template <typename T>
+static __global__ void permute_kernel(T *dst, const float *src, int B, int T_, int NH, int hs,
                                       int ld)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)B * NH * T * hs)
+    if (i >= (size_t)B * NH * T_ * hs)
         return;
-    int d = (int)(i % hs), t = (int)(i / hs % T), h = (int)(i / ((size_t)hs * T) % NH);
-    size_t b = i / ((size_t)hs * T * NH);
-    dst[i] = src[(b * T + t) * ld + (size_t)h * hs + d];
+    int d = (int)(i % hs), t = (int)(i / hs % T_), h = (int)(i / ((size_t)hs * T_) % NH);
+    size_t b = i / ((size_t)hs * T_ * NH);
+    dst[i] = from_f32<T>(src[(b * T_ + t) * ld + (size_t)h * hs + d]);
 }
 
-static void permute_qkv(float *q, float *k, float *v, const float *qkv, int B, int T, int C,
-                        int NH, cudaStream_t stream)
+template <typename T>
+static void permute(T *dst, const float *src, int B, int T_, int C, int NH, int ld,
+                    cudaStream_t stream)
 {
-    size_t n = (size_t)B * T * C;
-    unsigned grid = (unsigned)CEIL_DIV(n, 256);
-    permute_kernel<<<grid, 256, 0, stream>>>(q, qkv, B, T, NH, C / NH, 3 * C);
-    permute_kernel<<<grid, 256, 0, stream>>>(k, qkv + C, B, T, NH, C / NH, 3 * C);
-    permute_kernel<<<grid, 256, 0, stream>>>(v, qkv + 2 * C, B, T, NH, C / NH, 3 * C);
+    size_t n = (size_t)B * T_ * C;
+    permute_kernel<T><<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(dst, src, B, T_, NH, C / NH,
+                                                                      ld);
     GPU_LAUNCH_CHECK();
 }
 
@@ -101,72 +111,147 @@ static __global__ void softmax_backward_kernel(float *dp, const float *att, floa
 
 /* Row-major batched GEMM over `batch` heads: C (M,N) = alpha op(A) op(B) + beta C, where
  * transX means the row-major operand is used transposed. Mapped onto column-major cuBLAS as
- * C^T = op(B)^T op(A)^T. */
-static void batched(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
-                    long long sa, const float *Bm, int ldb, long long sb, float beta, float *Cm,
-                    int ldc, long long sc, int batch, cudaStream_t stream)
+ * C^T = op(B)^T op(A)^T. Operands of type ab (fp32: plain fp32 math, no TF32; bf16: tensor
+ * cores), C fp32, fp32 accumulation. */
+static void batched(bool ta, bool tb, int M, int N, int K, float alpha, const void *A, int lda,
+                    long long sa, const void *Bm, int ldb, long long sb, float beta, float *Cm,
+                    int ldc, long long sc, int batch, cudaDataType_t ab, cudaStream_t stream)
 {
     cublasHandle_t h = gpu_rt()->blas;
     CUBLAS_CHECK(cublasSetStream(h, stream));
-    CUBLAS_CHECK(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                           ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, Bm,
-                                           ldb, sb, A, lda, sa, &beta, Cm, ldc, sc, batch));
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                            ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, Bm,
+                                            ab, ldb, sb, A, ab, lda, sa, &beta, Cm, CUDA_R_32F, ldc,
+                                            sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static size_t round256(size_t bytes)
+{
+    return CEIL_DIV(bytes, 256) * 256;
+}
+
+/* T = float: the fp32 specification's precision. T = __nv_bfloat16: the four batched GEMMs of
+ * each direction take bf16 operands (q, k, v, dO, and the probabilities / dS rounded once),
+ * accumulate in fp32 and write fp32; softmax and its backward stay fp32. */
+template <typename T>
+static void forward_impl(float *out, float *att, const float *qkv, const int *len, int B, int T_,
+                         int C, int NH, cudaStream_t stream)
+{
+    const bool mixed = sizeof(T) == 2;
+    const cudaDataType_t ab = mixed ? CUDA_R_16BF : CUDA_R_32F;
+    const int hs = C / NH, BH = B * NH;
+    const size_t n = (size_t)B * T_ * C, rows = (size_t)BH * T_;
+    const long long sq = (long long)T_ * hs, sp = (long long)T_ * T_;
+    if (n == 0)
+        return;
+    /* q k v (T) | o (fp32) | P in bf16 (mixed only) */
+    const size_t szT = round256(n * sizeof(T)), szF = round256(n * sizeof(float));
+    char *base = (char *)gpu_scratch(3 * szT + szF + (mixed ? round256(rows * T_ * 2) : 0), stream);
+    T *q = (T *)base, *k = (T *)(base + szT), *v = (T *)(base + 2 * szT);
+    float *o = (float *)(base + 3 * szT);
+    uint16_t *pb = (uint16_t *)(base + 3 * szT + szF);
+
+    permute<T>(q, qkv, B, T_, C, NH, 3 * C, stream);
+    permute<T>(k, qkv + C, B, T_, C, NH, 3 * C, stream);
+    permute<T>(v, qkv + 2 * C, B, T_, C, NH, 3 * C, stream);
+    /* S (T,T) = scale Q K^T */
+    batched(false, true, T_, T_, hs, 1.0f / sqrtf((float)hs), q, hs, sq, k, hs, sq, 0.0f, att, T_,
+            sp, BH, ab, stream);
+    masked_softmax_kernel<<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(att, len, NH, T_, rows);
+    GPU_LAUNCH_CHECK();
+    const void *P = att;
+    if (mixed) {
+        cast_f32_to_bf16(pb, att, rows * T_, stream);
+        P = pb;
+    }
+    /* O (T,hs) = P V */
+    batched(false, false, T_, hs, T_, 1.0f, P, T_, sp, v, hs, sq, 0.0f, o, hs, sq, BH, ab, stream);
+    unpermute_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(out, o, B, T_, NH, hs, C, 0);
+    GPU_LAUNCH_CHECK();
+    gpu_scratch_free(base, stream);
+}
+
+template <typename T>
+static void backward_impl(float *dqkv, const float *dout, const float *qkv, const float *att,
+                          int B, int T_, int C, int NH, cudaStream_t stream)
+{
+    const bool mixed = sizeof(T) == 2;
+    const cudaDataType_t ab = mixed ? CUDA_R_16BF : CUDA_R_32F;
+    const int hs = C / NH, BH = B * NH;
+    const size_t n = (size_t)B * T_ * C, rows = (size_t)BH * T_;
+    const long long sq = (long long)T_ * hs, sp = (long long)T_ * T_;
+    if (n == 0)
+        return;
+    /* q k v dO (T) | dq dk dv (fp32) | dP (fp32) | P, dS in bf16 (mixed only) */
+    const size_t szT = round256(n * sizeof(T)), szF = round256(n * sizeof(float));
+    const size_t szP = round256(rows * T_ * sizeof(float)), szPb = round256(rows * T_ * 2);
+    char *base = (char *)gpu_scratch(4 * szT + 3 * szF + szP + (mixed ? 2 * szPb : 0), stream);
+    T *q = (T *)base, *k = (T *)(base + szT), *v = (T *)(base + 2 * szT);
+    T *dO = (T *)(base + 3 * szT);
+    float *dq = (float *)(base + 4 * szT), *dk = (float *)(base + 4 * szT + szF);
+    float *dv = (float *)(base + 4 * szT + 2 * szF), *dp = (float *)(base + 4 * szT + 3 * szF);
+    uint16_t *pb = (uint16_t *)(base + 4 * szT + 3 * szF + szP);
+    uint16_t *dsb = (uint16_t *)(base + 4 * szT + 3 * szF + szP + szPb);
+
+    permute<T>(q, qkv, B, T_, C, NH, 3 * C, stream);
+    permute<T>(k, qkv + C, B, T_, C, NH, 3 * C, stream);
+    permute<T>(v, qkv + 2 * C, B, T_, C, NH, 3 * C, stream);
+    permute<T>(dO, dout, B, T_, C, NH, C, stream);
+    /* padding lives in att: its zero rows/columns mask every gradient below */
+    const void *P = att, *dS = dp;
+    if (mixed) {
+        cast_f32_to_bf16(pb, att, rows * T_, stream);
+        P = pb;
+    }
+    /* dP = dO V^T ; dV = P^T dO */
+    batched(false, true, T_, T_, hs, 1.0f, dO, hs, sq, v, hs, sq, 0.0f, dp, T_, sp, BH, ab,
+            stream);
+    batched(true, false, T_, hs, T_, 1.0f, P, T_, sp, dO, hs, sq, 0.0f, dv, hs, sq, BH, ab,
+            stream);
+    softmax_backward_kernel<<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(
+        dp, att, 1.0f / sqrtf((float)hs), T_, rows);
+    GPU_LAUNCH_CHECK();
+    if (mixed) {
+        cast_f32_to_bf16(dsb, dp, rows * T_, stream);
+        dS = dsb;
+    }
+    /* dQ = dS K ; dK = dS^T Q */
+    batched(false, false, T_, hs, T_, 1.0f, dS, T_, sp, k, hs, sq, 0.0f, dq, hs, sq, BH, ab,
+            stream);
+    batched(true, false, T_, hs, T_, 1.0f, dS, T_, sp, q, hs, sq, 0.0f, dk, hs, sq, BH, ab,
+            stream);
+    unsigned grid = (unsigned)CEIL_DIV(n, 256);
+    unpermute_kernel<<<grid, 256, 0, stream>>>(dqkv, dq, B, T_, NH, hs, 3 * C, 1);
+    unpermute_kernel<<<grid, 256, 0, stream>>>(dqkv + C, dk, B, T_, NH, hs, 3 * C, 1);
+    unpermute_kernel<<<grid, 256, 0, stream>>>(dqkv + 2 * C, dv, B, T_, NH, hs, 3 * C, 1);
+    GPU_LAUNCH_CHECK();
+    gpu_scratch_free(base, stream);
 }
 
 extern "C" void attention_forward(float *out, float *att, const float *qkv, const int *len, int B,
                                   int T, int C, int NH, struct CUstream_st *stream)
 {
-    const int hs = C / NH, BH = B * NH;
-    const size_t n = (size_t)B * T * C, rows = (size_t)BH * T;
-    const long long sq = (long long)T * hs, sp = (long long)T * T;
-    if (n == 0)
-        return;
-    float *q = (float *)gpu_scratch(4 * n * sizeof(float), stream), *k = q + n, *v = k + n,
-          *o = v + n;
-    permute_qkv(q, k, v, qkv, B, T, C, NH, stream);
-    /* S (T,T) = scale Q K^T */
-    batched(false, true, T, T, hs, 1.0f / sqrtf((float)hs), q, hs, sq, k, hs, sq, 0.0f, att, T,
-            sp, BH, stream);
-    masked_softmax_kernel<<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(att, len, NH, T, rows);
-    GPU_LAUNCH_CHECK();
-    /* O (T,hs) = P V */
-    batched(false, false, T, hs, T, 1.0f, att, T, sp, v, hs, sq, 0.0f, o, hs, sq, BH, stream);
-    unpermute_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(out, o, B, T, NH, hs, C, 0);
-    GPU_LAUNCH_CHECK();
-    gpu_scratch_free(q, stream);
+    forward_impl<float>(out, att, qkv, len, B, T, C, NH, stream);
 }
 
 extern "C" void attention_backward(float *dqkv, const float *dout, const float *qkv,
                                    const float *att, const int *len, int B, int T, int C, int NH,
                                    struct CUstream_st *stream)
 {
-    const int hs = C / NH, BH = B * NH;
-    const size_t n = (size_t)B * T * C, rows = (size_t)BH * T;
-    const long long sq = (long long)T * hs, sp = (long long)T * T;
-    if (n == 0)
-        return;
-    /* q k v dO dq dk dv: 7 (B,NH,T,hs) buffers, then dP (B*NH,T,T) */
-    float *q = (float *)gpu_scratch((7 * n + rows * T) * sizeof(float), stream), *k = q + n,
-          *v = k + n, *dO = v + n, *dq = dO + n, *dk = dq + n, *dv = dk + n, *dp = dv + n;
-    permute_qkv(q, k, v, qkv, B, T, C, NH, stream);
-    permute_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(dO, dout, B, T, NH, hs, C);
-    GPU_LAUNCH_CHECK();
-    (void)len; /* padding lives in att: its zero rows/columns mask every gradient below */
-    /* dP = dO V^T ; dV = P^T dO */
-    batched(false, true, T, T, hs, 1.0f, dO, hs, sq, v, hs, sq, 0.0f, dp, T, sp, BH, stream);
-    batched(true, false, T, hs, T, 1.0f, att, T, sp, dO, hs, sq, 0.0f, dv, hs, sq, BH, stream);
-    softmax_backward_kernel<<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(
-        dp, att, 1.0f / sqrtf((float)hs), T, rows);
-    GPU_LAUNCH_CHECK();
-    /* dQ = dS K ; dK = dS^T Q */
-    batched(false, false, T, hs, T, 1.0f, dp, T, sp, k, hs, sq, 0.0f, dq, hs, sq, BH, stream);
-    batched(true, false, T, hs, T, 1.0f, dp, T, sp, q, hs, sq, 0.0f, dk, hs, sq, BH, stream);
-    unpermute_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(dqkv, dq, B, T, NH, hs, 3 * C,
-                                                                     1);
-    unpermute_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(dqkv + C, dk, B, T, NH, hs,
-                                                                     3 * C, 1);
-    unpermute_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(dqkv + 2 * C, dv, B, T, NH,
-                                                                     hs, 3 * C, 1);
-    GPU_LAUNCH_CHECK();
-    gpu_scratch_free(q, stream);
+    (void)len;
+    backward_impl<float>(dqkv, dout, qkv, att, B, T, C, NH, stream);
+}
+
+extern "C" void attention_forward_mixed(float *out, float *att, const float *qkv, const int *len,
+                                        int B, int T, int C, int NH, struct CUstream_st *stream)
+{
+    forward_impl<__nv_bfloat16>(out, att, qkv, len, B, T, C, NH, stream);
+}
+
+extern "C" void attention_backward_mixed(float *dqkv, const float *dout, const float *qkv,
+                                         const float *att, const int *len, int B, int T, int C,
+                                         int NH, struct CUstream_st *stream)
+{
+    (void)len;
+    backward_impl<__nv_bfloat16>(dqkv, dout, qkv, att, B, T, C, NH, stream);
 }

@@ -1,6 +1,6 @@
 // Masked multi-head attention on the GPU against kernels/attention_cpu.c: the output, the saved
 // probabilities (zero outside each sequence's L x L block) and the accumulated dqkv, for lengths
-// 1, T and in between.
+// 1, T and in between; fp32 and the bf16 tensor-core variant (*_mixed, bf16 tolerances).
 #include "kernels/attention.h"
 #include "kernels/gpu_testutil.h"
 
@@ -20,9 +20,20 @@ static void check(int B, int T, int C, int NH, const int *len, uint64_t seed)
     attention_forward(d_out, d_att, d_qkv, d_len, B, T, C, NH, 0);
     gt_compare("attention_forward out", d_out, out, no, GT_F32_ATOL, GT_F32_RTOL);
     gt_compare("attention_forward att", d_att, att, na, 1e-6, GT_F32_RTOL);
+    float *dqkv0 = gt_copyv(dqkv, nq);
     attention_backward_cpu(dqkv, dout, qkv, att, len, B, T, C, NH);
     attention_backward(d_dqkv, d_dout, d_qkv, d_att, d_len, B, T, C, NH, 0);
     gt_compare("attention_backward dqkv", d_dqkv, dqkv, nq, 1e-4, GT_F32_RTOL);
+
+    /* bf16 tensor-core GEMMs inside: q, k, v, dout and P rounded to bf16 (2^-9 relative each) */
+    attention_forward_mixed(d_out, d_att, d_qkv, d_len, B, T, C, NH, 0);
+    gt_compare("attention_fwd_mixed out", d_out, out, no, 2e-2, 5e-2);
+    gt_compare("attention_fwd_mixed att", d_att, att, na, 1e-2, 5e-2);
+    CUDA_CHECK(cudaMemcpy(d_dqkv, dqkv0, nq * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_att, att, na * sizeof(float), cudaMemcpyHostToDevice));
+    attention_backward_mixed(d_dqkv, d_dout, d_qkv, d_att, d_len, B, T, C, NH, 0);
+    gt_compare("attention_bwd_mixed dqkv", d_dqkv, dqkv, nq, 2e-2, 5e-2);
+    free(dqkv0);
     cudaFree(d_len), cudaFree(d_qkv), cudaFree(d_out), cudaFree(d_att), cudaFree(d_dout);
     cudaFree(d_dqkv);
     free(qkv), free(out), free(att), free(dout), free(dqkv);

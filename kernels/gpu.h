@@ -92,6 +92,13 @@ void attention_forward(float *out, float *att, const float *qkv, const int *len,
                        int C, int NH, struct CUstream_st *stream);
 void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                         const int *len, int B, int T, int C, int NH, struct CUstream_st *stream);
+/* The same with the four batched GEMMs of each direction on bf16 tensor cores (q, k, v, dout and
+ * the probabilities rounded to bf16 as operands; fp32 accumulation, softmax and outputs). */
+void attention_forward_mixed(float *out, float *att, const float *qkv, const int *len, int B,
+                             int T, int C, int NH, struct CUstream_st *stream);
+void attention_backward_mixed(float *dqkv, const float *dout, const float *qkv, const float *att,
+                              const int *len, int B, int T, int C, int NH,
+                              struct CUstream_st *stream);
 
 /* ---- pool.h ---- */
 void meanpool_forward(float *out, const float *inp, const int *len, int B, int T, int C,
