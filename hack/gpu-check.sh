@@ -90,7 +90,14 @@ fi
 blas_root=/tmp/gantry-gpu-debs
 if ls "$debs"/*.deb >/dev/null 2>&1; then
     rm -rf "$blas_root"; mkdir -p "$blas_root"
-    for f in "$debs"/*.deb; do dpkg -x "$f" "$blas_root"; done
+    for f in "$debs"/*.deb; do
+        if command -v dpkg >/dev/null; then
+            dpkg -x "$f" "$blas_root"
+        else # a .deb is an ar archive holding data.tar.*
+            rm -rf /tmp/gantry-deb && mkdir -p /tmp/gantry-deb
+            (cd /tmp/gantry-deb && ar x "$f") && tar -xf /tmp/gantry-deb/data.tar.* -C "$blas_root"
+        fi
+    done
     export LD_LIBRARY_PATH="$blas_root/usr/lib/x86_64-linux-gnu/openblas-pthread:$blas_root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
 export LD_LIBRARY_PATH="$shim/lib:${ncclpkg:+$ncclpkg/lib:}${LD_LIBRARY_PATH:-}"
