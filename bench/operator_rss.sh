@@ -14,7 +14,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-build= sizes="2000 10000" csv=
+build="" sizes="2000 10000" csv=""
 while [ $# -gt 0 ]; do
     case $1 in
         --build) build=$2; shift 2 ;;

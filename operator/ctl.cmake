@@ -40,6 +40,12 @@ foreach(group lifecycle ha obs)
     set_tests_properties(operator_api_${group}_test PROPERTIES
                          LABELS api SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
+# 410 Gone on the operator's watches, forced by restarting the kube-apiserver of a private API
+# tier the test starts (e2e/api/operator_gone_test.sh); gated like the others.
+add_test(NAME operator_api_gone_test
+         COMMAND bash ${PROJECT_SOURCE_DIR}/e2e/api/operator_gone_test.sh
+                 $<TARGET_FILE:gantry-operator>)
+set_tests_properties(operator_api_gone_test PROPERTIES LABELS api SKIP_RETURN_CODE 77 TIMEOUT 300)
 # The CRD, tj.c and (when its config loader is built) gantry-worker must agree.
 if(TARGET gantry_core)
     gantry_test(tj_crd_test SOURCES ${CTL_DIR}/tj_crd_test.c LIBS gantry_ctl gantry_core)
