@@ -225,16 +225,43 @@ static void gm_init(struct gm *g, const struct model *m, int B, int T, int bf16)
     CUDA_CHECK(cudaMalloc(&g->s16c, big * 2));
 }
 
+/* ev (optional, 4 events): recorded before the forward, the backward, the optimizer and at the
+ * end, for the per-phase breakdown. */
 static void step(struct gm *g, struct adamw_segment *segs, int nseg, long t, int B, int T,
-                 cudaStream_t s)
+                 cudaStream_t s, cudaEvent_t *ev = NULL)
 {
     CUDA_CHECK(cudaMemsetAsync(g->g, 0, g->m->n_params * sizeof(float), s));
+    if (ev)
+        CUDA_CHECK(cudaEventRecord(ev[0], s));
     forward(g, B, T, s);
+    if (ev)
+        CUDA_CHECK(cudaEventRecord(ev[1], s));
     backward(g, B, T, s);
+    if (ev)
+        CUDA_CHECK(cudaEventRecord(ev[2], s));
     grad_norm(g->norm, g->g, g->m->n_params, s);
     grad_clip_coef(g->coef, g->norm, 1.0f, 1.0f, s);
     adamw_update(g->p, g->p16, g->g, g->am, g->av, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f,
                  t, g->coef, s);
+    if (ev)
+        CUDA_CHECK(cudaEventRecord(ev[3], s));
+}
+
+/* One more step, timed by phase. */
+static void phases(struct gm *g, struct adamw_segment *segs, int nseg, long t, int B, int T)
+{
+    cudaEvent_t ev[4];
+    float ms[3];
+    for (int i = 0; i < 4; i++)
+        CUDA_CHECK(cudaEventCreate(&ev[i]));
+    step(g, segs, nseg, t, B, T, 0, ev);
+    CUDA_CHECK(cudaEventSynchronize(ev[3]));
+    for (int i = 0; i < 3; i++)
+        CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
+    printf("phases: forward %.2f ms | backward %.2f ms | clip + AdamW %.2f ms\n", (double)ms[0],
+           (double)ms[1], (double)ms[2]);
+    for (int i = 0; i < 4; i++)
+        cudaEventDestroy(ev[i]);
 }
 
 static float mean_loss(const struct gm *g, int B)
@@ -422,6 +449,7 @@ int main(int argc, char **argv)
                o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.B, o.T, o.C, o.L, o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, 3 * fwd / sec / 1e12, mfu);
     }
+    phases(&g, segs, m.n_tensors, o.warmup + o.steps + 1, o.B, o.T);
 out:
     gpu_shutdown();
     model_cleanup(&m);
