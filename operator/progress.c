@@ -438,7 +438,7 @@ void progress_lookup(struct progress *p, const char *key, struct rec_input *in, 
         return;
     pthread_mutex_lock(&p->mu);
     e = strmap_get(&p->jobs, key);
-    if (e && e->clock.uid[0]) {
+    if (e && e->clock.uid[0] && e->clock.step >= 0) { /* rank 0 answered at least once */
         *hold = json_incref(e->status);
         in->progress = *hold;
         in->progress_restart = e->clock.restart;

@@ -10,7 +10,10 @@
  * --progress-url-template, since pod IPs are not reachable on the API tier). The per-job clock
  * (struct progress_clock) starts when a rank 0 is first seen running, and moves whenever the
  * reported step grows; a failed or timed-out request (a SIGSTOPped worker) does not move it. A
- * new pod (another UID) or gang restarts the clock. When the status.progress it would write
+ * new pod (another UID) or gang restarts the clock. Hang detection only starts once rank 0 has
+ * answered once in its gang (a worker that serves no /progress, e.g. an older image or a
+ * network policy in the way, is never declared stalled); from then on timeouts count as no
+ * progress. When the status.progress it would write
  * changes, the job's key is queued, so status is written at most once per interval per job.
  * Jobs that are not Running (or have no running rank 0) have no clock and keep the observed
  * status.progress.
@@ -84,7 +87,8 @@ const struct progress_stats *progress_get_stats(const struct progress *p);
 
 /* What rec needs for job key: fills in->progress (a new reference in *hold, to json_decref()
  * after reconcile; NULL when none), progress_restart (-1 without a clock), progress_since and
- * progress_advanced. p may be NULL (no poller): no clock. */
+ * progress_advanced; no clock until rank 0 of the gang has answered once. p may be NULL (no
+ * poller): no clock. */
 void progress_lookup(struct progress *p, const char *key, struct rec_input *in, json_t **hold);
 
 #endif /* GANTRY_PROGRESS_H */

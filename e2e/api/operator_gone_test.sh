@@ -30,7 +30,7 @@ logs=${ARTIFACTS:-$(mktemp -d /tmp/gantry-gone-test.XXXXXX)}
 mkdir -p "$logs"
 run=$(mktemp -d /tmp/gantry-gone-run.XXXXXX)
 export GANTRY_RUN=$run
-fails=0 checks=0 op_pid= ns=gone-$$
+fails=0 checks=0 op_pid='' ns=gone-$$
 ok() { checks=$((checks + 1)); echo "ok   $*"; }
 bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
 cleanup() {

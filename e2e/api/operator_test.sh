@@ -58,7 +58,7 @@ stop_op() { # stop_op SIGNAL [PID]
     wait "$pid" 2>/dev/null || true
     [ "$pid" != "$op_pid" ] || op_pid=
 }
-extra_pids=() fake_pid= ticker_pid=
+extra_pids=() fake_pid='' ticker_pid=''
 stop_aux() { # the fake /progress server (maybe SIGSTOPped) and the step ticker of scenario 9
     if [ -n "$ticker_pid" ]; then kill "$ticker_pid" 2>/dev/null || true; fi
     if [ -n "$fake_pid" ]; then
