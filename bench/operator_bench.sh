@@ -15,7 +15,9 @@
 # creates returning), total (first create to the N-th pod seen; the pod count is polled every
 # 0.25 s, so +-0.25 s), peak RSS (VmHWM) and RSS at the end. Rounds alternate the two operators.
 # Kubeflow's validating webhook is registered on no resource (no webhook Service exists on the
-# API tier); Gantry's CRD validates in the API server. --rounds (3) is for N < 1000,
+# API tier); Gantry's CRD validates in the API server. Kubeflow's cert rotator waits for its
+# Secret to appear as files (a volume in a Deployment): this script writes them to
+# /tmp/k8s-webhook-server/serving-certs, the path that training-operator v1.8 fixes. --rounds (3) is for N < 1000,
 # --rounds-large (2) for N >= 1000.
 # CSV rows: impl,metric,x,unit,round,value with x = N and metric total|apply|rss_peak|rss_end.
 # Prints a table of medians (min-max) and per N the verdict line (ratio Kubeflow/Gantry time).
@@ -48,7 +50,7 @@ while [ $# -gt 0 ]; do
     --kube-pods) kube_pods=$2; shift 2 ;;
     --kube-rounds) kube_rounds=$2; shift 2 ;;
     --kube-csv) kube_csv=$2; shift 2 ;;
-    -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "operator_bench.sh: unknown argument $1 (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -66,7 +68,10 @@ work=$(mktemp -d /tmp/gantry-operator-bench.XXXXXX)
 rows=$work/rows.csv
 : >"$rows"
 op_pid=
+kf_certs=/tmp/k8s-webhook-server/serving-certs # fixed in training-operator v1.8 (pkg/cert)
+made_certs=0
 cleanup() {
+    [ "$made_certs" = 0 ] || rm -rf "$(dirname "$kf_certs")"
     [ -z "$op_pid" ] || { kill -TERM "$op_pid" 2>/dev/null; wait "$op_pid" 2>/dev/null; } || true
     "$root/hack/cluster.sh" down >"$work/down.log" 2>&1 || cat "$work/down.log" >&2
     rm -rf "$work"
@@ -76,14 +81,23 @@ trap cleanup EXIT
 export KUBECONFIG=$GANTRY_RUN/admin.kubeconfig
 k() { "$kubectl" --request-timeout=60s "$@"; }
 
+established() { # established CRD: waits up to 60 s (kubectl wait fails while conditions is null)
+    local i
+    for ((i = 0; i < 120; i++)); do
+        [ "$(k get "crd/$1" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" != True ] || return 0
+        sleep 0.5
+    done
+    echo "operator_bench: CRD $1 not Established in 60 s" >&2
+    return 1
+}
 k apply --server-side -f "$root/manifests/crds/gantry.dev_trainingjobs.yaml" >/dev/null
-k wait --for=condition=Established crd/trainingjobs.gantry.dev --timeout=60s >/dev/null
+established trainingjobs.gantry.dev
 impls=gantry
 if [ "$kf" != none ]; then
     impls="gantry kubeflow"
     crd=$(dirname "$(dirname "$kf")")/crds/kubeflow.org_pytorchjobs.yaml
     k apply --server-side -f "$crd" >/dev/null
-    k wait --for=condition=Established crd/pytorchjobs.kubeflow.org --timeout=60s >/dev/null
+    established pytorchjobs.kubeflow.org
     # What the cert rotator needs: its Secret and the webhook configuration it patches (here
     # matching no resource, since nothing on the API tier can reach a webhook Service).
     k create namespace kubeflow >/dev/null
@@ -125,6 +139,10 @@ start_op() { # start_op IMPL NS LOG
     else
         local port
         port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        if [ ! -f "$kf_certs/tls.crt" ]; then
+            [ -d "$(dirname "$kf_certs")" ] || made_certs=1
+            mount_certs &
+        fi
         MY_POD_NAMESPACE=kubeflow "$kf" --namespace "$2" --enable-scheme pytorchjob \
             --controller-threads 4 --metrics-bind-address 0 --health-probe-bind-address 0 \
             --webhook-server-port "$port" >"$3" 2>&1 &
@@ -132,7 +150,22 @@ start_op() { # start_op IMPL NS LOG
     op_pid=$!
 }
 ready() { # ready IMPL LOG: the operator logged that its caches are synced / workers started
-    if [ "$1" = gantry ]; then grep -q 'Caches synced' "$2"; else grep -q 'Starting workers' "$2"; fi
+    if [ "$1" = gantry ]; then grep -q 'Caches synced' "$2"; else grep -q 'Starting workers.*pytorchjob' "$2"; fi
+}
+mount_certs() { # the kubelet's part in a Deployment: the rotator's Secret as files in the cert dir
+    local i f
+    for ((i = 0; i < 300; i++)); do
+        if [ -n "$(k -n kubeflow get secret training-operator-webhook-cert -o jsonpath='{.data.tls\.key}' 2>/dev/null)" ]; then
+            mkdir -p "$kf_certs"
+            for f in ca.crt tls.key tls.crt; do # tls.crt last: its presence is what the rotator waits for
+                k -n kubeflow get secret training-operator-webhook-cert -o jsonpath="{.data.${f/./\\.}}" |
+                    base64 -d >"$kf_certs/.$f" && mv "$kf_certs/.$f" "$kf_certs/$f"
+            done
+            return 0
+        fi
+        sleep 0.2
+    done
+    echo "operator_bench: the webhook cert Secret was not filled in 60 s" >&2
 }
 one() { # one IMPL N ROUND
     local impl=$1 n=$2 r=$3 ns="bench-$1-$2-$3" t0 t1 t2 peak=0 cur i got=0 deadline
@@ -141,10 +174,10 @@ one() { # one IMPL N ROUND
     start_op "$impl" "$ns" "$work/$ns.log"
     for ((i = 0; i < 600; i++)); do
         ready "$impl" "$work/$ns.log" && break
-        kill -0 "$op_pid" 2>/dev/null || { echo "operator_bench: $impl exited at start:" >&2; tail -20 "$work/$ns.log" >&2; exit 1; }
+        kill -0 "$op_pid" 2>/dev/null || { echo "operator_bench: $impl exited at start:" >&2; tail -n 20 "$work/$ns.log" >&2; exit 1; }
         sleep 0.1
     done
-    ready "$impl" "$work/$ns.log" || { echo "operator_bench: $impl not ready in 60 s" >&2; tail -20 "$work/$ns.log" >&2; exit 1; }
+    ready "$impl" "$work/$ns.log" || { echo "operator_bench: $impl not ready in 60 s" >&2; tail -n 20 "$work/$ns.log" >&2; exit 1; }
     sleep 1
     t0=$(date +%s.%N)
     creates=()
@@ -162,6 +195,7 @@ one() { # one IMPL N ROUND
             [ "$running" = 1 ] || t1=$(date +%s.%N)
         fi
         got=$(npods "$ns" 2>/dev/null || echo 0)
+        kill -0 "$op_pid" 2>/dev/null || { echo "operator_bench: $impl exited:" >&2; tail -n 20 "$work/$ns.log" >&2; exit 1; }
         cur=$(rss_kb "$op_pid" VmRSS); [ "${cur:-0}" -le "$peak" ] || peak=$cur
         [ "$got" -lt "$n" ] || break
         [ "$(date +%s)" -lt "$deadline" ] || { echo "operator_bench: $impl: $got/$n pods after 600 s" >&2; break; }
