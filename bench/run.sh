@@ -15,7 +15,7 @@
 #   operator   bench/operator_bench.sh: N = 100 and 1000 jobs -> pods and RSS vs Kubeflow's
 #              training-operator on a private API tier (quick: N = 100, 1 round); ratio reported;
 #              on the same cluster first bench/kube_bench (list vs kubectl, watch, informer
-#              memory), 2000 pods x 3 (quick: 500 x 1), results as kube.csv/png
+#              memory), 1000 pods x 3 (quick: 500 x 1), results as kube.csv/png
 # The GPU row says why it did not run (no GPU on this machine). Results: DIR (bench/results)
 # gets <name>.csv (impl,metric,x,unit,round,value: every round), <name>.png, <name>.log and
 # meta.json; FILE (docs/benchmarks.md) the report, by bench/plot.py (matplotlib, hack/pyenv.sh).
@@ -200,7 +200,7 @@ if want operator; then
         if [ $quick = 1 ]; then op=(--jobs 100 --rounds 1); else op=(--jobs "100 1000" --rounds 3 --rounds-large 2); fi
         kbargs=()
         if kbb=$(find_bin kube_bench) && [ -n "$kbb" ]; then
-            if [ $quick = 1 ]; then kbargs=(--kube-pods 500 --kube-rounds 1); else kbargs=(--kube-pods 2000 --kube-rounds 3); fi
+            if [ $quick = 1 ]; then kbargs=(--kube-pods 500 --kube-rounds 1); else kbargs=(--kube-pods 1000 --kube-rounds 3); fi
             kbargs=(--kube-bench "$kbb" "${kbargs[@]}" --kube-csv "$out/kube.csv")
             m notes kube "Kubernetes client (bench/kube_bench, engineer kube's): the kubectl peer's list time includes starting the kubectl process (as a user pays it); kube_bench reports the best of 3 lists per round, the table the median of the rounds' bests."
         else
