@@ -105,15 +105,20 @@ export LD_LIBRARY_PATH="$shim/lib:${ncclpkg:+$ncclpkg/lib:}${LD_LIBRARY_PATH:-}"
 # ---- build ----
 build=/tmp/gantry-build-gpu
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-if ! { cmake -S "$here/bench/gpu_check" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+keep=(-k 0); [ ${#gen[@]} -eq 0 ] && keep=(-k) # keep going: one broken file must not hide the rest
+if ! cmake -S "$here/bench/gpu_check" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DGANTRY_CUDA_ROOT="$cuda_root" -DGANTRY_OPENBLAS_ROOT="$blas_root" \
         -DCMAKE_LIBRARY_PATH="$shim/lib" -DCMAKE_CUDA_ARCHITECTURES=90 \
-        ${extra_inc:+-DCMAKE_CUDA_FLAGS="$extra_inc"} &&
-       cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1; then
-    say "FAILED: build (build.log)"; tail -30 "$out/build.log"; exit 1
+        ${extra_inc:+-DCMAKE_CUDA_FLAGS="$extra_inc"} >"$out/build.log" 2>&1; then
+    say "FAILED: configure (build.log)"; tail -30 "$out/build.log"; exit 1
 fi
-say "OK: build ($(grep -c 'Building CUDA' "$out/build.log") CUDA objects, sm_90 + PTX)"
-
+if cmake --build "$build" -j "$(nproc)" -- "${keep[@]}" >>"$out/build.log" 2>&1; then
+    say "OK: build ($(grep -c 'Building CUDA' "$out/build.log") CUDA objects, sm_90 + PTX)"
+else
+    status=1
+    say "FAILED: build (build.log); running what did build"
+    grep -E 'error|FAILED' "$out/build.log" | head -20 >>"$summary"
+fi
 # ---- GPU tests ----
 if (cd "$build" && timeout 300 ctest -L gpu --output-on-failure -V) >"$out/ctest.log" 2>&1; then
     say "OK: ctest -L gpu: $(grep -E 'tests passed' "$out/ctest.log" | tail -1)," \
@@ -123,6 +128,8 @@ else
     say "FAILED: ctest -L gpu (ctest.log): $(grep -E 'tests passed|\(Failed\)|Not Run' "$out/ctest.log" | tr '\n' ' ')"
 fi
 grep -E '^\S.*(OK|FAILED)$' "$out/ctest.log" | grep -v '^  ' >>"$summary" || true
+
+[ -x "$build/gpu_bench" ] || { say "FAILED: gpu_bench did not build"; exit 1; }
 
 # ---- a GPU training run against the CPU model (same weights, same batch) ----
 check_cpu() {
