@@ -15,8 +15,18 @@ foreach(op gpu_runtime embed layernorm matmul attention pool crossentropy adamw)
 endforeach()
 target_link_libraries(gantry_kernels_cuda PUBLIC gantry::cublas gantry::cublaslt)
 # Device code: warnings as errors too (nvcc's own, and the host compiler's through -Xcompiler).
-target_compile_options(gantry_kernels_cuda PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-Wno-unused-parameter>)
+# The stand-alone GPU-machine build turns -Werror off: another host compiler may warn differently,
+# and a warning must not cost a device run.
+if(NOT DEFINED GANTRY_CUDA_WERROR)
+    set(GANTRY_CUDA_WERROR ON)
+endif()
+if(GANTRY_CUDA_WERROR)
+    target_compile_options(gantry_kernels_cuda PRIVATE
+        $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-Wno-unused-parameter>)
+else()
+    target_compile_options(gantry_kernels_cuda PRIVATE
+        $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)
+endif()
 
 # GPU tests: label gpu, exit 77 (skipped) without a device. Each compares the CUDA op with the CPU
 # specification on random inputs (kernels/gpu_testutil.h).
