@@ -26,13 +26,22 @@ case "${1:-}" in
     mkdir -p "$debs"
     cd "$debs" && apt-get download libopenblas0-pthread libopenblas-pthread-dev libgfortran5 \
         libquadmath0
-    ls -la "$debs"
+    du -sh "$debs"/*.deb
     echo "gpu-check: carry .carry (device tool: carry [\".carry\"]) and run hack/gpu-check.sh there"
     exit 0 ;;
 --quick) quick=1 ;;
 "") ;;
 *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 64 ;;
 esac
+
+# first existing path among the arguments (globs expanded by the caller), or nothing
+first() {
+    local f
+    for f in "$@"; do
+        [ -e "$f" ] && { echo "$f"; return 0; }
+    done
+    return 1
+}
 
 mkdir -p "$out"
 summary="$out/summary.txt"
@@ -50,7 +59,7 @@ status=0
 } >"$out/env.txt" 2>&1
 
 # ---- toolkit: nvcc, cuBLAS(Lt) and NCCL from wherever this machine keeps them ----
-nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+nvcc_bin=$(command -v nvcc || first /usr/local/cuda/bin/nvcc || true)
 if [ -z "$nvcc_bin" ]; then
     say "FAILED: no nvcc on PATH or in /usr/local/cuda/bin"; exit 1
 fi
@@ -59,16 +68,16 @@ shim=/tmp/gantry-gpu-shim # unversioned .so names for the linker, found by CMAKE
 rm -rf "$shim"; mkdir -p "$shim/lib"
 pyroot=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null || true)
 for l in cublasLt cublas; do
-    if ! ls "$cuda_root"/lib64/lib$l.so "$cuda_root"/lib/lib$l.so >/dev/null 2>&1; then
-        f=$(ls "$cuda_root"/lib64/lib$l.so.* "$cuda_root"/targets/*/lib/lib$l.so.* \
-              "$pyroot"/nvidia/*/lib/lib$l.so.* 2>/dev/null | head -1)
+    if ! first "$cuda_root/lib64/lib$l.so" "$cuda_root/lib/lib$l.so" >/dev/null; then
+        f=$(first "$cuda_root"/lib64/lib$l.so.* "$cuda_root"/targets/*/lib/lib$l.so.* \
+              "$pyroot"/nvidia/*/lib/lib$l.so.* || true)
         [ -n "$f" ] && ln -sf "$f" "$shim/lib/lib$l.so"
     fi
 done
 extra_inc=""
 if [ ! -f "$cuda_root/include/cublasLt.h" ]; then
     # only the cuBLAS headers, so the package's other CUDA headers cannot shadow nvcc's own
-    h=$(ls "$pyroot"/nvidia/*/include/cublasLt.h 2>/dev/null | head -1)
+    h=$(first "$pyroot"/nvidia/*/include/cublasLt.h || true)
     if [ -n "$h" ]; then
         mkdir -p "$shim/include"
         ln -sf "$(dirname "$h")"/cublas*.h "$shim/include/"
@@ -84,11 +93,11 @@ ncclpkg=${GANTRY_NCCL_PKG:-$(python3 -c 'import nvidia.nccl as n; print(list(n._
 if [ -n "$ncclpkg" ]; then
     rm -rf "$wheel_nccl"; mkdir -p "$wheel_nccl/lib"
     ln -s "$ncclpkg/include" "$wheel_nccl/include"
-    ln -s "$(ls "$ncclpkg"/lib/libnccl.so* | head -1)" "$wheel_nccl/lib/libnccl.so"
+    ln -s "$(first "$ncclpkg"/lib/libnccl.so*)" "$wheel_nccl/lib/libnccl.so"
 fi
 # OpenBLAS (the CPU reference's GEMMs): carried Debian packages, else the system's.
 blas_root=/tmp/gantry-gpu-debs
-if ls "$debs"/*.deb >/dev/null 2>&1; then
+if first "$debs"/*.deb >/dev/null; then
     rm -rf "$blas_root"; mkdir -p "$blas_root"
     for f in "$debs"/*.deb; do
         if command -v dpkg >/dev/null; then
