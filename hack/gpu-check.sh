@@ -27,7 +27,7 @@ case "${1:-}" in
     cd "$debs" && apt-get download libopenblas0-pthread libopenblas-pthread-dev libgfortran5 \
         libquadmath0
     du -sh "$debs"/*.deb
-    echo "gpu-check: carry .carry (device tool: carry [\".carry\"]) and run hack/gpu-check.sh there"
+    echo "gpu-check: carry .carry/gpu-debs (device tool: carry [\".carry/gpu-debs\"]) and run hack/gpu-check.sh there"
     exit 0 ;;
 --quick) quick=1 ;;
 "") ;;
