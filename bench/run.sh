@@ -95,10 +95,13 @@ m versions gantry "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff
 m versions compiler "$(cc --version | head -1)"
 m versions gloo "$(dpkg-query -W -f='libgloo-dev ${Version}' libgloo-dev 2>/dev/null || echo 'not installed')"
 m versions openblas "$(dpkg-query -W -f='${db:Status-Abbrev}${Package} ${Version}\n' 'libopenblas*' 2>/dev/null | awk '/^ii/ { print $2, $3; exit }')"
-py=$("$root/hack/pyenv.sh")/bin/python3
+# hack/pyenv.sh's venv; when it is already complete, used directly (no wait on pyenv.sh's lock)
+venv=${GANTRY_CACHE:-$HOME/.cache/gantry}/pyenv-$(sha256sum "$root/hack/requirements.txt" | cut -c1-12)
+[ -f "$venv/.complete" ] || venv=$("$root/hack/pyenv.sh")
+py=${PYTHON:-$venv/bin/python3}
 m versions python "$("$py" -c 'import sys, torch, matplotlib; print("Python %s, torch %s, matplotlib %s" % (sys.version.split()[0], torch.__version__, matplotlib.__version__))')"
 m mode mode "$([ $quick = 1 ] && echo 'quick (--quick: fewer rounds and sizes)' || echo full)"
-m skipped gpu "not run: no GPU lent (this machine has none; GPU tokens/s and MFU vs PyTorch need a lent GPU)"
+m skipped gpu "not run: no GPU lent (none on this machine, and this task drew no GPU machine); the GPU benchmark (bench/gpu_bench.cu vs bench/gpu_torch.py, tokens/s and MFU) runs through hack/gpu-check.sh on a lent GPU: docs/gpu.md"
 m missing "Time to accuracy on SpamAssassin vs fastText" "no fastText peer script yet (bench/cpu_train_spam.sh measures Gantry alone)"
 
 runlog() { # runlog NAME CMD...: run, keep the log, show it
