@@ -19,6 +19,25 @@ void cublas_check_(int status, const char *call, const char *file, int line)
     }
 }
 
+extern "C" int gpu_select_device(int local_rank)
+{
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess || n < 1) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        fprintf(stderr,
+                "No usable CUDA device for local rank %d: %s (CUDA_VISIBLE_DEVICES=%s)\n"
+                "HINT: check `nvidia-smi`, the pod's nvidia.com/gpu limit and the NVIDIA device "
+                "plugin; gpusPerReplica: 0 trains on the CPU\n",
+                local_rank, err != cudaSuccess ? cudaGetErrorString(err) : "no devices",
+                vis ? vis : "(unset)");
+        return -1;
+    }
+    int dev = local_rank < 0 ? 0 : local_rank % n;
+    CUDA_CHECK(cudaSetDevice(dev));
+    return dev;
+}
+
 extern "C" void gpu_init(void)
 {
     int dev = 0;

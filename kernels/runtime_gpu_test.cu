@@ -1,0 +1,71 @@
+// The GPU runtime: device selection by local rank, and the fp32<->bf16 casts against the host's
+// round-to-nearest-even (bit-exact, NaN and infinities included).
+#include <string.h>
+
+#include "kernels/gpu_testutil.h"
+
+static uint16_t host_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+int main(void)
+{
+    int n = 0, cur = -1;
+    if (!cuda_have_device()) {
+        printf("runtime_gpu_test: SKIP: no CUDA device\n");
+        return 77;
+    }
+    CUDA_CHECK(cudaGetDeviceCount(&n));
+    for (int rank = 0; rank < 2 * n + 1; rank++) {
+        int dev = gpu_select_device(rank);
+        CUDA_CHECK(cudaGetDevice(&cur));
+        if (dev != rank % n || cur != dev) {
+            printf("gpu_select_device(%d) = %d, current %d, want %d\n", rank, dev, cur, rank % n);
+            gt_failed++;
+        }
+    }
+    printf("gpu_select_device over %d device(s): %s\n", n, gt_failed ? "FAILED" : "OK");
+    gpu_select_device(0);
+    gpu_init();
+
+    const size_t cnt = 1 << 16;
+    uint64_t s = 9;
+    float *x = gt_randv(cnt, &s, -3, 3), *back = (float *)malloc(cnt * sizeof(float));
+    x[0] = 1.0f + 1.0f / 256; /* exactly halfway between two bf16 values: rounds to even */
+    x[1] = 1.0f + 3.0f / 256;
+    x[2] = INFINITY;
+    x[3] = -INFINITY;
+    x[4] = 3.4e38f; /* rounds up to infinity */
+    x[5] = 1e-40f;  /* denormal */
+    for (size_t i = 0; i < cnt; i++)
+        back[i] = 0;
+    float *d_x = GT_UPF(x, cnt), *d_back;
+    uint16_t *d_h, *h = (uint16_t *)malloc(cnt * 2);
+    CUDA_CHECK(cudaMalloc(&d_h, cnt * 2));
+    CUDA_CHECK(cudaMalloc(&d_back, cnt * sizeof(float)));
+    cast_f32_to_bf16(d_h, d_x, cnt, 0);
+    cast_bf16_to_f32(d_back, d_h, cnt, 0);
+    CUDA_CHECK(cudaMemcpy(h, d_h, cnt * 2, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (size_t i = 0; i < cnt && bad < 10; i++) {
+        uint16_t want = host_bf16(x[i]);
+        if (i < 5 || h[i] != want)
+            printf("  cast_f32_to_bf16 [%zu] %.9g -> 0x%04x, host 0x%04x %s\n", i, (double)x[i],
+                   h[i], want, h[i] == want ? "ok" : "MISMATCH");
+        bad += h[i] != want;
+        uint32_t u = (uint32_t)want << 16;
+        memcpy(&back[i], &u, 4);
+    }
+    printf("cast_f32_to_bf16: %s\n", bad ? "FAILED" : "OK");
+    gt_failed += bad != 0;
+    gt_compare("cast_bf16_to_f32", d_back, back, cnt, 0, 0);
+    cudaFree(d_x), cudaFree(d_h), cudaFree(d_back);
+    free(x), free(back), free(h);
+    return gt_summary("runtime_gpu_test");
+}
