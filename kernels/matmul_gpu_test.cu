@@ -63,6 +63,13 @@ static void check_fp32(int N, int C, int OC, uint64_t seed)
         matmul_forward_gelu(d_out, d_pre, d_inp, d_w, d_bias, N, C, OC, 0);
         gt_compare("matmul_forward_gelu pre", d_pre, pre, no, atol, GT_F32_RTOL);
         gt_compare("matmul_forward_gelu out", d_out, out, no, atol, 1e-3);
+        /* the epilogue's GELU itself, on the GPU's own pre-activation: must be the tanh form
+         * (gelu_cpu.c); erf-GELU differs by up to ~5e-4 and fails here */
+        float *pre_gpu = gt_down(d_pre, no), *out2 = (float *)malloc(no * sizeof(float));
+        gelu_forward_cpu(out2, pre_gpu, no);
+        gt_compare("matmul_forward_gelu gelu", d_out, out2, no, 2e-5, 1e-4);
+        free(pre_gpu);
+        free(out2);
     }
     matmul_backward_cpu(dinp, dw, db, dout, inp, w, N, C, OC);
     matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, 0);
