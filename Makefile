@@ -12,6 +12,8 @@
 #   make verify   chart, manifests and CRD copies in sync; helm lint; render checks
 #   make manifests regenerate charts/gantry/crds, manifests/{rbac,deploy}, manifests/install.yaml
 #   make images   OCI image tars from build/ without Docker (IMPORT=1 imports into the full cluster)
+#   make gpu-check on a GPU machine: CUDA build, GPU tests against the CPU, GPU benchmark
+#   make bench    benchmarks against peers (bench/run.sh; QUICK=1 for a short run)
 #   make format   clang-format every C/CUDA source in place
 #   make clean    remove the build trees
 #
@@ -24,10 +26,10 @@ CMAKE_GEN := -G Ninja
 
 DEPS_FLAGS := $(if $(filter OFF,$(GANTRY_CUDA)),,--cuda)
 
-.PHONY: help deps build asan test unit unit-asan api cluster e2e demo data fuzz verify manifests images format clean
+.PHONY: help deps build asan test unit unit-asan api cluster e2e demo data fuzz verify manifests images gpu-check bench format clean
 
 help:
-	@sed -n '2,20p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,22p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@hack/install-deps.sh $(DEPS_FLAGS)
@@ -86,6 +88,13 @@ manifests:
 
 images: build
 	@hack/images.sh $(if $(IMPORT),--import)
+
+# On a machine with an NVIDIA GPU: build the CUDA path, run the GPU tests and the GPU benchmark.
+gpu-check:
+	@hack/gpu-check.sh
+
+bench: build
+	@bench/run.sh $(if $(QUICK),--quick)
 
 format:
 	@find common kernels operator worker bench e2e -name '*.[ch]' -o -name '*.cu' 2>/dev/null \
