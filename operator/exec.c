@@ -38,14 +38,37 @@ const char *const exec_child_fields[] = {"metadata.labels", NULL};
  * ------------------------------------------------------------------------------------------- */
 
 struct expectation {
-    int adds, dels;
-    time_t at; /* when last raised */
+    int adds, dels;     /* dels: deletes without a UID */
+    struct strmap uids; /* UIDs of pods we asked to delete (value: non-NULL marker) */
+    time_t at;          /* when last raised */
 };
 
 struct exec_expect {
     pthread_mutex_t mu;
     struct strmap m; /* key -> struct expectation * */
 };
+
+static struct expectation *expectation_get(struct exec_expect *e, const char *key)
+{
+    struct expectation *x = strmap_get(&e->m, key);
+
+    if (!x) {
+        x = xcalloc(1, sizeof(*x));
+        strmap_init(&x->uids);
+        strmap_put(&e->m, key, x);
+    }
+    return x;
+}
+
+static void expectation_free(void *v)
+{
+    struct expectation *x = v;
+
+    if (!x)
+        return;
+    strmap_cleanup(&x->uids, NULL);
+    free(x);
+}
 
 struct exec_expect *exec_expect_new(void)
 {
@@ -60,7 +83,7 @@ void exec_expect_free(struct exec_expect *e)
 {
     if (!e)
         return;
-    strmap_cleanup(&e->m, free);
+    strmap_cleanup(&e->m, expectation_free);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -72,11 +95,7 @@ void exec_expect_raise(struct exec_expect *e, const char *key, int adds, int del
     if (adds <= 0 && dels <= 0)
         return;
     pthread_mutex_lock(&e->mu);
-    x = strmap_get(&e->m, key);
-    if (!x) {
-        x = xcalloc(1, sizeof(*x));
-        strmap_put(&e->m, key, x);
-    }
+    x = expectation_get(e, key);
     x->adds += adds > 0 ? adds : 0;
     x->dels += dels > 0 ? dels : 0;
     x->at = now;
@@ -96,6 +115,34 @@ void exec_expect_lower(struct exec_expect *e, const char *key, int adds, int del
     pthread_mutex_unlock(&e->mu);
 }
 
+void exec_expect_raise_del(struct exec_expect *e, const char *key, const char *uid, time_t now)
+{
+    struct expectation *x;
+
+    if (!uid || !*uid) {
+        exec_expect_raise(e, key, 0, 1, now);
+        return;
+    }
+    pthread_mutex_lock(&e->mu);
+    x = expectation_get(e, key);
+    strmap_put(&x->uids, uid, x); /* a second delete of the same pod expects nothing more */
+    x->at = now;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void exec_expect_observe_del(struct exec_expect *e, const char *key, const char *uid)
+{
+    struct expectation *x;
+
+    pthread_mutex_lock(&e->mu);
+    x = strmap_get(&e->m, key);
+    if (x && uid && *uid && strmap_has(&x->uids, uid))
+        strmap_del(&x->uids, uid);
+    else if (x) /* not one we track by UID: counts against the UID-less deletes */
+        x->dels = x->dels > 0 ? x->dels - 1 : 0;
+    pthread_mutex_unlock(&e->mu);
+}
+
 bool exec_expect_met(struct exec_expect *e, const char *key, time_t now)
 {
     struct expectation *x;
@@ -103,7 +150,8 @@ bool exec_expect_met(struct exec_expect *e, const char *key, time_t now)
 
     pthread_mutex_lock(&e->mu);
     x = strmap_get(&e->m, key);
-    met = !x || (x->adds == 0 && x->dels == 0) || now - x->at >= EXEC_EXPECT_TTL_S;
+    met = !x || (x->adds == 0 && x->dels == 0 && strmap_len(&x->uids) == 0) ||
+          now - x->at >= EXEC_EXPECT_TTL_S;
     pthread_mutex_unlock(&e->mu);
     return met;
 }
@@ -111,7 +159,7 @@ bool exec_expect_met(struct exec_expect *e, const char *key, time_t now)
 void exec_expect_forget(struct exec_expect *e, const char *key)
 {
     pthread_mutex_lock(&e->mu);
-    free(strmap_del(&e->m, key));
+    expectation_free(strmap_del(&e->m, key));
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -295,7 +343,7 @@ void exec_on_pod_delete(void *ud, json_t *obj)
     if (!owner_key(obj, key, sizeof(key)))
         return;
     index_pod(sh, key, obj, false);
-    exec_expect_lower(sh->expect, key, 0, 1);
+    exec_expect_observe_del(sh->expect, key, meta_str(obj, "uid"));
     queue_add(sh->queue, key);
 }
 
@@ -439,8 +487,8 @@ static void account(struct exec_worker *w, const struct tj *tj, const char *key,
         else
             atomic_fetch_add(&sh->stats.pods_created, 1);
     } else if (a->kind == REC_POD && a->verb == REC_DELETE) {
-        if (o->rc || o->already)
-            exec_expect_lower(sh->expect, key, 0, 1);
+        if (o->rc || o->already) /* 404, a newer pod, or an error: no watch event coming */
+            exec_expect_observe_del(sh->expect, key, a->uid);
         else
             atomic_fetch_add(&sh->stats.pods_deleted, 1);
     }
@@ -515,7 +563,7 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
 {
     struct exec_shared *sh = w->sh;
     char key[2 * TJ_NAME_MAX + 2];
-    int adds = 0, dels = 0, first = 0, failed_batch = -1, rc;
+    int adds = 0, first = 0, failed_batch = -1, rc;
     struct outcome *outs;
 
     snprintf(key, sizeof(key), "%s/%s", tj->ns, tj->name);
@@ -528,9 +576,10 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
         if (r->actions[i].kind != REC_POD)
             continue;
         adds += r->actions[i].verb == REC_CREATE;
-        dels += r->actions[i].verb == REC_DELETE;
+        if (r->actions[i].verb == REC_DELETE) /* by UID: deleting twice expects one event */
+            exec_expect_raise_del(sh->expect, key, r->actions[i].uid, time(NULL));
     }
-    exec_expect_raise(sh->expect, key, adds, dels, time(NULL));
+    exec_expect_raise(sh->expect, key, adds, 0, time(NULL));
     outs = xcalloc(r->nactions + 1, sizeof(*outs));
     for (size_t i = 0, j; i < r->nactions; i = j) {
         const struct rec_action *a = &r->actions[i];

@@ -50,6 +50,13 @@ void exec_expect_free(struct exec_expect *e);
 void exec_expect_raise(struct exec_expect *e, const char *key, int adds, int dels, time_t now);
 /* One pod add/delete observed (or known never to come); counts do not go below 0. */
 void exec_expect_lower(struct exec_expect *e, const char *key, int adds, int dels);
+/* Pod deletes are tracked by UID (after the ReplicaSet controller), so deleting a pod twice
+ * (a cache that has not yet seen the first delete's deletionTimestamp) expects one delete event,
+ * not two. raise_del adds uid to what key waits for (no UID: counts as one delete);
+ * observe_del is the pod's delete event, or a delete that found it gone (404) or failed; a uid
+ * not tracked lowers the UID-less count instead. */
+void exec_expect_raise_del(struct exec_expect *e, const char *key, const char *uid, time_t now);
+void exec_expect_observe_del(struct exec_expect *e, const char *key, const char *uid);
 /* True when nothing is pending for key, or what is pending is older than EXEC_EXPECT_TTL_S. */
 bool exec_expect_met(struct exec_expect *e, const char *key, time_t now);
 void exec_expect_forget(struct exec_expect *e, const char *key);

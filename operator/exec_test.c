@@ -36,6 +36,36 @@ static void test_expectations(void)
     exec_expect_free(e);
 }
 
+/* Suspend on a lagging cache deletes a terminating pod twice: the second delete must not wait
+ * for a second delete event that never comes (else nothing is created for EXEC_EXPECT_TTL_S). */
+static void test_expect_delete_twice(void)
+{
+    struct exec_shared sh = {0};
+    json_t *pod = json_loads("{\"metadata\":{\"name\":\"s-worker-1\",\"namespace\":\"ml\","
+                             "\"uid\":\"uid-1\",\"labels\":{\"gantry.dev/job-name\":\"s\"}}}",
+                             0, NULL);
+
+    sh.queue = queue_new(0, 0);
+    sh.expect = exec_expect_new();
+    exec_expect_raise_del(sh.expect, "ml/s", "uid-1", 1000);
+    exec_expect_raise_del(sh.expect, "ml/s", "uid-2", 1000);
+    exec_expect_raise_del(sh.expect, "ml/s", "uid-1", 1001); /* the same pod again */
+    TEST_CHECK(!exec_expect_met(sh.expect, "ml/s", 1001));
+    exec_on_pod_delete(&sh, pod); /* uid-1 disappears: observed once */
+    TEST_CHECK(!exec_expect_met(sh.expect, "ml/s", 1001)); /* uid-2 still pending */
+    exec_expect_observe_del(sh.expect, "ml/s", "uid-2"); /* a 404 on delete */
+    TEST_CHECK(exec_expect_met(sh.expect, "ml/s", 1001));
+    /* a pod deleted by someone else does not satisfy ours */
+    exec_expect_raise_del(sh.expect, "ml/s", "uid-3", 1002);
+    exec_on_pod_delete(&sh, pod);
+    TEST_CHECK(!exec_expect_met(sh.expect, "ml/s", 1002));
+    exec_expect_observe_del(sh.expect, "ml/s", "uid-3");
+    TEST_CHECK(exec_expect_met(sh.expect, "ml/s", 1002));
+    json_decref(pod);
+    exec_expect_free(sh.expect);
+    queue_free(sh.queue);
+}
+
 static void test_handlers_route_to_job(void)
 {
     struct exec_shared sh = {0};
@@ -260,6 +290,7 @@ int main(void)
 {
     log_set_level(LOG_LEVEL_ERROR); /* the executor's info/warn lines are expected here */
     TEST_RUN(test_expectations);
+    TEST_RUN(test_expect_delete_twice);
     TEST_RUN(test_handlers_route_to_job);
     TEST_RUN(test_pod_index);
     TEST_RUN(test_apply_against_server);
