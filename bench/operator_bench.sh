@@ -150,7 +150,7 @@ start_op() { # start_op IMPL NS LOG
     op_pid=$!
 }
 ready() { # ready IMPL LOG: the operator logged that its caches are synced / workers started
-    if [ "$1" = gantry ]; then grep -q 'Caches synced' "$2"; else grep -q 'Starting workers.*pytorchjob' "$2"; fi
+    if [ "$1" = gantry ]; then grep -qs 'Caches synced' "$2"; else grep -qs 'Starting workers.*pytorchjob' "$2"; fi
 }
 mount_certs() { # the kubelet's part in a Deployment: the rotator's Secret as files in the cert dir
     local i f

@@ -277,8 +277,8 @@ def kube(vals, out_png):
     ratio = med(g) / med(k) if g and k else float("nan")
     wv = vals.get(("gantry", "mem_whole", x), [])
     pv = vals.get(("gantry", "mem_projected", x), [])
-    summary = [{"bench": "Kubernetes client: list %d pods (objects/s)" % x, "ours": spread(g),
-                "peer": "kubectl " + spread(k), "ratio": ratio, "target": "report", "ok": None,
+    summary = [{"bench": "Kubernetes client: list %d pods (objects/s)" % x, "ours": spread(g, "%.0f"),
+                "peer": "kubectl " + spread(k, "%.0f"), "ratio": ratio, "target": "report", "ok": None,
                 "note": "bytes per cached pod: whole %s, projected %s" % (spread(wv, "%.0f"),
                                                                          spread(pv, "%.0f"))}]
     section = ["| operation | impl | value |", "|---|---|---|"]
