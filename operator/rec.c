@@ -75,6 +75,19 @@ static void copy_reason(char *dst, size_t n, const char *src)
     dst[j] = '\0';
 }
 
+/* The longest suffix of s of at most max bytes that starts on a UTF-8 character boundary. */
+static const char *utf8_tail(const char *s, size_t max)
+{
+    size_t len = strlen(s);
+
+    if (len <= max)
+        return s;
+    s += len - max;
+    while (((unsigned char)*s & 0xC0) == 0x80)
+        s++;
+    return s;
+}
+
 static void find_problem(const json_t *st, struct rec_pod *out)
 {
     static const char *const waiting_bad[] = {"ErrImagePull", "ImagePullBackOff",
@@ -135,6 +148,15 @@ int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
              str_or(json_object_get(st, "reason")));
     term = json_object_get(json_object_get(worker_status(st), "state"), "terminated");
     if (json_is_object(term)) {
+        const char *m = str_or(json_object_get(term, "message"));
+        size_t len = strlen(m);
+
+        /* the end of a log says most about why it ended */
+        snprintf(out->message, sizeof(out->message), "%s", utf8_tail(m, sizeof(out->message) - 1));
+        len = strlen(out->message);
+        while (len > 0 && (out->message[len - 1] == '\n' || out->message[len - 1] == ' ' ||
+                           out->message[len - 1] == '\r' || out->message[len - 1] == '\t'))
+            out->message[--len] = '\0';
         out->exit_code = (int)json_integer_value(json_object_get(term, "exitCode"));
         if (!out->reason[0])
             snprintf(out->reason, sizeof(out->reason), "%s",
@@ -338,6 +360,64 @@ static void restart_gang(struct pass *p, const char *reason, const char *msg)
         delete_pod(p, &p->in->pods[i]);
 }
 
+/* A pod of the current gang that went away, or is going (deletionTimestamp), while the job was
+ * Running: deleted by someone else (kubectl delete pod, an eviction, a drain). The gang lost a
+ * rank, so this is a gang failure: restart (against backoffLimit), never a lone replacement at
+ * the same restart count. Only once the job was Running, i.e. every replica was observed, so pods
+ * not yet created or not yet seen (slow start, a lagging cache) never count; and the operator
+ * deletes pods of the current gang only when it leaves Running (restart, suspend, terminal) in the
+ * same status write, which a stale read cannot repeat (the write needs the job's
+ * resourceVersion). true when the job failed or the gang is being restarted. */
+static bool lost(struct pass *p)
+{
+    const struct tj *tj = p->tj;
+    const struct rec_pod *pod = NULL;
+    char name[RENDER_NAME_MAX], msg[COND_MESSAGE_MAX];
+    int r = p->st.restarts, i;
+
+    if (tj->status.phase != TJ_PHASE_RUNNING || tj->status.restarts != r)
+        return false;
+    for (i = 0; i < tj->replicas; i++) {
+        pod = NULL;
+        for (size_t k = 0; k < p->in->npods && !pod; k++)
+            if (current(p, &p->in->pods[k]) && p->in->pods[k].index == i)
+                pod = &p->in->pods[k];
+        if (!pod || (pod->terminating && pod->phase != REC_POD_SUCCEEDED))
+            break;
+    }
+    if (i == tj->replicas)
+        return false;
+    if (pod)
+        snprintf(name, sizeof(name), "%s", pod->name);
+    else
+        render_pod_name(tj, i, name, sizeof(name));
+    if (r >= tj->backoff_limit) {
+        snprintf(msg, sizeof(msg), "Pod %s was deleted while the job was running and all %d "
+                 "restarts allowed by spec.runPolicy.backoffLimit are used", name,
+                 tj->backoff_limit);
+        finish(p, false, "BackoffLimitExceeded", msg);
+        return true;
+    }
+    snprintf(msg, sizeof(msg), "Pod %s was deleted while the job was running; restarting the "
+             "whole gang (restart %d of %d)", name, r + 1, tj->backoff_limit);
+    restart_gang(p, "WorkerDeleted", msg);
+    return true;
+}
+
+/* Appends ". Its last output: <the tail of the pod's termination message that fits>" to msg. */
+static void add_term_message(char *msg, size_t n, const struct rec_pod *f)
+{
+    static const char sep[] = ". Its last output: ";
+    size_t len = strlen(msg);
+    const char *tail;
+
+    if (!f->message[0] || len + sizeof(sep) + 16 > n)
+        return;
+    tail = utf8_tail(f->message, n - len - sizeof(sep)); /* fits, with the NUL */
+    memcpy(msg + len, sep, sizeof(sep) - 1);
+    memcpy(msg + len + sizeof(sep) - 1, tail, strlen(tail) + 1);
+}
+
 /* Decides success or failure of the current gang; true when the job became terminal or the gang
  * is being restarted (nothing more to do in this pass). */
 static bool judge(struct pass *p)
@@ -358,11 +438,12 @@ static bool judge(struct pass *p)
     }
     f = first_failure(p);
     if (!f)
-        return false;
+        return lost(p);
     if (exit_permanent(f->exit_code)) {
         snprintf(msg, sizeof(msg), "Pod %s exited with code %d, an error a restart cannot fix "
-                 "(64-78: bad usage, data or configuration); see its log, fix the spec and "
-                 "recreate the job", f->name, f->exit_code);
+                 "(64-78: bad usage, data or configuration); fix the spec and recreate the "
+                 "job%s", f->name, f->exit_code, f->message[0] ? "" : " (see its log)");
+        add_term_message(msg, sizeof(msg), f);
         finish(p, false, "PermanentError", msg);
         return true;
     }
@@ -370,6 +451,7 @@ static bool judge(struct pass *p)
         snprintf(msg, sizeof(msg), "Pod %s failed (exit code %d%s%s) and all %d restarts allowed "
                  "by spec.runPolicy.backoffLimit are used", f->name, f->exit_code,
                  f->reason[0] ? ", " : "", f->reason, tj->backoff_limit);
+        add_term_message(msg, sizeof(msg), f);
         finish(p, false, "BackoffLimitExceeded", msg);
         return true;
     }
@@ -588,6 +670,42 @@ static void running(struct pass *p)
  * Status
  * ------------------------------------------------------------------------------------------- */
 
+/* A Succeeded job's progress reads complete, not the poller's last reading before rank 0
+ * exited (which can be long before the end: the poll interval, a slow last checkpoint). */
+static void progress_complete(json_t *prog)
+{
+    json_int_t total = json_integer_value(json_object_get(prog, "totalSteps"));
+    json_t *step = json_object_get(prog, "step");
+    char buf[64];
+
+    if (total > 0) {
+        json_object_set_new(prog, "step", json_integer(total));
+        json_object_set_new(prog, "percent", json_integer(100));
+        snprintf(buf, sizeof(buf), "%lld/%lld (100%%)", (long long)total, (long long)total);
+    } else {
+        snprintf(buf, sizeof(buf), "%lld (done)", (long long)json_integer_value(step));
+    }
+    json_object_set_new(prog, "summary", json_string(buf));
+    json_object_set_new(prog, "etaSeconds", json_integer(0));
+    json_object_set_new(prog, "eta", json_string("0s"));
+    json_object_set_new(prog, "state", json_string("succeeded"));
+}
+
+/* status.lastCheckpoint {step, path} from rank 0's lastCheckpointStep (the operator cannot read
+ * the volume; the worker writes <checkpoint.path>/<job>/step-<N>, worker/ckpt.h), or NULL when
+ * progress reports none. */
+static json_t *last_checkpoint(const struct tj *tj, const json_t *prog)
+{
+    const json_t *v = json_object_get(prog, "lastCheckpointStep");
+    char path[TJ_PATH_MAX + RENDER_NAME_MAX + 32];
+
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return NULL;
+    snprintf(path, sizeof(path), "%s/%s/step-%lld", strcmp(tj->ckpt_path, "/") ? tj->ckpt_path : "",
+             tj->name, (long long)json_integer_value(v));
+    return json_pack("{s:I, s:s}", "step", json_integer_value(v), "path", path);
+}
+
 static json_t *status_json(const struct pass *p)
 {
     json_t *st = json_object(), *lc;
@@ -612,10 +730,16 @@ static json_t *status_json(const struct pass *p)
     json_object_set_new(st, "observedGeneration", json_integer(p->tj->generation));
     json_object_set_new(st, "conditions", cond_list_to_json(&p->st.conds));
     pr = p->in->progress ? p->in->progress : json_object_get(p->tj->status_raw, "progress");
-    if (json_is_object(pr))
-        json_object_set_new(st, "progress", json_deep_copy(pr));
-    lc = json_object_get(p->tj->status_raw, "lastCheckpoint"); /* reported by others: kept */
+    if (json_is_object(pr)) {
+        json_t *prog = json_deep_copy(pr);
+        if (p->st.phase == TJ_PHASE_SUCCEEDED)
+            progress_complete(prog);
+        json_object_set_new(st, "progress", prog);
+    }
+    lc = last_checkpoint(p->tj, json_object_get(st, "progress"));
     if (lc)
+        json_object_set_new(st, "lastCheckpoint", lc);
+    else if ((lc = json_object_get(p->tj->status_raw, "lastCheckpoint"))) /* kept */
         json_object_set(st, "lastCheckpoint", lc);
     return st;
 }

@@ -68,6 +68,7 @@
 #define REC_UID_MAX 64
 #define REC_REASON_MAX 64
 #define REC_PROBLEM_MSG_MAX 256
+#define REC_TERM_MSG_MAX 1024 /* a terminated worker's message (its log's tail): kept up to 1 KiB */
 
 enum rec_pod_phase { REC_POD_PENDING = 0, REC_POD_RUNNING, REC_POD_SUCCEEDED, REC_POD_FAILED,
                      REC_POD_UNKNOWN };
@@ -88,6 +89,9 @@ struct rec_pod {
      * InvalidImageName, CreateContainerConfigError, CreateContainerError. "" when none. */
     char problem[REC_REASON_MAX];
     char problem_msg[REC_PROBLEM_MSG_MAX];
+    /* The worker container's terminated message: /dev/termination-log, or with
+     * FallbackToLogsOnError the tail of its log; its last REC_TERM_MSG_MAX-1 bytes. "" when none. */
+    char message[REC_TERM_MSG_MAX];
 };
 
 /* Reads a Pod object (borrowed). 0, or OP_EPARSE when it has no metadata.name. */
