@@ -192,6 +192,12 @@ static void render_worker(const struct tj *tj, json_t *c, int index, int restart
 
     json_object_set_new(c, "image", json_string(tj->image));
     json_object_set_new(c, "imagePullPolicy", json_string(tj->pull_policy));
+    /* A worker that dies without writing /dev/termination-log still explains itself: the kubelet
+     * puts its log's tail in the terminated state's message, which rec copies into the Failed
+     * condition and Event. A template's own choice is kept. */
+    if (!json_is_string(json_object_get(c, "terminationMessagePolicy")))
+        json_object_set_new(c, "terminationMessagePolicy",
+                            json_string("FallbackToLogsOnError"));
     render_env(tj, c, index, restarts);
     ports = want_array(c, "ports");
     json_array_foreach(ports, i, p) {

@@ -110,6 +110,9 @@ static void test_pod_contract(void)
     TEST_EQ_STR(str_at(tok, "valueFrom.secretKeyRef.name"), "spam-rdzv");
     TEST_EQ_STR(str_at(tok, "valueFrom.secretKeyRef.key"), "token");
     TEST_EQ_STR(str_at(container(pod, "worker"), "image"), "gantry-worker:0.1.0");
+    /* a worker that dies without a termination message is explained by its log's tail */
+    TEST_EQ_STR(str_at(container(pod, "worker"), "terminationMessagePolicy"),
+                "FallbackToLogsOnError");
 
     vols = json_object_get(json_object_get(pod, "spec"), "volumes");
     TEST_EQ_STR(str_at(named(vols, "gantry-config"), "configMap.name"), "spam-config");
