@@ -164,13 +164,32 @@ sleep 3
 [ "$(npods flaky)" -eq 0 ] && ok "flaky: nothing recreated after Failed, even with pods deleted by hand" || bad "flaky: pods recreated"
 [ "$(jp tj/flaky '{.status.restarts}')" = 1 ] && ok "flaky: restarts stays 1" || bad "flaky restarts changed"
 
-# ---- 3. permanent exit code
+# ---- 2b. a worker pod deleted by hand while Running: a gang failure, not a lone replacement
+apply_job gone 2
+wait_for "gone: 2 pods" 30 has_pods gone 2
+run_all gone 2
+wait_for "gone: Running" 15 is tj/gone '{.status.phase}' Running
+k delete pod gone-worker-1 --wait=false >/dev/null
+wait_for "gone: a worker deleted while Running restarts the gang (restarts 1, WorkerDeleted)" 15 \
+    is tj/gone '{.status.restarts} {.status.conditions[?(@.type=="Restarting")].reason}' "1 WorkerDeleted"
+wait_for "gone: the whole gang recreated with restart-count 1" 20 bash -c \
+    "[ \"\$('$kubectl' -n $ns get pods -l gantry.dev/job-name=gone,gantry.dev/restart-count=1 --no-headers | wc -l)\" -eq 2 ]"
+
+# ---- 3. permanent exit code; the worker's termination message reaches the Failed condition
 apply_job baddata 2
 wait_for "baddata: 2 pods" 30 has_pods baddata 2
 run_all baddata 2
-set_pod baddata-worker-1 Failed 65
+[ "$(jp pod/baddata-worker-0 '{.spec.containers[0].terminationMessagePolicy}')" = FallbackToLogsOnError ] &&
+    ok "baddata: terminationMessagePolicy FallbackToLogsOnError" || bad "terminationMessagePolicy"
+k patch pod/baddata-worker-1 --subresource=status --type=merge -p '{"status":{"phase":"Failed",
+    "containerStatuses":[{"name":"worker","image":"gantry-worker:0.1.0","imageID":"","ready":false,
+    "restartCount":0,"state":{"terminated":{"exitCode":65,"reason":"Error",
+    "message":"error: /data/train.jsonl line 3: not JSON\n"}}}]}}' >/dev/null
 wait_for "baddata: exit 65 -> Failed (PermanentError) at once" 15 \
     is tj/baddata '{.status.phase} {.status.restarts} {.status.conditions[?(@.type=="Failed")].reason}' "Failed 0 PermanentError"
+got=$(jp tj/baddata '{.status.conditions[?(@.type=="Failed")].message}')
+case $got in *"Its last output: error: /data/train.jsonl line 3: not JSON") ok "baddata: the worker's message in the condition" ;;
+    *) bad "baddata: condition message: $got" ;; esac
 
 # ---- 4. suspend / resume
 apply_job pausy 2
