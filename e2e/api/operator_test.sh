@@ -298,6 +298,13 @@ else
 fi
 [ -n "$(jp tj/prog '{.status.progress.loss}')" ] && [ -n "$(jp tj/prog '{.status.progress.samplesPerSecond}')" ] \
     && ok "prog: loss and samples/s in status.progress" || bad "prog: progress fields: $(jp tj/prog '{.status.progress}')"
+last_ckpt() { # status.lastCheckpoint is rank 0's last_checkpoint_step (>= 10 here) and its path
+    local s p
+    s=$("$kubectl" -n "$ns" get tj prog -o jsonpath='{.status.lastCheckpoint.step}')
+    p=$("$kubectl" -n "$ns" get tj prog -o jsonpath='{.status.lastCheckpoint.path}')
+    [ -n "$s" ] && [ "$s" -ge 10 ] && [ "$p" = "/checkpoints/prog/step-$s" ]
+}
+wait_for "prog: status.lastCheckpoint {step, path} from rank 0's /progress" 15 last_ckpt
 kill -STOP "$fake_pid" # rank 0 hangs: reads time out, the step stands
 t0=$(date +%s)
 wait_for "prog: Stalled and the gang restarted (restart 1) after 6 s without progress" 30 \
