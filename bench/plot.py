@@ -138,18 +138,16 @@ def cpu_train(vals, out_png):
     summary = [{"bench": "CPU training throughput (samples/s)", "ours": spread(g),
                 "peer": "PyTorch " + spread(t), "ratio": ratio, "target": ">= 1.2x",
                 "ok": ratio >= 1.2, "note": ""}]
-    section = ["| impl | samples/s | tokens/s | ms/step |", "|---|---|---|---|"]
-    for impl in ("gantry", "pytorch"):
-        section.append("| %s | %s | %s | %s |" % (impl, *(spread(vals.get((impl, m, 0.0), []))
-                                                       for m in ("samples_per_s", "tokens_per_s",
-                                                                 "ms_per_step"))))
+    section = ["| impl | samples/s: median [min-max] n | rounds |", "|---|---|---|"]
+    for impl, v in (("gantry", g), ("pytorch", t)):
+        section.append("| %s | %s | %s |" % (impl, spread(v), " ".join("%.2f" % x for x in v)))
     return summary, section
 
 
 def ckpt(vals, out_png):
     order = [("gantry", "blocked", "training blocked\n(background writer)"),
              ("gantry", "blocked_cpu", "CPU time of\nthat pause"),
-             ("gantry", "async_write", "background write\n(to rename + fsync)"),
+             ("gantry", "async_write", "background write\n(pause start to done)"),
              ("gantry", "sync_write", "synchronous write\n(ckpt_write)"),
              ("dd", "dd", "dd conv=fsync\n(same bytes)")]
     keys = [k for k in order if any(kk[:2] == k[:2] for kk in vals)]

@@ -101,13 +101,14 @@ venv=${GANTRY_CACHE:-$HOME/.cache/gantry}/pyenv-$(sha256sum "$root/hack/requirem
 py=${PYTHON:-$venv/bin/python3}
 m versions python "$("$py" -c 'import sys, torch, matplotlib; print("Python %s, torch %s, matplotlib %s" % (sys.version.split()[0], torch.__version__, matplotlib.__version__))')"
 m mode mode "$([ $quick = 1 ] && echo 'quick (--quick: fewer rounds and sizes)' || echo full)"
+m notes all "In the commands below, BUILD is the build directory, DIR a temporary directory holding the benchmark binaries, OUT the results directory (bench/results)."
 m skipped gpu "not run: no GPU lent (none on this machine, and this task drew no GPU machine); the GPU benchmark (bench/gpu_bench.cu vs bench/gpu_torch.py, tokens/s and MFU) runs through hack/gpu-check.sh on a lent GPU: docs/gpu.md"
 m missing "Time to accuracy on SpamAssassin vs fastText" "no fastText peer script yet (bench/cpu_train_spam.sh measures Gantry alone)"
 
 runlog() { # runlog NAME CMD...: run, keep the log, show it
     local name=$1 rc=0
     shift
-    m commands "$name" "$(printf '%q ' "$@" | sed "s#$root/##g; s#$build#BUILD#g")"
+    m commands "$name" "$(printf '%q ' "$@" | sed "s#$out#OUT#g; s#$work/ar#DIR#g; s#$work/bin#DIR#g; s#$root/##g; s#$build#BUILD#g; s#$HOME#~#g; s# \$##")"
     "$@" 2>&1 | tee "$out/$name.log" || rc=$?
     return $rc
 }
@@ -212,7 +213,7 @@ if want operator; then
         if runlog operator "$root/bench/operator_bench.sh" --operator "$b" --kubeflow "$kf" "${op[@]}" "${kbargs[@]}" --csv "$out/operator.csv"; then
             m versions kubernetes "API tier (etcd + kube-apiserver + kube-controller-manager) $(sed -n 's#^[[:space:]]*\(require[[:space:]]*\)\{0,1\}k8s.io/kubernetes \(v[0-9.]*\).*#\2#p' "$root/hack/k8s/go.mod" | head -1)"
             [ "$kf" = none ] || m versions kubeflow "training-operator $(basename "$(dirname "$(dirname "$kf")")" | sed 's/^kubeflow-//') built from the Go module proxy"
-            m notes operator "operator: each job has one replica (one pod); Gantry also creates a Service, a ConfigMap and a Secret per job, Kubeflow a Service. Both with 4 workers and their own default client rate limits (Gantry 50 QPS per worker, controller-runtime 20 QPS shared), which is most of the difference at N = 1000. Kubeflow's validating webhook is off (no webhook Service on the API tier)."
+            m notes operator "operator: each job has one replica (one pod); Gantry also creates a Service, a ConfigMap and a Secret per job, Kubeflow a Service. Both with 4 workers and their own default client rate limits (Gantry 50 QPS per worker, controller-runtime 20 QPS shared), a configuration difference that weighs most at N = 1000. Kubeflow's validating webhook is off (no webhook Service on the API tier)."
         else
             rm -f "$out/operator.csv" "$out/kube.csv"
             m skipped operator "bench/operator_bench.sh failed (see bench/results/operator.log)"
