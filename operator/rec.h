@@ -25,7 +25,12 @@
  *    non-zero): exit code 64-78 (sysexits: bad usage/data/config) -> Failed at once
  *    (PermanentError); else if R >= backoffLimit -> Failed (BackoffLimitExceeded); else the whole
  *    gang is deleted and status.restarts becomes R+1 (phase Restarting). Nothing is created in
- *    the same pass.
+ *    the same pass. The Failed condition and Event carry the tail of the worker's termination
+ *    message (FallbackToLogsOnError: its log's tail).
+ *  - A pod of the current gang that disappears, or gets a deletionTimestamp, while the observed
+ *    phase is Running (so every replica was seen; the operator itself never deletes current pods
+ *    without leaving Running in the same status write) was deleted by someone else: a gang
+ *    failure as above (reason WorkerDeleted, against backoffLimit), never a lone replacement.
  *  - Pods of an older gang (restart label < R) or with an index outside [0, replicas) are deleted
  *    (with a UID precondition); while any of them still exists, no pod is created, so a new gang
  *    never mixes with the old one and deterministic names never collide.
@@ -46,7 +51,9 @@
  *    for a failure, counting against backoffLimit (past it: Failed, BackoffLimitExceeded).
  *    Before the deadline a timer is asked for at the deadline; Stalled flips to False once the
  *    new gang's step advances.
- *  - status.progress is the poller's latest reading, else the observed one (kept).
+ *  - status.progress is the poller's latest reading, else the observed one (kept); once Succeeded
+ *    it reads complete (step = totalSteps, 100%, state succeeded). status.lastCheckpoint is
+ *    {step, path: <checkpoint.path>/<job>/step-<N>} from progress.lastCheckpointStep, else kept.
  * Conditions (Created, Running, Restarting, Succeeded, Failed, Suspended, Stalled) change
  * lastTransitionTime only on transitions; status_changed is false when the new status equals the
  * observed one, so status is written only when it changed.
