@@ -205,6 +205,15 @@ const struct progress_stats *progress_get_stats(const struct progress *p)
     return &p->stats;
 }
 
+/* One read of a round: rank 0 of one job. */
+struct target {
+    char key[2 * RENDER_NAME_MAX + 2], uid[REC_UID_MAX], url[PROGRESS_URL_MAX];
+    int restart;
+    CURL *h;
+    struct buf body;
+    json_t *w; /* the answer, or NULL */
+};
+
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 {
     struct buf *b = ud;
@@ -212,37 +221,70 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
     return buf_append(b, data, size * nmemb) == 0 ? size * nmemb : 0;
 }
 
-/* GETs url; a new JSON object, or NULL. */
-static json_t *fetch(struct progress *p, CURL *c, const char *url)
+static void target_setup(struct progress *p, struct target *t)
 {
-    struct buf body;
-    long code = 0;
-    json_t *j = NULL;
-    CURLcode rc;
+    buf_init(&t->body, BODY_MAX);
+    t->h = curl_easy_init();
+    curl_easy_setopt(t->h, CURLOPT_URL, t->url);
+    curl_easy_setopt(t->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(t->h, CURLOPT_TIMEOUT_MS, p->timeout_ms);
+    curl_easy_setopt(t->h, CURLOPT_CONNECTTIMEOUT_MS, p->timeout_ms);
+    curl_easy_setopt(t->h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(t->h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(t->h, CURLOPT_WRITEDATA, &t->body);
+    curl_easy_setopt(t->h, CURLOPT_PRIVATE, t);
+}
 
-    buf_init(&body, BODY_MAX);
-    curl_easy_reset(c);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, p->timeout_ms);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, p->timeout_ms);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-    rc = curl_easy_perform(c);
+static void target_done(struct target *t, CURLcode rc)
+{
+    long code = 0;
+
     if (rc == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    if (rc == CURLE_OK && code == 200 && body.len > 0)
-        j = json_loadb(buf_ptr(&body), buf_len(&body), 0, NULL);
-    if (j && !json_is_object(j)) {
-        json_decref(j);
-        j = NULL;
+        curl_easy_getinfo(t->h, CURLINFO_RESPONSE_CODE, &code);
+    if (rc == CURLE_OK && code == 200 && buf_len(&t->body) > 0)
+        t->w = json_loadb(buf_ptr(&t->body), buf_len(&t->body), 0, NULL);
+    if (t->w && !json_is_object(t->w)) {
+        json_decref(t->w);
+        t->w = NULL;
     }
-    if (!j)
-        log_debug("Could not read progress", "{s:s, s:s, s:i}", "url", url, "error",
+    if (!t->w)
+        log_debug("Could not read progress", "{s:s, s:s, s:i}", "url", t->url, "error",
                   rc == CURLE_OK ? "bad answer" : curl_easy_strerror(rc), "status", (int)code);
-    buf_cleanup(&body);
-    return j;
+}
+
+/* Reads every target, up to PROGRESS_PARALLEL at once, each within the timeout. */
+static void fetch_all(struct progress *p, CURLM *m, struct target *ts, size_t n)
+{
+    size_t next = 0, active = 0;
+
+    while (next < n || active > 0) {
+        CURLMsg *msg;
+        int running, left;
+
+        while (next < n && active < PROGRESS_PARALLEL) {
+            target_setup(p, &ts[next]);
+            curl_multi_add_handle(m, ts[next].h);
+            next++;
+            active++;
+        }
+        if (curl_multi_perform(m, &running) != CURLM_OK)
+            break;
+        while ((msg = curl_multi_info_read(m, &left))) {
+            struct target *t = NULL;
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
+            target_done(t, msg->data.result);
+            curl_multi_remove_handle(m, t->h);
+            active--;
+        }
+        if (active > 0)
+            curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    for (size_t i = 0; i < n; i++) { /* a broken multi handle: whatever is left failed */
+        if (ts[i].h)
+            curl_multi_remove_handle(m, ts[i].h);
+    }
 }
 
 /* Rank 0 of the current gang (restart), running, with an IP: its name, uid and IP. */
@@ -282,47 +324,51 @@ static bool find_rank0(struct progress *p, const char *key, int restart, char *p
     return found;
 }
 
-static void poll_job(struct progress *p, CURL *c, const json_t *job, time_t now)
+/* Adds a target for job when it is Running with a running rank 0 of its current gang. */
+static bool plan_job(struct progress *p, const json_t *job, struct target *t)
 {
     const json_t *meta = json_object_get(job, "metadata"), *st = json_object_get(job, "status");
     const char *ns = json_string_value(json_object_get(meta, "namespace"));
     const char *name = json_string_value(json_object_get(meta, "name"));
     const char *phase = json_string_value(json_object_get(st, "phase"));
-    int restart = (int)json_integer_value(json_object_get(st, "restarts"));
-    char key[2 * RENDER_NAME_MAX + 2], pod[RENDER_NAME_MAX], uid[REC_UID_MAX], ip[64];
-    char url[PROGRESS_URL_MAX];
-    json_t *w = NULL, *ps = NULL;
+    char pod[RENDER_NAME_MAX], ip[64];
+
+    memset(t, 0, sizeof(*t));
+    if (!ns || !name || !phase || strcmp(phase, "Running") != 0)
+        return false;
+    t->restart = (int)json_integer_value(json_object_get(st, "restarts"));
+    snprintf(t->key, sizeof(t->key), "%s/%s", ns, name);
+    if (!find_rank0(p, t->key, t->restart, pod, t->uid, ip, sizeof(ip)))
+        return false;
+    if (progress_url(p->tmpl, ns, name, pod, ip, p->port, t->url, sizeof(t->url)) != 0) {
+        log_warn("Progress URL template does not expand", "{s:s}", "template", p->tmpl);
+        return false;
+    }
+    return true;
+}
+
+/* Feeds one read into the job's clock and status.progress; queues the job when it changed. */
+static void apply(struct progress *p, struct target *t, time_t now)
+{
+    const json_t *step = json_object_get(t->w, "step");
+    json_t *ps = NULL;
     struct entry *e;
     bool changed = false;
 
-    if (!ns || !name || !phase || strcmp(phase, "Running") != 0)
-        return;
-    snprintf(key, sizeof(key), "%s/%s", ns, name);
-    if (!find_rank0(p, key, restart, pod, uid, ip, sizeof(uid)))
-        return;
-    if (progress_url(p->tmpl, ns, name, pod, ip, p->port, url, sizeof(url)) != 0) {
-        log_warn("Progress URL template does not expand", "{s:s}", "template", p->tmpl);
-        return;
-    }
     atomic_fetch_add(&p->stats.reads, 1);
-    w = fetch(p, c, url);
-    if (!w)
+    if (!t->w)
         atomic_fetch_add(&p->stats.read_errors, 1);
-
     pthread_mutex_lock(&p->mu);
-    e = strmap_get(&p->jobs, key);
+    e = strmap_get(&p->jobs, t->key);
     if (!e) {
         e = xcalloc(1, sizeof(*e));
-        strmap_put(&p->jobs, key, e);
+        strmap_put(&p->jobs, t->key, e);
     }
     e->seen = true;
-    progress_clock_observe(&e->clock, uid, restart,
-                           w && json_is_integer(json_object_get(w, "step"))
-                               ? json_integer_value(json_object_get(w, "step"))
-                               : -1,
-                           now);
-    if (w)
-        ps = progress_status(w, e->clock.since);
+    progress_clock_observe(&e->clock, t->uid, t->restart,
+                           json_is_integer(step) ? json_integer_value(step) : -1, now);
+    if (t->w)
+        ps = progress_status(t->w, e->clock.since);
     if (ps && (!e->status || !json_equal(ps, e->status))) {
         json_decref(e->status);
         e->status = ps;
@@ -331,24 +377,24 @@ static void poll_job(struct progress *p, CURL *c, const json_t *job, time_t now)
     }
     pthread_mutex_unlock(&p->mu);
     json_decref(ps);
-    json_decref(w);
     if (changed) {
         atomic_fetch_add(&p->stats.status_changes, 1);
-        queue_add(p->sh->queue, key);
+        queue_add(p->sh->queue, t->key);
     }
 }
 
 static void *run(void *arg)
 {
     struct progress *p = arg;
-    CURL *c = curl_easy_init();
+    CURLM *m = curl_multi_init();
 
     for (;;) {
         struct timespec until;
         struct strmap_iter it;
         struct strmap_entry *se;
         json_t *jobs, *job;
-        size_t i;
+        struct target *ts;
+        size_t i, n;
         time_t now;
 
         clock_gettime(CLOCK_REALTIME, &until);
@@ -372,9 +418,21 @@ static void *run(void *arg)
         atomic_fetch_add(&p->stats.polls, 1);
         jobs = informer_list(p->sh->jobs);
         now = time(NULL);
+        ts = xcalloc(json_array_size(jobs) + 1, sizeof(*ts));
+        n = 0;
         json_array_foreach(jobs, i, job)
-            poll_job(p, c, job, now);
+            if (plan_job(p, job, &ts[n]))
+                n++;
         json_decref(jobs);
+        fetch_all(p, m, ts, n);
+        for (size_t k = 0; k < n; k++) {
+            apply(p, &ts[k], now);
+            json_decref(ts[k].w);
+            if (ts[k].h)
+                curl_easy_cleanup(ts[k].h);
+            buf_cleanup(&ts[k].body);
+        }
+        free(ts);
 
         /* Jobs not Running or without a running rank 0 lose their clock. */
         pthread_mutex_lock(&p->mu);
@@ -389,7 +447,7 @@ static void *run(void *arg)
         }
         pthread_mutex_unlock(&p->mu);
     }
-    curl_easy_cleanup(c);
+    curl_multi_cleanup(m);
     return NULL;
 }
 

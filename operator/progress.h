@@ -5,7 +5,7 @@
  *
  * Every interval, for each cached job with status.phase Running, the poller looks for rank 0 of
  * the current gang (labels replica-index "0" and restart-count == status.restarts, phase Running,
- * a podIP) and GETs its URL (template, default PROGRESS_DEFAULT_URL; the placeholders {ip},
+ * a podIP) and GETs its URL (all jobs of a round concurrently, PROGRESS_PARALLEL at a time) (template, default PROGRESS_DEFAULT_URL; the placeholders {ip},
  * {port}, {ns}, {job}, {pod} are replaced; tests point it at a fake server on loopback with
  * --progress-url-template, since pod IPs are not reachable on the API tier). The per-job clock
  * (struct progress_clock) starts when a rank 0 is first seen running, and moves whenever the
@@ -34,6 +34,7 @@
 #define PROGRESS_DEFAULT_URL "http://{ip}:{port}/progress"
 #define PROGRESS_DEFAULT_INTERVAL_MS 15000L
 #define PROGRESS_URL_MAX 1024
+#define PROGRESS_PARALLEL 32 /* reads in flight at once (a round never waits job after job) */
 
 struct exec_shared;
 
