@@ -16,7 +16,7 @@ key=$(sha256sum "$req" | cut -c1-12)
 venv="$cache/pyenv-$key"
 mkdir -p "$cache"
 # One builder at a time: parallel tests that all need the venv wait for the first to finish it.
-exec 9>"$cache/pyenv.lock"
+exec 9>"$cache/pyenv-build.lock"
 flock 9
 if [ ! -f "$venv/.complete" ]; then
     echo "pyenv: creating $venv from hack/requirements.txt (once; large wheels such as torch take minutes)" >&2
