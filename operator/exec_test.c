@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/test.h"
 #include "operator/kube/log.h"
@@ -152,6 +153,7 @@ static struct {
     char delete_body[1024];
     int n;
     bool status_conflict;
+    bool slow_creates; /* each POST takes 20 ms, so a parallel batch surely spreads out */
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static const char conflict_body[] =
@@ -166,7 +168,7 @@ static const char notfound_body[] =
 
 static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *req)
 {
-    bool status, conflict;
+    bool status, conflict, slow;
 
     pthread_mutex_lock(&S.mu);
     if (S.n < 32)
@@ -174,7 +176,10 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
     if (strcmp(req->method, "DELETE") == 0)
         snprintf(S.delete_body, sizeof(S.delete_body), "%.1000s", req->body ? req->body : "");
     conflict = S.status_conflict;
+    slow = S.slow_creates && strcmp(req->method, "POST") == 0;
     pthread_mutex_unlock(&S.mu);
+    if (slow)
+        usleep(20000);
     status = strstr(req->path, "/status") != NULL;
     if (status && conflict)
         testsrv_respond(c, 409, NULL, conflict_body);
@@ -270,6 +275,7 @@ static void test_apply_against_server(void)
         add(&r, REC_CREATE, name, 3, NULL);
     }
     S.n = 0;
+    S.slow_creates = true; /* else one connection may take all 8 before the pool's first call */
     long conns = testsrv_connections(srv);
     TEST_EQ_INT(exec_apply(&w, obj, &tj, &r), 0);
     TEST_EQ_INT(S.n, 8);
