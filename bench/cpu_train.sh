@@ -4,7 +4,7 @@
 #   bench/cpu_train.sh [--bin PATH] [--threads N] [--rounds R] [--steps S] [-- extra model flags]
 #
 # Runs bench/cpu_train.c (built as cpu_train_bench; default build/worker/cpu_train_bench) and
-# bench/cpu_train_torch.py (PyTorch from hack/pyenv.sh) alternately R times (default 3), each
+# bench/cpu_train_torch.py (PyTorch from `hack/pyenv.sh torch`) alternately R times (default 3), each
 # timing S optimizer steps (forward, backward, clip, AdamW) after warmup, and prints the median
 # samples/s of each, their ratio, and PASS when gantry is >= 1.2x PyTorch. Extra flags after --
 # go to both (e.g. -- --batch 16 --seq 128 --hidden 256 --varlen). Alternating rounds spreads
@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -x "$bin" ] || { echo "cpu_train.sh: $bin not built; run make build (or pass --bin)" >&2; exit 1; }
-py=${PYTHON:-$("$here/../hack/pyenv.sh")/bin/python3}
+py=${PYTHON:-$("$here/../hack/pyenv.sh" torch)/bin/python3}
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

@@ -7,7 +7,7 @@ matrices only, gradient clipping by global norm), and writes worker/testdata/mod
 the config, the batch, logits, loss, every parameter gradient (in model.c's buffer order) and the
 10 losses. worker/model_test.c reads that file, so CI needs no torch.
 
-Usage: py=$(hack/pyenv.sh)/bin/python3; $py hack/torch_ref.py [--out PATH]
+Usage: py=$(hack/pyenv.sh torch)/bin/python3; $py hack/torch_ref.py [--out PATH]
 Also importable: bench/cpu_train_torch.py takes the parameter layout (tensor_table) from here.
 """
 import argparse
