@@ -21,6 +21,8 @@
 # meta.json; FILE (docs/benchmarks.md) the report, by bench/plot.py (matplotlib, hack/pyenv.sh).
 # Binaries come from DIR (default build/); ckpt_bench, bench_allreduce and bench_allreduce_gloo
 # are compiled here against DIR's libraries when the build does not have them.
+# Env: PYTHON (plots; default the hack/pyenv.sh venv), TORCH_PYTHON (the PyTorch peer; default
+# the `hack/pyenv.sh torch` venv).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -38,7 +40,7 @@ while [ $# -gt 0 ]; do
     --doc) doc=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
-    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -95,11 +97,19 @@ m versions gantry "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff
 m versions compiler "$(cc --version | head -1)"
 m versions gloo "$(dpkg-query -W -f='libgloo-dev ${Version}' libgloo-dev 2>/dev/null || echo 'not installed')"
 m versions openblas "$(dpkg-query -W -f='${db:Status-Abbrev}${Package} ${Version}\n' 'libopenblas*' 2>/dev/null | awk '/^ii/ { print $2, $3; exit }')"
-# hack/pyenv.sh's venv; when it is already complete, used directly (no wait on pyenv.sh's lock)
-venv=${GANTRY_CACHE:-$HOME/.cache/gantry}/pyenv-$(sha256sum "$root/hack/requirements.txt" | cut -c1-12)
-[ -f "$venv/.complete" ] || venv=$("$root/hack/pyenv.sh")
+# hack/pyenv.sh's venvs (light: plots; torch: the PyTorch peer); one already complete is used
+# directly, without waiting on pyenv.sh's build lock. PYTHON / TORCH_PYTHON override them.
+cache=${GANTRY_CACHE:-$HOME/.cache/gantry}
+venv=$cache/pyenv-$(sha256sum "$root/hack/requirements.txt" | cut -c1-12)
+[ -n "${PYTHON:-}" ] || [ -f "$venv/.complete" ] || venv=$("$root/hack/pyenv.sh")
 py=${PYTHON:-$venv/bin/python3}
-m versions python "$("$py" -c 'import sys, torch, matplotlib; print("Python %s, torch %s, matplotlib %s" % (sys.version.split()[0], torch.__version__, matplotlib.__version__))')"
+tvenv=$cache/pyenv-$(cat "$root/hack/requirements.txt" "$root/hack/requirements-torch.txt" | sha256sum | cut -c1-12)
+if want cpu_train && [ -z "${TORCH_PYTHON:-}" ] && [ ! -f "$tvenv/.complete" ]; then
+    tvenv=$("$root/hack/pyenv.sh" torch)
+fi
+tpy=${TORCH_PYTHON:-$tvenv/bin/python3}
+m versions python "$("$py" -c 'import sys, matplotlib; print("Python %s, matplotlib %s" % (sys.version.split()[0], matplotlib.__version__))')"
+! want cpu_train || m versions torch "$("$tpy" -c 'import torch; print("torch %s (%s)" % (torch.__version__, torch.__file__.rsplit("/", 3)[0]))' | sed "s#$HOME#~#")"
 m mode mode "$([ $quick = 1 ] && echo 'quick (--quick: fewer rounds and sizes)' || echo full)"
 m notes all "In the commands below, BUILD is the build directory, DIR a temporary directory holding the benchmark binaries, OUT the results directory (bench/results)."
 m skipped gpu "not run: no GPU lent (none on this machine, and this task drew no GPU machine); the GPU benchmark (bench/gpu_bench.cu vs bench/gpu_torch.py, tokens/s and MFU) runs through hack/gpu-check.sh on a lent GPU: docs/gpu.md"
@@ -164,7 +174,7 @@ if want cpu_train; then
     log "CPU training vs PyTorch"
     if b=$(find_bin cpu_train_bench) && [ -n "$b" ]; then
         if [ $quick = 1 ]; then ct=(--rounds 2 --steps 5); else ct=(--rounds 3 --steps 8); fi
-        if runlog cpu_train env PYTHON="$py" "$root/bench/cpu_train.sh" --bin "$b" --threads 2 "${ct[@]}"; then
+        if runlog cpu_train env PYTHON="$tpy" "$root/bench/cpu_train.sh" --bin "$b" --threads 2 "${ct[@]}"; then
             echo "impl,metric,x,unit,round,value" >"$out/cpu_train.csv"
             # the table's last columns are the rounds' samples/s
             awk '$1 == "gantry" || $1 == "pytorch" { for (i = 5; i <= NF; i++) printf "%s,samples_per_s,0,samples/s,%d,%s\n", $1, i - 5, $i }' \
