@@ -68,6 +68,12 @@ static const struct field fields[] = {
      "rank 0 serves /metrics and /progress on this port; -1 = off"},
     {"tensorboardDir", F_STR, S(tensorboard_dir), 0, 0, NULL,
      "write TensorBoard event files here; empty = none"},
+    {"checkpoint.dir", F_STR, S(checkpoint_dir), 0, 0, NULL,
+     "the job's checkpoint directory (step-<N>/ and report.json); empty = no checkpoints"},
+    {"checkpoint.intervalSteps", F_INT, S(checkpoint_interval), 0, 1 << 30, NULL,
+     "steps between checkpoints (and one at the end); 0 = only at the end"},
+    {"checkpoint.keep", F_INT, S(checkpoint_keep), 1, 1000000, NULL,
+     "checkpoints kept (the newest)"},
 };
 #undef S
 #define NFIELDS (int)(sizeof(fields) / sizeof(fields[0]))
@@ -91,6 +97,14 @@ void cfg_defaults(struct cfg *c)
     c->min_lr_ratio = 0.0, c->weight_decay = 0.01, c->grad_clip = 1.0;
     c->beta1 = 0.9, c->beta2 = 0.999, c->eps = 1e-8;
     c->seed = 42, c->log_interval = 10, c->metrics_port = -1;
+    c->checkpoint_interval = 200, c->checkpoint_keep = 3;
+}
+
+/* "training." for training fields; the checkpoint section sits beside training (the operator's
+ * config.json: {"training": {...}, "checkpoint": {"path", "dir", "intervalSteps", "keep"}}). */
+static const char *section(const char *path)
+{
+    return strncmp(path, "checkpoint.", 11) ? "training." : "";
 }
 
 /* ---- names: model.maxSeqLen -> --model-max-seq-len, GANTRY_MODEL_MAX_SEQ_LEN ---------------- */
@@ -179,22 +193,23 @@ static int set_from_string(struct cfg *c, const struct field *f, const char *v, 
         return 0;
     case F_ENUM:
         if (!in_choices(f->choices, v)) {
-            snprintf(err, errlen, "training.%s: \"%.64s\" (from %s) is not one of %s (%s)",
-                     f->path, v, src, f->choices, hint);
+            snprintf(err, errlen, "%s%s: \"%.64s\" (from %s) is not one of %s (%s)",
+                     section(f->path), f->path, v, src, f->choices, hint);
             return -1;
         }
         __attribute__((fallthrough)); /* stored like a string */
     case F_STR:
         if (strlen(v) >= f->size) {
-            snprintf(err, errlen, "training.%s: value (from %s) is longer than %zu bytes (%s)",
-                     f->path, src, f->size - 1, hint);
+            snprintf(err, errlen, "%s%s: value (from %s) is longer than %zu bytes (%s)",
+                     section(f->path), f->path, src, f->size - 1, hint);
             return -1;
         }
         memcpy(slot(c, f), v, strlen(v) + 1);
         return 0;
     }
 bad:
-    snprintf(err, errlen, "training.%s: \"%.64s\" (from %s) is not a valid %s (%s)", f->path, v,
+    snprintf(err, errlen, "%s%s: \"%.64s\" (from %s) is not a valid %s (%s)",
+             section(f->path), f->path, v,
              src,
              f->type == F_BOOL  ? "boolean (true or false)"
              : f->type == F_DBL ? "number"
@@ -221,7 +236,8 @@ static int set_from_json(struct cfg *c, const struct field *f, const json_t *v, 
     }
     char hint[256];
     forms(f, hint, sizeof(hint));
-    snprintf(err, errlen, "training.%s (from %s): wrong JSON type; expected %s (%s)", f->path, src,
+    snprintf(err, errlen, "%s%s (from %s): wrong JSON type; expected %s (%s)",
+             section(f->path), f->path, src,
              f->type == F_STR || f->type == F_ENUM ? "a string"
              : f->type == F_BOOL                   ? "true or false"
                                                    : "a number",
@@ -239,11 +255,13 @@ static int apply_object(struct cfg *c, const json_t *obj, const char *prefix, co
     {
         char path[128];
         snprintf(path, sizeof(path), "%s%s", prefix, key);
-        if (!*prefix && (!strcmp(key, "model") || !strcmp(key, "data"))) {
+        if (!*prefix &&
+            (!strcmp(key, "model") || !strcmp(key, "data") || !strcmp(key, "checkpoint"))) {
             if (!json_is_object(val)) {
                 snprintf(err, errlen, "training.%s (from %s): must be an object, e.g. %s", key, src,
                          !strcmp(key, "model") ? "{type: transformer, layers: 2}"
-                                               : "{train: /data/train.jsonl}");
+                                 : !strcmp(key, "data") ? "{train: /data/train.jsonl}"
+                                                        : "{dir: /ckpt/job, intervalSteps: 200}");
                 return CFG_EBAD;
             }
             char sub[16];
@@ -258,9 +276,9 @@ static int apply_object(struct cfg *c, const json_t *obj, const char *prefix, co
                 f = &fields[i];
         if (!f) {
             snprintf(err, errlen,
-                     "training.%s (from %s): unknown field; see `gantry-worker --help` for the "
+                     "%s%s (from %s): unknown field; see `gantry-worker --help` for the "
                      "accepted names (they are case-sensitive, e.g. learningRate)",
-                     path, src);
+                     section(path), path, src);
             return CFG_EBAD;
         }
         if (set_from_json(c, f, val, src, err, errlen))
@@ -281,7 +299,24 @@ int cfg_apply_json(struct cfg *c, const json_t *doc, const char *source, char *e
         snprintf(err, errlen, "%s: \"training\" must be an object", source);
         return CFG_EBAD;
     }
-    return apply_object(c, tr ? tr : doc, "", source, err, errlen);
+    if (apply_object(c, tr ? tr : doc, "", source, err, errlen))
+        return CFG_EBAD;
+    /* The operator renders the checkpoint settings beside training; "path" is the volume's
+     * mount (dir = path/job is what the worker uses). */
+    const json_t *ck = tr ? json_object_get(doc, "checkpoint") : NULL;
+    if (ck && !json_is_object(ck)) {
+        snprintf(err, errlen, "%s: checkpoint must be an object, e.g. {\"dir\": \"/ckpt/job\", "
+                              "\"intervalSteps\": 200, \"keep\": 3}", source);
+        return CFG_EBAD;
+    }
+    if (ck) {
+        json_t *copy = json_deep_copy(ck);
+        json_object_del(copy, "path");
+        int rc = apply_object(c, copy, "checkpoint.", source, err, errlen);
+        json_decref(copy);
+        return rc;
+    }
+    return CFG_OK;
 }
 
 /* ---- validation ---------------------------------------------------------------------------- */
@@ -309,8 +344,8 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
         double v = num(c, f);
         if (v < f->min || v > f->max) {
             forms(f, hint, sizeof(hint));
-            snprintf(err, errlen, "training.%s: %g is out of range; use %g..%g (%s: %s)", f->path,
-                     v, f->min, f->max, hint, f->help);
+            snprintf(err, errlen, "%s%s: %g is out of range; use %g..%g (%s: %s)",
+                     section(f->path), f->path, v, f->min, f->max, hint, f->help);
             return CFG_EBAD;
         }
     }

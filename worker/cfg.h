@@ -58,6 +58,12 @@ struct cfg {
     char report[CFG_MAX_PATH];
     int metrics_port;                   /* rank 0 serves /metrics and /progress; -1 = off */
     char tensorboard_dir[CFG_MAX_PATH]; /* TensorBoard event files; "" = none */
+    /* checkpoints: JSON checkpoint.dir etc. (beside training in the operator's config.json, or
+     * inside the training object), env GANTRY_CHECKPOINT_DIR (the operator sets it to
+     * <checkpoint.path>/<job>), GANTRY_CHECKPOINT_INTERVAL_STEPS, GANTRY_CHECKPOINT_KEEP */
+    char checkpoint_dir[CFG_MAX_PATH]; /* step-<N>/ and report.json go here; "" = none */
+    int checkpoint_interval;           /* steps between checkpoints (default 200); 0 = end only */
+    int checkpoint_keep;               /* newest kept (default 3) */
     char config_path[CFG_MAX_PATH]; /* the file read, "" when none */
 };
 

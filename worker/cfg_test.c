@@ -104,6 +104,39 @@ static void test_env_and_flag_errors(void)
     TEST_CHECK(strstr(err, "/nonexistent/x.json") != NULL);
 }
 
+/* The operator's config.json: checkpoint beside training (path ignored, dir used), then env
+ * GANTRY_CHECKPOINT_DIR / flags over it; bad values name the field and exit 78. */
+static void test_checkpoint_section(void)
+{
+    struct cfg c;
+    char err[512] = "";
+    const char *argv[] = {"gantry-worker", "--config", path, "--checkpoint-keep", "5", NULL};
+    write_config("{\"job\": \"j\", \"training\": {\"data\": {\"train\": \"t\"}}, \"checkpoint\": "
+                 "{\"path\": \"/ckpt\", \"dir\": \"/ckpt/j\", \"intervalSteps\": 20, \"keep\": 2}}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_EQ_STR(c.checkpoint_dir, "/ckpt/j");
+    TEST_EQ_INT(c.checkpoint_interval, 20);
+    TEST_EQ_INT(c.checkpoint_keep, 2);
+    setenv("GANTRY_CHECKPOINT_DIR", "/vol/j2", 1);
+    TEST_EQ_INT(load(&c, err, sizeof(err), 5, argv), CFG_OK);
+    TEST_EQ_STR(c.checkpoint_dir, "/vol/j2"); /* env over file */
+    TEST_EQ_INT(c.checkpoint_keep, 5);        /* flag over file */
+    unsetenv("GANTRY_CHECKPOINT_DIR");
+    write_config("{\"training\": {\"data\": {\"train\": \"t\"}}}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_EQ_STR(c.checkpoint_dir, ""); /* no section: no checkpoints, defaults */
+    TEST_EQ_INT(c.checkpoint_interval, 200);
+    TEST_EQ_INT(c.checkpoint_keep, 3);
+    expect_bad("{\"training\": {\"data\": {\"train\": \"t\"}}, \"checkpoint\": {\"keep\": 0}}",
+               "checkpoint.keep: 0 is out of range");
+    expect_bad("{\"training\": {\"data\": {\"train\": \"t\"}}, \"checkpoint\": "
+               "{\"intervalSteps\": \"often\"}}", "checkpoint.intervalSteps: \"often\"");
+    expect_bad("{\"training\": {\"data\": {\"train\": \"t\"}}, \"checkpoint\": {\"every\": 3}}",
+               "checkpoint.every (from");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"checkpoint\": {\"intervalSteps\": -1}}",
+               "checkpoint.intervalSteps: -1 is out of range");
+}
+
 static void test_usage_lists_every_form(void)
 {
     char *text = NULL;
@@ -133,6 +166,7 @@ int main(void)
     TEST_RUN(test_bad_configs_name_the_field);
     TEST_RUN(test_env_and_flag_errors);
     TEST_RUN(test_usage_lists_every_form);
+    TEST_RUN(test_checkpoint_section);
     unlink(path);
     rmdir(dir);
     return test_summary();

@@ -7,9 +7,24 @@
  * data (dataset.h), builds or loads the vocab, trains (train.h) and writes the evaluation report.
  * Progress goes to stdout as JSON lines and to stderr for people; the final report is printed on
  * stdout as one JSON line and written to `report` when set.
+ * Checkpoints (checkpoint.dir, the job's directory on the shared volume): at start every rank
+ * finds the newest valid step-<N> there, the ranks agree on the oldest of their choices
+ * (dist_agree_resume), load parameters, AdamW state and the data position, and log
+ * "resumed from step S (checkpoint DIR)". Every checkpoint.intervalSteps and at the end rank 0
+ * snapshots and writes one on the background writer, keeping checkpoint.keep; the final report
+ * also goes to <checkpoint.dir>/report.json. At a different world size the position in the
+ * epoch (samples consumed by all ranks) carries over and the step number is recomputed.
+ * At the end every rank logs "final parameters fnv1a64 <hex>" (the same on every rank).
+ *
+ * SIGTERM/SIGINT (we may be PID 1 in a pod, where the default action is ignored): stop at the
+ * next step boundary without starting a checkpoint, exit 128 + signal (143: retryable); if that
+ * takes over 5 s (a blocked all-reduce, a slow write), exit at once: an unfinished checkpoint
+ * is only a .tmp directory (the writer renames when complete).
  * Exit: 0 done; 64 bad usage; 65 bad data; 78 bad config; other non-zero is retryable.
  */
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +36,7 @@
 #include "kernels/cpu.h"
 
 #include "worker/cfg.h"
+#include "worker/ckpt.h"
 #include "worker/coll.h"
 #include "worker/dataset.h"
 #include "worker/dist.h"
@@ -45,8 +61,44 @@ struct worker {
     struct dist_rdzv *rz; /* multi-process only */
     struct coll *coll;
     struct obs *obs;
+    /* checkpoints */
+    char ck_root[CFG_MAX_PATH], ck_job[CKPT_MAX_NAME];
+    struct ckpt_writer *writer; /* rank 0 with checkpoint.dir */
+    char hash[17];
+    long spe;       /* steps per epoch at this world size */
+    int per_step;   /* examples per step per rank */
+    int64_t pending_step; /* the write in flight, -1 none */
+    double pending_t0;
     char err[2048];
 };
+
+#define STOP_GRACE_S 5
+static volatile sig_atomic_t g_stop; /* the signal that asked us to stop */
+
+static void on_stop(int sig)
+{
+    if (!g_stop)
+        g_stop = sig;
+    alarm(STOP_GRACE_S);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    _exit(128 + (g_stop ? g_stop : SIGTERM)); /* async-signal-safe */
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+}
 
 static double now_s(void)
 {
@@ -194,13 +246,18 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         free(line);
         if (w->eval_enc.n)
             eval_print(&ec, names, stderr);
-        if (w->cfg.report[0]) {
-            char tmp[CFG_MAX_PATH + 16];
-            snprintf(tmp, sizeof(tmp), "%s.tmp", w->cfg.report);
-            if (json_dump_file(rep, tmp, JSON_INDENT(2)) || rename(tmp, w->cfg.report)) {
+        char vol[CFG_MAX_PATH + 16];
+        snprintf(vol, sizeof(vol), "%s/report.json", w->cfg.checkpoint_dir);
+        const char *dests[2] = {w->cfg.report, w->cfg.checkpoint_dir[0] ? vol : ""};
+        for (int i = 0; i < 2; i++) {
+            char tmp[CFG_MAX_PATH + 32];
+            if (!dests[i][0])
+                continue;
+            snprintf(tmp, sizeof(tmp), "%s.tmp", dests[i]);
+            if (json_dump_file(rep, tmp, JSON_INDENT(2)) || rename(tmp, dests[i])) {
                 fprintf(stderr, "gantry-worker: could not write the report to %s: %s; check that "
                                 "the directory exists and is writable\n",
-                        w->cfg.report, strerror(errno));
+                        dests[i], strerror(errno));
                 rc = 1;
             }
         }
@@ -214,6 +271,163 @@ static int write_report(struct worker *w, const struct train_result *r, double s
 static int allreduce_grads(float *buf, size_t n, void *ctx)
 {
     return coll_allreduce(ctx, buf, n, COLL_SUM);
+}
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Reports the write in flight as done (waiting for it). 0 or its error. */
+static int ckpt_settle(struct worker *w)
+{
+    int rc;
+    if (!w->writer || w->pending_step < 0)
+        return 0;
+    rc = ckpt_writer_wait(w->writer);
+    if (rc == 0) {
+        double secs = now_s() - w->pending_t0;
+        obs_checkpoint(w->obs, w->pending_step, secs);
+        fprintf(stderr, "gantry-worker: checkpoint step-%lld written to %s/%s (%.2f s)\n",
+                (long long)w->pending_step, w->ck_root, w->ck_job, secs);
+    }
+    w->pending_step = -1;
+    return rc;
+}
+
+/* The training hook (rank 0): snapshot (memcpy) and hand to the background writer. */
+static int save_checkpoint(void *ctx, long step, int epoch, const struct model *m,
+                           const struct adamw *opt)
+{
+    struct worker *w = ctx;
+    struct ckpt_snapshot *snap;
+    int64_t n = (int64_t)m->n_params;
+    int rc;
+
+    if (!w->writer)
+        return 0;
+    if ((rc = ckpt_settle(w)))
+        return rc;
+    long in_epoch = step - (long)epoch * w->spe;
+    if (in_epoch >= w->spe) /* the epoch is done: the next one starts at 0 */
+        epoch++, in_epoch = 0;
+    struct ckpt_meta meta = {.step = step, .epoch = (uint64_t)epoch,
+                             .world_size = w->env.world_size};
+    meta.sampler.epoch = (uint64_t)epoch;
+    meta.sampler.consumed = (uint64_t)in_epoch * (uint64_t)w->per_step *
+                            (uint64_t)w->env.world_size;
+    snprintf(meta.config_hash, sizeof(meta.config_hash), "%s", w->hash);
+    snap = ckpt_snapshot_new(&meta);
+    if (ckpt_snapshot_add(snap, CKPT_WEIGHTS, "params", CKPT_F32, 1, &n, m->params) ||
+        ckpt_snapshot_add(snap, CKPT_OPTIM, "adamw.m", CKPT_F32, 1, &n, opt->m) ||
+        ckpt_snapshot_add(snap, CKPT_OPTIM, "adamw.v", CKPT_F32, 1, &n, opt->v)) {
+        ckpt_snapshot_free(snap);
+        return DIST_EUSAGE;
+    }
+    /* The data order is derived from (seed, epoch): no other RNG state to keep. */
+    json_object_set_new(snap->extra, "adamw_t", json_integer((json_int_t)opt->t));
+    json_object_set_new(snap->extra, "seed", json_integer((json_int_t)w->cfg.seed));
+    w->pending_step = step;
+    w->pending_t0 = now_s();
+    return ckpt_writer_save(w->writer, snap);
+}
+
+/* Splits checkpoint.dir into the library's (root, job). 0 or an exit status. */
+static int ckpt_paths(struct worker *w)
+{
+    char d[CFG_MAX_PATH];
+    snprintf(d, sizeof(d), "%s", w->cfg.checkpoint_dir);
+    size_t len = strlen(d);
+    while (len > 1 && d[len - 1] == '/')
+        d[--len] = '\0';
+    char *slash = strrchr(d, '/');
+    const char *job = slash ? slash + 1 : d;
+    if (!*job || strlen(job) >= sizeof(w->ck_job) || !strcmp(job, ".") || !strcmp(job, "..")) {
+        fprintf(stderr, "gantry-worker: checkpoint.dir \"%s\": must name the job's directory, "
+                        "e.g. /checkpoints/my-job\n", w->cfg.checkpoint_dir);
+        return DIST_EXIT_CONFIG;
+    }
+    snprintf(w->ck_job, sizeof(w->ck_job), "%s", job);
+    if (!slash)
+        snprintf(w->ck_root, sizeof(w->ck_root), ".");
+    else if (slash == d)
+        snprintf(w->ck_root, sizeof(w->ck_root), "/");
+    else
+        *slash = '\0', snprintf(w->ck_root, sizeof(w->ck_root), "%s", d);
+    return 0;
+}
+
+/*
+ * Finds, agrees on and loads the checkpoint to resume from: *start_step (0 when none) and the
+ * optimizer state in *opt. 0 or an exit status.
+ */
+static int resume(struct worker *w, struct adamw *opt, long *start_step)
+{
+    int64_t mine = -1, agreed = -1;
+    char dir[CFG_MAX_PATH + CKPT_MAX_NAME + 64], why[512];
+    struct ckpt_snapshot *s = NULL;
+    int rc;
+
+    *start_step = 0;
+    if (!w->cfg.checkpoint_dir[0])
+        return 0;
+    rc = ckpt_find_latest(w->ck_root, w->ck_job, &mine, dir, sizeof(dir));
+    if (rc && rc != DIST_ENOENT)
+        return dist_exit_code(rc);
+    if (rc)
+        mine = -1;
+    agreed = mine;
+    if (w->rz && (rc = dist_agree_resume(w->rz, mine, DIST_RESUME_MIN, &agreed)))
+        return dist_exit_code(rc);
+    if (agreed < 0) {
+        if (w->env.rank == 0)
+            fprintf(stderr, "gantry-worker: no checkpoint in %s; starting from step 0\n",
+                    w->cfg.checkpoint_dir);
+        return 0;
+    }
+    snprintf(dir, sizeof(dir), "%s/%s/step-%lld", w->ck_root, w->ck_job, (long long)agreed);
+    if ((rc = ckpt_verify(dir, why, sizeof(why))) || (rc = ckpt_load(dir, &s))) {
+        fprintf(stderr, "gantry-worker: checkpoint %s: %s\n", dir, rc ? why : "");
+        return DIST_EXIT_RETRY;
+    }
+    const struct ckpt_tensor *p = ckpt_snapshot_find(s, CKPT_WEIGHTS, "params");
+    const struct ckpt_tensor *m = ckpt_snapshot_find(s, CKPT_OPTIM, "adamw.m");
+    const struct ckpt_tensor *v = ckpt_snapshot_find(s, CKPT_OPTIM, "adamw.v");
+    size_t bytes = w->model.n_params * sizeof(float);
+    json_t *t = json_object_get(s->extra, "adamw_t");
+    if (!p || !m || !v || p->dtype != CKPT_F32 || m->dtype != CKPT_F32 || v->dtype != CKPT_F32 ||
+        p->bytes != bytes || m->bytes != bytes || v->bytes != bytes || !json_is_integer(t)) {
+        fprintf(stderr, "gantry-worker: checkpoint %s does not match this model (%zu parameters); "
+                        "was the model or data changed? Move the old checkpoints away to start "
+                        "afresh\n", dir, w->model.n_params);
+        ckpt_snapshot_free(s);
+        return DIST_EXIT_CONFIG;
+    }
+    memcpy(w->model.params, p->data, bytes);
+    memcpy(opt->m, m->data, bytes);
+    memcpy(opt->v, v->data, bytes);
+    opt->t = (long)json_integer_value(t);
+    if (s->meta.world_size == w->env.world_size) {
+        *start_step = (long)s->meta.step;
+    } else { /* the epoch's consumed samples, cut into this world's steps */
+        uint64_t per = (uint64_t)w->per_step * (uint64_t)w->env.world_size;
+        long in_epoch = (long)(s->meta.sampler.consumed / per);
+        if (in_epoch > w->spe)
+            in_epoch = w->spe;
+        *start_step = (long)s->meta.sampler.epoch * w->spe + in_epoch;
+    }
+    fprintf(stderr, "gantry-worker: rank %d resumed from step %lld (checkpoint %s)\n",
+            w->env.rank, (long long)s->meta.step, dir);
+    if (s->meta.world_size != w->env.world_size)
+        fprintf(stderr, "gantry-worker: rank %d: saved at world size %d, now %d: continuing at "
+                        "this world's step %ld\n",
+                w->env.rank, s->meta.world_size, w->env.world_size, *start_step);
+    ckpt_snapshot_free(s);
+    return 0;
 }
 
 /* FNV-1a of the effective config: ranks must agree on it at rendezvous. */
@@ -232,13 +446,12 @@ static void config_hash(const struct cfg *c, char out[17])
 /* Joins the job and connects the gradient ring when WORLD_SIZE > 1. 0 or an exit status. */
 static int join(struct worker *w)
 {
-    char hash[17];
     int rc;
+    config_hash(&w->cfg, w->hash);
     if (w->env.world_size <= 1)
         return 0;
     dist_log_set_rank(w->env.rank);
-    config_hash(&w->cfg, hash);
-    if ((rc = dist_rendezvous(&w->env, hash, NULL, &w->rz)) ||
+    if ((rc = dist_rendezvous(&w->env, w->hash, NULL, &w->rz)) ||
         (rc = coll_tcp_new(dist_rdzv_store(w->rz), NULL, &w->coll)))
         return dist_exit_code(rc);
     return 0;
@@ -246,9 +459,11 @@ static int join(struct worker *w)
 
 static void worker_cleanup(struct worker *w, bool ok)
 {
+    ckpt_writer_free(w->writer);
     obs_close(w->obs, ok);
     coll_free(w->coll);
-    dist_rdzv_free(w->rz);
+    if (ok) /* its final barrier waits up to the rendezvous timeout for peers that may be dead */
+        dist_rdzv_free(w->rz);
     model_cleanup(&w->model);
     vocab_free(w->vocab);
     dataset_encoded_cleanup(&w->train_enc);
@@ -265,9 +480,12 @@ int main(int argc, char **argv)
     struct model_config mc;
     struct train_opts to;
     struct train_result tr;
+    struct adamw opt = {0};
     int rc;
     double t0 = now_s();
 
+    install_signals();
+    w.pending_step = -1;
     label_map_init(&w.labels);
     dataset_init(&w.train);
     dataset_init(&w.eval);
@@ -304,6 +522,8 @@ int main(int argc, char **argv)
         free(line);
         json_decref(eff);
     }
+    if (w.cfg.checkpoint_dir[0] && (rc = ckpt_paths(&w)))
+        goto out;
     if ((rc = join(&w)))
         goto out;
     train_opts_from(&w, &to);
@@ -312,12 +532,29 @@ int main(int argc, char **argv)
         to.reduce_ctx = w.coll;
     }
     struct train_data td = data_view(&w.train_enc);
+    w.per_step = to.batch * to.accum;
+    w.spe = train_steps_per_epoch(td.n, to.batch, to.accum, w.env.world_size);
+    adamw_init(&opt, w.model.n_params);
+    to.opt = &opt;
+    to.stop = &g_stop;
+    if ((rc = resume(&w, &opt, &to.start_step)))
+        goto out;
+    if (w.cfg.checkpoint_dir[0]) {
+        to.checkpoint = save_checkpoint;
+        to.checkpoint_ctx = &w;
+        to.checkpoint_interval = w.cfg.checkpoint_interval ? w.cfg.checkpoint_interval : INT_MAX;
+        if (w.env.rank == 0 &&
+            !(w.writer = ckpt_writer_new(w.ck_root, w.ck_job, w.cfg.checkpoint_keep))) {
+            rc = DIST_EXIT_RETRY;
+            goto out;
+        }
+    }
     double setup = now_s() - t0;
     struct obs_config ocfg = {
         .rank = w.env.rank, .world_size = w.env.world_size, .metrics_port = w.cfg.metrics_port,
         .tb_dir = w.cfg.tensorboard_dir,
         .total_steps = train_steps_per_epoch(td.n, to.batch, to.accum, to.world_size) * to.epochs,
-        .epochs = to.epochs, .log_interval = to.log_interval};
+        .epochs = to.epochs, .log_interval = to.log_interval, .start_step = to.start_step};
     if (to.max_steps > 0 && to.max_steps < ocfg.total_steps)
         ocfg.total_steps = to.max_steps;
     if (!(w.obs = obs_open(&ocfg))) {
@@ -327,12 +564,33 @@ int main(int argc, char **argv)
         goto out;
     }
     to.obs = w.obs;
-    if ((rc = train_run(&w.model, &td, &to, &tr))) {
+    rc = train_run(&w.model, &td, &to, &tr);
+    if (g_stop) { /* asked to stop: whatever failed on the way, say so (retryable) */
+        fprintf(stderr, "gantry-worker: rank %d: %s at step %ld; exiting without a new "
+                        "checkpoint\n", w.env.rank, g_stop == SIGINT ? "SIGINT" : "SIGTERM",
+                tr.steps);
+        rc = 128 + g_stop;
+        goto out;
+    }
+    if (rc) {
         rc = dist_exit_code(rc);
         goto out;
     }
+    if ((rc = ckpt_settle(&w))) {
+        rc = dist_exit_code(rc);
+        goto out;
+    }
+    fprintf(stderr, "gantry-worker: rank %d final parameters fnv1a64 %016llx (step %ld)\n",
+            w.env.rank,
+            (unsigned long long)fnv1a(w.model.params, w.model.n_params * sizeof(float)),
+            tr.steps);
     rc = write_report(&w, &tr, setup);
 out:
+    adamw_cleanup(&opt);
     worker_cleanup(&w, rc == 0);
+    if (rc && w.rz) { /* failed with peers: no final barrier, leave the connection to exit */
+        fflush(NULL);
+        _exit(rc);
+    }
     return rc;
 }

@@ -174,6 +174,10 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
             size_t in_step = ns - start < (size_t)per_step ? ns - start : (size_t)per_step;
             long tokens_before = lp.tokens;
             double loss, red_s;
+            if (o->stop && *o->stop) {
+                rc = TRAIN_STOPPED;
+                goto out;
+            }
             if ((rc = step_grads(m, d, &ow, &lp, lp.idx + start, in_step, &loss, &red_s)))
                 goto out;
             float norm = optim_clip_grad_norm(m->grads, m->n_params, oc.grad_clip);
@@ -198,6 +202,10 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
                 samples = lp.tokens = logged = 0;
                 loss_sum = 0.0;
                 tlog = t;
+            }
+            if (o->stop && *o->stop) { /* no new checkpoint once asked to stop */
+                rc = TRAIN_STOPPED;
+                goto out;
             }
             if (o->checkpoint && o->checkpoint_interval > 0 &&
                 (step % o->checkpoint_interval == 0 || step == total) &&

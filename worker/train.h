@@ -26,6 +26,7 @@
 #ifndef GANTRY_TRAIN_H
 #define GANTRY_TRAIN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,7 +74,12 @@ struct train_opts {
     int (*checkpoint)(void *ctx, long step, int epoch, const struct model *m,
                       const struct adamw *opt); /* 0, or an error that stops training */
     void *checkpoint_ctx;
+    /* When set and *stop becomes non-zero (a signal handler), train_run returns TRAIN_STOPPED
+     * at the next step boundary, without a checkpoint. */
+    const volatile sig_atomic_t *stop;
 };
+
+#define TRAIN_STOPPED 1 /* train_run's result when *o->stop was raised */
 
 struct train_result {
     long steps;
@@ -86,7 +92,7 @@ struct train_result {
 /* Optimizer steps an epoch takes on each rank: ceil(ceil(n / world) / (batch * accum)). */
 long train_steps_per_epoch(size_t n, int batch, int accum, int world);
 
-/* Trains m on d. 0, or the reduce or checkpoint hook's error. */
+/* Trains m on d. 0, TRAIN_STOPPED, or the reduce or checkpoint hook's error. */
 int train_run(struct model *m, const struct train_data *d, const struct train_opts *o,
               struct train_result *res);
 

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# gantry-worker checkpoints with real processes on loopback, on the tiny fixture:
+#   kill9     2 ranks checkpoint every 100 steps; rank 1 is killed (-9) mid-run: rank 0 exits
+#             non-zero within the peer timeout; rerunning the job resumes from a step S > 0 and
+#             ends with parameters bit-identical (fnv1a64 of the buffer) to an uninterrupted run,
+#             the same on both ranks; step-<N> dirs verify with sha256sum; report.json is there
+#   world     the killed job's checkpoints resumed at world size 1 complete
+#   sigterm   SIGTERM mid-training: exit 143 (retryable) within 3 s, no new checkpoint after it
+# Usage: ckpt_resume_test.sh /path/to/gantry-worker /path/to/worker/testdata [kill9|world|sigterm]
+set -euo pipefail
+bin=$1 data=$2 only=${3:-all}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail=0
+bad() { echo "FAIL $*"; fail=1; }
+ok() { echo "ok   $*"; }
+ms() { date +%s%3N; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+cat >"$tmp/cfg.json" <<JSON
+{"training": {"model": {"hidden": 16, "heads": 2, "layers": 1, "maxSeqLen": 24},
+  "data": {"train": "$data/tiny.jsonl", "eval": "$data/tiny.jsonl", "minFreq": 1},
+  "epochs": 3000, "batchSize": 3, "learningRate": "3e-3", "logInterval": 500, "threads": 1,
+  "scaleLearningRate": false},
+ "checkpoint": {"path": "$tmp", "dir": "$tmp/unused", "intervalSteps": 100, "keep": 3}}
+JSON
+export OMP_WAIT_POLICY=passive GANTRY_PEER_TIMEOUT=5 GANTRY_RDZV_TIMEOUT=30
+
+# start_ranks JOBDIR WORLD TAG: starts WORLD ranks in the background (pids in rank_pid[])
+start_ranks() {
+    local dir=$1 world=$2 tag=$3 port r
+    port=$(free_port)
+    rank_pid=()
+    for ((r = 0; r < world; r++)); do
+        GANTRY_CHECKPOINT_DIR=$dir MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=$world \
+            RANK=$r GANTRY_RDZV_TOKEN=t0k "$bin" --config "$tmp/cfg.json" \
+            >"$tmp/$tag.$r.out" 2>"$tmp/$tag.$r.err" &
+        rank_pid[r]=$!
+        pids+=($!)
+    done
+}
+wait_rc() { WRC=0; wait "$1" || WRC=$?; } # sets WRC (not in a subshell: wait needs our child)
+hash_of() { grep -oE 'final parameters fnv1a64 [0-9a-f]+' "$1" | awk '{print $4}'; }
+# wait_ckpt DIR MIN: until a step-N with N >= MIN exists (or 60 s)
+wait_ckpt() {
+    local t=$((SECONDS + 60)) d n
+    while ((SECONDS < t)); do
+        for d in "$1"/step-*; do
+            n=${d##*step-}
+            [[ $n =~ ^[0-9]+$ ]] && ((n >= $2)) && return 0
+        done
+        sleep 0.01
+    done
+    return 1
+}
+
+run_kill9() {
+    local rc0 rc1 t0 dt h_ref h0 h1 s rc
+    # the reference: uninterrupted
+    start_ranks "$tmp/ref" 2 ref
+    wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+    [ "$rc0$rc1" = 00 ] || { bad "uninterrupted run: exits $rc0 $rc1"; tail -n 3 "$tmp"/ref.*.err; return; }
+    h_ref=$(hash_of "$tmp/ref.0.err")
+    [ -n "$h_ref" ] && [ "$h_ref" = "$(hash_of "$tmp/ref.1.err")" ] &&
+        ok "uninterrupted: parameters identical on both ranks ($h_ref)" ||
+        bad "uninterrupted: rank hashes differ or missing: $h_ref / $(hash_of "$tmp/ref.1.err")"
+    # interrupted: kill -9 rank 1 once step-300 exists
+    start_ranks "$tmp/job" 2 a
+    wait_ckpt "$tmp/job" 300 || bad "no checkpoint step >= 300 appeared"
+    kill -9 "${rank_pid[1]}"
+    t0=$(ms)
+    wait_rc "${rank_pid[0]}"; rc0=$WRC
+    dt=$(($(ms) - t0))
+    wait "${rank_pid[1]}" 2>/dev/null || true
+    if [ "$rc0" != 0 ] && { [ "$rc0" -lt 64 ] || [ "$rc0" -gt 78 ]; } && ((dt < 5000)); then
+        ok "rank 1 killed: rank 0 exits $rc0 (retryable) after ${dt} ms (peer timeout 5 s)"
+    else
+        bad "rank 1 killed: rank 0 exit $rc0 after ${dt} ms"; tail -3 "$tmp/a.0.err"
+    fi
+    grep -q 'final parameters' "$tmp/a.0.err" && bad "the killed run finished training (kill came too late)"
+    cp -a "$tmp/job" "$tmp/job-w1" # for run_world
+    # rerun: resumes and ends bit-identical
+    start_ranks "$tmp/job" 2 b
+    wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+    [ "$rc0$rc1" = 00 ] || { bad "rerun: exits $rc0 $rc1"; tail -n 3 "$tmp"/b.*.err; }
+    for r in 0 1; do
+        s=$(grep -oE 'resumed from step [0-9]+' "$tmp/b.$r.err" | awk '{print $4}')
+        [ "${s:-0}" -gt 0 ] && ok "rerun rank $r: resumed from step $s" ||
+            bad "rerun rank $r: no resume line"
+    done
+    h0=$(hash_of "$tmp/b.0.err") h1=$(hash_of "$tmp/b.1.err")
+    [ "$h0" = "$h_ref" ] && [ "$h1" = "$h_ref" ] &&
+        ok "resumed run ends bit-identical to the uninterrupted one on both ranks ($h0)" ||
+        bad "resumed hashes $h0 $h1, uninterrupted $h_ref"
+    cmp -s "$tmp/ref/step-3000/model.safetensors" "$tmp/job/step-3000/model.safetensors" &&
+        ok "final checkpoints' model.safetensors are identical" ||
+        bad "final model.safetensors differ (or are missing)"
+    rc=0
+    (cd "$tmp/job" && for d in step-*; do (cd "$d" && sha256sum -c --quiet MANIFEST.sha256) || exit 1; done) || rc=1
+    n=$(ls -1d "$tmp"/job/step-* | wc -l)
+    [ $rc = 0 ] && [ "$n" = 3 ] && ok "$n step-<N> checkpoints kept, manifests verify" ||
+        bad "checkpoints: $n kept (want 3), manifests rc $rc"
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['train']['world_size']==2 and r['accuracy']>=0.99, r" \
+        "$tmp/job/report.json" && ok "report.json on the volume" || bad "report.json"
+}
+
+run_world() {
+    local rc0 s
+    [ -d "$tmp/job-w1" ] || { bad "world: run kill9 first"; return; }
+    start_ranks "$tmp/job-w1" 1 w
+    wait_rc "${rank_pid[0]}"; rc0=$WRC
+    s=$(grep -oE 'resumed from step [0-9]+' "$tmp/w.0.err" | awk '{print $4}')
+    if [ "$rc0" = 0 ] && [ "${s:-0}" -gt 0 ] && [ -d "$tmp/job-w1/step-6000" ]; then
+        ok "2 -> 1 ranks: resumed from step $s, completed ($(grep -oE 'continuing at this world.s step [0-9]+' "$tmp/w.0.err"))"
+    else
+        bad "2 -> 1 ranks: exit $rc0, resumed from ${s:-none}"; tail -5 "$tmp/w.0.err"
+    fi
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['train']['world_size']==1 and r['train']['steps']==6000, r['train']" \
+        "$tmp/job-w1/report.json" && ok "2 -> 1 ranks: report (6000 steps at world size 1)" || bad "world 1 report"
+}
+
+run_sigterm() {
+    local rc0 rc1 t0 dt before after
+    export GANTRY_EPOCHS=1000000 # runs until signalled
+    start_ranks "$tmp/term" 2 t
+    wait_ckpt "$tmp/term" 200 || bad "sigterm: no checkpoint appeared"
+    t0=$(ms)
+    kill -TERM "${rank_pid[0]}" "${rank_pid[1]}"
+    wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+    dt=$(($(ms) - t0))
+    if [ "$rc0" = 143 ] && [ "$rc1" = 143 ] && ((dt < 3000)); then
+        ok "SIGTERM: both ranks exit 143 after ${dt} ms"
+    else
+        bad "SIGTERM: exits $rc0 $rc1 after ${dt} ms"; tail -n 3 "$tmp"/t.*.err
+    fi
+    grep -q 'final parameters' "$tmp/t.0.err" && bad "SIGTERM: training ran to the end (came too late)"
+    before=$(ls "$tmp/term" | grep -c '^step-' || true)
+    sleep 0.3
+    after=$(ls "$tmp/term" | grep -c '^step-' || true)
+    [ "$before" = "$after" ] || bad "checkpoints still appearing after exit"
+    # a single rank (no peers to block on) too
+    start_ranks "$tmp/term1" 1 u
+    wait_ckpt "$tmp/term1" 100 || bad "sigterm 1 rank: no checkpoint appeared"
+    t0=$(ms)
+    kill -TERM "${rank_pid[0]}"
+    wait_rc "${rank_pid[0]}"; rc0=$WRC
+    dt=$(($(ms) - t0))
+    [ "$rc0" = 143 ] && ((dt < 3000)) && ok "SIGTERM, 1 rank: exit 143 after ${dt} ms" ||
+        bad "SIGTERM, 1 rank: exit $rc0 after ${dt} ms"
+}
+
+case $only in
+kill9) run_kill9 ;;
+world) run_kill9 && run_world ;;
+sigterm) run_sigterm ;;
+all) run_kill9; run_world; run_sigterm ;;
+esac
+exit $fail
