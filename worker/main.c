@@ -351,7 +351,7 @@ static int ckpt_paths(struct worker *w)
                         "e.g. /checkpoints/my-job\n", w->cfg.checkpoint_dir);
         return DIST_EXIT_CONFIG;
     }
-    snprintf(w->ck_job, sizeof(w->ck_job), "%s", job);
+    memcpy(w->ck_job, job, strlen(job) + 1); /* length checked above */
     if (!slash)
         snprintf(w->ck_root, sizeof(w->ck_root), ".");
     else if (slash == d)
