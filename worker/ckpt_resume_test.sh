@@ -5,7 +5,8 @@
 #             ends with parameters bit-identical (fnv1a64 of the buffer) to an uninterrupted run,
 #             the same on both ranks; step-<N> dirs verify with sha256sum; report.json is there
 #   world     the killed job's checkpoints resumed at world size 1 complete
-#   sigterm   SIGTERM mid-training: exit 143 (retryable) within 3 s, no new checkpoint after it
+#   sigterm   SIGTERM mid-training: exit 143 (retryable) within 3 s, no new checkpoint after it;
+#             with the peer stopped (rank 0 blocked in the all-reduce) within the 2 s grace
 # Usage: ckpt_resume_test.sh /path/to/gantry-worker /path/to/worker/testdata [kill9|world|sigterm]
 set -euo pipefail
 bin=$1 data=$2 only=${3:-all}
@@ -143,6 +144,21 @@ run_sigterm() {
     sleep 0.3
     after=$(ls "$tmp/term" | grep -c '^step-' || true)
     [ "$before" = "$after" ] || bad "checkpoints still appearing after exit"
+    (cd "$tmp/term" && for d in step-*; do (cd "$d" && sha256sum -c --quiet MANIFEST.sha256) || exit 1; done) &&
+        ok "SIGTERM: the $after checkpoints left all verify" || bad "SIGTERM left a corrupt step-<N>"
+    # rank 0 blocked in the all-reduce (rank 1 stopped): still out within the 2 s grace
+    start_ranks "$tmp/term2" 2 v
+    wait_ckpt "$tmp/term2" 100 || bad "sigterm blocked: no checkpoint appeared"
+    kill -STOP "${rank_pid[1]}"
+    sleep 0.2
+    t0=$(ms)
+    kill -TERM "${rank_pid[0]}"
+    wait_rc "${rank_pid[0]}"; rc0=$WRC
+    dt=$(($(ms) - t0))
+    kill -9 "${rank_pid[1]}"; kill -CONT "${rank_pid[1]}" 2>/dev/null || true
+    wait "${rank_pid[1]}" 2>/dev/null || true
+    [ "$rc0" = 143 ] && ((dt < 4000)) && ok "SIGTERM while blocked on a stopped peer: exit 143 after ${dt} ms" ||
+        bad "SIGTERM while blocked on a stopped peer: exit $rc0 after ${dt} ms"
     # a single rank (no peers to block on) too
     start_ranks "$tmp/term1" 1 u
     wait_ckpt "$tmp/term1" 100 || bad "sigterm 1 rank: no checkpoint appeared"

@@ -18,7 +18,7 @@
  *
  * SIGTERM/SIGINT (we may be PID 1 in a pod, where the default action is ignored): stop at the
  * next step boundary without starting a checkpoint, exit 128 + signal (143: retryable); if that
- * takes over 5 s (a blocked all-reduce, a slow write), exit at once: an unfinished checkpoint
+ * takes over 2 s (a blocked all-reduce, a slow write), exit at once: an unfinished checkpoint
  * is only a .tmp directory (the writer renames when complete).
  * Exit: 0 done; 64 bad usage; 65 bad data; 78 bad config; other non-zero is retryable.
  */
@@ -72,14 +72,15 @@ struct worker {
     char err[2048];
 };
 
-#define STOP_GRACE_S 5
+#define STOP_GRACE_S 2
 static volatile sig_atomic_t g_stop; /* the signal that asked us to stop */
 
 static void on_stop(int sig)
 {
-    if (!g_stop)
+    if (!g_stop) { /* a second signal does not postpone the deadline */
         g_stop = sig;
-    alarm(STOP_GRACE_S);
+        alarm(STOP_GRACE_S);
+    }
 }
 
 static void on_alarm(int sig)
