@@ -163,6 +163,37 @@ static void test_resume_is_bit_identical(void)
     model_cleanup(&a), model_cleanup(&b);
 }
 
+/* A raised stop flag (the SIGTERM handler's) ends the loop at the next step boundary, with no
+ * checkpoint after it. */
+static volatile sig_atomic_t stop_flag;
+static int stop_at_5(void *ctx, long step, int epoch, const struct model *m,
+                     const struct adamw *opt)
+{
+    int *calls = ctx;
+    (*calls)++;
+    if (step == 5)
+        stop_flag = 1;
+    return 0;
+}
+
+static void test_stop_flag(void)
+{
+    struct model a;
+    struct train_result r;
+    char err[256];
+    int calls = 0;
+    struct train_data d = toy();
+    struct train_opts o = opts(8, 1, 3);
+    model_init(&a, &mc, 8, 1, err, sizeof(err));
+    o.checkpoint = stop_at_5, o.checkpoint_ctx = &calls, o.checkpoint_interval = 1;
+    o.stop = &stop_flag;
+    TEST_EQ_INT(train_run(&a, &d, &o, &r), TRAIN_STOPPED);
+    TEST_EQ_INT(r.steps, 5);
+    TEST_EQ_INT(calls, 5);
+    stop_flag = 0;
+    model_cleanup(&a);
+}
+
 static void test_schedule_and_clip(void)
 {
     struct optim_config c;
@@ -198,6 +229,7 @@ int main(void)
     TEST_RUN(test_deterministic_and_seeded);
     TEST_RUN(test_accumulation_matches_big_batch);
     TEST_RUN(test_resume_is_bit_identical);
+    TEST_RUN(test_stop_flag);
     TEST_RUN(test_schedule_and_clip);
     TEST_RUN(test_steps_per_epoch);
     return test_summary();
