@@ -4,7 +4,8 @@
 #             non-zero within the peer timeout; rerunning the job resumes from a step S > 0 and
 #             ends with parameters bit-identical (fnv1a64 of the buffer) to an uninterrupted run,
 #             the same on both ranks; step-<N> dirs verify with sha256sum; report.json is there
-#   world     the killed job's checkpoints resumed at world size 1 complete
+#   world     the killed job's checkpoints resumed at world size 1 complete; 1 -> 2 ranks: the
+#             W=1 checkpoints (numbered higher) are retired, a restart resumes the W=2 progress
 #   sigterm   SIGTERM mid-training: exit 143 (retryable) within 3 s, no new checkpoint after it;
 #             with the peer stopped (rank 0 blocked in the all-reduce) within the 2 s grace
 # Usage: ckpt_resume_test.sh /path/to/gantry-worker /path/to/worker/testdata [kill9|world|sigterm]
@@ -125,6 +126,42 @@ run_world() {
         "$tmp/job-w1/report.json" && ok "2 -> 1 ranks: report (6000 steps at world size 1)" || bad "world 1 report"
 }
 
+# wait_log FILE ERE: until a line matches (or 60 s)
+wait_log() {
+    local t=$((SECONDS + 60))
+    while ((SECONDS < t)); do
+        grep -qE "$2" "$1" 2>/dev/null && return 0
+        sleep 0.01
+    done
+    return 1
+}
+
+# 1 -> 2 ranks: steps count differently (W=1 takes 2 per epoch here, W=2 one), so the W=1
+# checkpoints are numbered above the resumed run's; once its first is written they are retired,
+# and a later restart resumes from the W=2 run's own progress.
+run_scaleup() {
+    local s
+    start_ranks "$tmp/up" 1 x
+    wait_ckpt "$tmp/up" 1000 || bad "scale-up: no W=1 checkpoint >= 1000"
+    kill -9 "${rank_pid[0]}"; wait "${rank_pid[0]}" 2>/dev/null || true
+    start_ranks "$tmp/up" 2 y
+    wait_log "$tmp/y.0.err" 'checkpoint step-(8|9|1[0-4])00 written' ||
+        bad "scale-up: the W=2 run wrote no step-800..1400"
+    kill -9 "${rank_pid[0]}" "${rank_pid[1]}"
+    wait "${rank_pid[0]}" 2>/dev/null || true; wait "${rank_pid[1]}" 2>/dev/null || true
+    grep -q 'saved at world size 1, now 2' "$tmp/y.0.err" && grep -q '^gantry-worker: retired ' "$tmp/y.0.err" &&
+        ok "1 -> 2 ranks: resumed the W=1 checkpoint, retired its higher-numbered ones" ||
+        bad "1 -> 2 ranks: no remap or no retire line"
+    start_ranks "$tmp/up" 2 z
+    wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+    s=$(grep -oE 'resumed from step [0-9]+' "$tmp/z.0.err" | awk '{print $4}')
+    if [ "$rc0$rc1" = 00 ] && [ "${s:-0}" -ge 800 ] && ! grep -q 'saved at world size' "$tmp/z.0.err"; then
+        ok "restart after 1 -> 2: resumed from the W=2 run's step $s, completed"
+    else
+        bad "restart after 1 -> 2: exits $rc0 $rc1, resumed from ${s:-none}"; grep -E 'resum|saved at' "$tmp"/z.0.err
+    fi
+}
+
 run_sigterm() {
     local rc0 rc1 t0 dt before after
     export GANTRY_EPOCHS=1000000 # runs until signalled
@@ -172,8 +209,8 @@ run_sigterm() {
 
 case $only in
 kill9) run_kill9 ;;
-world) run_kill9 && run_world ;;
+world) run_kill9 && run_world && run_scaleup ;;
 sigterm) run_sigterm ;;
-all) run_kill9; run_world; run_sigterm ;;
+all) run_kill9; run_world; run_scaleup; run_sigterm ;;
 esac
 exit $fail

@@ -22,7 +22,9 @@
  * is only a .tmp directory (the writer renames when complete).
  * Exit: 0 done; 64 bad usage; 65 bad data; 78 bad config; other non-zero is retryable.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -68,6 +70,7 @@ struct worker {
     long spe;       /* steps per epoch at this world size */
     int per_step;   /* examples per step per rank */
     int64_t pending_step; /* the write in flight, -1 none */
+    bool retired_newer;   /* step dirs numbered above our first written one are gone */
     double pending_t0;
     char err[2048];
 };
@@ -283,6 +286,39 @@ static uint64_t fnv1a(const void *p, size_t n)
     return h;
 }
 
+/*
+ * After this run's first checkpoint is on disk: step-<M> directories numbered above it are not
+ * from this run's history (saved at another world size, where steps count differently, or newer
+ * than the step the ranks agreed on), and left there they would win the next resume and be kept
+ * over ours. Renamed to .tmp-step-M.retired (ignored by readers, removed by the next write).
+ */
+static void retire_newer(struct worker *w, int64_t step)
+{
+    char jobdir[CFG_MAX_PATH + CKPT_MAX_NAME + 2], from[sizeof(jobdir) + 258],
+        to[sizeof(from) + 32];
+    struct dirent *e;
+    DIR *d;
+
+    snprintf(jobdir, sizeof(jobdir), "%s/%s", w->ck_root, w->ck_job);
+    if (!(d = opendir(jobdir)))
+        return;
+    while ((e = readdir(d))) {
+        char *end;
+        if (strncmp(e->d_name, "step-", 5))
+            continue;
+        errno = 0;
+        long long m = strtoll(e->d_name + 5, &end, 10);
+        if (*end || errno || m <= step)
+            continue;
+        snprintf(from, sizeof(from), "%s/%s", jobdir, e->d_name);
+        snprintf(to, sizeof(to), "%s/.tmp-%s.retired", jobdir, e->d_name);
+        if (rename(from, to) == 0)
+            fprintf(stderr, "gantry-worker: retired %s (numbered after this run's step-%" PRId64
+                            ")\n", from, step);
+    }
+    closedir(d);
+}
+
 /* Reports the write in flight as done (waiting for it). 0 or its error. */
 static int ckpt_settle(struct worker *w)
 {
@@ -295,6 +331,9 @@ static int ckpt_settle(struct worker *w)
         obs_checkpoint(w->obs, w->pending_step, secs);
         fprintf(stderr, "gantry-worker: checkpoint step-%lld written to %s/%s (%.2f s)\n",
                 (long long)w->pending_step, w->ck_root, w->ck_job, secs);
+        if (!w->retired_newer)
+            retire_newer(w, w->pending_step);
+        w->retired_newer = true;
     }
     w->pending_step = -1;
     return rc;
