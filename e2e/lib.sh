@@ -93,6 +93,16 @@ job_pods() { # NS NAME: pod names of the job, one per line
     kc -n "$1" get pods -l "gantry.dev/job-name=$2" -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}' 2>/dev/null || true
 }
 
+# The highest step of a checkpoint a worker log says was written (stdin), empty if none. Only the
+# worker's completion lines count: "Saved checkpoint <root>/<job>/step-N in M ms" (after the rename
+# and the directory fsync) and "checkpoint step-N written to ...". Not the startup config line:
+# its "intervalSteps":20, "warmupSteps":20 look like a step to a loose pattern, and killing on them
+# deletes a worker before any checkpoint exists (nothing to resume from).
+ckpt_step_in_log() {
+    grep -oE 'Saved checkpoint [^ ]*/step-[0-9]+ in |checkpoint step-[0-9]+ written' |
+        grep -oE 'step-[0-9]+' | grep -oE '[0-9]+' | sort -n | tail -1
+}
+
 # Waits for the moment to kill a worker: a checkpoint exists (status.lastCheckpoint, or rank 0
 # logging one it wrote), so that there is something to resume from; failing that, rank 0 is half
 # way (its "step N/M" lines), so that the gang restart is still exercised. Prints the checkpoint
@@ -103,8 +113,7 @@ wait_kill_moment() { # NS NAME TIMEOUT_S
         step=$(tj_get "$ns" "$job" '{.status.lastCheckpoint.step}')
         [ "${step:-0}" -gt 0 ] 2>/dev/null && { echo "$step"; return 0; }
         log=$(kc -n "$ns" logs "$job-worker-0" -c worker 2>/dev/null)
-        step=$(grep -i 'checkpoint' <<<"$log" | grep -v -i 'resum' |
-            grep -oiE '(step[^0-9]{0,3}|step-)[0-9]+' | grep -oE '[0-9]+' | sort -n | tail -1)
+        step=$(ckpt_step_in_log <<<"$log")
         [ "${step:-0}" -gt 0 ] 2>/dev/null && { echo "$step"; return 0; }
         prog=$(grep -oE '^step [0-9]+/[0-9]+' <<<"$log" | tail -1)
         total=${prog#*/} prog=${prog#step } prog=${prog%/*}
