@@ -15,7 +15,7 @@ add_library(gantry_ctl STATIC
     ${CTL_DIR}/ops.c
 )
 target_include_directories(gantry_ctl PUBLIC "${PROJECT_SOURCE_DIR}")
-target_link_libraries(gantry_ctl PUBLIC PkgConfig::CTL_JANSSON PkgConfig::CTL_MHD gantry_kube
+target_link_libraries(gantry_ctl PUBLIC PkgConfig::CTL_JANSSON PkgConfig::CTL_MHD gantry_httpd gantry_kube
                       gantry_common)
 
 gantry_test(cond_test SOURCES ${CTL_DIR}/cond_test.c LIBS gantry_ctl)

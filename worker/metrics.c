@@ -17,6 +17,7 @@
 
 #include <microhttpd.h>
 
+#include "common/httpd.h"
 #include "common/xalloc.h"
 
 /* Upper bounds (seconds) of the all-reduce histogram buckets, from a fast intra-node NCCL call to
@@ -451,30 +452,6 @@ int metrics_render_progress(struct metrics *m, struct buf *b)
 
 /* ---- HTTP ---- */
 
-static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const char *type,
-                             struct buf *body)
-{
-    size_t len = 0;
-    char *p = buf_take(body, &len);
-    struct MHD_Response *resp;
-    enum MHD_Result r;
-
-    if (!p)
-        p = xstrdup("");
-    resp = MHD_create_response_from_buffer(len, p, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(p);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-    r = MHD_queue_response(conn, status, resp);
-    MHD_destroy_response(resp);
-    return r;
-}
-
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload_data,
                               size_t *upload_data_size, void **req_cls)
@@ -509,7 +486,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         type = text;
         rc = buf_puts(&body, "response too large\n"); /* short: fits any limit */
     }
-    r = reply(conn, status, type, &body);
+    r = httpd_reply(conn, status, type, &body);
     buf_cleanup(&body);
     return r;
 }

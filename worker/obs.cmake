@@ -11,7 +11,7 @@ add_library(gantry_obs STATIC
     ${CMAKE_CURRENT_SOURCE_DIR}/obs.c
     ${CMAKE_CURRENT_SOURCE_DIR}/tbevent.c)
 target_include_directories(gantry_obs PUBLIC "${PROJECT_SOURCE_DIR}")
-target_link_libraries(gantry_obs PUBLIC gantry_common PkgConfig::OBS_ISAL PkgConfig::OBS_MHD Threads::Threads m)
+target_link_libraries(gantry_obs PUBLIC gantry_common gantry_httpd PkgConfig::OBS_ISAL PkgConfig::OBS_MHD Threads::Threads m)
 
 gantry_test(tbevent_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tbevent_test.c LIBS gantry_obs)
 gantry_test(metrics_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/metrics_test.c LIBS gantry_obs PkgConfig::OBS_JANSSON)
