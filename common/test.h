@@ -62,6 +62,23 @@ static inline int test_check_(int ok, const char *expr, const char *file, int li
         printf("%s %s\n", test_case_failed_ ? "FAIL" : "ok  ", #fn);                               \
     } while (0)
 
+/* Writes n bytes to dir/name and returns the path (static storage: valid until the next call).
+ * A file that cannot be written fails the running test case. */
+static inline const char *test_write_file(const char *dir, const char *name, const void *content,
+                                          size_t n)
+{
+    static char path[512];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "wb");
+    if (!test_check_(f != NULL, "fopen(path) for writing", __FILE__, __LINE__))
+        return path;
+    test_check_(fwrite(content, 1, n, f) == n, "fwrite(content)", __FILE__, __LINE__);
+    fclose(f);
+    return path;
+}
+
 /* Ends the process with CTest's skip code; use when a prerequisite (a GPU, a tool) is absent. */
 static inline void test_skip(const char *why)
 {

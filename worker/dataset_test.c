@@ -17,14 +17,7 @@ static char tmpdir[64];
 
 static const char *write_tmp(const char *name, const char *content, size_t n)
 {
-    static char path[256];
-    FILE *f;
-
-    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
-    f = fopen(path, "wb");
-    fwrite(content, 1, n, f);
-    fclose(f);
-    return path;
+    return test_write_file(tmpdir, name, content, n);
 }
 
 /* Parses one line; returns the parser's status and leaves text/label/why in static storage. */
