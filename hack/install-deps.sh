@@ -35,6 +35,7 @@ pkgs=(build-essential cmake ninja-build pkg-config unzip
       libopenblas-dev libmicrohttpd-dev
       libisal-dev
       libgloo-dev
+      fasttext
       clang libclang-rt-14-dev llvm)
 missing=()
 for p in "${pkgs[@]}"; do
