@@ -483,6 +483,25 @@ void progress_free(struct progress *p)
     free(p);
 }
 
+json_t *progress_final(const struct rec_input *in)
+{
+    for (size_t i = 0; i < in->npods; i++) {
+        const struct rec_pod *pod = &in->pods[i];
+        json_t *w, *st;
+
+        /* Only exit 0: with FallbackToLogsOnError a failed worker's message is its log's tail,
+         * whose last line may well be a JSON progress line of some earlier step. */
+        if (pod->index != 0 || !in->job || pod->restart != in->job->status.restarts ||
+            pod->phase != REC_POD_SUCCEEDED || pod->exit_code != 0 || pod->message[0] != '{')
+            continue;
+        w = json_loads(pod->message, JSON_REJECT_DUPLICATES, NULL);
+        st = json_is_object(w) ? progress_status(w, 0) : NULL;
+        json_decref(w);
+        return st;
+    }
+    return NULL;
+}
+
 void progress_lookup(struct progress *p, const char *key, struct rec_input *in, json_t **hold)
 {
     struct entry *e;
@@ -492,16 +511,24 @@ void progress_lookup(struct progress *p, const char *key, struct rec_input *in, 
     in->progress_restart = -1;
     in->progress_since = 0;
     in->progress_advanced = false;
-    if (!p)
-        return;
-    pthread_mutex_lock(&p->mu);
-    e = strmap_get(&p->jobs, key);
-    if (e && e->clock.uid[0] && e->clock.step >= 0) { /* rank 0 answered at least once */
-        *hold = json_incref(e->status);
-        in->progress = *hold;
-        in->progress_restart = e->clock.restart;
-        in->progress_since = e->clock.since;
-        in->progress_advanced = e->clock.advanced;
+    if (p) {
+        pthread_mutex_lock(&p->mu);
+        e = strmap_get(&p->jobs, key);
+        if (e && e->clock.uid[0] && e->clock.step >= 0) { /* rank 0 answered at least once */
+            *hold = json_incref(e->status);
+            in->progress = *hold;
+            in->progress_restart = e->clock.restart;
+            in->progress_since = e->clock.since;
+            in->progress_advanced = e->clock.advanced;
+        }
+        pthread_mutex_unlock(&p->mu);
     }
-    pthread_mutex_unlock(&p->mu);
+    /* Rank 0's own last word beats the poller's last reading, and fills in for a job that
+     * ended before any read (a short job, a long --progress-interval). */
+    json_t *fin = progress_final(in);
+    if (fin) {
+        json_decref(*hold);
+        *hold = fin;
+        in->progress = fin;
+    }
 }

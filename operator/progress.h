@@ -86,10 +86,16 @@ void progress_stop(struct progress *p); /* joins the thread; safe when not start
 void progress_free(struct progress *p);
 const struct progress_stats *progress_get_stats(const struct progress *p);
 
+/* status.progress (new reference) from rank 0's final progress line: the termination message
+ * (worker/obs.h) of the current gang's rank 0 (in->job->status.restarts, in->pods) when it exited 0
+ * and the message is a JSON object with an integer "step"; else NULL. */
+json_t *progress_final(const struct rec_input *in);
+
 /* What rec needs for job key: fills in->progress (a new reference in *hold, to json_decref()
  * after reconcile; NULL when none), progress_restart (-1 without a clock), progress_since and
- * progress_advanced; no clock until rank 0 of the gang has answered once. p may be NULL (no
- * poller): no clock. */
+ * progress_advanced; no clock until rank 0 of the gang has answered once. in->job and in->pods
+ * must be set: when progress_final() has a reading, it is in->progress (a job can succeed
+ * before the poller ever read it). p may be NULL (no poller): no clock. */
 void progress_lookup(struct progress *p, const char *key, struct rec_input *in, json_t **hold);
 
 #endif /* GANTRY_PROGRESS_H */

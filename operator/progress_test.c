@@ -1,4 +1,6 @@
-/* progress_test.c - the pure parts of the progress poller: clock, URL template, status.progress. */
+/* progress_test.c - the pure parts of the progress poller: clock, URL template, status.progress,
+ * rank 0's final progress from its termination message. */
+#include <stdio.h>
 #include <string.h>
 
 #include "common/test.h"
@@ -129,6 +131,56 @@ static void test_lookup_without_poller(void)
     TEST_EQ_INT(in.progress_restart, -1);
 }
 
+/* A job that ends between two reads: rank 0's termination message (worker/obs.h) stands in. */
+static void test_final(void)
+{
+    static struct tj job; /* large; only status.restarts is read */
+    static struct rec_pod pods[3];
+    const char *line = "{\"state\":\"succeeded\",\"step\":40,\"total_steps\":40,"
+                       "\"percent\":100,\"epoch\":3,\"epochs\":4,\"world_size\":2,"
+                       "\"loss\":0.125,\"samples_per_second\":96.5,\"eta_seconds\":0,"
+                       "\"last_checkpoint_step\":40}";
+    struct rec_input in = {.job = &job, .pods = pods, .npods = 3};
+    json_t *st, *hold = NULL;
+
+    job.status.restarts = 1;
+    for (int i = 0; i < 3; i++) {
+        pods[i] = (struct rec_pod){.index = 0, .restart = 1, .phase = REC_POD_SUCCEEDED};
+        snprintf(pods[i].message, sizeof(pods[i].message), "%s", line);
+    }
+    pods[0].restart = 0;                   /* an earlier gang's rank 0 */
+    pods[1].index = 1;                     /* rank 1 */
+    pods[2].phase = REC_POD_FAILED;        /* failed: its message is a log tail */
+    pods[2].exit_code = 1;
+    TEST_CHECK(progress_final(&in) == NULL);
+    pods[2].phase = REC_POD_SUCCEEDED;
+    pods[2].exit_code = 0;
+    st = progress_final(&in);
+    if (!TEST_CHECK(st != NULL))
+        return;
+    TEST_EQ_INT(json_integer_value(json_object_get(st, "step")), 40);
+    TEST_EQ_INT(json_integer_value(json_object_get(st, "lastCheckpointStep")), 40);
+    TEST_NEAR(json_number_value(json_object_get(st, "loss")), 0.125, 1e-12);
+    TEST_NEAR(json_number_value(json_object_get(st, "samplesPerSecond")), 96.5, 1e-12);
+    TEST_EQ_STR(json_string_value(json_object_get(st, "summary")), "40/40 (100%)");
+    TEST_EQ_STR(json_string_value(json_object_get(st, "state")), "succeeded");
+    json_decref(st);
+
+    progress_lookup(NULL, "ml/spam", &in, &hold); /* no poller reading: the message fills in */
+    TEST_CHECK(hold != NULL && in.progress == hold);
+    TEST_EQ_INT(json_integer_value(json_object_get(in.progress, "step")), 40);
+    TEST_EQ_INT(in.progress_restart, -1); /* no clock: hang detection is not fed by it */
+    json_decref(hold);
+
+    /* A cut (tail of a longer) line or plain text: nothing. */
+    snprintf(pods[2].message, sizeof(pods[2].message), "%s", line + 20);
+    TEST_CHECK(progress_final(&in) == NULL);
+    snprintf(pods[2].message, sizeof(pods[2].message), "{\"state\":\"succeeded\"}");
+    TEST_CHECK(progress_final(&in) == NULL);
+    snprintf(pods[2].message, sizeof(pods[2].message), "done");
+    TEST_CHECK(progress_final(&in) == NULL);
+}
+
 int main(void)
 {
     TEST_RUN(test_clock);
@@ -136,5 +188,6 @@ int main(void)
     TEST_RUN(test_eta);
     TEST_RUN(test_status);
     TEST_RUN(test_lookup_without_poller);
+    TEST_RUN(test_final);
     return test_summary();
 }

@@ -3,8 +3,13 @@
  */
 #include "worker/obs.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "common/xalloc.h"
 #include "worker/tbevent.h"
@@ -13,6 +18,8 @@ struct obs {
     struct metrics *m;
     struct tbevent_writer *tb; /* NULL: not rank 0, no directory, or disabled after an error */
     int log_interval;
+    bool lead;                                   /* rank 0 */
+    char term_path[256];                         /* "" : no termination message */
     /* Sums over the current log interval, for the TensorBoard means. */
     double loss_sum, allreduce_sum;
     int n;
@@ -37,9 +44,16 @@ struct obs *obs_open(const struct obs_config *c)
 {
     struct obs *o = xcalloc(1, sizeof(*o));
     bool lead = c->rank == 0;
+    const char *term;
 
     o->m = metrics_new();
     o->log_interval = c->log_interval > 0 ? c->log_interval : 1;
+    o->lead = lead;
+    term = c->termination_log ? c->termination_log : getenv("GANTRY_TERMINATION_LOG");
+    if (!term || !*term)
+        term = OBS_TERMINATION_LOG;
+    if (strlen(term) < sizeof(o->term_path)) /* longer: no message (the log still has it all) */
+        snprintf(o->term_path, sizeof(o->term_path), "%s", term);
     metrics_begin(o->m, c->start_step, c->total_steps, c->epochs, c->world_size, 0);
     if (lead && c->metrics_port >= 0 &&
         metrics_serve(o->m, c->metrics_addr ? c->metrics_addr : "0.0.0.0", c->metrics_port) != 0)
@@ -110,11 +124,55 @@ struct metrics *obs_metrics(struct obs *o)
     return o->m;
 }
 
+static const char *num(char tmp[32], double v)
+{
+    if (!isfinite(v))
+        return "null";
+    snprintf(tmp, 32, "%.9g", v);
+    return tmp;
+}
+
+/* The final progress line (obs.h) into the termination message file, if that file exists. */
+static void write_final(struct obs *o)
+{
+    struct metrics_snapshot s;
+    char line[OBS_TERMINATION_MAX], t1[32], t2[32], t3[32], t4[32], ck[32];
+    int n, fd;
+
+    metrics_get(o->m, &s);
+    if (s.last_checkpoint_step >= 0)
+        snprintf(ck, sizeof(ck), "%lld", (long long)s.last_checkpoint_step);
+    else
+        snprintf(ck, sizeof(ck), "null");
+    n = snprintf(line, sizeof(line),
+                 "{\"state\":\"%s\",\"step\":%lld,\"total_steps\":%lld,\"percent\":%s,"
+                 "\"epoch\":%d,\"epochs\":%d,\"world_size\":%d,\"loss\":%s,"
+                 "\"samples_per_second\":%s,\"eta_seconds\":%s,\"last_checkpoint_step\":%s}\n",
+                 s.state, (long long)s.step, (long long)s.total_steps, num(t1, s.percent), s.epoch,
+                 s.epochs, s.world_size, num(t2, s.loss), num(t3, s.samples_per_s),
+                 num(t4, s.eta_s), ck);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return; /* cannot happen with these fields; never write a cut line */
+    fd = open(o->term_path, O_WRONLY | O_TRUNC | O_CLOEXEC); /* no O_CREAT: see obs.h */
+    if (fd < 0) {
+        if (errno != ENOENT)
+            fprintf(stderr, "obs: could not write the final progress to %s: %s\n", o->term_path,
+                    strerror(errno));
+        return;
+    }
+    if (write(fd, line, (size_t)n) != n)
+        fprintf(stderr, "obs: could not write the final progress to %s: %s\n", o->term_path,
+                strerror(errno));
+    close(fd);
+}
+
 void obs_close(struct obs *o, bool succeeded)
 {
     if (!o)
         return;
     metrics_finish(o->m, succeeded);
+    if (o->lead && succeeded && o->term_path[0])
+        write_final(o);
     if (o->tb && tbevent_close(o->tb) != 0)
         fprintf(stderr, "obs: the last TensorBoard events may be missing\n");
     metrics_free(o->m);

@@ -15,7 +15,7 @@ target_link_libraries(gantry_obs PUBLIC gantry_common gantry_httpd PkgConfig::OB
 
 gantry_test(tbevent_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tbevent_test.c LIBS gantry_obs)
 gantry_test(metrics_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/metrics_test.c LIBS gantry_obs PkgConfig::OBS_JANSSON)
-gantry_test(obs_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/obs_test.c LIBS gantry_obs)
+gantry_test(obs_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/obs_test.c LIBS gantry_obs PkgConfig::OBS_JANSSON)
 gantry_test(metrics_http_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/metrics_http_test.c
     LIBS gantry_obs PkgConfig::OBS_CURL PkgConfig::OBS_JANSSON)
 

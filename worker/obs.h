@@ -28,7 +28,16 @@ struct obs_config {
     int64_t total_steps;      /* 0 when unknown */
     int epochs;
     int log_interval; /* write TensorBoard scalars every this many steps (>= 1) */
+    /* Rank 0's termination message file (the pod's terminationMessagePath): on success,
+     * obs_close() writes the final progress there (see below). NULL: $GANTRY_TERMINATION_LOG,
+     * else OBS_TERMINATION_LOG. */
+    const char *termination_log;
 };
+
+#define OBS_TERMINATION_LOG "/dev/termination-log"
+/* The final progress line stays below this, so that the operator's copy of the terminated
+ * container's message (1 KiB, operator/rec.h) holds all of it. */
+#define OBS_TERMINATION_MAX 768
 
 struct obs;
 
@@ -53,7 +62,12 @@ void obs_checkpoint(struct obs *o, int64_t step, double seconds);
 struct metrics *obs_metrics(struct obs *o);
 
 /* Marks the end of training, flushes and closes the event file, stops the server, frees.
- * NULL is a no-op. */
+ * On rank 0, when `succeeded`, also writes the final progress as one JSON line (the /progress
+ * fields the operator reads: state, step, total_steps, percent, epoch, loss, samples_per_second,
+ * eta_seconds, last_checkpoint_step; under OBS_TERMINATION_MAX bytes) into the termination
+ * message file, so a job that ends between two reads of /progress still gets status.progress
+ * and status.lastCheckpoint (operator/progress.h). The file is only written when it exists:
+ * the kubelet creates it in a container; elsewhere nothing is created. NULL is a no-op. */
 void obs_close(struct obs *o, bool succeeded);
 
 #endif /* GANTRY_OBS_H */

@@ -2,11 +2,14 @@
  * obs_test.c - the training-loop glue: TensorBoard scalars every log_interval steps (means over
  * the interval), eval tags, the resume marker, rank 0 only, and a port clash refused at open.
  * Event files are decoded here for the layout tbevent writes (its encoding is checked byte for
- * byte in tbevent_test and by TensorBoard itself in obs_py_test).
+ * byte in tbevent_test and by TensorBoard itself in obs_py_test). Also the final progress line
+ * rank 0 leaves in the termination message file on success (read by the operator).
  */
 #include "worker/obs.h"
 
 #include <dirent.h>
+#include <jansson.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,9 +230,82 @@ static void test_other_ranks_and_errors(void)
     rmdir(dir);
 }
 
+static long file_size(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* The kubelet creates the termination message file; rank 0 fills it on success only. */
+static void test_termination_message(void)
+{
+    char dir[] = "/tmp/obs_test.XXXXXX", term[300], none[300], text[OBS_TERMINATION_MAX + 64];
+    int logged[16] = {0};
+    json_error_t jerr;
+    json_t *j;
+    FILE *f;
+    size_t n;
+
+    TEST_CHECK(mkdtemp(dir) != NULL);
+    test_write_file(dir, "termination-log", "", 0);
+    snprintf(term, sizeof(term), "%s/termination-log", dir);
+    snprintf(none, sizeof(none), "%s/absent", dir);
+    struct obs_config c = {.rank = 1, .world_size = 2, .metrics_port = -1, .total_steps = 20,
+                           .epochs = 2, .log_interval = 5, .termination_log = term};
+
+    struct obs *o = obs_open(&c); /* rank 1 succeeds: nothing */
+    run_steps(o, 1, 3, logged);
+    obs_close(o, true);
+    TEST_EQ_INT(file_size(term), 0);
+    c.rank = 0; /* rank 0 fails: nothing (the kubelet falls back to the log's tail) */
+    o = obs_open(&c);
+    run_steps(o, 1, 3, logged);
+    obs_close(o, false);
+    TEST_EQ_INT(file_size(term), 0);
+    c.termination_log = none; /* no file (not in a container): none created */
+    o = obs_open(&c);
+    obs_close(o, true);
+    TEST_EQ_INT(file_size(none), -1);
+
+    c.termination_log = term; /* rank 0 succeeds: one JSON line */
+    c.start_step = 4;
+    o = obs_open(&c);
+    memset(logged, 0, sizeof(logged));
+    run_steps(o, 5, 20, logged);
+    obs_checkpoint(o, 20, 0.1);
+    obs_close(o, true);
+    f = fopen(term, "r");
+    if (!TEST_CHECK(f != NULL))
+        return;
+    n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    TEST_CHECK(n > 0 && n < OBS_TERMINATION_MAX && text[n - 1] == '\n' &&
+               strchr(text, '\n') == text + n - 1);
+    j = json_loads(text, 0, &jerr);
+    if (!TEST_CHECK(json_is_object(j))) {
+        fprintf(stderr, "  not JSON: %s (%s)\n", text, jerr.text);
+        return;
+    }
+    TEST_EQ_STR(json_string_value(json_object_get(j, "state")), "succeeded");
+    TEST_EQ_INT(json_integer_value(json_object_get(j, "step")), 20);
+    TEST_EQ_INT(json_integer_value(json_object_get(j, "total_steps")), 20);
+    TEST_EQ_INT(json_integer_value(json_object_get(j, "last_checkpoint_step")), 20);
+    TEST_EQ_INT(json_integer_value(json_object_get(j, "world_size")), 2);
+    TEST_NEAR(json_number_value(json_object_get(j, "loss")), 20.0, 1e-9); /* the last step's */
+    TEST_NEAR(json_number_value(json_object_get(j, "percent")), 100.0, 1e-9);
+    TEST_CHECK(json_is_number(json_object_get(j, "samples_per_second")));
+    json_decref(j);
+
+    remove(term);
+    rmdir(dir);
+}
+
 int main(void)
 {
     TEST_RUN(test_rank0_and_resume);
     TEST_RUN(test_other_ranks_and_errors);
+    TEST_RUN(test_termination_message);
     return test_summary();
 }
