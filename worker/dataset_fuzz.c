@@ -12,18 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fuzz.h"
 #include "worker/dataset.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* Like assert(), but also in release builds (NDEBUG), where the replay tests run. */
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);                  \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -48,17 +38,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                             sizeof(why));
     if (rc == 0) {
         size_t llen = strlen(label);
-        CHECK(text != NULL);
-        CHECK(text[text_len] == '\0');
-        CHECK(llen > 0 && llen <= DATASET_MAX_LABEL_BYTES);
+        FUZZ_CHECK(text != NULL);
+        FUZZ_CHECK(text[text_len] == '\0');
+        FUZZ_CHECK(llen > 0 && llen <= DATASET_MAX_LABEL_BYTES);
         label_map_init(&m);
-        CHECK(label_map_add(&m, label, llen) == 0);
-        CHECK(label_map_find(&m, label, llen) == 0);
+        FUZZ_CHECK(label_map_add(&m, label, llen) == 0);
+        FUZZ_CHECK(label_map_find(&m, label, llen) == 0);
         label_map_cleanup(&m);
         free(text);
     } else {
-        CHECK(text == NULL && text_len == 0);
-        CHECK(rc == 1 || why[0] != '\0');
+        FUZZ_CHECK(text == NULL && text_len == 0);
+        FUZZ_CHECK(rc == 1 || why[0] != '\0');
     }
     return 0;
 }

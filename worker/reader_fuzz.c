@@ -13,18 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fuzz.h"
 #include "worker/dataset.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* Like assert(), but also in release builds (NDEBUG), where the replay tests run. */
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);                  \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static char path[64];
 
@@ -44,10 +34,10 @@ static bool oracle_line(const struct dataset_opts *o, const char *line, size_t l
                                                     label, why, sizeof(why));
     if (rc == 0) {
         int li = label_map_add(m, label, strlen(label));
-        CHECK(*n_ex < ds->n);
-        CHECK(ds->ex[*n_ex].text_len == text_len);
-        CHECK(memcmp(ds->ex[*n_ex].text, text, text_len) == 0);
-        CHECK(li >= 0 && ds->ex[*n_ex].label == li);
+        FUZZ_CHECK(*n_ex < ds->n);
+        FUZZ_CHECK(ds->ex[*n_ex].text_len == text_len);
+        FUZZ_CHECK(memcmp(ds->ex[*n_ex].text, text, text_len) == 0);
+        FUZZ_CHECK(li >= 0 && ds->ex[*n_ex].label == li);
         (*n_ex)++;
         free(text);
     } else if (rc < 0) {
@@ -73,13 +63,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int fd;
         snprintf(path, sizeof(path), "/tmp/gantry-reader-fuzz-XXXXXX");
         fd = mkstemp(path);
-        CHECK(fd >= 0);
+        FUZZ_CHECK(fd >= 0);
         close(fd);
         atexit(remove_tmp);
     }
     f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(data + 1, 1, size - 1, f) == size - 1);
+    FUZZ_CHECK(f != NULL);
+    FUZZ_CHECK(fwrite(data + 1, 1, size - 1, f) == size - 1);
     fclose(f);
     dataset_opts_default(&o);
     o.format = (data[0] & 1) ? DATASET_TSV : DATASET_JSONL;
@@ -97,17 +87,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t len = nl ? (size_t)(nl - line) : size - 1 - start;
         n_lines++;
         if (!oracle_line(&o, line, len, &want, &ds, &n_ex, &n_bad)) {
-            CHECK(rc == -1 && strstr(err, path) == err);
+            FUZZ_CHECK(rc == -1 && strstr(err, path) == err);
             goto out;
         }
         start += len + (nl ? 1 : 0);
     }
-    CHECK(rc == 0);
+    FUZZ_CHECK(rc == 0);
 out:
-    CHECK(ds.n == n_ex);
-    CHECK(ds.n_lines == n_lines);
-    CHECK(ds.n_malformed == n_bad);
-    CHECK(m.n == want.n);
+    FUZZ_CHECK(ds.n == n_ex);
+    FUZZ_CHECK(ds.n_lines == n_lines);
+    FUZZ_CHECK(ds.n_malformed == n_bad);
+    FUZZ_CHECK(m.n == want.n);
     dataset_cleanup(&ds);
     label_map_cleanup(&m);
     label_map_cleanup(&want);

@@ -12,20 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fuzz.h"
 #include "worker/dataset.h"
 #include "worker/text.h"
 #include "worker/vocab.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* Like assert(), but also in release builds (NDEBUG), where the replay tests run. */
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);                  \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static struct vocab *fuzz_vocab(void)
 {
@@ -48,7 +38,7 @@ static void check_utf8(const char *s, size_t n)
     while (i < n) {
         int32_t cp;
         i += text_utf8_decode((const unsigned char *)s + i, n - i, &cp);
-        CHECK(cp > 0);
+        FUZZ_CHECK(cp > 0);
     }
 }
 
@@ -76,25 +66,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     o.max_tokens = (data[0] >> 5) * 3; /* 0 (no cap) .. 21 */
     text_tokens_init(&t);
     n = text_tokenize(&o, (const char *)data + 1, size - 1, &t);
-    CHECK(n == t.n);
-    CHECK(o.max_tokens == 0 || n <= o.max_tokens);
+    FUZZ_CHECK(n == t.n);
+    FUZZ_CHECK(o.max_tokens == 0 || n <= o.max_tokens);
     for (size_t i = 0; i < n; i++) {
         const char *tok = text_token(&t, i);
-        CHECK(t.len[i] > 0 && t.len[i] <= TEXT_MAX_TOKEN_BYTES);
-        CHECK(strlen(tok) == t.len[i]);
+        FUZZ_CHECK(t.len[i] > 0 && t.len[i] <= TEXT_MAX_TOKEN_BYTES);
+        FUZZ_CHECK(strlen(tok) == t.len[i]);
         check_utf8(tok, t.len[i]);
         size_t np = vocab_wordpiece(v, tok, t.len[i], ids, 64);
-        CHECK(np >= 1);
+        FUZZ_CHECK(np >= 1);
         for (size_t k = 0; k < np && k < 64; k++)
-            CHECK(ids[k] >= 0 && ids[k] < vocab_size(v));
+            FUZZ_CHECK(ids[k] >= 0 && ids[k] < vocab_size(v));
     }
     n = vocab_encode_tokens(v, &t, ids, 64);
-    CHECK(n <= 64);
+    FUZZ_CHECK(n <= 64);
     len = dataset_encode_text(v, &o, (const char *)data + 1, size - 1, 16, true, &t, row, NULL);
-    CHECK(len >= 2 && len <= 16);
-    CHECK(row[0] == vocab_cls_id(v) && row[len - 1] == vocab_sep_id(v));
+    FUZZ_CHECK(len >= 2 && len <= 16);
+    FUZZ_CHECK(row[0] == vocab_cls_id(v) && row[len - 1] == vocab_sep_id(v));
     for (size_t i = len; i < 16; i++)
-        CHECK(row[i] == vocab_pad_id(v));
+        FUZZ_CHECK(row[i] == vocab_pad_id(v));
     text_tokens_cleanup(&t);
     return 0;
 }
