@@ -5,15 +5,27 @@
  *   ckpt_bench [--dir DIR] [--params N] [--tensors T] [--rounds R] [--keep K]
  *
  * The state is a model of N fp32 parameters in T tensors plus AdamW's m and v (12 N bytes, the
- * size of a real checkpoint of that model). Each round, on a fresh job directory:
- *   blocked  the training thread's pause: ckpt_snapshot_new + ckpt_snapshot_add of every tensor
- *            (the copy) + ckpt_writer_save (hand-off to the background writer);
- *   blocked_cpu  the CPU time the training thread used in that pause (on a busy machine the
- *            pause is longer than its CPU time: the copy waited for a core);
- *   async    from the start of the pause to ckpt_writer_wait returning: the background write,
- *            fsyncs, rename and keep-K pruning included;
- *   sync     ckpt_write of the same state on the calling thread (what a writer without a
- *            background thread blocks training for): the "write time" of the verdict.
+ * size of a real checkpoint of that model). The training thread checkpoints the way the worker
+ * does (two-phase, ckpt.h): at the end of a step it hands the state to the background writer
+ * (borrowed, no copy), runs the next step's forward and backward (which only read the state)
+ * while the writer's staging thread copies it into its pre-faulted buffers, and waits at
+ * ckpt_writer_fence before the optimizer step changes the state. The step simulated is the
+ * smallest there is (batch 1: forward reads the weights, backward reads them and writes the
+ * gradients, all memory-bound); a real step is longer, which leaves less of the copy for the
+ * fence. Each round, on a fresh job directory:
+ *   prefault     ckpt_writer_new + ckpt_writer_reserve: the one-time cost at job start;
+ *   fwd_bwd_base the simulated forward and backward, without a checkpoint;
+ *   fwd_bwd      the same while the writer copies and writes (what competing for memory and
+ *                cores costs training: not a pause, but reported);
+ *   blocked      the training thread's pauses: ckpt_snapshot_new + ckpt_snapshot_borrow of every
+ *                tensor + ckpt_writer_save (the hand-off), plus the wait in ckpt_writer_fence;
+ *   blocked_cpu  the CPU time the training thread used in those pauses;
+ *   async_write  from the start of the pause to ckpt_writer_wait returning: staging, the write,
+ *                fsyncs, rename and keep-K pruning;
+ *   copy_fresh   the one-phase alternative's pause: ckpt_snapshot_add of every tensor (a copy
+ *                into fresh memory on the training thread);
+ *   sync_write   ckpt_write of the same state on the calling thread (what a writer without a
+ *                background thread blocks training for): the "write time" of the verdict.
  * Each path keeps its own job directory, so a round also prunes the previous round's step.
  * One CSV row per round and measurement on stdout:
  *   round,metric,seconds,bytes
@@ -22,6 +34,7 @@
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,9 +73,9 @@ static float *state_new(int64_t params)
     return p;
 }
 
-/* Builds the snapshot of step `step` from the state (the copy that training waits for). */
+/* The snapshot of step `step`: borrowing the state (two-phase) or copying it (one-phase). */
 static struct ckpt_snapshot *snapshot_of(const struct bench_cfg *c, const float *state,
-                                         int64_t step)
+                                         int64_t step, int borrow)
 {
     static const char *const part_name[3] = {"w", "adam_m", "adam_v"};
     struct ckpt_meta meta = {.step = step, .world_size = 1};
@@ -76,8 +89,10 @@ static struct ckpt_snapshot *snapshot_of(const struct bench_cfg *c, const float 
             int64_t off = (int64_t)t * per;
             int64_t n = t == c->tensors - 1 ? c->params - off : per;
             snprintf(name, sizeof(name), "layer%d.%s", t, part_name[k]);
-            if (ckpt_snapshot_add(s, k ? CKPT_OPTIM : CKPT_WEIGHTS, name, CKPT_F32, 1, &n,
-                                  state + (size_t)k * (size_t)c->params + (size_t)off) != 0) {
+            const float *src = state + (size_t)k * (size_t)c->params + (size_t)off;
+            enum ckpt_part part = k ? CKPT_OPTIM : CKPT_WEIGHTS;
+            if ((borrow ? ckpt_snapshot_borrow(s, part, name, CKPT_F32, 1, &n, src)
+                        : ckpt_snapshot_add(s, part, name, CKPT_F32, 1, &n, src)) != 0) {
                 ckpt_snapshot_free(s);
                 return NULL;
             }
@@ -92,41 +107,90 @@ static void row(int round, const char *metric, double secs, int64_t bytes)
     fflush(stdout);
 }
 
-static int one_round(const struct bench_cfg *c, const float *state, int round)
+/* Batch-1 forward and backward of a linear model: reads w twice, writes the gradient g. */
+static float fwd_bwd(const struct bench_cfg *c, const float *w, float *g, float x)
 {
-    char job[64];
+    float y0 = 0, y1 = 0, y2 = 0, y3 = 0;
+    size_t n = (size_t)c->params & ~(size_t)3;
+
+    for (size_t i = 0; i < n; i += 4) {
+        y0 += w[i] * x;
+        y1 += w[i + 1] * x;
+        y2 += w[i + 2] * x;
+        y3 += w[i + 3] * x;
+    }
+    float dy = (y0 + y1 + y2 + y3) * 1e-9f;
+    for (size_t i = 0; i < n; i++)
+        g[i] = dy * w[i] * x;
+    return dy;
+}
+
+/* AdamW's update of w, m, v from g: the step that must wait for the fence. */
+static void optimizer_step(const struct bench_cfg *c, float *state, const float *g)
+{
+    float *w = state, *m = state + c->params, *v = state + 2 * c->params;
+
+    for (int64_t i = 0; i < c->params; i++) {
+        m[i] = 0.9f * m[i] + 0.1f * g[i];
+        v[i] = 0.999f * v[i] + 0.001f * g[i] * g[i];
+        w[i] -= 1e-3f * (m[i] / (sqrtf(v[i]) + 1e-8f) + 0.01f * w[i]);
+    }
+}
+
+static int one_round(const struct bench_cfg *c, float *state, float *g, int round)
+{
     int64_t bytes = c->params * 12;
     struct ckpt_snapshot *s = NULL;
     struct ckpt_writer *w = NULL;
+    volatile float sink = 0;
     int rc = 1;
 
-    /* async: the writer's path, timed from the training thread's side */
-    /* one job per path, so each round also prunes the previous round's step (keep-K) */
-    snprintf(job, sizeof(job), "bench-async");
-    w = ckpt_writer_new(c->dir, job, c->keep);
-    double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), t0 = now_s();
-    s = snapshot_of(c, state, 100 + round);
+    /* job start: the writer and its pre-faulted buffers */
+    double t0 = now_s();
+    w = ckpt_writer_new(c->dir, "bench-async", c->keep);
+    if (ckpt_writer_reserve(w, (size_t)bytes) != 0)
+        goto out;
+    row(round, "prefault", now_s() - t0, bytes);
+
+    t0 = now_s();
+    sink += fwd_bwd(c, state, g, 1.0f);
+    row(round, "fwd_bwd_base", now_s() - t0, bytes);
+    optimizer_step(c, state, g);
+
+    /* the checkpoint at the end of a step: hand-off, next forward/backward, fence */
+    double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    t0 = now_s();
+    s = snapshot_of(c, state, 100 + round, 1);
     if (!s || ckpt_writer_save(w, s) != 0)
         goto out;
     s = NULL; /* stolen */
     double t1 = now_s(), c1 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    sink += fwd_bwd(c, state, g, 1.0f);
+    double t2 = now_s(), c2 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    ckpt_writer_fence(w);
+    double t3 = now_s(), c3 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    optimizer_step(c, state, g);
     if (ckpt_writer_wait(w) != 0)
         goto out;
-    double t2 = now_s();
-    row(round, "blocked", t1 - t0, bytes);
-    row(round, "blocked_cpu", c1 - c0, bytes);
-    row(round, "async_write", t2 - t0, bytes);
+    double t4 = now_s();
+    row(round, "fwd_bwd", t2 - t1, bytes);
+    row(round, "blocked", (t1 - t0) + (t3 - t2), bytes);
+    row(round, "blocked_cpu", (c1 - c0) + (c3 - c2), bytes);
+    row(round, "async_write", t4 - t0, bytes);
+    ckpt_writer_free(w);
+    w = NULL;
 
-    /* sync: the same state written on this thread */
-    snprintf(job, sizeof(job), "bench-sync");
-    s = snapshot_of(c, state, 100 + round);
+    /* one-phase and sync: the state copied on this thread, then written on this thread */
+    t0 = now_s();
+    s = snapshot_of(c, state, 100 + round, 0);
     if (!s)
         goto out;
+    row(round, "copy_fresh", now_s() - t0, bytes);
     t0 = now_s();
-    if (ckpt_write(c->dir, job, c->keep, s) != 0)
+    if (ckpt_write(c->dir, "bench-sync", c->keep, s) != 0)
         goto out;
     row(round, "sync_write", now_s() - t0, bytes);
-    rc = 0;
+    rc = sink == 12345.0f; /* keeps the simulated steps; never true */
 out:
     ckpt_snapshot_free(s);
     ckpt_writer_free(w);
@@ -179,13 +243,13 @@ int main(int argc, char **argv)
                         "[--rounds R] [--keep K]\n");
         return 64;
     }
-    float *state = state_new(c.params);
+    float *state = state_new(c.params), *g = xcalloc((size_t)c.params, sizeof(float));
     printf("# ckpt_bench: %" PRId64 " params x (w, m, v) fp32 = %.1f MiB per checkpoint, "
            "%d tensors per part, dir %s\n",
            c.params, (double)c.params * 12 / (1 << 20), c.tensors, c.dir);
     printf("round,metric,seconds,bytes\n");
     for (int r = 0; r < c.rounds && rc == 0; r++)
-        if (one_round(&c, state, r) != 0) {
+        if (one_round(&c, state, g, r) != 0) {
             fprintf(stderr,
                     "ckpt_bench: round %d failed (see the message above); is %s "
                     "writable with %.1f MiB free?\n",
@@ -193,5 +257,6 @@ int main(int argc, char **argv)
             rc = 1;
         }
     free(state);
+    free(g);
     return rc;
 }

@@ -3,10 +3,14 @@
 #
 #   bench/ckpt_bench.sh [--bin PATH] [--dir DIR] [--params N] [--rounds R] [--csv FILE] [--check]
 #
-# Per round (interleaved, so a busy disk hurts all three alike):
-#   blocked      training's pause per checkpoint with the background writer (copy + hand-off);
-#   blocked_cpu  the CPU time of that pause (less than blocked when the copy waited for a core);
+# Per round (interleaved, so a busy disk hurts all of them alike; details in ckpt_bench.c):
+#   blocked      training's pauses per checkpoint with the two-phase background writer
+#                (hand-off + wait at the fence before the optimizer step);
+#   blocked_cpu  the CPU time of those pauses;
+#   fwd_bwd      the forward/backward run during the copy, against fwd_bwd_base without it;
 #   async_write  that checkpoint's whole write (to fsync, rename and pruning done);
+#   copy_fresh   the one-phase pause: copying the state into fresh memory on the training thread;
+#   prefault     the one-time cost at job start (the writer's two buffers faulted in);
 #   sync_write   ckpt_write of the same state on the training thread (the write time);
 #   dd           `dd conv=fsync` of the same number of bytes: the disk's sequential bandwidth.
 # Prints a table of medians (min-max) and the verdict: blocked <= 10 % of the write time.
@@ -29,7 +33,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
     --check) check=1; shift ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "ckpt_bench.sh: unknown argument $1 (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -56,7 +60,7 @@ for r in $(seq 0 $((rounds - 1))); do
 done
 if [ "$check" = 1 ]; then
     n=$(wc -l <"$rows")
-    [ "$n" -eq $((rounds * 5)) ] || { echo "FAIL: $n rows, want $((rounds * 5))" >&2; exit 1; }
+    [ "$n" -eq $((rounds * 9)) ] || { echo "FAIL: $n rows, want $((rounds * 9))" >&2; exit 1; }
     for d in "$wd"/bench-async/step-* "$wd"/bench-sync/step-*; do
         (cd "$d" && sha256sum --quiet -c MANIFEST.sha256) || { echo "FAIL: $d does not verify" >&2; exit 1; }
     done
@@ -72,13 +76,17 @@ function median(m,   n, i, j, t, a) {
 }
 { v[$2, $5] = $6 }
 END {
-    split("blocked blocked_cpu async_write sync_write dd", ms, " ")
+    nm = split("blocked blocked_cpu fwd_bwd_base fwd_bwd async_write copy_fresh prefault sync_write dd", ms, " ")
     printf "%-12s %12s %18s %12s\n", "metric", "median (s)", "min-max (s)", "MB/s"
-    for (k = 1; k <= 5; k++) {
+    for (k = 1; k <= nm; k++) {
         m = ms[k]; med[m] = median(m)
         printf "%-12s %12.4f %8.4f-%-9.4f %12.0f\n", m, med[m], lo[m], hi[m], bytes / med[m] / 1e6
     }
     r = med["blocked"] / med["sync_write"]
+    printf "forward/backward during the copy: %+.4f s (median %.4f vs %.4f without a checkpoint)\n",
+        med["fwd_bwd"] - med["fwd_bwd_base"], med["fwd_bwd"], med["fwd_bwd_base"]
+    printf "one-phase pause (copy into fresh memory) would be %.1f%% of the write\n",
+        100 * med["copy_fresh"] / med["sync_write"]
     printf "write efficiency: checkpoint %.0f MB/s = %.0f%% of dd on this disk\n",
         bytes / med["sync_write"] / 1e6, 100 * med["dd"] / med["sync_write"]
     printf "VERDICT checkpoint: blocked/write = %.1f%% (target <= 10%%): %s\n",

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,7 +55,8 @@ void ckpt_snapshot_free(struct ckpt_snapshot *s)
         return;
     for (int p = 0; p < 2; p++) {
         for (size_t i = 0; i < s->n[p]; i++)
-            free(s->t[p][i].data);
+            if (!s->t[p][i].borrowed_)
+                free(s->t[p][i].data);
         free(s->t[p]);
     }
     json_decref(s->extra);
@@ -88,11 +90,11 @@ void ckpt_snapshot_push_(struct ckpt_snapshot *s, enum ckpt_part part, const cha
     t->data = data;
 }
 
-int ckpt_snapshot_add(struct ckpt_snapshot *s, enum ckpt_part part, const char *name,
-                      enum ckpt_dtype dtype, int ndim, const int64_t *shape, const void *data)
+/* Checks name and shape; *bytes gets the data size. 0 or DIST_EUSAGE. */
+static int check_tensor(const struct ckpt_snapshot *s, enum ckpt_part part, const char *name,
+                        enum ckpt_dtype dtype, int ndim, const int64_t *shape, size_t *bytes)
 {
-    size_t elems = 1, bytes;
-    void *copy;
+    size_t elems = 1;
 
     if (!name || !*name || strlen(name) >= CKPT_MAX_NAME || strcmp(name, "__metadata__") == 0 ||
         ndim < 0 || ndim > CKPT_MAX_DIMS || ckpt_snapshot_find(s, part, name)) {
@@ -106,11 +108,34 @@ int ckpt_snapshot_add(struct ckpt_snapshot *s, enum ckpt_part part, const char *
             return DIST_EUSAGE;
         elems *= (size_t)shape[i];
     }
-    bytes = elems * ckpt_dtype_size(dtype);
+    *bytes = elems * ckpt_dtype_size(dtype);
+    return 0;
+}
+
+int ckpt_snapshot_add(struct ckpt_snapshot *s, enum ckpt_part part, const char *name,
+                      enum ckpt_dtype dtype, int ndim, const int64_t *shape, const void *data)
+{
+    size_t bytes;
+    void *copy;
+
+    if (check_tensor(s, part, name, dtype, ndim, shape, &bytes))
+        return DIST_EUSAGE;
     copy = xmalloc(bytes ? bytes : 1);
     if (bytes)
         memcpy(copy, data, bytes);
     ckpt_snapshot_push_(s, part, name, dtype, ndim, shape, copy, bytes);
+    return 0;
+}
+
+int ckpt_snapshot_borrow(struct ckpt_snapshot *s, enum ckpt_part part, const char *name,
+                         enum ckpt_dtype dtype, int ndim, const int64_t *shape, const void *data)
+{
+    size_t bytes;
+
+    if (check_tensor(s, part, name, dtype, ndim, shape, &bytes) || (bytes && !data))
+        return DIST_EUSAGE;
+    ckpt_snapshot_push_(s, part, name, dtype, ndim, shape, (void *)(uintptr_t)data, bytes);
+    s->t[part][s->n[part] - 1].borrowed_ = 1;
     return 0;
 }
 
@@ -457,29 +482,257 @@ out:
     return rc;
 }
 
+
 /* ---- the background writer -------------------------------------------------------------------- */
 
+/* A snapshot buffer's life: FREE -> (save) STAGING -> (its borrowed tensors copied into it)
+ * QUEUED -> (the writing thread) WRITING -> FREE. A snapshot without borrowed tensors goes
+ * straight to QUEUED. Snapshots are written in save order (seq).
+ *
+ * Staging is planned as chunks (segments of at most CHUNK bytes) that anyone may claim: the
+ * staging thread, and the caller waiting in ckpt_writer_fence, which copies what is left rather
+ * than sleep (on a busy machine the staging thread may not get a core for a while). */
+enum slot_state { SLOT_FREE, SLOT_STAGING, SLOT_QUEUED, SLOT_WRITING };
+
+#define CKPT_SLOTS 2
+#define CHUNK ((size_t)4 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
+
+struct seg {
+    const void *src;
+    void *dst;
+    size_t n;
+};
+
+struct slot {
+    enum slot_state st;
+    struct ckpt_snapshot *snap; /* owned while not FREE */
+    uint64_t seq;
+    unsigned char *buf; /* reused from one checkpoint to the next; staged tensors point into it */
+    size_t cap;
+    struct seg *seg; /* the plan: reused too */
+    size_t nseg, segcap;
+    bool planned;      /* seg is built: chunks may be claimed */
+    size_t next, done; /* chunks claimed, chunks copied */
+};
+
+/* One thread (the caller's) uses a writer. mu guards st, snap, seq, planned, next, done, result
+ * and quit; buf, cap and seg belong to whoever plans: the caller while the slot is FREE (and in
+ * save), the staging thread while it is STAGING and not planned. */
 struct ckpt_writer {
     char *root, *job;
     int keep;
-    pthread_t thread;
-    bool running;
-    struct ckpt_snapshot *snap;
-    int result;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a slot changed state, was planned, or quit */
+    pthread_t stager, writer;
+    bool threads; /* both threads run; without them save works in the foreground */
+    bool quit;
+    uint64_t seq;
+    int result; /* the first error not yet reported */
+    struct slot slot[CKPT_SLOTS];
 };
+
+/* Bytes of s's tensors still borrowed from the caller (packed back to back in a buffer: exactly
+ * what ckpt_writer_reserve was told). */
+static size_t borrowed_bytes(const struct ckpt_snapshot *s)
+{
+    size_t n = 0;
+
+    for (int p = 0; p < 2; p++)
+        for (size_t i = 0; i < s->n[p]; i++)
+            if (s->t[p][i].borrowed_ == 1)
+                n += s->t[p][i].bytes;
+    return n;
+}
+
+/* *n bytes (rounded up to a huge page; *n gets the size), every page faulted in now: a copy into
+ * fresh memory runs at a quarter of the speed of one into faulted memory. Huge pages where the
+ * kernel gives them (fewer faults and TLB misses). NULL when out of memory. */
+static unsigned char *buf_new(size_t *n)
+{
+    volatile unsigned char *v;
+    void *p = NULL;
+
+    *n = (*n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    if (posix_memalign(&p, HUGE_PAGE, *n) != 0)
+        return NULL;
+    (void)madvise(p, *n, MADV_HUGEPAGE);
+    v = p;
+    for (size_t i = 0; i < *n; i += 4096)
+        v[i] = 0;
+    return p;
+}
+
+static void add_seg(struct slot *sl, const void *src, void *dst, size_t n)
+{
+    if (sl->nseg == sl->segcap) {
+        sl->segcap = sl->segcap ? 2 * sl->segcap : 64;
+        sl->seg = xrealloc(sl->seg, sl->segcap * sizeof(*sl->seg));
+    }
+    sl->seg[sl->nseg++] = (struct seg){src, dst, n};
+}
+
+/* Plans the copy of sl's borrowed tensors into sl->buf (grown when too small, if `grow`; false
+ * when it would have to be) and points the tensors at their copies. Without a buffer to be had,
+ * into memory of their own. */
+static bool plan(struct slot *sl, bool grow)
+{
+    struct ckpt_snapshot *s = sl->snap;
+    size_t need = borrowed_bytes(s), off = 0;
+
+    if (need > sl->cap) {
+        if (!grow)
+            return false;
+        free(sl->buf);
+        sl->cap = need;
+        if ((sl->buf = buf_new(&sl->cap)) == NULL) {
+            sl->cap = 0;
+            dist_log("No memory for a %zu-byte checkpoint buffer; copying tensor by tensor", need);
+        }
+    }
+    sl->nseg = sl->next = sl->done = 0;
+    for (int p = 0; p < 2; p++) {
+        for (size_t i = 0; i < s->n[p]; i++) {
+            struct ckpt_tensor *t = &s->t[p][i];
+            unsigned char *to;
+            if (t->borrowed_ != 1)
+                continue;
+            if (sl->buf) {
+                to = sl->buf + off;
+                off += t->bytes;
+                t->borrowed_ = 2;
+            } else {
+                to = xmalloc(t->bytes ? t->bytes : 1);
+                t->borrowed_ = 0;
+            }
+            for (size_t o = 0; o < t->bytes; o += CHUNK)
+                add_seg(sl, (const unsigned char *)t->data + o, to + o,
+                        t->bytes - o < CHUNK ? t->bytes - o : CHUNK);
+            t->data = to;
+        }
+    }
+    return true;
+}
+
+/* Copies unclaimed chunks of sl until none is left; whoever copies the last one queues the
+ * snapshot for writing. Called and returns with w->mu held. */
+static void copy_chunks(struct ckpt_writer *w, struct slot *sl)
+{
+    while (sl->planned && sl->next < sl->nseg) {
+        const struct seg *g = &sl->seg[sl->next++];
+        pthread_mutex_unlock(&w->mu);
+        memcpy(g->dst, g->src, g->n);
+        pthread_mutex_lock(&w->mu);
+        if (++sl->done == sl->nseg) {
+            sl->st = SLOT_QUEUED;
+            pthread_cond_broadcast(&w->cv);
+        }
+    }
+}
+
+/* A STAGING slot with work for the staging thread (planning or chunks), else NULL. */
+static struct slot *stage_work(struct ckpt_writer *w)
+{
+    for (int i = 0; i < CKPT_SLOTS; i++) {
+        struct slot *sl = &w->slot[i];
+        if (sl->st == SLOT_STAGING && (!sl->planned || sl->next < sl->nseg))
+            return sl;
+    }
+    return NULL;
+}
+
+static struct slot *find_slot(struct ckpt_writer *w, enum slot_state st)
+{
+    for (int i = 0; i < CKPT_SLOTS; i++)
+        if (w->slot[i].st == st)
+            return &w->slot[i];
+    return NULL;
+}
+
+/* The oldest saved snapshot if it is ready to write, else NULL. */
+static struct slot *next_write(struct ckpt_writer *w)
+{
+    struct slot *first = NULL;
+
+    for (int i = 0; i < CKPT_SLOTS; i++)
+        if (w->slot[i].st != SLOT_FREE && (!first || w->slot[i].seq < first->seq))
+            first = &w->slot[i];
+    return first && first->st == SLOT_QUEUED ? first : NULL;
+}
+
+static int write_one(const struct ckpt_writer *w, const struct ckpt_snapshot *s)
+{
+    int64_t t0 = dist_now_ms();
+    int rc = ckpt_write(w->root, w->job, w->keep, s);
+
+    if (!rc)
+        dist_log("Saved checkpoint %s/%s/step-%" PRId64 " in %" PRId64 " ms", w->root, w->job,
+                 s->meta.step, dist_now_ms() - t0);
+    return rc;
+}
+
+static void *stager_main(void *arg)
+{
+    struct ckpt_writer *w = arg;
+    struct slot *sl;
+
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->quit && (sl = stage_work(w)) == NULL)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->quit)
+            break;
+        if (!sl->planned) {
+            pthread_mutex_unlock(&w->mu);
+            (void)plan(sl, true);
+            pthread_mutex_lock(&w->mu);
+            sl->planned = true;
+            if (sl->nseg == 0)
+                sl->st = SLOT_QUEUED;
+            pthread_cond_broadcast(&w->cv);
+        }
+        copy_chunks(w, sl);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
 
 static void *writer_main(void *arg)
 {
     struct ckpt_writer *w = arg;
-    int64_t t0 = dist_now_ms();
+    struct slot *sl;
 
-    w->result = ckpt_write(w->root, w->job, w->keep, w->snap);
-    if (!w->result)
-        dist_log("Saved checkpoint %s/%s/step-%" PRId64 " in %" PRId64 " ms", w->root, w->job,
-                 w->snap->meta.step, dist_now_ms() - t0);
-    ckpt_snapshot_free(w->snap);
-    w->snap = NULL;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->quit && (sl = next_write(w)) == NULL)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->quit)
+            break;
+        sl->st = SLOT_WRITING;
+        pthread_mutex_unlock(&w->mu);
+        int rc = write_one(w, sl->snap);
+        ckpt_snapshot_free(sl->snap);
+        pthread_mutex_lock(&w->mu);
+        if (rc && !w->result)
+            w->result = rc;
+        sl->snap = NULL;
+        sl->planned = false;
+        sl->st = SLOT_FREE;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
     return NULL;
+}
+
+static void stop_threads(struct ckpt_writer *w, bool writer_too)
+{
+    pthread_mutex_lock(&w->mu);
+    w->quit = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->stager, NULL);
+    if (writer_too)
+        pthread_join(w->writer, NULL);
 }
 
 struct ckpt_writer *ckpt_writer_new(const char *root, const char *job, int keep)
@@ -489,31 +742,104 @@ struct ckpt_writer *ckpt_writer_new(const char *root, const char *job, int keep)
     w->root = xstrdup(root);
     w->job = xstrdup(job);
     w->keep = keep;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->stager, NULL, stager_main, w) != 0) {
+        dist_log("Could not start the checkpoint threads; checkpoints are written in the "
+                 "foreground");
+        return w;
+    }
+    if (pthread_create(&w->writer, NULL, writer_main, w) != 0) {
+        dist_log("Could not start the checkpoint threads; checkpoints are written in the "
+                 "foreground");
+        stop_threads(w, false);
+        return w;
+    }
+    w->threads = true;
     return w;
 }
 
-int ckpt_writer_wait(struct ckpt_writer *w)
+int ckpt_writer_reserve(struct ckpt_writer *w, size_t bytes)
 {
-    if (!w->running)
-        return 0;
-    pthread_join(w->thread, NULL);
-    w->running = false;
-    return w->result;
+    for (int i = 0; i < CKPT_SLOTS; i++) {
+        struct slot *sl = &w->slot[i];
+        pthread_mutex_lock(&w->mu);
+        bool mine = sl->st == SLOT_FREE; /* a busy one is grown by the staging thread */
+        pthread_mutex_unlock(&w->mu);
+        if (!mine || sl->cap >= bytes)
+            continue;
+        free(sl->buf);
+        sl->cap = bytes;
+        if ((sl->buf = buf_new(&sl->cap)) == NULL) {
+            sl->cap = 0;
+            dist_log("No memory for two %zu-byte checkpoint buffers", bytes);
+            return DIST_EUSAGE;
+        }
+    }
+    return 0;
 }
 
 int ckpt_writer_save(struct ckpt_writer *w, struct ckpt_snapshot *s)
 {
-    int prev = ckpt_writer_wait(w);
+    struct slot *sl;
+    int rc;
 
-    w->snap = s;
-    w->result = 0;
-    if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
-        dist_log("Could not start the checkpoint writer thread; writing in the foreground");
-        writer_main(w);
-        return prev ? prev : w->result;
+    if (!w->threads) {
+        rc = write_one(w, s);
+        ckpt_snapshot_free(s);
+        return rc;
     }
-    w->running = true;
-    return prev;
+    pthread_mutex_lock(&w->mu);
+    while ((sl = find_slot(w, SLOT_FREE)) == NULL)
+        pthread_cond_wait(&w->cv, &w->mu);
+    sl->snap = s;
+    sl->seq = ++w->seq;
+    if (borrowed_bytes(s) == 0) {
+        sl->st = SLOT_QUEUED;
+    } else {
+        /* planned here when the buffer is big enough (a few pointers per 4 MiB), so that the
+         * fence can copy even before the staging thread first runs */
+        sl->planned = plan(sl, false);
+        sl->st = SLOT_STAGING;
+    }
+    rc = w->result;
+    w->result = 0;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+void ckpt_writer_fence(struct ckpt_writer *w)
+{
+    struct slot *sl;
+
+    pthread_mutex_lock(&w->mu);
+    while ((sl = find_slot(w, SLOT_STAGING)) != NULL) {
+        if (sl->planned && sl->next < sl->nseg)
+            copy_chunks(w, sl);
+        else
+            pthread_cond_wait(&w->cv, &w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+int ckpt_writer_wait(struct ckpt_writer *w)
+{
+    int rc;
+
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        bool busy = false;
+        for (int i = 0; i < CKPT_SLOTS; i++)
+            busy = busy || w->slot[i].st != SLOT_FREE;
+        if (!busy)
+            break;
+        pthread_cond_wait(&w->cv, &w->mu);
+    }
+    rc = w->result;
+    w->result = 0;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
 }
 
 void ckpt_writer_free(struct ckpt_writer *w)
@@ -522,6 +848,14 @@ void ckpt_writer_free(struct ckpt_writer *w)
         return;
     if (ckpt_writer_wait(w) != 0)
         dist_log("The last checkpoint write failed (see above)");
+    if (w->threads)
+        stop_threads(w, true);
+    for (int i = 0; i < CKPT_SLOTS; i++) {
+        free(w->slot[i].buf);
+        free(w->slot[i].seg);
+    }
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
     free(w->root);
     free(w->job);
     free(w);

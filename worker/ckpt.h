@@ -16,6 +16,15 @@
  * The writer copies everything into a snapshot first (fast, memcpy) and writes it on a
  * background thread, so training continues while the disk works.
  *
+ * Two-phase checkpoints (as in CheckFreq, FAST '21): a snapshot may instead *borrow* the
+ * caller's tensors (ckpt_snapshot_borrow). ckpt_writer_save then only hands them over; the
+ * writer's staging thread copies them into one of two buffers the writer keeps and reuses
+ * (pre-faulted by ckpt_writer_reserve, so the copy runs at memory speed), and the writing thread
+ * writes from that copy. The caller keeps reading the borrowed memory (the next forward and
+ * backward) and calls ckpt_writer_fence before it modifies it (the optimizer step). Training is
+ * blocked only for the hand-off and for whatever of the copy is left at the fence; a save waits
+ * only when both buffers are busy (one being written, the other queued or staging).
+ *
  * Reading: ckpt_find_latest() walks step directories from the newest and returns the first one
  * whose manifest checks out (every file present with the right SHA-256, state.json's step
  * matching the name); truncated, bit-flipped or partial ones are skipped with a warning.
@@ -52,7 +61,8 @@ struct ckpt_tensor {
     int ndim;
     int64_t shape[CKPT_MAX_DIMS];
     size_t bytes;
-    void *data; /* owned by the snapshot */
+    void *data;    /* owned by the snapshot; borrowed (the caller's) until the writer stages it */
+    int borrowed_; /* internal: 1 while data is the caller's, 2 once it is in a writer buffer */
 };
 
 struct ckpt_meta {
@@ -81,6 +91,13 @@ int ckpt_snapshot_add(struct ckpt_snapshot *s, enum ckpt_part part, const char *
                       enum ckpt_dtype dtype, int ndim, const int64_t *shape, const void *data)
     __attribute__((warn_unused_result));
 
+/* Like ckpt_snapshot_add but without the copy: the tensor points at `data`, which must stay
+ * valid and unmodified until the snapshot is staged (ckpt_writer_fence after ckpt_writer_save;
+ * ckpt_write and ckpt_snapshot_free do not need it staged). 0 or DIST_EUSAGE. */
+int ckpt_snapshot_borrow(struct ckpt_snapshot *s, enum ckpt_part part, const char *name,
+                         enum ckpt_dtype dtype, int ndim, const int64_t *shape, const void *data)
+    __attribute__((warn_unused_result));
+
 /* Borrowed tensor by name, or NULL. */
 const struct ckpt_tensor *ckpt_snapshot_find(const struct ckpt_snapshot *s, enum ckpt_part part,
                                              const char *name);
@@ -96,13 +113,22 @@ int ckpt_write(const char *root, const char *job, int keep, const struct ckpt_sn
 
 struct ckpt_writer;
 
-/* A background writer for <root>/<job>. Free with ckpt_writer_free(). */
+/* A background writer for <root>/<job> (two threads: staging and writing; it keeps two snapshot
+ * buffers, so up to twice the checkpoint size of memory). Free with ckpt_writer_free(). */
 struct ckpt_writer *ckpt_writer_new(const char *root, const char *job, int keep);
-/* Steals s and writes it on the writer's thread. If the previous write is still running it is
- * waited for first; its result is returned (and s is still taken). */
+/* Allocates and pre-faults both snapshot buffers for checkpoints of up to `bytes` of tensor data
+ * (call once at start: faulting fresh memory in is 4x slower than copying into it). Buffers
+ * that turn out too small are grown by the staging thread. 0 or DIST_EUSAGE (out of memory). */
+int ckpt_writer_reserve(struct ckpt_writer *w, size_t bytes) __attribute__((warn_unused_result));
+/* Steals s and writes it in the background, after any earlier save. Borrowed tensors are staged
+ * first (see ckpt_writer_fence). Waits only when both buffers are busy. Returns the first error
+ * of a write that finished since the last report (s is still taken), else 0. */
 int ckpt_writer_save(struct ckpt_writer *w, struct ckpt_snapshot *s)
     __attribute__((warn_unused_result));
-/* Waits for the write in flight, if any; its result. */
+/* Waits until every saved snapshot's borrowed tensors are copied: after it the caller may modify
+ * them. Cheap when the copy is done. */
+void ckpt_writer_fence(struct ckpt_writer *w);
+/* Waits for every write in flight; the first error since the last report, else 0. */
 int ckpt_writer_wait(struct ckpt_writer *w) __attribute__((warn_unused_result));
 /* Waits, then frees. NULL is a no-op. */
 void ckpt_writer_free(struct ckpt_writer *w);

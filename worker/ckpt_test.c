@@ -1,7 +1,8 @@
 /*
  * ckpt_test.c - checkpoints: round trip (tensors, optimiser state, state.json), the on-disk
  * layout (no temp dirs left, `sha256sum -c` accepts the manifest), keep-last-K, the background
- * writer's snapshot semantics, and skipping truncated, bit-flipped and partial checkpoints.
+ * writer's snapshot semantics (copying and two-phase: borrow, save, fence; double buffering;
+ * errors reported), and skipping truncated, bit-flipped and partial checkpoints.
  */
 #include "worker/ckpt.h"
 
@@ -150,6 +151,103 @@ static void test_background_writer(void)
     rm_root();
 }
 
+/* Loads step `step` of root/job and checks tensor `name` (part p) is k * 1000 + i % 100. */
+static void check_step(const char *job, int64_t step, enum ckpt_part p, const char *name, int k,
+                       int n)
+{
+    char dir[4096];
+    struct ckpt_snapshot *l = NULL;
+
+    snprintf(dir, sizeof(dir), "%s/%s/step-%" PRId64, root, job, step);
+    TEST_EQ_INT(ckpt_verify(dir, NULL, 0), 0);
+    TEST_EQ_INT(ckpt_load(dir, &l), 0);
+    const struct ckpt_tensor *t = l ? ckpt_snapshot_find(l, p, name) : NULL;
+    TEST_CHECK(t && t->bytes == (size_t)n * 4);
+    if (t && t->bytes == (size_t)n * 4) {
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += ((const float *)t->data)[i] != (float)(k * 1000 + i % 100);
+        TEST_EQ_INT(bad, 0);
+    }
+    ckpt_snapshot_free(l);
+}
+
+/* Two-phase: the snapshot borrows the caller's arrays; after ckpt_writer_fence the caller
+ * overwrites them and the checkpoints still hold the values at save time. Four saves through
+ * two buffers: the first without a reserve (the staging thread grows the buffer), two saves
+ * back to back (the second goes to the other buffer while the first is written), keep 2. */
+static void test_staged_writer(void)
+{
+    enum { N = (1 << 20) + 3 }; /* two 4 MiB staging chunks per tensor */
+    static float w1[N], m1[N], w2[N], m2[N];
+    int64_t shape[1] = {N};
+    struct ckpt_writer *w;
+
+    make_root();
+    w = ckpt_writer_new(root, "st", 2);
+    for (int k = 1; k <= 4; k++) {
+        struct ckpt_meta m = {.step = k, .world_size = 1};
+        struct ckpt_snapshot *s = ckpt_snapshot_new(&m);
+        float *sw = k == 3 ? w2 : w1, *sm = k == 3 ? m2 : m1;
+        for (int i = 0; i < N; i++)
+            sw[i] = sm[i] = (float)(k * 1000 + i % 100);
+        TEST_EQ_INT(ckpt_snapshot_borrow(s, CKPT_WEIGHTS, "w", CKPT_F32, 1, shape, sw), 0);
+        TEST_EQ_INT(ckpt_snapshot_borrow(s, CKPT_OPTIM, "m", CKPT_F32, 1, shape, sm), 0);
+        TEST_EQ_INT(ckpt_snapshot_borrow(s, CKPT_OPTIM, "m", CKPT_F32, 1, shape, sm), DIST_EUSAGE);
+        TEST_EQ_INT(ckpt_writer_save(w, s), 0);
+        if (k == 1)
+            TEST_EQ_INT(ckpt_writer_reserve(w, 2 * N * sizeof(float)), 0);
+        if (k == 2) /* step 3 borrows other arrays: no fence before its save */
+            continue;
+        ckpt_writer_fence(w);
+        for (int i = 0; i < N; i++) /* the optimizer step overwrites the state */
+            w1[i] = w2[i] = m1[i] = m2[i] = -1.0f;
+        if (k == 3) {
+            TEST_EQ_INT(ckpt_writer_wait(w), 0);
+            check_step("st", 2, CKPT_WEIGHTS, "w", 2, N);
+            check_step("st", 3, CKPT_WEIGHTS, "w", 3, N);
+            check_step("st", 3, CKPT_OPTIM, "m", 3, N);
+        }
+    }
+    TEST_EQ_INT(ckpt_writer_wait(w), 0);
+    check_step("st", 4, CKPT_WEIGHTS, "w", 4, N);
+    check_step("st", 4, CKPT_OPTIM, "m", 4, N);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "test \"$(ls -A '%s/st' | tr '\\n' ' ')\" = 'step-3 step-4 '",
+             root);
+    TEST_EQ_INT(system(cmd), 0);
+    ckpt_writer_free(w);
+    rm_root();
+}
+
+/* A write that fails is reported by the next save or wait, once; the writer keeps working. */
+static void test_writer_error(void)
+{
+    char bad[300], cmd[600];
+    int64_t shape[1] = {4};
+    float d[4] = {1, 2, 3, 4};
+    struct ckpt_writer *w;
+
+    make_root();
+    snprintf(bad, sizeof(bad), "%s/file", root);
+    snprintf(cmd, sizeof(cmd), "touch '%s'", bad);
+    TEST_EQ_INT(system(cmd), 0);
+    w = ckpt_writer_new(bad, "job", 1); /* <root>/job under a regular file: mkdir fails */
+    for (int k = 0; k < 2; k++) {
+        struct ckpt_meta m = {.step = k};
+        struct ckpt_snapshot *s = ckpt_snapshot_new(&m);
+        TEST_EQ_INT(ckpt_snapshot_borrow(s, CKPT_WEIGHTS, "d", CKPT_F32, 1, shape, d), 0);
+        int rc = ckpt_writer_save(w, s);
+        if (k == 1) /* the first write's failure, or none yet */
+            TEST_CHECK(rc == 0 || rc == DIST_EIO);
+        ckpt_writer_fence(w);
+    }
+    TEST_EQ_INT(ckpt_writer_wait(w), DIST_EIO); /* the second write fails too */
+    TEST_EQ_INT(ckpt_writer_wait(w), 0);        /* reported once */
+    ckpt_writer_free(w);
+    rm_root();
+}
+
 static void truncate_file(const char *path, off_t by)
 {
     struct stat sb;
@@ -249,6 +347,8 @@ int main(void)
     TEST_RUN(test_roundtrip);
     TEST_RUN(test_keep_last);
     TEST_RUN(test_background_writer);
+    TEST_RUN(test_staged_writer);
+    TEST_RUN(test_writer_error);
     TEST_RUN(test_skip_corrupt);
     TEST_RUN(test_none);
     TEST_RUN(test_bad_safetensors);
