@@ -1,6 +1,7 @@
 #include "operator/exec.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,108 @@ const char *const exec_pod_fields[] = {
     "metadata.labels", "metadata.deletionTimestamp", "status.phase", "status.reason",
     "status.conditions", "status.containerStatuses", "status.podIP", NULL,
 };
+
+/* ---------------------------------------------------------------------------------------------
+ * The pod record
+ * ------------------------------------------------------------------------------------------- */
+
+struct exec_pod {
+    int32_t index, restart, exit_code;
+    uint8_t phase;
+    bool ready, terminating, message_truncated;
+    uint16_t off[EXEC_POD_NSTR]; /* where each string starts in s */
+    char s[];                    /* the strings, NUL-terminated, one after another */
+};
+
+void *exec_pod_make(void *ud, const json_t *pod)
+{
+    const json_t *meta = json_object_get(pod, "metadata");
+    const json_t *labels = json_object_get(meta, "labels");
+    struct rec_pod *rp = xcalloc(1, sizeof(*rp));
+    const char *str[EXEC_POD_NSTR];
+    size_t len[EXEC_POD_NSTR], total = 0;
+    struct exec_pod *p = NULL;
+
+    (void)ud;
+    if (rec_pod_from_json(pod, rp) != 0)
+        goto out;
+    str[EXEC_POD_NS] = json_string_value(json_object_get(meta, "namespace"));
+    str[EXEC_POD_NAME] = rp->name;
+    str[EXEC_POD_UID] = rp->uid;
+    str[EXEC_POD_RV] = json_string_value(json_object_get(meta, "resourceVersion"));
+    str[EXEC_POD_JOB] = json_string_value(json_object_get(labels, RENDER_LABEL_JOB));
+    str[EXEC_POD_IP] = rp->ip;
+    str[EXEC_POD_REASON] = rp->reason;
+    str[EXEC_POD_PROBLEM] = rp->problem;
+    str[EXEC_POD_PROBLEM_MSG] = rp->problem_msg;
+    str[EXEC_POD_MESSAGE] = rp->message;
+    for (int i = 0; i < EXEC_POD_NSTR; i++) {
+        if (!str[i])
+            str[i] = "";
+        len[i] = strnlen(str[i], 1024);
+        total += len[i] + 1;
+    }
+    p = xmalloc(sizeof(*p) + total); /* < 64 KiB: every string is bounded above */
+    p->index = rp->index;
+    p->restart = rp->restart;
+    p->exit_code = rp->exit_code;
+    p->phase = (uint8_t)rp->phase;
+    p->ready = rp->ready;
+    p->terminating = rp->terminating;
+    p->message_truncated = rp->message_truncated;
+    total = 0;
+    for (int i = 0; i < EXEC_POD_NSTR; i++) {
+        p->off[i] = (uint16_t)total;
+        memcpy(p->s + total, str[i], len[i]);
+        p->s[total + len[i]] = '\0';
+        total += len[i] + 1;
+    }
+out:
+    free(rp);
+    return p;
+}
+
+void exec_pod_free(void *rec)
+{
+    free(rec);
+}
+
+const char *exec_pod_str(const struct exec_pod *p, enum exec_pod_str which)
+{
+    return (unsigned)which < EXEC_POD_NSTR ? p->s + p->off[which] : "";
+}
+
+void exec_pod_view(const struct exec_pod *p, struct rec_pod *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->name, sizeof(out->name), "%s", exec_pod_str(p, EXEC_POD_NAME));
+    snprintf(out->uid, sizeof(out->uid), "%s", exec_pod_str(p, EXEC_POD_UID));
+    out->index = p->index;
+    out->restart = p->restart;
+    out->phase = (enum rec_pod_phase)p->phase;
+    out->ready = p->ready;
+    out->terminating = p->terminating;
+    out->exit_code = p->exit_code;
+    snprintf(out->reason, sizeof(out->reason), "%s", exec_pod_str(p, EXEC_POD_REASON));
+    snprintf(out->problem, sizeof(out->problem), "%s", exec_pod_str(p, EXEC_POD_PROBLEM));
+    snprintf(out->problem_msg, sizeof(out->problem_msg), "%s",
+             exec_pod_str(p, EXEC_POD_PROBLEM_MSG));
+    snprintf(out->message, sizeof(out->message), "%s", exec_pod_str(p, EXEC_POD_MESSAGE));
+    out->message_truncated = p->message_truncated;
+    snprintf(out->ip, sizeof(out->ip), "%s", exec_pod_str(p, EXEC_POD_IP));
+}
+
+const struct informer_transform exec_pod_transform = {exec_pod_make, exec_pod_free, NULL};
+
+static void view_cb(void *ud, const void *rec)
+{
+    exec_pod_view(rec, ud);
+}
+
+bool exec_pod_get(struct exec_shared *sh, const char *key, struct rec_pod *out)
+{
+    return sh->pods && informer_peek(sh->pods, key, view_cb, out);
+}
 
 const double exec_sync_bounds[EXEC_SYNC_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                     0.1,   0.25,   0.5,   1,    2.5,   10};
@@ -293,12 +396,24 @@ void exec_on_child_update(void *ud, json_t *old_obj, json_t *new_obj)
     exec_on_child(ud, new_obj);
 }
 
+/* "ns/job" of a pod record into out; false when it has no job label. */
+static bool pod_owner_key(const struct exec_pod *p, char *out, size_t n)
+{
+    const char *job = exec_pod_str(p, EXEC_POD_JOB), *ns = exec_pod_str(p, EXEC_POD_NS);
+
+    if (!*job || !*ns)
+        return false;
+    return snprintf(out, n, "%s/%s", ns, job) < (int)n;
+}
+
 /* Keeps the pod index: put on add/update, del on delete. */
-static void index_pod(struct exec_shared *sh, const char *job, const json_t *pod, bool put)
+static void index_pod(struct exec_shared *sh, const char *job, const struct exec_pod *pod,
+                      bool put)
 {
     char pkey[256];
 
-    if (!sh->pod_index || kube_object_key(pod, pkey, sizeof(pkey)) != 0)
+    if (!sh->pod_index || snprintf(pkey, sizeof(pkey), "%s/%s", exec_pod_str(pod, EXEC_POD_NS),
+                                   exec_pod_str(pod, EXEC_POD_NAME)) >= (int)sizeof(pkey))
         return;
     if (put)
         exec_index_put(sh->pod_index, job, pkey);
@@ -306,44 +421,46 @@ static void index_pod(struct exec_shared *sh, const char *job, const json_t *pod
         exec_index_del(sh->pod_index, job, pkey);
 }
 
-void exec_on_pod_add(void *ud, json_t *obj)
+void exec_on_pod_add(void *ud, const void *rec)
 {
     struct exec_shared *sh = ud;
     char key[256];
 
-    if (!owner_key(obj, key, sizeof(key)))
+    if (!pod_owner_key(rec, key, sizeof(key)))
         return;
-    index_pod(sh, key, obj, true);
+    index_pod(sh, key, rec, true);
     exec_expect_lower(sh->expect, key, 1, 0);
     queue_add(sh->queue, key);
 }
 
-void exec_on_pod_update(void *ud, json_t *old_obj, json_t *new_obj)
+void exec_on_pod_update(void *ud, const void *old_rec, const void *new_rec)
 {
     struct exec_shared *sh = ud;
     char key[256], old_key[256];
-    bool had = owner_key(old_obj, old_key, sizeof(old_key));
+    bool had = pod_owner_key(old_rec, old_key, sizeof(old_key));
 
-    if (!owner_key(new_obj, key, sizeof(key))) {
+    if (!pod_owner_key(new_rec, key, sizeof(key))) {
         if (had)
-            index_pod(sh, old_key, old_obj, false);
+            index_pod(sh, old_key, old_rec, false);
         return;
     }
     if (had && strcmp(old_key, key) != 0) /* a relabelled pod moves to its new job */
-        index_pod(sh, old_key, old_obj, false);
-    index_pod(sh, key, new_obj, true);
+        index_pod(sh, old_key, old_rec, false);
+    index_pod(sh, key, new_rec, true);
     queue_add(sh->queue, key);
 }
 
-void exec_on_pod_delete(void *ud, json_t *obj)
+void exec_on_pod_delete(void *ud, const void *rec)
 {
     struct exec_shared *sh = ud;
     char key[256];
+    const char *uid;
 
-    if (!owner_key(obj, key, sizeof(key)))
+    if (!pod_owner_key(rec, key, sizeof(key)))
         return;
-    index_pod(sh, key, obj, false);
-    exec_expect_observe_del(sh->expect, key, meta_str(obj, "uid"));
+    index_pod(sh, key, rec, false);
+    uid = exec_pod_str(rec, EXEC_POD_UID);
+    exec_expect_observe_del(sh->expect, key, *uid ? uid : NULL);
     queue_add(sh->queue, key);
 }
 
@@ -635,10 +752,30 @@ static void random_token(char *out, size_t n)
         snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
+struct gather {
+    const struct tj *tj;
+    struct rec_pod *pods;
+    size_t n, cap;
+};
+
+static void gather_cb(void *ud, const void *rec)
+{
+    struct gather *g = ud;
+
+    if (strcmp(exec_pod_str(rec, EXEC_POD_JOB), g->tj->name) != 0 ||
+        strcmp(exec_pod_str(rec, EXEC_POD_NS), g->tj->ns) != 0)
+        return;
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 8;
+        g->pods = xrealloc(g->pods, g->cap * sizeof(*g->pods));
+    }
+    exec_pod_view(rec, &g->pods[g->n++]);
+}
+
 /* The cached pods of the job: a new array in *pods (free()), count returned. */
 static size_t gather_pods(struct exec_shared *sh, const struct tj *tj, struct rec_pod **pods)
 {
-    json_t *all, *p;
+    struct gather g = {.tj = tj};
     size_t i, n = 0;
 
     if (sh->pod_index) {
@@ -649,41 +786,24 @@ static size_t gather_pods(struct exec_shared *sh, const struct tj *tj, struct re
         keys = exec_index_get(sh->pod_index, job, &nk);
         *pods = xcalloc(nk + 1, sizeof(**pods));
         for (i = 0; i < nk; i++) {
-            p = informer_get(sh->pods, keys[i]);
-            if (p && rec_pod_from_json(p, &(*pods)[n]) == 0)
+            if (exec_pod_get(sh, keys[i], &(*pods)[n]))
                 n++;
-            json_decref(p);
             free(keys[i]);
         }
         free(keys);
         return n;
     }
-    all = informer_list(sh->pods);
-
-    *pods = xcalloc(json_array_size(all) + 1, sizeof(**pods));
-    json_array_foreach(all, i, p) {
-        const json_t *labels = json_object_get(json_object_get(p, "metadata"), "labels");
-        const char *job = json_string_value(json_object_get(labels, RENDER_LABEL_JOB));
-        const char *ns = meta_str(p, "namespace");
-
-        if (!job || !ns || strcmp(job, tj->name) != 0 || strcmp(ns, tj->ns) != 0)
-            continue;
-        if (rec_pod_from_json(p, &(*pods)[n]) == 0)
-            n++;
-    }
-    json_decref(all);
-    return n;
+    informer_each(sh->pods, gather_cb, &g); /* no index (tests): scan every cached pod */
+    *pods = g.pods ? g.pods : xcalloc(1, sizeof(**pods));
+    return g.n;
 }
 
 static bool cached(struct informer *inf, const char *ns, const char *name)
 {
     char key[2 * RENDER_NAME_MAX + 2];
-    json_t *o;
 
     snprintf(key, sizeof(key), "%s/%s", ns, name);
-    o = informer_get(inf, key);
-    json_decref(o);
-    return o != NULL;
+    return informer_has(inf, key);
 }
 
 static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)

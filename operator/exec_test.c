@@ -45,6 +45,7 @@ static void test_expect_delete_twice(void)
     json_t *pod = json_loads("{\"metadata\":{\"name\":\"s-worker-1\",\"namespace\":\"ml\","
                              "\"uid\":\"uid-1\",\"labels\":{\"gantry.dev/job-name\":\"s\"}}}",
                              0, NULL);
+    void *rec = exec_pod_make(NULL, pod);
 
     sh.queue = queue_new(0, 0);
     sh.expect = exec_expect_new();
@@ -52,16 +53,17 @@ static void test_expect_delete_twice(void)
     exec_expect_raise_del(sh.expect, "ml/s", "uid-2", 1000);
     exec_expect_raise_del(sh.expect, "ml/s", "uid-1", 1001); /* the same pod again */
     TEST_CHECK(!exec_expect_met(sh.expect, "ml/s", 1001));
-    exec_on_pod_delete(&sh, pod); /* uid-1 disappears: observed once */
+    exec_on_pod_delete(&sh, rec); /* uid-1 disappears: observed once */
     TEST_CHECK(!exec_expect_met(sh.expect, "ml/s", 1001)); /* uid-2 still pending */
     exec_expect_observe_del(sh.expect, "ml/s", "uid-2"); /* a 404 on delete */
     TEST_CHECK(exec_expect_met(sh.expect, "ml/s", 1001));
     /* a pod deleted by someone else does not satisfy ours */
     exec_expect_raise_del(sh.expect, "ml/s", "uid-3", 1002);
-    exec_on_pod_delete(&sh, pod);
+    exec_on_pod_delete(&sh, rec);
     TEST_CHECK(!exec_expect_met(sh.expect, "ml/s", 1002));
     exec_expect_observe_del(sh.expect, "ml/s", "uid-3");
     TEST_CHECK(exec_expect_met(sh.expect, "ml/s", 1002));
+    exec_pod_free(rec);
     json_decref(pod);
     exec_expect_free(sh.expect);
     queue_free(sh.queue);
@@ -75,12 +77,13 @@ static void test_handlers_route_to_job(void)
     json_t *stray = json_loads("{\"metadata\":{\"name\":\"x\",\"namespace\":\"ml\"}}", 0, NULL);
     json_t *job = json_loads("{\"metadata\":{\"name\":\"other\",\"namespace\":\"ml\"}}", 0, NULL);
     char *key = NULL;
+    void *rec = exec_pod_make(NULL, pod);
 
     sh.queue = queue_new(0, 0);
     sh.expect = exec_expect_new();
     sh.pod_index = exec_index_new();
     exec_expect_raise(sh.expect, "ml/spam", 1, 1, time(NULL));
-    exec_on_pod_add(&sh, pod);
+    exec_on_pod_add(&sh, rec);
     exec_on_child(&sh, stray); /* no job label: ignored */
     TEST_EQ_INT(queue_len(sh.queue), 1);
     TEST_CHECK(!exec_expect_met(sh.expect, "ml/spam", time(NULL)));
@@ -91,12 +94,12 @@ static void test_handlers_route_to_job(void)
     TEST_CHECK(keys[1] == NULL);
     free(keys[0]);
     free(keys);
-    exec_on_pod_update(&sh, pod, pod); /* same job: stays indexed */
+    exec_on_pod_update(&sh, rec, rec); /* same job: stays indexed */
     keys = exec_index_get(sh.pod_index, "ml/spam", &n);
     TEST_EQ_INT(n, 1);
     free(keys[0]);
     free(keys);
-    exec_on_pod_delete(&sh, pod);
+    exec_on_pod_delete(&sh, rec);
     keys = exec_index_get(sh.pod_index, "ml/spam", &n);
     TEST_EQ_INT(n, 0);
     free(keys);
@@ -111,12 +114,71 @@ static void test_handlers_route_to_job(void)
     TEST_EQ_STR(key, "ml/other");
     queue_done(sh.queue, key);
     free(key);
+    exec_pod_free(rec);
     json_decref(pod);
     json_decref(stray);
     json_decref(job);
     queue_free(sh.queue);
     exec_expect_free(sh.expect);
     exec_index_free(sh.pod_index);
+}
+
+/* The pod informer's typed record keeps everything rec reads, and the IP, job and identity. */
+static void test_pod_record(void)
+{
+    char big[3000];
+    json_t *pod;
+    struct rec_pod want, got;
+    void *rec;
+
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = 0;
+    memcpy(big + sizeof(big) - 6, "tail\n", 5);
+    pod = json_pack(
+        "{s:{s:s, s:s, s:s, s:s, s:s, s:{s:s, s:s, s:s}}, s:{s:s, s:s, s:[{s:s, s:s}], "
+        "s:[{s:s, s:{s:{s:i, s:s, s:s}}, s:i}]}}",
+        "metadata", "name", "j-worker-1", "namespace", "ml", "uid", "u-1", "resourceVersion",
+        "77", "deletionTimestamp", "2026-01-01T00:00:00Z", "labels", "gantry.dev/job-name", "j",
+        "gantry.dev/replica-index", "1", "gantry.dev/restart-count", "2", "status", "phase",
+        "Failed", "podIP", "10.1.2.3", "conditions", "type", "Ready", "status", "True",
+        "containerStatuses", "name", "worker", "state", "terminated", "exitCode", 65, "reason",
+        "Error", "message", big, "restartCount", 0);
+    TEST_EQ_INT(rec_pod_from_json(pod, &want), 0);
+    rec = exec_pod_make(NULL, pod);
+    TEST_CHECK(rec != NULL);
+    exec_pod_view(rec, &got);
+    TEST_EQ_STR(got.name, "j-worker-1");
+    TEST_EQ_STR(got.uid, "u-1");
+    TEST_EQ_INT(got.index, 1);
+    TEST_EQ_INT(got.restart, 2);
+    TEST_EQ_INT(got.phase, REC_POD_FAILED);
+    TEST_CHECK(got.ready && got.terminating);
+    TEST_EQ_INT(got.exit_code, 65);
+    TEST_EQ_STR(got.reason, "Error");
+    TEST_EQ_STR(got.ip, "10.1.2.3");
+    TEST_EQ_INT(strlen(got.message), REC_TERM_MSG_MAX - 2); /* its tail, trailing newline cut */
+    TEST_CHECK(strcmp(got.message + strlen(got.message) - 4, "tail") == 0);
+    TEST_CHECK(got.message_truncated);
+    TEST_CHECK(memcmp(&want, &got, sizeof(want)) == 0); /* exactly what rec reads from JSON */
+    TEST_EQ_STR(exec_pod_str(rec, EXEC_POD_NS), "ml");
+    TEST_EQ_STR(exec_pod_str(rec, EXEC_POD_JOB), "j");
+    TEST_EQ_STR(exec_pod_str(rec, EXEC_POD_RV), "77");
+    exec_pod_free(rec);
+    json_decref(pod);
+
+    /* a tombstone (synthesised delete): identity only; no name: not cached */
+    pod = json_loads("{\"metadata\":{\"name\":\"p\",\"namespace\":\"ml\"}}", 0, NULL);
+    rec = exec_pod_make(NULL, pod);
+    exec_pod_view(rec, &got);
+    TEST_EQ_STR(got.name, "p");
+    TEST_EQ_STR(exec_pod_str(rec, EXEC_POD_JOB), "");
+    TEST_EQ_INT(got.exit_code, -1);
+    TEST_CHECK(!got.message_truncated && !got.message[0]);
+    exec_pod_free(rec);
+    json_decref(pod);
+    pod = json_loads("{\"metadata\":{\"namespace\":\"ml\"}}", 0, NULL);
+    TEST_CHECK(exec_pod_make(NULL, pod) == NULL);
+    json_decref(pod);
 }
 
 static void test_pod_index(void)
@@ -298,6 +360,7 @@ int main(void)
     TEST_RUN(test_expectations);
     TEST_RUN(test_expect_delete_twice);
     TEST_RUN(test_handlers_route_to_job);
+    TEST_RUN(test_pod_record);
     TEST_RUN(test_pod_index);
     TEST_RUN(test_apply_against_server);
     return test_summary();

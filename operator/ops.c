@@ -114,6 +114,14 @@ static int counter(struct buf *b, const char *name, const char *help, long v)
     return buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %ld\n", name, help, name, name, v);
 }
 
+static void count_phase(void *ud, const void *job)
+{
+    long *phases = ud;
+    const json_t *st = json_object_get(job, "status");
+
+    phases[tj_phase_parse(json_string_value(json_object_get(st, "phase")))]++;
+}
+
 static int render_controller(struct buf *b, struct exec_shared *sh)
 {
     static const char *const rnames[5] = {"trainingjobs", "pods", "services", "configmaps",
@@ -122,8 +130,6 @@ static int render_controller(struct buf *b, struct exec_shared *sh)
     struct watch_stats ws[5];
     const struct exec_stats *s = &sh->stats;
     long cum = 0, phases[TJ_PHASE_SUSPENDED + 1] = {0};
-    json_t *jobs, *j;
-    size_t i;
     int rc = 0;
 
     P("# HELP gantry_operator_reconcile_duration_seconds Time of one reconcile of a TrainingJob "
@@ -190,12 +196,8 @@ static int render_controller(struct buf *b, struct exec_shared *sh)
         P("gantry_operator_cache_objects{resource=\"%s\"} %zu\n", rnames[k],
           infs[k] ? informer_len(infs[k]) : (size_t)0);
 
-    jobs = sh->jobs ? informer_list(sh->jobs) : json_array();
-    json_array_foreach(jobs, i, j) {
-        const json_t *st = json_object_get(j, "status");
-        phases[tj_phase_parse(json_string_value(json_object_get(st, "phase")))]++;
-    }
-    json_decref(jobs);
+    if (sh->jobs) /* one job at a time: the cache keeps jobs as compact text */
+        informer_each(sh->jobs, count_phase, phases);
     P("# HELP gantry_operator_trainingjobs TrainingJobs in the cache by status.phase.\n"
       "# TYPE gantry_operator_trainingjobs gauge\n");
     for (int k = 0; k <= TJ_PHASE_SUSPENDED; k++)

@@ -293,31 +293,18 @@ static bool find_rank0(struct progress *p, const char *key, int restart, char *p
 {
     size_t npods = 0;
     char **keys = exec_index_get(p->sh->pod_index, key, &npods);
-    char want[16];
     bool found = false;
 
-    snprintf(want, sizeof(want), "%d", restart);
     for (size_t i = 0; i < npods; i++) {
-        json_t *o = found ? NULL : informer_get(p->sh->pods, keys[i]);
-        const json_t *meta = json_object_get(o, "metadata");
-        const json_t *labels = json_object_get(meta, "labels");
-        const char *idx = json_string_value(json_object_get(labels, RENDER_LABEL_INDEX));
-        const char *rs = json_string_value(json_object_get(labels, RENDER_LABEL_RESTART));
-        const char *ph = json_string_value(json_object_get(json_object_get(o, "status"), "phase"));
-        const char *pip =
-            json_string_value(json_object_get(json_object_get(o, "status"), "podIP"));
-        const char *name = json_string_value(json_object_get(meta, "name"));
-        const char *u = json_string_value(json_object_get(meta, "uid"));
+        struct rec_pod rp;
 
-        if (o && idx && strcmp(idx, "0") == 0 && rs && strcmp(rs, want) == 0 && ph &&
-            strcmp(ph, "Running") == 0 && pip && *pip && name && u &&
-            !json_object_get(meta, "deletionTimestamp")) {
-            snprintf(pod, n, "%s", name);
-            snprintf(uid, n, "%s", u);
-            snprintf(ip, n, "%s", pip);
-            found = true;
+        if (!found && exec_pod_get(p->sh, keys[i], &rp) && rp.index == 0 &&
+            rp.restart == restart && rp.phase == REC_POD_RUNNING && rp.ip[0] && rp.uid[0] &&
+            !rp.terminating) {
+            found = snprintf(pod, n, "%s", rp.name) < (int)n &&
+                    snprintf(uid, n, "%s", rp.uid) < (int)n &&
+                    snprintf(ip, n, "%s", rp.ip) < (int)n;
         }
-        json_decref(o);
         free(keys[i]);
     }
     free(keys);
@@ -383,6 +370,20 @@ static void apply(struct progress *p, struct target *t, time_t now)
     }
 }
 
+struct plan {
+    struct progress *p;
+    struct target *ts;
+    size_t n, cap;
+};
+
+static void plan_cb(void *ud, const void *job)
+{
+    struct plan *pl = ud;
+
+    if (pl->n < pl->cap && plan_job(pl->p, job, &pl->ts[pl->n]))
+        pl->n++;
+}
+
 static void *run(void *arg)
 {
     struct progress *p = arg;
@@ -392,9 +393,9 @@ static void *run(void *arg)
         struct timespec until;
         struct strmap_iter it;
         struct strmap_entry *se;
-        json_t *jobs, *job;
+        struct plan pl;
         struct target *ts;
-        size_t i, n;
+        size_t n;
         time_t now;
 
         clock_gettime(CLOCK_REALTIME, &until);
@@ -416,14 +417,14 @@ static void *run(void *arg)
         pthread_mutex_unlock(&p->mu);
 
         atomic_fetch_add(&p->stats.polls, 1);
-        jobs = informer_list(p->sh->jobs);
         now = time(NULL);
-        ts = xcalloc(json_array_size(jobs) + 1, sizeof(*ts));
-        n = 0;
-        json_array_foreach(jobs, i, job)
-            if (plan_job(p, job, &ts[n]))
-                n++;
-        json_decref(jobs);
+        /* one job at a time: the cache keeps jobs as compact text (informer.h) */
+        pl.p = p;
+        pl.cap = informer_len(p->sh->jobs);
+        pl.ts = ts = xcalloc(pl.cap + 1, sizeof(*ts));
+        pl.n = 0;
+        informer_each(p->sh->jobs, plan_cb, &pl);
+        n = pl.n;
         fetch_all(p, m, ts, n);
         for (size_t k = 0; k < n; k++) {
             apply(p, &ts[k], now);

@@ -138,6 +138,8 @@ int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
     out->restart = label_int(labels, RENDER_LABEL_RESTART);
     out->terminating = json_is_string(json_object_get(meta, "deletionTimestamp"));
     out->phase = pod_phase(json_string_value(json_object_get(st, "phase")));
+    if (strlen(str_or(json_object_get(st, "podIP"))) < sizeof(out->ip))
+        snprintf(out->ip, sizeof(out->ip), "%s", str_or(json_object_get(st, "podIP")));
     json_array_foreach(json_object_get(st, "conditions"), i, cond) {
         const char *t = json_string_value(json_object_get(cond, "type"));
         const char *s = json_string_value(json_object_get(cond, "status"));
@@ -153,6 +155,7 @@ int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
 
         /* the end of a log says most about why it ended */
         snprintf(out->message, sizeof(out->message), "%s", utf8_tail(m, sizeof(out->message) - 1));
+        out->message_truncated = len > sizeof(out->message) - 1;
         len = strlen(out->message);
         while (len > 0 && (out->message[len - 1] == '\n' || out->message[len - 1] == ' ' ||
                            out->message[len - 1] == '\r' || out->message[len - 1] == '\t'))

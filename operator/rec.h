@@ -76,6 +76,7 @@
 #define REC_REASON_MAX 64
 #define REC_PROBLEM_MSG_MAX 256
 #define REC_TERM_MSG_MAX 1024 /* a terminated worker's message (its log's tail): kept up to 1 KiB */
+#define REC_IP_MAX 48          /* an IPv4 or IPv6 address (INET6_ADDRSTRLEN) */
 
 enum rec_pod_phase { REC_POD_PENDING = 0, REC_POD_RUNNING, REC_POD_SUCCEEDED, REC_POD_FAILED,
                      REC_POD_UNKNOWN };
@@ -99,6 +100,8 @@ struct rec_pod {
     /* The worker container's terminated message: /dev/termination-log, or with
      * FallbackToLogsOnError the tail of its log; its last REC_TERM_MSG_MAX-1 bytes. "" when none. */
     char message[REC_TERM_MSG_MAX];
+    bool message_truncated; /* the message was longer: message is its tail */
+    char ip[REC_IP_MAX];    /* status.podIP, "" when none (progress.c polls rank 0 there) */
 };
 
 /* Reads a Pod object (borrowed). 0, or OP_EPARSE when it has no metadata.name. */

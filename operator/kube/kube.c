@@ -582,13 +582,14 @@ int kube_delete(struct kube_client *kc, const char *path, const struct kube_dele
     return rc;
 }
 
-int kube_list(struct kube_client *kc, const char *path, const struct kube_list_opts *opts,
-              json_t **items, char **rv)
+int kube_list_pages(struct kube_client *kc, const char *path, const struct kube_list_opts *opts,
+                    kube_page_fn fn, void *ud, char **rv)
 {
     struct kube_list_opts o = {0};
-    json_t *all = json_array(), *page = NULL;
+    json_t *page = NULL;
     char *cont = NULL, *listrv = NULL, q[KUBE_MAX_PATH * 2 + 4096], num[32];
     int restarts = 0, rc;
+    bool restarted = false;
 
     if (opts)
         o = *opts;
@@ -613,9 +614,9 @@ int kube_list(struct kube_client *kc, const char *path, const struct kube_list_o
         if (rc == OP_EGONE && cont && restarts < o.max_restarts) {
             /* The continue token expired (compaction): the snapshot is gone, start over. */
             restarts++;
+            restarted = true;
             log_info("Restarted list after an expired continue token", "{s:s, s:i}", "path", path,
                      "restart", restarts);
-            json_array_clear(all);
             free(cont);
             cont = NULL;
             continue;
@@ -628,7 +629,6 @@ int kube_list(struct kube_client *kc, const char *path, const struct kube_list_o
             rc = OP_EPARSE;
             goto out;
         }
-        json_array_extend(all, arr);
         if (!cont) {
             free(listrv);
             const char *r = json_string_value(json_object_get(meta, "resourceVersion"));
@@ -637,23 +637,52 @@ int kube_list(struct kube_client *kc, const char *path, const struct kube_list_o
         c = json_string_value(json_object_get(meta, "continue"));
         free(cont);
         cont = c && *c ? xstrdup(c) : NULL;
+        /* The page's items go to fn and are released before the next page is read. */
+        arr = json_is_array(arr) ? json_incref(arr) : json_array(); /* null or absent: none */
+        json_object_del(page, "items");
         json_decref(page);
         page = NULL;
+        rc = fn(ud, arr, restarted);
+        restarted = false;
+        json_decref(arr);
+        if (rc)
+            goto out;
         if (!cont)
             break;
     }
-    *items = all;
-    all = NULL;
     if (rv) {
         *rv = listrv;
         listrv = NULL;
     }
 out:
-    json_decref(all);
     json_decref(page);
     free(cont);
     free(listrv);
     return rc;
+}
+
+static int collect_page(void *ud, json_t *items, bool restarted)
+{
+    json_t *all = ud;
+
+    if (restarted)
+        json_array_clear(all);
+    json_array_extend(all, items);
+    return 0;
+}
+
+int kube_list(struct kube_client *kc, const char *path, const struct kube_list_opts *opts,
+              json_t **items, char **rv)
+{
+    json_t *all = json_array();
+    int rc = kube_list_pages(kc, path, opts, collect_page, all, rv);
+
+    if (rc) {
+        json_decref(all);
+        return rc;
+    }
+    *items = all;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- streams */

@@ -92,6 +92,16 @@ struct kube_list_opts {
  */
 int kube_list(struct kube_client *kc, const char *path, const struct kube_list_opts *opts,
               json_t **items, char **rv) __attribute__((warn_unused_result));
+/*
+ * The same list delivered page by page, so memory is bounded by one page: fn gets each page's
+ * items (borrowed; released when fn returns) in order. restarted is true on the first page
+ * after an expired continue token (410) made the list start over from the beginning: what the
+ * earlier pages delivered may since have changed or gone. A nonzero return from fn ends the
+ * list with that value. *rv (may be NULL) as for kube_list(), set only on success.
+ */
+typedef int (*kube_page_fn)(void *ud, json_t *items, bool restarted);
+int kube_list_pages(struct kube_client *kc, const char *path, const struct kube_list_opts *opts,
+                    kube_page_fn fn, void *ud, char **rv) __attribute__((warn_unused_result));
 
 /* POST obj to a collection path. out may be NULL. OP_EEXIST when the name is taken. */
 int kube_create(struct kube_client *kc, const char *path, json_t *obj, json_t **out)

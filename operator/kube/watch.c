@@ -231,63 +231,89 @@ static json_t *tombstone(const char *key, const char *rv)
     return json_pack("{s:o}", "metadata", meta);
 }
 
-/* Lists and diffs against the known set (everything is ADDED the first time). */
-static int relist(struct watch *w)
-{
-    struct kube_list_opts lo = {
-        .label_selector = w->labels, .field_selector = w->fields, .limit = w->o.page_limit};
-    json_t *items = NULL, *it;
-    char *rv = NULL, key[512];
-    struct strmap seen;
-    struct strmap_entry *e;
-    struct strmap_iter iter;
-    size_t i;
-    int rc;
+struct relist_state {
+    struct watch *w;
+    struct strmap seen; /* keys in this list (values unused) */
+};
 
-    rc = kube_list(w->kc, w->path, &lo, &items, &rv);
-    if (rc)
-        return rc;
-    strmap_init(&seen);
+/* One page of the list: ADDED for what is new, MODIFIED for another resourceVersion. */
+static int relist_page(void *ud, json_t *items, bool restarted)
+{
+    struct relist_state *rs = ud;
+    struct watch *w = rs->w;
+    char key[512];
+    json_t *it;
+    size_t i;
+    int rc = 0;
+
+    if (restarted) { /* a new snapshot: what only the old one had must be seen again */
+        strmap_cleanup(&rs->seen, NULL);
+        strmap_init(&rs->seen);
+    }
     json_array_foreach(items, i, it)
     {
         const char *orv = kube_object_rv(it), *old;
         if (kube_object_key(it, key, sizeof(key)))
             continue;
-        strmap_put(&seen, key, NULL);
+        strmap_put(&rs->seen, key, NULL);
         old = strmap_get(&w->known, key);
         if (!old)
             rc = track(w, KUBE_EVENT_ADDED, it);
         else if (!orv || strcmp(old, orv) != 0)
             rc = track(w, KUBE_EVENT_MODIFIED, it);
         if (rc)
-            goto out;
+            return rc;
     }
+    return 0;
+}
+
+/*
+ * Lists page by page (each page delivered and released before the next is read, so memory is
+ * bounded by one page) and diffs against the known set (everything is ADDED the first time).
+ */
+static int relist(struct watch *w)
+{
+    struct kube_list_opts lo = {
+        .label_selector = w->labels, .field_selector = w->fields, .limit = w->o.page_limit};
+    struct relist_state rs = {.w = w};
+    struct strmap_entry *e;
+    struct strmap_iter iter;
+    char *rv = NULL, **gone = NULL;
+    size_t ngone = 0;
+    int rc;
+
+    strmap_init(&rs.seen);
+    rc = kube_list_pages(w->kc, w->path, &lo, relist_page, &rs, &rv);
+    if (rc)
+        goto out;
     /* What we delivered before but the list no longer has was deleted while we were away. */
-    for (;;) {
-        json_t *t;
-        char *gone = NULL, *grv;
-        for (e = strmap_first(&w->known, &iter); e; e = strmap_next(&w->known, &iter)) {
-            if (!strmap_has(&seen, e->key)) {
-                gone = xstrdup(e->key);
-                break;
-            }
-        }
-        if (!gone)
-            break;
-        grv = strmap_del(&w->known, gone);
-        t = tombstone(gone, grv);
+    ngone = 0;
+    for (e = strmap_first(&w->known, &iter); e; e = strmap_next(&w->known, &iter))
+        ngone += !strmap_has(&rs.seen, e->key);
+    if (ngone) {
+        gone = xcalloc(ngone, sizeof(*gone));
+        ngone = 0;
+        for (e = strmap_first(&w->known, &iter); e; e = strmap_next(&w->known, &iter))
+            if (!strmap_has(&rs.seen, e->key))
+                gone[ngone++] = xstrdup(e->key);
+    }
+    for (size_t i = 0; i < ngone && rc == 0; i++) {
+        char *grv = strmap_del(&w->known, gone[i]);
+        json_t *t = tombstone(gone[i], grv);
+
         STAT_ADD(w, synthesized_deletes, 1);
         rc = deliver(w, KUBE_EVENT_DELETED, t);
         json_decref(t);
-        free(gone);
         free(grv);
-        if (rc)
-            goto out;
     }
+    if (rc)
+        goto out;
     set_rv(w, rv);
 out:
-    strmap_cleanup(&seen, NULL);
-    json_decref(items);
+    for (size_t i = 0; i < ngone; i++)
+        free(gone[i]);
+    free(gone);
+    strmap_cleanup(&rs.seen, NULL);
     free(rv);
     return rc;
 }
