@@ -12,15 +12,26 @@
 #   status   .status.phase written (before children) trainingjobs/status update
 #   service, configmap, secret, pods                 create on each
 #   event    an Event about the job                  events create
+#   conflict pods Running while the operator's TrainingJob watch is held back and the job's
+#            metadata changed: its status PUT from the stale cache gets 409 Conflict, it
+#            re-reads the job and writes status.phase Running   trainingjobs get
 #   cm-heal  a hand-edited config ConfigMap is put back   configmaps patch
 #   suspend  suspend deletes the pods                pods delete
 #   series   suspending again bumps the Event's series.count   events patch
 #   ttl      exit 65 -> Failed -> ttlSecondsAfterFinished 0 deletes the job   trainingjobs delete
 # The test plays kubelet (pod phases through the status subresource). Then, in parallel, the same
 # scenario for variants of the ClusterRole with one verb (list+watch as a pair) or the Lease
-# Role removed: each must fail, at the step that needs what was removed. Not exercised here:
-# trainingjobs get (only after a 409 Conflict) and trainingjobs/finalizers update (only with the
-# OwnerReferencesPermissionEnforcement admission plugin, which the API tier does not enable).
+# Role removed: each must fail, at the step that needs what was removed.
+#
+# trainingjobs get is used only after a 409: the chart's run and the variant without it reach
+# the API server through holdproxy.py (plain HTTP on loopback), which holds back their
+# TrainingJob watch during the `conflict` step; its request log must show the chart's run
+# getting a 409 on the status PUT, then the GET, and no 403 at all.
+# trainingjobs/finalizers update is checked by the OwnerReferencesPermissionEnforcement
+# admission plugin (on in OpenShift and hardened clusters): children carry blockOwnerDeletion,
+# so without it the first child create (the Service) is refused. When the cluster at
+# GANTRY_TEST_KUBECONFIG does not run that plugin (its admission metrics say), the test starts
+# a private API tier that does (hack/cluster.sh, GANTRY_API_ADMISSION_PLUGINS; ~20 s).
 # Exits 77 when GANTRY_TEST_KUBECONFIG is unset. Operator logs: $ARTIFACTS (or a temp dir).
 set -euo pipefail
 op=${1:?usage: rbac_api_test.sh PATH-TO-gantry-operator}
@@ -29,11 +40,17 @@ chart=$root/charts/gantry
 rel=$id relns=$id-rel
 logs=${ARTIFACTS:-$(mktemp -d "${TMPDIR:-/tmp}/gantry-rbac-test.XXXXXX")}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gantry-rbac-work.XXXXXX")
-mkdir -p "$logs"
+mkdir -p "$logs" "$work/hold"
+private=
 cleanup() {
     local p
     for p in "$work"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    if [ -n "$private" ]; then # the whole private tier goes, with everything in it
+        GANTRY_RUN=$private "$root/hack/cluster.sh" down >/dev/null 2>&1 || true
+        rm -rf "$work"
+        return
+    fi
     "$helm" uninstall "$rel" -n "$relns" >/dev/null 2>&1 || true
     kc delete clusterrole,clusterrolebinding -l "gantry.dev/test=$id" >/dev/null 2>&1 || true
     kc delete namespace -l "gantry.dev/test=$id" --wait=false >/dev/null 2>&1 || true
@@ -42,6 +59,24 @@ cleanup() {
     echo "operator logs: $logs/operator-$id-*.log"
 }
 trap cleanup EXIT
+
+# OwnerReferencesPermissionEnforcement: its admission metrics exist once it has seen a create.
+plugin='apiserver_admission_controller_admission_duration_seconds_count{name="OwnerReferencesPermissionEnforcement"'
+has_plugin() { kc get --raw /metrics >"$work/metrics" && grep -qF "$plugin" "$work/metrics"; }
+if ! has_plugin; then
+    echo "the cluster does not run OwnerReferencesPermissionEnforcement: starting a private API tier with it"
+    private=$work/cluster
+    if ! GANTRY_RUN=$private GANTRY_API_ADMISSION_PLUGINS=OwnerReferencesPermissionEnforcement \
+        "$root/hack/cluster.sh" up --tier api >"$logs/private-tier-$id.log" 2>&1; then
+        bad "private API tier with OwnerReferencesPermissionEnforcement did not start (log: $logs/private-tier-$id.log)"
+        summary
+        exit 1
+    fi
+    export KUBECONFIG=$private/admin.kubeconfig
+fi
+has_plugin &&
+    ok "the API server runs OwnerReferencesPermissionEnforcement" ||
+    bad "the API server runs OwnerReferencesPermissionEnforcement (no admission metrics for it)"
 
 kc apply -f "$root/manifests/crds/" >/dev/null
 kc wait --for=condition=Established crd/trainingjobs.gantry.dev --timeout=60s >/dev/null
@@ -54,17 +89,34 @@ cr=$rel-gantry-operator sa=$rel-gantry-operator lease_role=$rel-gantry-operator-
 server=$(kc config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')
 ca=$(kc config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
 
-kubeconfig_for() { # SA FILE: a kubeconfig with only that ServiceAccount's token
-    local token
+kubeconfig_for() { # SA FILE [PROXY-URL]: a kubeconfig with only that ServiceAccount's token
+    local token cluster="{server: \"$server\", certificate-authority-data: \"$ca\"}"
     token=$(kc create token "$1" -n "$relns" --duration=1h)
+    [ -z "${3:-}" ] || cluster="{server: \"$3\"}"
     cat >"$2" <<KC
 apiVersion: v1
 kind: Config
-clusters: [{name: c, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
+clusters: [{name: c, cluster: $cluster}]
 users: [{name: u, user: {token: "$token"}}]
 contexts: [{name: c, context: {cluster: c, user: u, namespace: $relns}}]
 current-context: c
 KC
+}
+
+# proxy NAME: holdproxy.py in front of the API server for that run (its log: $work/NAME.proxy);
+# proxy_url NAME: its URL, or nothing for a run without one.
+proxy() {
+    [ -f "$work/ca.crt" ] || base64 -d <<<"$ca" >"$work/ca.crt"
+    python3 "$root/charts/gantry/tests/holdproxy.py" --upstream "$server" --ca "$work/ca.crt" \
+        --hold-dir "$work/hold" --log "$work/$1.proxy" --port-file "$work/$1.port" \
+        2>"$logs/proxy-$id-$1.log" &
+    echo $! >"$work/proxy-$1.pid"
+}
+proxy_url() {
+    local i
+    [ -f "$work/proxy-$1.pid" ] || return 0
+    for ((i = 0; i < 100; i++)); do [ -f "$work/$1.port" ] && break; sleep 0.1; done
+    echo "http://127.0.0.1:$(cat "$work/$1.port")"
 }
 
 # variants NAME=DROP...: per variant a ServiceAccount bound to the chart's ClusterRole less DROP,
@@ -109,7 +161,7 @@ json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
 ' "$relns" "$cr" "$lease_role" "$id" "$@" | kc create -f - >/dev/null
     local a pids=()
     for a in "$@"; do
-        kubeconfig_for "$id-${a%%=*}" "$work/${a%%=*}.kubeconfig" &
+        kubeconfig_for "$id-${a%%=*}" "$work/${a%%=*}.kubeconfig" "$(proxy_url "${a%%=*}")" &
         pids+=($!)
     done
     for a in "${pids[@]}"; do wait "$a"; done
@@ -137,6 +189,11 @@ scenario() {
     suspend_() { "${k[@]}" patch tj "$job" --type=merge -p "{\"spec\":{\"runPolicy\":{\"suspend\":$1}}}" >/dev/null; }
     series2() { jp events.events.k8s.io '{range .items[?(@.reason=="Suspended")]}{.regarding.name} {.series.count}{"\n"}{end}' | grep -qx "$job 2"; }
     heal() { [ "$(jp "cm/$job-config" '{.data}')" = "$1" ]; }
+    running() { # POD: as the kubelet reports a started container
+        "${k[@]}" patch "pod/$1" --subresource=status --type=merge -p '{"status":{"phase":"Running",
+            "containerStatuses":[{"name":"worker","image":"gantry-worker:0.1.0","imageID":"",
+            "ready":true,"restartCount":0,"state":{"running":{}}}]}}' >/dev/null
+    }
 
     "$kubectl" --request-timeout=20s create namespace "$ns" >/dev/null
     "$kubectl" --request-timeout=20s label namespace "$ns" "gantry.dev/test=$id" >/dev/null
@@ -144,7 +201,7 @@ scenario() {
     local lease=$id-$name
     [ "$name" != chart ] || lease=gantry-operator
     "$op" --kubeconfig "$cfg" --namespace "$ns" --lease-namespace "$relns" --lease-name "$lease" \
-        --workers 2 --sync-timeout 5 --lease-duration 4 --renew-deadline 3 --retry-period 1 \
+        --workers 2 --sync-timeout 5 --lease-duration 15 --renew-deadline 10 --retry-period 2 \
         >"$log" 2>&1 &
     echo $! >"$work/$name.pid"
     step started 10 grep_log '"Started leading"' || return 0
@@ -160,6 +217,18 @@ JOB
     step secret 10 "${k[@]}" get secret "$job-rdzv" || return 0
     step pods 10 pods_are 2 || return 0
     step event 10 bash -c "'$kubectl' -n $ns get events.events.k8s.io -o jsonpath='{.items[*].regarding.name}' | grep -qw $job" || return 0
+    # The operator's TrainingJob watch is held back (through holdproxy.py; a no-op for runs
+    # without one), the job's metadata changes, then its pods start: the operator's cached copy
+    # is stale when it writes status.phase Running, so that PUT gets 409 and only a fresh GET
+    # lets it through before the watch is released.
+    touch "$work/hold/$ns"
+    "${k[@]}" annotate tj "$job" gantry.dev/test-bump="$RANDOM" --overwrite >/dev/null
+    running "$job-worker-0"
+    running "$job-worker-1"
+    t=0
+    step conflict 10 bash -c "[ \"\$('$kubectl' -n $ns get tj $job -o jsonpath='{.status.phase}')\" = Running ]" || t=1
+    rm -f "$work/hold/$ns"
+    [ "$t" = 0 ] || return 0
     t=$(jp "cm/$job-config" '{.data}')
     "${k[@]}" patch cm "$job-config" --type=merge -p '{"data":{"config.json":"{\"edited\":true}"}}' >/dev/null
     step cm-heal 10 heal "$t" || return 0
@@ -186,7 +255,7 @@ declare -A expect=(
     [cm-listwatch]=synced [secrets-listwatch]=synced
     [svc-create]=service [cm-create]=configmap [secrets-create]=secret [pods-create]=pods
     [status-update]=status [events-create]=event [cm-patch]=cm-heal [pods-delete]=suspend
-    [events-patch]=series [tj-delete]=ttl
+    [events-patch]=series [tj-delete]=ttl [tj-get]=conflict [finalizers]=service
 )
 declare -A drop=(
     [lease]=lease
@@ -196,9 +265,13 @@ declare -A drop=(
     [svc-create]=services:create [cm-create]=configmaps:create [secrets-create]=secrets:create
     [pods-create]=pods:create [status-update]=trainingjobs/status:update
     [events-create]=events:create [cm-patch]=configmaps:patch [pods-delete]=pods:delete
-    [events-patch]=events:patch [tj-delete]=trainingjobs:delete
+    [events-patch]=events:patch [tj-delete]=trainingjobs:delete [tj-get]=trainingjobs:get
+    [finalizers]=trainingjobs/finalizers:update
 )
-kubeconfig_for "$sa" "$work/chart.kubeconfig"
+# Runs through holdproxy.py: the chart's (must recover from the 409) and the one without get.
+proxy chart
+proxy tj-get
+kubeconfig_for "$sa" "$work/chart.kubeconfig" "$(proxy_url chart)"
 specs=()
 for v in "${!drop[@]}"; do specs+=("$v=${drop[$v]}"); done
 variants "${specs[@]}"
@@ -213,6 +286,25 @@ if [ "$(tail -1 "$work/chart.res")" = DONE ]; then
 else
     bad "chart ServiceAccount: $(tr '\n' ' ' <"$work/chart.res") (log: $logs/operator-$id-chart.log)"
 fi
+# The proxy's request log of the chart's run: the conflict step did go through a 409 and a GET,
+# and nothing the operator asked for was ever refused.
+cns=$id-chart
+grep -q "^$cns HELD WATCH " "$work/chart.proxy" &&
+    ok "chart run: its TrainingJob watch was held during the conflict step" ||
+    bad "chart run: its TrainingJob watch was never held (proxy log: $logs/proxy-$id-chart.requests)"
+if awk -v p="$cns PUT /apis/gantry.dev/v1alpha1/namespaces/$cns/trainingjobs/tj-chart/status 409" \
+    -v g="$cns GET /apis/gantry.dev/v1alpha1/namespaces/$cns/trainingjobs/tj-chart 200" \
+    '$0 == p { c = 1 } c && $0 == g { f = 1 } END { exit !f }' "$work/chart.proxy"; then
+    ok "chart run: status PUT got 409 Conflict, then GET trainingjobs 200 ($(grep -c "/status 409$" "$work/chart.proxy") conflicts)"
+else
+    bad "chart run: no 409 on the status PUT followed by a GET (proxy log: $logs/proxy-$id-chart.requests)"
+fi
+n403=$(grep -c " 403$" "$work/chart.proxy" || true)
+[ "$n403" = 0 ] && ok "chart run: no request refused (403) in $(wc -l <"$work/chart.proxy") requests" ||
+    bad "chart run: $n403 requests refused with 403: $(grep " 403$" "$work/chart.proxy" | sort -u | head -3 | tr '\n' ';')"
+grep -q "^$id-tj-get GET .*/trainingjobs/tj-tj-get 403" "$work/tj-get.proxy" &&
+    ok "without trainingjobs:get: the re-read after the 409 is refused (403)" ||
+    bad "without trainingjobs:get: no refused GET of the job in the proxy log"
 for v in $(printf '%s\n' "${!drop[@]}" | sort); do
     got=$(grep '^FAIL ' "$work/$v.res" | head -1 | cut -d' ' -f2)
     if [ "$got" = "${expect[$v]}" ]; then
@@ -227,6 +319,8 @@ for p in "$work"/*.pid; do
     for ((i = 0; i < 100; i++)); do kill -0 "$(cat "$p")" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$(cat "$p")" 2>/dev/null && bad "operator $(basename "$p" .pid) still runs 20 s after SIGTERM"
 done
+cp "$work/chart.proxy" "$logs/proxy-$id-chart.requests"
+cp "$work/tj-get.proxy" "$logs/proxy-$id-tj-get.requests"
 san=$(grep -l "Sanitizer\|runtime error:" "$logs"/operator-"$id"-*.log 2>/dev/null || true)
 [ -z "$san" ] && ok "no sanitizer report in any operator log" || bad "sanitizer reports in: $san"
 summary
