@@ -6,6 +6,7 @@
 
 #define CONFIG_VOLUME "gantry-config"
 #define CKPT_VOLUME "gantry-checkpoints"
+#define SHM_VOLUME "gantry-shm"
 
 void render_pod_name(const struct tj *tj, int index, char *out, size_t n)
 {
@@ -184,7 +185,22 @@ static void render_env(const struct tj *tj, json_t *c, int index, int restarts)
                         "secretKeyRef", "name", secret, "key", RENDER_TOKEN_KEY));
 }
 
-static void render_worker(const struct tj *tj, json_t *c, int index, int restarts)
+/* True when some volumeMount of the container already covers /dev/shm (the user's own wins). */
+static bool mounts_dev_shm(json_t *mounts)
+{
+    size_t i;
+    json_t *m;
+
+    json_array_foreach(mounts, i, m) {
+        const char *path = json_string_value(json_object_get(m, "mountPath"));
+        if (path && (strcmp(path, "/dev/shm") == 0 || strcmp(path, "/dev/shm/") == 0))
+            return true;
+    }
+    return false;
+}
+
+/* Returns true when it mounted SHM_VOLUME at /dev/shm, so the pod must declare the volume. */
+static bool render_worker(const struct tj *tj, json_t *c, int index, int restarts)
 {
     json_t *ports, *mounts, *p;
     bool have_port = false, have_metrics = false;
@@ -219,17 +235,24 @@ static void render_worker(const struct tj *tj, json_t *c, int index, int restart
                         "readOnly", 1));
     put_named(mounts, CKPT_VOLUME,
               json_pack("{s:s, s:s}", "name", CKPT_VOLUME, "mountPath", tj->ckpt_path));
-    if (tj->gpus > 0) {
-        json_t *res = want_object(c, "resources");
-        json_object_set_new(want_object(res, "limits"), "nvidia.com/gpu",
-                            json_integer(tj->gpus));
-    }
+    if (tj->gpus <= 0)
+        return false;
+    json_object_set_new(want_object(want_object(c, "resources"), "limits"), "nvidia.com/gpu",
+                        json_integer(tj->gpus));
+    /* NCCL's intra-node transport lives in /dev/shm; a container gets 64 MB, too little for
+     * several GPUs (NCCL fails with "unhandled system error" on a full shm). */
+    if (mounts_dev_shm(mounts))
+        return false;
+    put_named(mounts, SHM_VOLUME,
+              json_pack("{s:s, s:s}", "name", SHM_VOLUME, "mountPath", "/dev/shm"));
+    return true;
 }
 
 json_t *render_pod(const struct tj *tj, int index, int restarts)
 {
     char name[RENDER_NAME_MAX], cm[RENDER_NAME_MAX], num[16];
     json_t *pod, *meta, *labels, *spec, *vols, *tspec;
+    bool shm;
 
     pod = json_pack("{s:s, s:s}", "apiVersion", "v1", "kind", "Pod");
     meta = json_is_object(json_object_get(tj->tmpl, "metadata"))
@@ -258,7 +281,7 @@ json_t *render_pod(const struct tj *tj, int index, int restarts)
     json_object_set_new(spec, "restartPolicy", json_string("Never"));
     if (!json_object_get(spec, "enableServiceLinks"))
         json_object_set_new(spec, "enableServiceLinks", json_false());
-    render_worker(tj, worker_container(spec), index, restarts);
+    shm = render_worker(tj, worker_container(spec), index, restarts);
 
     render_configmap_name(tj, cm, sizeof(cm));
     vols = want_array(spec, "volumes");
@@ -270,5 +293,13 @@ json_t *render_pod(const struct tj *tj, int index, int restarts)
                             "claimName", tj->ckpt_claim));
     else
         put_named(vols, CKPT_VOLUME, json_pack("{s:s, s:{}}", "name", CKPT_VOLUME, "emptyDir"));
+    if (shm) {
+        char size[32];
+
+        snprintf(size, sizeof(size), "%dGi", tj->gpus * RENDER_SHM_GIB_PER_GPU);
+        put_named(vols, SHM_VOLUME,
+                  json_pack("{s:s, s:{s:s, s:s}}", "name", SHM_VOLUME, "emptyDir", "medium",
+                            "Memory", "sizeLimit", size));
+    }
     return pod;
 }

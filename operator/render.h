@@ -44,6 +44,9 @@
  * containerPort 9090 named "metrics", and passed as GANTRY_METRICS_PORT. */
 #define RENDER_METRICS_PORT 9090
 #define RENDER_METRICS_PORT_NAME "metrics"
+/* gpusPerReplica > 0: an in-memory emptyDir at /dev/shm for NCCL, this many GiB per GPU, unless
+ * the template's worker container already mounts something there. */
+#define RENDER_SHM_GIB_PER_GPU 1
 #define RENDER_NAME_MAX 80 /* <= 63 after validation; room for the suffixes */
 
 /* Child names; out has at least RENDER_NAME_MAX bytes. */

@@ -145,6 +145,43 @@ static void test_gpu_ranks_and_limit(void)
     TEST_CHECK(json_is_object(json_object_get(
         named(json_object_get(json_object_get(pod, "spec"), "volumes"), "gantry-checkpoints"),
         "emptyDir")));
+    /* NCCL's shared memory: a Memory emptyDir of 1 GiB per GPU at /dev/shm */
+    TEST_EQ_STR(str_at(named(json_object_get(json_object_get(pod, "spec"), "volumes"),
+                             "gantry-shm"),
+                       "emptyDir.medium"),
+                "Memory");
+    TEST_EQ_STR(str_at(named(json_object_get(json_object_get(pod, "spec"), "volumes"),
+                             "gantry-shm"),
+                       "emptyDir.sizeLimit"),
+                "8Gi");
+    TEST_EQ_STR(str_at(named(json_object_get(container(pod, "worker"), "volumeMounts"),
+                             "gantry-shm"),
+                       "mountPath"),
+                "/dev/shm");
+    json_decref(pod);
+    tj_cleanup(&tj);
+
+    /* CPU jobs get none; a template that mounts its own /dev/shm keeps it and gets no second one */
+    TEST_EQ_INT(load_job("{\"replicas\":2}", &tj), 0);
+    pod = render_pod(&tj, 0, 0);
+    TEST_CHECK(named(json_object_get(json_object_get(pod, "spec"), "volumes"), "gantry-shm") ==
+               NULL);
+    TEST_CHECK(named(json_object_get(container(pod, "worker"), "volumeMounts"), "gantry-shm") ==
+               NULL);
+    json_decref(pod);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(load_job("{\"gpusPerReplica\":2,\"template\":{\"spec\":{\"containers\":[{"
+                         "\"name\":\"worker\",\"volumeMounts\":[{\"name\":\"shm\","
+                         "\"mountPath\":\"/dev/shm\"}]}],\"volumes\":[{\"name\":\"shm\","
+                         "\"emptyDir\":{\"medium\":\"Memory\",\"sizeLimit\":\"64Gi\"}}]}}}",
+                         &tj),
+                0);
+    pod = render_pod(&tj, 0, 0);
+    TEST_CHECK(named(json_object_get(json_object_get(pod, "spec"), "volumes"), "gantry-shm") ==
+               NULL);
+    TEST_EQ_STR(str_at(named(json_object_get(json_object_get(pod, "spec"), "volumes"), "shm"),
+                       "emptyDir.sizeLimit"),
+                "64Gi");
     json_decref(pod);
     tj_cleanup(&tj);
 }
