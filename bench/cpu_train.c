@@ -93,8 +93,7 @@ int main(int argc, char **argv)
         model_zero_grad(&m);
         loss = model_forward(&m, tok, len, lab, B, T);
         model_backward(&m, 1.0f / B);
-        optim_clip_grad_norm(m.grads, m.n_params, oc.grad_clip);
-        adamw_step(&opt, &m, &oc, optim_lr(&oc, i));
+        adamw_clip_step(&opt, &m, &oc, optim_lr(&oc, i));
     }
     double dt = now_s() - t0;
     printf("{\"impl\":\"gantry\",\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,"

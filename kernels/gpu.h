@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/adamw.h"
 #include "kernels/gelu.h"
 
 #ifdef __cplusplus
@@ -124,13 +125,7 @@ void crossentropy_backward(float *dlogits, const float *probs, const int *labels
 
 /* ---- worker/optim.h's AdamW and clipping, on the device, with no host synchronisation ---- */
 
-#define ADAMW_GPU_MAX_SEGMENTS 32
-
-/* One tensor of the parameter buffer: [offset, offset + count) floats, decay as model_tensor. */
-struct adamw_segment {
-    size_t offset, count;
-    int decay;
-};
+/* ADAMW_GPU_MAX_SEGMENTS and struct adamw_segment: kernels/adamw.h (the CPU twin). */
 
 /* *norm (one device float) = L2 norm of grads (n floats), summed in double in a fixed order. */
 void grad_norm(float *norm, const float *grads, size_t n, struct CUstream_st *stream);

@@ -215,21 +215,40 @@ static void test_matches_pytorch(void)
     oc.lr = h[0], oc.weight_decay = h[1], oc.beta1 = h[2], oc.beta2 = h[3], oc.eps = h[4];
     oc.grad_clip = h[5], oc.warmup_steps = (int)h[6], oc.total_steps = (long)h[7];
     oc.min_lr_ratio = h[8];
-    struct adamw opt;
+    /* Twice: clip + adamw_step (PyTorch's two calls), and the fused adamw_clip_step, which must
+     * give the same parameters bit for bit. */
+    struct adamw opt, opt2;
+    struct model m2;
+    TEST_CHECK(model_init(&m2, &m.cfg, B, 1, err, sizeof(err)) == 0);
     model_init_params(&m, 1234);
+    model_init_params(&m2, 1234);
     adamw_init(&opt, m.n_params);
+    adamw_init(&opt2, m2.n_params);
+    int clipped = 0;
     for (int s = 0; s < 10; s++) {
         model_zero_grad(&m);
         float l = model_forward(&m, tokens, lens, labels, B, T);
         model_backward(&m, 1.0f / B);
-        optim_clip_grad_norm(m.grads, m.n_params, oc.grad_clip);
+        float n1 = optim_clip_grad_norm(m.grads, m.n_params, oc.grad_clip);
         adamw_step(&opt, &m, &oc, optim_lr(&oc, s));
         TEST_NEAR(l, want[s], 1e-4);
         worst = s ? fmax(worst, fabs(l - want[s])) : fabs(l - want[s]);
+
+        model_zero_grad(&m2);
+        float l2 = model_forward(&m2, tokens, lens, labels, B, T);
+        model_backward(&m2, 1.0f / B);
+        float n2 = adamw_clip_step(&opt2, &m2, &oc, optim_lr(&oc, s));
+        TEST_CHECK(l2 == l && n2 == n1);
+        clipped += oc.grad_clip > 0.0f && n1 > oc.grad_clip;
     }
-    printf("  10 AdamW steps: max loss diff %.2g (loss %.5f -> %.5f)\n", worst, want[0], want[9]);
+    TEST_CHECK(memcmp(m.params, m2.params, m.n_params * sizeof(float)) == 0);
+    TEST_CHECK(memcmp(opt.v, opt2.v, m.n_params * sizeof(float)) == 0);
+    printf("  10 AdamW steps: max loss diff %.2g (loss %.5f -> %.5f), %d clipped; fused "
+           "adamw_clip_step identical\n", worst, want[0], want[9], clipped);
     TEST_CHECK(want[9] < want[0] - 0.05f); /* the fixture itself shows learning */
     adamw_cleanup(&opt);
+    adamw_cleanup(&opt2);
+    model_cleanup(&m2);
     free(ref);
     fclose(f);
     model_cleanup(&m);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "common/xalloc.h"
+#include "kernels/adamw.h"
 
 void optim_config_default(struct optim_config *c)
 {
@@ -52,46 +53,48 @@ float optim_lr(const struct optim_config *c, long step)
 
 float optim_grad_norm(const float *grads, size_t n)
 {
-    double s = 0.0;
-#pragma omp parallel for reduction(+ : s) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-        s += (double)grads[i] * grads[i];
-    return (float)sqrt(s);
+    return (float)sqrt(sumsq_cpu(grads, n));
+}
+
+static float clip_coef(float norm, float max_norm)
+{
+    float coef = max_norm > 0.0f ? max_norm / (norm + 1e-6f) : 1.0f;
+    return coef < 1.0f ? coef : 1.0f;
 }
 
 float optim_clip_grad_norm(float *grads, size_t n, float max_norm)
 {
     float norm = optim_grad_norm(grads, n);
-    if (max_norm > 0.0f) {
-        float coef = max_norm / (norm + 1e-6f);
-        if (coef < 1.0f) {
+    float coef = clip_coef(norm, max_norm);
+    if (coef < 1.0f) {
 #pragma omp parallel for if (n > 65536)
-            for (size_t i = 0; i < n; i++)
-                grads[i] *= coef;
-        }
+        for (size_t i = 0; i < n; i++)
+            grads[i] *= coef;
     }
     return norm;
 }
 
+static void update(struct adamw *o, struct model *m, const struct optim_config *c, float lr,
+                   const float *gscale)
+{
+    struct adamw_segment segs[MODEL_MAX_TENSORS];
+    for (int i = 0; i < m->n_tensors; i++)
+        segs[i] = (struct adamw_segment){m->tensors[i].offset, m->tensors[i].count,
+                                         m->tensors[i].decay};
+    o->t++;
+    adamw_update_cpu(m->params, m->grads, o->m, o->v, segs, m->n_tensors, lr, c->beta1, c->beta2,
+                     c->eps, c->weight_decay, o->t, gscale);
+}
+
 void adamw_step(struct adamw *o, struct model *m, const struct optim_config *c, float lr)
 {
-    o->t++;
-    float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
-    float bc1 = 1.0f - powf(b1, (float)o->t), bc2 = 1.0f - powf(b2, (float)o->t);
-    float step = lr / bc1, sbc2 = sqrtf(bc2);
+    update(o, m, c, lr, NULL);
+}
 
-    for (int i = 0; i < m->n_tensors; i++) {
-        const struct model_tensor *t = &m->tensors[i];
-        float *p = m->params + t->offset, *g = m->grads + t->offset;
-        float *mm = o->m + t->offset, *vv = o->v + t->offset;
-        float shrink = t->decay ? 1.0f - lr * c->weight_decay : 1.0f;
-        long n = (long)t->count;
-#pragma omp parallel for if (n > 65536)
-        for (long j = 0; j < n; j++) {
-            float gj = g[j];
-            mm[j] = b1 * mm[j] + (1.0f - b1) * gj;
-            vv[j] = b2 * vv[j] + (1.0f - b2) * gj * gj;
-            p[j] = p[j] * shrink - step * mm[j] / (sqrtf(vv[j]) / sbc2 + eps);
-        }
-    }
+float adamw_clip_step(struct adamw *o, struct model *m, const struct optim_config *c, float lr)
+{
+    float norm = optim_grad_norm(m->grads, m->n_params);
+    float coef = clip_coef(norm, c->grad_clip);
+    update(o, m, c, lr, coef < 1.0f ? &coef : NULL);
+    return norm;
 }

@@ -53,7 +53,13 @@ float optim_grad_norm(const float *grads, size_t n);
  * applied when < 1). Returns the norm before clipping. max_norm <= 0: no clipping. */
 float optim_clip_grad_norm(float *grads, size_t n, float max_norm);
 
-/* One AdamW update of m's parameters from m's gradients, at learning rate lr. */
+/* One AdamW update of m's parameters from m's gradients, at learning rate lr
+ * (kernels/adamw.h's adamw_update_cpu over m's tensors). */
 void adamw_step(struct adamw *o, struct model *m, const struct optim_config *c, float lr);
+
+/* optim_clip_grad_norm(m->grads, .., c->grad_clip) then adamw_step, bit for bit, in one pass
+ * fewer over the gradients: the clip coefficient scales each gradient as AdamW reads it, and
+ * m->grads is left UNSCALED. Returns the norm before clipping. */
+float adamw_clip_step(struct adamw *o, struct model *m, const struct optim_config *c, float lr);
 
 #endif /* GANTRY_OPTIM_H */

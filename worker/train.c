@@ -180,9 +180,8 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
             }
             if ((rc = step_grads(m, d, &ow, &lp, lp.idx + start, in_step, &loss, &red_s)))
                 goto out;
-            float norm = optim_clip_grad_norm(m->grads, m->n_params, oc.grad_clip);
             float lr = optim_lr(&oc, step);
-            adamw_step(opt, m, &oc, lr);
+            float norm = adamw_clip_step(opt, m, &oc, lr); /* clip + AdamW in one pass */
             step++;
             samples += (long)in_step;
             loss_sum += loss;
