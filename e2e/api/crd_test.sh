@@ -13,38 +13,28 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/../.." && pwd)
-if [ -z "${GANTRY_TEST_KUBECONFIG:-}" ]; then
-    echo "SKIP: GANTRY_TEST_KUBECONFIG is unset (start a cluster: hack/cluster.sh up --tier api)"
-    exit 77
-fi
+# shellcheck source=e2e/api/lib.sh
+. "$here/lib.sh"
+api_require_cluster
 export KUBECONFIG=$GANTRY_TEST_KUBECONFIG
-k8s_version=$(sed -n 's#^[[:space:]]*\(require[[:space:]]*\)\{0,1\}k8s.io/kubernetes \(v[0-9.]*\).*#\2#p' \
-    "$root/hack/k8s/go.mod" | head -1)
-kubectl=${GANTRY_KUBECTL:-${GANTRY_CACHE:-$HOME/.cache/gantry}/k8s-$k8s_version/bin/kubectl}
-[ -x "$kubectl" ] || kubectl=$(command -v kubectl) || {
-    echo "FAIL: no kubectl: set GANTRY_KUBECTL or run hack/cluster.sh build --tier api"; exit 1; }
+api_find_kubectl
 
-fails=0 checks=0
-ok() { checks=$((checks + 1)); echo "ok   $*"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
 ns=ctl-crd-$$-$RANDOM
-k() { "$kubectl" --request-timeout=30s "$@"; }
-cleanup() { k delete namespace "$ns" --wait=false >/dev/null 2>&1 || true; }
+cleanup() { kc delete namespace "$ns" --wait=false >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
 crd=$root/manifests/crds/gantry.dev_trainingjobs.yaml
 size=$(wc -c <"$crd")
 if [ "$size" -lt 262144 ]; then ok "CRD is $size bytes (< 256 KiB)"; else bad "CRD is $size bytes"; fi
-k apply -f "$crd" >/dev/null
-k wait --for=condition=Established crd/trainingjobs.gantry.dev --timeout=60s >/dev/null
+kc apply -f "$crd" >/dev/null
+kc wait --for=condition=Established crd/trainingjobs.gantry.dev --timeout=60s >/dev/null
 ok "plain kubectl apply of the CRD; Established"
-k create namespace "$ns" >/dev/null
+kc create namespace "$ns" >/dev/null
 
 # Every sample is accepted (retry briefly: a just-updated CRD can take a moment to be served).
 for f in "$root"/manifests/samples/*.yaml; do
     for _ in 1 2 3 4 5; do
-        if out=$(k -n "$ns" apply -f "$f" 2>&1); then break; fi
+        if out=$(k apply -f "$f" 2>&1); then break; fi
         sleep 1
     done
     if [ -n "${out##*created*}" ] && [ -n "${out##*configured*}" ] && [ -n "${out##*unchanged*}" ]; then
@@ -55,12 +45,12 @@ for f in "$root"/manifests/samples/*.yaml; do
 done
 
 # Defaults from the schema (same as operator/tj.c).
-got=$(k -n "$ns" get tj minimal -o jsonpath='{.spec.replicas} {.spec.port} {.spec.image} {.spec.runPolicy.backoffLimit} {.spec.runPolicy.cleanPodPolicy} {.spec.training.model.hidden} {.spec.training.model.heads} {.spec.checkpoint.path}')
+got=$(k get tj minimal -o jsonpath='{.spec.replicas} {.spec.port} {.spec.image} {.spec.runPolicy.backoffLimit} {.spec.runPolicy.cleanPodPolicy} {.spec.training.model.hidden} {.spec.training.model.heads} {.spec.checkpoint.path}')
 want="1 29500 gantry-worker:0.1.0 3 Running 128 4 /checkpoints"
 if [ "$got" = "$want" ]; then ok "defaults: $got"; else bad "defaults: got '$got', want '$want'"; fi
 
 # Short name and printer columns.
-header=$(k -n "$ns" get tj 2>&1) || true # no `| head`: with pipefail a SIGPIPE would end the test
+header=$(k get tj 2>&1) || true # no `| head`: with pipefail a SIGPIPE would end the test
 header=${header%%$'\n'*}
 if [[ $header =~ NAME[[:space:]]+PHASE[[:space:]]+READY[[:space:]]+RESTARTS[[:space:]]+PROGRESS[[:space:]]+ETA[[:space:]]+AGE ]]; then
     ok "kubectl get tj columns: $header"
@@ -71,7 +61,7 @@ fi
 # Invalid manifests are refused, naming the field.
 for f in "$here"/testdata/invalid-*.yaml; do
     field=$(sed -n 's/^# expect: //p' "$f")
-    if out=$(k -n "$ns" apply -f "$f" 2>&1); then
+    if out=$(k apply -f "$f" 2>&1); then
         bad "$(basename "$f") was accepted: $out"
     elif [[ $out == *"$field"* ]]; then
         ok "$(basename "$f") refused naming $field"
@@ -79,38 +69,38 @@ for f in "$here"/testdata/invalid-*.yaml; do
         bad "$(basename "$f") refused without naming $field: $out"
     fi
 done
-if out=$(k -n "$ns" apply -f "$here/testdata/valid-name-max.yaml" 2>&1); then
+if out=$(k apply -f "$here/testdata/valid-name-max.yaml" 2>&1); then
     ok "the longest name allowed for 100 replicas (53 characters) is accepted"
 else
     bad "valid-name-max.yaml refused: $out"
 fi
 
 # replicas is immutable while the job runs, and can change once it is suspended.
-k -n "$ns" patch tj spam --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
-if out=$(k -n "$ns" patch tj spam --type=merge -p '{"spec":{"replicas":8}}' 2>&1); then
+k patch tj spam --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
+if out=$(k patch tj spam --type=merge -p '{"spec":{"replicas":8}}' 2>&1); then
     bad "changing replicas while Running was accepted"
 elif [[ $out == *spec.replicas* ]]; then
     ok "changing replicas while Running refused naming spec.replicas"
 else
     bad "changing replicas refused without naming spec.replicas: $out"
 fi
-if k -n "$ns" patch tj spam --type=merge -p '{"spec":{"training":{"epochs":9}}}' >/dev/null 2>&1; then
+if k patch tj spam --type=merge -p '{"spec":{"training":{"epochs":9}}}' >/dev/null 2>&1; then
     ok "other spec fields can change while Running"
 else
     bad "changing spec.training.epochs while Running was refused"
 fi
-k -n "$ns" patch tj spam --type=merge -p '{"spec":{"runPolicy":{"suspend":true}}}' >/dev/null
-if k -n "$ns" patch tj spam --type=merge -p '{"spec":{"replicas":8}}' >/dev/null 2>&1; then
+k patch tj spam --type=merge -p '{"spec":{"runPolicy":{"suspend":true}}}' >/dev/null
+if k patch tj spam --type=merge -p '{"spec":{"replicas":8}}' >/dev/null 2>&1; then
     ok "replicas can change once suspended"
 else
     bad "changing replicas of a suspended job was refused"
 fi
 
 # status is a subresource: writes to the main resource do not touch it; bad phases are refused.
-k -n "$ns" patch tj minimal --type=merge -p '{"status":{"phase":"Failed"}}' >/dev/null 2>&1 || true
-got=$(k -n "$ns" get tj minimal -o jsonpath='{.status.phase}')
+k patch tj minimal --type=merge -p '{"status":{"phase":"Failed"}}' >/dev/null 2>&1 || true
+got=$(k get tj minimal -o jsonpath='{.status.phase}')
 if [ -z "$got" ]; then ok "status ignored on the main resource"; else bad "status.phase became '$got'"; fi
-if out=$(k -n "$ns" patch tj minimal --subresource=status --type=merge -p '{"status":{"phase":"Exploded"}}' 2>&1); then
+if out=$(k patch tj minimal --subresource=status --type=merge -p '{"status":{"phase":"Exploded"}}' 2>&1); then
     bad "status.phase Exploded accepted"
 elif [[ $out == *status.phase* ]]; then
     ok "status.phase is an enum"
@@ -118,5 +108,4 @@ else
     bad "bad status.phase refused without naming it: $out"
 fi
 
-echo "$checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+api_summary

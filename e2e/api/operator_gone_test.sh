@@ -20,19 +20,15 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/../.." && pwd)
 op=${1:?usage: operator_gone_test.sh PATH-TO-gantry-operator}
-if [ -z "${GANTRY_TEST_KUBECONFIG:-}" ]; then
-    echo "SKIP: GANTRY_TEST_KUBECONFIG is unset (start a cluster: hack/cluster.sh up --tier api)"
-    exit 77
-fi
+# shellcheck source=e2e/api/lib.sh
+. "$here/lib.sh"
+api_require_cluster
 logs=${ARTIFACTS:-$(mktemp -d /tmp/gantry-gone-test.XXXXXX)}
 mkdir -p "$logs"
 run=$(mktemp -d /tmp/gantry-gone-run.XXXXXX)
 export GANTRY_RUN=$run
-fails=0 checks=0 op_pid='' ns=gone-$$
-ok() { checks=$((checks + 1)); echo "ok   $*"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
+op_pid='' ns=gone-$$
 cleanup() {
     if [ -n "$op_pid" ]; then kill -TERM "$op_pid" 2>/dev/null || true; wait "$op_pid" 2>/dev/null || true; fi
     "$root/hack/cluster.sh" down >"$logs/cluster-down.log" 2>&1 || true
@@ -46,23 +42,7 @@ trap cleanup EXIT
 # shellcheck disable=SC1091
 . "$run/cluster.env"
 export KUBECONFIG
-kubectl=$("$root/hack/cluster.sh" bin kubectl 2>/dev/null | tail -1)
-[ -x "$kubectl" ] || kubectl=$(command -v kubectl)
-k() { "$kubectl" --request-timeout=30s -n "$ns" "$@"; }
-wait_for() { # wait_for DESC SECONDS CMD...
-    local desc=$1 secs=$2 i
-    shift 2
-    for ((i = 0; i < secs * 5; i++)); do
-        if "$@" >/dev/null 2>&1; then ok "$desc"; return 0; fi
-        sleep 0.2
-    done
-    bad "$desc (not within ${secs}s)"
-    return 1
-}
-jp() { k get "$1" -o jsonpath="$2" 2>/dev/null; }
-is() { [ "$(jp "$1" "$2")" = "$3" ]; }
-npods() { k get pods -l "gantry.dev/job-name=$1" --no-headers 2>/dev/null | wc -l; }
-has_pods() { [ "$(npods "$1")" -eq "$2" ]; }
+api_find_kubectl
 set_pod() { # set_pod POD PHASE [EXIT]
     local state='{"running":{}}' ready=True
     case $2 in
@@ -136,5 +116,4 @@ if grep -q -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$logs/operator-$n
 else
     ok "no sanitizer reports in the operator log"
 fi
-echo "$checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+api_summary

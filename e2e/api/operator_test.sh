@@ -21,29 +21,20 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/../.." && pwd)
 op=${1:?usage: operator_test.sh PATH-TO-gantry-operator [lifecycle|ha|all]}
 group=${2:-all}
 case $group in lifecycle | ha | obs | all) ;; *) echo "unknown group '$group'"; exit 64 ;; esac
 want() { [ "$group" = all ] || [ "$group" = "$1" ]; }
-if [ -z "${GANTRY_TEST_KUBECONFIG:-}" ]; then
-    echo "SKIP: GANTRY_TEST_KUBECONFIG is unset (start a cluster: hack/cluster.sh up --tier api)"
-    exit 77
-fi
+# shellcheck source=e2e/api/lib.sh
+. "$here/lib.sh"
+api_require_cluster
 export KUBECONFIG=$GANTRY_TEST_KUBECONFIG
-k8s_version=$(sed -n 's#^[[:space:]]*\(require[[:space:]]*\)\{0,1\}k8s.io/kubernetes \(v[0-9.]*\).*#\2#p' \
-    "$root/hack/k8s/go.mod" | head -1)
-kubectl=${GANTRY_KUBECTL:-${GANTRY_CACHE:-$HOME/.cache/gantry}/k8s-$k8s_version/bin/kubectl}
-[ -x "$kubectl" ] || kubectl=$(command -v kubectl) || {
-    echo "FAIL: no kubectl: set GANTRY_KUBECTL or run hack/cluster.sh build --tier api"; exit 1; }
+api_find_kubectl
 
 ns=ctl-op-$$-$RANDOM
 logs=${ARTIFACTS:-$(mktemp -d /tmp/gantry-op-test.XXXXXX)}
 mkdir -p "$logs"
-fails=0 checks=0 op_pid= op_log=
-ok() { checks=$((checks + 1)); echo "ok   $*"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
-k() { "$kubectl" --request-timeout=30s -n "$ns" "$@"; }
+op_pid= op_log=
 start_op() { # start_op NAME [FLAGS...]: a new operator process, logging to operator-NAME.log
     op_log=$logs/operator-$ns-$1.log
     shift
@@ -76,21 +67,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_for DESC SECONDS CMD...: retries CMD every 0.2 s; ok/bad with DESC.
-wait_for() {
-    local desc=$1 secs=$2 i
-    shift 2
-    for ((i = 0; i < secs * 5; i++)); do
-        if "$@" >/dev/null 2>&1; then ok "$desc"; return 0; fi
-        sleep 0.2
-    done
-    bad "$desc (not within ${secs}s)"
-    return 1
-}
-jp() { k get "$1" -o jsonpath="$2" 2>/dev/null; }
-is() { [ "$(jp "$1" "$2")" = "$3" ]; }          # is OBJ JSONPATH VALUE
-npods() { k get pods -l "gantry.dev/job-name=$1" --no-headers 2>/dev/null | wc -l; }
-has_pods() { [ "$(npods "$1")" -eq "$2" ]; }
 pod_env() { jp "pod/$1" "{.spec.containers[?(@.name==\"worker\")].env[?(@.name==\"$2\")].value}"; }
 
 # set_pod POD PHASE [EXIT]: what a kubelet would report.
@@ -361,5 +337,4 @@ if grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$logs"/operator-"
 else
     ok "no sanitizer reports in the operator logs"
 fi
-echo "$checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+api_summary
