@@ -25,3 +25,15 @@ gantry_test(obs_py_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/obs_py_test.c LIBS g
     LABELS python)
 target_compile_definitions(obs_py_test PRIVATE OBS_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 set_tests_properties(obs_py_test PROPERTIES TIMEOUT 1800)
+
+# The example Grafana dashboard (docs/grafana/gantry.json): layout, variables, PromQL balance (and
+# promtool when on PATH); every metric it queries documented in docs/metrics.md and exported:
+# worker names by a running gantry-worker's /metrics, operator names by operator/ops.c (the API
+# tier test e2e/api/progress_real_test.sh checks them against a running operator's /metrics).
+add_test(NAME grafana_dashboard_test
+         COMMAND python3 ${PROJECT_SOURCE_DIR}/docs/grafana/check_dashboard.py
+                 ${PROJECT_SOURCE_DIR}/docs/grafana/gantry.json ${PROJECT_SOURCE_DIR}/docs/metrics.md
+                 --worker $<TARGET_FILE:gantry-worker> --data ${CMAKE_CURRENT_SOURCE_DIR}/testdata/tiny.jsonl
+                 --source ${PROJECT_SOURCE_DIR}/operator/ops.c --source ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c
+                 --late gantry_train_eval)
+set_tests_properties(grafana_dashboard_test PROPERTIES TIMEOUT 120)

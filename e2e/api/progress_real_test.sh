@@ -14,7 +14,9 @@
 #        within progressDeadlineSeconds (4) + a few 1 s intervals, with the workers' peer timeout
 #        at 900 s (so the operator, not the worker's timeout, caught it); the new gang resumes
 #        from the checkpoint and Stalled turns False; then rank 0 SIGSTOPped (its /progress
-#        times out) -> Stalled and the second restart.
+#        times out) -> Stalled and the second restart. In between, every metric the Grafana
+#        dashboard (docs/grafana/gantry.json) queries must be in the running operator's and
+#        rank 0's /metrics.
 # Exits 77 when GANTRY_TEST_KUBECONFIG is unset. Logs: $ARTIFACTS (or a temp dir).
 set -euo pipefail
 
@@ -219,6 +221,11 @@ wait_for "real: the new gang (restart-count 1) runs" 30 is tj/real '{.status.pha
 wait_for "real: the new rank 0 resumed from a checkpoint (>= $ck1)" 30 bash -c "s=\$(curl -s -m 2 http://127.0.0.1:$mport/progress | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"start_step\"])'); [ \"\$s\" -ge $ck1 ]"
 wait_for "real: Stalled=False once the new gang advances" 30 \
     is tj/real '{.status.conditions[?(@.type=="Stalled")].status}' False
+python3 "$root/docs/grafana/check_dashboard.py" "$root/docs/grafana/gantry.json" "$root/docs/metrics.md" \
+    --scrape "http://127.0.0.1:$(op_metrics_port)/metrics" --scrape "http://127.0.0.1:$mport/metrics" \
+    --source "$root/worker/metrics.c" --late gantry_train_eval >"$logs/dashboard-$ns.txt" 2>&1 \
+    && ok "real: every metric the Grafana dashboard queries is in the running operator's and rank 0's /metrics" \
+    || bad "real: dashboard check: $(grep FAIL "$logs/dashboard-$ns.txt" | head -3)"
 
 # 2. Rank 0 hangs: /progress reads time out, no step read -> Stalled again, restart 2.
 r0=$(pid_of stall real-worker-0)
