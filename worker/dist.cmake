@@ -24,6 +24,7 @@ gantry_test(store_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/store_test.c LIBS gantr
 gantry_test(coll_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/coll_test.c LIBS gantry_dist)
 gantry_test(sampler_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sampler_test.c LIBS gantry_dist)
 gantry_test(ckpt_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ckpt_test.c LIBS gantry_dist)
+gantry_test(dist_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/dist_test.c LIBS gantry_dist)
 
 # gantry-run: the local launcher (torchrun --standalone); dist_smoke: a tiny distributed program.
 add_executable(gantry-run ${CMAKE_CURRENT_LIST_DIR}/gantry_run.c)

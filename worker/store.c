@@ -38,6 +38,7 @@ enum {
     OP_WAIT = 'W',
     OP_ADD = 'D',
     OP_CANCEL = 'X',
+    OP_BYE = 'B', /* a joined client leaves on purpose (store_free); no reply */
     OP_OK = 'O',
     OP_VALUE = 'V',
     OP_NUMBER = 'N',
@@ -75,6 +76,7 @@ struct conn {
     unsigned char nonce[NONCE_LEN];
     struct buf in, out;
     char *wait_key; /* pending WAIT, or NULL */
+    bool left;      /* said BYE: its hang-up is not a lost rank */
 };
 
 struct kv {
@@ -95,6 +97,8 @@ struct store_server {
     struct kv *kvs;
     size_t nkv, capkv;
     int *rank_fd; /* world entries: fd of the connection holding that rank, or -1 */
+    int lost_rank; /* the first joined rank that hung up without BYE (it died), or -1 */
+    bool stopping; /* closing connections ourselves: hang-ups are not lost ranks */
 };
 
 static struct kv *kv_find(struct store_server *s, const char *key)
@@ -159,6 +163,18 @@ static void reply_error(struct conn *c, int code, const char *msg)
 }
 
 /* Parses a 2-byte-length string at *p into key (NUL-terminated). */
+/* A rank died: what every WAIT that may depend on it gets, so no rank waits out its timeout. */
+static void reply_lost(struct store_server *s, struct conn *c)
+{
+    char msg[200];
+
+    snprintf(msg, sizeof(msg),
+             "rank %d hung up without leaving (it probably died): waiting for other ranks is "
+             "pointless",
+             s->lost_rank);
+    reply_error(c, DIST_EPEER, msg);
+}
+
 static bool take_str(const unsigned char **p, const unsigned char *end, char *key, size_t max)
 {
     size_t n;
@@ -276,6 +292,10 @@ static void handle_frame(struct store_server *s, struct conn *c, const unsigned 
             reply_error(c, DIST_EPROTO, "hello required");
         return;
     }
+    if (op == OP_BYE) {
+        c->left = true;
+        return;
+    }
     if (op == OP_CANCEL) {
         free(c->wait_key);
         c->wait_key = NULL;
@@ -303,6 +323,8 @@ static void handle_frame(struct store_server *s, struct conn *c, const unsigned 
     case OP_WAIT:
         if ((e = kv_find(s, key)) != NULL) {
             reply_value(c, true, e->val, e->len);
+        } else if (s->lost_rank >= 0) {
+            reply_lost(s, c);
         } else {
             free(c->wait_key);
             c->wait_key = xstrdup(key);
@@ -336,6 +358,7 @@ static void handle_frame(struct store_server *s, struct conn *c, const unsigned 
 static void conn_close(struct store_server *s, size_t i)
 {
     struct conn *c = &s->conns[i];
+    int lost = c->state == ST_JOINED && !c->left && !s->stopping ? c->rank : -1;
 
     if (c->rank >= 0 && s->rank_fd[c->rank] == c->fd)
         s->rank_fd[c->rank] = -1;
@@ -344,6 +367,19 @@ static void conn_close(struct store_server *s, size_t i)
     buf_cleanup(&c->out);
     free(c->wait_key);
     s->conns[i] = s->conns[--s->nconns];
+    if (lost < 0 || s->lost_rank >= 0)
+        return;
+    /* A joined rank hung up without BYE: it died. Fail every pending WAIT now (and later ones
+     * for keys not set yet) rather than let the others wait for it until they time out. */
+    s->lost_rank = lost;
+    dist_log("Store server: rank %d hung up without leaving (it probably died)", lost);
+    for (size_t k = 0; k < s->nconns; k++) {
+        if (s->conns[k].wait_key) {
+            free(s->conns[k].wait_key);
+            s->conns[k].wait_key = NULL;
+            reply_lost(s, &s->conns[k]);
+        }
+    }
 }
 
 static void conn_accept(struct store_server *s)
@@ -463,6 +499,7 @@ static void *server_main(void *arg)
         }
         if (pf[0].revents) {
             drain_until = dist_now_ms() + DRAIN_MS;
+            s->stopping = true;
             continue;
         }
         /* Walk backwards: conn_close() moves the last connection into the freed slot. */
@@ -500,6 +537,7 @@ int store_server_start(const struct store_server_opts *o, struct store_server **
     s->token = xstrdup(o->token);
     s->hash = xstrdup(o->config_hash ? o->config_hash : "");
     s->world = o->world_size;
+    s->lost_rank = -1;
     s->rank_fd = xmallocarray((size_t)s->world, sizeof(int));
     for (int i = 0; i < s->world; i++)
         s->rank_fd[i] = -1;
@@ -538,6 +576,7 @@ void store_server_free(struct store_server *s)
             dist_log("Store server: wake-up write failed: %s", strerror(errno));
         pthread_join(s->thread, NULL);
     }
+    s->stopping = true;
     while (s->nconns)
         conn_close(s, s->nconns - 1);
     for (size_t i = 0; i < s->nkv; i++) {
@@ -569,6 +608,8 @@ struct store {
     char host[DIST_MAX_HOST];
     int port;
     char local_addr[NET_MAX_ADDR];
+    bool joined;  /* hello accepted: store_free says BYE */
+    bool refused; /* the last reply was an ERROR frame (already printed) */
 };
 
 static int send_frame(struct store *st, int op, const void *a, size_t alen, const void *b,
@@ -595,6 +636,7 @@ static int recv_frame(struct store *st, int timeout_ms, int *op, unsigned char *
     uint32_t len;
     int rc;
 
+    st->refused = false;
     if ((rc = net_read_all(st->fd, h, 4, timeout_ms)))
         return rc;
     len = net_get_u32(h);
@@ -607,6 +649,7 @@ static int recv_frame(struct store *st, int timeout_ms, int *op, unsigned char *
     }
     b[len] = 0;
     if (b[0] == OP_ERROR && len >= 5) {
+        st->refused = true;
         rc = (int)(int32_t)net_get_u32(b + 1);
         dist_log("Rendezvous store at %s:%d refused: %s", st->host, st->port, (char *)b + 5);
         free(b);
@@ -663,6 +706,7 @@ static int handshake(struct store *st, const char *hash)
         (rc = recv_frame(st, st->op_timeout_ms, &op, &b, &n)))
         goto out;
     rc = op == OP_OK ? 0 : DIST_EPROTO;
+    st->joined = rc == 0;
 out:
     free(b);
     return rc;
@@ -750,6 +794,8 @@ void store_free(struct store *st)
 {
     if (!st)
         return;
+    if (st->fd >= 0 && st->joined) /* best effort: without it the server thinks we died */
+        (void)send_frame(st, OP_BYE, NULL, 0, NULL, 0);
     if (st->fd >= 0)
         close(st->fd);
     if (st->token) {
@@ -799,7 +845,7 @@ static int op_failed(struct store *st, const char *what, const char *key, int rc
 {
     if (rc != DIST_ECONFIG && rc != DIST_EAUTH)
         dist_log("Store %s '%s' at %s:%d failed: %s%s", what, key, st->host, st->port,
-                 dist_strerror(rc), peer_hint(rc));
+                 dist_strerror(rc), st->refused ? "" : peer_hint(rc));
     return rc;
 }
 
