@@ -582,15 +582,139 @@ int kube_delete(struct kube_client *kc, const char *path, const struct kube_dele
     return rc;
 }
 
+/* ---- a list page, item by item: the page's text is walked and each item parsed on its own,
+ * so a page never exists as one jansson tree (a tree is several times its text). */
+
+static const char *skip_ws(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+        p++;
+    return p;
+}
+
+/* p at '"': just past the closing quote, or NULL. */
+static const char *skip_string(const char *p, const char *e)
+{
+    for (p++; p < e; p++) {
+        if (*p == '\\')
+            p++;
+        else if (*p == '"')
+            return p + 1;
+    }
+    return NULL;
+}
+
+/* Just past the JSON value at p, or NULL when it is cut short. Structure only: the parser that
+ * reads the value later checks the rest. */
+static const char *skip_value(const char *p, const char *e)
+{
+    size_t depth = 0;
+
+    p = skip_ws(p, e);
+    do {
+        if (p >= e)
+            return NULL;
+        if (*p == '"') {
+            if (!(p = skip_string(p, e)))
+                return NULL;
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+            p++;
+        } else if (*p == '}' || *p == ']') {
+            if (depth == 0)
+                return NULL;
+            depth--;
+            p++;
+        } else if (depth > 0) {
+            p++;
+        } else { /* a scalar at the top */
+            while (p < e && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' &&
+                   *p != '\r' && *p != '\n')
+                p++;
+            return p;
+        }
+    } while (depth > 0);
+    return p;
+}
+
+static bool key_is(const char *k, const char *kend, const char *want)
+{
+    size_t n = strlen(want);
+    return (size_t)(kend - k) == n + 2 && memcmp(k + 1, want, n) == 0;
+}
+
+/* Delivers the items of one list page (text) to fn one at a time; *meta gets its metadata. */
+static int scan_page(const char *text, size_t len, kube_page_fn fn, void *ud, json_t **meta)
+{
+    const char *p = text, *e = text + len, *k, *kend, *v;
+    int rc;
+
+    p = skip_ws(p, e);
+    if (p >= e || *p != '{')
+        return OP_EPARSE;
+    p++;
+    for (;;) {
+        p = skip_ws(p, e);
+        if (p < e && *p == '}')
+            return 0;
+        if (p >= e || *p != '"' || !(kend = skip_string(p, e)))
+            return OP_EPARSE;
+        k = p;
+        p = skip_ws(kend, e);
+        if (p >= e || *p != ':')
+            return OP_EPARSE;
+        v = skip_ws(p + 1, e);
+        if (key_is(k, kend, "items") && v < e && *v == '[') {
+            for (p = v + 1;;) {
+                json_t *item, *one;
+                const char *ve;
+
+                p = skip_ws(p, e);
+                if (p < e && *p == ']') {
+                    p++;
+                    break;
+                }
+                if (!(ve = skip_value(p, e)) || !(item = json_loadb(p, (size_t)(ve - p), 0, NULL)))
+                    return OP_EPARSE;
+                one = json_array();
+                json_array_append_new(one, item);
+                rc = fn(ud, one, false);
+                json_decref(one);
+                if (rc)
+                    return rc;
+                p = skip_ws(ve, e);
+                if (p < e && *p == ',')
+                    p++;
+                else if (p >= e || *p != ']')
+                    return OP_EPARSE;
+            }
+        } else {
+            if (!(p = skip_value(v, e)))
+                return OP_EPARSE;
+            if (key_is(k, kend, "metadata")) {
+                json_decref(*meta);
+                if (!(*meta = json_loadb(v, (size_t)(p - v), 0, NULL)))
+                    return OP_EPARSE;
+            }
+        }
+        p = skip_ws(p, e);
+        if (p < e && *p == ',')
+            p++;
+        else if (p >= e || *p != '}')
+            return OP_EPARSE;
+    }
+}
+
 int kube_list_pages(struct kube_client *kc, const char *path, const struct kube_list_opts *opts,
                     kube_page_fn fn, void *ud, char **rv)
 {
     struct kube_list_opts o = {0};
-    json_t *page = NULL;
+    struct buf body;
+    json_t *meta = NULL;
     char *cont = NULL, *listrv = NULL, q[KUBE_MAX_PATH * 2 + 4096], num[32];
     int restarts = 0, rc;
-    bool restarted = false;
 
+    buf_init(&body, KUBE_MAX_BODY);
     if (opts)
         o = *opts;
     if (o.limit <= 0)
@@ -602,51 +726,48 @@ int kube_list_pages(struct kube_client *kc, const char *path, const struct kube_
         goto out;
     }
     for (;;) {
-        json_t *arr, *meta;
-        const char *c;
+        const char *c, *r;
         snprintf(q, sizeof(q), "%s", path);
         snprintf(num, sizeof(num), "%ld", o.limit);
         append_param(q, sizeof(q), "limit", num);
         append_param(q, sizeof(q), "labelSelector", o.label_selector);
         append_param(q, sizeof(q), "fieldSelector", o.field_selector);
         append_param(q, sizeof(q), "continue", cont);
-        rc = json_call(kc, "GET", q, NULL, NULL, &page);
+        buf_reset(&body);
+        rc = kube_request(kc, "GET", q, NULL, NULL, 0, &body);
         if (rc == OP_EGONE && cont && restarts < o.max_restarts) {
             /* The continue token expired (compaction): the snapshot is gone, start over. */
+            json_t *none = json_array();
+
             restarts++;
-            restarted = true;
             log_info("Restarted list after an expired continue token", "{s:s, s:i}", "path", path,
                      "restart", restarts);
             free(cont);
             cont = NULL;
+            rc = fn(ud, none, true);
+            json_decref(none);
+            if (rc)
+                goto out;
             continue;
         }
         if (rc)
             goto out;
-        arr = json_object_get(page, "items");
-        meta = json_object_get(page, "metadata");
-        if (!json_is_array(arr) && !json_is_null(arr) && arr) {
-            rc = OP_EPARSE;
+        json_decref(meta);
+        meta = NULL;
+        rc = scan_page(buf_ptr(&body), buf_len(&body), fn, ud, &meta);
+        if (rc == OP_EPARSE)
+            snprintf(kc->last.message, sizeof(kc->last.message),
+                     "GET %s: the list response is not JSON", path);
+        if (rc)
             goto out;
-        }
+        r = json_string_value(json_object_get(meta, "resourceVersion"));
         if (!cont) {
             free(listrv);
-            const char *r = json_string_value(json_object_get(meta, "resourceVersion"));
             listrv = xstrdup(r ? r : "");
         }
         c = json_string_value(json_object_get(meta, "continue"));
         free(cont);
         cont = c && *c ? xstrdup(c) : NULL;
-        /* The page's items go to fn and are released before the next page is read. */
-        arr = json_is_array(arr) ? json_incref(arr) : json_array(); /* null or absent: none */
-        json_object_del(page, "items");
-        json_decref(page);
-        page = NULL;
-        rc = fn(ud, arr, restarted);
-        restarted = false;
-        json_decref(arr);
-        if (rc)
-            goto out;
         if (!cont)
             break;
     }
@@ -655,7 +776,8 @@ int kube_list_pages(struct kube_client *kc, const char *path, const struct kube_
         listrv = NULL;
     }
 out:
-    json_decref(page);
+    buf_cleanup(&body);
+    json_decref(meta);
     free(cont);
     free(listrv);
     return rc;

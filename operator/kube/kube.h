@@ -93,11 +93,12 @@ struct kube_list_opts {
 int kube_list(struct kube_client *kc, const char *path, const struct kube_list_opts *opts,
               json_t **items, char **rv) __attribute__((warn_unused_result));
 /*
- * The same list delivered page by page, so memory is bounded by one page: fn gets each page's
- * items (borrowed; released when fn returns) in order. restarted is true on the first page
- * after an expired continue token (410) made the list start over from the beginning: what the
- * earlier pages delivered may since have changed or gone. A nonzero return from fn ends the
- * list with that value. *rv (may be NULL) as for kube_list(), set only on success.
+ * The same list delivered as it is read, so memory is bounded by one page's text: each page is
+ * walked and its items parsed one at a time (never the whole page as one tree) and handed to fn
+ * in order, in batches (borrowed; released when fn returns). After an expired continue token
+ * (410) the list starts over from the beginning: fn first gets an empty batch with restarted
+ * true, as what earlier pages delivered may since have changed or gone. A nonzero return from
+ * fn ends the list with that value. *rv (may be NULL) as for kube_list(), set only on success.
  */
 typedef int (*kube_page_fn)(void *ud, json_t *items, bool restarted);
 int kube_list_pages(struct kube_client *kc, const char *path, const struct kube_list_opts *opts,

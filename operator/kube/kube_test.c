@@ -21,6 +21,7 @@ struct script {
     struct testsrv_req last; /* copy of the last request (body cut) */
     char last_body[4096];
     int expire_continue_once;
+    const char *list_body; /* answer GETs of /api/v1/namespaces/raw/pods with this */
 };
 static struct script S;
 
@@ -46,6 +47,10 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
         testsrv_respond(
             c, S.fail_code, S.fail_headers,
             status_body(S.fail_code, "TooManyRequests", "slow down", body, sizeof(body)));
+        return 0;
+    }
+    if (S.list_body && strncmp(r->path, "/api/v1/namespaces/raw/pods?", 28) == 0) {
+        testsrv_respond(c, 200, NULL, S.list_body);
         return 0;
     }
     if (strncmp(r->path, "/api/v1/namespaces/ml/pods?", 27) == 0) {
@@ -240,6 +245,78 @@ static void test_list_pagination_and_restart(void)
     kube_client_free(kc);
 }
 
+static int count_items(void *ud, json_t *items, bool restarted)
+{
+    json_t *names = ud, *it;
+    size_t i;
+
+    json_array_foreach(items, i, it)
+        json_array_append(names, json_object_get(json_object_get(it, "metadata"), "name"));
+    return json_array_size(names) >= 100 ? 7 : 0; /* "stop" once 100 were seen */
+}
+
+/* The page walker parses items one by one: strings with brackets, quotes and escapes inside,
+ * metadata after the items, null items, other keys; broken pages are refused. */
+static void test_list_page_scan(void)
+{
+    struct kube_client *kc = client(NULL, NULL);
+    json_t *names = json_array();
+    char *rv = NULL, big[8000];
+    size_t n = 0;
+
+    reset();
+    S.list_body = " { \"kind\" : \"PodList\", \"items\" : [ {\"metadata\":{\"name\":\"a]}\\\"[{\","
+                  "\"x\":[1,{\"y\":\"}\"}]}} ,{\"metadata\":{\"name\":\"b\\\\\"}, \"n\": -1.5e3, "
+                  "\"t\":true,\"z\":null} ], \"apiVersion\":\"v1\", \"metadata\":{\"resourceVersion\":"
+                  "\"7\",\"continue\":\"\"} } ";
+    TEST_EQ_INT(kube_list_pages(kc, "/api/v1/namespaces/raw/pods", NULL, count_items, names, &rv),
+                0);
+    TEST_EQ_INT(json_array_size(names), 2);
+    TEST_EQ_STR(json_string_value(json_array_get(names, 0)), "a]}\"[{");
+    TEST_EQ_STR(json_string_value(json_array_get(names, 1)), "b\\");
+    TEST_EQ_STR(rv, "7"); /* metadata after the items */
+    free(rv);
+    rv = NULL;
+    json_array_clear(names);
+
+    S.list_body = "{\"metadata\":{\"resourceVersion\":\"8\"},\"items\":null}";
+    TEST_EQ_INT(kube_list_pages(kc, "/api/v1/namespaces/raw/pods", NULL, count_items, names, &rv),
+                0);
+    TEST_EQ_INT(json_array_size(names), 0);
+    TEST_EQ_STR(rv, "8");
+    free(rv);
+    rv = NULL;
+
+    static const char *const bad[] = {
+        "{\"items\":[{\"metadata\":{}}", /* cut short */
+        "{\"items\":[{\"a\":1} {\"b\":2}]}", /* no comma */
+        "{\"items\":[{\"a\":tru}]}",         /* an item that is not JSON */
+        "[]", "", "{\"items\":[1,2]", "{\"metadata\":{\"resourceVersion\":\"1\"}", "{\"a\" 1}",
+        "{\"items\":[\"unterminated]}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        S.list_body = bad[i];
+        TEST_EQ_INT(kube_list_pages(kc, "/api/v1/namespaces/raw/pods", NULL, count_items, names,
+                                    NULL),
+                    OP_EPARSE);
+    }
+
+    /* a nonzero return from the callback ends the list with it */
+    n = (size_t)snprintf(big, sizeof(big), "{\"items\":[");
+    for (int i = 0; i < 150; i++)
+        n += (size_t)snprintf(big + n, sizeof(big) - n, "%s{\"metadata\":{\"name\":\"q%d\"}}",
+                              i ? "," : "", i);
+    snprintf(big + n, sizeof(big) - n, "]}");
+    S.list_body = big;
+    json_array_clear(names);
+    TEST_EQ_INT(kube_list_pages(kc, "/api/v1/namespaces/raw/pods", NULL, count_items, names, NULL),
+                7);
+    TEST_EQ_INT(json_array_size(names), 100);
+    S.list_body = NULL;
+    json_decref(names);
+    kube_client_free(kc);
+}
+
 static void test_patch_and_delete_requests(void)
 {
     struct kube_client *kc = client(NULL, NULL);
@@ -389,6 +466,7 @@ int main(void)
     TEST_RUN(test_status_mapping);
     TEST_RUN(test_retry_after_and_idempotency);
     TEST_RUN(test_list_pagination_and_restart);
+    TEST_RUN(test_list_page_scan);
     TEST_RUN(test_patch_and_delete_requests);
     TEST_RUN(test_bounded_body_and_timeout);
     TEST_RUN(test_rate_limiter);
