@@ -119,6 +119,69 @@ bool exec_pod_get(struct exec_shared *sh, const char *key, struct rec_pod *out)
     return sh->pods && informer_peek(sh->pods, key, view_cb, out);
 }
 
+/* ---- children */
+
+struct exec_child {
+    bool has_config;
+    uint16_t off[EXEC_CHILD_NSTR];
+    char s[];
+};
+
+void *exec_child_make(void *ud, const json_t *obj)
+{
+    const json_t *meta = json_object_get(obj, "metadata");
+    const char *cfg = json_string_value(
+        json_object_get(json_object_get(obj, "data"), RENDER_CONFIG_FILE));
+    const char *str[EXEC_CHILD_NSTR];
+    char dg[REC_DIGEST_LEN] = "";
+    size_t len[EXEC_CHILD_NSTR], total = 0;
+    struct exec_child *c;
+
+    (void)ud;
+    str[EXEC_CHILD_NS] = json_string_value(json_object_get(meta, "namespace"));
+    str[EXEC_CHILD_NAME] = json_string_value(json_object_get(meta, "name"));
+    str[EXEC_CHILD_JOB] =
+        json_string_value(json_object_get(json_object_get(meta, "labels"), RENDER_LABEL_JOB));
+    if (cfg)
+        rec_digest(cfg, dg);
+    str[EXEC_CHILD_DIGEST] = dg;
+    if (!str[EXEC_CHILD_NAME])
+        return NULL;
+    for (int i = 0; i < EXEC_CHILD_NSTR; i++) {
+        if (!str[i])
+            str[i] = "";
+        len[i] = strnlen(str[i], 1024);
+        total += len[i] + 1;
+    }
+    c = xmalloc(sizeof(*c) + total);
+    c->has_config = cfg != NULL;
+    total = 0;
+    for (int i = 0; i < EXEC_CHILD_NSTR; i++) {
+        c->off[i] = (uint16_t)total;
+        memcpy(c->s + total, str[i], len[i]);
+        c->s[total + len[i]] = '\0';
+        total += len[i] + 1;
+    }
+    return c;
+}
+
+void exec_child_free(void *rec)
+{
+    free(rec);
+}
+
+const char *exec_child_str(const struct exec_child *c, enum exec_child_str which)
+{
+    return (unsigned)which < EXEC_CHILD_NSTR ? c->s + c->off[which] : "";
+}
+
+bool exec_child_has_config(const struct exec_child *c)
+{
+    return c->has_config;
+}
+
+const struct informer_transform exec_child_transform = {exec_child_make, exec_child_free, NULL};
+
 const double exec_sync_bounds[EXEC_SYNC_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                     0.1,   0.25,   0.5,   1,    2.5,   10};
 
@@ -394,6 +457,21 @@ void exec_on_child(void *ud, json_t *obj)
 void exec_on_child_update(void *ud, json_t *old_obj, json_t *new_obj)
 {
     exec_on_child(ud, new_obj);
+}
+
+void exec_on_child_rec(void *ud, const void *rec)
+{
+    struct exec_shared *sh = ud;
+    const char *job = exec_child_str(rec, EXEC_CHILD_JOB), *ns = exec_child_str(rec, EXEC_CHILD_NS);
+    char key[256];
+
+    if (*job && *ns && snprintf(key, sizeof(key), "%s/%s", ns, job) < (int)sizeof(key))
+        queue_add(sh->queue, key);
+}
+
+void exec_on_child_rec_update(void *ud, const void *old_rec, const void *new_rec)
+{
+    exec_on_child_rec(ud, new_rec);
 }
 
 /* "ns/job" of a pod record into out; false when it has no job label. */
@@ -806,14 +884,22 @@ static bool cached(struct informer *inf, const char *ns, const char *name)
     return informer_has(inf, key);
 }
 
+/* The cached ConfigMap's config.json digest ("" when it has none). */
+static void digest_cb(void *ud, const void *rec)
+{
+    if (exec_child_has_config(rec))
+        snprintf(ud, REC_DIGEST_LEN, "%s", exec_child_str(rec, EXEC_CHILD_DIGEST));
+}
+
 static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
 {
     struct exec_shared *sh = w->sh;
     char err[TJ_ERR_MAX], name[RENDER_NAME_MAX], cmkey[2 * RENDER_NAME_MAX + 2], token[64];
+    char digest[REC_DIGEST_LEN] = "";
     struct rec_input in = {0};
     struct rec_result r;
     struct rec_pod *pods = NULL;
-    json_t *cm = NULL, *prog = NULL;
+    json_t *prog = NULL;
     struct tj tj;
     int rc;
 
@@ -835,10 +921,8 @@ static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
     in.have_service = cached(sh->services, tj.ns, tj.name);
     render_configmap_name(&tj, name, sizeof(name));
     snprintf(cmkey, sizeof(cmkey), "%s/%s", tj.ns, name);
-    cm = informer_get(sh->configmaps, cmkey);
-    in.have_configmap = cm != NULL;
-    in.configmap_data =
-        json_string_value(json_object_get(json_object_get(cm, "data"), RENDER_CONFIG_FILE));
+    in.have_configmap = informer_peek(sh->configmaps, cmkey, digest_cb, digest);
+    in.configmap_digest = digest[0] ? digest : NULL;
     render_secret_name(&tj, name, sizeof(name));
     in.have_secret = cached(sh->secrets, tj.ns, name);
     in.now = time(NULL);
@@ -858,7 +942,6 @@ static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
 out:
     rec_result_cleanup(&r);
     json_decref(prog);
-    json_decref(cm);
     free(pods);
     tj_cleanup(&tj);
     return rc;

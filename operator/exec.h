@@ -125,6 +125,20 @@ extern const struct informer_transform exec_pod_transform;
 /* The cached pod "ns/name" (sh->pods, typed) into out; false when not cached. Thread-safe. */
 bool exec_pod_get(struct exec_shared *sh, const char *key, struct rec_pod *out);
 
+/*
+ * The children's informers (Services, ConfigMaps, Secrets) keep typed records too: namespace,
+ * name, the job label and, for a ConfigMap, rec_digest() of data["config.json"] (not the text).
+ */
+enum exec_child_str { EXEC_CHILD_NS, EXEC_CHILD_NAME, EXEC_CHILD_JOB, EXEC_CHILD_DIGEST,
+                      EXEC_CHILD_NSTR };
+struct exec_child;
+void *exec_child_make(void *ud, const json_t *obj); /* NULL when it has no name */
+void exec_child_free(void *rec);
+/* "" when absent (EXEC_CHILD_DIGEST: no config.json, see exec_child_has_config()). */
+const char *exec_child_str(const struct exec_child *c, enum exec_child_str which);
+bool exec_child_has_config(const struct exec_child *c);
+extern const struct informer_transform exec_child_transform;
+
 /* The fields the pod informer keeps (NULL-terminated), everything rec_pod_from_json() reads. */
 extern const char *const exec_pod_fields[];
 extern const char *const exec_job_fields[];
@@ -162,6 +176,9 @@ void exec_on_job(void *ud, json_t *obj);
 void exec_on_job_update(void *ud, json_t *old_obj, json_t *new_obj);
 void exec_on_child(void *ud, json_t *obj);
 void exec_on_child_update(void *ud, json_t *old_obj, json_t *new_obj);
+/* The same for the children's typed informers (struct exec_child records). */
+void exec_on_child_rec(void *ud, const void *rec);
+void exec_on_child_rec_update(void *ud, const void *old_rec, const void *new_rec);
 /* Pod handlers take records (struct exec_pod, informer_rec_handlers). */
 void exec_on_pod_add(void *ud, const void *rec);
 void exec_on_pod_update(void *ud, const void *old_rec, const void *new_rec);

@@ -181,6 +181,41 @@ static void test_pod_record(void)
     json_decref(pod);
 }
 
+/* Children keep identity, the job label and a digest of config.json, never the data. */
+static void test_child_record(void)
+{
+    struct exec_shared sh = {0};
+    json_t *cm = json_pack("{s:{s:s, s:s, s:{s:s}}, s:{s:s}}", "metadata", "name", "j-config",
+                           "namespace", "ml", "labels", "gantry.dev/job-name", "j", "data",
+                           "config.json", "{\"a\":1}");
+    json_t *svc = json_pack("{s:{s:s, s:s}}", "metadata", "name", "j", "namespace", "ml");
+    char dg[REC_DIGEST_LEN], *key = NULL;
+    void *c = exec_child_make(NULL, cm), *s = exec_child_make(NULL, svc);
+
+    rec_digest("{\"a\":1}", dg);
+    TEST_CHECK(c && s);
+    TEST_EQ_STR(exec_child_str(c, EXEC_CHILD_NAME), "j-config");
+    TEST_EQ_STR(exec_child_str(c, EXEC_CHILD_NS), "ml");
+    TEST_EQ_STR(exec_child_str(c, EXEC_CHILD_JOB), "j");
+    TEST_CHECK(exec_child_has_config(c));
+    TEST_EQ_STR(exec_child_str(c, EXEC_CHILD_DIGEST), dg);
+    TEST_CHECK(!exec_child_has_config(s));
+    TEST_EQ_STR(exec_child_str(s, EXEC_CHILD_JOB), "");
+    sh.queue = queue_new(0, 0);
+    exec_on_child_rec(&sh, s); /* no job label: ignored */
+    TEST_EQ_INT(queue_len(sh.queue), 0);
+    exec_on_child_rec_update(&sh, c, c);
+    TEST_EQ_INT(queue_get(sh.queue, &key, 1000), 0);
+    TEST_EQ_STR(key, "ml/j");
+    queue_done(sh.queue, key);
+    free(key);
+    queue_free(sh.queue);
+    exec_child_free(c);
+    exec_child_free(s);
+    json_decref(cm);
+    json_decref(svc);
+}
+
 static void test_pod_index(void)
 {
     struct exec_index *x = exec_index_new();
@@ -361,6 +396,7 @@ int main(void)
     TEST_RUN(test_expect_delete_twice);
     TEST_RUN(test_handlers_route_to_job);
     TEST_RUN(test_pod_record);
+    TEST_RUN(test_child_record);
     TEST_RUN(test_pod_index);
     TEST_RUN(test_apply_against_server);
     return test_summary();

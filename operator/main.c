@@ -268,9 +268,10 @@ static struct informer *start_informer(const struct kube_config *cfg,
                                        const struct kube_client_opts *copts, const char *api,
                                        const char *resource, const char *ns, const char *selector,
                                        const char *const *fields, const struct informer_handlers *h,
+                                       const struct informer_transform *tr,
                                        const struct informer_rec_handlers *rh)
 {
-    /* Typed pod records (the bulk: ~200 B each); the few other objects as compact text. */
+    /* Typed records for pods and children (~100-200 B each); TrainingJobs as compact text. */
     struct informer_opts io = {.compact = true};
     char path[KUBE_MAX_PATH];
     struct informer *inf;
@@ -280,10 +281,8 @@ static struct informer *start_informer(const struct kube_config *cfg,
     io.watch.path = path; /* informer_new() copies the options */
     io.watch.label_selector = selector;
     io.fields = fields;
-    if (rh) {
-        io.transform = &exec_pod_transform;
-        io.rec_handlers = rh;
-    }
+    io.transform = tr;
+    io.rec_handlers = rh;
     inf = informer_new(cfg, copts, &io, h);
     if (informer_start(inf) != 0) {
         informer_free(inf);
@@ -309,20 +308,23 @@ static int controller_start(struct controller *c, const struct opts *o,
     struct informer_handlers hjob = {exec_on_job, exec_on_job_update, exec_on_job, sh};
     struct informer_rec_handlers hpod = {exec_on_pod_add, exec_on_pod_update, exec_on_pod_delete,
                                          sh};
-    struct informer_handlers hchild = {exec_on_child, exec_on_child_update, exec_on_child, sh};
+    struct informer_rec_handlers hchild = {exec_on_child_rec, exec_on_child_rec_update,
+                                           exec_on_child_rec, sh};
+    const struct informer_transform *ctr = &exec_child_transform;
 
     sh->queue = queue_new(0, 0);
     sh->expect = exec_expect_new();
     sh->pod_index = exec_index_new();
     sh->jobs = start_informer(cfg, copts, TJ_API_VERSION, "trainingjobs", o->ns, NULL,
-                              exec_job_fields, &hjob, NULL);
-    sh->pods = start_informer(cfg, copts, "v1", "pods", o->ns, CHILD_SELECTOR, NULL, NULL, &hpod);
-    sh->services = start_informer(cfg, copts, "v1", "services", o->ns, CHILD_SELECTOR,
-                                  exec_child_fields, &hchild, NULL);
-    sh->configmaps = start_informer(cfg, copts, "v1", "configmaps", o->ns, CHILD_SELECTOR,
-                                    exec_configmap_fields, &hchild, NULL);
-    sh->secrets = start_informer(cfg, copts, "v1", "secrets", o->ns, CHILD_SELECTOR,
-                                 exec_child_fields, &hchild, NULL);
+                              exec_job_fields, &hjob, NULL, NULL);
+    sh->pods = start_informer(cfg, copts, "v1", "pods", o->ns, CHILD_SELECTOR, NULL, NULL,
+                              &exec_pod_transform, &hpod);
+    sh->services = start_informer(cfg, copts, "v1", "services", o->ns, CHILD_SELECTOR, NULL, NULL,
+                                  ctr, &hchild);
+    sh->configmaps = start_informer(cfg, copts, "v1", "configmaps", o->ns, CHILD_SELECTOR, NULL,
+                                    NULL, ctr, &hchild);
+    sh->secrets = start_informer(cfg, copts, "v1", "secrets", o->ns, CHILD_SELECTOR, NULL, NULL,
+                                 ctr, &hchild);
     for (int i = 0; i < 5; i++) {
         struct informer *inf = *informer_slot(c, i);
         if (!inf || informer_wait_synced(inf, o->sync_timeout_s * 1000) != 0) {
@@ -428,6 +430,9 @@ int main(int argc, char **argv)
     /* A peer that closes a TLS connection must be an error code, not a dead process: libcurl
      * with CURLOPT_NOSIGNAL does not ignore SIGPIPE for us, and OpenSSL writes with write(2). */
     signal(SIGPIPE, SIG_IGN);
+    /* A dozen threads would each get a glibc arena whose freed list pages stay resident between
+     * long-lived cache records; two arenas keep that slack (and RSS) small. */
+    mallopt(M_ARENA_MAX, 2);
     rc = load_opts(argc, argv, &o);
     if (rc)
         return rc;

@@ -1,6 +1,7 @@
 #include "operator/rec.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,18 @@ static void find_problem(const json_t *st, struct rec_pod *out)
             return;
         }
     }
+}
+
+void rec_digest(const char *s, char out[REC_DIGEST_LEN])
+{
+    uint64_t a = 14695981039346656037ULL, b = 0x9e3779b97f4a7c15ULL;
+
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        a = (a ^ *c) * 1099511628211ULL;
+        b = (b ^ *c) * 0x100000001b3ULL;
+        b ^= b >> 29;
+    }
+    snprintf(out, REC_DIGEST_LEN, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
 }
 
 int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
@@ -477,7 +490,16 @@ static void children(struct pass *p)
         add_action(p, REC_CREATE, REC_CONFIGMAP, name, render_configmap(tj));
     } else {
         char *want = render_config_json(tj);
-        if (!p->in->configmap_data || strcmp(want, p->in->configmap_data) != 0)
+        char dg[REC_DIGEST_LEN];
+        bool same = false;
+
+        if (p->in->configmap_data) {
+            same = strcmp(want, p->in->configmap_data) == 0;
+        } else if (p->in->configmap_digest) {
+            rec_digest(want, dg);
+            same = strcmp(dg, p->in->configmap_digest) == 0;
+        }
+        if (!same)
             add_action(p, REC_UPDATE, REC_CONFIGMAP, name, render_configmap(tj));
         free(want);
     }

@@ -104,6 +104,11 @@ struct rec_pod {
     char ip[REC_IP_MAX];    /* status.podIP, "" when none (progress.c polls rank 0 there) */
 };
 
+/* A 128-bit digest of s (two FNV-1a 64 passes with different bases) as 32 hex digits: detects
+ * a changed config.json without keeping the text. Not cryptographic. */
+#define REC_DIGEST_LEN 33
+void rec_digest(const char *s, char out[REC_DIGEST_LEN]);
+
 /* Reads a Pod object (borrowed). 0, or OP_EPARSE when it has no metadata.name. */
 int rec_pod_from_json(const json_t *pod, struct rec_pod *out);
 
@@ -113,6 +118,9 @@ struct rec_input {
     size_t npods;
     bool have_service, have_configmap, have_secret;
     const char *configmap_data; /* observed data["config.json"], or NULL */
+    /* Or only its rec_digest() (what the operator's cache keeps), used when configmap_data is
+     * NULL; NULL too: the ConfigMap has no config.json. */
+    const char *configmap_digest;
     bool expectations_met;      /* every create/delete we issued has been observed */
     time_t now;
     const char *token; /* a fresh random token, used only if the Secret must be created */

@@ -433,6 +433,48 @@ static void test_slow_start_batches(void)
     tj_cleanup(&tj);
 }
 
+static size_t configmap_updates(struct rec_input *in)
+{
+    struct rec_result r;
+    size_t n = 0;
+
+    TEST_EQ_INT(rec_reconcile(in, &r), 0);
+    for (size_t i = 0; i < r.nactions; i++)
+        n += r.actions[i].kind == REC_CONFIGMAP && r.actions[i].verb == REC_UPDATE;
+    rec_result_cleanup(&r);
+    return n;
+}
+
+/* The operator's cache keeps only a digest of the ConfigMap's config.json. */
+static void test_configmap_digest(void)
+{
+    struct tj tj;
+    struct rec_input in = {0};
+    char dg[REC_DIGEST_LEN], other[REC_DIGEST_LEN], *want;
+
+    TEST_EQ_INT(parse_job("{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"d\",\"namespace\""
+                          ":\"n\",\"uid\":\"u\",\"generation\":1},\"spec\":{\"replicas\":2}}",
+                          &tj), 0);
+    in.job = &tj;
+    in.have_service = in.have_secret = in.have_configmap = true;
+    in.expectations_met = true;
+    in.now = 1000;
+    want = render_config_json(&tj);
+    rec_digest(want, dg);
+    TEST_EQ_INT(strlen(dg), 32);
+    want[strlen(want) / 2] ^= 1; /* one bit elsewhere: another digest */
+    rec_digest(want, other);
+    TEST_CHECK(strcmp(dg, other) != 0);
+    in.configmap_digest = dg;
+    TEST_EQ_INT(configmap_updates(&in), 0);
+    in.configmap_digest = other;
+    TEST_EQ_INT(configmap_updates(&in), 1);
+    in.configmap_digest = NULL; /* no config.json at all */
+    TEST_EQ_INT(configmap_updates(&in), 1);
+    free(want);
+    tj_cleanup(&tj);
+}
+
 static void test_delete_carries_uid(void)
 {
     struct tj tj;
@@ -466,5 +508,6 @@ int main(void)
     TEST_RUN(test_pod_from_json);
     TEST_RUN(test_slow_start_batches);
     TEST_RUN(test_delete_carries_uid);
+    TEST_RUN(test_configmap_digest);
     return test_summary();
 }
