@@ -14,11 +14,12 @@ static uint64_t hash(const char *s)
     return h;
 }
 
+/* Buckets are allocated on the first put (many maps stay small or empty: one per job). */
 void strmap_init(struct strmap *m)
 {
-    m->nb = 16;
+    m->nb = 0;
     m->n = 0;
-    m->b = xcalloc(m->nb, sizeof(*m->b));
+    m->b = NULL;
 }
 
 void strmap_cleanup(struct strmap *m, void (*destroy)(void *))
@@ -29,8 +30,7 @@ void strmap_cleanup(struct strmap *m, void (*destroy)(void *))
             n = e->next;
             if (destroy)
                 destroy(e->val);
-            free(e->key);
-            free(e);
+            free(e); /* the key lives in the entry's allocation */
         }
     }
     free(m->b);
@@ -38,9 +38,11 @@ void strmap_cleanup(struct strmap *m, void (*destroy)(void *))
     m->nb = m->n = 0;
 }
 
+/* The slot of key: m must have buckets. */
 static struct strmap_entry **slot(const struct strmap *m, const char *key)
 {
     struct strmap_entry **p = &m->b[hash(key) & (m->nb - 1)];
+
     while (*p && strcmp((*p)->key, key) != 0)
         p = &(*p)->next;
     return p;
@@ -48,18 +50,18 @@ static struct strmap_entry **slot(const struct strmap *m, const char *key)
 
 void *strmap_get(const struct strmap *m, const char *key)
 {
-    struct strmap_entry *e = *slot(m, key);
+    struct strmap_entry *e = m->nb ? *slot(m, key) : NULL;
     return e ? e->val : NULL;
 }
 
 bool strmap_has(const struct strmap *m, const char *key)
 {
-    return *slot(m, key) != NULL;
+    return m->nb && *slot(m, key) != NULL;
 }
 
 static void grow(struct strmap *m)
 {
-    size_t nb = m->nb * 2;
+    size_t nb = m->nb ? m->nb * 2 : 4;
     struct strmap_entry **b = xcalloc(nb, sizeof(*b));
 
     for (size_t i = 0; i < m->nb; i++) {
@@ -78,16 +80,21 @@ static void grow(struct strmap *m)
 
 void *strmap_put(struct strmap *m, const char *key, void *val)
 {
-    struct strmap_entry **p = slot(m, key), *e;
+    struct strmap_entry **p, *e;
+    size_t klen = strlen(key);
     void *old;
 
+    if (m->nb == 0)
+        grow(m);
+    p = slot(m, key);
     if (*p) {
         old = (*p)->val;
         (*p)->val = val;
         return old;
     }
-    e = xmalloc(sizeof(*e));
-    e->key = xstrdup(key);
+    e = xmalloc(sizeof(*e) + klen + 1); /* one allocation: the entry, then its key */
+    e->key = (char *)(e + 1);
+    memcpy(e->key, key, klen + 1);
     e->val = val;
     e->next = NULL;
     *p = e;
@@ -98,14 +105,16 @@ void *strmap_put(struct strmap *m, const char *key, void *val)
 
 void *strmap_del(struct strmap *m, const char *key)
 {
-    struct strmap_entry **p = slot(m, key), *e = *p;
+    struct strmap_entry **p, *e;
     void *v;
 
-    if (!e)
+    if (!m->nb)
+        return NULL;
+    p = slot(m, key);
+    if (!(e = *p))
         return NULL;
     *p = e->next;
     v = e->val;
-    free(e->key);
     free(e);
     m->n--;
     return v;
