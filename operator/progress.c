@@ -493,7 +493,8 @@ json_t *progress_final(const struct rec_input *in)
         /* Only exit 0: with FallbackToLogsOnError a failed worker's message is its log's tail,
          * whose last line may well be a JSON progress line of some earlier step. */
         if (pod->index != 0 || !in->job || pod->restart != in->job->status.restarts ||
-            pod->phase != REC_POD_SUCCEEDED || pod->exit_code != 0 || pod->message[0] != '{')
+            pod->phase != REC_POD_SUCCEEDED || pod->exit_code != 0 || pod->message_truncated ||
+            pod->message[0] != '{')
             continue;
         w = json_loads(pod->message, JSON_REJECT_DUPLICATES, NULL);
         st = json_is_object(w) ? progress_status(w, 0) : NULL;

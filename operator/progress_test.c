@@ -172,7 +172,10 @@ static void test_final(void)
     TEST_EQ_INT(in.progress_restart, -1); /* no clock: hang detection is not fed by it */
     json_decref(hold);
 
-    /* A cut (tail of a longer) line or plain text: nothing. */
+    /* A message kept only in part, a cut (tail of a longer) line or plain text: nothing. */
+    pods[2].message_truncated = true;
+    TEST_CHECK(progress_final(&in) == NULL);
+    pods[2].message_truncated = false;
     snprintf(pods[2].message, sizeof(pods[2].message), "%s", line + 20);
     TEST_CHECK(progress_final(&in) == NULL);
     snprintf(pods[2].message, sizeof(pods[2].message), "{\"state\":\"succeeded\"}");
