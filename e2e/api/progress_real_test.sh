@@ -21,33 +21,25 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/../.." && pwd)
 op=${1:?usage: progress_real_test.sh OPERATOR WORKER [final|stall|all]}
 worker=${2:?usage: progress_real_test.sh OPERATOR WORKER [final|stall|all]}
 group=${3:-all}
 case $group in final | stall | all) ;; *) echo "unknown group '$group'"; exit 64 ;; esac
 want() { [ "$group" = all ] || [ "$group" = "$1" ]; }
-if [ -z "${GANTRY_TEST_KUBECONFIG:-}" ]; then
-    echo "SKIP: GANTRY_TEST_KUBECONFIG is unset (start a cluster: hack/cluster.sh up --tier api)"
-    exit 77
-fi
+# shellcheck source=e2e/api/lib.sh
+. "$here/lib.sh"
+api_require_cluster
 export KUBECONFIG=$GANTRY_TEST_KUBECONFIG
-k8s_version=$(sed -n 's#^[[:space:]]*\(require[[:space:]]*\)\{0,1\}k8s.io/kubernetes \(v[0-9.]*\).*#\2#p' \
-    "$root/hack/k8s/go.mod" | head -1)
-kubectl=${GANTRY_KUBECTL:-${GANTRY_CACHE:-$HOME/.cache/gantry}/k8s-$k8s_version/bin/kubectl}
-[ -x "$kubectl" ] || kubectl=$(command -v kubectl) || {
-    echo "FAIL: no kubectl: set GANTRY_KUBECTL or run hack/cluster.sh build --tier api"; exit 1; }
+api_find_kubectl
 
 ns=ctl-prog-$$-$RANDOM
 tmp=$(mktemp -d /tmp/gantry-progress-real.XXXXXX)
 logs=${ARTIFACTS:-$tmp/logs}
 mkdir -p "$logs"
-fails=0 checks=0 op_pid='' kl_pid=''
-t_start=$(date +%s)
-el() { echo "[$(($(date +%s) - t_start))s]"; }
-ok() { checks=$((checks + 1)); echo "ok   $(el) $*"; }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL $(el) $*"; }
-k() { "$kubectl" --request-timeout=30s -n "$ns" "$@"; }
+op_pid='' kl_pid=''
+t_start=$SECONDS
+ok() { checks=$((checks + 1)); echo "ok   [$((SECONDS - t_start))s] $*"; } # lib.sh's, timed
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL [$((SECONDS - t_start))s] $*"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 start_op() { # start_op NAME FLAGS...
     op_log=$logs/operator-$ns-$1.log
@@ -77,13 +69,22 @@ cleanup() {
     stop_kubelet
     stop_op
     "$kubectl" --request-timeout=30s delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
-    # worker logs next to the operator's, then the rest (checkpoints) goes
-    cp -r "$tmp"/kubelet-* "$logs/" 2>/dev/null || true
-    [ -n "${ARTIFACTS:-}" ] && rm -rf "$tmp"
+    # the workers' logs next to the operator's; the rest (checkpoints, configs) goes
+    for d in "$tmp"/kubelet-*/; do
+        [ -d "$d" ] || continue
+        mkdir -p "$logs/$(basename "$d")"
+        for f in "$d"*/log; do
+            [ -f "$f" ] && cp "$f" "$logs/$(basename "$d")/$(basename "$(dirname "$f")").log"
+        done
+    done
+    rm -rf "$tmp"/kubelet-* "$tmp/ckpt" "$tmp/train.jsonl"
+    [ -z "${ARTIFACTS:-}" ] || rm -rf "$tmp"
     echo "logs: $logs"
 }
 trap cleanup EXIT
 
+# lib.sh's wait_for counts tries; on a loaded machine kubectl alone takes longer than 0.2 s, so
+# the deadlines here are wall-clock seconds.
 wait_for() { # wait_for DESC SECONDS CMD...: retries CMD every 0.2 s for SECONDS of wall time
     local desc=$1 secs=$2 end=$((SECONDS + $2))
     shift 2
@@ -94,8 +95,6 @@ wait_for() { # wait_for DESC SECONDS CMD...: retries CMD every 0.2 s for SECONDS
     bad "$desc (not within ${secs}s)"
     return 1
 }
-jp() { k get "$1" -o jsonpath="$2" 2>/dev/null; }
-is() { [ "$(jp "$1" "$2")" = "$3" ]; }
 npods() { k get pods -l "gantry.dev/job-name=$1${2:+,gantry.dev/restart-count=$2}" --no-headers 2>/dev/null | wc -l; }
 has_pods() { [ "$(npods "$1" "${3:-}")" -eq "$2" ]; }
 pid_of() { # pid_of KUBELET POD: the running worker's pid (kubelet.py's pods/ file)
@@ -249,5 +248,4 @@ if grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$logs"/operator-"
 else
     ok "no sanitizer reports in the operator and worker logs"
 fi
-echo "$checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+api_summary
