@@ -17,6 +17,12 @@ extern "C" {
 /* out = inp @ weight^T (+ bias when bias is not NULL). out is overwritten. */
 void matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias, int N,
                         int C, int OC);
+/* out = gelu(inp @ weight^T + bias) (gelu.h's tanh GELU) and pre = inp @ weight^T + bias, kept for
+ * the backward: matmul_forward_cpu then gelu_forward_cpu, bit for bit, with the GELU applied to
+ * each block of rows while it is in cache. The CUDA twin (kernels/gpu.h) uses cuBLASLt's
+ * GELU_AUX_BIAS epilogue and needs OC % 8 == 0; bias may be NULL here. */
+void matmul_forward_gelu_cpu(float *out, float *pre, const float *inp, const float *weight,
+                             const float *bias, int N, int C, int OC);
 void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
 

@@ -2,7 +2,10 @@
  * differences (dinp, dweight, dbias, accumulation into non-zero buffers). */
 #include "kernels/matmul.h"
 
+#include <string.h>
+
 #include "common/test.h"
+#include "kernels/gelu.h"
 #include "kernels/gradcheck.h"
 
 enum { N = 5, C = 7, OC = 4 };
@@ -68,6 +71,32 @@ static void test_backward_matches_finite_differences(void)
     gc_check("dbias", c.b, db, OC, 1, loss, &c, 1e-2f, 1e-3, 1e-2);
 }
 
+/* The fused GELU forward equals the two calls bit for bit, across several row blocks and both
+ * threads (N * C * OC above the split threshold). */
+static void test_forward_gelu_fused(void)
+{
+    enum { FN = 1000, FC = 32, FO = 24 };
+    static float x[FN * FC], w[FO * FC], b[FO], pre[FN * FO], out[FN * FO], ref[FN * FO],
+        refg[FN * FO];
+    uint64_t s = 3;
+    gc_fill(x, FN * FC, &s, -1, 1);
+    gc_fill(w, FO * FC, &s, -1, 1);
+    gc_fill(b, FO, &s, -1, 1);
+    matmul_forward_cpu(ref, x, w, b, FN, FC, FO);
+    gelu_forward_cpu(refg, ref, FN * FO);
+    matmul_forward_gelu_cpu(out, pre, x, w, b, FN, FC, FO);
+    TEST_CHECK(memcmp(pre, ref, sizeof(ref)) == 0);
+    TEST_CHECK(memcmp(out, refg, sizeof(refg)) == 0);
+    double want = b[FO - 1];
+    for (int k = 0; k < FC; k++)
+        want += (double)x[(FN - 1) * FC + k] * w[(FO - 1) * FC + k];
+    TEST_NEAR(pre[FN * FO - 1], want, 1e-5);
+    TEST_CHECK(out[FN * FO - 1] != pre[FN * FO - 1]); /* the GELU was applied */
+    matmul_forward_gelu_cpu(out, pre, x, w, NULL, FN, FC, FO); /* no bias */
+    matmul_forward_cpu(ref, x, w, NULL, FN, FC, FO);
+    TEST_CHECK(memcmp(pre, ref, sizeof(ref)) == 0);
+}
+
 static void test_bias_and_residual(void)
 {
     float out[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30}, db[3] = {1, 1, 1};
@@ -85,6 +114,7 @@ int main(void)
 {
     TEST_RUN(test_forward_matches_naive);
     TEST_RUN(test_backward_matches_finite_differences);
+    TEST_RUN(test_forward_gelu_fused);
     TEST_RUN(test_bias_and_residual);
     return test_summary();
 }

@@ -299,8 +299,8 @@ static void transformer_forward(struct model *m, int B, int T)
         residual_forward_cpu(res2, x, attproj, (long)N * C);
         layernorm_forward_cpu(ln2, a->ln2_mean + l * sN, a->ln2_rstd + l * sN, res2,
                               p->ln2w + l * C, p->ln2b + l * C, N, C);
-        matmul_forward_cpu(fch, ln2, p->fcw + (size_t)l * F * C, p->fcb + l * F, N, C, F);
-        gelu_forward_cpu(fchg, fch, (size_t)N * F);
+        matmul_forward_gelu_cpu(fchg, fch, ln2, p->fcw + (size_t)l * F * C, p->fcb + l * F, N, C,
+                                F);
         matmul_forward_cpu(fcproj, fchg, p->fcprojw + (size_t)l * C * F, p->fcprojb + l * C, N,
                            F, C);
         residual_forward_cpu(res3, res2, fcproj, (long)N * C);
