@@ -37,3 +37,15 @@ add_test(NAME grafana_dashboard_test
                  --source ${PROJECT_SOURCE_DIR}/operator/ops.c --source ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c
                  --late gantry_train_eval)
 set_tests_properties(grafana_dashboard_test PROPERTIES TIMEOUT 120)
+
+# API tier (label api; skipped with 77 unless GANTRY_TEST_KUBECONFIG is set, see hack/test-api.sh):
+# real gantry-worker processes play the pods of gantry-operator's TrainingJobs
+# (e2e/api/kubelet.py): final = a short job's status.progress from rank 0's termination message;
+# stall = PROGRESS advances, SIGSTOP of a rank -> Stalled + gang restart (docs/metrics.md).
+foreach(group final stall)
+    add_test(NAME progress_real_api_${group}_test
+             COMMAND bash ${PROJECT_SOURCE_DIR}/e2e/api/progress_real_test.sh
+                     $<TARGET_FILE:gantry-operator> $<TARGET_FILE:gantry-worker> ${group})
+    set_tests_properties(progress_real_api_${group}_test PROPERTIES
+                         LABELS api SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()
