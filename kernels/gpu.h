@@ -82,6 +82,11 @@ void matmul_forward_gelu(float *out, float *pre, const float *inp, const float *
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC,
                      struct CUstream_st *stream);
+/* matmul_backward_gelu_cpu's twin: dinp OVERWRITTEN with (dout @ weight) * gelu'(pre), or with
+ * dout @ weight when pre is NULL; dweight, dbias accumulate. */
+void matmul_backward_gelu(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *pre, const float *weight, int N, int C,
+                          int OC, struct CUstream_st *stream);
 /* bf16 operands, fp32 accumulation. Forward: out (bf16) = inp @ weight^T + bias (bf16 bias, may be
  * NULL). Backward: dinp (bf16, may be NULL) += dout @ weight; dweight (FP32, the master gradient)
  * += dout^T @ inp; dbias (fp32, may be NULL) += column sums of dout. */

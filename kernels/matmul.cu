@@ -255,6 +255,26 @@ extern "C" void matmul_backward(float *dinp, float *dweight, float *dbias, const
         colsum<float>(dbias, dout, N, OC, stream);
 }
 
+extern "C" void matmul_backward_gelu(float *dinp, float *dweight, float *dbias,
+                                     const float *dout, const float *inp, const float *pre,
+                                     const float *weight, int N, int C, int OC,
+                                     struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    size_t n = (size_t)N * C;
+    /* dout @ weight into a cleared buffer (a scratch one when the GELU derivative follows), then
+     * gelu_backward accumulates into the cleared dinp: the CPU's result, in two steps. */
+    float *g = pre ? (float *)gpu_scratch(n * sizeof(float), stream) : dinp;
+    CUDA_CHECK(cudaMemsetAsync(g, 0, n * sizeof(float), stream));
+    matmul_backward(g, dweight, dbias, dout, inp, weight, N, C, OC, stream);
+    if (pre) {
+        CUDA_CHECK(cudaMemsetAsync(dinp, 0, n * sizeof(float), stream));
+        gelu_backward(dinp, pre, g, n, stream);
+        gpu_scratch_free(g, stream);
+    }
+}
+
 /* ---- bf16 operands ---- */
 
 extern "C" void matmul_forward_bf16(uint16_t *out, const uint16_t *inp, const uint16_t *weight,

@@ -26,6 +26,16 @@ void matmul_forward_gelu_cpu(float *out, float *pre, const float *inp, const flo
 void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
 
+/* The backward with dinp OVERWRITTEN (no clearing pass, no read of old values):
+ *   dinp = (dout @ weight) * gelu'(pre)   when pre (N,C) is not NULL: the layer whose input was
+ *                                         inp = gelu(pre), through the GELU in one pass;
+ *   dinp = dout @ weight                  when pre is NULL.
+ * dweight and dbias (may be NULL) accumulate as in matmul_backward_cpu. Equal, bit for bit, to
+ * clearing dinp and calling matmul_backward_cpu (then gelu_backward_cpu into a cleared buffer). */
+void matmul_backward_gelu_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *pre, const float *weight, int N,
+                              int C, int OC);
+
 /* out (N,OC) += bias (OC) on every row; dbias += column sums of dout. */
 void bias_forward_cpu(float *out, const float *bias, int N, int OC);
 void bias_backward_cpu(float *dbias, const float *dout, int N, int OC);

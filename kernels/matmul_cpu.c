@@ -101,18 +101,40 @@ void matmul_forward_gelu_cpu(float *out, float *pre, const float *inp, const flo
     forward(out, pre, inp, weight, bias, N, C, OC);
 }
 
-void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
-                         const float *inp, const float *weight, int N, int C, int OC)
+/* d *= gelu'(x), in place: gelu_cpu.c's backward with dinp = 0, the same expression, so
+ * 0 + d * gelu'(x) there equals d * gelu'(x) here bit for bit. */
+#define GELU_SCALE 0.7978845608028654f
+#define GELU_CUBE 0.044715f
+CPU_CLONES static void times_gelu_grad(float *d, const float *x, long n)
+{
+    for (long i = 0; i < n; i++) {
+        float xi = x[i];
+        float u = GELU_SCALE * (xi + GELU_CUBE * xi * xi * xi);
+        float t = cpu_tanhf(u);
+        float sech2 = 1.0f - t * t;
+        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * xi * xi);
+        d[i] = d[i] * (0.5f * (1.0f + t) + 0.5f * xi * sech2 * du);
+    }
+}
+
+static void backward(float *dinp, int set, const float *pre, float *dweight, float *dbias,
+                     const float *dout, const float *inp, const float *weight, int N, int C, int OC)
 {
     cpu_blas_single(); /* we split GEMMs over our own threads (cpu.h) */
 #pragma omp parallel if ((size_t)N * C * OC > SPLIT_MIN_MACS)
     {
         int lo, hi;
-        /* dinp (N,C) += dout (N,OC) x weight (OC,C): split rows of dinp. */
+        /* dinp (N,C) (+)= dout (N,OC) x weight (OC,C): split rows of dinp, in row blocks so the
+         * GELU derivative is applied while the block is in cache. */
         share(N, 8, &lo, &hi);
-        if (dinp && hi > lo)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, C, OC, 1.0f,
-                        dout + (size_t)lo * OC, OC, weight, C, 1.0f, dinp + (size_t)lo * C, C);
+        for (int r0 = lo; dinp && r0 < hi; r0 += FWD_ROWS) {
+            int rows = hi - r0 < FWD_ROWS ? hi - r0 : FWD_ROWS;
+            float *d = dinp + (size_t)r0 * C;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f,
+                        dout + (size_t)r0 * OC, OC, weight, C, set ? 0.0f : 1.0f, d, C);
+            if (pre)
+                times_gelu_grad(d, pre + (size_t)r0 * C, (long)rows * C);
+        }
         /* dweight (OC,C) += dout^T (OC,N) x inp (N,C): split rows of dweight, so no thread
          * shares an output and the sum over N keeps one order (deterministic). */
         share(OC, 8, &lo, &hi);
@@ -123,4 +145,17 @@ void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float 
                 colsum(dbias, dout, N, OC, lo, hi);
         }
     }
+}
+
+void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int N, int C, int OC)
+{
+    backward(dinp, 0, NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+void matmul_backward_gelu_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *pre, const float *weight, int N,
+                              int C, int OC)
+{
+    backward(dinp, 1, pre, dweight, dbias, dout, inp, weight, N, C, OC);
 }

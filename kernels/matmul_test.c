@@ -97,6 +97,45 @@ static void test_forward_gelu_fused(void)
     TEST_CHECK(memcmp(pre, ref, sizeof(ref)) == 0);
 }
 
+static int count_ne(const float *a, const float *b, int n) /* by value: -0 == +0 */
+{
+    int d = 0;
+    for (int i = 0; i < n; i++)
+        d += !(a[i] == b[i]);
+    return d;
+}
+
+/* The overwriting backward (through the GELU, and without) equals clearing + the accumulating
+ * calls, with dinp full of garbage beforehand, across row blocks and both threads. */
+static void test_backward_gelu_fused(void)
+{
+    enum { FN = 1000, FC = 32, FO = 24 };
+    static float x[FN * FC], pre[FN * FC], w[FO * FC], dout[FN * FO], dx[FN * FC], ref[FN * FC],
+        tmp[FN * FC], dw[FO * FC], dwr[FO * FC], db[FO], dbr[FO];
+    uint64_t s = 8;
+    gc_fill(pre, FN * FC, &s, -3, 3);
+    gelu_forward_cpu(x, pre, FN * FC);
+    gc_fill(w, FO * FC, &s, -1, 1);
+    gc_fill(dout, FN * FO, &s, -1, 1);
+    for (int pass = 0; pass < 2; pass++) {
+        const float *p = pass ? NULL : pre;
+        for (int i = 0; i < FN * FC; i++)
+            dx[i] = 1e30f, tmp[i] = 0.0f, ref[i] = 0.0f;
+        for (int i = 0; i < FO * FC; i++)
+            dw[i] = dwr[i] = 0.25f;
+        for (int i = 0; i < FO; i++)
+            db[i] = dbr[i] = -1.0f;
+        matmul_backward_gelu_cpu(dx, dw, db, dout, x, p, w, FN, FC, FO);
+        matmul_backward_cpu(p ? tmp : ref, dwr, dbr, dout, x, w, FN, FC, FO);
+        if (p)
+            gelu_backward_cpu(ref, pre, tmp, FN * FC);
+        TEST_EQ_INT(count_ne(dx, ref, FN * FC), 0);
+        TEST_EQ_INT(count_ne(dw, dwr, FO * FC), 0);
+        TEST_EQ_INT(count_ne(db, dbr, FO), 0);
+    }
+    TEST_CHECK(dx[0] != 1e30f);
+}
+
 static void test_bias_and_residual(void)
 {
     float out[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30}, db[3] = {1, 1, 1};
@@ -115,6 +154,7 @@ int main(void)
     TEST_RUN(test_forward_matches_naive);
     TEST_RUN(test_backward_matches_finite_differences);
     TEST_RUN(test_forward_gelu_fused);
+    TEST_RUN(test_backward_gelu_fused);
     TEST_RUN(test_bias_and_residual);
     return test_summary();
 }

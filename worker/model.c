@@ -28,7 +28,7 @@ struct model_acts {
     float *fch, *fchg, *fcproj, *res3; /* (L,N,F) (L,N,F) (L,N,C) (L,N,C) */
     float *lnf, *lnf_mean, *lnf_rstd, *pooled, *logits, *probs, *losses;
     /* Gradient scratch, reused by every layer in the backward. */
-    float *dres, *dln, *dqkv, *datty, *dfch, *dfchg, *dpooled, *dlogits;
+    float *dres, *dln, *dqkv, *datty, *dfch, *dpooled, *dlogits;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ static size_t carve_acts(struct model_acts *a, const struct model_config *c, int
         TAKE(fch, L * N * F), TAKE(fchg, L * N * F), TAKE(fcproj, L * N * C), TAKE(res3, L * N * C);
         TAKE(lnf, N * C), TAKE(lnf_mean, N), TAKE(lnf_rstd, N);
         TAKE(dres, N * C), TAKE(dln, N * C), TAKE(dqkv, N * 3 * C), TAKE(datty, N * C);
-        TAKE(dfch, N * F), TAKE(dfchg, N * F);
+        TAKE(dfch, N * F);
     }
     TAKE(pooled, MB * C), TAKE(logits, MB * K), TAKE(probs, MB * K), TAKE(losses, (size_t)MB);
     TAKE(dpooled, MB * C), TAKE(dlogits, MB * K);
@@ -373,7 +373,7 @@ static void transformer_backward(struct model *m, int B, int T)
     int C = c->hidden, NH = c->heads, F = c->ffn, N = B * T;
     size_t sN = (size_t)m->max_batch * c->max_seq_len;
     size_t sAtt = (size_t)m->max_batch * NH * c->max_seq_len * c->max_seq_len;
-    size_t NC = (size_t)N * C * sizeof(float), NF = (size_t)N * F * sizeof(float);
+    size_t NC = (size_t)N * C * sizeof(float);
     const float *xL = c->layers ? a->res3 + (c->layers - 1) * sN * C : a->encoded;
 
     zero_floats(a->dln, NC);
@@ -391,26 +391,21 @@ static void transformer_backward(struct model *m, int B, int T)
         const float *ln2 = a->ln2 + l * sN * C, *fch = a->fch + l * sN * F;
         const float *fchg = a->fchg + l * sN * F;
 
-        /* dres holds d(res3): it flows to res2 unchanged and into the MLP branch. */
-        zero_floats(a->dfchg, NF);
-        matmul_backward_cpu(a->dfchg, g->fcprojw + (size_t)l * C * F, g->fcprojb + l * C, a->dres,
-                            fchg, p->fcprojw + (size_t)l * C * F, N, F, C);
-        zero_floats(a->dfch, NF);
-        gelu_backward_cpu(a->dfch, fch, a->dfchg, (size_t)N * F);
-        zero_floats(a->dln, NC);
-        matmul_backward_cpu(a->dln, g->fcw + (size_t)l * F * C, g->fcb + l * F, a->dfch, ln2,
-                            p->fcw + (size_t)l * F * C, N, C, F);
+        /* dres holds d(res3): it flows to res2 unchanged and into the MLP branch. The
+         * *_gelu backwards OVERWRITE their dinp (kernels/matmul.h): no clearing passes. */
+        matmul_backward_gelu_cpu(a->dfch, g->fcprojw + (size_t)l * C * F, g->fcprojb + l * C,
+                                 a->dres, fchg, fch, p->fcprojw + (size_t)l * C * F, N, F, C);
+        matmul_backward_gelu_cpu(a->dln, g->fcw + (size_t)l * F * C, g->fcb + l * F, a->dfch, ln2,
+                                 NULL, p->fcw + (size_t)l * F * C, N, C, F);
         layernorm_backward_cpu(a->dres, g->ln2w + l * C, g->ln2b + l * C, a->dln, res2,
                                p->ln2w + l * C, a->ln2_mean + l * sN, a->ln2_rstd + l * sN, N, C);
         /* dres now holds d(res2): to x unchanged and into the attention branch. */
-        zero_floats(a->datty, NC);
-        matmul_backward_cpu(a->datty, g->attprojw + (size_t)l * C * C, g->attprojb + l * C,
-                            a->dres, atty, p->attprojw + (size_t)l * C * C, N, C, C);
+        matmul_backward_gelu_cpu(a->datty, g->attprojw + (size_t)l * C * C, g->attprojb + l * C,
+                                 a->dres, atty, NULL, p->attprojw + (size_t)l * C * C, N, C, C);
         zero_floats(a->dqkv, 3 * NC);
         attention_backward_cpu(a->dqkv, a->datty, qkv, a->att + l * sAtt, m->len, B, T, C, NH);
-        zero_floats(a->dln, NC);
-        matmul_backward_cpu(a->dln, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, a->dqkv,
-                            ln1, p->qkvw + (size_t)l * 3 * C * C, N, C, 3 * C);
+        matmul_backward_gelu_cpu(a->dln, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C,
+                                 a->dqkv, ln1, NULL, p->qkvw + (size_t)l * 3 * C * C, N, C, 3 * C);
         layernorm_backward_cpu(a->dres, g->ln1w + l * C, g->ln1b + l * C, a->dln, x,
                                p->ln1w + l * C, a->ln1_mean + l * sN, a->ln1_rstd + l * sN, N, C);
     }
