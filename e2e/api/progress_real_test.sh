@@ -11,7 +11,7 @@
 #        rank 0's termination message (worker/obs.h), the checkpoint on disk.
 # stall: a long job; the PROGRESS column advances; rank 1 SIGSTOPped (rank 0 still answers
 #        /progress, its step stands: blocked in all-reduce) -> Stalled + Event + gang restart
-#        within progressDeadlineSeconds (4) + a few 1 s intervals, with the workers' peer timeout
+#        within progressDeadlineSeconds (6) + a few 1 s intervals, with the workers' peer timeout
 #        at 900 s (so the operator, not the worker's timeout, caught it); the new gang resumes
 #        from the checkpoint and Stalled turns False; then rank 0 SIGSTOPped (its /progress
 #        times out) -> Stalled and the second restart. In between, every metric the Grafana
@@ -44,8 +44,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 start_op() { # start_op NAME FLAGS...
     op_log=$logs/operator-$ns-$1.log
     shift
-    "$op" --namespace "$ns" --workers 2 --log-level info --lease-duration 4 --renew-deadline 3 \
-        --retry-period 1 --metrics-addr 127.0.0.1:0 "$@" >>"$op_log" 2>&1 &
+    # No leader election: not under test here, and a Lease renewal that times out on a loaded
+    # machine would stop the operator in the middle of a check.
+    "$op" --namespace "$ns" --workers 2 --log-level info --leader-elect false \
+        --metrics-addr 127.0.0.1:0 "$@" >>"$op_log" 2>&1 &
     op_pid=$!
 }
 stop_op() {
@@ -176,7 +178,7 @@ if want stall; then
 mport=$(free_port)
 start_op stall --progress-interval 1 --progress-url-template "http://{ip}:$mport/progress"
 start_kubelet stall "$mport"
-deadline=4
+deadline=6
 apply_job real 100000 200 "{\"backoffLimit\":2,\"progressDeadlineSeconds\":$deadline}"
 wait_for "real: 2 pods created" 30 has_pods real 2
 wait_for "real: Running 2/2 (the kubelet started both ranks)" 30 is tj/real '{.status.phase} {.status.ready}' "Running 2/2"
@@ -197,17 +199,25 @@ r1=$(pid_of stall real-worker-1)
 r0=$(pid_of stall real-worker-0)
 kill -STOP "$r1"
 t0=$(date +%s)
-sleep 2
-a=$(curl -s -m 2 "http://127.0.0.1:$mport/progress" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])' || echo none)
+step0() { # rank 0's step from its /progress (a few tries: the machine may be loaded), or none
+    local i s
+    for i in 1 2 3; do
+        s=$(curl -s -m 5 "http://127.0.0.1:$mport/progress" 2>/dev/null |
+            python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])' 2>/dev/null) && { echo "$s"; return; }
+    done
+    echo none
+}
 sleep 1
-b=$(curl -s -m 2 "http://127.0.0.1:$mport/progress" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])' || echo none)
+a=$(step0)
+sleep 1
+b=$(step0)
 [ "$a" != none ] && [ "$a" = "$b" ] && ok "real: rank 1 stopped: rank 0 still answers /progress, step stands at $a" \
     || bad "real: rank 0's /progress with rank 1 stopped: '$a' then '$b'"
-wait_for "real: Stalled (ProgressDeadlineExceeded) and the gang restarted (restarts 1)" 30 \
+wait_for "real: Stalled (ProgressDeadlineExceeded) and the gang restarted (restarts 1)" 40 \
     is tj/real '{.status.conditions[?(@.type=="Stalled")].status} {.status.conditions[?(@.type=="Stalled")].reason} {.status.restarts}' \
     "True ProgressDeadlineExceeded 1"
 dt=$(($(date +%s) - t0))
-[ "$dt" -le $((deadline + 8)) ] && ok "real: stall of rank 1 caught ${dt}s after SIGSTOP (deadline ${deadline}s; peer timeout 900 s)" \
+[ "$dt" -le $((deadline + 12)) ] && ok "real: stall of rank 1 caught ${dt}s after SIGSTOP (deadline ${deadline}s; peer timeout 900 s)" \
     || bad "real: stall caught after ${dt}s"
 wait_for "real: a Warning Event Stalled" 10 bash -c "'$kubectl' -n $ns get events --field-selector reason=Stalled,type=Warning -o name | grep -q ."
 if grep -qiE 'timed out|timeout' "$tmp/kubelet-stall/real-worker-0-"*/log; then
@@ -232,10 +242,10 @@ kill -STOP "$r0"
 t0=$(date +%s)
 curl -s -m 2 -o /dev/null "http://127.0.0.1:$mport/progress" && bad "real: a stopped rank 0 answered /progress" \
     || ok "real: rank 0 stopped: /progress times out"
-wait_for "real: Stalled and the second gang restart (restarts 2)" 30 \
+wait_for "real: Stalled and the second gang restart (restarts 2)" 40 \
     is tj/real '{.status.conditions[?(@.type=="Stalled")].status} {.status.restarts}' "True 2"
 dt=$(($(date +%s) - t0))
-[ "$dt" -le $((deadline + 8)) ] && ok "real: stall of rank 0 caught ${dt}s after SIGSTOP (deadline ${deadline}s)" \
+[ "$dt" -le $((deadline + 12)) ] && ok "real: stall of rank 0 caught ${dt}s after SIGSTOP (deadline ${deadline}s)" \
     || bad "real: second stall caught after ${dt}s"
 wait_for "real: gantry_operator_gang_restarts_total 2" 10 bash -c "[ \"\$(curl -s -m 5 http://127.0.0.1:$(op_metrics_port)/metrics | awk '\$1 == \"gantry_operator_gang_restarts_total\" {print \$2}')\" = 2 ]"
 stop_kubelet
