@@ -18,6 +18,7 @@ import sys
 from collections import defaultdict
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -287,9 +288,133 @@ def kube(vals, out_png):
     return summary, section
 
 
+IMPL_LABEL = {"fasttext": "fastText (Debian)", "gantry-ngram": "Gantry n-gram",
+              "gantry-transformer": "Gantry Transformer"}
+
+
+def finite(v):
+    return [x for x in v if x == x]
+
+
+def fasttext(vals, out_png):
+    """Time to accuracy on SpamAssassin: each impl's ladder of epoch counts (one training from
+    scratch per rung); tta_* rows hold, per round, the first rung reaching each threshold."""
+    impls = [i for i in ("gantry-ngram", "gantry-transformer", "fasttext") if any(k[0] == i for k in vals)]
+    ths = sorted({x for (_, m, x) in vals if m == "tta_s"})
+    colors = {"fasttext": "tab:orange", "gantry-ngram": "tab:blue", "gantry-transformer": "tab:green"}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for ax, tm, xlabel in ((axes[0], "train_s", "training wall time (s, log)"),
+                           (axes[1], "cpu_s", "CPU time, user + sys (s, log)")):
+        for impl in impls:
+            eps = sorted(x for (i, m, x) in vals if i == impl and m == "accuracy")
+            ts = [vals.get((impl, tm, e), []) for e in eps]
+            acs = [vals.get((impl, "accuracy", e), []) for e in eps]
+            tm_, te = errbars(ts)
+            am, ae = errbars(acs)
+            ax.errorbar(tm_, am, xerr=te, yerr=ae, marker="o", ms=4, capsize=2, c=colors[impl],
+                        label=IMPL_LABEL[impl])
+            for x, y, e in zip(tm_, am, eps):
+                ax.annotate("%g" % e, (x, y), textcoords="offset points", xytext=(3, -10), fontsize=7,
+                            color=colors[impl])
+        for th in ths:
+            ax.axhline(th, ls=":", c="gray", lw=0.8)
+        ax.set_xscale("log")
+        for axis in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
+            axis(matplotlib.ticker.FuncFormatter(lambda v, _: "%g" % v))
+        ax.tick_params(axis="x", which="minor", labelsize=7)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("eval accuracy")
+        ax.set_ylim(max(0.9, ax.get_ylim()[0]), 1.0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    axes[0].set_title("SpamAssassin: accuracy vs training time (labels: epochs)")
+    axes[1].set_title("same runs, CPU seconds (less sensitive to other load)")
+    fig.text(0.01, 0.01, "each point: a training from scratch for that many epochs; median over rounds, "
+             "error bars min-max; dotted: thresholds %s" % ", ".join("%g" % t for t in ths), fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+    def last(impl):
+        eps = sorted(x for (i, m, x) in vals if i == impl and m == "accuracy")
+        return eps[-1] if eps else None
+
+    def tta(impl, metric, th):
+        v = vals.get((impl, metric, th), [])
+        return finite(v), len(v)
+
+    def tta_str(impl, metric, th):
+        v, n = tta(impl, metric, th)
+        if not v:
+            return "not reached (%g epochs, n=%d)" % (last(impl) or 0, n)
+        return spread(v) + ("" if len(v) == n else " (reached in %d of %d rounds)" % (len(v), n))
+
+    summary = []
+    f_last = last("fasttext")
+    for impl in ("gantry-ngram", "gantry-transformer"):
+        if impl not in impls:
+            continue
+        short = IMPL_LABEL[impl].replace("Gantry ", "")
+        # the Transformer (one round, a short ladder) gets one row: the 0.98 threshold
+        for th in ths if impl == "gantry-ngram" else [t for t in ths if t == 0.98][:1] or ths[-1:]:
+            g, _ = tta(impl, "tta_s", th)
+            f, _ = tta("fasttext", "tta_s", th)
+            gc, _ = tta(impl, "tta_cpu_s", th)
+            fc, _ = tta("fasttext", "tta_cpu_s", th)
+            ge, _ = tta(impl, "tta_epochs", th)
+            fe, _ = tta("fasttext", "tta_epochs", th)
+            ratio = med(g) / med(f) if g and f else float("nan")
+            note = "epochs needed: %s vs %s" % (spread(ge, "%g") if ge else "-", spread(fe, "%g") if fe else "-")
+            if gc and fc:
+                note += "; CPU s %s vs %s = %.2fx" % (spread(gc), spread(fc), med(gc) / med(fc))
+            if g and not f:
+                note += "; Gantry reaches it, fastText does not within %g epochs" % (f_last or 0)
+            summary.append({
+                "bench": "time to accuracy >= %g on SpamAssassin, %s (s)" % (th, short),
+                "ours": tta_str(impl, "tta_s", th), "peer": "fastText " + tta_str("fasttext", "tta_s", th),
+                "ratio": ratio, "target": "report (Gantry/fastText time; none named)", "ok": None,
+                "note": note})
+    g_last = last("gantry-ngram")
+    if "gantry-ngram" in impls and "fasttext" in impls:
+        g = vals.get(("gantry-ngram", "accuracy", g_last), [])
+        f = vals.get(("fasttext", "accuracy", f_last), [])
+        gf = vals.get(("gantry-ngram", "macro_f1", g_last), [])
+        ff = vals.get(("fasttext", "macro_f1", f_last), [])
+        gt = vals.get(("gantry-ngram", "train_s", g_last), [])
+        ft = vals.get(("fasttext", "train_s", f_last), [])
+        ratio = med(g) / med(f) if g and f else float("nan")
+        summary.append({
+            "bench": "final accuracy: n-gram %g epochs vs fastText %g epochs" % (g_last, f_last),
+            "ours": spread(g, "%.4f"), "peer": "fastText " + spread(f, "%.4f"), "ratio": ratio,
+            "target": ">= fastText (same run)", "ok": bool(g and f and med(g) >= med(f)),
+            "note": "macro-F1 %s vs %s; training %s s vs %s s" % (
+                spread(gf, "%.4f"), spread(ff, "%.4f"), spread(gt), spread(ft))})
+
+    section = []
+    prep = vals.get(("fasttext", "prep_s", 0.0), [])
+    if prep:
+        section += ["Writing the split in fastText's format (Gantry's tokenizer, not counted in "
+                    "fastText's time): %s s." % spread(prep), ""]
+    section += ["| impl | epochs | accuracy | macro-F1 | training s | CPU s |", "|---|---|---|---|---|---|"]
+    for impl in impls:
+        for e in sorted(x for (i, m, x) in vals if i == impl and m == "accuracy"):
+            section.append("| %s | %g | %s | %s | %s | %s |" % (
+                impl, e, spread(vals[(impl, "accuracy", e)], "%.4f"),
+                spread(vals.get((impl, "macro_f1", e), []), "%.4f"),
+                spread(vals.get((impl, "train_s", e), [])), spread(vals.get((impl, "cpu_s", e), []))))
+    section += ["", "| impl | threshold | time to accuracy s | CPU s | epochs |", "|---|---|---|---|---|"]
+    for impl in impls:
+        for th in ths:
+            section.append("| %s | %g | %s | %s | %s |" % (
+                impl, th, tta_str(impl, "tta_s", th), tta_str(impl, "tta_cpu_s", th),
+                tta_str(impl, "tta_epochs", th)))
+    return summary, section
+
+
 BENCHES = [
     ("allreduce", "All-reduce bandwidth: Gantry TCP ring vs Gloo vs raw TCP", allreduce),
     ("cpu_train", "CPU training throughput: Gantry vs PyTorch", cpu_train),
+    ("fasttext", "Time to accuracy on SpamAssassin: Gantry vs fastText", fasttext),
     ("ckpt", "Checkpoint: training blocked vs write time vs dd", ckpt),
     ("operator", "Operator: N TrainingJobs to N pods, vs Kubeflow training-operator", operator),
     ("kube", "Kubernetes client: create, list vs kubectl, watch, informer memory", kube),
@@ -339,7 +464,8 @@ def main():
            "`--only NAME` for one benchmark). Raw rounds: `bench/results/<name>.csv` "
            "(impl,metric,x,unit,round,value), tool output: `bench/results/<name>.log`. "
            "Ratios are Gantry over the peer, except the operator's (peer time over Gantry's, "
-           ">1 means Gantry is faster) and the checkpoint's (blocked time over write time).", "",
+           ">1 means Gantry is faster), the checkpoint's (blocked time over write time) and time to "
+           "accuracy's (Gantry's time over fastText's: <1 means Gantry is faster).", "",
            "## Machine and versions", ""]
     for k, v in meta.get("machine", {}).items():
         out.append("- %s: %s" % (k, v))
@@ -355,8 +481,9 @@ def main():
         if r.get("skip"):
             out.append("| %s | %s | | | | not run | |" % (r["bench"], r["ours"]))
         else:
-            out.append("| %s | %s | %s | %.2fx | %s | %s | %s |" % (
-                r["bench"], r["ours"], r["peer"], r["ratio"], r["target"],
+            out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                r["bench"], r["ours"], r["peer"],
+                ("%.2fx" % r["ratio"]) if r["ratio"] == r["ratio"] else "-", r["target"],
                 verdict_word(r["ok"]), r["note"]))
     notes = meta.get("notes", [])
     if notes:

@@ -4,12 +4,16 @@
 #
 #   bench/run.sh [--quick] [--build DIR] [--out DIR] [--doc FILE] [--only "NAMES"] [--skip "NAMES"]
 #
-# NAMES: allreduce cpu_train ckpt operator (default: all). Benchmarks and their peers:
+# NAMES: allreduce cpu_train fasttext ckpt operator (default: all). Benchmarks and their peers:
 #   allreduce  bench/allreduce.sh: tcp ring (fp32, bf16 wire) vs Gloo vs raw TCP, 2 and 4 ranks,
 #              4 KiB..64 MiB, 2 rounds, each a sweep plus an interleaved 64 MiB run (--quick:
 #              2 ranks, 1..64 MiB); target 2x Gloo busbw at 64 MiB
 #   cpu_train  bench/cpu_train.sh: samples/s vs PyTorch, 2 threads, 3 rounds x 8 steps (quick: 2 x 5);
 #              target >= 1.2x
+#   fasttext   bench/fasttext.sh: time to accuracy (0.97, 0.98, 0.985) and final accuracy on
+#              SpamAssassin, gantry-worker n-gram (0.25..3 epochs) vs Debian fasttext (1..25 epochs),
+#              3 rounds, plus the Transformer for 1 epoch once (quick: 1 round, shorter ladders,
+#              no Transformer); ratio reported, target: n-gram final accuracy >= fastText's
 #   ckpt       bench/ckpt_bench.sh: blocked vs write vs dd, 192 MiB x 5 (quick: 48 MiB x 3);
 #              blocked <= 10 % of the write
 #   operator   bench/operator_bench.sh: N = 100 and 1000 jobs -> pods and RSS vs Kubeflow's
@@ -30,7 +34,7 @@ quick=0
 build=$root/build
 out=$root/bench/results
 doc=$root/docs/benchmarks.md
-only="allreduce cpu_train ckpt operator"
+only="allreduce cpu_train fasttext ckpt operator"
 skip=
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -40,7 +44,7 @@ while [ $# -gt 0 ]; do
     --doc) doc=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -59,6 +63,10 @@ sect() { # sect NAME: closes the previous section's timer, opens NAME's
     sect_name=$1 sect_t=$(date +%s)
 }
 t_start=$(date +%s)
+# the 1-minute load average every 5 s: the machine is shared, the report says how busy it was
+( while kill -0 $$ 2>/dev/null; do cut -d" " -f1 /proc/loadavg; sleep 5; done >"$work/load" ) &
+sampler=$!
+trap 'kill "$sampler" 2>/dev/null; rm -rf "$work"' EXIT
 
 # ---- binaries --------------------------------------------------------------------------------
 find_bin() { find "$build" -maxdepth 3 -type f -name "$1" -perm -u+x 2>/dev/null | head -1; }
@@ -113,7 +121,7 @@ m versions python "$("$py" -c 'import sys, matplotlib; print("Python %s, matplot
 m mode mode "$([ $quick = 1 ] && echo 'quick (--quick: fewer rounds and sizes)' || echo full)"
 m notes all "In the commands below, BUILD is the build directory, DIR a temporary directory holding the benchmark binaries, OUT the results directory (bench/results)."
 m skipped gpu "not run: no GPU lent (none on this machine, and this task drew no GPU machine); the GPU benchmark (bench/gpu_bench.cu vs bench/gpu_torch.py, tokens/s and MFU) runs through hack/gpu-check.sh on a lent GPU: docs/gpu.md"
-m missing "Time to accuracy on SpamAssassin vs fastText" "no fastText peer script yet (bench/cpu_train_spam.sh measures Gantry alone)"
+! want fasttext || m versions fasttext "$(dpkg-query -W -f='fasttext ${Version} (Debian)' fasttext 2>/dev/null || echo 'not installed')"
 
 runlog() { # runlog NAME CMD...: run, keep the log, show it
     local name=$1 rc=0
@@ -189,6 +197,32 @@ if want cpu_train; then
     fi
 fi
 
+# ---- time to accuracy vs fastText ---------------------------------------------------------------
+if want fasttext; then
+    sect fasttext
+    log "time to accuracy on SpamAssassin vs fastText"
+    ftd=$(find_bin fasttext_data)
+    if [ -z "$ftd" ] && [ -f "$build/worker/libgantry_data.a" ]; then
+        ftd=$work/bin/fasttext_data
+        mkdir -p "$work/bin"
+        echo "run.sh: fasttext_data not in $build; compiling bench/fasttext_data.c against its libraries" >&2
+        cc -std=c11 -O2 -D_GNU_SOURCE -I"$root" -o "$ftd" "$root/bench/fasttext_data.c" \
+            "$build/worker/libgantry_data.a" "$build/common/libgantry_common.a" -ljansson -lm >&2 || ftd=
+    fi
+    command -v fasttext >/dev/null || "$root/hack/install-deps.sh" >&2 || true
+    if ! command -v fasttext >/dev/null; then
+        m skipped fasttext "fasttext is not installed (hack/install-deps.sh installs Debian's fasttext as root)"
+    elif b=$(find_bin gantry-worker) && [ -n "$b" ] && [ -n "$ftd" ]; then
+        if [ $quick = 1 ]; then ftx=(--rounds 1 --ft-epochs "1 3 5 10" --ngram-epochs "0.25 1" --tf-epochs "")
+        else ftx=(--rounds 3); fi
+        runlog fasttext "$root/bench/fasttext.sh" --bin "$b" --tool "$ftd" --threads 2 "${ftx[@]}" --csv "$out/fasttext.csv" \
+            || { rm -f "$out/fasttext.csv"; m skipped fasttext "bench/fasttext.sh failed (see bench/results/fasttext.log)"; }
+        m notes fasttext "time to accuracy: $(sed -n 's/^# data: [^:]*: //p' "$out/fasttext.log" | head -1). Each rung of a ladder is a training from scratch for that many epochs (schedule complete); a threshold's time is the training time of the first rung reaching it, fastText's the wall time of \`fasttext supervised\` (read, dictionary, train, save), Gantry's setup + training seconds from its report (final evaluation excluded). Both sides read the same tokens (gantry-worker's tokenizer, first 256 words; bench/fasttext_data.c); fastText with its tutorial settings (lr 1.0, bigrams), dim 64 and 131072 buckets as Gantry's n-gram (lr 3e-2, batch 32, AdamW). 2 threads each; rounds alternate which side starts. CPU seconds are shown too: other engineers' jobs share the 2 cores."
+    else
+        m skipped fasttext "gantry-worker or fasttext_data is not built in $build"
+    fi
+fi
+
 # ---- checkpoint ------------------------------------------------------------------------------------
 if want ckpt; then
     sect ckpt
@@ -236,12 +270,21 @@ fi
 
 # ---- report -------------------------------------------------------------------------------------------
 sect report
-for name in allreduce cpu_train ckpt operator kube; do
+for name in allreduce cpu_train fasttext ckpt operator kube; do
     want "${name/kube/operator}" && continue
     rm -f "$out/$name.csv" "$out/$name.png" "$out/$name.log" # no stale results from another run
     m skipped "$name" "not selected in this run (--only/--skip)"
 done
 m machine "load average at end" "$(cut -d' ' -f1-3 /proc/loadavg)"
+kill "$sampler" 2>/dev/null || true
+load=$(sort -g "$work/load" | awk '{ v[NR] = $1 } END { if (NR) printf "%s %s %d", v[int((NR + 1) / 2)], v[NR], NR }')
+if [ -n "$load" ]; then
+    read -r load_med load_max load_n <<<"$load"
+    m machine "load average during the run" "median $load_med, max $load_max (1-minute average sampled every 5 s, n=$load_n; $(nproc) CPUs)"
+    if awk -v l="$load_max" -v c="$(nproc)" 'BEGIN { exit !(l > c) }'; then
+        m notes all "The machine was noisy: it is shared, and other engineers' builds and tests ran during this run (1-minute load average median $load_med, max $load_max on $(nproc) CPUs). Wall times suffer most; the spreads show it, and CPU seconds (time to accuracy, checkpoint pause) are less affected."
+    fi
+fi
 m date date "$(date -u +'%Y-%m-%d %H:%M UTC')"
 m wall wall_s "$(($(date +%s) - t_start))"
 "$py" - "$meta" "$out/meta.json" <<'PY'
