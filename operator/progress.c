@@ -207,7 +207,8 @@ const struct progress_stats *progress_get_stats(const struct progress *p)
 
 /* One read of a round: rank 0 of one job. */
 struct target {
-    char key[2 * RENDER_NAME_MAX + 2], uid[REC_UID_MAX], url[PROGRESS_URL_MAX];
+    char key[2 * RENDER_NAME_MAX + 2], uid[REC_UID_MAX];
+    char *url; /* a round holds every job's target: the URL is allocated to its length */
     int restart;
     CURL *h;
     struct buf body;
@@ -227,6 +228,7 @@ static void target_setup(struct progress *p, struct target *t)
     t->h = curl_easy_init();
     curl_easy_setopt(t->h, CURLOPT_URL, t->url);
     curl_easy_setopt(t->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(t->h, CURLOPT_DNS_CACHE_TIMEOUT, 0L); /* one host per job: caching only costs */
     curl_easy_setopt(t->h, CURLOPT_TIMEOUT_MS, p->timeout_ms);
     curl_easy_setopt(t->h, CURLOPT_CONNECTTIMEOUT_MS, p->timeout_ms);
     curl_easy_setopt(t->h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -276,6 +278,9 @@ static void fetch_all(struct progress *p, CURLM *m, struct target *ts, size_t n)
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
             target_done(t, msg->data.result);
             curl_multi_remove_handle(m, t->h);
+            curl_easy_cleanup(t->h); /* read: only t->w is needed from here on */
+            t->h = NULL;
+            buf_cleanup(&t->body);
             active--;
         }
         if (active > 0)
@@ -318,7 +323,7 @@ static bool plan_job(struct progress *p, const json_t *job, struct target *t)
     const char *ns = json_string_value(json_object_get(meta, "namespace"));
     const char *name = json_string_value(json_object_get(meta, "name"));
     const char *phase = json_string_value(json_object_get(st, "phase"));
-    char pod[RENDER_NAME_MAX], ip[64];
+    char pod[RENDER_NAME_MAX], ip[64], url[PROGRESS_URL_MAX];
 
     memset(t, 0, sizeof(*t));
     if (!ns || !name || !phase || strcmp(phase, "Running") != 0)
@@ -327,10 +332,11 @@ static bool plan_job(struct progress *p, const json_t *job, struct target *t)
     snprintf(t->key, sizeof(t->key), "%s/%s", ns, name);
     if (!find_rank0(p, t->key, t->restart, pod, t->uid, ip, sizeof(ip)))
         return false;
-    if (progress_url(p->tmpl, ns, name, pod, ip, p->port, t->url, sizeof(t->url)) != 0) {
+    if (progress_url(p->tmpl, ns, name, pod, ip, p->port, url, sizeof(url)) != 0) {
         log_warn("Progress URL template does not expand", "{s:s}", "template", p->tmpl);
         return false;
     }
+    t->url = xstrdup(url);
     return true;
 }
 
@@ -429,6 +435,7 @@ static void *run(void *arg)
         for (size_t k = 0; k < n; k++) {
             apply(p, &ts[k], now);
             json_decref(ts[k].w);
+            free(ts[k].url);
             if (ts[k].h)
                 curl_easy_cleanup(ts[k].h);
             buf_cleanup(&ts[k].body);
