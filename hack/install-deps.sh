@@ -34,6 +34,7 @@ pkgs=(build-essential cmake ninja-build pkg-config unzip
       libcurl4-openssl-dev libjansson-dev libyaml-dev libssl-dev
       libopenblas-dev libmicrohttpd-dev
       libisal-dev
+      zlib1g-dev
       libgloo-dev
       fasttext
       clang libclang-rt-14-dev llvm)
