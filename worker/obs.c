@@ -18,8 +18,8 @@ struct obs {
     struct metrics *m;
     struct tbevent_writer *tb; /* NULL: not rank 0, no directory, or disabled after an error */
     int log_interval;
-    bool lead;                                   /* rank 0 */
-    char term_path[256];                         /* "" : no termination message */
+    bool lead;           /* rank 0 */
+    char term_path[256]; /* the termination message file; "": none */
     /* Sums over the current log interval, for the TensorBoard means. */
     double loss_sum, allreduce_sum;
     int n;
