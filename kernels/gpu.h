@@ -79,6 +79,9 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
  * dimension is OC, so OC must be a multiple of 8 (cuBLASLt's aux alignment). */
 void matmul_forward_gelu(float *out, float *pre, const float *inp, const float *weight,
                          const float *bias, int N, int C, int OC, struct CUstream_st *stream);
+/* matmul_forward_residual_cpu's twin: out = res + inp @ weight^T + bias; res, out disjoint. */
+void matmul_forward_residual(float *out, const float *res, const float *inp, const float *weight,
+                             const float *bias, int N, int C, int OC, struct CUstream_st *stream);
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int C, int OC,
                      struct CUstream_st *stream);

@@ -230,6 +230,16 @@ extern "C" void matmul_forward_gelu(float *out, float *pre, const float *inp, co
     gelu_forward(out, pre, (size_t)N * OC, stream);
 }
 
+extern "C" void matmul_forward_residual(float *out, const float *res, const float *inp,
+                                        const float *weight, const float *bias, int N, int C,
+                                        int OC, struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    forward_gemm(out, inp, weight, bias, CUDA_R_32F, N, C, OC, stream);
+    residual_forward(out, res, out, (long)N * OC, stream); /* elementwise: in place is fine */
+}
+
 static void backward_gemms(void *dinp, float *dweight, const void *dout, const void *inp,
                            const void *weight, cudaDataType_t t, int N, int C, int OC,
                            cudaStream_t stream)

@@ -23,6 +23,13 @@ void matmul_forward_cpu(float *out, const float *inp, const float *weight, const
  * GELU_AUX_BIAS epilogue and needs OC % 8 == 0; bias may be NULL here. */
 void matmul_forward_gelu_cpu(float *out, float *pre, const float *inp, const float *weight,
                              const float *bias, int N, int C, int OC);
+/* out = res + inp @ weight^T + bias (bias may be NULL): the projection and the residual
+ * connection in one pass (res (N,OC), and bias, fill each block of out's rows, then the GEMM adds
+ * into it). res and out must not overlap. The backward is matmul_backward_cpu with dout = d(out)
+ * (and d(out) flows to res unchanged). Rounding: (res + bias) + product, where matmul_forward_cpu
+ * + residual_forward_cpu give res + (bias + product). */
+void matmul_forward_residual_cpu(float *out, const float *res, const float *inp,
+                                 const float *weight, const float *bias, int N, int C, int OC);
 void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
 

@@ -63,8 +63,8 @@ void residual_forward_cpu(float *out, const float *a, const float *b, long n)
  * of three passes over the whole (N, OC) output in memory. */
 #define FWD_ROWS 256
 
-static void forward(float *out, float *pre, const float *inp, const float *weight,
-                    const float *bias, int N, int C, int OC)
+static void forward(float *out, float *pre, const float *res, const float *inp,
+                    const float *weight, const float *bias, int N, int C, int OC)
 {
     cpu_blas_single(); /* we split GEMMs over our own threads (cpu.h) */
     /* Rows of out are independent: each thread runs GEMMs on its block of rows. */
@@ -75,7 +75,15 @@ static void forward(float *out, float *pre, const float *inp, const float *weigh
         for (int r0 = lo; r0 < hi; r0 += FWD_ROWS) {
             int rows = hi - r0 < FWD_ROWS ? hi - r0 : FWD_ROWS;
             float *o = (pre ? pre : out) + (size_t)r0 * OC, beta = 0.0f;
-            if (bias) {
+            if (res && bias) {
+                for (int i = 0; i < rows; i++)
+                    for (int j = 0; j < OC; j++)
+                        o[(size_t)i * OC + j] = res[(size_t)(r0 + i) * OC + j] + bias[j];
+                beta = 1.0f;
+            } else if (res) {
+                memcpy(o, res + (size_t)r0 * OC, sizeof(float) * (size_t)rows * OC);
+                beta = 1.0f;
+            } else if (bias) {
                 for (int i = 0; i < rows; i++)
                     memcpy(o + (size_t)i * OC, bias, sizeof(float) * (size_t)OC);
                 beta = 1.0f;
@@ -92,13 +100,19 @@ static void forward(float *out, float *pre, const float *inp, const float *weigh
 void matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias, int N,
                         int C, int OC)
 {
-    forward(out, NULL, inp, weight, bias, N, C, OC);
+    forward(out, NULL, NULL, inp, weight, bias, N, C, OC);
 }
 
 void matmul_forward_gelu_cpu(float *out, float *pre, const float *inp, const float *weight,
                              const float *bias, int N, int C, int OC)
 {
-    forward(out, pre, inp, weight, bias, N, C, OC);
+    forward(out, pre, NULL, inp, weight, bias, N, C, OC);
+}
+
+void matmul_forward_residual_cpu(float *out, const float *res, const float *inp,
+                                 const float *weight, const float *bias, int N, int C, int OC)
+{
+    forward(out, NULL, res, inp, weight, bias, N, C, OC);
 }
 
 /* d *= gelu'(x), in place: gelu_cpu.c's backward with dinp = 0, the same expression, so

@@ -2,6 +2,7 @@
  * differences (dinp, dweight, dbias, accumulation into non-zero buffers). */
 #include "kernels/matmul.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "common/test.h"
@@ -136,6 +137,32 @@ static void test_backward_gelu_fused(void)
     TEST_CHECK(dx[0] != 1e30f);
 }
 
+/* Projection + residual in one call: the naive sum, and the two-call path within rounding. */
+static void test_forward_residual(void)
+{
+    enum { FN = 1000, FC = 32, FO = 24 };
+    static float x[FN * FC], w[FO * FC], b[FO], res[FN * FO], out[FN * FO], ref[FN * FO];
+    uint64_t s = 17;
+    gc_fill(x, FN * FC, &s, -1, 1);
+    gc_fill(w, FO * FC, &s, -1, 1);
+    gc_fill(b, FO, &s, -1, 1);
+    gc_fill(res, FN * FO, &s, -4, 4);
+    for (int withb = 0; withb < 2; withb++) {
+        const float *bb = withb ? b : NULL;
+        matmul_forward_residual_cpu(out, res, x, w, bb, FN, FC, FO);
+        matmul_forward_cpu(ref, x, w, bb, FN, FC, FO);
+        residual_forward_cpu(ref, res, ref, FN * FO);
+        int bad = 0;
+        for (int i = 0; i < FN * FO; i++)
+            bad += !(fabsf(out[i] - ref[i]) <= 1e-5f);
+        TEST_EQ_INT(bad, 0);
+        double want = res[FN * FO - 1] + (bb ? bb[FO - 1] : 0.0);
+        for (int k = 0; k < FC; k++)
+            want += (double)x[(FN - 1) * FC + k] * w[(FO - 1) * FC + k];
+        TEST_NEAR(out[FN * FO - 1], want, 1e-5);
+    }
+}
+
 static void test_bias_and_residual(void)
 {
     float out[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30}, db[3] = {1, 1, 1};
@@ -155,6 +182,7 @@ int main(void)
     TEST_RUN(test_backward_matches_finite_differences);
     TEST_RUN(test_forward_gelu_fused);
     TEST_RUN(test_backward_gelu_fused);
+    TEST_RUN(test_forward_residual);
     TEST_RUN(test_bias_and_residual);
     return test_summary();
 }

@@ -24,8 +24,8 @@ struct model_acts {
     float *encoded;                               /* (N,C) */
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty; /* (L,N,C) (L,N) (L,N) (L,N,3C) (L,N,C) */
     float *att;                                   /* (L,B,NH,T,T) */
-    float *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fchg, *fcproj, *res3; /* (L,N,F) (L,N,F) (L,N,C) (L,N,C) */
+    float *res2, *ln2, *ln2_mean, *ln2_rstd; /* res2 = x + attention projection */
+    float *fch, *fchg, *res3; /* (L,N,F) (L,N,F) (L,N,C) */
     float *lnf, *lnf_mean, *lnf_rstd, *pooled, *logits, *probs, *losses;
     /* Gradient scratch, reused by every layer in the backward. */
     float *dres, *dln, *dqkv, *datty, *dfch, *dpooled, *dlogits;
@@ -197,9 +197,9 @@ static size_t carve_acts(struct model_acts *a, const struct model_config *c, int
         TAKE(encoded, N * C);
         TAKE(ln1, L * N * C), TAKE(ln1_mean, L * N), TAKE(ln1_rstd, L * N);
         TAKE(qkv, L * N * 3 * C), TAKE(atty, L * N * C), TAKE(att, L * MB * NH * T * T);
-        TAKE(attproj, L * N * C), TAKE(res2, L * N * C);
+        TAKE(res2, L * N * C);
         TAKE(ln2, L * N * C), TAKE(ln2_mean, L * N), TAKE(ln2_rstd, L * N);
-        TAKE(fch, L * N * F), TAKE(fchg, L * N * F), TAKE(fcproj, L * N * C), TAKE(res3, L * N * C);
+        TAKE(fch, L * N * F), TAKE(fchg, L * N * F), TAKE(res3, L * N * C);
         TAKE(lnf, N * C), TAKE(lnf_mean, N), TAKE(lnf_rstd, N);
         TAKE(dres, N * C), TAKE(dln, N * C), TAKE(dqkv, N * 3 * C), TAKE(datty, N * C);
         TAKE(dfch, N * F);
@@ -284,26 +284,24 @@ static void transformer_forward(struct model *m, int B, int T)
     const float *x = a->encoded;
     for (int l = 0; l < c->layers; l++) {
         float *ln1 = a->ln1 + l * sN * C, *qkv = a->qkv + l * sN * 3 * C;
-        float *atty = a->atty + l * sN * C, *attproj = a->attproj + l * sN * C;
+        float *atty = a->atty + l * sN * C;
         float *res2 = a->res2 + l * sN * C, *ln2 = a->ln2 + l * sN * C;
         float *fch = a->fch + l * sN * F, *fchg = a->fchg + l * sN * F;
-        float *fcproj = a->fcproj + l * sN * C, *res3 = a->res3 + l * sN * C;
+        float *res3 = a->res3 + l * sN * C;
 
         layernorm_forward_cpu(ln1, a->ln1_mean + l * sN, a->ln1_rstd + l * sN, x,
                               p->ln1w + l * C, p->ln1b + l * C, N, C);
         matmul_forward_cpu(qkv, ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, N, C,
                            3 * C);
         attention_forward_cpu(atty, a->att + l * sAtt, qkv, m->len, B, T, C, NH);
-        matmul_forward_cpu(attproj, atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, N,
-                           C, C);
-        residual_forward_cpu(res2, x, attproj, (long)N * C);
+        matmul_forward_residual_cpu(res2, x, atty, p->attprojw + (size_t)l * C * C,
+                                    p->attprojb + l * C, N, C, C);
         layernorm_forward_cpu(ln2, a->ln2_mean + l * sN, a->ln2_rstd + l * sN, res2,
                               p->ln2w + l * C, p->ln2b + l * C, N, C);
         matmul_forward_gelu_cpu(fchg, fch, ln2, p->fcw + (size_t)l * F * C, p->fcb + l * F, N, C,
                                 F);
-        matmul_forward_cpu(fcproj, fchg, p->fcprojw + (size_t)l * C * F, p->fcprojb + l * C, N,
-                           F, C);
-        residual_forward_cpu(res3, res2, fcproj, (long)N * C);
+        matmul_forward_residual_cpu(res3, res2, fchg, p->fcprojw + (size_t)l * C * F,
+                                    p->fcprojb + l * C, N, F, C);
         x = res3;
     }
     layernorm_forward_cpu(a->lnf, a->lnf_mean, a->lnf_rstd, x, p->lnfw, p->lnfb, N, C);
