@@ -107,7 +107,12 @@ void exec_pod_view(const struct exec_pod *p, struct rec_pod *out)
     snprintf(out->ip, sizeof(out->ip), "%s", exec_pod_str(p, EXEC_POD_IP));
 }
 
-const struct informer_transform exec_pod_transform = {exec_pod_make, exec_pod_free, NULL};
+static const char *pod_rv(const void *rec)
+{
+    return exec_pod_str(rec, EXEC_POD_RV);
+}
+
+const struct informer_transform exec_pod_transform = {exec_pod_make, exec_pod_free, NULL, pod_rv};
 
 static void view_cb(void *ud, const void *rec)
 {
@@ -145,6 +150,7 @@ void *exec_child_make(void *ud, const json_t *obj)
     if (cfg)
         rec_digest(cfg, dg);
     str[EXEC_CHILD_DIGEST] = dg;
+    str[EXEC_CHILD_RV] = json_string_value(json_object_get(meta, "resourceVersion"));
     if (!str[EXEC_CHILD_NAME])
         return NULL;
     for (int i = 0; i < EXEC_CHILD_NSTR; i++) {
@@ -180,7 +186,13 @@ bool exec_child_has_config(const struct exec_child *c)
     return c->has_config;
 }
 
-const struct informer_transform exec_child_transform = {exec_child_make, exec_child_free, NULL};
+static const char *child_rv(const void *rec)
+{
+    return exec_child_str(rec, EXEC_CHILD_RV);
+}
+
+const struct informer_transform exec_child_transform = {exec_child_make, exec_child_free, NULL,
+                                                        child_rv};
 
 const double exec_sync_bounds[EXEC_SYNC_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                     0.1,   0.25,   0.5,   1,    2.5,   10};

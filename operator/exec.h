@@ -127,10 +127,11 @@ bool exec_pod_get(struct exec_shared *sh, const char *key, struct rec_pod *out);
 
 /*
  * The children's informers (Services, ConfigMaps, Secrets) keep typed records too: namespace,
- * name, the job label and, for a ConfigMap, rec_digest() of data["config.json"] (not the text).
+ * name, resourceVersion, the job label and, for a ConfigMap, rec_digest() of data["config.json"]
+ * (not the text).
  */
 enum exec_child_str { EXEC_CHILD_NS, EXEC_CHILD_NAME, EXEC_CHILD_JOB, EXEC_CHILD_DIGEST,
-                      EXEC_CHILD_NSTR };
+                      EXEC_CHILD_RV, EXEC_CHILD_NSTR };
 struct exec_child;
 void *exec_child_make(void *ud, const json_t *obj); /* NULL when it has no name */
 void exec_child_free(void *rec);

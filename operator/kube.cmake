@@ -1,6 +1,6 @@
 # operator/kube/: the Kubernetes API client (libcurl + OpenSSL, Jansson, libyaml) and the operator's
 # error codes and logger. Static library gantry_kube; include as "operator/kube/kube.h".
-pkg_check_modules(KUBE_DEPS REQUIRED IMPORTED_TARGET libcurl jansson yaml-0.1)
+pkg_check_modules(KUBE_DEPS REQUIRED IMPORTED_TARGET libcurl jansson yaml-0.1 zlib)
 find_package(OpenSSL REQUIRED)
 
 set(KUBE_DIR ${CMAKE_CURRENT_SOURCE_DIR}/kube)

@@ -10,7 +10,9 @@
  *
  * Memory per cached object, smallest last:
  *   - JSON (default): a jansson tree of the projected object;
- *   - compact (opts.compact): the projected object as compact JSON text, a few times smaller;
+ *   - compact (opts.compact): the projected object as compact JSON text, deflated (zlib) with
+ *     the first cached object's text as preset dictionary: objects of one kind share most of
+ *     their text, so a 1.2 KB TrainingJob takes ~100 bytes (against ~6 KB as a tree);
  *     informer_get()/informer_list()/informer_each() and the handlers get freshly parsed copies;
  *   - typed (opts.transform, like client-go's SetTransform): the caller's own record, made from
  *     the whole object; read it with informer_peek()/informer_each(); the handlers are
@@ -40,11 +42,14 @@ struct informer_handlers {
 };
 
 /* Typed records: make() turns a whole object (borrowed) into a new record, or returns NULL to
- * leave the object out of the cache; free() releases one (records are immutable once made). */
+ * leave the object out of the cache; free() releases one (records are immutable once made).
+ * rv() (optional) gives a record's metadata.resourceVersion: with it the watch's relist diff
+ * reads the cache instead of keeping its own copy of every key. */
 struct informer_transform {
     void *(*make)(void *ud, const json_t *obj);
     void (*free)(void *rec);
     void *ud;
+    const char *(*rv)(const void *rec);
 };
 
 /* Handlers of a typed informer: records, borrowed, valid only during the call. */
@@ -58,7 +63,7 @@ struct informer_rec_handlers {
 struct informer_opts {
     struct watch_opts watch;   /* path, selectors, timeouts, page size */
     const char *const *fields; /* NULL-terminated dotted paths to keep; NULL: whole objects */
-    bool compact;              /* keep the projected objects as compact JSON text */
+    bool compact;              /* keep the projected objects as compressed compact JSON text */
     /* Typed records instead of JSON (fields and compact are then ignored, informer_get() and
      * informer_list() return NULL and []). Both copied. */
     const struct informer_transform *transform;

@@ -196,7 +196,7 @@ static int pager_handler(void *ud, struct testsrv_conn *c, const struct testsrv_
 }
 
 struct trec {
-    char name[32], phase[16];
+    char name[32], phase[16], rv[16];
     int lists_at_make; /* list requests the server had seen when this record was made */
 };
 
@@ -213,8 +213,14 @@ static void *trec_make(void *ud, const json_t *o)
     t = calloc(1, sizeof(*t));
     snprintf(t->name, sizeof(t->name), "%s", name);
     snprintf(t->phase, sizeof(t->phase), "%s", ph ? ph : "");
+    snprintf(t->rv, sizeof(t->rv), "%s", kube_object_rv(o) ? kube_object_rv(o) : "");
     t->lists_at_make = atomic_load(&cur_pager->lists);
     return t;
+}
+
+static const char *trec_rv(const void *rec)
+{
+    return ((const struct trec *)rec)->rv;
 }
 
 static atomic_int tadds, tupdates, tdeletes, tfrees;
@@ -262,7 +268,8 @@ static void test_informer_paged_typed(void)
     struct pager pg = {0};
     struct testsrv *srv = testsrv_start(pager_handler, &pg);
     struct kube_config cfg = {0};
-    struct informer_transform tr = {trec_make, trec_free, NULL};
+    /* rv: the relist diff reads this cache (struct watch_known), not a set of its own */
+    struct informer_transform tr = {trec_make, trec_free, NULL, trec_rv};
     struct informer_rec_handlers rh = {t_add, t_update, t_delete, NULL};
     struct informer_opts io = {
         .watch = {.path = "/api/v1/namespaces/ml/pods", .timeout_s = 30, .page_limit = 2},
@@ -310,7 +317,7 @@ static void test_informer_transform_skip(void)
     struct pager pg = {0};
     struct testsrv *srv = testsrv_start(pager_handler, &pg);
     struct kube_config cfg = {0};
-    struct informer_transform tr = {trec_make, trec_free, &pg}; /* ud set: skip p2 */
+    struct informer_transform tr = {trec_make, trec_free, &pg, NULL}; /* ud set: skip p2 */
     struct informer_opts io = {
         .watch = {.path = "/api/v1/namespaces/ml/pods", .timeout_s = 30, .page_limit = 2},
         .transform = &tr};

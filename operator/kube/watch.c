@@ -99,6 +99,7 @@ struct watch {
     watch_event_fn fn;
     void *ud;
     struct strmap known; /* key -> resourceVersion (char *) of every object delivered */
+    struct watch_known ext; /* the caller's instead (ext.rv set), or unused */
     struct watch_framer fr;
     char rv[64];
     atomic_int stop;
@@ -129,6 +130,9 @@ struct watch *watch_new(const struct kube_config *cfg, const struct kube_client_
         w->o.backoff_max_ms = 30000;
     w->fn = fn;
     w->ud = ud;
+    if (opts->known)
+        w->ext = *opts->known;
+    w->o.known = NULL;
     strmap_init(&w->known);
     watch_framer_init(&w->fr, WATCH_MAX_LINE);
     pthread_mutex_init(&w->mu, NULL);
@@ -205,7 +209,7 @@ static int track(struct watch *w, enum kube_event t, json_t *obj)
     char key[512];
     const char *rv = kube_object_rv(obj);
 
-    if (kube_object_key(obj, key, sizeof(key)) == 0) {
+    if (!w->ext.rv && kube_object_key(obj, key, sizeof(key)) == 0) {
         if (t == KUBE_EVENT_DELETED)
             free(strmap_del(&w->known, key));
         else
@@ -253,10 +257,14 @@ static int relist_page(void *ud, json_t *items, bool restarted)
     json_array_foreach(items, i, it)
     {
         const char *orv = kube_object_rv(it), *old;
+        char ext_rv[128];
         if (kube_object_key(it, key, sizeof(key)))
             continue;
         strmap_put(&rs->seen, key, NULL);
-        old = strmap_get(&w->known, key);
+        if (w->ext.rv)
+            old = w->ext.rv(w->ext.ud, key, ext_rv, sizeof(ext_rv)) ? ext_rv : NULL;
+        else
+            old = strmap_get(&w->known, key);
         if (!old)
             rc = track(w, KUBE_EVENT_ADDED, it);
         else if (!orv || strcmp(old, orv) != 0)
@@ -265,6 +273,25 @@ static int relist_page(void *ud, json_t *items, bool restarted)
             return rc;
     }
     return 0;
+}
+
+struct gone {
+    const struct strmap *seen;
+    char **keys;
+    size_t n, cap;
+};
+
+static void gone_cb(void *ud, const char *key)
+{
+    struct gone *g = ud;
+
+    if (strmap_has(g->seen, key))
+        return;
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 16;
+        g->keys = xrealloc(g->keys, g->cap * sizeof(*g->keys));
+    }
+    g->keys[g->n++] = xstrdup(key);
 }
 
 /*
@@ -287,18 +314,24 @@ static int relist(struct watch *w)
     if (rc)
         goto out;
     /* What we delivered before but the list no longer has was deleted while we were away. */
-    ngone = 0;
-    for (e = strmap_first(&w->known, &iter); e; e = strmap_next(&w->known, &iter))
-        ngone += !strmap_has(&rs.seen, e->key);
-    if (ngone) {
-        gone = xcalloc(ngone, sizeof(*gone));
-        ngone = 0;
+    if (w->ext.rv) {
+        struct gone g = {.seen = &rs.seen};
+        w->ext.each(w->ext.ud, gone_cb, &g);
+        gone = g.keys;
+        ngone = g.n;
+    } else {
         for (e = strmap_first(&w->known, &iter); e; e = strmap_next(&w->known, &iter))
-            if (!strmap_has(&rs.seen, e->key))
-                gone[ngone++] = xstrdup(e->key);
+            ngone += !strmap_has(&rs.seen, e->key);
+        if (ngone) {
+            gone = xcalloc(ngone, sizeof(*gone));
+            ngone = 0;
+            for (e = strmap_first(&w->known, &iter); e; e = strmap_next(&w->known, &iter))
+                if (!strmap_has(&rs.seen, e->key))
+                    gone[ngone++] = xstrdup(e->key);
+        }
     }
     for (size_t i = 0; i < ngone && rc == 0; i++) {
-        char *grv = strmap_del(&w->known, gone[i]);
+        char *grv = w->ext.rv ? NULL : strmap_del(&w->known, gone[i]);
         json_t *t = tombstone(gone[i], grv);
 
         STAT_ADD(w, synthesized_deletes, 1);

@@ -57,6 +57,20 @@ int watch_parse_event(const char *line, size_t len, enum kube_event *type, json_
     __attribute__((warn_unused_result));
 
 /* ---- list + watch */
+
+/*
+ * Optional: the caller's own record of what it was delivered (an informer's cache), used for the
+ * relist diff instead of the watch's set, so every key is not kept twice. rv copies the
+ * resourceVersion last delivered for key into out (false: unknown); each calls fn for every key
+ * known (fn must not call back into the caller). Called on the watch thread. An object the
+ * caller does not keep comes again as ADDED on a relist.
+ */
+struct watch_known {
+    bool (*rv)(void *ud, const char *key, char *out, size_t n);
+    void (*each)(void *ud, void (*fn)(void *fud, const char *key), void *fud);
+    void *ud;
+};
+
 struct watch_opts {
     const char *path;           /* collection path, e.g. /api/v1/namespaces/ml/pods */
     const char *label_selector; /* NULL: all */
@@ -66,6 +80,7 @@ struct watch_opts {
     long page_limit;             /* list page size; 0: 500 */
     long backoff_max_ms;         /* 0: 30000 */
     void (*on_listed)(void *ud); /* optional: after each complete (re)list has been delivered */
+    const struct watch_known *known; /* optional (copied): see struct watch_known */
 };
 
 /* obj is borrowed. Return nonzero to end watch_run() with that value. Called on the watch thread.
