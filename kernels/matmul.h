@@ -3,8 +3,10 @@
  *
  * Weights are stored as PyTorch's nn.Linear stores them, (OC, C) row-major, so
  * out (N,OC) = inp (N,C) @ weight^T + bias (OC). The GEMMs go to cblas_sgemm (OpenBLAS here,
- * cuBLASLt in the CUDA twin), which brings its own threads; do not call these from inside an
- * OpenMP parallel region. Backward passes accumulate: dinp += dout @ weight,
+ * single-threaded, cuBLASLt in the CUDA twin); the CPU functions split them over OpenMP threads
+ * themselves (rows of the output; the weight gradient in fixed blocks of 2048 rows of N summed
+ * in block order), so results do not depend on the thread count. Do not call these from inside
+ * an OpenMP parallel region. Backward passes accumulate: dinp += dout @ weight,
  * dweight += dout^T @ inp, dbias += column sums of dout; any of dinp, dbias may be NULL to skip it.
  */
 #ifndef GANTRY_MATMUL_H

@@ -2,8 +2,10 @@
 
 #include <cblas.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/xalloc.h"
 #include "kernels/cpu.h"
 #include "kernels/gelu.h"
 
@@ -131,9 +133,15 @@ CPU_CLONES static void times_gelu_grad(float *d, const float *x, long n)
     }
 }
 
+/* Rows of N per weight-gradient partial (see backward). */
+#define DW_ROWS 2048
+
 static void backward(float *dinp, int set, const float *pre, float *dweight, float *dbias,
                      const float *dout, const float *inp, const float *weight, int N, int C, int OC)
 {
+    const int nblk = (N + DW_ROWS - 1) / DW_ROWS;
+    float *part = nblk > 1 ? xmallocarray((size_t)nblk * OC * C, sizeof(float)) : NULL;
+
     cpu_blas_single(); /* we split GEMMs over our own threads (cpu.h) */
 #pragma omp parallel if ((size_t)N * C * OC > SPLIT_MIN_MACS)
     {
@@ -149,16 +157,38 @@ static void backward(float *dinp, int set, const float *pre, float *dweight, flo
             if (pre)
                 times_gelu_grad(d, pre + (size_t)r0 * C, (long)rows * C);
         }
-        /* dweight (OC,C) += dout^T (OC,N) x inp (N,C): split rows of dweight, so no thread
-         * shares an output and the sum over N keeps one order (deterministic). */
+        /* dweight (OC,C) += dout^T (OC,N) x inp (N,C). Long N: one GEMM per block of DW_ROWS
+         * rows of N into its own partial (any thread), then dweight += the partials in block
+         * order; short N: split rows of dweight. Either way no two threads share an output and
+         * the sums keep an order fixed by N alone: deterministic, and independent of the
+         * thread count. */
+        if (part) {
+#pragma omp for schedule(static)
+            for (int b = 0; b < nblk; b++) {
+                int k0 = b * DW_ROWS, kn = N - k0 < DW_ROWS ? N - k0 : DW_ROWS;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, kn, 1.0f,
+                            dout + (size_t)k0 * OC, OC, inp + (size_t)k0 * C, C, 0.0f,
+                            part + (size_t)b * OC * C, C);
+            }
+            const long n = (long)OC * C;
+#pragma omp for schedule(static)
+            for (long i = 0; i < n; i++) {
+                float sum = dweight[i];
+                for (int b = 0; b < nblk; b++)
+                    sum += part[(size_t)b * n + i];
+                dweight[i] = sum;
+            }
+        }
         share(OC, 8, &lo, &hi);
         if (hi > lo) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, C, N, 1.0f, dout + lo,
-                        OC, inp, C, 1.0f, dweight + (size_t)lo * C, C);
+            if (!part)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, C, N, 1.0f,
+                            dout + lo, OC, inp, C, 1.0f, dweight + (size_t)lo * C, C);
             if (dbias)
                 colsum(dbias, dout, N, OC, lo, hi);
         }
     }
+    free(part);
 }
 
 void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,

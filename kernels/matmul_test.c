@@ -5,6 +5,10 @@
 #include <math.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "common/test.h"
 #include "kernels/gelu.h"
 #include "kernels/gradcheck.h"
@@ -163,6 +167,43 @@ static void test_forward_residual(void)
     }
 }
 
+/* Long N (several weight-gradient blocks): dweight against a double-precision sum, and the same
+ * bits on 1 and 2 threads. */
+static void test_backward_long_n(void)
+{
+    enum { LN = 5000, LC = 16, LO = 24 };
+    static float x[LN * LC], w[LO * LC], dout[LN * LO], dx[LN * LC], dw[2][LO * LC], db[2][LO];
+    uint64_t s = 29;
+    gc_fill(x, LN * LC, &s, -1, 1);
+    gc_fill(w, LO * LC, &s, -1, 1);
+    gc_fill(dout, LN * LO, &s, -1, 1);
+    for (int t = 0; t < 2; t++) {
+#ifdef _OPENMP
+        omp_set_num_threads(t + 1);
+#endif
+        for (int i = 0; i < LO * LC; i++)
+            dw[t][i] = 0.5f;
+        for (int i = 0; i < LO; i++)
+            db[t][i] = 0.0f;
+        matmul_backward_cpu(dx, dw[t], db[t], dout, x, w, LN, LC, LO);
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(2);
+#endif
+    TEST_CHECK(memcmp(dw[0], dw[1], sizeof(dw[0])) == 0);
+    TEST_CHECK(memcmp(db[0], db[1], sizeof(db[0])) == 0);
+    int bad = 0;
+    for (int o = 0; o < LO; o++) {
+        for (int k = 0; k < LC; k++) {
+            double want = 0.5;
+            for (int i = 0; i < LN; i++)
+                want += (double)dout[i * LO + o] * x[i * LC + k];
+            bad += !(fabs(dw[1][o * LC + k] - want) <= 1e-3);
+        }
+    }
+    TEST_EQ_INT(bad, 0);
+}
+
 static void test_bias_and_residual(void)
 {
     float out[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30}, db[3] = {1, 1, 1};
@@ -183,6 +224,7 @@ int main(void)
     TEST_RUN(test_forward_gelu_fused);
     TEST_RUN(test_backward_gelu_fused);
     TEST_RUN(test_forward_residual);
+    TEST_RUN(test_backward_long_n);
     TEST_RUN(test_bias_and_residual);
     return test_summary();
 }
