@@ -3,7 +3,8 @@
  *
  * out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Shapes: tokens (B,T) ids in [0,V), wte (V,C),
  * wpe (maxT,C) with T <= maxT, out (B,T,C). The backward accumulates (dwte += ..., dwpe += ...)
- * and is serial over tokens: two tokens may share an id, and the op is cheap next to the GEMMs.
+ * and walks the tokens in order (two tokens may share an id); threads split the columns, so the
+ * sums do not depend on the thread count.
  * Ids are not checked here: the data pipeline maps unknown words to [UNK] before the model runs.
  * The CUDA launchers will take the same arguments plus a stream.
  */

@@ -2,6 +2,10 @@
 
 #include <stddef.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 void embed_forward_cpu(float *out, const int *tokens, const float *wte, const float *wpe, int B,
                        int T, int C)
 {
@@ -20,14 +24,26 @@ void embed_forward_cpu(float *out, const int *tokens, const float *wte, const fl
 void embed_backward_cpu(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
                         int T, int C)
 {
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            const float *d = dout + ((size_t)b * T + t) * C;
-            float *de = dwte + (size_t)tokens[(size_t)b * T + t] * C;
-            float *dp = dwpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) {
-                de[c] += d[c];
-                dp[c] += d[c];
+    /* Threads take disjoint column ranges and walk every token in order: two tokens may share an
+     * id, but never a column between threads, and each sum keeps the serial order. */
+#pragma omp parallel if ((size_t)B * T * C > 65536)
+    {
+#ifdef _OPENMP
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+        int nt = 1, id = 0;
+#endif
+        int per = (C + nt - 1) / nt, c0 = id * per < C ? id * per : C;
+        int c1 = c0 + per < C ? c0 + per : C;
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t < T; t++) {
+                const float *d = dout + ((size_t)b * T + t) * C;
+                float *de = dwte + (size_t)tokens[(size_t)b * T + t] * C;
+                float *dp = dwpe + (size_t)t * C;
+                for (int c = c0; c < c1; c++) {
+                    de[c] += d[c];
+                    dp[c] += d[c];
+                }
             }
         }
     }

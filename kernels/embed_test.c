@@ -63,9 +63,41 @@ static void test_backward_matches_finite_differences(void)
     gc_check("dtable", c.table, dtable, V * D, 1, bag_loss, &c, 1e-2f, 1e-4, 1e-3);
 }
 
+/* Above the parallel threshold, with repeated ids: the same bits as the serial loop. */
+static void test_backward_parallel_matches_serial(void)
+{
+    enum { PB = 4, PT = 128, PC = 160, PV = 37 };
+    static int tok[PB * PT];
+    static float dout[PB * PT * PC], dwte[PV * PC], dwpe[PT * PC], rte[PV * PC], rpe[PT * PC];
+    uint64_t s = 77;
+    gc_fill(dout, PB * PT * PC, &s, -1, 1);
+    gc_fill(dwte, PV * PC, &s, -1, 1);
+    gc_fill(dwpe, PT * PC, &s, -1, 1);
+    for (int i = 0; i < PV * PC; i++)
+        rte[i] = dwte[i];
+    for (int i = 0; i < PT * PC; i++)
+        rpe[i] = dwpe[i];
+    for (int i = 0; i < PB * PT; i++)
+        tok[i] = (i * 7) % PV;
+    embed_backward_cpu(dwte, dwpe, dout, tok, PB, PT, PC);
+    for (int i = 0; i < PB * PT; i++) {
+        for (int c = 0; c < PC; c++) {
+            rte[tok[i] * PC + c] += dout[i * PC + c];
+            rpe[(i % PT) * PC + c] += dout[i * PC + c];
+        }
+    }
+    int bad = 0;
+    for (int i = 0; i < PV * PC; i++)
+        bad += dwte[i] != rte[i];
+    for (int i = 0; i < PT * PC; i++)
+        bad += dwpe[i] != rpe[i];
+    TEST_EQ_INT(bad, 0);
+}
+
 int main(void)
 {
     TEST_RUN(test_values);
     TEST_RUN(test_backward_matches_finite_differences);
+    TEST_RUN(test_backward_parallel_matches_serial);
     return test_summary();
 }
