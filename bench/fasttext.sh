@@ -20,17 +20,19 @@
 # Time to accuracy: each side trains from scratch for each epoch count of its ladder (the
 # learning-rate schedule ends at the last epoch, as it would in a real run of that length); a
 # threshold's time is the training time of the first rung whose eval accuracy reaches it.
-# Training time: fastText's `supervised` wall time (read, dictionary, training, model save);
-# gantry-worker's setup (read, tokenize, vocab, encode) + training seconds from its report (its
-# final evaluation excluded). CPU seconds (user + sys of the whole process) are kept as well:
-# the machine is shared and CPU time suffers less from other load than wall time.
+# Training time, both from the same JSONL: fastText's is the writing of its input files by
+# FASTTEXT_DATA (tokenizing; once per round, added to each rung) + `fasttext supervised`'s wall
+# time (read, dictionary, training, model save); gantry-worker's is its setup (read, tokenize,
+# vocab, encode) + training seconds from its report (its final evaluation excluded). CPU seconds
+# (user + sys of the whole processes) are kept as well: the machine is shared and CPU time
+# suffers less from other load than wall time (Gantry's include its final evaluation).
 # Evaluation: accuracy and macro-F1 on eval.jsonl (fastText: `fasttext predict`, scored here).
 # Ladders (ascending): fastText 1 2 3 5 10 25 epochs (25: the tutorial's; its CLI takes whole
 # epochs), n-gram 0.25 0.5 1 3 (3: gantry-worker's default), Transformer 1; thresholds 0.97 0.98
 # 0.985 (0.985: issue 6's Transformer target).
 # CSV (--csv): impl,metric,x,unit,round,value with metrics accuracy, macro_f1, train_s, cpu_s
-# (x = epochs), tta_s, tta_cpu_s, tta_epochs (x = threshold; nan when the ladder never reached it) and
-# prep_s (fastText-format conversion, not counted in fastText's time). Prints a table per round.
+# (x = epochs), tta_s, tta_cpu_s, tta_epochs (x = threshold; nan when the ladder never reached
+# it) and prep_s (writing fastText's input, included in its times). Prints a table per round.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -70,14 +72,18 @@ row() { echo "$1,$2,$3,$4,$5,$6" >>"$rows"; }
 TIMEFORMAT='%3R %3U %3S'
 
 # ---- the fastText-format files (tokenized by Gantry's tokenizer) --------------------------------
-s=$(date +%s%N)
-"$tool" --max-tokens 256 "$data/train.jsonl" "$work/train.txt" >"$work/train.count"
-"$tool" --max-tokens 256 "$data/eval.jsonl" "$work/eval.txt" >"$work/eval.count"
-prep=$(awk -v a="$s" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
-row fasttext prep_s 0 s 0 "$prep"
+# prep ROUND: writes them, timed; fastText's times include it, as Gantry's include its own setup
+prep() {
+    local t
+    t=$({ time { "$tool" --max-tokens 256 "$data/train.jsonl" "$work/train.txt" >"$work/train.count" &&
+        "$tool" --max-tokens 256 "$data/eval.jsonl" "$work/eval.txt" >"$work/eval.count"; }; } 2>&1)
+    read -r prep_wall prep_cpu < <(echo "$t" | awk '{ printf "%.3f %.3f\n", $1, $2 + $3 }')
+    row fasttext prep_s 0 s "$1" "$prep_wall"
+}
+prep 0
 read -r ntrain ntok _ <"$work/train.count"
 read -r neval _ _ <"$work/eval.count"
-echo "# data: $data: $ntrain train / $neval eval e-mails, $ntok train words (first 256 per e-mail), fastText files written in $prep s"
+echo "# data: $data: $ntrain train / $neval eval e-mails, $ntok train words (first 256 per e-mail), fastText files written in $prep_wall s"
 echo "# $(dpkg-query -W -f='fasttext ${Version}' fasttext 2>/dev/null || echo "fasttext version unknown"); gantry-worker $bin; $threads threads"
 
 # score GOLD PRED: accuracy and macro-F1 over the labels seen in either file
@@ -97,7 +103,8 @@ run_ft() {
         >"$work/ft.log" 2>&1; } 2>&1) || { cat "$work/ft.log" >&2; return 1; }
     fasttext predict "$work/ft.bin" "$work/eval.txt" >"$work/ft.pred"
     read -r acc f1 < <(score "$work/eval.txt" "$work/ft.pred")
-    emit fasttext "$r" "$e" "$acc" "$f1" "$(echo "$t" | awk '{ print $1 }')" "$t"
+    t=$(echo "$t" | awk -v w="$prep_wall" -v c="$prep_cpu" '{ printf "%.3f %.3f 0", $1 + w, $2 + $3 + c }')
+    emit fasttext "$r" "$e" "$acc" "$f1" "${t%% *}" "$t"
 }
 
 # run_gantry IMPL ROUND EPOCHS FLAGS...: one gantry-worker training from scratch; a fractional
@@ -138,6 +145,7 @@ for r in $(seq 0 $((rounds - 1))); do
     if [ $((r % 2)) = 0 ]; then order="ft ng"; else order="ng ft"; fi
     for side in $order; do
         if [ $side = ft ]; then
+            [ "$r" = 0 ] || prep "$r"
             for e in $ft_epochs; do run_ft "$r" "$e"; done
         else
             for e in $ng_epochs; do run_gantry gantry-ngram "$r" "$e" "${ngram[@]}"; done

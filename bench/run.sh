@@ -26,7 +26,7 @@
 # Binaries come from DIR (default build/); ckpt_bench, bench_allreduce and bench_allreduce_gloo
 # are compiled here against DIR's libraries when the build does not have them.
 # Env: PYTHON (plots; default the hack/pyenv.sh venv), TORCH_PYTHON (the PyTorch peer; default
-# the `hack/pyenv.sh torch` venv).
+# the `hack/pyenv.sh torch` venv), GANTRY_REV (the version line when the source is no git checkout).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -101,7 +101,8 @@ m machine memory "$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/m
 m machine os "$(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r)"
 m machine disk "$(df -P /tmp | awk 'NR == 2 { print $1 " mounted on " $6 }') (checkpoint and dd target: /tmp)"
 m machine "load average at start" "$(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared: other jobs may run)"
-m versions gantry "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- . 2>/dev/null || echo ' + uncommitted changes')"
+# GANTRY_REV names the source when it is not a git checkout (e.g. a `git archive` of a commit)
+m versions gantry "${GANTRY_REV:-$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- . 2>/dev/null || echo ' + uncommitted changes')}"
 m versions compiler "$(cc --version | head -1)"
 m versions gloo "$(dpkg-query -W -f='libgloo-dev ${Version}' libgloo-dev 2>/dev/null || echo 'not installed')"
 m versions openblas "$(dpkg-query -W -f='${db:Status-Abbrev}${Package} ${Version}\n' 'libopenblas*' 2>/dev/null | awk '/^ii/ { print $2, $3; exit }')"
@@ -217,7 +218,7 @@ if want fasttext; then
         else ftx=(--rounds 3); fi
         runlog fasttext "$root/bench/fasttext.sh" --bin "$b" --tool "$ftd" --threads 2 "${ftx[@]}" --csv "$out/fasttext.csv" \
             || { rm -f "$out/fasttext.csv"; m skipped fasttext "bench/fasttext.sh failed (see bench/results/fasttext.log)"; }
-        m notes fasttext "time to accuracy: $(sed -n 's/^# data: [^:]*: //p' "$out/fasttext.log" | head -1). Each rung of a ladder is a training from scratch for that many epochs (schedule complete); a threshold's time is the training time of the first rung reaching it, fastText's the wall time of \`fasttext supervised\` (read, dictionary, train, save), Gantry's setup + training seconds from its report (final evaluation excluded). Both sides read the same tokens (gantry-worker's tokenizer, first 256 words; bench/fasttext_data.c); fastText with its tutorial settings (lr 1.0, bigrams), dim 64 and 131072 buckets as Gantry's n-gram (lr 3e-2, batch 32, AdamW). 2 threads each; rounds alternate which side starts. CPU seconds are shown too: other engineers' jobs share the 2 cores."
+        m notes fasttext "time to accuracy: $(sed -n 's/^# data: [^:]*: //p' "$out/fasttext.log" | head -1). Each rung of a ladder is a training from scratch for that many epochs (schedule complete); a threshold's time is the training time of the first rung reaching it, fastText's the wall time of writing its tokenized input plus \`fasttext supervised\` (read, dictionary, train, save), Gantry's its setup (read, tokenize, vocab, encode) + training seconds from its report (final evaluation excluded). Both sides read the same tokens (gantry-worker's tokenizer, first 256 words; bench/fasttext_data.c); fastText with its tutorial settings (lr 1.0, bigrams), dim 64 and 131072 buckets as Gantry's n-gram (lr 3e-2, batch 32, AdamW). 2 threads each; rounds alternate which side starts. CPU seconds are shown too: other engineers' jobs share the 2 cores."
     else
         m skipped fasttext "gantry-worker or fasttext_data is not built in $build"
     fi
