@@ -15,8 +15,10 @@
    renders them). With --worker, a real gantry-worker (one rank, --data) is started with a
    metrics port and scraped. --late names (exported only at a worker's end, after the final
    evaluation) are checked in the sources.
-3. PromQL: brackets and quotes balance, and with promtool on PATH (Debian package prometheus)
-   every query (variables replaced by ".*") passes `promtool check rules` as a recording rule.
+3. PromQL: brackets and quotes balance, and every query (variables replaced by ".*") passes
+   `promtool check rules` as a recording rule. promtool comes from PATH, else from Debian's
+   prometheus package, unpacked once into ~/.cache/gantry/promtool-<version>/ (apt-get download:
+   no root, nothing installed); without it (no apt) only the balance is checked.
 Exit 0 when all hold; prints one line per failure.
 """
 import argparse
@@ -199,13 +201,52 @@ def scrape_worker(binary, data):
     return text
 
 
-def promtool_check(exprs, required):
+def find_promtool():
+    """promtool from PATH, else from the cache, else Debian's prometheus package unpacked into
+    the cache ($GANTRY_CACHE or ~/.cache/gantry, promtool-<version>/; apt-get download needs
+    no root and installs nothing). None when none can be had."""
     tool = shutil.which("promtool")
+    if tool or not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
+        return tool
+    try:
+        pol = subprocess.run(["apt-cache", "policy", "prometheus"], capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"Candidate:\s*(\S+)", pol)
+    if not m or m.group(1) == "(none)":
+        return None
+    cache = os.environ.get("GANTRY_CACHE", os.path.expanduser("~/.cache/gantry"))
+    dest = os.path.join(cache, "promtool-" + re.sub(r"[^A-Za-z0-9.+-]", "_", m.group(1)))
+    tool = os.path.join(dest, "promtool")
+    if os.access(tool, os.X_OK):
+        return tool
+    work = tempfile.mkdtemp(prefix="promtool.")
+    try:
+        subprocess.run(["apt-get", "download", "prometheus=" + m.group(1)], cwd=work,
+                       capture_output=True, timeout=300, check=True)
+        deb = [f for f in os.listdir(work) if f.endswith(".deb")][0]
+        subprocess.run(["dpkg-deb", "-x", deb, "x"], cwd=work, capture_output=True,
+                       timeout=300, check=True)
+        os.makedirs(dest, exist_ok=True)
+        shutil.copy(os.path.join(work, "x", "usr", "bin", "promtool"), tool + ".tmp")
+        os.rename(tool + ".tmp", tool)
+        print("note: promtool %s unpacked into %s" % (m.group(1), dest))
+        return tool
+    except (OSError, IndexError, subprocess.SubprocessError) as e:
+        print("note: could not fetch promtool (%s)" % e)
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def promtool_check(exprs, required):
+    tool = find_promtool()
     if not tool:
         if required:
-            fail("promtool not found (Debian package prometheus)")
+            fail("no promtool (Debian package prometheus)")
         else:
-            print("note: no promtool on PATH: PromQL checked for balance only")
+            print("note: no promtool: PromQL checked for balance only")
         return
     rules = {"groups": [{"name": "dashboard", "rules": [
         {"record": "dashboard:query_%d" % i,
