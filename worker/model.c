@@ -29,6 +29,7 @@ struct model_acts {
     float *lnf, *lnf_mean, *lnf_rstd, *pooled, *logits, *probs, *losses;
     /* Gradient scratch, reused by every layer in the backward. */
     float *dres, *dln, *dqkv, *datty, *dfch, *dpooled, *dlogits;
+    float *gpart; /* per-group partial gradients of the layer tensors (transformer_backward) */
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -188,6 +189,9 @@ void model_init_params(struct model *m, uint64_t seed)
 }
 
 /* Carves the activation buffer; with base == NULL only counts. Returns the float count. */
+/* Sequences per backward group (transformer_backward). */
+#define BWD_GROUP 4
+
 static size_t carve_acts(struct model_acts *a, const struct model_config *c, int MB, float *base)
 {
     size_t N = (size_t)MB * c->max_seq_len, C = c->hidden, L = c->layers, F = c->ffn;
@@ -203,6 +207,8 @@ static size_t carve_acts(struct model_acts *a, const struct model_config *c, int
         TAKE(lnf, N * C), TAKE(lnf_mean, N), TAKE(lnf_rstd, N);
         TAKE(dres, N * C), TAKE(dln, N * C), TAKE(dqkv, N * 3 * C), TAKE(datty, N * C);
         TAKE(dfch, N * F);
+        size_t groups = MB > BWD_GROUP ? ((size_t)MB + BWD_GROUP - 1) / BWD_GROUP : 0;
+        TAKE(gpart, groups * L * (4 * C * C + 2 * F * C + 9 * C + F));
     }
     TAKE(pooled, MB * C), TAKE(logits, MB * K), TAKE(probs, MB * K), TAKE(losses, (size_t)MB);
     TAKE(dpooled, MB * C), TAKE(dlogits, MB * K);
@@ -271,7 +277,11 @@ void model_zero_grad(struct model *m)
 /* ---------------------------------------------------------------------------------------------
  * Forward
  * ------------------------------------------------------------------------------------------- */
-static void transformer_forward(struct model *m, int B, int T)
+/*
+ * The forward of rows [r0, r0 + B * T): B whole sequences starting at sequence b0 (r0 = b0 * T),
+ * through every layer and the final LayerNorm.
+ */
+static void forward_rows(struct model *m, int b0, int B, int T)
 {
     const struct model_config *c = &m->cfg;
     struct model_acts *a = m->a;
@@ -279,32 +289,56 @@ static void transformer_forward(struct model *m, int B, int T)
     int C = c->hidden, NH = c->heads, F = c->ffn, N = B * T;
     size_t sN = (size_t)m->max_batch * c->max_seq_len; /* per-layer stride, in rows */
     size_t sAtt = (size_t)m->max_batch * NH * c->max_seq_len * c->max_seq_len;
+    size_t r0 = (size_t)b0 * T, a0 = (size_t)b0 * NH * T * T;
+    const int *len = m->len + b0;
 
-    embed_forward_cpu(a->encoded, m->tokens, p->wte, p->wpe, B, T, C);
-    const float *x = a->encoded;
+    embed_forward_cpu(a->encoded + r0 * C, m->tokens + r0, p->wte, p->wpe, B, T, C);
+    const float *x = a->encoded + r0 * C;
     for (int l = 0; l < c->layers; l++) {
-        float *ln1 = a->ln1 + l * sN * C, *qkv = a->qkv + l * sN * 3 * C;
-        float *atty = a->atty + l * sN * C;
-        float *res2 = a->res2 + l * sN * C, *ln2 = a->ln2 + l * sN * C;
-        float *fch = a->fch + l * sN * F, *fchg = a->fchg + l * sN * F;
-        float *res3 = a->res3 + l * sN * C;
+        size_t o = l * sN + r0; /* this layer's first row of ours */
+        float *ln1 = a->ln1 + o * C, *qkv = a->qkv + o * 3 * C, *atty = a->atty + o * C;
+        float *res2 = a->res2 + o * C, *ln2 = a->ln2 + o * C;
+        float *fch = a->fch + o * F, *fchg = a->fchg + o * F, *res3 = a->res3 + o * C;
 
-        layernorm_forward_cpu(ln1, a->ln1_mean + l * sN, a->ln1_rstd + l * sN, x,
-                              p->ln1w + l * C, p->ln1b + l * C, N, C);
+        layernorm_forward_cpu(ln1, a->ln1_mean + o, a->ln1_rstd + o, x, p->ln1w + l * C,
+                              p->ln1b + l * C, N, C);
         matmul_forward_cpu(qkv, ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, N, C,
                            3 * C);
-        attention_forward_cpu(atty, a->att + l * sAtt, qkv, m->len, B, T, C, NH);
+        attention_forward_cpu(atty, a->att + l * sAtt + a0, qkv, len, B, T, C, NH);
         matmul_forward_residual_cpu(res2, x, atty, p->attprojw + (size_t)l * C * C,
                                     p->attprojb + l * C, N, C, C);
-        layernorm_forward_cpu(ln2, a->ln2_mean + l * sN, a->ln2_rstd + l * sN, res2,
-                              p->ln2w + l * C, p->ln2b + l * C, N, C);
+        layernorm_forward_cpu(ln2, a->ln2_mean + o, a->ln2_rstd + o, res2, p->ln2w + l * C,
+                              p->ln2b + l * C, N, C);
         matmul_forward_gelu_cpu(fchg, fch, ln2, p->fcw + (size_t)l * F * C, p->fcb + l * F, N, C,
                                 F);
         matmul_forward_residual_cpu(res3, res2, fchg, p->fcprojw + (size_t)l * C * F,
                                     p->fcprojb + l * C, N, F, C);
         x = res3;
     }
-    layernorm_forward_cpu(a->lnf, a->lnf_mean, a->lnf_rstd, x, p->lnfw, p->lnfb, N, C);
+    layernorm_forward_cpu(a->lnf + r0 * C, a->lnf_mean + r0, a->lnf_rstd + r0, x, p->lnfw,
+                          p->lnfb, N, C);
+}
+
+/*
+ * Sequences are independent until the pooling, so a batch runs one sequence per thread at a time
+ * through every layer (depth first): a sequence's activations (T rows) and the layer weights stay
+ * in the core's cache from one op to the next, instead of each op streaming the whole batch
+ * through memory. The kernels, called inside this parallel region, run single-threaded (nested
+ * OpenMP regions are inactive). A single sequence uses the kernels' own threads instead.
+ */
+static void transformer_forward(struct model *m, int B, int T)
+{
+    const struct model_config *c = &m->cfg;
+    struct model_acts *a = m->a;
+    int C = c->hidden;
+
+    if (B > 1) {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int b = 0; b < B; b++)
+            forward_rows(m, b, 1, T);
+    } else {
+        forward_rows(m, 0, B, T);
+    }
     if (c->pool == MODEL_POOL_CLS)
         clspool_forward_cpu(a->pooled, a->lnf, B, T, C);
     else
@@ -363,14 +397,72 @@ float model_forward(struct model *m, const int *tokens, const int *len, const in
 /* ---------------------------------------------------------------------------------------------
  * Backward (accumulates into m->grads)
  * ------------------------------------------------------------------------------------------- */
+/*
+ * The layers' backward for rows [r0, r0 + B * T) (B sequences from b0): dres holds d(final
+ * LayerNorm input) for those rows on entry and d(embedding output) on return. Parameter gradients
+ * accumulate into g (the group partial, see transformer_backward).
+ */
+static void backward_rows(struct model *m, int b0, int B, int T, const struct model_params *g)
+{
+    const struct model_config *c = &m->cfg;
+    struct model_acts *a = m->a;
+    const struct model_params *p = &m->p;
+    int C = c->hidden, NH = c->heads, F = c->ffn, N = B * T;
+    size_t sN = (size_t)m->max_batch * c->max_seq_len;
+    size_t sAtt = (size_t)m->max_batch * NH * c->max_seq_len * c->max_seq_len;
+    size_t r0 = (size_t)b0 * T, a0 = (size_t)b0 * NH * T * T;
+    const int *len = m->len + b0;
+    float *dres = a->dres + r0 * C, *dln = a->dln + r0 * C, *dfch = a->dfch + r0 * F;
+    float *datty = a->datty + r0 * C, *dqkv = a->dqkv + r0 * 3 * C;
+
+    for (int l = c->layers - 1; l >= 0; l--) {
+        size_t o = l * sN + r0;
+        const float *x = l ? a->res3 + (o - sN) * C : a->encoded + r0 * C;
+        const float *ln1 = a->ln1 + o * C, *qkv = a->qkv + o * 3 * C, *atty = a->atty + o * C;
+        const float *res2 = a->res2 + o * C, *ln2 = a->ln2 + o * C, *fch = a->fch + o * F;
+        const float *fchg = a->fchg + o * F;
+
+        /* dres holds d(res3): it flows to res2 unchanged and into the MLP branch. The
+         * *_gelu backwards OVERWRITE their dinp (kernels/matmul.h): no clearing passes. */
+        matmul_backward_gelu_cpu(dfch, g->fcprojw + (size_t)l * C * F, g->fcprojb + l * C, dres,
+                                 fchg, fch, p->fcprojw + (size_t)l * C * F, N, F, C);
+        matmul_backward_gelu_cpu(dln, g->fcw + (size_t)l * F * C, g->fcb + l * F, dfch, ln2, NULL,
+                                 p->fcw + (size_t)l * F * C, N, C, F);
+        layernorm_backward_cpu(dres, g->ln2w + l * C, g->ln2b + l * C, dln, res2, p->ln2w + l * C,
+                               a->ln2_mean + o, a->ln2_rstd + o, N, C);
+        /* dres now holds d(res2): to x unchanged and into the attention branch. */
+        matmul_backward_gelu_cpu(datty, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, dres,
+                                 atty, NULL, p->attprojw + (size_t)l * C * C, N, C, C);
+        zero_floats(dqkv, (size_t)N * 3 * C * sizeof(float));
+        attention_backward_cpu(dqkv, datty, qkv, a->att + l * sAtt + a0, len, B, T, C, NH);
+        matmul_backward_gelu_cpu(dln, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, dqkv,
+                                 ln1, NULL, p->qkvw + (size_t)l * 3 * C * C, N, C, 3 * C);
+        layernorm_backward_cpu(dres, g->ln1w + l * C, g->ln1b + l * C, dln, x, p->ln1w + l * C,
+                               a->ln1_mean + o, a->ln1_rstd + o, N, C);
+    }
+}
+
+/* The layer tensors ln1w .. fcprojb are one contiguous range of the parameter buffer. */
+static void layer_range(const struct model *m, size_t *off, size_t *n)
+{
+    *off = (size_t)(m->g.ln1w - m->grads);
+    *n = (size_t)(m->g.fcprojb - m->grads) + (size_t)m->cfg.layers * m->cfg.hidden - *off;
+}
+
+/*
+ * Depth first like the forward: each group of BWD_GROUP sequences goes through every layer on one
+ * thread, its parameter gradients into the group's own partial (the layer tensors only), and the
+ * partials are added to the gradients in group order at the end. Groups depend on the batch size
+ * alone, so the sums (and the bits) do not depend on the thread count. The final LayerNorm, the
+ * pooling and the embedding run over the whole batch with the kernels' own threads.
+ */
 static void transformer_backward(struct model *m, int B, int T)
 {
     const struct model_config *c = &m->cfg;
     struct model_acts *a = m->a;
     const struct model_params *p = &m->p, *g = &m->g;
-    int C = c->hidden, NH = c->heads, F = c->ffn, N = B * T;
+    int C = c->hidden, N = B * T;
     size_t sN = (size_t)m->max_batch * c->max_seq_len;
-    size_t sAtt = (size_t)m->max_batch * NH * c->max_seq_len * c->max_seq_len;
     size_t NC = (size_t)N * C * sizeof(float);
     const float *xL = c->layers ? a->res3 + (c->layers - 1) * sN * C : a->encoded;
 
@@ -382,30 +474,38 @@ static void transformer_backward(struct model *m, int B, int T)
     zero_floats(a->dres, NC);
     layernorm_backward_cpu(a->dres, g->lnfw, g->lnfb, a->dln, xL, p->lnfw, a->lnf_mean,
                            a->lnf_rstd, N, C);
-    for (int l = c->layers - 1; l >= 0; l--) {
-        const float *x = l ? a->res3 + (l - 1) * sN * C : a->encoded;
-        const float *ln1 = a->ln1 + l * sN * C, *qkv = a->qkv + l * sN * 3 * C;
-        const float *atty = a->atty + l * sN * C, *res2 = a->res2 + l * sN * C;
-        const float *ln2 = a->ln2 + l * sN * C, *fch = a->fch + l * sN * F;
-        const float *fchg = a->fchg + l * sN * F;
-
-        /* dres holds d(res3): it flows to res2 unchanged and into the MLP branch. The
-         * *_gelu backwards OVERWRITE their dinp (kernels/matmul.h): no clearing passes. */
-        matmul_backward_gelu_cpu(a->dfch, g->fcprojw + (size_t)l * C * F, g->fcprojb + l * C,
-                                 a->dres, fchg, fch, p->fcprojw + (size_t)l * C * F, N, F, C);
-        matmul_backward_gelu_cpu(a->dln, g->fcw + (size_t)l * F * C, g->fcb + l * F, a->dfch, ln2,
-                                 NULL, p->fcw + (size_t)l * F * C, N, C, F);
-        layernorm_backward_cpu(a->dres, g->ln2w + l * C, g->ln2b + l * C, a->dln, res2,
-                               p->ln2w + l * C, a->ln2_mean + l * sN, a->ln2_rstd + l * sN, N, C);
-        /* dres now holds d(res2): to x unchanged and into the attention branch. */
-        matmul_backward_gelu_cpu(a->datty, g->attprojw + (size_t)l * C * C, g->attprojb + l * C,
-                                 a->dres, atty, NULL, p->attprojw + (size_t)l * C * C, N, C, C);
-        zero_floats(a->dqkv, 3 * NC);
-        attention_backward_cpu(a->dqkv, a->datty, qkv, a->att + l * sAtt, m->len, B, T, C, NH);
-        matmul_backward_gelu_cpu(a->dln, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C,
-                                 a->dqkv, ln1, NULL, p->qkvw + (size_t)l * 3 * C * C, N, C, 3 * C);
-        layernorm_backward_cpu(a->dres, g->ln1w + l * C, g->ln1b + l * C, a->dln, x,
-                               p->ln1w + l * C, a->ln1_mean + l * sN, a->ln1_rstd + l * sN, N, C);
+    if (B <= BWD_GROUP) {
+        backward_rows(m, 0, B, T, g);
+    } else {
+        size_t off, n;
+        int groups = (B + BWD_GROUP - 1) / BWD_GROUP;
+        layer_range(m, &off, &n);
+        zero_floats(a->gpart, (size_t)groups * n * sizeof(float));
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int k = 0; k < groups; k++) {
+            /* the group's partial, carved like m->g over the layer range */
+            float *base = a->gpart + (size_t)k * n - off;
+            struct model_params gp = *g;
+            gp.ln1w = base + (g->ln1w - m->grads), gp.ln1b = base + (g->ln1b - m->grads);
+            gp.qkvw = base + (g->qkvw - m->grads), gp.qkvb = base + (g->qkvb - m->grads);
+            gp.attprojw = base + (g->attprojw - m->grads);
+            gp.attprojb = base + (g->attprojb - m->grads);
+            gp.ln2w = base + (g->ln2w - m->grads), gp.ln2b = base + (g->ln2b - m->grads);
+            gp.fcw = base + (g->fcw - m->grads), gp.fcb = base + (g->fcb - m->grads);
+            gp.fcprojw = base + (g->fcprojw - m->grads);
+            gp.fcprojb = base + (g->fcprojb - m->grads);
+            int b0 = k * BWD_GROUP, nb = B - b0 < BWD_GROUP ? B - b0 : BWD_GROUP;
+            for (int b = b0; b < b0 + nb; b++)
+                backward_rows(m, b, 1, T, &gp);
+        }
+        float *dst = m->grads + off;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            float sum = dst[i];
+            for (int k = 0; k < groups; k++)
+                sum += a->gpart[(size_t)k * n + i];
+            dst[i] = sum;
+        }
     }
     embed_backward_cpu(g->wte, g->wpe, a->dres, m->tokens, B, T, C);
 }
