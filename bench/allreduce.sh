@@ -6,7 +6,8 @@
 #      bf16 on the wire) and Gloo (gloo::allreduce ring, what PyTorch's ProcessGroupGloo uses) at
 #      each world size, 4 KiB .. 256 MiB;
 #   3. busbw at 64 MiB from ROUNDS interleaved runs of each (median), and the ratio to Gloo
-#      against the target (>= 2x).
+#      against the target (>= 2x); a comment line under each row gives the spread: min-max of
+#      each and of the per-round ratio gantry/gloo (on a shared machine they vary a lot).
 # Env: WORLDS ("2 4"), ROUNDS (3), MIN (4096), MAX (268435456), GLOO_ALGO (ring).
 # Needs bench_allreduce, bench_allreduce_gloo (libgloo-dev) and gantry-run built in BUILD_DIR.
 set -euo pipefail
@@ -39,6 +40,7 @@ gloo() { # n lo hi
 }
 busbw_at() { awk -v s="$1" '$1 == s { print $7 }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+range() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s-%s", lo, hi }'; }
 
 echo "# bench/allreduce on $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 "$OURS" --raw
@@ -56,11 +58,12 @@ echo "# busbw at 64 MiB, median of $ROUNDS interleaved rounds (GB/s)"
 printf "# %5s %10s %10s %10s %10s %10s\n" ranks gantry gantry-bf16 gloo ratio ratio-bf16
 verdict=OK
 for n in $WORLDS; do
-    a=() b=() g=()
+    a=() b=() g=() q=()
     for _ in $(seq "$ROUNDS"); do
         a+=("$(ours "$n" --min $S64 --max $S64 | busbw_at $S64)")
         b+=("$(ours "$n" --min $S64 --max $S64 --bf16 | busbw_at $S64)")
         g+=("$(gloo "$n" $S64 $S64 | busbw_at $S64)")
+        q+=("$(awk -v x="${a[-1]}" -v y="${g[-1]}" 'BEGIN { printf "%.2f", x / y }')")
     done
     ma=$(printf '%s\n' "${a[@]}" | median)
     mb=$(printf '%s\n' "${b[@]}" | median)
@@ -68,6 +71,9 @@ for n in $WORLDS; do
     ra=$(awk -v x="$ma" -v y="$mg" 'BEGIN { printf "%.2f", x / y }')
     rb=$(awk -v x="$mb" -v y="$mg" 'BEGIN { printf "%.2f", x / y }')
     printf "  %5s %10s %10s %10s %9sx %9sx\n" "$n" "$ma" "$mb" "$mg" "$ra" "$rb"
+    printf "#   spread over %s rounds: gantry %s, gantry-bf16 %s, gloo %s; per-round ratio %s\n" \
+        "$ROUNDS" "$(printf '%s\n' "${a[@]}" | range)" "$(printf '%s\n' "${b[@]}" | range)" \
+        "$(printf '%s\n' "${g[@]}" | range)" "$(printf '%s\n' "${q[@]}" | range)"
     awk -v r="$ra" 'BEGIN { exit !(r >= 2.0) }' || verdict="BELOW TARGET (fp32 < 2x gloo)"
 done
 echo "# target: gantry fp32 busbw >= 2x gloo at 64 MiB: $verdict"
