@@ -4,7 +4,8 @@
  *
  * For every element i of segment s, with g = grads[i] * *gscale (grads[i] when gscale is NULL):
  *   m <- b1 m + (1 - b1) g ; v <- b2 v + (1 - b2) g^2
- *   p <- p * (1 - lr * wd if s.decay else 1) - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ *   p <- p * (1 - lr * wd if s.decay else 1)
+ *        - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
  * t is the step number after increment (1 for the first step). grads is only read: the clip
  * coefficient goes in through gscale, so clipping costs no extra pass over the gradients.
  * Each element is independent, so the result does not depend on the thread count.

@@ -455,8 +455,9 @@ static void layer_range(const struct model *m, size_t *off, size_t *n)
 /*
  * Depth first like the forward: each group of BWD_GROUP sequences goes through every layer on one
  * thread (BWD_SEQS sequences at a time), its parameter gradients into the group's own partial
- * (the layer tensors only), and the partials are added to the gradients in group order at the end. Groups depend on the batch size
- * alone, so the sums (and the bits) do not depend on the thread count. The final LayerNorm, the
+ * (the layer tensors only), and the partials are added to the gradients in group order at the
+ * end. Groups depend on the batch size alone, so the sums (and the bits) do not depend on the
+ * thread count. The final LayerNorm, the
  * pooling and the embedding run over the whole batch with the kernels' own threads.
  */
 static void transformer_backward(struct model *m, int B, int T)
