@@ -49,6 +49,7 @@ cleanup() {
     if [ -n "$private" ]; then # the whole private tier goes, with everything in it
         GANTRY_RUN=$private "$root/hack/cluster.sh" down >/dev/null 2>&1 || true
         rm -rf "$work"
+        echo "operator logs: $logs/operator-$id-*.log"
         return
     fi
     "$helm" uninstall "$rel" -n "$relns" >/dev/null 2>&1 || true
