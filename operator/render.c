@@ -215,6 +215,11 @@ static bool render_worker(const struct tj *tj, json_t *c, int index, int restart
         json_object_set_new(c, "terminationMessagePolicy",
                             json_string("FallbackToLogsOnError"));
     render_env(tj, c, index, restarts);
+    /* Rank 0 writes its final progress line to the termination message file (the operator reads
+     * it back when the job ends before a /progress poll); a template's own path is passed on. */
+    if (json_is_string(json_object_get(c, "terminationMessagePath")))
+        put_env(want_array(c, "env"), "GANTRY_TERMINATION_LOG",
+                json_string_value(json_object_get(c, "terminationMessagePath")));
     ports = want_array(c, "ports");
     json_array_foreach(ports, i, p) {
         if (json_integer_value(json_object_get(p, "containerPort")) == tj->port)

@@ -100,6 +100,7 @@ static void test_pod_contract(void)
     TEST_EQ_STR(env(pod, "GANTRY_CHECKPOINT_DIR"), "/checkpoints/spam");
     TEST_EQ_STR(env(pod, "GANTRY_CONFIG"), "/etc/gantry/config.json");
     TEST_EQ_STR(env(pod, "GANTRY_METRICS_PORT"), "9090");
+    TEST_CHECK(env(pod, "GANTRY_TERMINATION_LOG") == NULL); /* the worker's default path */
     {
         json_t *mp = named(json_object_get(container(pod, "worker"), "ports"), "metrics");
         TEST_CHECK(mp != NULL);
@@ -195,6 +196,7 @@ static void test_template_merge(void)
                          "\"nlp\",\"gantry.dev/job-name\":\"evil\"}},\"spec\":{\"nodeSelector\":{"
                          "\"pool\":\"gpu\"},\"restartPolicy\":\"Always\",\"containers\":[{\"name\":"
                          "\"sidecar\",\"image\":\"s:1\"},{\"name\":\"worker\",\"command\":[\"w\"],"
+                         "\"terminationMessagePath\":\"/tmp/term\","
                          "\"env\":[{\"name\":\"RANK\",\"value\":\"99\"},{\"name\":\"MINE\","
                          "\"value\":\"x\"}],\"volumeMounts\":[{\"name\":\"data\",\"mountPath\":"
                          "\"/data\"}]}],\"volumes\":[{\"name\":\"data\",\"emptyDir\":{}}]}}}",
@@ -210,6 +212,7 @@ static void test_template_merge(void)
     TEST_EQ_STR(str_at(container(pod, "sidecar"), "image"), "s:1");
     w = container(pod, "worker");
     TEST_EQ_STR(json_string_value(json_array_get(json_object_get(w, "command"), 0)), "w");
+    TEST_EQ_STR(env(pod, "GANTRY_TERMINATION_LOG"), "/tmp/term");
     TEST_EQ_STR(env(pod, "RANK"), "0"); /* ours wins, and only once */
     TEST_EQ_STR(env(pod, "MINE"), "x");
     TEST_CHECK(named(json_object_get(w, "volumeMounts"), "data") != NULL);
