@@ -50,6 +50,10 @@ void cpu_runtime_setup(char **argv)
 void cpu_blas_single(void)
 {
     static int done;
+#ifdef _OPENMP
+    if (omp_in_parallel()) /* kernels called per sequence inside the model's parallel loops */
+        return;
+#endif
     if (!done) {
         openblas_set_num_threads(1);
         done = 1;

@@ -61,7 +61,8 @@ extern "C" {
 void cpu_runtime_setup(char **argv);
 
 /* Makes OpenBLAS single-threaded once (kernels call it on entry; cheap after the first call).
- * Call from the main thread, outside parallel regions. */
+ * Does nothing inside a parallel region (worker/model.c calls the kernels from its own parallel
+ * loops; model_init calls this first, from the main thread). */
 void cpu_blas_single(void);
 
 /* Threads for the CPU kernels (0: OpenMP's default, all cores). Keeps OpenBLAS at one thread. */

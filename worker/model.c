@@ -7,6 +7,7 @@
 
 #include "common/xalloc.h"
 #include "kernels/attention.h"
+#include "kernels/cpu.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embed.h"
 #include "kernels/gelu.h"
@@ -247,6 +248,7 @@ int model_init(struct model *m, const struct model_config *cfg, int max_batch, u
         m->ngram_count = xcalloc((size_t)max_batch, sizeof(int));
     }
     model_init_params(m, seed);
+    cpu_blas_single(); /* before the forward calls kernels from inside its parallel loops */
     return 0;
 }
 
