@@ -5,8 +5,9 @@
  * out (N,OC) = inp (N,C) @ weight^T + bias (OC). The GEMMs go to cblas_sgemm (OpenBLAS here,
  * single-threaded, cuBLASLt in the CUDA twin); the CPU functions split them over OpenMP threads
  * themselves (rows of the output; the weight gradient in fixed blocks of 2048 rows of N summed
- * in block order), so results do not depend on the thread count. Do not call these from inside
- * an OpenMP parallel region. Backward passes accumulate: dinp += dout @ weight,
+ * in block order), so results do not depend on the thread count. Called from inside an OpenMP
+ * parallel region (worker/model.c's per-sequence loops) they run on the calling thread alone
+ * (nested regions are inactive). Backward passes accumulate: dinp += dout @ weight,
  * dweight += dout^T @ inp, dbias += column sums of dout; any of dinp, dbias may be NULL to skip it.
  */
 #ifndef GANTRY_MATMUL_H
