@@ -57,6 +57,7 @@ need() { # COMMAND PACKAGE
             --no-install-recommends "$2" >/dev/null; } || die "could not install $2" 69
 }
 
+run_start=$(date +%s)
 work=$(mktemp -d "${TMPDIR:-/tmp}/gantry-docker.XXXXXX")
 chmod 755 "$work"
 dpid=
@@ -149,6 +150,9 @@ for img in "${images[@]}"; do
     fi
     log "gantry-$img:$version built in $((SECONDS - start)) s, $(d image inspect -f '{{.Size}}' "gantry-$img:$version") bytes"
 done
+# Our own data root: drop what earlier runs left untagged (their build stages, replaced images);
+# this run's build stages stay, and with them the layer cache (the apt layer).
+[ -z "$dpid" ] || d image prune -f --filter "until=$run_start" >/dev/null || true
 [ "$check" = 1 ] || exit 0
 
 fails=0 checks=0
