@@ -345,9 +345,18 @@ void exec_expect_forget(struct exec_expect *e, const char *key)
  * Pod index
  * ------------------------------------------------------------------------------------------- */
 
+/*
+ * job key -> struct podset: the names of its pods (the pod's namespace is the job's), NUL-
+ * terminated one after another in one allocation (~20 bytes a pod instead of a map entry).
+ */
+struct podset {
+    size_t len; /* bytes used in names */
+    char names[];
+};
+
 struct exec_index {
     pthread_mutex_t mu;
-    struct strmap jobs; /* job key -> struct strmap * (pod key -> non-NULL marker) */
+    struct strmap jobs; /* job key -> struct podset * */
 };
 
 struct exec_index *exec_index_new(void)
@@ -359,64 +368,95 @@ struct exec_index *exec_index_new(void)
     return x;
 }
 
-static void free_set(void *v)
-{
-    strmap_cleanup(v, NULL);
-    free(v);
-}
-
 void exec_index_free(struct exec_index *x)
 {
     if (!x)
         return;
-    strmap_cleanup(&x->jobs, free_set);
+    strmap_cleanup(&x->jobs, free);
     pthread_mutex_destroy(&x->mu);
     free(x);
 }
 
+/* The pod's name when pod is "<job's namespace>/<name>", else NULL. */
+static const char *pod_name_in(const char *job, const char *pod)
+{
+    const char *slash = strchr(job, '/');
+    size_t nsl = slash ? (size_t)(slash - job) + 1 : 0;
+
+    return nsl && strncmp(job, pod, nsl) == 0 && pod[nsl] ? pod + nsl : NULL;
+}
+
+/* Offset of name in set, or -1. */
+static long podset_find(const struct podset *set, const char *name)
+{
+    for (size_t off = 0; set && off < set->len; off += strlen(set->names + off) + 1)
+        if (strcmp(set->names + off, name) == 0)
+            return (long)off;
+    return -1;
+}
+
 void exec_index_put(struct exec_index *x, const char *job, const char *pod)
 {
-    struct strmap *set;
+    const char *name = pod_name_in(job, pod);
+    struct podset *set;
+    size_t n;
 
+    if (!name)
+        return; /* a pod is its job's namespace's */
+    n = strlen(name) + 1;
     pthread_mutex_lock(&x->mu);
     set = strmap_get(&x->jobs, job);
-    if (!set) {
-        set = xcalloc(1, sizeof(*set));
-        strmap_init(set);
+    if (podset_find(set, name) < 0) {
+        size_t len = set ? set->len : 0;
+        set = xrealloc(set, sizeof(*set) + len + n);
+        memcpy(set->names + len, name, n);
+        set->len = len + n;
         strmap_put(&x->jobs, job, set);
     }
-    strmap_put(set, pod, set); /* any non-NULL marker */
     pthread_mutex_unlock(&x->mu);
 }
 
 void exec_index_del(struct exec_index *x, const char *job, const char *pod)
 {
-    struct strmap *set;
+    const char *name = pod_name_in(job, pod);
+    struct podset *set;
+    long off;
 
+    if (!name)
+        return;
     pthread_mutex_lock(&x->mu);
     set = strmap_get(&x->jobs, job);
-    if (set) {
-        strmap_del(set, pod);
-        if (strmap_len(set) == 0)
-            free_set(strmap_del(&x->jobs, job));
+    off = podset_find(set, name);
+    if (off >= 0) {
+        size_t n = strlen(name) + 1;
+        memmove(set->names + off, set->names + off + n, set->len - (size_t)off - n);
+        set->len -= n;
+        if (set->len == 0)
+            free(strmap_del(&x->jobs, job));
+        else
+            strmap_put(&x->jobs, job, xrealloc(set, sizeof(*set) + set->len));
     }
     pthread_mutex_unlock(&x->mu);
 }
 
 char **exec_index_get(struct exec_index *x, const char *job, size_t *n)
 {
-    struct strmap_iter it;
-    struct strmap_entry *e;
-    struct strmap *set;
+    const char *slash = strchr(job, '/');
+    int nsl = slash ? (int)(slash - job) : 0;
+    struct podset *set;
     char **keys;
-    size_t i = 0;
+    size_t i = 0, count = 0, off;
 
     pthread_mutex_lock(&x->mu);
     set = strmap_get(&x->jobs, job);
-    keys = xcalloc((set ? strmap_len(set) : 0) + 1, sizeof(*keys));
-    if (set)
-        for (e = strmap_first(set, &it); e; e = strmap_next(set, &it))
-            keys[i++] = xstrdup(e->key);
+    for (off = 0; set && off < set->len; off += strlen(set->names + off) + 1)
+        count++;
+    keys = xcalloc(count + 1, sizeof(*keys));
+    for (off = 0; set && off < set->len; off += strlen(set->names + off) + 1) {
+        size_t klen = (size_t)nsl + 1 + strlen(set->names + off) + 1;
+        keys[i] = xmalloc(klen);
+        snprintf(keys[i++], klen, "%.*s/%s", nsl, job, set->names + off);
+    }
     pthread_mutex_unlock(&x->mu);
     *n = i;
     return keys;

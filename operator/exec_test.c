@@ -239,6 +239,24 @@ static void test_pod_index(void)
     TEST_EQ_STR(k[0], "ml/a-worker-1");
     free(k[0]);
     free(k);
+    /* the middle of three goes; order kept; another namespace's pod is not the job's */
+    exec_index_put(x, "ml/b", "ml/b-worker-1");
+    exec_index_put(x, "ml/b", "ml/b-worker-22");
+    exec_index_put(x, "ml/b", "other/b-worker-9");
+    exec_index_del(x, "ml/b", "ml/b-worker-1");
+    k = exec_index_get(x, "ml/b", &n);
+    TEST_EQ_INT(n, 2);
+    TEST_EQ_STR(k[0], "ml/b-worker-0");
+    TEST_EQ_STR(k[1], "ml/b-worker-22");
+    TEST_CHECK(k[2] == NULL);
+    for (size_t i = 0; i < n; i++)
+        free(k[i]);
+    free(k);
+    exec_index_del(x, "ml/b", "ml/b-worker-0");
+    exec_index_del(x, "ml/b", "ml/b-worker-22");
+    k = exec_index_get(x, "ml/b", &n); /* emptied: gone */
+    TEST_EQ_INT(n, 0);
+    free(k);
     exec_index_free(x); /* frees the remaining sets */
 }
 

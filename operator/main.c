@@ -432,7 +432,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     /* A dozen threads would each get a glibc arena whose freed list pages stay resident between
      * long-lived cache records; two arenas keep that slack (and RSS) small. */
-    mallopt(M_ARENA_MAX, 2);
+    if (!getenv("MALLOC_ARENA_MAX")) /* glibc's own tunable wins when set */
+        mallopt(M_ARENA_MAX, 2);
     /* Fixed thresholds (glibc raises dynamic ones after the first large free): list pages and
      * other big transient buffers are always mmap()ed and given back on free(). */
     mallopt(M_MMAP_THRESHOLD, 64 * 1024);

@@ -93,7 +93,6 @@ void *strmap_put(struct strmap *m, const char *key, void *val)
         return old;
     }
     e = xmalloc(sizeof(*e) + klen + 1); /* one allocation: the entry, then its key */
-    e->key = (char *)(e + 1);
     memcpy(e->key, key, klen + 1);
     e->val = val;
     e->next = NULL;

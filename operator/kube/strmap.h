@@ -12,9 +12,9 @@
 #include <stddef.h>
 
 struct strmap_entry {
-    char *key;
     void *val;
     struct strmap_entry *next;
+    char key[]; /* stored with the entry: one allocation */
 };
 
 struct strmap {
