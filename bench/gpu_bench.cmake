@@ -2,4 +2,4 @@
 # bench/gpu_torch.py). Included from kernels/gpu.cmake when CUDA is on.
 add_executable(gpu_bench ${CMAKE_CURRENT_LIST_DIR}/gpu_bench.cu)
 target_include_directories(gpu_bench PRIVATE "${PROJECT_SOURCE_DIR}")
-target_link_libraries(gpu_bench PRIVATE gantry_kernels_cuda gantry_core)
+target_link_libraries(gpu_bench PRIVATE gantry_model_gpu gantry_kernels_cuda gantry_core)

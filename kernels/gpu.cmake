@@ -37,5 +37,22 @@ foreach(t runtime embed layernorm matmul attention pool crossentropy adamw)
     endif()
 endforeach()
 
+# worker/model_gpu.cu: the Transformer's device state, forward, backward and step on these kernels,
+# for the training loop (worker/train_gpu.c, in gantry_core) and bench/gpu_bench. Its own library
+# so that the stand-alone build (bench/gpu_check) has it without the worker's other libraries.
+if(EXISTS ${_gpu_dir}/../worker/model_gpu.cu)
+    add_library(gantry_model_gpu STATIC ${_gpu_dir}/../worker/model_gpu.cu)
+    target_include_directories(gantry_model_gpu PUBLIC "${PROJECT_SOURCE_DIR}")
+    target_link_libraries(gantry_model_gpu PUBLIC gantry_kernels_cuda gantry_core)
+    set_target_properties(gantry_model_gpu PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+    if(GANTRY_CUDA_WERROR)
+        target_compile_options(gantry_model_gpu PRIVATE
+            $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-Wno-unused-parameter>)
+    else()
+        target_compile_options(gantry_model_gpu PRIVATE
+            $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)
+    endif()
+endif()
+
 # The GPU training benchmark (bench/gpu_bench.cu), when present.
 include(${_gpu_dir}/../bench/gpu_bench.cmake OPTIONAL)

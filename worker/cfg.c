@@ -63,6 +63,8 @@ static const struct field fields[] = {
     {"seed", F_I64, S(seed), 0, 9007199254740992.0, NULL, "initialisation and shuffling seed"},
     {"logInterval", F_INT, S(log_interval), 1, 1 << 30, NULL, "steps between progress lines"},
     {"threads", F_INT, S(threads), 0, 4096, NULL, "CPU threads; 0 = all cores"},
+    {"device", F_ENUM, S(device), 0, 0, "cpu|cuda",
+     "train on the CPU, or on a GPU (cuda: one per process, chosen by LOCAL_RANK)"},
     {"report", F_STR, S(report), 0, 0, NULL, "write the final eval report (JSON) here"},
     {"metricsPort", F_INT, S(metrics_port), -1, 65535, NULL,
      "rank 0 serves /metrics and /progress on this port; -1 = off"},
@@ -94,6 +96,7 @@ void cfg_defaults(struct cfg *c)
     c->scale_learning_rate = true;
     c->warmup_steps = -1, c->warmup_ratio = 0.06;
     snprintf(c->lr_decay, sizeof(c->lr_decay), "cosine");
+    snprintf(c->device, sizeof(c->device), "cpu");
     c->min_lr_ratio = 0.0, c->weight_decay = 0.01, c->grad_clip = 1.0;
     c->beta1 = 0.9, c->beta2 = 0.999, c->eps = 1e-8;
     c->seed = 42, c->log_interval = 10, c->metrics_port = -1;

@@ -55,6 +55,7 @@ struct cfg {
     int64_t seed;
     /* run */
     int log_interval, threads;
+    char device[8]; /* cpu | cuda (worker/train_gpu.h) */
     char report[CFG_MAX_PATH];
     int metrics_port;                   /* rank 0 serves /metrics and /progress; -1 = off */
     char tensorboard_dir[CFG_MAX_PATH]; /* TensorBoard event files; "" = none */

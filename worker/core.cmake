@@ -27,6 +27,21 @@ add_test(NAME gantry_worker_cli_test
                  ${CMAKE_CURRENT_SOURCE_DIR}/testdata $<TARGET_FILE:gantry-run>)
 set_tests_properties(gantry_worker_cli_test PROPERTIES TIMEOUT 120)
 
+# --device cuda end to end: trains on a GPU, or exits 78 naming training.device without one.
+add_test(NAME train_gpu_cli_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_cli_test.sh
+                 $<TARGET_FILE:gantry-worker> ${CMAKE_CURRENT_SOURCE_DIR}/testdata)
+set_tests_properties(train_gpu_cli_test PROPERTIES TIMEOUT 120)
+
+# device: cuda (worker/train_gpu.h): the loop on the GPU, with gantry_model_gpu from
+# kernels/gpu.cmake; without CUDA train_gpu.h's stubs make the worker exit 78 on device: cuda.
+if(TARGET gantry_model_gpu)
+    target_sources(gantry_core PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu.c)
+    target_compile_definitions(gantry_core PUBLIC GANTRY_HAVE_CUDA=1)
+    target_link_libraries(gantry_core PUBLIC gantry_model_gpu)
+    include(${CMAKE_CURRENT_SOURCE_DIR}/train_gpu.cmake OPTIONAL)
+endif()
+
 # Benchmark: CPU training throughput (bench/cpu_train.sh compares it with PyTorch).
 add_executable(cpu_train_bench ${PROJECT_SOURCE_DIR}/bench/cpu_train.c)
 target_link_libraries(cpu_train_bench PRIVATE gantry_core)

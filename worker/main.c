@@ -40,12 +40,14 @@
 #include "worker/cfg.h"
 #include "worker/ckpt.h"
 #include "worker/coll.h"
+#include "worker/coll_nccl.h"
 #include "worker/dataset.h"
 #include "worker/dist.h"
 #include "worker/eval.h"
 #include "worker/model.h"
 #include "worker/obs.h"
 #include "worker/train.h"
+#include "worker/train_gpu.h"
 #include "worker/vocab.h"
 
 #define EXIT_DATAERR 65
@@ -62,6 +64,7 @@ struct worker {
     struct model model;
     struct dist_rdzv *rz; /* multi-process only */
     struct coll *coll;
+    int gpu; /* device: cuda: this rank's GPU (train_gpu.h); -1: the CPU */
     struct obs *obs;
     /* checkpoints */
     char ck_root[CFG_MAX_PATH], ck_job[CKPT_MAX_NAME];
@@ -492,7 +495,8 @@ static int join(struct worker *w)
         return 0;
     dist_log_set_rank(w->env.rank);
     if ((rc = dist_rendezvous(&w->env, w->hash, NULL, &w->rz)) ||
-        (rc = coll_tcp_new(dist_rdzv_store(w->rz), NULL, &w->coll)))
+        (rc = w->gpu >= 0 ? coll_nccl_new(dist_rdzv_store(w->rz), w->gpu, NULL, NULL, &w->coll)
+                          : coll_tcp_new(dist_rdzv_store(w->rz), NULL, &w->coll)))
         return dist_exit_code(rc);
     return 0;
 }
@@ -538,6 +542,13 @@ int main(int argc, char **argv)
     }
     if ((rc = dist_env_load(&w.env)))
         return dist_exit_code(rc);
+    w.gpu = -1;
+    if (!strcmp(w.cfg.device, "cuda") &&
+        (train_gpu_check(w.cfg.model_type, w.err, sizeof(w.err)) ||
+         (w.gpu = train_gpu_select(w.env.local_rank, w.err, sizeof(w.err))) < 0)) {
+        fprintf(stderr, "gantry-worker: training.%s\n", w.err);
+        return DIST_EXIT_CONFIG;
+    }
     cpu_set_threads(w.cfg.threads);
     if ((rc = load_data(&w)))
         goto out;
@@ -604,7 +615,8 @@ int main(int argc, char **argv)
         goto out;
     }
     to.obs = w.obs;
-    rc = train_run(&w.model, &td, &to, &tr);
+    rc = w.gpu >= 0 ? train_gpu_run(&w.model, &td, &to, &tr)
+                    : train_run(&w.model, &td, &to, &tr);
     if (g_stop) { /* asked to stop: whatever failed on the way, say so (retryable) */
         fprintf(stderr, "gantry-worker: rank %d: %s at step %ld; exiting without a new "
                         "checkpoint\n", w.env.rank, g_stop == SIGINT ? "SIGINT" : "SIGTERM",

@@ -1,0 +1,441 @@
+// model_gpu.cu - worker/model.h's Transformer on one GPU: device state, forward, backward, step.
+// See model_gpu.h. The call sequence mirrors worker/model.c (the specification); bench/gpu_bench
+// and worker/train_gpu.c use it.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_common.h"
+#include "kernels/gpu.h"
+#include "worker/model_gpu.h"
+
+#define STAGE_SLOTS 2 /* pinned upload slots: the host gathers batch i+1 while i uploads */
+
+struct model_gpu {
+    const struct model *m;
+    size_t n; /* parameters */
+    int max_batch, maxT, bf16;
+    cudaStream_t s;
+    struct adamw_segment segs[ADAMW_GPU_MAX_SEGMENTS];
+    int nseg;
+    float *p, *g, *am, *av; /* g: n + 2 floats (loss sum, examples) */
+    uint16_t *p16;
+    int *tokens, *len, *labels;
+    int B, T, have_labels;
+    float *x0, *ln1, *ln1m, *ln1r, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2m, *ln2r, *fch,
+        *fchg, *fcproj, *res3, *lnf, *lnfm, *lnfr, *pooled, *logits, *probs, *losses;
+    float *dres, *dln, *dfchg, *dfch, *datty, *dqkv, *dpooled, *dlogits, *norm, *coef;
+    double *loss_acc; /* sum of step mean losses since the last read */
+    uint16_t *s16a, *s16b, *s16c; /* bf16 scratch for GEMM operands */
+    int *stage[STAGE_SLOTS];      /* pinned: tokens, len, labels of one batch */
+    cudaEvent_t staged[STAGE_SLOTS];
+    int slot;
+};
+
+static float *dalloc(size_t n)
+{
+    float *p;
+    CUDA_CHECK(cudaMalloc(&p, n * sizeof(float) + 16));
+    CUDA_CHECK(cudaMemset(p, 0, n * sizeof(float) + 16));
+    return p;
+}
+
+static size_t off(const struct model_gpu *g, const char *name)
+{
+    const struct model_tensor *t = model_find_tensor(g->m, name);
+    if (!t) { /* the tensor table is model.c's; a renamed tensor is a programming error */
+        fprintf(stderr, "model_gpu: model has no tensor %s\n", name);
+        abort();
+    }
+    return t->offset;
+}
+#define P(name) (g->p + off(g, name))
+#define G(name) (g->g + off(g, name))
+#define P16(name) (g->p16 + off(g, name))
+
+/* ---- small kernels of the loop's own ---- */
+
+/* stats[0] += sum of losses[0..B), stats[1] += B; one block, fixed order (deterministic). */
+__global__ static void loss_stats_kernel(float *stats, const float *losses, int B)
+{
+    __shared__ float part[256];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < B; i += blockDim.x)
+        s += losses[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w)
+            part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        stats[0] += part[0];
+        stats[1] += (float)B;
+    }
+}
+
+__global__ static void end_step_kernel(double *acc, const float *stats)
+{
+    if (stats[1] > 0.0f)
+        *acc += (double)stats[0] / (double)stats[1];
+}
+
+__global__ static void scale_kernel(float *x, size_t n, float s)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+/* ---- forward and backward (worker/model.c's sequence) ---- */
+
+/* out (N,OC) = inp @ w^T + b, fp32 or through bf16 operands */
+static void fc_forward(struct model_gpu *g, float *out, const float *inp, const char *w,
+                       const char *b, size_t lw, size_t lb, int N, int C, int OC)
+{
+    cudaStream_t s = g->s;
+    if (!g->bf16) {
+        matmul_forward(out, inp, P(w) + lw, P(b) + lb, N, C, OC, s);
+        return;
+    }
+    cast_f32_to_bf16(g->s16a, inp, (size_t)N * C, s);
+    matmul_forward_bf16(g->s16b, g->s16a, P16(w) + lw, P16(b) + lb, N, C, OC, s);
+    cast_bf16_to_f32(out, g->s16b, (size_t)N * OC, s);
+}
+
+/* dinp (zeroed here) = dout @ w; dw += dout^T @ inp; db += colsum(dout) */
+static void fc_backward(struct model_gpu *g, float *dinp, const float *dout, const float *inp,
+                        const char *w, const char *b, size_t lw, size_t lb, int N, int C, int OC)
+{
+    cudaStream_t s = g->s;
+    if (!g->bf16) {
+        CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), s));
+        matmul_backward(dinp, G(w) + lw, G(b) + lb, dout, inp, P(w) + lw, N, C, OC, s);
+        return;
+    }
+    cast_f32_to_bf16(g->s16a, dout, (size_t)N * OC, s);
+    cast_f32_to_bf16(g->s16b, inp, (size_t)N * C, s);
+    CUDA_CHECK(cudaMemsetAsync(g->s16c, 0, (size_t)N * C * 2, s));
+    matmul_backward_bf16(g->s16c, G(w) + lw, G(b) + lb, g->s16a, g->s16b, P16(w) + lw, N, C, OC,
+                         s);
+    cast_bf16_to_f32(dinp, g->s16c, (size_t)N * C, s);
+}
+
+extern "C" void model_gpu_forward(struct model_gpu *g)
+{
+    const struct model_config *c = &g->m->cfg;
+    int B = g->B, T = g->T, C = c->hidden, NH = c->heads, F = c->ffn, N = B * T, K = c->classes;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F, natt = (size_t)B * NH * T * T;
+    cudaStream_t s = g->s;
+
+    embed_forward(g->x0, g->tokens, P("wte"), P("wpe"), B, T, C, s);
+    const float *x = g->x0;
+    for (int l = 0; l < c->layers; l++) {
+        float *ln1 = g->ln1 + l * NC, *qkv = g->qkv + 3 * l * NC, *atty = g->atty + l * NC;
+        float *res2 = g->res2 + l * NC, *ln2 = g->ln2 + l * NC, *res3 = g->res3 + l * NC;
+        float *fch = g->fch + l * NF, *fchg = g->fchg + l * NF;
+        layernorm_forward(ln1, g->ln1m + l * N, g->ln1r + l * N, x, P("ln1w") + l * C,
+                          P("ln1b") + l * C, N, C, s);
+        fc_forward(g, qkv, ln1, "qkvw", "qkvb", (size_t)l * 3 * C * C, (size_t)l * 3 * C, N, C,
+                   3 * C);
+        if (g->bf16)
+            attention_forward_mixed(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
+        else
+            attention_forward(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
+        fc_forward(g, g->attproj, atty, "attprojw", "attprojb", (size_t)l * C * C, (size_t)l * C,
+                   N, C, C);
+        residual_forward(res2, x, g->attproj, (long)NC, s);
+        layernorm_forward(ln2, g->ln2m + l * N, g->ln2r + l * N, res2, P("ln2w") + l * C,
+                          P("ln2b") + l * C, N, C, s);
+        if (g->bf16 || F % 8) { /* cuBLASLt's GELU epilogue needs OC % 8 == 0 */
+            fc_forward(g, fch, ln2, "fcw", "fcb", (size_t)l * F * C, (size_t)l * F, N, C, F);
+            gelu_forward(fchg, fch, NF, s);
+        } else { /* bias + GELU in the GEMM's epilogue */
+            matmul_forward_gelu(fchg, fch, ln2, P("fcw") + (size_t)l * F * C, P("fcb") + l * F, N,
+                                C, F, s);
+        }
+        fc_forward(g, g->fcproj, fchg, "fcprojw", "fcprojb", (size_t)l * C * F, (size_t)l * C, N,
+                   F, C);
+        residual_forward(res3, res2, g->fcproj, (long)NC, s);
+        x = res3;
+    }
+    layernorm_forward(g->lnf, g->lnfm, g->lnfr, x, P("lnfw"), P("lnfb"), N, C, s);
+    if (c->pool == MODEL_POOL_CLS)
+        clspool_forward(g->pooled, g->lnf, B, T, C, s);
+    else
+        meanpool_forward(g->pooled, g->lnf, g->len, B, T, C, s);
+    matmul_forward(g->logits, g->pooled, P("clsw"), P("clsb"), B, C, K, s); /* tiny: fp32 */
+    if (g->have_labels) {
+        crossentropy_forward(g->losses, g->probs, g->logits, g->labels, B, K, s);
+        loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
+        CUDA_CHECK(cudaGetLastError());
+    }
+}
+
+extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
+{
+    const struct model_config *c = &g->m->cfg;
+    int B = g->B, T = g->T, C = c->hidden, NH = c->heads, F = c->ffn, N = B * T, K = c->classes;
+    size_t NC = (size_t)N * C, NF = (size_t)N * F, natt = (size_t)B * NH * T * T;
+    cudaStream_t s = g->s;
+
+    CUDA_CHECK(cudaMemsetAsync(g->dlogits, 0, (size_t)B * K * sizeof(float), s));
+    crossentropy_backward(g->dlogits, g->probs, g->labels, loss_scale, B, K, s);
+    CUDA_CHECK(cudaMemsetAsync(g->dpooled, 0, (size_t)B * C * sizeof(float), s));
+    matmul_backward(g->dpooled, G("clsw"), G("clsb"), g->dlogits, g->pooled, P("clsw"), B, C, K,
+                    s);
+    CUDA_CHECK(cudaMemsetAsync(g->dln, 0, NC * sizeof(float), s));
+    if (c->pool == MODEL_POOL_CLS)
+        clspool_backward(g->dln, g->dpooled, B, T, C, s);
+    else
+        meanpool_backward(g->dln, g->dpooled, g->len, B, T, C, s);
+    CUDA_CHECK(cudaMemsetAsync(g->dres, 0, NC * sizeof(float), s));
+    const float *xL = c->layers ? g->res3 + (c->layers - 1) * NC : g->x0;
+    layernorm_backward(g->dres, G("lnfw"), G("lnfb"), g->dln, xL, P("lnfw"), g->lnfm, g->lnfr, N,
+                       C, s);
+    for (int l = c->layers - 1; l >= 0; l--) {
+        const float *x = l ? g->res3 + (l - 1) * NC : g->x0;
+        const float *ln1 = g->ln1 + l * NC, *qkv = g->qkv + 3 * l * NC, *atty = g->atty + l * NC;
+        const float *res2 = g->res2 + l * NC, *ln2 = g->ln2 + l * NC;
+        const float *fch = g->fch + l * NF, *fchg = g->fchg + l * NF;
+        fc_backward(g, g->dfchg, g->dres, fchg, "fcprojw", "fcprojb", (size_t)l * C * F,
+                    (size_t)l * C, N, F, C);
+        CUDA_CHECK(cudaMemsetAsync(g->dfch, 0, NF * sizeof(float), s));
+        gelu_backward(g->dfch, fch, g->dfchg, NF, s);
+        fc_backward(g, g->dln, g->dfch, ln2, "fcw", "fcb", (size_t)l * F * C, (size_t)l * F, N, C,
+                    F);
+        layernorm_backward(g->dres, G("ln2w") + l * C, G("ln2b") + l * C, g->dln, res2,
+                           P("ln2w") + l * C, g->ln2m + l * N, g->ln2r + l * N, N, C, s);
+        fc_backward(g, g->datty, g->dres, atty, "attprojw", "attprojb", (size_t)l * C * C,
+                    (size_t)l * C, N, C, C);
+        CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
+        if (g->bf16)
+            attention_backward_mixed(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C,
+                                     NH, s);
+        else
+            attention_backward(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C, NH, s);
+        fc_backward(g, g->dln, g->dqkv, ln1, "qkvw", "qkvb", (size_t)l * 3 * C * C,
+                    (size_t)l * 3 * C, N, C, 3 * C);
+        layernorm_backward(g->dres, G("ln1w") + l * C, G("ln1b") + l * C, g->dln, x,
+                           P("ln1w") + l * C, g->ln1m + l * N, g->ln1r + l * N, N, C, s);
+    }
+    embed_backward(G("wte"), G("wpe"), g->dres, g->tokens, B, T, C, c->vocab, s);
+}
+
+/* ---- state ---- */
+
+extern "C" int model_gpu_device_count(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch, int bf16,
+                                           char *err, size_t errlen)
+{
+    const struct model_config *c = &m->cfg;
+    if (c->kind != MODEL_TRANSFORMER) {
+        snprintf(err, errlen, "model.type: ngram has no GPU implementation; use "
+                              "model.type transformer or device cpu");
+        return NULL;
+    }
+    if (m->n_tensors > ADAMW_GPU_MAX_SEGMENTS) {
+        snprintf(err, errlen, "model has %d tensors, the GPU optimizer takes %d", m->n_tensors,
+                 ADAMW_GPU_MAX_SEGMENTS);
+        return NULL;
+    }
+    struct model_gpu *g = (struct model_gpu *)calloc(1, sizeof(*g));
+    if (!g) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    size_t N = (size_t)max_batch * c->max_seq_len, C = c->hidden, F = c->ffn, L = c->layers;
+    size_t n = m->n_params, B = (size_t)max_batch;
+    size_t natt = B * c->heads * c->max_seq_len * c->max_seq_len;
+
+    g->m = m, g->n = n, g->max_batch = max_batch, g->maxT = c->max_seq_len, g->bf16 = bf16;
+    gpu_init();
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
+    g->nseg = m->n_tensors;
+    for (int i = 0; i < m->n_tensors; i++)
+        g->segs[i] = (struct adamw_segment){m->tensors[i].offset, m->tensors[i].count,
+                                            m->tensors[i].decay};
+    g->p = dalloc(n), g->g = dalloc(n + 2), g->am = dalloc(n), g->av = dalloc(n);
+    CUDA_CHECK(cudaMalloc(&g->p16, n * 2 + 16));
+    CUDA_CHECK(cudaMalloc(&g->loss_acc, sizeof(double)));
+    CUDA_CHECK(cudaMemset(g->loss_acc, 0, sizeof(double)));
+    g->tokens = (int *)dalloc(N), g->len = (int *)dalloc(B), g->labels = (int *)dalloc(B);
+    g->x0 = dalloc(N * C), g->ln1 = dalloc(L * N * C), g->qkv = dalloc(3 * L * N * C);
+    g->ln1m = dalloc(L * N), g->ln1r = dalloc(L * N), g->ln2m = dalloc(L * N);
+    g->ln2r = dalloc(L * N), g->atty = dalloc(L * N * C), g->att = dalloc(L * natt);
+    g->attproj = dalloc(N * C), g->res2 = dalloc(L * N * C), g->ln2 = dalloc(L * N * C);
+    g->fch = dalloc(L * N * F), g->fchg = dalloc(L * N * F), g->fcproj = dalloc(N * C);
+    g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C), g->lnfm = dalloc(N), g->lnfr = dalloc(N);
+    g->pooled = dalloc(B * C), g->logits = dalloc(B * c->classes);
+    g->probs = dalloc(B * c->classes), g->losses = dalloc(B);
+    g->dres = dalloc(N * C), g->dln = dalloc(N * C), g->dfchg = dalloc(N * F);
+    g->dfch = dalloc(N * F), g->datty = dalloc(N * C), g->dqkv = dalloc(3 * N * C);
+    g->dpooled = dalloc(B * C), g->dlogits = dalloc(B * c->classes);
+    g->norm = dalloc(1), g->coef = dalloc(1);
+    if (bf16) {
+        size_t big = N * (F > 3 * C ? F : 3 * C);
+        CUDA_CHECK(cudaMalloc(&g->s16a, big * 2));
+        CUDA_CHECK(cudaMalloc(&g->s16b, big * 2));
+        CUDA_CHECK(cudaMalloc(&g->s16c, big * 2));
+    }
+    for (int i = 0; i < STAGE_SLOTS; i++) {
+        CUDA_CHECK(cudaMallocHost(&g->stage[i], (N + 2 * B) * sizeof(int)));
+        CUDA_CHECK(cudaEventCreateWithFlags(&g->staged[i], cudaEventDisableTiming));
+    }
+    model_gpu_upload(g, m->params, NULL, NULL);
+    return g;
+}
+
+extern "C" void model_gpu_free(struct model_gpu *g)
+{
+    if (!g)
+        return;
+    cudaStreamSynchronize(g->s);
+    float *bufs[] = {g->p, g->g, g->am, g->av, (float *)g->p16, (float *)g->loss_acc,
+                     (float *)g->tokens, (float *)g->len, (float *)g->labels, g->x0, g->ln1,
+                     g->ln1m, g->ln1r, g->qkv, g->atty, g->att, g->attproj, g->res2, g->ln2,
+                     g->ln2m, g->ln2r, g->fch, g->fchg, g->fcproj, g->res3, g->lnf, g->lnfm,
+                     g->lnfr, g->pooled, g->logits, g->probs, g->losses, g->dres, g->dln,
+                     g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,
+                     g->coef, (float *)g->s16a, (float *)g->s16b, (float *)g->s16c};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        cudaFree(bufs[i]); /* NULL is a no-op */
+    for (int i = 0; i < STAGE_SLOTS; i++) {
+        cudaFreeHost(g->stage[i]);
+        cudaEventDestroy(g->staged[i]);
+    }
+    cudaStreamDestroy(g->s);
+    free(g);
+}
+
+extern "C" void model_gpu_upload(struct model_gpu *g, const float *params, const float *am,
+                                 const float *av)
+{
+    size_t bytes = g->n * sizeof(float);
+    CUDA_CHECK(cudaMemcpyAsync(g->p, params, bytes, cudaMemcpyHostToDevice, g->s));
+    if (am)
+        CUDA_CHECK(cudaMemcpyAsync(g->am, am, bytes, cudaMemcpyHostToDevice, g->s));
+    else
+        CUDA_CHECK(cudaMemsetAsync(g->am, 0, bytes, g->s));
+    if (av)
+        CUDA_CHECK(cudaMemcpyAsync(g->av, av, bytes, cudaMemcpyHostToDevice, g->s));
+    else
+        CUDA_CHECK(cudaMemsetAsync(g->av, 0, bytes, g->s));
+    cast_f32_to_bf16(g->p16, g->p, g->n, g->s);
+    CUDA_CHECK(cudaStreamSynchronize(g->s));
+}
+
+extern "C" void model_gpu_download(struct model_gpu *g, float *params, float *am, float *av)
+{
+    size_t bytes = g->n * sizeof(float);
+    if (params)
+        CUDA_CHECK(cudaMemcpyAsync(params, g->p, bytes, cudaMemcpyDeviceToHost, g->s));
+    if (am)
+        CUDA_CHECK(cudaMemcpyAsync(am, g->am, bytes, cudaMemcpyDeviceToHost, g->s));
+    if (av)
+        CUDA_CHECK(cudaMemcpyAsync(av, g->av, bytes, cudaMemcpyDeviceToHost, g->s));
+    CUDA_CHECK(cudaStreamSynchronize(g->s));
+}
+
+extern "C" void model_gpu_batch(struct model_gpu *g, const int *tokens, const int *len,
+                                const int *labels, int B, int T)
+{
+    if (B < 1 || B > g->max_batch || T < 1 || T > g->maxT) {
+        fprintf(stderr, "model_gpu_batch: B=%d T=%d outside 1..%d, 1..%d\n", B, T, g->max_batch,
+                g->maxT);
+        abort();
+    }
+    size_t N = (size_t)B * T;
+    int *st = g->stage[g->slot];
+    CUDA_CHECK(cudaEventSynchronize(g->staged[g->slot])); /* this slot's last upload left */
+    memcpy(st, tokens, N * sizeof(int));
+    memcpy(st + N, len, (size_t)B * sizeof(int));
+    if (labels)
+        memcpy(st + N + B, labels, (size_t)B * sizeof(int));
+    CUDA_CHECK(cudaMemcpyAsync(g->tokens, st, N * sizeof(int), cudaMemcpyHostToDevice, g->s));
+    CUDA_CHECK(cudaMemcpyAsync(g->len, st + N, (size_t)B * sizeof(int), cudaMemcpyHostToDevice,
+                               g->s));
+    if (labels)
+        CUDA_CHECK(cudaMemcpyAsync(g->labels, st + N + B, (size_t)B * sizeof(int),
+                                   cudaMemcpyHostToDevice, g->s));
+    CUDA_CHECK(cudaEventRecord(g->staged[g->slot], g->s));
+    g->slot = (g->slot + 1) % STAGE_SLOTS;
+    g->B = B, g->T = T, g->have_labels = labels != NULL;
+}
+
+extern "C" void model_gpu_zero_grad(struct model_gpu *g)
+{
+    CUDA_CHECK(cudaMemsetAsync(g->g, 0, (g->n + 2) * sizeof(float), g->s));
+}
+
+extern "C" float *model_gpu_grads(struct model_gpu *g)
+{
+    return g->g;
+}
+
+extern "C" void model_gpu_scale_grads(struct model_gpu *g, float s)
+{
+    int blocks = (int)CEIL_DIV(g->n, (size_t)256);
+    scale_kernel<<<blocks < 4096 ? blocks : 4096, 256, 0, g->s>>>(g->g, g->n, s);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void model_gpu_step(struct model_gpu *g, const struct optim_config *c, float lr, long t)
+{
+    grad_norm(g->norm, g->g, g->n, g->s);
+    grad_clip_coef(g->coef, g->norm, c->grad_clip, 1.0f, g->s);
+    adamw_update(g->p, g->bf16 ? g->p16 : NULL, g->g, g->am, g->av, g->segs, g->nseg, lr,
+                 c->beta1, c->beta2, c->eps, c->weight_decay, t, g->coef, g->s);
+}
+
+extern "C" void model_gpu_end_step(struct model_gpu *g)
+{
+    end_step_kernel<<<1, 1, 0, g->s>>>(g->loss_acc, g->g + g->n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void model_gpu_read_stats(struct model_gpu *g, double *loss_sum, float *grad_norm_out)
+{
+    double acc = 0.0;
+    float nrm = 0.0f;
+    CUDA_CHECK(cudaMemcpyAsync(&acc, g->loss_acc, sizeof(acc), cudaMemcpyDeviceToHost, g->s));
+    CUDA_CHECK(cudaMemcpyAsync(&nrm, g->norm, sizeof(nrm), cudaMemcpyDeviceToHost, g->s));
+    CUDA_CHECK(cudaMemsetAsync(g->loss_acc, 0, sizeof(double), g->s));
+    CUDA_CHECK(cudaStreamSynchronize(g->s));
+    if (loss_sum)
+        *loss_sum = acc;
+    if (grad_norm_out)
+        *grad_norm_out = nrm;
+}
+
+extern "C" float model_gpu_last_loss(struct model_gpu *g)
+{
+    float l[1024];
+    double sum = 0.0;
+    int B = g->B;
+    for (int b0 = 0; b0 < B; b0 += 1024) {
+        int nb = B - b0 < 1024 ? B - b0 : 1024;
+        CUDA_CHECK(cudaMemcpyAsync(l, g->losses + b0, sizeof(float) * nb, cudaMemcpyDeviceToHost,
+                                   g->s));
+        CUDA_CHECK(cudaStreamSynchronize(g->s));
+        for (int b = 0; b < nb; b++)
+            sum += l[b];
+    }
+    return B ? (float)(sum / B) : 0.0f;
+}
+
+extern "C" void model_gpu_sync(struct model_gpu *g)
+{
+    CUDA_CHECK(cudaStreamSynchronize(g->s));
+}
+
+extern "C" struct CUstream_st *model_gpu_stream(struct model_gpu *g)
+{
+    return g->s;
+}

@@ -1,0 +1,267 @@
+/*
+ * train_gpu.c - train_run on a GPU (train_gpu.h). The loop is train.c's with the model on the
+ * device (model_gpu.h); the data order helpers below must stay identical to train.c's
+ * (train_gpu_test compares the two loops' losses step by step, which a different order breaks).
+ */
+#include "worker/train_gpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/xalloc.h"
+#include "kernels/gpu.h"
+#include "worker/model_gpu.h"
+#include "worker/obs.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- train.c's data order (keep identical) ---- */
+
+static uint64_t mix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static void shuffle(size_t *perm, size_t n, uint64_t seed, int epoch)
+{
+    uint64_t s = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(epoch + 1));
+    for (size_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(mix64(&s) % i);
+        size_t t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+}
+
+static size_t shard(size_t *idx, const size_t *perm, size_t n, int rank, int world)
+{
+    size_t ns = (n + (size_t)world - 1) / (size_t)world;
+    for (size_t i = 0; i < ns; i++)
+        idx[i] = perm[(i * (size_t)world + (size_t)rank) % n];
+    return ns;
+}
+
+static int gather(const struct train_data *d, const size_t *idx, int B, int *tok, int *len,
+                  int *lab, long *ntok)
+{
+    int T = 1;
+    for (int b = 0; b < B; b++)
+        T = d->len[idx[b]] > T ? d->len[idx[b]] : T;
+    for (int b = 0; b < B; b++) {
+        const int32_t *row = d->ids + idx[b] * (size_t)d->max_len;
+        memcpy(tok + (size_t)b * T, row, sizeof(int) * (size_t)T);
+        len[b] = d->len[idx[b]];
+        lab[b] = d->labels[idx[b]];
+        *ntok += len[b];
+    }
+    return T;
+}
+
+/* ---- setup ---- */
+
+int train_gpu_select(int local_rank, char *err, size_t errlen)
+{
+    if (model_gpu_device_count() < 1) {
+        snprintf(err, errlen, "device: \"cuda\", but no CUDA device is visible to this process "
+                              "(check nvidia-smi, the pod's nvidia.com/gpu limit and "
+                              "CUDA_VISIBLE_DEVICES), or use device: cpu");
+        return -1;
+    }
+    int dev = gpu_select_device(local_rank < 0 ? 0 : local_rank);
+    if (dev < 0)
+        snprintf(err, errlen, "device: could not select a GPU for LOCAL_RANK %d (see above)",
+                 local_rank);
+    return dev;
+}
+
+int train_gpu_check(const char *model_type, char *err, size_t errlen)
+{
+    if (strcmp(model_type, "transformer")) {
+        snprintf(err, errlen, "device: \"cuda\" trains model.type transformer only; use device: "
+                              "cpu for model.type ngram");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the loop ---- */
+
+struct pending { /* a finished step not yet given to obs (its loss is read later) */
+    struct metrics_step ms;
+    double red_s;
+};
+
+struct gloop {
+    struct model_gpu *g;
+    size_t *perm, *idx;
+    int *tok, *len, *lab;
+    long tokens; /* non-padding tokens since the last log line */
+    double loss_sum; /* step losses read back since the last log line */
+    struct pending pend[TRAIN_GPU_OBS_BATCH];
+    int npend;
+};
+
+/* Reads the losses accumulated on the device since the last read; hands the pending steps to
+ * obs with their mean. */
+static void flush_stats(struct gloop *lp, const struct train_opts *o, float *norm)
+{
+    double sum = 0.0;
+    model_gpu_read_stats(lp->g, &sum, norm);
+    lp->loss_sum += sum;
+    for (int i = 0; i < lp->npend; i++) {
+        lp->pend[i].ms.loss = sum / lp->npend;
+        if (o->obs)
+            obs_step(o->obs, &lp->pend[i].ms, lp->pend[i].red_s);
+    }
+    lp->npend = 0;
+}
+
+static void log_progress(const struct train_opts *o, long step, long total, int epoch,
+                         double loss, float lr, float norm, double dt, long samples, long tokens,
+                         long steps)
+{
+    double ms = 1e3 * dt / (double)steps;
+    int W = o->world_size > 0 ? o->world_size : 1;
+    double sps = (double)samples * W / dt, tps = (double)tokens * W / dt;
+    if (o->json_out) {
+        fprintf(o->json_out,
+                "{\"step\":%ld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.4f,"
+                "\"samples_per_s\":%.1f,\"tokens_per_s\":%.0f,\"ms_per_step\":%.1f,"
+                "\"device\":\"cuda\"}\n",
+                step, epoch, loss, (double)lr, (double)norm, sps, tps, ms);
+        fflush(o->json_out);
+    }
+    if (o->human_out) {
+        fprintf(o->human_out, "step %ld/%ld | epoch %d | loss %.4f | lr %.1e | %.1f ms | %.0f "
+                              "samples/s | %.1fk tok/s (GPU)\n",
+                step, total, epoch + 1, loss, (double)lr, ms, sps, tps / 1e3);
+        fflush(o->human_out);
+    }
+}
+
+int train_gpu_run(struct model *m, const struct train_data *d, const struct train_opts *o,
+                  struct train_result *res)
+{
+    const int per_step = o->batch * o->accum, W = o->world_size > 0 ? o->world_size : 1;
+    long spe = train_steps_per_epoch(d->n, o->batch, o->accum, W);
+    long total = (long)o->epochs * spe, step = o->start_step, logged = 0, samples = 0;
+    struct optim_config oc = o->optim;
+    struct adamw own, *opt = o->opt ? o->opt : &own;
+    struct gloop lp;
+    double t0 = now_s(), tlog = t0, all_tokens = 0;
+    long all_samples = 0;
+    const char *bf = getenv("GANTRY_GPU_BF16");
+    char err[256];
+    int rc = 0;
+
+    memset(&lp, 0, sizeof(lp));
+    memset(res, 0, sizeof(*res));
+    if (!(lp.g = model_gpu_new(m, o->batch, bf && !strcmp(bf, "1"), err, sizeof(err)))) {
+        fprintf(stderr, "gantry-worker: %s\n", err);
+        return -1;
+    }
+    if (o->max_steps > 0 && o->max_steps < total)
+        total = o->max_steps;
+    oc.total_steps = total;
+    oc.warmup_steps = o->warmup_steps >= 0 ? o->warmup_steps
+                                           : (int)lround(o->warmup_ratio * (double)total);
+    if (!o->opt)
+        adamw_init(&own, m->n_params);
+    model_gpu_upload(lp.g, m->params, opt->m, opt->v);
+    lp.perm = xmallocarray(d->n ? d->n : 1, sizeof(size_t));
+    lp.idx = xmallocarray(d->n ? d->n : 1, sizeof(size_t));
+    lp.tok = xmallocarray((size_t)o->batch * d->max_len, sizeof(int));
+    lp.len = xmallocarray((size_t)o->batch, sizeof(int));
+    lp.lab = xmallocarray((size_t)o->batch, sizeof(int));
+    for (int epoch = (int)(step / spe); epoch < o->epochs && step < total; epoch++) {
+        shuffle(lp.perm, d->n, o->seed, epoch);
+        size_t ns = shard(lp.idx, lp.perm, d->n, o->rank, W);
+        size_t first = epoch == step / spe ? (size_t)(step % spe) * per_step : 0;
+        for (size_t start = first; start < ns && step < total; start += per_step) {
+            size_t in_step = ns - start < (size_t)per_step ? ns - start : (size_t)per_step;
+            long tokens_before = lp.tokens;
+            double red_s = 0.0;
+            if (o->stop && *o->stop) {
+                rc = TRAIN_STOPPED;
+                goto out;
+            }
+            model_gpu_zero_grad(lp.g);
+            for (size_t mb = 0; mb < in_step; mb += o->batch) {
+                const size_t *ix = lp.idx + start + mb;
+                int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
+                int T = gather(d, ix, B, lp.tok, lp.len, lp.lab, &lp.tokens);
+                model_gpu_batch(lp.g, lp.tok, lp.len, lp.lab, B, T);
+                model_gpu_forward(lp.g);
+                model_gpu_backward(lp.g, 1.0f / (float)in_step);
+            }
+            if (o->reduce) { /* gradients + [loss sum, examples], summed over ranks */
+                double t = now_s();
+                model_gpu_sync(lp.g);
+                if ((rc = o->reduce(model_gpu_grads(lp.g), m->n_params + 2, o->reduce_ctx)))
+                    goto out;
+                model_gpu_scale_grads(lp.g, 1.0f / (float)W);
+                red_s = now_s() - t;
+            }
+            float lr = optim_lr(&oc, step);
+            model_gpu_step(lp.g, &oc, lr, ++opt->t);
+            model_gpu_end_step(lp.g);
+            step++;
+            samples += (long)in_step;
+            logged++;
+            lp.pend[lp.npend++] = (struct pending){
+                .ms = {.step = step, .epoch = epoch, .lr = lr, .samples = (int64_t)in_step * W,
+                       .tokens = (int64_t)(lp.tokens - tokens_before) * W, .now = now_s()},
+                .red_s = red_s};
+            bool log = step % o->log_interval == 0 || step == total;
+            float norm = 0.0f;
+            if (log || lp.npend == TRAIN_GPU_OBS_BATCH)
+                flush_stats(&lp, o, &norm);
+            if (log) {
+                double t = now_s();
+                res->last_loss = lp.loss_sum / (double)logged;
+                log_progress(o, step, total, epoch, res->last_loss, lr, norm, t - tlog, samples,
+                             lp.tokens, logged);
+                all_samples += samples, all_tokens += (double)lp.tokens;
+                samples = lp.tokens = logged = 0;
+                lp.loss_sum = 0.0;
+                tlog = t;
+            }
+            if (o->stop && *o->stop) {
+                rc = TRAIN_STOPPED;
+                goto out;
+            }
+            if (o->checkpoint && o->checkpoint_interval > 0 &&
+                (step % o->checkpoint_interval == 0 || step == total)) {
+                model_gpu_download(lp.g, m->params, opt->m, opt->v);
+                if ((rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
+                    goto out;
+            }
+        }
+    }
+out:
+    if (lp.npend)
+        flush_stats(&lp, o, NULL);
+    model_gpu_download(lp.g, m->params, opt->m, opt->v); /* for evaluation and the caller */
+    res->steps = step;
+    res->seconds = now_s() - t0;
+    all_samples += samples, all_tokens += (double)lp.tokens;
+    res->samples_per_s = (double)all_samples / res->seconds;
+    res->tokens_per_s = all_tokens / res->seconds;
+    if (!o->opt)
+        adamw_cleanup(&own);
+    model_gpu_free(lp.g);
+    free(lp.perm), free(lp.idx), free(lp.tok), free(lp.len), free(lp.lab);
+    return rc;
+}
