@@ -394,7 +394,7 @@ def fasttext(vals, out_png):
         summary.append({
             "bench": "final accuracy: n-gram %g epochs vs fastText %g epochs" % (g_last, f_last),
             "ours": spread(g, "%.4f"), "peer": "fastText " + spread(f, "%.4f"), "ratio": ratio,
-            "target": ">= fastText (same run)", "ok": bool(g and f and med(g) >= med(f)),
+            "target": ">= fastText in the same run (issue 6 quotes 0.983 for fastText with bigrams)", "ok": bool(g and f and med(g) >= med(f)),
             "note": "macro-F1 %s vs %s; training %s s vs %s s" % (
                 spread(gf, "%.4f"), spread(ff, "%.4f"), spread(gt), spread(ft))})
 
