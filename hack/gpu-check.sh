@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # The GPU check: builds the CUDA kernels with nvcc, runs their GPU tests (ctest -L gpu), checks a
-# GPU training run against the CPU model, and benchmarks gantry against PyTorch on the same GPU.
+# GPU training run against the CPU model, runs the training loop on the GPU (gantry-worker --device
+# cuda: its GPU test, then SpamAssassin), and benchmarks gantry against PyTorch on the same GPU.
 # Made for a bare GPU machine with nvcc 13, PyTorch and the nvidia-nccl-cu13 Python package but
 # no internet and none of the operator's libraries (it builds bench/gpu_check, the stand-alone
-# CMake project, not the whole tree).
+# CMake project, not the whole tree; the worker's binaries come prebuilt from --prepare).
 #
-#   hack/gpu-check.sh --prepare   HERE (with apt): download the OpenBLAS .debs into .carry/gpu-debs
-#   hack/gpu-check.sh [--quick]   ON THE GPU MACHINE: build, test, check, benchmark
-#                                 (--quick: tests and the CPU check only, no benchmarks)
+#   hack/gpu-check.sh --prepare   HERE (with apt, CUDA wheels): the OpenBLAS .debs into
+#                                 .carry/gpu-debs; the CUDA build of gantry-worker, gantry-run and
+#                                 train_gpu_test with their non-CUDA shared libraries into
+#                                 .carry/gpu-bin; the SpamAssassin split into .carry/gpu-data
+#   hack/gpu-check.sh [--quick]   ON THE GPU MACHINE: build, test, check, train, benchmark
+#                                 (--quick: no benchmarks)
+# Device call: run(command="bash hack/gpu-check.sh",
+#                  carry=[".carry/gpu-debs", ".carry/gpu-bin", ".carry/gpu-data"], timeout_s=540)
 #
-# GANTRY_NCCL_PKG=<dir with include/ and lib/> overrides where NCCL is taken from.
+# GANTRY_NCCL_PKG=<dir with include/ and lib/> overrides where NCCL is taken from;
+# GANTRY_GPU_PREP_BUILD (--prepare) the CUDA build folder (default /tmp/gantry-gpu-prepare).
 # Results go to $OUT (default ./out/gpu-check): env.txt, build.log, ctest.log, check.log,
-# bench.jsonl (one JSON line per run: gantry and PyTorch), bench.log, summary.txt. The device tool
-# brings back at most 8 files, so nothing else is written there. Exit status: 0 when the build,
-# every GPU test and the CPU check passed (benchmark numbers are reported, not judged).
+# worker.log, bench.jsonl (one JSON line per run: gantry and PyTorch), bench.log, summary.txt. The
+# device tool brings back at most 8 files, so nothing else is written there. Exit status: 0 when
+# the build, every GPU test, the CPU check and the GPU training run passed (benchmark numbers are
+# reported, not judged).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,11 +31,36 @@ quick=0
 
 case "${1:-}" in
 --prepare)
+    set -e
     mkdir -p "$debs"
-    cd "$debs" && apt-get download libopenblas0-pthread libopenblas-pthread-dev libgfortran5 \
-        libquadmath0
+    (cd "$debs" && apt-get download libopenblas0-pthread libopenblas-pthread-dev libgfortran5 \
+        libquadmath0)
     du -sh "$debs"/*.deb
-    echo "gpu-check: carry .carry/gpu-debs (device tool: carry [\".carry/gpu-debs\"]) and run hack/gpu-check.sh there"
+    # The worker's binaries, built here with CUDA (the GPU machine lacks Jansson, libmicrohttpd,
+    # ISA-L...), and the shared libraries they need other than glibc's, CUDA's and OpenBLAS's
+    # (those come from the GPU machine and the .debs above).
+    pb=${GANTRY_GPU_PREP_BUILD:-/tmp/gantry-gpu-prepare}
+    cmake -S "$here" -B "$pb" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGANTRY_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+    nice -n 10 cmake --build "$pb" -j "${JOBS:-2}" --target gantry-worker gantry-run train_gpu_test
+    bin="$here/.carry/gpu-bin"
+    rm -rf "$bin"; mkdir -p "$bin/lib"
+    cp "$pb/worker/gantry-worker" "$pb/worker/gantry-run" "$pb/worker/train_gpu_test" "$bin/"
+    cp "$here/worker/train_gpu_cli_test.sh" "$bin/"
+    # (libstdc++ and libgcc_s stay the GPU machine's own: newer ones run older programs, and
+    # its cuBLAS may need them)
+    ldd "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" | awk '$3 ~ /^\// {print $3}' |
+        sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libnccl|libopenblas|libgfortran|libquadmath|libstdc\+\+|libgcc_s)\.so' |
+        while read -r l; do cp -L "$l" "$bin/lib/"; done
+    strip --strip-debug "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test"
+    du -sh "$bin" "$bin"/* "$bin/lib"
+    data=$("$here/hack/spam-data.sh" | awk '/^\//{print; exit}')
+    [ -f "$data/train.jsonl" ] || data=${GANTRY_CACHE:-$HOME/.cache/gantry}/data/spam-0.2.3-seed42
+    mkdir -p "$here/.carry/gpu-data"
+    cp "$data/train.jsonl" "$data/eval.jsonl" "$here/.carry/gpu-data/"
+    du -sh "$here/.carry/gpu-data"
+    echo "gpu-check: now, on the GPU machine: run(command=\"bash hack/gpu-check.sh\"," \
+        "carry=[\".carry/gpu-debs\", \".carry/gpu-bin\", \".carry/gpu-data\"], timeout_s=540)"
     exit 0 ;;
 --quick) quick=1 ;;
 "") ;;
@@ -155,6 +188,75 @@ case $? in
 *) status=1; say "FAILED: GPU vs CPU loss (check.log)" ;;
 esac
 grep -E '^check-cpu' "$out/check.log" >>"$summary" || true
+
+# ---- the training loop on the GPU: carried gantry-worker (--device cuda) and its GPU test ----
+wlog="$out/worker.log"
+cbin="$here/.carry/gpu-bin"
+train_gpu() {
+    local rc=0 libdirs="$cbin/lib" l d
+    # the carried binaries' CUDA libraries by soname: wherever this machine keeps them
+    for l in libcublas.so.13 libcublasLt.so.13 libcudart.so.13; do
+        d=$(first "$cuda_root"/lib64/$l "$cuda_root"/targets/*/lib/$l "$pyroot"/nvidia/*/lib/$l || true)
+        [ -n "$d" ] && libdirs="$libdirs:$(dirname "$d")"
+    done
+    [ -n "$ncclpkg" ] && libdirs="$libdirs:$ncclpkg/lib"
+    export LD_LIBRARY_PATH="$libdirs:$LD_LIBRARY_PATH"
+    echo "== ldd gantry-worker (missing libraries, if any)"
+    ldd "$cbin/gantry-worker" | grep -i 'not found' || echo "none"
+    echo "== train_gpu_test (GPU loop vs CPU loop; checkpoints across devices)"
+    timeout 180 "$cbin/train_gpu_test" || rc=1
+    echo "== train_gpu_cli_test.sh (gantry-worker --device cuda on the tiny fixture)"
+    timeout 120 bash "$cbin/train_gpu_cli_test.sh" "$cbin/gantry-worker" "$here/worker/testdata" || rc=1
+    echo "== SpamAssassin, device cuda (bench/cpu_train_spam.sh's configuration)"
+    local sd=/tmp/gantry-gpu-spam
+    rm -rf "$sd"; mkdir -p "$sd"
+    cat >"$sd/config.json" <<JSON
+{"training": {
+  "task": "text-classification",
+  "model": {"type": "transformer", "layers": 2, "hidden": 128, "heads": 4, "maxSeqLen": 256},
+  "data": {"train": "$here/.carry/gpu-data/train.jsonl", "eval": "$here/.carry/gpu-data/eval.jsonl",
+           "minFreq": 2},
+  "epochs": 3, "batchSize": 32, "learningRate": "1e-3", "weightDecay": 0.01,
+  "logInterval": 20, "seed": 42, "device": "cuda", "report": "$sd/report.json"}}
+JSON
+    if timeout 240 "$cbin/gantry-worker" --config "$sd/config.json" >"$sd/progress.jsonl" 2>"$sd/log.txt"; then
+        python3 - "$sd/report.json" <<'PY' | tee "$sd/line"
+import json, sys
+r = json.load(open(sys.argv[1])); t = r["train"]
+print(f"spam device cuda: accuracy {r['accuracy']:.4f} macro_f1 {r.get('macro_f1', float('nan')):.4f} "
+      f"steps {t['steps']} train {t['seconds']:.1f} s tokens/s {t['tokens_per_s']:.0f} "
+      f"samples/s {t['samples_per_s']:.0f} final_loss {t['final_loss']:.4f}")
+PY
+    else
+        rc=1; echo "spam device cuda: FAILED"
+    fi
+    tail -n 25 "$sd/log.txt"
+    # two ranks over NCCL, one GPU each, when this machine has two
+    local ngpu
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    if [ "${ngpu:-0}" -ge 2 ]; then
+        echo "== 2 ranks, NCCL, 1 epoch"
+        if timeout 180 "$cbin/gantry-run" --nproc 2 -- "$cbin/gantry-worker" --config "$sd/config.json" \
+                --epochs 1 --report "$sd/report2.json" >"$sd/p2" 2>"$sd/l2"; then
+            python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("spam 2 ranks NCCL: accuracy %.4f world %d tokens/s %.0f" % (r["accuracy"], r["train"]["world_size"], r["train"]["tokens_per_s"]))' "$sd/report2.json" | tee -a "$sd/line"
+        else
+            rc=1; echo "spam 2 ranks NCCL: FAILED"; tail -n 30 "$sd/l2"
+        fi
+    else
+        echo "spam 2 ranks NCCL: SKIPPED ($ngpu GPU visible)" | tee -a "$sd/line"
+    fi
+    return $rc
+}
+if [ -x "$cbin/gantry-worker" ]; then
+    if (train_gpu) >"$wlog" 2>&1; then
+        say "OK: training loop on the GPU (worker.log)"
+    else
+        status=1; say "FAILED: training loop on the GPU (worker.log)"
+    fi
+    grep -E '^(spam |rms|ok |FAIL|[0-9]+ test cases)' "$wlog" >>"$summary" || true
+else
+    status=1; say "FAILED: no .carry/gpu-bin/gantry-worker (run --prepare here and carry .carry/gpu-bin)"
+fi
 
 [ "$quick" = 1 ] && { say "quick: benchmarks skipped"; exit $status; }
 

@@ -224,11 +224,11 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
                 .ms = {.step = step, .epoch = epoch, .lr = lr, .samples = (int64_t)in_step * W,
                        .tokens = (int64_t)(lp.tokens - tokens_before) * W, .now = now_s()},
                 .red_s = red_s};
-            bool log = step % o->log_interval == 0 || step == total;
+            bool log_now = step % o->log_interval == 0 || step == total;
             float norm = 0.0f;
-            if (log || lp.npend == TRAIN_GPU_OBS_BATCH)
+            if (log_now || lp.npend == TRAIN_GPU_OBS_BATCH)
                 flush_stats(&lp, o, &norm);
-            if (log) {
+            if (log_now) {
                 double t = now_s();
                 res->last_loss = lp.loss_sum / (double)logged;
                 log_progress(o, step, total, epoch, res->last_loss, lr, norm, t - tlog, samples,

@@ -109,7 +109,8 @@ static void test_gpu_follows_cpu(void)
     for (int i = 0; i < nc && i < ng; i++) {
         int ok = close_rel(lg[i], lc[i], 2e-3);
         if (!ok || i < 3)
-            printf("step %2d  cpu %.6f  gpu %.6f  %s\n", i + 1, lc[i], lg[i], ok ? "ok" : "MISMATCH");
+            printf("step %2d  cpu %.6f  gpu %.6f  %s\n", i + 1, lc[i], lg[i],
+                   ok ? "ok" : "MISMATCH");
         bad += !ok;
     }
     TEST_EQ_INT(bad, 0);
@@ -212,7 +213,7 @@ static void test_checkpoint_across_devices(void)
         TEST_EQ_INT(model_init(&m0, &mc, 1, 11, err, sizeof(err)), 0);
         memcpy(fresh.p, m0.params, n * sizeof(float));
         model_cleanup(&m0);
-        fresh.step = 3, fresh.t = 0;
+        fresh.step = 3, fresh.t = 3; /* moments zero, as if the checkpoint were lost */
     }
     run6(0, &fresh, NULL, a);
     double d0 = rms_diff(a, ref, n);
