@@ -204,9 +204,9 @@ train_gpu() {
     echo "== ldd gantry-worker (missing libraries, if any)"
     ldd "$cbin/gantry-worker" | grep -i 'not found' || echo "none"
     echo "== train_gpu_test (GPU loop vs CPU loop; checkpoints across devices)"
-    timeout 180 "$cbin/train_gpu_test" || rc=1
+    timeout 90 "$cbin/train_gpu_test" || rc=1
     echo "== train_gpu_cli_test.sh (gantry-worker --device cuda on the tiny fixture)"
-    timeout 120 bash "$cbin/train_gpu_cli_test.sh" "$cbin/gantry-worker" "$here/worker/testdata" || rc=1
+    timeout 90 bash "$cbin/train_gpu_cli_test.sh" "$cbin/gantry-worker" "$here/worker/testdata" || rc=1
     echo "== SpamAssassin, device cuda (bench/cpu_train_spam.sh's configuration)"
     local sd=/tmp/gantry-gpu-spam
     rm -rf "$sd"; mkdir -p "$sd"
@@ -219,7 +219,7 @@ train_gpu() {
   "epochs": 3, "batchSize": 32, "learningRate": "1e-3", "weightDecay": 0.01,
   "logInterval": 20, "seed": 42, "device": "cuda", "report": "$sd/report.json"}}
 JSON
-    if timeout 240 "$cbin/gantry-worker" --config "$sd/config.json" >"$sd/progress.jsonl" 2>"$sd/log.txt"; then
+    if timeout 150 "$cbin/gantry-worker" --config "$sd/config.json" >"$sd/progress.jsonl" 2>"$sd/log.txt"; then
         python3 - "$sd/report.json" <<'PY' | tee "$sd/line"
 import json, sys
 r = json.load(open(sys.argv[1])); t = r["train"]
@@ -236,7 +236,7 @@ PY
     ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
     if [ "${ngpu:-0}" -ge 2 ]; then
         echo "== 2 ranks, NCCL, 1 epoch"
-        if timeout 180 "$cbin/gantry-run" --nproc 2 -- "$cbin/gantry-worker" --config "$sd/config.json" \
+        if timeout 150 "$cbin/gantry-run" --nproc 2 -- "$cbin/gantry-worker" --config "$sd/config.json" \
                 --epochs 1 --report "$sd/report2.json" >"$sd/p2" 2>"$sd/l2"; then
             python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("spam 2 ranks NCCL: accuracy %.4f world %d tokens/s %.0f" % (r["accuracy"], r["train"]["world_size"], r["train"]["tokens_per_s"]))' "$sd/report2.json" | tee -a "$sd/line"
         else
