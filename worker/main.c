@@ -342,7 +342,17 @@ static int ckpt_settle(struct worker *w)
     return rc;
 }
 
-/* The training hook (rank 0): snapshot (memcpy) and hand to the background writer. */
+/* train_opts.before_update: the parameters and moments a checkpoint borrowed are copied out
+ * before the optimizer changes them (the copy overlaps the step's forward and backward). */
+static void fence_checkpoint(void *ctx)
+{
+    struct worker *w = ctx;
+    if (w->writer)
+        ckpt_writer_fence(w->writer);
+}
+
+/* The training hook (rank 0): borrow the tensors and hand them to the background writer, which
+ * copies them into its reused buffers while training goes on (fence_checkpoint). */
 static int save_checkpoint(void *ctx, long step, int epoch, const struct model *m,
                            const struct adamw *opt)
 {
@@ -365,9 +375,9 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
                             (uint64_t)w->env.world_size;
     snprintf(meta.config_hash, sizeof(meta.config_hash), "%s", w->hash);
     snap = ckpt_snapshot_new(&meta);
-    if (ckpt_snapshot_add(snap, CKPT_WEIGHTS, "params", CKPT_F32, 1, &n, m->params) ||
-        ckpt_snapshot_add(snap, CKPT_OPTIM, "adamw.m", CKPT_F32, 1, &n, opt->m) ||
-        ckpt_snapshot_add(snap, CKPT_OPTIM, "adamw.v", CKPT_F32, 1, &n, opt->v)) {
+    if (ckpt_snapshot_borrow(snap, CKPT_WEIGHTS, "params", CKPT_F32, 1, &n, m->params) ||
+        ckpt_snapshot_borrow(snap, CKPT_OPTIM, "adamw.m", CKPT_F32, 1, &n, opt->m) ||
+        ckpt_snapshot_borrow(snap, CKPT_OPTIM, "adamw.v", CKPT_F32, 1, &n, opt->v)) {
         ckpt_snapshot_free(snap);
         return DIST_EUSAGE;
     }
@@ -376,7 +386,10 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
     json_object_set_new(snap->extra, "seed", json_integer((json_int_t)w->cfg.seed));
     w->pending_step = step;
     w->pending_t0 = now_s();
-    return ckpt_writer_save(w->writer, snap);
+    rc = ckpt_writer_save(w->writer, snap);
+    if (w->gpu >= 0) /* the GPU loop downloads into these host buffers again at any time */
+        ckpt_writer_fence(w->writer);
+    return rc;
 }
 
 /* Splits checkpoint.dir into the library's (root, job). 0 or an exit status. */
@@ -599,6 +612,15 @@ int main(int argc, char **argv)
             rc = DIST_EXIT_RETRY;
             goto out;
         }
+        to.before_update = fence_checkpoint;
+        /* params + two moments; pre-faulted now, so a checkpoint's copy runs at memory speed */
+        if (w.writer && ckpt_writer_reserve(w.writer, 3 * w.model.n_params * sizeof(float))) {
+            fprintf(stderr, "gantry-worker: out of memory for the checkpoint buffers (%zu MiB); "
+                            "give the pod more memory\n",
+                    (size_t)(6 * w.model.n_params * sizeof(float)) >> 20);
+            rc = DIST_EXIT_RETRY;
+            goto out;
+        }
     }
     double setup = now_s() - t0;
     struct obs_config ocfg = {
@@ -638,6 +660,8 @@ int main(int argc, char **argv)
             tr.steps);
     rc = write_report(&w, &tr, setup);
 out:
+    if (w.writer) /* a checkpoint may still be copying the moments freed next */
+        ckpt_writer_fence(w.writer);
     adamw_cleanup(&opt);
     worker_cleanup(&w, rc == 0);
     if (rc && w.rz) { /* failed with peers: no final barrier, leave the connection to exit */

@@ -181,6 +181,8 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
             if ((rc = step_grads(m, d, &ow, &lp, lp.idx + start, in_step, &loss, &red_s)))
                 goto out;
             float lr = optim_lr(&oc, step);
+            if (o->before_update)
+                o->before_update(o->checkpoint_ctx);
             float norm = adamw_clip_step(opt, m, &oc, lr); /* clip + AdamW in one pass */
             step++;
             samples += (long)in_step;

@@ -74,6 +74,10 @@ struct train_opts {
     int (*checkpoint)(void *ctx, long step, int epoch, const struct model *m,
                       const struct adamw *opt); /* 0, or an error that stops training */
     void *checkpoint_ctx;
+    /* Called with checkpoint_ctx before every optimizer update (which modifies the parameters
+     * and moments): a checkpoint that borrowed them (ckpt_snapshot_borrow) is fenced here, so
+     * its copy overlaps the next forward and backward. NULL: nothing. */
+    void (*before_update)(void *ctx);
     /* When set and *stop becomes non-zero (a signal handler), train_run returns TRAIN_STOPPED
      * at the next step boundary, without a checkpoint. */
     const volatile sig_atomic_t *stop;
