@@ -24,10 +24,11 @@ const char *const exec_pod_fields[] = {
 struct exec_pod {
     int32_t index, restart, exit_code;
     uint8_t phase;
-    bool ready, terminating, message_truncated;
-    uint16_t off[EXEC_POD_NSTR]; /* where each string starts in s */
-    char s[];                    /* the strings, NUL-terminated, one after another */
+    uint8_t flags; /* POD_READY | POD_TERMINATING | POD_TRUNCATED */
+    char s[];      /* the EXEC_POD_NSTR strings, NUL-terminated, one after another, in order */
 };
+
+enum { POD_READY = 1, POD_TERMINATING = 2, POD_TRUNCATED = 4 };
 
 void *exec_pod_make(void *ud, const json_t *pod)
 {
@@ -41,8 +42,6 @@ void *exec_pod_make(void *ud, const json_t *pod)
     (void)ud;
     if (rec_pod_from_json(pod, rp) != 0)
         goto out;
-    str[EXEC_POD_NS] = json_string_value(json_object_get(meta, "namespace"));
-    str[EXEC_POD_NAME] = rp->name;
     str[EXEC_POD_UID] = rp->uid;
     str[EXEC_POD_RV] = json_string_value(json_object_get(meta, "resourceVersion"));
     str[EXEC_POD_JOB] = json_string_value(json_object_get(labels, RENDER_LABEL_JOB));
@@ -57,17 +56,15 @@ void *exec_pod_make(void *ud, const json_t *pod)
         len[i] = strnlen(str[i], 1024);
         total += len[i] + 1;
     }
-    p = xmalloc(sizeof(*p) + total); /* < 64 KiB: every string is bounded above */
+    p = xmalloc(sizeof(*p) + total); /* ~100 bytes for a running pod */
     p->index = rp->index;
     p->restart = rp->restart;
     p->exit_code = rp->exit_code;
     p->phase = (uint8_t)rp->phase;
-    p->ready = rp->ready;
-    p->terminating = rp->terminating;
-    p->message_truncated = rp->message_truncated;
+    p->flags = (uint8_t)((rp->ready ? POD_READY : 0) | (rp->terminating ? POD_TERMINATING : 0) |
+                         (rp->message_truncated ? POD_TRUNCATED : 0));
     total = 0;
     for (int i = 0; i < EXEC_POD_NSTR; i++) {
-        p->off[i] = (uint16_t)total;
         memcpy(p->s + total, str[i], len[i]);
         p->s[total + len[i]] = '\0';
         total += len[i] + 1;
@@ -84,26 +81,34 @@ void exec_pod_free(void *rec)
 
 const char *exec_pod_str(const struct exec_pod *p, enum exec_pod_str which)
 {
-    return (unsigned)which < EXEC_POD_NSTR ? p->s + p->off[which] : "";
+    const char *s = p->s;
+
+    if ((unsigned)which >= EXEC_POD_NSTR)
+        return "";
+    for (int i = 0; i < (int)which; i++) /* a few short strings: a scan beats an offset table */
+        s += strlen(s) + 1;
+    return s;
 }
 
-void exec_pod_view(const struct exec_pod *p, struct rec_pod *out)
+void exec_pod_view(const char *key, const struct exec_pod *p, struct rec_pod *out)
 {
+    const char *slash = strchr(key, '/');
+
     memset(out, 0, sizeof(*out));
-    snprintf(out->name, sizeof(out->name), "%s", exec_pod_str(p, EXEC_POD_NAME));
+    snprintf(out->name, sizeof(out->name), "%s", slash ? slash + 1 : key);
     snprintf(out->uid, sizeof(out->uid), "%s", exec_pod_str(p, EXEC_POD_UID));
     out->index = p->index;
     out->restart = p->restart;
     out->phase = (enum rec_pod_phase)p->phase;
-    out->ready = p->ready;
-    out->terminating = p->terminating;
+    out->ready = p->flags & POD_READY;
+    out->terminating = p->flags & POD_TERMINATING;
     out->exit_code = p->exit_code;
     snprintf(out->reason, sizeof(out->reason), "%s", exec_pod_str(p, EXEC_POD_REASON));
     snprintf(out->problem, sizeof(out->problem), "%s", exec_pod_str(p, EXEC_POD_PROBLEM));
     snprintf(out->problem_msg, sizeof(out->problem_msg), "%s",
              exec_pod_str(p, EXEC_POD_PROBLEM_MSG));
     snprintf(out->message, sizeof(out->message), "%s", exec_pod_str(p, EXEC_POD_MESSAGE));
-    out->message_truncated = p->message_truncated;
+    out->message_truncated = p->flags & POD_TRUNCATED;
     snprintf(out->ip, sizeof(out->ip), "%s", exec_pod_str(p, EXEC_POD_IP));
 }
 
@@ -114,9 +119,9 @@ static const char *pod_rv(const void *rec)
 
 const struct informer_transform exec_pod_transform = {exec_pod_make, exec_pod_free, NULL, pod_rv};
 
-static void view_cb(void *ud, const void *rec)
+static void view_cb(void *ud, const char *key, const void *rec)
 {
-    exec_pod_view(rec, ud);
+    exec_pod_view(key, rec, ud);
 }
 
 bool exec_pod_get(struct exec_shared *sh, const char *key, struct rec_pod *out)
@@ -128,8 +133,7 @@ bool exec_pod_get(struct exec_shared *sh, const char *key, struct rec_pod *out)
 
 struct exec_child {
     bool has_config;
-    uint16_t off[EXEC_CHILD_NSTR];
-    char s[];
+    char s[]; /* the EXEC_CHILD_NSTR strings, NUL-terminated, one after another, in order */
 };
 
 void *exec_child_make(void *ud, const json_t *obj)
@@ -143,15 +147,13 @@ void *exec_child_make(void *ud, const json_t *obj)
     struct exec_child *c;
 
     (void)ud;
-    str[EXEC_CHILD_NS] = json_string_value(json_object_get(meta, "namespace"));
-    str[EXEC_CHILD_NAME] = json_string_value(json_object_get(meta, "name"));
     str[EXEC_CHILD_JOB] =
         json_string_value(json_object_get(json_object_get(meta, "labels"), RENDER_LABEL_JOB));
     if (cfg)
         rec_digest(cfg, dg);
     str[EXEC_CHILD_DIGEST] = dg;
     str[EXEC_CHILD_RV] = json_string_value(json_object_get(meta, "resourceVersion"));
-    if (!str[EXEC_CHILD_NAME])
+    if (!json_string_value(json_object_get(meta, "name")))
         return NULL;
     for (int i = 0; i < EXEC_CHILD_NSTR; i++) {
         if (!str[i])
@@ -163,7 +165,6 @@ void *exec_child_make(void *ud, const json_t *obj)
     c->has_config = cfg != NULL;
     total = 0;
     for (int i = 0; i < EXEC_CHILD_NSTR; i++) {
-        c->off[i] = (uint16_t)total;
         memcpy(c->s + total, str[i], len[i]);
         c->s[total + len[i]] = '\0';
         total += len[i] + 1;
@@ -178,7 +179,13 @@ void exec_child_free(void *rec)
 
 const char *exec_child_str(const struct exec_child *c, enum exec_child_str which)
 {
-    return (unsigned)which < EXEC_CHILD_NSTR ? c->s + c->off[which] : "";
+    const char *s = c->s;
+
+    if ((unsigned)which >= EXEC_CHILD_NSTR)
+        return "";
+    for (int i = 0; i < (int)which; i++)
+        s += strlen(s) + 1;
+    return s;
 }
 
 bool exec_child_has_config(const struct exec_child *c)
@@ -511,39 +518,38 @@ void exec_on_child_update(void *ud, json_t *old_obj, json_t *new_obj)
     exec_on_child(ud, new_obj);
 }
 
-void exec_on_child_rec(void *ud, const void *rec)
+/* "ns/<job>" for the object "ns/name" (key) labelled with job into out; false when none. */
+static bool job_key(const char *key, const char *job, char *out, size_t n)
+{
+    const char *slash = strchr(key, '/');
+
+    return slash && *job && snprintf(out, n, "%.*s/%s", (int)(slash - key), key, job) < (int)n;
+}
+
+void exec_on_child_rec(void *ud, const char *key, const void *rec)
 {
     struct exec_shared *sh = ud;
-    const char *job = exec_child_str(rec, EXEC_CHILD_JOB), *ns = exec_child_str(rec, EXEC_CHILD_NS);
-    char key[256];
+    char jkey[256];
 
-    if (*job && *ns && snprintf(key, sizeof(key), "%s/%s", ns, job) < (int)sizeof(key))
-        queue_add(sh->queue, key);
+    if (job_key(key, exec_child_str(rec, EXEC_CHILD_JOB), jkey, sizeof(jkey)))
+        queue_add(sh->queue, jkey);
 }
 
-void exec_on_child_rec_update(void *ud, const void *old_rec, const void *new_rec)
+void exec_on_child_rec_update(void *ud, const char *key, const void *old_rec, const void *new_rec)
 {
-    exec_on_child_rec(ud, new_rec);
+    exec_on_child_rec(ud, key, new_rec);
 }
 
-/* "ns/job" of a pod record into out; false when it has no job label. */
-static bool pod_owner_key(const struct exec_pod *p, char *out, size_t n)
+/* "ns/job" of the pod "ns/name" (pkey) into out; false when it has no job label. */
+static bool pod_owner_key(const char *pkey, const struct exec_pod *p, char *out, size_t n)
 {
-    const char *job = exec_pod_str(p, EXEC_POD_JOB), *ns = exec_pod_str(p, EXEC_POD_NS);
-
-    if (!*job || !*ns)
-        return false;
-    return snprintf(out, n, "%s/%s", ns, job) < (int)n;
+    return job_key(pkey, exec_pod_str(p, EXEC_POD_JOB), out, n);
 }
 
 /* Keeps the pod index: put on add/update, del on delete. */
-static void index_pod(struct exec_shared *sh, const char *job, const struct exec_pod *pod,
-                      bool put)
+static void index_pod(struct exec_shared *sh, const char *job, const char *pkey, bool put)
 {
-    char pkey[256];
-
-    if (!sh->pod_index || snprintf(pkey, sizeof(pkey), "%s/%s", exec_pod_str(pod, EXEC_POD_NS),
-                                   exec_pod_str(pod, EXEC_POD_NAME)) >= (int)sizeof(pkey))
+    if (!sh->pod_index)
         return;
     if (put)
         exec_index_put(sh->pod_index, job, pkey);
@@ -551,44 +557,44 @@ static void index_pod(struct exec_shared *sh, const char *job, const struct exec
         exec_index_del(sh->pod_index, job, pkey);
 }
 
-void exec_on_pod_add(void *ud, const void *rec)
+void exec_on_pod_add(void *ud, const char *pkey, const void *rec)
 {
     struct exec_shared *sh = ud;
     char key[256];
 
-    if (!pod_owner_key(rec, key, sizeof(key)))
+    if (!pod_owner_key(pkey, rec, key, sizeof(key)))
         return;
-    index_pod(sh, key, rec, true);
+    index_pod(sh, key, pkey, true);
     exec_expect_lower(sh->expect, key, 1, 0);
     queue_add(sh->queue, key);
 }
 
-void exec_on_pod_update(void *ud, const void *old_rec, const void *new_rec)
+void exec_on_pod_update(void *ud, const char *pkey, const void *old_rec, const void *new_rec)
 {
     struct exec_shared *sh = ud;
     char key[256], old_key[256];
-    bool had = pod_owner_key(old_rec, old_key, sizeof(old_key));
+    bool had = pod_owner_key(pkey, old_rec, old_key, sizeof(old_key));
 
-    if (!pod_owner_key(new_rec, key, sizeof(key))) {
+    if (!pod_owner_key(pkey, new_rec, key, sizeof(key))) {
         if (had)
-            index_pod(sh, old_key, old_rec, false);
+            index_pod(sh, old_key, pkey, false);
         return;
     }
     if (had && strcmp(old_key, key) != 0) /* a relabelled pod moves to its new job */
-        index_pod(sh, old_key, old_rec, false);
-    index_pod(sh, key, new_rec, true);
+        index_pod(sh, old_key, pkey, false);
+    index_pod(sh, key, pkey, true);
     queue_add(sh->queue, key);
 }
 
-void exec_on_pod_delete(void *ud, const void *rec)
+void exec_on_pod_delete(void *ud, const char *pkey, const void *rec)
 {
     struct exec_shared *sh = ud;
     char key[256];
     const char *uid;
 
-    if (!pod_owner_key(rec, key, sizeof(key)))
+    if (!pod_owner_key(pkey, rec, key, sizeof(key)))
         return;
-    index_pod(sh, key, rec, false);
+    index_pod(sh, key, pkey, false);
     uid = exec_pod_str(rec, EXEC_POD_UID);
     exec_expect_observe_del(sh->expect, key, *uid ? uid : NULL);
     queue_add(sh->queue, key);
@@ -888,18 +894,19 @@ struct gather {
     size_t n, cap;
 };
 
-static void gather_cb(void *ud, const void *rec)
+static void gather_cb(void *ud, const char *key, const void *rec)
 {
     struct gather *g = ud;
+    size_t nsl = strlen(g->tj->ns);
 
     if (strcmp(exec_pod_str(rec, EXEC_POD_JOB), g->tj->name) != 0 ||
-        strcmp(exec_pod_str(rec, EXEC_POD_NS), g->tj->ns) != 0)
+        strncmp(key, g->tj->ns, nsl) != 0 || key[nsl] != '/')
         return;
     if (g->n == g->cap) {
         g->cap = g->cap ? 2 * g->cap : 8;
         g->pods = xrealloc(g->pods, g->cap * sizeof(*g->pods));
     }
-    exec_pod_view(rec, &g->pods[g->n++]);
+    exec_pod_view(key, rec, &g->pods[g->n++]);
 }
 
 /* The cached pods of the job: a new array in *pods (free()), count returned. */
@@ -937,7 +944,7 @@ static bool cached(struct informer *inf, const char *ns, const char *name)
 }
 
 /* The cached ConfigMap's config.json digest ("" when it has none). */
-static void digest_cb(void *ud, const void *rec)
+static void digest_cb(void *ud, const char *key, const void *rec)
 {
     if (exec_child_has_config(rec))
         snprintf(ud, REC_DIGEST_LEN, "%s", exec_child_str(rec, EXEC_CHILD_DIGEST));

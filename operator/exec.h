@@ -104,13 +104,14 @@ struct exec_shared {
 
 /*
  * The pod informer's typed record (informer_transform, like client-go's SetTransform): what
- * struct rec_pod holds plus the namespace, resourceVersion, job label and IP, packed into one
- * allocation of ~200 bytes (strings stored once, NUL-terminated) instead of the pod's JSON.
+ * struct rec_pod holds plus the resourceVersion, job label and IP, packed into one allocation of
+ * ~100 bytes for a running pod (strings NUL-terminated one after another) instead of the pod's
+ * JSON (~10 KB as a tree). Namespace and name are the informer's key ("ns/name"), not repeated.
  * Immutable once made.
  */
 enum exec_pod_str {
-    EXEC_POD_NS, EXEC_POD_NAME, EXEC_POD_UID, EXEC_POD_RV, EXEC_POD_JOB, EXEC_POD_IP,
-    EXEC_POD_REASON, EXEC_POD_PROBLEM, EXEC_POD_PROBLEM_MSG, EXEC_POD_MESSAGE, EXEC_POD_NSTR
+    EXEC_POD_UID, EXEC_POD_RV, EXEC_POD_JOB, EXEC_POD_IP, EXEC_POD_REASON, EXEC_POD_PROBLEM,
+    EXEC_POD_PROBLEM_MSG, EXEC_POD_MESSAGE, EXEC_POD_NSTR
 };
 struct exec_pod;
 /* A new record from a Pod object (borrowed), or NULL when it has no name. ud unused. */
@@ -118,20 +119,19 @@ void *exec_pod_make(void *ud, const json_t *pod);
 void exec_pod_free(void *rec);
 /* One of the record's strings ("" when absent); borrowed from rec. */
 const char *exec_pod_str(const struct exec_pod *p, enum exec_pod_str which);
-/* The record as rec reads it. */
-void exec_pod_view(const struct exec_pod *p, struct rec_pod *out);
+/* The record of the pod "ns/name" (key) as rec reads it. */
+void exec_pod_view(const char *key, const struct exec_pod *p, struct rec_pod *out);
 /* The transform to install on the pod informer (make = exec_pod_make, free = exec_pod_free). */
 extern const struct informer_transform exec_pod_transform;
 /* The cached pod "ns/name" (sh->pods, typed) into out; false when not cached. Thread-safe. */
 bool exec_pod_get(struct exec_shared *sh, const char *key, struct rec_pod *out);
 
 /*
- * The children's informers (Services, ConfigMaps, Secrets) keep typed records too: namespace,
- * name, resourceVersion, the job label and, for a ConfigMap, rec_digest() of data["config.json"]
- * (not the text).
+ * The children's informers (Services, ConfigMaps, Secrets) keep typed records too: the
+ * resourceVersion, the job label and, for a ConfigMap, rec_digest() of data["config.json"] (not
+ * the text); namespace and name are the key.
  */
-enum exec_child_str { EXEC_CHILD_NS, EXEC_CHILD_NAME, EXEC_CHILD_JOB, EXEC_CHILD_DIGEST,
-                      EXEC_CHILD_RV, EXEC_CHILD_NSTR };
+enum exec_child_str { EXEC_CHILD_JOB, EXEC_CHILD_DIGEST, EXEC_CHILD_RV, EXEC_CHILD_NSTR };
 struct exec_child;
 void *exec_child_make(void *ud, const json_t *obj); /* NULL when it has no name */
 void exec_child_free(void *rec);
@@ -178,11 +178,11 @@ void exec_on_job_update(void *ud, json_t *old_obj, json_t *new_obj);
 void exec_on_child(void *ud, json_t *obj);
 void exec_on_child_update(void *ud, json_t *old_obj, json_t *new_obj);
 /* The same for the children's typed informers (struct exec_child records). */
-void exec_on_child_rec(void *ud, const void *rec);
-void exec_on_child_rec_update(void *ud, const void *old_rec, const void *new_rec);
+void exec_on_child_rec(void *ud, const char *key, const void *rec);
+void exec_on_child_rec_update(void *ud, const char *key, const void *old_rec, const void *new_rec);
 /* Pod handlers take records (struct exec_pod, informer_rec_handlers). */
-void exec_on_pod_add(void *ud, const void *rec);
-void exec_on_pod_update(void *ud, const void *old_rec, const void *new_rec);
-void exec_on_pod_delete(void *ud, const void *rec);
+void exec_on_pod_add(void *ud, const char *key, const void *rec);
+void exec_on_pod_update(void *ud, const char *key, const void *old_rec, const void *new_rec);
+void exec_on_pod_delete(void *ud, const char *key, const void *rec);
 
 #endif /* GANTRY_EXEC_H */

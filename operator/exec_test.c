@@ -53,13 +53,13 @@ static void test_expect_delete_twice(void)
     exec_expect_raise_del(sh.expect, "ml/s", "uid-2", 1000);
     exec_expect_raise_del(sh.expect, "ml/s", "uid-1", 1001); /* the same pod again */
     TEST_CHECK(!exec_expect_met(sh.expect, "ml/s", 1001));
-    exec_on_pod_delete(&sh, rec); /* uid-1 disappears: observed once */
+    exec_on_pod_delete(&sh, "ml/s-worker-1", rec); /* uid-1 disappears: observed once */
     TEST_CHECK(!exec_expect_met(sh.expect, "ml/s", 1001)); /* uid-2 still pending */
     exec_expect_observe_del(sh.expect, "ml/s", "uid-2"); /* a 404 on delete */
     TEST_CHECK(exec_expect_met(sh.expect, "ml/s", 1001));
     /* a pod deleted by someone else does not satisfy ours */
     exec_expect_raise_del(sh.expect, "ml/s", "uid-3", 1002);
-    exec_on_pod_delete(&sh, rec);
+    exec_on_pod_delete(&sh, "ml/s-worker-1", rec);
     TEST_CHECK(!exec_expect_met(sh.expect, "ml/s", 1002));
     exec_expect_observe_del(sh.expect, "ml/s", "uid-3");
     TEST_CHECK(exec_expect_met(sh.expect, "ml/s", 1002));
@@ -83,7 +83,7 @@ static void test_handlers_route_to_job(void)
     sh.expect = exec_expect_new();
     sh.pod_index = exec_index_new();
     exec_expect_raise(sh.expect, "ml/spam", 1, 1, time(NULL));
-    exec_on_pod_add(&sh, rec);
+    exec_on_pod_add(&sh, "ml/spam-worker-1", rec);
     exec_on_child(&sh, stray); /* no job label: ignored */
     TEST_EQ_INT(queue_len(sh.queue), 1);
     TEST_CHECK(!exec_expect_met(sh.expect, "ml/spam", time(NULL)));
@@ -94,12 +94,12 @@ static void test_handlers_route_to_job(void)
     TEST_CHECK(keys[1] == NULL);
     free(keys[0]);
     free(keys);
-    exec_on_pod_update(&sh, rec, rec); /* same job: stays indexed */
+    exec_on_pod_update(&sh, "ml/spam-worker-1", rec, rec); /* same job: stays indexed */
     keys = exec_index_get(sh.pod_index, "ml/spam", &n);
     TEST_EQ_INT(n, 1);
     free(keys[0]);
     free(keys);
-    exec_on_pod_delete(&sh, rec);
+    exec_on_pod_delete(&sh, "ml/spam-worker-1", rec);
     keys = exec_index_get(sh.pod_index, "ml/spam", &n);
     TEST_EQ_INT(n, 0);
     free(keys);
@@ -146,7 +146,7 @@ static void test_pod_record(void)
     TEST_EQ_INT(rec_pod_from_json(pod, &want), 0);
     rec = exec_pod_make(NULL, pod);
     TEST_CHECK(rec != NULL);
-    exec_pod_view(rec, &got);
+    exec_pod_view("ml/j-worker-1", rec, &got);
     TEST_EQ_STR(got.name, "j-worker-1");
     TEST_EQ_STR(got.uid, "u-1");
     TEST_EQ_INT(got.index, 1);
@@ -160,7 +160,6 @@ static void test_pod_record(void)
     TEST_CHECK(strcmp(got.message + strlen(got.message) - 4, "tail") == 0);
     TEST_CHECK(got.message_truncated);
     TEST_CHECK(memcmp(&want, &got, sizeof(want)) == 0); /* exactly what rec reads from JSON */
-    TEST_EQ_STR(exec_pod_str(rec, EXEC_POD_NS), "ml");
     TEST_EQ_STR(exec_pod_str(rec, EXEC_POD_JOB), "j");
     TEST_EQ_STR(exec_pod_str(rec, EXEC_POD_RV), "77");
     exec_pod_free(rec);
@@ -169,7 +168,7 @@ static void test_pod_record(void)
     /* a tombstone (synthesised delete): identity only; no name: not cached */
     pod = json_loads("{\"metadata\":{\"name\":\"p\",\"namespace\":\"ml\"}}", 0, NULL);
     rec = exec_pod_make(NULL, pod);
-    exec_pod_view(rec, &got);
+    exec_pod_view("ml/p", rec, &got);
     TEST_EQ_STR(got.name, "p");
     TEST_EQ_STR(exec_pod_str(rec, EXEC_POD_JOB), "");
     TEST_EQ_INT(got.exit_code, -1);
@@ -194,17 +193,15 @@ static void test_child_record(void)
 
     rec_digest("{\"a\":1}", dg);
     TEST_CHECK(c && s);
-    TEST_EQ_STR(exec_child_str(c, EXEC_CHILD_NAME), "j-config");
-    TEST_EQ_STR(exec_child_str(c, EXEC_CHILD_NS), "ml");
     TEST_EQ_STR(exec_child_str(c, EXEC_CHILD_JOB), "j");
     TEST_CHECK(exec_child_has_config(c));
     TEST_EQ_STR(exec_child_str(c, EXEC_CHILD_DIGEST), dg);
     TEST_CHECK(!exec_child_has_config(s));
     TEST_EQ_STR(exec_child_str(s, EXEC_CHILD_JOB), "");
     sh.queue = queue_new(0, 0);
-    exec_on_child_rec(&sh, s); /* no job label: ignored */
+    exec_on_child_rec(&sh, "ml/j", s); /* no job label: ignored */
     TEST_EQ_INT(queue_len(sh.queue), 0);
-    exec_on_child_rec_update(&sh, c, c);
+    exec_on_child_rec_update(&sh, "ml/j-config", c, c);
     TEST_EQ_INT(queue_get(sh.queue, &key, 1000), 0);
     TEST_EQ_STR(key, "ml/j");
     queue_done(sh.queue, key);

@@ -114,7 +114,7 @@ static int counter(struct buf *b, const char *name, const char *help, long v)
     return buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %ld\n", name, help, name, name, v);
 }
 
-static void count_phase(void *ud, const void *job)
+static void count_phase(void *ud, const char *key, const void *job)
 {
     long *phases = ud;
     const json_t *st = json_object_get(job, "status");

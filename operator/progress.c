@@ -207,8 +207,8 @@ const struct progress_stats *progress_get_stats(const struct progress *p)
 
 /* One read of a round: rank 0 of one job. */
 struct target {
-    char key[2 * RENDER_NAME_MAX + 2], uid[REC_UID_MAX];
-    char *url; /* a round holds every job's target: the URL is allocated to its length */
+    /* a round holds every job's target: strings are allocated to their length */
+    char *key, *uid, *url;
     int restart;
     CURL *h;
     struct buf body;
@@ -228,6 +228,7 @@ static void target_setup(struct progress *p, struct target *t)
     t->h = curl_easy_init();
     curl_easy_setopt(t->h, CURLOPT_URL, t->url);
     curl_easy_setopt(t->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(t->h, CURLOPT_BUFFERSIZE, 1024L); /* the answer is one short line */
     curl_easy_setopt(t->h, CURLOPT_DNS_CACHE_TIMEOUT, 0L); /* one host per job: caching only costs */
     curl_easy_setopt(t->h, CURLOPT_TIMEOUT_MS, p->timeout_ms);
     curl_easy_setopt(t->h, CURLOPT_CONNECTTIMEOUT_MS, p->timeout_ms);
@@ -323,20 +324,23 @@ static bool plan_job(struct progress *p, const json_t *job, struct target *t)
     const char *ns = json_string_value(json_object_get(meta, "namespace"));
     const char *name = json_string_value(json_object_get(meta, "name"));
     const char *phase = json_string_value(json_object_get(st, "phase"));
-    char pod[RENDER_NAME_MAX], ip[64], url[PROGRESS_URL_MAX];
+    char pod[RENDER_NAME_MAX], ip[64], url[PROGRESS_URL_MAX], key[2 * RENDER_NAME_MAX + 2];
+    char uid[64];
 
     memset(t, 0, sizeof(*t));
     if (!ns || !name || !phase || strcmp(phase, "Running") != 0)
         return false;
     t->restart = (int)json_integer_value(json_object_get(st, "restarts"));
-    snprintf(t->key, sizeof(t->key), "%s/%s", ns, name);
-    if (!find_rank0(p, t->key, t->restart, pod, t->uid, ip, sizeof(ip)))
+    snprintf(key, sizeof(key), "%s/%s", ns, name);
+    if (!find_rank0(p, key, t->restart, pod, uid, ip, sizeof(ip)))
         return false;
     if (progress_url(p->tmpl, ns, name, pod, ip, p->port, url, sizeof(url)) != 0) {
         log_warn("Progress URL template does not expand", "{s:s}", "template", p->tmpl);
         return false;
     }
     t->url = xstrdup(url);
+    t->key = xstrdup(key);
+    t->uid = xstrdup(uid);
     return true;
 }
 
@@ -382,7 +386,7 @@ struct plan {
     size_t n, cap;
 };
 
-static void plan_cb(void *ud, const void *job)
+static void plan_cb(void *ud, const char *key, const void *job)
 {
     struct plan *pl = ud;
 
@@ -393,7 +397,7 @@ static void plan_cb(void *ud, const void *job)
 static void *run(void *arg)
 {
     struct progress *p = arg;
-    CURLM *m = curl_multi_init();
+    CURLM *m = NULL;
 
     for (;;) {
         struct timespec until;
@@ -431,11 +435,17 @@ static void *run(void *arg)
         pl.n = 0;
         informer_each(p->sh->jobs, plan_cb, &pl);
         n = pl.n;
+        if (!m) /* a multi handle per round: its caches hold ~200 bytes per host read */
+            m = curl_multi_init();
         fetch_all(p, m, ts, n);
+        curl_multi_cleanup(m);
+        m = NULL;
         for (size_t k = 0; k < n; k++) {
             apply(p, &ts[k], now);
             json_decref(ts[k].w);
             free(ts[k].url);
+            free(ts[k].key);
+            free(ts[k].uid);
             if (ts[k].h)
                 curl_easy_cleanup(ts[k].h);
             buf_cleanup(&ts[k].body);
@@ -455,7 +465,6 @@ static void *run(void *arg)
         }
         pthread_mutex_unlock(&p->mu);
     }
-    curl_multi_cleanup(m);
     return NULL;
 }
 

@@ -200,14 +200,14 @@ static void typed_event(struct informer *inf, enum kube_event t, const char *key
         if (inf->rh.on_delete) {
             void *last = old ? old : (t == KUBE_EVENT_DELETED ? inf->tr.make(inf->tr.ud, obj) : NULL);
             if (last)
-                inf->rh.on_delete(inf->rh.ud, last);
+                inf->rh.on_delete(inf->rh.ud, key, last);
             if (last != old)
                 inf->tr.free(last);
         }
     } else if (old && inf->rh.on_update) {
-        inf->rh.on_update(inf->rh.ud, old, rec);
+        inf->rh.on_update(inf->rh.ud, key, old, rec);
     } else if (!old && inf->rh.on_add) {
-        inf->rh.on_add(inf->rh.ud, rec);
+        inf->rh.on_add(inf->rh.ud, key, rec);
     }
     if (old)
         inf->tr.free(old);
@@ -423,17 +423,17 @@ bool informer_has(struct informer *inf, const char *key)
 }
 
 /* Calls fn with one cached value (locked by the caller). */
-static void call(struct informer *inf, void *v, informer_obj_fn fn, void *ud)
+static void call(struct informer *inf, const char *key, void *v, informer_obj_fn fn, void *ud)
 {
     json_t *o;
 
     if (inf->mode != MODE_COMPACT) {
-        fn(ud, v);
+        fn(ud, key, v);
         return;
     }
     o = unpack(inf, v);
     if (o)
-        fn(ud, o);
+        fn(ud, key, o);
     json_decref(o);
 }
 
@@ -444,7 +444,7 @@ bool informer_peek(struct informer *inf, const char *key, informer_obj_fn fn, vo
     pthread_mutex_lock(&inf->mu);
     v = strmap_get(&inf->cache, key);
     if (v)
-        call(inf, v, fn, ud);
+        call(inf, key, v, fn, ud);
     pthread_mutex_unlock(&inf->mu);
     return v != NULL;
 }
@@ -456,7 +456,7 @@ void informer_each(struct informer *inf, informer_obj_fn fn, void *ud)
 
     pthread_mutex_lock(&inf->mu);
     for (e = strmap_first(&inf->cache, &it); e; e = strmap_next(&inf->cache, &it))
-        call(inf, e->val, fn, ud);
+        call(inf, e->key, e->val, fn, ud);
     pthread_mutex_unlock(&inf->mu);
 }
 

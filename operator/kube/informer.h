@@ -52,11 +52,12 @@ struct informer_transform {
     const char *(*rv)(const void *rec);
 };
 
-/* Handlers of a typed informer: records, borrowed, valid only during the call. */
+/* Handlers of a typed informer: the object's key ("ns/name": a record need not repeat it) and
+ * records, borrowed, valid only during the call. */
 struct informer_rec_handlers {
-    void (*on_add)(void *ud, const void *rec);
-    void (*on_update)(void *ud, const void *old_rec, const void *new_rec);
-    void (*on_delete)(void *ud, const void *rec);
+    void (*on_add)(void *ud, const char *key, const void *rec);
+    void (*on_update)(void *ud, const char *key, const void *old_rec, const void *new_rec);
+    void (*on_delete)(void *ud, const char *key, const void *rec);
     void *ud;
 };
 
@@ -90,7 +91,7 @@ bool informer_has(struct informer *inf, const char *key);
  * Calls fn with the cached object of key (typed: the record; JSON: the json_t; compact: a parsed
  * copy), the cache locked: fn must not call this informer. false (fn not called) when absent.
  */
-typedef void (*informer_obj_fn)(void *ud, const void *obj);
+typedef void (*informer_obj_fn)(void *ud, const char *key, const void *obj);
 bool informer_peek(struct informer *inf, const char *key, informer_obj_fn fn, void *ud);
 /* Calls fn for every cached object as informer_peek() does, the cache locked throughout. */
 void informer_each(struct informer *inf, informer_obj_fn fn, void *ud);

@@ -231,7 +231,7 @@ static void trec_free(void *rec)
     atomic_fetch_add(&tfrees, 1);
     free(rec);
 }
-static void t_add(void *ud, const void *rec)
+static void t_add(void *ud, const char *key, const void *rec)
 {
     const struct trec *t = rec;
     /* page by page: p0 and p1 arrive before the second page is asked for */
@@ -239,26 +239,28 @@ static void t_add(void *ud, const void *rec)
         TEST_EQ_INT(t->lists_at_make, 1);
     atomic_fetch_add(&tadds, 1);
 }
-static void t_update(void *ud, const void *o, const void *n)
+static void t_update(void *ud, const char *key, const void *o, const void *n)
 {
     atomic_fetch_add(&tupdates, 1);
 }
-static void t_delete(void *ud, const void *rec)
+static void t_delete(void *ud, const char *key, const void *rec)
 {
     const struct trec *t = rec;
+    TEST_CHECK(strncmp(key, "ml/", 3) == 0 && strcmp(key + 3, t->name) == 0);
     size_t len = strlen(tdeleted);
     snprintf(tdeleted + len, sizeof(tdeleted) - len, "%s%s", len ? "," : "", t->name);
     atomic_fetch_add(&tdeletes, 1);
 }
 
-static void collect(void *ud, const void *rec)
+static void collect(void *ud, const char *key, const void *rec)
 {
     char *out = ud;
     size_t len = strlen(out);
+    TEST_CHECK(strcmp(key + 3, ((const struct trec *)rec)->name) == 0);
     snprintf(out + len, 64 - len, "%s ", ((const struct trec *)rec)->name);
 }
 
-static void peek_phase(void *ud, const void *rec)
+static void peek_phase(void *ud, const char *key, const void *rec)
 {
     snprintf(ud, 16, "%s", ((const struct trec *)rec)->phase);
 }
@@ -345,7 +347,7 @@ static void c_add(void *ud, json_t *o)
     atomic_fetch_add(&cadds, 1);
 }
 
-static void count_json(void *ud, const void *o)
+static void count_json(void *ud, const char *key, const void *o)
 {
     if (json_is_object((const json_t *)o))
         (*(int *)ud)++;
