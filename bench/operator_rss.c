@@ -200,23 +200,26 @@ static long status_kib(pid_t pid, const char *field)
 /* Waits until the operator synced and idles with >= jobs reconciles; 0 or -1 (timeout). */
 static int wait_settled(const struct proc *p, int jobs, double timeout_s)
 {
-    double t0 = mono();
+    double t0 = mono(), ready = -1, depth = -1, recs = -1;
     int port = 0, quiet = 0;
 
     while (mono() - t0 < timeout_s) {
         usleep(500000);
         if (!port)
             port = metrics_port(p);
-        if (!port || metric(port, "gantry_operator_ready") != 1)
+        if (!port || (ready = metric(port, "gantry_operator_ready")) != 1)
             continue;
-        if (metric(port, "gantry_operator_workqueue_depth") == 0 &&
-            metric(port, "gantry_operator_reconciles_total") >= jobs)
+        depth = metric(port, "gantry_operator_workqueue_depth");
+        recs = metric(port, "gantry_operator_reconciles_total");
+        if (depth == 0 && recs >= jobs)
             quiet++;
         else
             quiet = 0;
         if (quiet >= 4)
             return 0;
     }
+    fprintf(stderr, "operator_rss: not settled after %.0f s: metrics port %d, ready %.0f, queue depth %.0f, "
+            "reconciles %.0f (want >= %d)\n", timeout_s, port, ready, depth, recs, jobs);
     return -1;
 }
 
