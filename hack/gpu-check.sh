@@ -46,7 +46,7 @@ case "${1:-}" in
     bin="$here/.carry/gpu-bin"
     rm -rf "$bin"; mkdir -p "$bin/lib"
     cp "$pb/worker/gantry-worker" "$pb/worker/gantry-run" "$pb/worker/train_gpu_test" "$bin/"
-    cp "$here/worker/train_gpu_cli_test.sh" "$bin/"
+    cp "$here/worker/train_gpu_cli_test.sh" "$here/worker/train_gpu_nccl_test.sh" "$bin/"
     # (libstdc++ and libgcc_s stay the GPU machine's own: newer ones run older programs, and
     # its cuBLAS may need them)
     ldd "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" | awk '$3 ~ /^\// {print $3}' |
@@ -207,6 +207,11 @@ train_gpu() {
     timeout 90 "$cbin/train_gpu_test" || rc=1
     echo "== train_gpu_cli_test.sh (gantry-worker --device cuda on the tiny fixture)"
     timeout 90 bash "$cbin/train_gpu_cli_test.sh" "$cbin/gantry-worker" "$here/worker/testdata" || rc=1
+    echo "== train_gpu_nccl_test.sh (2 GPUs over NCCL = 1 GPU = CPU; skipped below 2 GPUs)"
+    local r=0
+    timeout 120 bash "$cbin/train_gpu_nccl_test.sh" "$cbin/gantry-worker" "$here/worker/testdata" \
+        "$cbin/gantry-run" || r=$?
+    [ "$r" = 0 ] || [ "$r" = 77 ] || rc=1
     echo "== SpamAssassin, device cuda (bench/cpu_train_spam.sh's configuration)"
     local sd=/tmp/gantry-gpu-spam
     rm -rf "$sd"; mkdir -p "$sd"
@@ -253,7 +258,7 @@ if [ -x "$cbin/gantry-worker" ]; then
     else
         status=1; say "FAILED: training loop on the GPU (worker.log)"
     fi
-    grep -E '^(spam |rms|ok |FAIL|[0-9]+ test cases)' "$wlog" >>"$summary" || true
+    grep -E '^(spam |rms|ok |FAIL|SKIP|[0-9]+ test cases)' "$wlog" >>"$summary" || true
 else
     status=1; say "FAILED: no .carry/gpu-bin/gantry-worker (run --prepare here and carry .carry/gpu-bin)"
 fi

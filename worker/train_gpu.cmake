@@ -5,3 +5,10 @@ gantry_test(train_gpu_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_test.c 
             LABELS gpu)
 set_tests_properties(train_gpu_test PROPERTIES ENVIRONMENT_MODIFICATION
     "OMP_WAIT_POLICY=set:passive")
+
+# Two ranks on two GPUs over NCCL through gantry-run (skipped below two GPUs).
+add_test(NAME train_gpu_nccl_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_nccl_test.sh
+                 $<TARGET_FILE:gantry-worker> ${CMAKE_CURRENT_SOURCE_DIR}/testdata
+                 $<TARGET_FILE:gantry-run>)
+set_tests_properties(train_gpu_nccl_test PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 120)

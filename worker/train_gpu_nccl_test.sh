@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Two ranks on two GPUs of one node over NCCL (label gpu): gantry-run --nproc 2 starts
+# gantry-worker --device cuda twice (LOCAL_RANK 0 and 1 select GPU 0 and 1, the gradients are
+# all-reduced on the device); with batch 3 each they must train like one GPU with batch 6 (same
+# examples per step, the mean gradient), so the final losses agree, and like the CPU.
+# Exits 77 (skipped) with fewer than two GPUs or a build without CUDA.
+# Usage: train_gpu_nccl_test.sh /path/to/gantry-worker /path/to/worker/testdata /path/to/gantry-run
+set -euo pipefail
+bin=$1 data=$2 run=$3
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${ngpu:-0}" -lt 2 ]; then
+    echo "SKIP: ${ngpu:-0} GPU visible, need 2"; exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat >"$tmp/cfg.json" <<JSON
+{"training": {"model": {"hidden": 32, "heads": 4, "layers": 1, "maxSeqLen": 24},
+  "data": {"train": "$data/tiny.jsonl", "eval": "$data/tiny.jsonl", "minFreq": 1},
+  "epochs": 6, "learningRate": "3e-3", "logInterval": 1, "threads": 1,
+  "scaleLearningRate": false}}
+JSON
+rc=0
+"$bin" --config "$tmp/cfg.json" --device cpu --batch-size 6 --report "$tmp/c.json" \
+    >/dev/null 2>"$tmp/ce" || rc=$?
+"$bin" --config "$tmp/cfg.json" --device cuda --batch-size 6 --report "$tmp/r1.json" \
+    >/dev/null 2>"$tmp/e1" || rc=$?
+[ "$rc" = 78 ] && grep -q 'built without CUDA' "$tmp/e1" && { echo "SKIP: built without CUDA"; exit 77; }
+"$run" --nproc 2 -- "$bin" --config "$tmp/cfg.json" --device cuda --batch-size 3 \
+    --report "$tmp/r2.json" >/dev/null 2>"$tmp/e2" || rc=$?
+if [ "$rc" != 0 ]; then
+    echo "FAIL: exit $rc"; tail -n 20 "$tmp/ce" "$tmp/e1" "$tmp/e2"; exit 1
+fi
+python3 - "$tmp/c.json" "$tmp/r1.json" "$tmp/r2.json" <<'PY'
+import json, sys
+c, a, b = (json.load(open(p))["train"] for p in sys.argv[1:])
+assert a["steps"] == b["steps"] == 6 and b["world_size"] == 2, (a, b)
+rel = lambda x, y: abs(x - y) / max(1.0, abs(y))
+assert rel(b["final_loss"], a["final_loss"]) < 2e-3, (a["final_loss"], b["final_loss"])
+assert rel(a["final_loss"], c["final_loss"]) < 2e-3, (a["final_loss"], c["final_loss"])
+print("ok   2 GPUs over NCCL, batch 3 each = 1 GPU batch 6 = CPU (final loss %.6f, %.6f, %.6f)"
+      % (b["final_loss"], a["final_loss"], c["final_loss"]))
+PY
