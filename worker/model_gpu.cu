@@ -288,6 +288,9 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         CUDA_CHECK(cudaMallocHost(&g->stage[i], (N + 2 * B) * sizeof(int)));
         CUDA_CHECK(cudaEventCreateWithFlags(&g->staged[i], cudaEventDisableTiming));
     }
+    /* dalloc's cudaMemset runs on the legacy default stream, which g->s (non-blocking) does not
+     * wait for: finish them before the upload writes the same buffers on g->s. */
+    CUDA_CHECK(cudaDeviceSynchronize());
     model_gpu_upload(g, m->params, NULL, NULL);
     return g;
 }
