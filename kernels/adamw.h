@@ -33,8 +33,8 @@ void adamw_update_cpu(float *params, const float *grads, float *m, float *v,
                       const struct adamw_segment *segs, int nseg, float lr, float beta1,
                       float beta2, float eps, float weight_decay, long t, const float *gscale);
 
-/* Sum of squares of x[0..n) in double (the gradient norm's square), in a fixed order for a given
- * thread count. */
+/* Sum of squares of x[0..n) in double (the gradient norm's square), in a fixed order (chunk
+ * partials summed in chunk order): the same bits on any thread count. */
 double sumsq_cpu(const float *x, size_t n);
 
 #ifdef __cplusplus

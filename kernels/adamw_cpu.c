@@ -1,7 +1,9 @@
 #include "kernels/adamw.h"
 
 #include <math.h>
+#include <stdlib.h>
 
+#include "common/xalloc.h"
 #include "kernels/cpu.h"
 
 /* Built with -fno-math-errno (kernels/CMakeLists.txt) so sqrtf is one vector instruction and the
@@ -39,7 +41,8 @@ void adamw_update_cpu(float *params, const float *grads, float *m, float *v,
         size_t off = segs[s].offset;
         long n = (long)segs[s].count;
         float shrink = segs[s].decay ? 1.0f - lr * weight_decay : 1.0f;
-#pragma omp for schedule(static) nowait
+/* dynamic: on a shared machine a thread that loses its core leaves its chunks to the other */
+#pragma omp for schedule(dynamic, 1) nowait
         for (long c = 0; c < n; c += CHUNK)
             update_chunk(params + off + c, grads + off + c, m + off + c, v + off + c,
                          n - c < CHUNK ? n - c : CHUNK, beta1, beta2, eps, shrink, step, sbc2,
@@ -58,9 +61,17 @@ CPU_CLONES static double sumsq_chunk(const float *x, long n)
 
 double sumsq_cpu(const float *x, size_t n)
 {
-    double s = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : s) if (n > 65536)
-    for (long c = 0; c < (long)n; c += CHUNK)
-        s += sumsq_chunk(x + c, (long)n - c < CHUNK ? (long)n - c : CHUNK);
+    /* One partial per chunk, any thread (dynamic), summed in chunk order: the same bits whatever
+     * the thread count or the scheduling. */
+    long nc = (long)((n + CHUNK - 1) / CHUNK);
+    double *part = xmallocarray(nc > 0 ? (size_t)nc : 1, sizeof(double)), s = 0.0;
+#pragma omp parallel for schedule(dynamic, 8) if (n > 65536)
+    for (long k = 0; k < nc; k++) {
+        long c = k * CHUNK;
+        part[k] = sumsq_chunk(x + c, (long)n - c < CHUNK ? (long)n - c : CHUNK);
+    }
+    for (long k = 0; k < nc; k++)
+        s += part[k];
+    free(part);
     return s;
 }

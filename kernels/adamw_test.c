@@ -105,6 +105,12 @@ static void test_sumsq(void)
         want += (double)x[i] * x[i];
     }
     TEST_NEAR(sumsq_cpu(x, N), want, 1e-9 * want);
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+    double one = sumsq_cpu(x, N);
+    omp_set_num_threads(2);
+    TEST_CHECK(one == sumsq_cpu(x, N)); /* chunk partials in chunk order: thread-independent */
+#endif
     TEST_NEAR(sumsq_cpu(x, 3), 0.25 + 0.499 * 0.499 + 0.498 * 0.498, 1e-7); /* float inputs */
     TEST_NEAR(sumsq_cpu(x, 0), 0.0, 0.0);
     free(x);

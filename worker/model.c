@@ -269,7 +269,7 @@ void model_cleanup(struct model *m)
 static void zero_floats(float *p, size_t bytes)
 {
     size_t n = bytes / sizeof(float), chunk = 16384;
-#pragma omp parallel for schedule(static) if (n > 4 * chunk)
+#pragma omp parallel for schedule(dynamic, 1) if (n > 4 * chunk)
     for (size_t i = 0; i < n; i += chunk)
         memset(p + i, 0, sizeof(float) * (n - i < chunk ? n - i : chunk));
 }
@@ -505,7 +505,7 @@ static void transformer_backward(struct model *m, int B, int T)
                 backward_rows(m, b, b0 + nb - b < BWD_SEQS ? b0 + nb - b : BWD_SEQS, T, &gp);
         }
         float *dst = m->grads + off;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8192)
         for (size_t i = 0; i < n; i++) {
             float sum = dst[i];
             for (int k = 0; k < groups; k++)
