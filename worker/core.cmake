@@ -40,6 +40,15 @@ if(TARGET gantry_model_gpu)
     target_compile_definitions(gantry_core PUBLIC GANTRY_HAVE_CUDA=1)
     target_link_libraries(gantry_core PUBLIC gantry_model_gpu)
     include(${CMAKE_CURRENT_SOURCE_DIR}/train_gpu.cmake OPTIONAL)
+else()
+    # Without CUDA: train_gpu.c's loop and train_gpu_test.c on model_gpu_mock.c (model_gpu.h on
+    # the CPU model), so the GPU loop's logic is tested in every CPU build.
+    gantry_test(train_gpu_loop_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_test.c
+                ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu.c ${CMAKE_CURRENT_SOURCE_DIR}/model_gpu_mock.c
+                LIBS gantry_core)
+    target_compile_definitions(train_gpu_loop_test PRIVATE GANTRY_HAVE_CUDA=1)
+    set_tests_properties(train_gpu_loop_test PROPERTIES ENVIRONMENT_MODIFICATION
+        "OMP_WAIT_POLICY=set:passive")
 endif()
 
 # Benchmark: CPU training throughput (bench/cpu_train.sh compares it with PyTorch).

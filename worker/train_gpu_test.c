@@ -57,16 +57,17 @@ static struct train_opts opts(FILE *log)
     return o;
 }
 
-/* Losses of the JSON progress lines in f (one per step with log_interval 1). */
-static int losses(FILE *f, double *out)
+/* Values of `key` ("\"loss\":") in the JSON progress lines in f (one per step with log_interval
+ * 1). */
+static int values(FILE *f, const char *key, double *out)
 {
     char line[512];
     int n = 0;
     rewind(f);
     while (n < MAXLOG && fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, "\"loss\":");
+        const char *p = strstr(line, key);
         if (p)
-            out[n++] = strtod(p + 7, NULL);
+            out[n++] = strtod(p + strlen(key), NULL);
     }
     return n;
 }
@@ -91,7 +92,7 @@ static void test_gpu_follows_cpu(void)
     struct train_data d = toy();
     struct model mcpu, mgpu;
     struct train_result rc, rg;
-    double lc[MAXLOG], lg[MAXLOG];
+    double lc[MAXLOG], lg[MAXLOG], nc_[MAXLOG], ng_[MAXLOG];
     char err[256];
     FILE *fc = tmpfile(), *fg = tmpfile();
 
@@ -101,16 +102,19 @@ static void test_gpu_follows_cpu(void)
     struct train_opts oc = opts(fc), og = opts(fg);
     TEST_EQ_INT(train_run(&mcpu, &d, &oc, &rc), 0);
     TEST_EQ_INT(train_gpu_run(&mgpu, &d, &og, &rg), 0);
-    int nc = losses(fc, lc), ng = losses(fg, lg);
+    int nc = values(fc, "\"loss\":", lc), ng = values(fg, "\"loss\":", lg);
     TEST_EQ_INT(nc, 12);
     TEST_EQ_INT(ng, nc);
     TEST_EQ_INT((int)rg.steps, (int)rc.steps);
+    /* the gradient norm before clipping: a wrong loss scale shows here (AdamW hides it) */
+    TEST_EQ_INT(values(fc, "\"grad_norm\":", nc_), nc);
+    TEST_EQ_INT(values(fg, "\"grad_norm\":", ng_), nc);
     int bad = 0;
     for (int i = 0; i < nc && i < ng; i++) {
-        int ok = close_rel(lg[i], lc[i], 2e-3);
+        int ok = close_rel(lg[i], lc[i], 2e-3) && close_rel(ng_[i], nc_[i], 2e-3);
         if (!ok || i < 3)
-            printf("step %2d  cpu %.6f  gpu %.6f  %s\n", i + 1, lc[i], lg[i],
-                   ok ? "ok" : "MISMATCH");
+            printf("step %2d  cpu loss %.6f norm %.4f  gpu loss %.6f norm %.4f  %s\n", i + 1,
+                   lc[i], nc_[i], lg[i], ng_[i], ok ? "ok" : "MISMATCH");
         bad += !ok;
     }
     TEST_EQ_INT(bad, 0);
