@@ -16,6 +16,7 @@
 #include "common/test.h"
 #include "common/xalloc.h"
 #include "worker/model_gpu.h"
+#include "worker/obs.h"
 
 enum { N = 90, L = 20, V = 64, MAXLOG = 64 };
 static int32_t ids[N * L], lens[N], labels[N];
@@ -231,6 +232,54 @@ static void test_checkpoint_across_devices(void)
     free(sg.p), free(sg.m), free(sg.v), free(sc.p), free(sc.m), free(sc.v);
 }
 
+/* obs gets every step, batched: loss read every TRAIN_GPU_OBS_BATCH steps when the log interval
+ * is longer; each step of a batch carries the batch's mean loss, counts are exact. */
+static void test_obs(void)
+{
+    struct train_data d = toy();
+    struct model mcpu, mgpu;
+    struct train_result rc, rg;
+    double lc[MAXLOG * 2];
+    char err[256];
+    FILE *fc = tmpfile();
+    struct obs_config ocfg = {.rank = 0, .world_size = 1, .metrics_port = -1, .total_steps = 72,
+                              .epochs = 12, .log_interval = 100};
+    struct obs *obc = obs_open(&ocfg), *obg = obs_open(&ocfg);
+    struct metrics_snapshot sc, sg;
+
+    TEST_CHECK(fc && obc && obg);
+    TEST_EQ_INT(model_init(&mcpu, &mc, 8, 11, err, sizeof(err)), 0);
+    TEST_EQ_INT(model_init(&mgpu, &mc, 8, 11, err, sizeof(err)), 0);
+    struct train_opts oc = opts(fc), og = opts(NULL);
+    oc.epochs = og.epochs = 12; /* 72 steps: one obs batch of 64, then 8 */
+    og.log_interval = 100;
+    oc.obs = obc, og.obs = obg;
+    TEST_EQ_INT(train_run(&mcpu, &d, &oc, &rc), 0);
+    TEST_EQ_INT(train_gpu_run(&mgpu, &d, &og, &rg), 0);
+    rewind(fc);
+    char line[512];
+    int n = 0;
+    while (n < MAXLOG * 2 && fgets(line, sizeof(line), fc)) {
+        const char *p = strstr(line, "\"loss\":");
+        if (p)
+            lc[n++] = strtod(p + 7, NULL);
+    }
+    TEST_EQ_INT(n, 72);
+    double tail = 0.0;
+    for (int i = 64; i < 72 && i < n; i++)
+        tail += lc[i] / 8;
+    metrics_get(obs_metrics(obc), &sc);
+    metrics_get(obs_metrics(obg), &sg);
+    TEST_EQ_INT((int)sg.step, 72);
+    TEST_EQ_INT((int)sg.samples_total, (int)sc.samples_total);
+    TEST_EQ_INT((int)sg.tokens_total, (int)sc.tokens_total);
+    printf("obs: last loss %.6f (GPU: mean of steps 65..72; CPU run's %.6f)\n", sg.loss, tail);
+    TEST_CHECK(close_rel(sg.loss, tail, 2e-3));
+    obs_close(obc, true), obs_close(obg, true);
+    model_cleanup(&mcpu), model_cleanup(&mgpu);
+    fclose(fc);
+}
+
 int main(void)
 {
     char err[256];
@@ -244,5 +293,6 @@ int main(void)
     }
     TEST_RUN(test_gpu_follows_cpu);
     TEST_RUN(test_checkpoint_across_devices);
+    TEST_RUN(test_obs);
     return test_summary();
 }
