@@ -11,11 +11,43 @@
 #include "operator/kube/lease.h"
 #include "operator/kube/strmap.h"
 
+/* One recorded Event: up to EVENT_CACHE_MAX of them, so sized to its names. */
 struct seen {
-    char name[300], ns[254];
     int count;
     time_t first;
+    char ref[]; /* the Event's namespace, NUL, its name, NUL */
 };
+
+static struct seen *seen_new(const char *ns, const char *name)
+{
+    size_t a = strlen(ns) + 1, b = strlen(name) + 1;
+    struct seen *s = xmalloc(sizeof(*s) + a + b);
+
+    s->count = 0;
+    s->first = 0;
+    memcpy(s->ref, ns, a);
+    memcpy(s->ref + a, name, b);
+    return s;
+}
+
+static const char *seen_name(const struct seen *s)
+{
+    return s->ref + strlen(s->ref) + 1;
+}
+
+/* The cache key: a 128-bit digest (two FNV-1a passes) of the de-duplication text, 32 hex
+ * digits, instead of the text (object, reason and a note of up to 1 KiB). */
+static void digest(const char *text, char out[33])
+{
+    unsigned long long a = 14695981039346656037ULL, b = 0x9e3779b97f4a7c15ULL;
+
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        a = (a ^ *c) * 1099511628211ULL;
+        b = (b ^ *c) * 0x100000001b3ULL;
+        b ^= b >> 29;
+    }
+    snprintf(out, 33, "%016llx%016llx", a, b);
+}
 
 struct event_recorder {
     struct kube_client *kc;
@@ -56,13 +88,13 @@ static const char *str(const json_t *o, const char *k)
     return s ? s : "";
 }
 
-/* Creates the Event; fills s->name/ns. */
+/* Creates the Event; on success *out is its new cache record (count and time unset). */
 static int post(struct event_recorder *r, const json_t *reg, const char *type, const char *reason,
-                const char *action, const char *note, struct seen *s)
+                const char *action, const char *note, struct seen **out)
 {
     json_t *meta = json_object_get(reg, "metadata"), *ev;
     const char *ns = str(meta, "namespace"), *name = str(meta, "name");
-    char now[64], path[KUBE_MAX_PATH], notebuf[EVENT_NOTE_MAX];
+    char now[64], path[KUBE_MAX_PATH], notebuf[EVENT_NOTE_MAX], ename[300];
     struct timespec ts;
     int rc;
 
@@ -70,14 +102,13 @@ static int post(struct event_recorder *r, const json_t *reg, const char *type, c
         ns = "default"; /* events about cluster-scoped objects live in default */
     clock_gettime(CLOCK_REALTIME, &ts);
     /* Unique and valid: "<object>.<hex nanoseconds>", as client-go names them. */
-    snprintf(s->name, sizeof(s->name), "%.*s.%llx", 200, name,
+    snprintf(ename, sizeof(ename), "%.*s.%llx", 200, name,
              (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec);
-    snprintf(s->ns, sizeof(s->ns), "%s", ns);
     snprintf(notebuf, sizeof(notebuf), "%s", note ? note : "");
     kube_micro_time(now, sizeof(now));
     ev = json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:s, s:s, s:s, s:s, s:s, s:s,"
                    " s:{s:s, s:s, s:s, s:s, s:s}}",
-                   "apiVersion", "events.k8s.io/v1", "kind", "Event", "metadata", "name", s->name,
+                   "apiVersion", "events.k8s.io/v1", "kind", "Event", "metadata", "name", ename,
                    "namespace", ns, "eventTime", now, "reportingController", r->controller,
                    "reportingInstance", r->instance, "type", type, "reason", reason, "action",
                    action, "note", notebuf, "regarding", "apiVersion", str(reg, "apiVersion"),
@@ -89,6 +120,8 @@ static int post(struct event_recorder *r, const json_t *reg, const char *type, c
     if (!rc)
         rc = kube_create(r->kc, path, ev, NULL);
     json_decref(ev);
+    if (rc == 0)
+        *out = seen_new(ns, ename);
     return rc;
 }
 
@@ -100,7 +133,7 @@ static int bump(struct event_recorder *r, struct seen *s)
 
     kube_micro_time(now, sizeof(now));
     patch = json_pack("{s:{s:i, s:s}}", "series", "count", s->count + 1, "lastObservedTime", now);
-    rc = kube_path(path, sizeof(path), "events.k8s.io/v1", "events", s->ns, s->name, NULL);
+    rc = kube_path(path, sizeof(path), "events.k8s.io/v1", "events", s->ref, seen_name(s), NULL);
     if (!rc)
         rc = kube_patch(r->kc, path, KUBE_PATCH_MERGE, patch, NULL, NULL);
     json_decref(patch);
@@ -111,16 +144,17 @@ int event_record(struct event_recorder *r, const json_t *regarding, const char *
                  const char *reason, const char *action, const char *note, int *count_out)
 {
     json_t *meta = json_object_get(regarding, "metadata");
-    char key[2048];
-    struct seen *s;
+    char text[2048], key[33];
+    struct seen *s, *fresh = NULL;
     time_t now = time(NULL);
     int rc;
 
     if (!type || !reason || !action)
         return OP_EINVAL;
-    snprintf(key, sizeof(key), "%s/%s/%s/%s\x1f%s\x1f%s\x1f%s\x1f%.1024s", str(regarding, "kind"),
+    snprintf(text, sizeof(text), "%s/%s/%s/%s\x1f%s\x1f%s\x1f%s\x1f%.1024s", str(regarding, "kind"),
              str(meta, "namespace"), str(meta, "name"), str(meta, "uid"), type, reason, action,
              note ? note : "");
+    digest(text, key);
     pthread_mutex_lock(&r->mu);
     s = strmap_get(&r->cache, key);
     if (s && now - s->first < EVENT_DEDUP_WINDOW_S) {
@@ -132,21 +166,21 @@ int event_record(struct event_recorder *r, const json_t *regarding, const char *
         if (rc != OP_ENOTFOUND) /* an expired Event (TTL 1 h) is recreated below */
             goto out;
     }
-    if (!s) {
-        if (strmap_len(&r->cache) >= EVENT_CACHE_MAX) {
-            /* Bounded: forgetting only means the next duplicate makes a new Event. */
-            strmap_cleanup(&r->cache, free);
-            strmap_init(&r->cache);
-        }
-        s = xcalloc(1, sizeof(*s));
+    if (!s && strmap_len(&r->cache) >= EVENT_CACHE_MAX) {
+        /* Bounded: forgetting only means the next duplicate makes a new Event. */
+        strmap_cleanup(&r->cache, free);
+        strmap_init(&r->cache);
+    }
+    rc = post(r, regarding, type, reason, action, note, &fresh);
+    if (s) /* the one whose Event expired: replaced either way */
+        free(strmap_del(&r->cache, key));
+    s = NULL;
+    if (rc == 0) {
+        s = fresh;
+        s->count = 1;
+        s->first = now;
         strmap_put(&r->cache, key, s);
     }
-    rc = post(r, regarding, type, reason, action, note, s);
-    s->count = rc == 0 ? 1 : 0;
-    s->first = now;
-    if (rc)
-        free(strmap_del(&r->cache, key));
-    s = rc ? NULL : s;
 out:
     if (count_out)
         *count_out = s ? s->count : 0;
