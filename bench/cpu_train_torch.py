@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch side of bench/cpu_train.sh: the same Transformer classifier as gantry's CPU path
 (built by hack/torch_ref.py's build_model, the network the golden test checks), on the same
-kind of batch, timed per optimizer step (forward, backward, clip_grad_norm_, AdamW).
+batch (the same token ids and lengths as bench/cpu_train.c), timed per optimizer step (forward,
+backward, clip_grad_norm_, AdamW).
 
 Attention uses F.scaled_dot_product_attention with the key padding mask (PyTorch's fastest CPU
 path) rather than the explicit softmax of the reference; both compute the same function.
@@ -56,11 +57,20 @@ def main():
                F=4 * a.hidden)
     g = torch.Generator().manual_seed(1)
     B, T = a.batch, a.seq
-    lens = (torch.randint(T // 4, T + 1, (B,), generator=g) if a.varlen
-            else torch.full((B,), T))
-    tokens = torch.randint(5, a.vocab, (B, T), generator=g)
+    # The batch bench/cpu_train.c builds, number for number (its 64-bit LCG): the same lengths,
+    # so with --varlen both sides get the same padding.
+    s, mask = 1, (1 << 64) - 1
+    lens_l, tok_l = [], []
+    for b in range(B):
+        s = (s * 6364136223846793005 + 1442695040888963407) & mask
+        n = T // 4 + (s >> 33) % (T - T // 4 + 1) if a.varlen else T
+        lens_l.append(n)
+        for t in range(T):
+            s = (s * 6364136223846793005 + 1442695040888963407) & mask
+            tok_l.append(5 + (s >> 33) % (a.vocab - 5) if t < n else 0)
+    lens = torch.tensor(lens_l)
+    tokens = torch.tensor(tok_l).view(B, T)
     key_ok = torch.arange(T)[None, :] < lens[:, None]
-    tokens = tokens.masked_fill(~key_ok, 0)
     labels = torch.arange(B) % a.classes
 
     # Small random init is enough for timing; build_model would draw 3M normals in Python.
