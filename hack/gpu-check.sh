@@ -191,7 +191,13 @@ grep -E '^check-cpu' "$out/check.log" >>"$summary" || true
 
 # ---- the training loop on the GPU: carried gantry-worker (--device cuda) and its GPU test ----
 wlog="$out/worker.log"
+# the carried binaries, or (make gpu-check on a machine with every dependency) make build's
 cbin="$here/.carry/gpu-bin"
+w_worker=$cbin/gantry-worker w_run=$cbin/gantry-run w_test=$cbin/train_gpu_test w_sh=$cbin
+if [ ! -x "$w_worker" ] && [ -x "$here/build/worker/train_gpu_test" ]; then
+    w_worker=$here/build/worker/gantry-worker w_run=$here/build/worker/gantry-run
+    w_test=$here/build/worker/train_gpu_test w_sh=$here/worker
+fi
 train_gpu() {
     local rc=0 libdirs="$cbin/lib" l d
     # the carried binaries' CUDA libraries by soname: wherever this machine keeps them
@@ -202,29 +208,29 @@ train_gpu() {
     [ -n "$ncclpkg" ] && libdirs="$libdirs:$ncclpkg/lib"
     export LD_LIBRARY_PATH="$libdirs:$LD_LIBRARY_PATH"
     echo "== ldd gantry-worker (missing libraries, if any)"
-    ldd "$cbin/gantry-worker" | grep -i 'not found' || echo "none"
+    ldd "$w_worker" | grep -i 'not found' || echo "none"
     echo "== train_gpu_test (GPU loop vs CPU loop; checkpoints across devices)"
-    timeout 90 "$cbin/train_gpu_test" || rc=1
+    timeout 90 "$w_test" || rc=1
     echo "== train_gpu_cli_test.sh (gantry-worker --device cuda on the tiny fixture)"
-    timeout 90 bash "$cbin/train_gpu_cli_test.sh" "$cbin/gantry-worker" "$here/worker/testdata" || rc=1
+    timeout 90 bash "$w_sh/train_gpu_cli_test.sh" "$w_worker" "$here/worker/testdata" || rc=1
     echo "== train_gpu_nccl_test.sh (2 GPUs over NCCL = 1 GPU = CPU; skipped below 2 GPUs)"
     local r=0
-    timeout 120 bash "$cbin/train_gpu_nccl_test.sh" "$cbin/gantry-worker" "$here/worker/testdata" \
-        "$cbin/gantry-run" || r=$?
+    timeout 120 bash "$w_sh/train_gpu_nccl_test.sh" "$w_worker" "$here/worker/testdata" "$w_run" ||
+        r=$?
     [ "$r" = 0 ] || [ "$r" = 77 ] || rc=1
     echo "== SpamAssassin, device cuda (bench/cpu_train_spam.sh's configuration)"
-    local sd=/tmp/gantry-gpu-spam
+    local sd=/tmp/gantry-gpu-spam sdata=$here/.carry/gpu-data
+    [ -f "$sdata/train.jsonl" ] || sdata=$HOME/.cache/gantry/data/spam-0.2.3-seed42 # hack/spam-data.sh's
     rm -rf "$sd"; mkdir -p "$sd"
     cat >"$sd/config.json" <<JSON
 {"training": {
   "task": "text-classification",
   "model": {"type": "transformer", "layers": 2, "hidden": 128, "heads": 4, "maxSeqLen": 256},
-  "data": {"train": "$here/.carry/gpu-data/train.jsonl", "eval": "$here/.carry/gpu-data/eval.jsonl",
-           "minFreq": 2},
+  "data": {"train": "$sdata/train.jsonl", "eval": "$sdata/eval.jsonl", "minFreq": 2},
   "epochs": 3, "batchSize": 32, "learningRate": "1e-3", "weightDecay": 0.01,
   "logInterval": 20, "seed": 42, "device": "cuda", "report": "$sd/report.json"}}
 JSON
-    if timeout 150 "$cbin/gantry-worker" --config "$sd/config.json" >"$sd/progress.jsonl" 2>"$sd/log.txt"; then
+    if timeout 150 "$w_worker" --config "$sd/config.json" >"$sd/progress.jsonl" 2>"$sd/log.txt"; then
         python3 - "$sd/report.json" <<'PY' | tee "$sd/line"
 import json, sys
 r = json.load(open(sys.argv[1])); t = r["train"]
@@ -241,7 +247,7 @@ PY
     ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
     if [ "${ngpu:-0}" -ge 2 ]; then
         echo "== 2 ranks, NCCL, 1 epoch"
-        if timeout 150 "$cbin/gantry-run" --nproc 2 -- "$cbin/gantry-worker" --config "$sd/config.json" \
+        if timeout 150 "$w_run" --nproc 2 -- "$w_worker" --config "$sd/config.json" \
                 --epochs 1 --report "$sd/report2.json" >"$sd/p2" 2>"$sd/l2"; then
             python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("spam 2 ranks NCCL: accuracy %.4f world %d tokens/s %.0f" % (r["accuracy"], r["train"]["world_size"], r["train"]["tokens_per_s"]))' "$sd/report2.json" | tee -a "$sd/line"
         else
@@ -252,7 +258,7 @@ PY
     fi
     return $rc
 }
-if [ -x "$cbin/gantry-worker" ]; then
+if [ -x "$w_worker" ]; then
     if (train_gpu) >"$wlog" 2>&1; then
         say "OK: training loop on the GPU (worker.log)"
     else
@@ -260,7 +266,7 @@ if [ -x "$cbin/gantry-worker" ]; then
     fi
     grep -E '^(spam |rms|ok |FAIL|SKIP|[0-9]+ test cases)' "$wlog" >>"$summary" || true
 else
-    status=1; say "FAILED: no .carry/gpu-bin/gantry-worker (run --prepare here and carry .carry/gpu-bin)"
+    status=1; say "FAILED: no .carry/gpu-bin/gantry-worker (run --prepare here and carry .carry/gpu-bin) nor build/worker/train_gpu_test"
 fi
 
 [ "$quick" = 1 ] && { say "quick: benchmarks skipped"; exit $status; }
