@@ -211,6 +211,7 @@ static const struct train_field train_fields[] = {
     {"seed", FK_INT, 0, 9007199254740992.0, NULL, NULL},
     {"logInterval", FK_INT, 1, TJ_2_30, NULL, NULL},
     {"threads", FK_INT, 0, 4096, NULL, NULL},
+    {"device", FK_ENUM, 0, 0, "cpu|cuda", NULL},
     {"report", FK_STR, 0, 0, NULL, NULL},
 };
 #define NTRAIN (sizeof(train_fields) / sizeof(train_fields[0]))
@@ -308,7 +309,7 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     const json_t *in = json_object_get(spec, "training");
     json_t *t, *model, *data;
     long long hidden = 0, heads = 0, seq = 0;
-    const char *type;
+    const char *type, *device;
 
     if (in && !json_is_null(in) && !json_is_object(in)) {
         errf(e, "spec.training: must be an object");
@@ -349,6 +350,16 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     if (type && strcmp(type, "transformer") == 0 && heads > 0 && hidden > 0 && hidden % heads)
         errf(e, "spec.training.model.hidden: %lld must be divisible by spec.training.model.heads "
                 "(%lld)", hidden, heads);
+    /* Unset: the GPUs the pods get decide (the rendered config always names the device). */
+    device = json_string_value(json_object_get(t, "device"));
+    if (!json_object_get(t, "device"))
+        json_object_set_new(t, "device", json_string(tj->gpus > 0 ? "cuda" : "cpu"));
+    else if (device && strcmp(device, "cuda") == 0 && tj->gpus == 0)
+        errf(e, "spec.training.device: cuda needs GPUs: set spec.gpusPerReplica > 0, or device: "
+                "cpu");
+    else if (device && strcmp(device, "cuda") == 0 && type && strcmp(type, "transformer"))
+        errf(e, "spec.training.device: cuda trains the transformer model only; use device: cpu "
+                "for model.type: %s", type);
     if (seq == 1 && !json_is_false(json_object_get(data, "clsSep")))
         errf(e, "spec.training.model.maxSeqLen: 1 leaves no room for [CLS] and [SEP]; use at "
                 "least 2, or set spec.training.data.clsSep: false");

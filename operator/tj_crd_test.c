@@ -116,6 +116,10 @@ static int try_value(const char *const *path, int depth, json_t *v, char *err, s
             json_object_set_new(training, "data", data = json_object());
         if (!json_object_get(data, "train"))
             json_object_set_new(data, "train", json_string("/data/train.jsonl"));
+        /* device cuda needs GPUs (a cross-field rule, checked in tj_test) */
+        if (json_is_string(json_object_get(training, "device")) &&
+            strcmp(json_string_value(json_object_get(training, "device")), "cuda") == 0)
+            json_object_set_new(json_object_get(job, "spec"), "gpusPerReplica", json_integer(1));
     }
     rc = tj_parse(job, &tj, err, n);
     if (rc == 0 && worker && !TEST_CHECK(worker_accepts(&tj, werr, sizeof(werr)) == 0)) {

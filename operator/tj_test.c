@@ -174,6 +174,13 @@ static void test_errors_name_the_field(void)
          "spec.runPolicy.cleanPodPolicy: must be Running, All or None (got \"Some\")"},
         {"{\"runPolicy\":{\"suspend\":\"yes\"}}", "spec.runPolicy.suspend: must be true or false"},
         {"{\"template\":7}", "spec.template: must be an object"},
+        {"{\"training\":{\"device\":\"cuda\"}}",
+         "spec.training.device: cuda needs GPUs: set spec.gpusPerReplica > 0"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cuda\",\"model\":{\"type\":"
+         "\"ngram\"}}}",
+         "spec.training.device: cuda trains the transformer model only"},
+        {"{\"training\":{\"device\":\"tpu\"}}",
+         "spec.training.device: unsupported value \"tpu\"; use one of cpu|cuda"},
     };
     char text[1024], err[TJ_ERR_MAX];
     struct tj tj;
@@ -184,6 +191,28 @@ static void test_errors_name_the_field(void)
         if (!TEST_CHECK(strstr(err, cases[i].want) != NULL))
             fprintf(stderr, "       spec %s\n       got  %s\n       want %s\n", cases[i].spec, err,
                     cases[i].want);
+        tj_cleanup(&tj);
+    }
+}
+
+/* Unset, the device follows the GPUs the pods get; set, it is kept. */
+static void test_device_default(void)
+{
+    static const struct {
+        const char *spec, *want;
+    } cases[] = {
+        {"{}", "cpu"},
+        {"{\"gpusPerReplica\":2}", "cuda"},
+        {"{\"gpusPerReplica\":2,\"training\":{\"device\":\"cpu\"}}", "cpu"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cuda\"}}", "cuda"},
+    };
+    char text[1024], err[TJ_ERR_MAX];
+    struct tj tj;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(text, sizeof(text), "{" META ",\"spec\":%s}", cases[i].spec);
+        TEST_EQ_INT(parse(text, &tj, err, sizeof(err)), 0);
+        TEST_EQ_STR(json_string_value(json_object_get(tj.training, "device")), cases[i].want);
         tj_cleanup(&tj);
     }
 }
@@ -274,6 +303,7 @@ int main(void)
     TEST_RUN(test_minimal_gets_defaults);
     TEST_RUN(test_full_spec);
     TEST_RUN(test_errors_name_the_field);
+    TEST_RUN(test_device_default);
     TEST_RUN(test_name_length_bound);
     TEST_RUN(test_all_errors_reported_and_bounded);
     TEST_RUN(test_not_a_trainingjob);
