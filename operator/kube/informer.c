@@ -29,61 +29,115 @@ struct informer {
     bool synced;
     /* key -> json_t * (one reference), struct blob * (compact) or a typed record */
     struct strmap cache;
-    /* compact: the first object's text, the preset dictionary every later one is deflated
-     * against (objects of one kind share most of their text: a TrainingJob of 1.2 KB deflates
-     * to ~100 bytes). Set once, before any blob that needs it is cached. */
-    char *dict;
-    size_t dict_len;
+    /* compact: the current preset dictionary, an earlier object's text, that new ones are
+     * deflated against (objects of one kind share most of their text: a TrainingJob of 1.2 KB
+     * deflates to ~100 bytes). An object that deflates poorly against it (another shape: e.g.
+     * the first job had no status yet) becomes the next dictionary. */
+    struct zdict *dict;
     z_stream zs; /* the informer thread's deflater (compact only) */
     bool zs_ready;
 };
 
-/* A compact object: its JSON text, raw (zlen 0) or deflated against inf->dict. */
+/* A preset dictionary, counted by the blobs deflated against it and by being current. Counts
+ * change on the informer thread only; readers use a blob's dictionary under the cache lock,
+ * while the blob (and so its count) is in the cache. */
+struct zdict {
+    long refs;
+    size_t len;
+    char text[];
+};
+
+/* A compact object: its JSON text, raw (dict NULL) or deflated against dict. */
 struct blob {
+    struct zdict *dict;
     uint32_t len, zlen;
     unsigned char data[];
 };
 
+static struct zdict *zdict_new(const char *text, size_t len)
+{
+    struct zdict *d = xmalloc(sizeof(*d) + len + 1);
+
+    d->refs = 1;
+    d->len = len;
+    memcpy(d->text, text, len + 1);
+    return d;
+}
+
+static void zdict_put(struct zdict *d)
+{
+    if (d && --d->refs == 0)
+        free(d);
+}
+
+/* text deflated against d: a new blob (dict unset), or NULL when it does not get smaller. */
+static struct blob *deflate_with(struct informer *inf, const char *text, size_t len,
+                                 const struct zdict *d)
+{
+    uLong bound;
+    struct blob *b;
+
+    if (!inf->zs_ready || len == 0 || len >= UINT32_MAX || deflateReset(&inf->zs) != Z_OK ||
+        deflateSetDictionary(&inf->zs, (const Bytef *)d->text, (uInt)d->len) != Z_OK)
+        return NULL;
+    bound = deflateBound(&inf->zs, (uLong)len);
+    b = xmalloc(sizeof(*b) + bound);
+    inf->zs.next_in = (Bytef *)text;
+    inf->zs.avail_in = (uInt)len;
+    inf->zs.next_out = b->data;
+    inf->zs.avail_out = (uInt)bound;
+    if (deflate(&inf->zs, Z_FINISH) != Z_STREAM_END || inf->zs.total_out >= len) {
+        free(b);
+        return NULL;
+    }
+    b->len = (uint32_t)len;
+    b->zlen = (uint32_t)inf->zs.total_out;
+    return xrealloc(b, sizeof(*b) + b->zlen);
+}
+
 #define Z_WBITS (-12) /* raw deflate, 4 KiB window: the dictionary plus an object */
 #define Z_MEMLEVEL 4
 
-/* The blob of text; never NULL. */
+/* The blob of text; never NULL. Informer thread only. */
 static struct blob *pack(struct informer *inf, const char *text)
 {
     size_t len = strlen(text);
-    uLong bound;
-    struct blob *b = NULL;
+    struct blob *b;
 
-    if (!inf->dict) {
-        inf->dict = xstrdup(text);
-        inf->dict_len = len;
-    }
     if (!inf->zs_ready) {
         memset(&inf->zs, 0, sizeof(inf->zs));
         inf->zs_ready = deflateInit2(&inf->zs, 6, Z_DEFLATED, Z_WBITS, Z_MEMLEVEL,
                                      Z_DEFAULT_STRATEGY) == Z_OK;
     }
-    if (inf->zs_ready && len > 0 && len < UINT32_MAX &&
-        deflateReset(&inf->zs) == Z_OK &&
-        deflateSetDictionary(&inf->zs, (const Bytef *)inf->dict, (uInt)inf->dict_len) == Z_OK) {
-        bound = deflateBound(&inf->zs, (uLong)len);
-        b = xmalloc(sizeof(*b) + bound);
-        inf->zs.next_in = (Bytef *)text;
-        inf->zs.avail_in = (uInt)len;
-        inf->zs.next_out = b->data;
-        inf->zs.avail_out = (uInt)bound;
-        if (deflate(&inf->zs, Z_FINISH) == Z_STREAM_END && inf->zs.total_out < len) {
-            b->len = (uint32_t)len;
-            b->zlen = (uint32_t)inf->zs.total_out;
-            return xrealloc(b, sizeof(*b) + b->zlen);
-        }
+    if (!inf->dict)
+        inf->dict = zdict_new(text, len);
+    b = deflate_with(inf, text, len, inf->dict);
+    if ((!b || b->zlen > len / 5) && len >= 256) {
+        /* unlike the dictionary: this object is the next one (the old one lives on in the
+         * blobs deflated against it) */
         free(b);
+        zdict_put(inf->dict);
+        inf->dict = zdict_new(text, len);
+        b = deflate_with(inf, text, len, inf->dict);
+    }
+    if (b) {
+        b->dict = inf->dict;
+        inf->dict->refs++;
+        return b;
     }
     b = xmalloc(sizeof(*b) + len + 1); /* incompressible (or no zlib): the text itself */
+    b->dict = NULL;
     b->len = (uint32_t)len;
     b->zlen = 0;
     memcpy(b->data, text, len + 1);
     return b;
+}
+
+static void blob_free(struct blob *b)
+{
+    if (b)
+        zdict_put(b->dict);
+    free(b);
 }
 
 /* The blob's object, parsed: a new reference, or NULL. */
@@ -93,7 +147,8 @@ static json_t *unpack(const struct informer *inf, const struct blob *b)
     char *text;
     json_t *o = NULL;
 
-    if (b->zlen == 0)
+    (void)inf;
+    if (!b->dict)
         return json_loadb((const char *)b->data, b->len, 0, NULL);
     memset(&zs, 0, sizeof(zs));
     if (inflateInit2(&zs, Z_WBITS) != Z_OK)
@@ -103,7 +158,7 @@ static json_t *unpack(const struct informer *inf, const struct blob *b)
     zs.avail_in = b->zlen;
     zs.next_out = (Bytef *)text;
     zs.avail_out = b->len;
-    if (inflateSetDictionary(&zs, (const Bytef *)inf->dict, (uInt)inf->dict_len) == Z_OK &&
+    if (inflateSetDictionary(&zs, (const Bytef *)b->dict->text, (uInt)b->dict->len) == Z_OK &&
         inflate(&zs, Z_FINISH) == Z_STREAM_END && zs.total_out == b->len)
         o = json_loadb(text, b->len, 0, NULL);
     inflateEnd(&zs);
@@ -181,7 +236,7 @@ static void drop(const struct informer *inf, void *v)
     if (inf->mode == MODE_JSON)
         json_decref(v);
     else if (inf->mode == MODE_COMPACT)
-        free(v);
+        blob_free(v);
     else
         inf->tr.free(v);
 }
@@ -497,7 +552,7 @@ void informer_free(struct informer *inf)
     strmap_cleanup(&inf->cache, NULL);
     if (inf->zs_ready)
         deflateEnd(&inf->zs);
-    free(inf->dict);
+    zdict_put(inf->dict);
     for (size_t i = 0; inf->fields && inf->fields[i]; i++)
         free(inf->fields[i]);
     free(inf->fields);
