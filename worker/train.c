@@ -23,8 +23,7 @@ static uint64_t mix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Fisher-Yates with a generator seeded from (seed, epoch): every rank draws the same order. */
-static void shuffle(size_t *perm, size_t n, uint64_t seed, int epoch)
+void train_shuffle(size_t *perm, size_t n, uint64_t seed, int epoch)
 {
     uint64_t s = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(epoch + 1));
     for (size_t i = 0; i < n; i++)
@@ -37,10 +36,7 @@ static void shuffle(size_t *perm, size_t n, uint64_t seed, int epoch)
     }
 }
 
-/* This rank's shard of the epoch's order, as torch's DistributedSampler cuts it: positions
- * rank, rank + W, ... of perm, wrapping around so every rank gets ceil(n / W) examples (and so
- * takes the same number of steps). */
-static size_t shard(size_t *idx, const size_t *perm, size_t n, int rank, int world)
+size_t train_shard(size_t *idx, const size_t *perm, size_t n, int rank, int world)
 {
     size_t ns = (n + (size_t)world - 1) / (size_t)world;
     for (size_t i = 0; i < ns; i++)
@@ -54,9 +50,8 @@ long train_steps_per_epoch(size_t n, int batch, int accum, int world)
     return (long)((ns + per - 1) / per);
 }
 
-/* Copies examples idx[0..B) into (B, T) buffers with T = their longest length; returns T. */
-static int gather(const struct train_data *d, const size_t *idx, int B, int *tok, int *len,
-                  int *lab, long *ntok)
+int train_gather(const struct train_data *d, const size_t *idx, int B, int *tok, int *len,
+                 int *lab, long *ntok)
 {
     int T = 1;
     for (int b = 0; b < B; b++)
@@ -71,9 +66,9 @@ static int gather(const struct train_data *d, const size_t *idx, int B, int *tok
     return T;
 }
 
-static void log_progress(const struct train_opts *o, long step, long total, int epoch,
-                         double loss, float lr, float norm, double dt, long samples, long tokens,
-                         long steps)
+void train_log_progress(const struct train_opts *o, const char *device, long step, long total,
+                        int epoch, double loss, float lr, float norm, double dt, long samples,
+                        long tokens, long steps)
 {
     double ms = 1e3 * dt / (double)steps;
     int W = o->world_size > 0 ? o->world_size : 1;
@@ -81,14 +76,18 @@ static void log_progress(const struct train_opts *o, long step, long total, int 
     if (o->json_out) {
         fprintf(o->json_out,
                 "{\"step\":%ld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.4f,"
-                "\"samples_per_s\":%.1f,\"tokens_per_s\":%.0f,\"ms_per_step\":%.1f}\n",
+                "\"samples_per_s\":%.1f,\"tokens_per_s\":%.0f,\"ms_per_step\":%.1f",
                 step, epoch, loss, (double)lr, (double)norm, sps, tps, ms);
+        if (device)
+            fprintf(o->json_out, ",\"device\":\"%s\"", device);
+        fputs("}\n", o->json_out);
         fflush(o->json_out);
     }
     if (o->human_out) {
         fprintf(o->human_out, "step %ld/%ld | epoch %d | loss %.4f | lr %.1e | %.1f ms | %.0f "
-                              "samples/s | %.1fk tok/s\n",
-                step, total, epoch + 1, loss, (double)lr, ms, sps, tps / 1e3);
+                              "samples/s | %.1fk tok/s%s%s%s\n",
+                step, total, epoch + 1, loss, (double)lr, ms, sps, tps / 1e3,
+                device ? " (" : "", device ? device : "", device ? ")" : "");
         fflush(o->human_out);
     }
 }
@@ -115,7 +114,7 @@ static int step_grads(struct model *m, const struct train_data *d, const struct 
     model_zero_grad(m);
     for (size_t mb = 0; mb < in_step; mb += o->batch) {
         int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
-        int T = gather(d, idx + mb, B, lp->tok, lp->len, lp->lab, &lp->tokens);
+        int T = train_gather(d, idx + mb, B, lp->tok, lp->len, lp->lab, &lp->tokens);
         sum += (double)model_forward(m, lp->tok, lp->len, lp->lab, B, T) * B;
         model_backward(m, 1.0f / (float)in_step);
     }
@@ -167,8 +166,8 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
     /* Resuming at start_step: the order of each epoch depends only on (seed, epoch), so the
      * epoch and position follow from the step. */
     for (int epoch = (int)(step / spe); epoch < o->epochs && step < total; epoch++) {
-        shuffle(lp.perm, d->n, o->seed, epoch);
-        size_t ns = shard(lp.idx, lp.perm, d->n, o->rank, W);
+        train_shuffle(lp.perm, d->n, o->seed, epoch);
+        size_t ns = train_shard(lp.idx, lp.perm, d->n, o->rank, W);
         size_t first = epoch == step / spe ? (size_t)(step % spe) * per_step : 0;
         for (size_t start = first; start < ns && step < total; start += per_step) {
             size_t in_step = ns - start < (size_t)per_step ? ns - start : (size_t)per_step;
@@ -197,8 +196,8 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
             if (step % o->log_interval == 0 || step == total) {
                 double t = now_s();
                 res->last_loss = loss_sum / (double)logged;
-                log_progress(&ow, step, total, epoch, res->last_loss, lr, norm, t - tlog, samples,
-                             lp.tokens, logged);
+                train_log_progress(&ow, NULL, step, total, epoch, res->last_loss, lr, norm,
+                                   t - tlog, samples, lp.tokens, logged);
                 all_samples += samples, all_tokens += (double)lp.tokens;
                 samples = lp.tokens = logged = 0;
                 loss_sum = 0.0;
@@ -238,7 +237,7 @@ void train_evaluate(struct model *m, const struct train_data *d, int batch, stru
         int B = (int)(d->n - start < (size_t)batch ? d->n - start : (size_t)batch);
         for (int b = 0; b < B; b++)
             idx[b] = start + (size_t)b;
-        int T = gather(d, idx, B, tok, len, lab, &ntok);
+        int T = train_gather(d, idx, B, tok, len, lab, &ntok);
         float l = model_forward(m, tok, len, lab, B, T);
         eval_add_logits(e, d->labels + start, m->logits, (size_t)B);
         eval_add_loss(e, (double)l * B, (uint64_t)B);

@@ -100,6 +100,21 @@ long train_steps_per_epoch(size_t n, int batch, int accum, int world);
 int train_run(struct model *m, const struct train_data *d, const struct train_opts *o,
               struct train_result *res);
 
+/* The loop's parts that train_gpu.c shares (one data order for every device):
+ * train_shuffle: Fisher-Yates with a generator seeded from (seed, epoch), so every rank draws the
+ * same order; train_shard: this rank's shard of it as torch's DistributedSampler cuts it
+ * (positions rank, rank + W, ..., wrapping so every rank gets ceil(n / W) examples and takes the
+ * same number of steps), returns the count; train_gather: copies examples idx[0..B) into (B, T)
+ * buffers with T = their longest length, adds their tokens to *ntok, returns T;
+ * train_log_progress: the JSON and human progress lines (device: NULL, or a name both show). */
+void train_shuffle(size_t *perm, size_t n, uint64_t seed, int epoch);
+size_t train_shard(size_t *idx, const size_t *perm, size_t n, int rank, int world);
+int train_gather(const struct train_data *d, const size_t *idx, int B, int *tok, int *len,
+                 int *lab, long *ntok);
+void train_log_progress(const struct train_opts *o, const char *device, long step, long total,
+                        int epoch, double loss, float lr, float norm, double dt, long samples,
+                        long tokens, long steps);
+
 /* Runs the model over d in batches (no gradients) and adds predictions and losses to e. */
 void train_evaluate(struct model *m, const struct train_data *d, int batch, struct eval_counts *e);
 

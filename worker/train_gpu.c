@@ -1,7 +1,6 @@
 /*
  * train_gpu.c - train_run on a GPU (train_gpu.h). The loop is train.c's with the model on the
- * device (model_gpu.h); the data order helpers below must stay identical to train.c's
- * (train_gpu_test compares the two loops' losses step by step, which a different order breaks).
+ * device (model_gpu.h); the data order and progress lines are train.c's own (train.h).
  */
 #include "worker/train_gpu.h"
 
@@ -20,53 +19,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ---- train.c's data order (keep identical) ---- */
-
-static uint64_t mix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static void shuffle(size_t *perm, size_t n, uint64_t seed, int epoch)
-{
-    uint64_t s = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(epoch + 1));
-    for (size_t i = 0; i < n; i++)
-        perm[i] = i;
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(mix64(&s) % i);
-        size_t t = perm[i - 1];
-        perm[i - 1] = perm[j];
-        perm[j] = t;
-    }
-}
-
-static size_t shard(size_t *idx, const size_t *perm, size_t n, int rank, int world)
-{
-    size_t ns = (n + (size_t)world - 1) / (size_t)world;
-    for (size_t i = 0; i < ns; i++)
-        idx[i] = perm[(i * (size_t)world + (size_t)rank) % n];
-    return ns;
-}
-
-static int gather(const struct train_data *d, const size_t *idx, int B, int *tok, int *len,
-                  int *lab, long *ntok)
-{
-    int T = 1;
-    for (int b = 0; b < B; b++)
-        T = d->len[idx[b]] > T ? d->len[idx[b]] : T;
-    for (int b = 0; b < B; b++) {
-        const int32_t *row = d->ids + idx[b] * (size_t)d->max_len;
-        memcpy(tok + (size_t)b * T, row, sizeof(int) * (size_t)T);
-        len[b] = d->len[idx[b]];
-        lab[b] = d->labels[idx[b]];
-        *ntok += len[b];
-    }
-    return T;
 }
 
 /* ---- setup ---- */
@@ -128,29 +80,6 @@ static void flush_stats(struct gloop *lp, const struct train_opts *o, float *nor
     lp->npend = 0;
 }
 
-static void log_progress(const struct train_opts *o, long step, long total, int epoch,
-                         double loss, float lr, float norm, double dt, long samples, long tokens,
-                         long steps)
-{
-    double ms = 1e3 * dt / (double)steps;
-    int W = o->world_size > 0 ? o->world_size : 1;
-    double sps = (double)samples * W / dt, tps = (double)tokens * W / dt;
-    if (o->json_out) {
-        fprintf(o->json_out,
-                "{\"step\":%ld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.4f,"
-                "\"samples_per_s\":%.1f,\"tokens_per_s\":%.0f,\"ms_per_step\":%.1f,"
-                "\"device\":\"cuda\"}\n",
-                step, epoch, loss, (double)lr, (double)norm, sps, tps, ms);
-        fflush(o->json_out);
-    }
-    if (o->human_out) {
-        fprintf(o->human_out, "step %ld/%ld | epoch %d | loss %.4f | lr %.1e | %.1f ms | %.0f "
-                              "samples/s | %.1fk tok/s (GPU)\n",
-                step, total, epoch + 1, loss, (double)lr, ms, sps, tps / 1e3);
-        fflush(o->human_out);
-    }
-}
-
 int train_gpu_run(struct model *m, const struct train_data *d, const struct train_opts *o,
                   struct train_result *res)
 {
@@ -186,8 +115,8 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
     lp.len = xmallocarray((size_t)o->batch, sizeof(int));
     lp.lab = xmallocarray((size_t)o->batch, sizeof(int));
     for (int epoch = (int)(step / spe); epoch < o->epochs && step < total; epoch++) {
-        shuffle(lp.perm, d->n, o->seed, epoch);
-        size_t ns = shard(lp.idx, lp.perm, d->n, o->rank, W);
+        train_shuffle(lp.perm, d->n, o->seed, epoch);
+        size_t ns = train_shard(lp.idx, lp.perm, d->n, o->rank, W);
         size_t first = epoch == step / spe ? (size_t)(step % spe) * per_step : 0;
         for (size_t start = first; start < ns && step < total; start += per_step) {
             size_t in_step = ns - start < (size_t)per_step ? ns - start : (size_t)per_step;
@@ -201,7 +130,7 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
             for (size_t mb = 0; mb < in_step; mb += o->batch) {
                 const size_t *ix = lp.idx + start + mb;
                 int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
-                int T = gather(d, ix, B, lp.tok, lp.len, lp.lab, &lp.tokens);
+                int T = train_gather(d, ix, B, lp.tok, lp.len, lp.lab, &lp.tokens);
                 model_gpu_batch(lp.g, lp.tok, lp.len, lp.lab, B, T);
                 model_gpu_forward(lp.g);
                 model_gpu_backward(lp.g, 1.0f / (float)in_step);
@@ -231,8 +160,8 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
             if (log_now) {
                 double t = now_s();
                 res->last_loss = lp.loss_sum / (double)logged;
-                log_progress(o, step, total, epoch, res->last_loss, lr, norm, t - tlog, samples,
-                             lp.tokens, logged);
+                train_log_progress(o, "cuda", step, total, epoch, res->last_loss, lr, norm,
+                                   t - tlog, samples, lp.tokens, logged);
                 all_samples += samples, all_tokens += (double)lp.tokens;
                 samples = lp.tokens = logged = 0;
                 lp.loss_sum = 0.0;
