@@ -20,7 +20,7 @@ api_find_kubectl() {
     kubectl=${GANTRY_KUBECTL:-$("$root/hack/cluster.sh" bin kubectl 2>/dev/null | tail -1)}
     [ -x "${kubectl:-}" ] || kubectl=$(command -v kubectl) || {
         echo "FAIL: no kubectl: set GANTRY_KUBECTL or run hack/cluster.sh build --tier api"
-        exit 1
+        exit 69
     }
 }
 
