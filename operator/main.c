@@ -243,6 +243,22 @@ struct controller {
     int nworkers;
 };
 
+/* When a burst of work (creates, status writes, Events) has drained the queue, hand the heap it
+ * churned through back to the system at once (at most every 2 s), not at the next 30 s trim. */
+static void trim_when_idle(struct queue *q)
+{
+    static atomic_long last; /* CLOCK_MONOTONIC seconds of the last trim */
+    struct timespec now;
+    long prev;
+
+    if (queue_len(q) != 0)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    prev = atomic_load(&last);
+    if (now.tv_sec - prev >= 2 && atomic_compare_exchange_strong(&last, &prev, (long)now.tv_sec))
+        malloc_trim(0);
+}
+
 static void *work(void *arg)
 {
     struct worker *wk = arg;
@@ -260,6 +276,7 @@ static void *work(void *arg)
         }
         queue_done(q, key);
         free(key);
+        trim_when_idle(q);
     }
     return NULL;
 }
