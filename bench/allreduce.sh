@@ -3,12 +3,13 @@
 # all on this machine's loopback, in one run.
 #   1. raw TCP: one loopback connection, the most one ring link can carry;
 #   2. nccl-tests tables (size, time, algbw, busbw, #wrong, OK/FAILED) for gantry (fp32, then
-#      bf16 on the wire) and Gloo (gloo::allreduce ring, what PyTorch's ProcessGroupGloo uses) at
-#      each world size, 4 KiB .. 256 MiB;
+#      bf16 on the wire), Gloo (gloo::allreduce ring, what PyTorch's ProcessGroupGloo uses) and,
+#      when TORCH_PYTHON names a Python with torch, PyTorch's torch.distributed "gloo" backend
+#      itself (bench/allreduce_torch.py) at each world size, 4 KiB .. 256 MiB;
 #   3. busbw at 64 MiB from ROUNDS interleaved runs of each (median), and the ratio to Gloo
 #      against the target (>= 2x); a comment line under each row gives the spread: min-max of
 #      each and of the per-round ratio gantry/gloo (on a shared machine they vary a lot).
-# Env: WORLDS ("2 4"), ROUNDS (3), MIN (4096), MAX (268435456), GLOO_ALGO (ring).
+# Env: WORLDS ("2 4"), ROUNDS (3), MIN (4096), MAX (268435456), GLOO_ALGO (ring), TORCH_PYTHON.
 # Needs bench_allreduce, bench_allreduce_gloo (libgloo-dev) and gantry-run built in BUILD_DIR.
 set -euo pipefail
 B=${1:-build}
@@ -51,6 +52,11 @@ for n in $WORLDS; do
     ours "$n" --min "$MIN" --max "$MAX" --bf16
     echo
     gloo "$n" "$MIN" "$MAX"
+    if [ -n "${TORCH_PYTHON:-}" ]; then
+        echo
+        "$TORCH_PYTHON" "$(dirname "${BASH_SOURCE[0]}")/allreduce_torch.py" --nproc "$n" \
+            --min "$MIN" --max "$MAX" || echo "# torch-gloo failed (see above)"
+    fi
 done
 
 echo

@@ -71,7 +71,8 @@ def human_bytes(b):
 
 def allreduce(vals, out_png):
     worlds = sorted({int(m.split("_r")[1]) for (_, m, _) in vals if m.startswith("busbw_r")})
-    impls = [i for i in ("gantry", "gantry-bf16", "gloo") if any(k[0] == i for k in vals)]
+    impls = [i for i in ("gantry", "gantry-bf16", "gloo", "torch-gloo")
+             if any(k[0] == i for k in vals)]
     link = vals.get(("raw-tcp", "link", 0.0), [])
     fig, axes = plt.subplots(1, len(worlds), figsize=(6.5 * len(worlds), 4.5), squeeze=False)
     summary, section = [], []
@@ -95,11 +96,16 @@ def allreduce(vals, out_png):
         g = vals.get(("gantry", metric, float(MIB64)), [])
         p = vals.get(("gloo", metric, float(MIB64)), [])
         b = vals.get(("gantry-bf16", metric, float(MIB64)), [])
+        tg = vals.get(("torch-gloo", metric, float(MIB64)), [])
         ratio = med(g) / med(p) if g and p else float("nan")
         summary.append({
             "bench": "all-reduce busbw at 64 MiB, %d ranks (GB/s)" % w,
             "ours": spread(g), "peer": "Gloo " + spread(p), "ratio": ratio, "target": ">= 2.0x",
-            "ok": ratio >= 2.0, "note": "bf16 on the wire: %s" % spread(b) if b else ""})
+            "ok": ratio >= 2.0,
+            "note": "; ".join(x for x in (
+                "bf16 on the wire: %s" % spread(b) if b else "",
+                "PyTorch gloo backend: %s (%.2fx)" % (spread(tg), med(g) / med(tg))
+                if tg and g else "") if x)})
     fig.text(0.01, 0.01, "median of rounds, error bars min-max; dotted line: 64 MiB (verdict size)",
              fontsize=8)
     fig.tight_layout(rect=(0, 0.03, 1, 1))

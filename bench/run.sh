@@ -5,7 +5,7 @@
 #   bench/run.sh [--quick] [--build DIR] [--out DIR] [--doc FILE] [--only "NAMES"] [--skip "NAMES"]
 #
 # NAMES: allreduce cpu_train fasttext ckpt operator (default: all). Benchmarks and their peers:
-#   allreduce  bench/allreduce.sh: tcp ring (fp32, bf16 wire) vs Gloo vs raw TCP, 2 and 4 ranks,
+#   allreduce  bench/allreduce.sh: tcp ring (fp32, bf16 wire) vs Gloo vs PyTorch gloo vs raw TCP, 2 and 4 ranks,
 #              4 KiB..64 MiB, 2 rounds, each a sweep plus an interleaved 64 MiB run (--quick:
 #              2 ranks, 1..64 MiB); target 2x Gloo busbw at 64 MiB
 #   cpu_train  bench/cpu_train.sh: samples/s vs PyTorch, 2 threads, 3 rounds x 8 steps (quick: 2 x 5);
@@ -114,7 +114,7 @@ venv=$cache/pyenv-$(sha256sum "$root/hack/requirements.txt" | cut -c1-12)
 [ -n "${PYTHON:-}" ] || [ -f "$venv/.complete" ] || venv=$("$root/hack/pyenv.sh")
 py=${PYTHON:-$venv/bin/python3}
 tvenv=$cache/pyenv-$(cat "$root/hack/requirements.txt" "$root/hack/requirements-torch.txt" | sha256sum | cut -c1-12)
-if want cpu_train && [ -z "${TORCH_PYTHON:-}" ] && [ ! -f "$tvenv/.complete" ]; then
+if { want cpu_train || want allreduce; } && [ -z "${TORCH_PYTHON:-}" ] && [ ! -f "$tvenv/.complete" ]; then
     tvenv=$("$root/hack/pyenv.sh" torch)
 fi
 tpy=${TORCH_PYTHON:-$tvenv/bin/python3}
@@ -139,6 +139,7 @@ allreduce_csv() { # allreduce_csv ROUND < allreduce.sh output: rows for every ta
     /^# raw TCP/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "GB/s") printf "raw-tcp,link,0,GB/s,%d,%s\n", r, $i }
     /^# gantry .*all-reduce: / { impl = "gantry"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
     /^# gloo .*all-reduce: / { impl = "gloo"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
+    /^# torch-gloo .*all-reduce: / { impl = "torch-gloo"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
     /^# busbw at 64 MiB/ { impl = ""; final = 1 }
     impl != "" && NF == 8 && $1 ~ /^[0-9]+$/ {
         printf "%s,busbw_r%d,%s,GB/s,%d,%s\n", ($3 == "float" ? impl : impl "-bf16"), w, $1, r, $7
@@ -159,6 +160,7 @@ if want allreduce; then
         cp "$ab" "$gb" "$(find_bin gantry-run)" "$work/ar/"
         if [ $quick = 1 ]; then ar_env=(WORLDS=2 MIN=1048576 MAX=67108864 ROUNDS=1); ar_rounds=2
         else ar_env=(WORLDS="2 4" MIN=4096 MAX=67108864 ROUNDS=1); ar_rounds=2; fi
+        [ ! -x "$tpy" ] || ar_env+=(TORCH_PYTHON="$tpy") # PyTorch's gloo backend, a third peer
         echo "impl,metric,x,unit,round,value" >"$out/allreduce.csv"
         : >"$work/allreduce.log"
         for r in $(seq 0 $((ar_rounds - 1))); do
