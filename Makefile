@@ -15,7 +15,8 @@
 #   make images   OCI image tars from build/ without Docker (IMPORT=1 imports into the full cluster)
 #   make docker-images  the CPU Dockerfiles built with a private dockerd and a stand-in base image
 #   make gpu-check on a GPU machine: CUDA build, GPU tests against the CPU, GPU benchmark
-#   make bench    benchmarks against peers (bench/run.sh; QUICK=1 for a short run)
+#   make bench    benchmarks against peers: all-reduce, CPU training, fastText, checkpoint, operator
+#                 (bench/run.sh; QUICK=1 for a short run)
 #   make format   clang-format every C/CUDA source in place
 #   make clean    remove the build trees
 #
@@ -31,7 +32,7 @@ DEPS_FLAGS := $(if $(filter OFF,$(GANTRY_CUDA)),,--cuda)
 .PHONY: help deps build asan test unit unit-asan api cluster e2e demo data spam fuzz verify manifests images docker-images gpu-check bench format clean
 
 help:
-	@sed -n '2,22p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,23p' Makefile | sed 's/^# \{0,1\}//'
 
 deps:
 	@hack/install-deps.sh $(DEPS_FLAGS)
