@@ -343,7 +343,8 @@ static int ckpt_settle(struct worker *w)
 }
 
 /* train_opts.before_update: the parameters and moments a checkpoint borrowed are copied out
- * before the optimizer changes them (the copy overlaps the step's forward and backward). */
+ * before the loop overwrites them (the CPU's optimizer step, the GPU's next download), so the
+ * copy overlaps training. */
 static void fence_checkpoint(void *ctx)
 {
     struct worker *w = ctx;
@@ -386,10 +387,7 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
     json_object_set_new(snap->extra, "seed", json_integer((json_int_t)w->cfg.seed));
     w->pending_step = step;
     w->pending_t0 = now_s();
-    rc = ckpt_writer_save(w->writer, snap);
-    if (w->gpu >= 0) /* the GPU loop downloads into these host buffers again at any time */
-        ckpt_writer_fence(w->writer);
-    return rc;
+    return ckpt_writer_save(w->writer, snap);
 }
 
 /* Splits checkpoint.dir into the library's (root, job). 0 or an exit status. */

@@ -92,6 +92,16 @@ void train_log_progress(const struct train_opts *o, const char *device, long ste
     }
 }
 
+long train_schedule(const struct train_opts *o, long total, struct optim_config *oc)
+{
+    if (o->max_steps > 0 && o->max_steps < total)
+        total = o->max_steps;
+    oc->total_steps = total;
+    oc->warmup_steps = o->warmup_steps >= 0 ? o->warmup_steps
+                                            : (int)lround(o->warmup_ratio * (double)total);
+    return total;
+}
+
 /* Scratch and counters of one train_run. */
 struct loop {
     size_t *perm, *idx;
@@ -150,11 +160,7 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
     int rc = 0;
 
     ow.world_size = W;
-    if (o->max_steps > 0 && o->max_steps < total)
-        total = o->max_steps;
-    oc.total_steps = total;
-    oc.warmup_steps = o->warmup_steps >= 0 ? o->warmup_steps
-                                           : (int)lround(o->warmup_ratio * (double)total);
+    total = train_schedule(o, total, &oc);
     if (!o->opt)
         adamw_init(&own, m->n_params);
     lp.perm = xmallocarray(d->n ? d->n : 1, sizeof(size_t));

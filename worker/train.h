@@ -106,8 +106,12 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
  * (positions rank, rank + W, ..., wrapping so every rank gets ceil(n / W) examples and takes the
  * same number of steps), returns the count; train_gather: copies examples idx[0..B) into (B, T)
  * buffers with T = their longest length, adds their tokens to *ntok, returns T;
- * train_log_progress: the JSON and human progress lines (device: NULL, or a name both show). */
+ * train_log_progress: the JSON and human progress lines (device: NULL, or a name both show).
+ * before_update (train_opts) is called before the parameters or moments are overwritten: the
+ * optimizer step on the CPU, the device-to-host download on the GPU. */
 void train_shuffle(size_t *perm, size_t n, uint64_t seed, int epoch);
+/* The run's optimizer steps (total capped by max_steps), with oc's total and warmup steps set. */
+long train_schedule(const struct train_opts *o, long total, struct optim_config *oc);
 size_t train_shard(size_t *idx, const size_t *perm, size_t n, int rank, int world);
 int train_gather(const struct train_data *d, const size_t *idx, int B, int *tok, int *len,
                  int *lab, long *ntok);

@@ -101,11 +101,7 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
         fprintf(stderr, "gantry-worker: %s\n", err);
         return -1;
     }
-    if (o->max_steps > 0 && o->max_steps < total)
-        total = o->max_steps;
-    oc.total_steps = total;
-    oc.warmup_steps = o->warmup_steps >= 0 ? o->warmup_steps
-                                           : (int)lround(o->warmup_ratio * (double)total);
+    total = train_schedule(o, total, &oc);
     if (!o->opt)
         adamw_init(&own, m->n_params);
     model_gpu_upload(lp.g, m->params, opt->m, opt->v);
@@ -173,6 +169,8 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
             }
             if (o->checkpoint && o->checkpoint_interval > 0 &&
                 (step % o->checkpoint_interval == 0 || step == total)) {
+                if (o->before_update) /* a checkpoint still copying the last download */
+                    o->before_update(o->checkpoint_ctx);
                 model_gpu_download(lp.g, m->params, opt->m, opt->v);
                 if ((rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
                     goto out;
@@ -182,6 +180,8 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
 out:
     if (lp.npend)
         flush_stats(&lp, o, NULL);
+    if (o->before_update)
+        o->before_update(o->checkpoint_ctx);
     model_gpu_download(lp.g, m->params, opt->m, opt->v); /* for evaluation and the caller */
     res->steps = step;
     res->seconds = now_s() - t0;
