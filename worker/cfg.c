@@ -65,6 +65,8 @@ static const struct field fields[] = {
     {"threads", F_INT, S(threads), 0, 4096, NULL, "CPU threads; 0 = all cores"},
     {"device", F_ENUM, S(device), 0, 0, "cpu|cuda",
      "train on the CPU, or on a GPU (cuda: one per process, chosen by LOCAL_RANK)"},
+    {"precision", F_ENUM, S(precision), 0, 0, "fp32|bf16",
+     "GPU arithmetic: fp32, or bf16 GEMMs/activations with fp32 master weights (device: cuda)"},
     {"report", F_STR, S(report), 0, 0, NULL, "write the final eval report (JSON) here"},
     {"metricsPort", F_INT, S(metrics_port), -1, 65535, NULL,
      "rank 0 serves /metrics and /progress on this port; -1 = off"},
@@ -97,6 +99,7 @@ void cfg_defaults(struct cfg *c)
     c->warmup_steps = -1, c->warmup_ratio = 0.06;
     snprintf(c->lr_decay, sizeof(c->lr_decay), "cosine");
     snprintf(c->device, sizeof(c->device), "cpu");
+    snprintf(c->precision, sizeof(c->precision), "fp32");
     c->min_lr_ratio = 0.0, c->weight_decay = 0.01, c->grad_clip = 1.0;
     c->beta1 = 0.9, c->beta2 = 0.999, c->eps = 1e-8;
     c->seed = 42, c->log_interval = 10, c->metrics_port = -1;
@@ -361,6 +364,11 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
         snprintf(err, errlen, "training.model.heads: %d does not divide model.hidden (%d); choose "
                               "heads so that hidden / heads is whole, e.g. hidden 128, heads 4",
                  c->heads, c->hidden);
+        return CFG_EBAD;
+    }
+    if (!strcmp(c->precision, "bf16") && strcmp(c->device, "cuda")) {
+        snprintf(err, errlen, "training.precision: bf16 needs device: cuda (the CPU trains in fp32 "
+                              "only); set device: cuda, or precision: fp32");
         return CFG_EBAD;
     }
     if (c->cls_sep && c->max_seq_len < 2) {

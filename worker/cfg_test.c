@@ -104,6 +104,34 @@ static void test_env_and_flag_errors(void)
     TEST_CHECK(strstr(err, "/nonexistent/x.json") != NULL);
 }
 
+/* training.precision: fp32 by default, bf16 from file, env GANTRY_PRECISION or --precision with
+ * device cuda; bf16 on the CPU and unknown values refused naming the field. */
+static void test_precision(void)
+{
+    struct cfg c;
+    char err[512] = "";
+    const char *argv[] = {"gantry-worker", "--config", path, NULL};
+    write_config("{\"data\": {\"train\": \"t\"}}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_EQ_STR(c.precision, "fp32");
+    write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"precision\": \"bf16\"}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_EQ_STR(c.precision, "bf16");
+    setenv("GANTRY_PRECISION", "fp32", 1); /* env over file */
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_EQ_STR(c.precision, "fp32");
+    const char *argv2[] = {"gantry-worker", "--config", path, "--precision", "bf16", NULL};
+    TEST_EQ_INT(load(&c, err, sizeof(err), 5, argv2), CFG_OK); /* flag over env */
+    TEST_EQ_STR(c.precision, "bf16");
+    unsetenv("GANTRY_PRECISION");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"precision\": \"bf16\"}",
+               "training.precision: bf16 needs device: cuda");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cpu\", \"precision\": \"bf16\"}",
+               "training.precision: bf16 needs device: cuda");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"precision\": \"fp16\"}",
+               "training.precision: \"fp16\"");
+}
+
 /* The operator's config.json: checkpoint beside training (path ignored, dir used), then env
  * GANTRY_CHECKPOINT_DIR / flags over it; bad values name the field and exit 78. */
 static void test_checkpoint_section(void)
@@ -167,6 +195,7 @@ int main(void)
     TEST_RUN(test_env_and_flag_errors);
     TEST_RUN(test_usage_lists_every_form);
     TEST_RUN(test_checkpoint_section);
+    TEST_RUN(test_precision);
     unlink(path);
     rmdir(dir);
     return test_summary();
