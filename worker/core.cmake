@@ -18,7 +18,8 @@ gantry_test(cfg_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cfg_test.c LIBS gantry_
 # The binary. gantry_dist provides the launch environment (dist_env) and exit codes.
 add_executable(gantry-worker ${CMAKE_CURRENT_SOURCE_DIR}/main.c)
 target_link_libraries(gantry-worker PRIVATE gantry_core gantry_dist)
-gantry_test(train_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_test.c LIBS gantry_core)
+gantry_test(train_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_test.c
+            ${CMAKE_CURRENT_SOURCE_DIR}/train_testdata.c LIBS gantry_core)
 # Passive OpenMP waiting: spinning threads starve OpenBLAS's threads and other tests (see main.c).
 set_tests_properties(model_test cfg_test train_test PROPERTIES ENVIRONMENT_MODIFICATION
     "OMP_WAIT_POLICY=set:passive")
@@ -44,6 +45,7 @@ else()
     # Without CUDA: train_gpu.c's loop and train_gpu_test.c on model_gpu_mock.c (model_gpu.h on
     # the CPU model), so the GPU loop's logic is tested in every CPU build.
     gantry_test(train_gpu_loop_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_test.c
+                ${CMAKE_CURRENT_SOURCE_DIR}/train_testdata.c
                 ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu.c ${CMAKE_CURRENT_SOURCE_DIR}/model_gpu_mock.c
                 LIBS gantry_core)
     target_compile_definitions(train_gpu_loop_test PRIVATE GANTRY_HAVE_CUDA=1)

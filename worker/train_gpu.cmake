@@ -1,8 +1,8 @@
 # GPU test of the training loop on the device (worker/train_gpu_test.c): label gpu, exits 77 (skipped)
 # without a device. Included from core.cmake when CUDA is on; hack/gpu-check.sh carries the binary
 # built here to the GPU machine (it needs the worker's libraries, which bench/gpu_check lacks).
-gantry_test(train_gpu_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_test.c LIBS gantry_core
-            LABELS gpu)
+gantry_test(train_gpu_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_test.c
+            ${CMAKE_CURRENT_SOURCE_DIR}/train_testdata.c LIBS gantry_core LABELS gpu)
 set_tests_properties(train_gpu_test PROPERTIES ENVIRONMENT_MODIFICATION
     "OMP_WAIT_POLICY=set:passive")
 

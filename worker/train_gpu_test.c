@@ -17,26 +17,17 @@
 #include "common/xalloc.h"
 #include "worker/model_gpu.h"
 #include "worker/obs.h"
+#include "worker/train_testdata.h"
 
 enum { N = 90, L = 20, V = 64, MAXLOG = 64 };
 static int32_t ids[N * L], lens[N], labels[N];
 
-/* Label 1 iff token 3 appears; lengths 3..L, padding 0. */
+/* The shared toy task (train_testdata.h): label 1 iff token 3 appears; lengths 3..L. */
 static struct train_data toy(void)
 {
-    uint64_t s = 99;
-    for (int i = 0; i < N; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        lens[i] = 3 + (int)((s >> 33) % (L - 2));
-        labels[i] = i % 2;
-        for (int t = 0; t < L; t++) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            ids[i * L + t] = t < lens[i] ? 4 + (int)((s >> 33) % (V - 4)) : 0;
-        }
-        if (labels[i])
-            ids[i * L + (int)(s >> 60) % lens[i]] = 3;
-    }
-    return (struct train_data){ids, lens, labels, N, L};
+    static const struct train_testdata_spec spec = {.n = N, .max_len = L, .min_len = 3,
+                                                    .vocab = V, .seed = 99};
+    return train_testdata_toy(&spec, ids, lens, labels);
 }
 
 static const struct model_config mc = {.kind = MODEL_TRANSFORMER, .vocab = V, .classes = 2,

@@ -7,25 +7,17 @@
 #include <string.h>
 
 #include "common/test.h"
+#include "worker/train_testdata.h"
 
 enum { N = 64, L = 8, V = 16 };
 static int32_t ids[N * L], lens[N], labels[N];
 
-/* Label 1 iff token 3 appears; other tokens random; lengths 2..L, rest padding (0). */
+/* The shared toy task (train_testdata.h): label 1 iff token 3 appears; lengths 2..L. */
 static struct train_data toy(void)
 {
-    uint64_t s = 77;
-    for (int i = 0; i < N; i++) {
-        lens[i] = 2 + (int)(((s = s * 6364136223846793005ULL + 1442695040888963407ULL) >> 33) % (L - 1));
-        labels[i] = i % 2;
-        for (int t = 0; t < L; t++) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            ids[i * L + t] = t < lens[i] ? 4 + (int)((s >> 33) % (V - 4)) : 0;
-        }
-        if (labels[i])
-            ids[i * L + (int)(s >> 60) % lens[i]] = 3;
-    }
-    return (struct train_data){ids, lens, labels, N, L};
+    static const struct train_testdata_spec spec = {.n = N, .max_len = L, .min_len = 2,
+                                                    .vocab = V, .seed = 77};
+    return train_testdata_toy(&spec, ids, lens, labels);
 }
 
 static const struct model_config mc = {.kind = MODEL_TRANSFORMER, .vocab = V, .classes = 2,
