@@ -212,6 +212,7 @@ static const struct train_field train_fields[] = {
     {"logInterval", FK_INT, 1, TJ_2_30, NULL, NULL},
     {"threads", FK_INT, 0, 4096, NULL, NULL},
     {"device", FK_ENUM, 0, 0, "cpu|cuda", NULL},
+    {"precision", FK_ENUM, 0, 0, "fp32|bf16", NULL},
     {"report", FK_STR, 0, 0, NULL, NULL},
 };
 #define NTRAIN (sizeof(train_fields) / sizeof(train_fields[0]))
@@ -309,7 +310,7 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     const json_t *in = json_object_get(spec, "training");
     json_t *t, *model, *data;
     long long hidden = 0, heads = 0, seq = 0;
-    const char *type, *device;
+    const char *type, *device, *precision;
 
     if (in && !json_is_null(in) && !json_is_object(in)) {
         errf(e, "spec.training: must be an object");
@@ -360,6 +361,12 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     else if (device && strcmp(device, "cuda") == 0 && type && strcmp(type, "transformer"))
         errf(e, "spec.training.device: cuda trains the transformer model only; use device: cpu "
                 "for model.type: %s", type);
+    /* bf16 runs on the GPU only: the device as resolved above (set, or from the GPUs). */
+    device = json_string_value(json_object_get(t, "device"));
+    precision = json_string_value(json_object_get(t, "precision"));
+    if (precision && strcmp(precision, "bf16") == 0 && device && strcmp(device, "cuda"))
+        errf(e, "spec.training.precision: bf16 needs device: cuda (GPUs: spec.gpusPerReplica > "
+                "0); use precision: fp32 on the CPU");
     if (seq == 1 && !json_is_false(json_object_get(data, "clsSep")))
         errf(e, "spec.training.model.maxSeqLen: 1 leaves no room for [CLS] and [SEP]; use at "
                 "least 2, or set spec.training.data.clsSep: false");

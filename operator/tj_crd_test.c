@@ -120,6 +120,10 @@ static int try_value(const char *const *path, int depth, json_t *v, char *err, s
         if (json_is_string(json_object_get(training, "device")) &&
             strcmp(json_string_value(json_object_get(training, "device")), "cuda") == 0)
             json_object_set_new(json_object_get(job, "spec"), "gpusPerReplica", json_integer(1));
+        /* so does precision bf16 (device unset: cuda with GPUs) */
+        if (json_is_string(json_object_get(training, "precision")) &&
+            strcmp(json_string_value(json_object_get(training, "precision")), "bf16") == 0)
+            json_object_set_new(json_object_get(job, "spec"), "gpusPerReplica", json_integer(1));
     }
     rc = tj_parse(job, &tj, err, n);
     if (rc == 0 && worker && !TEST_CHECK(worker_accepts(&tj, werr, sizeof(werr)) == 0)) {

@@ -156,8 +156,8 @@ static void test_errors_name_the_field(void)
          "spec.training.model.layers: must be <= 128 (got 129)"},
         {"{\"training\":{\"lrDecay\":\"step\"}}",
          "spec.training.lrDecay: unsupported value \"step\"; use one of cosine|linear|constant"},
-        {"{\"training\":{\"precision\":\"bf16\"}}",
-         "spec.training.precision: unknown field (gantry-worker would refuse it)"},
+        {"{\"training\":{\"lossScale\":1024}}",
+         "spec.training.lossScale: unknown field (gantry-worker would refuse it)"},
         {"{\"training\":{\"model\":{\"hiden\":64}}}", "spec.training.model.hiden: unknown field"},
         {"{\"training\":{\"data\":{\"strict\":1}}}", "spec.training.data.strict: must be true or false"},
         {"{\"training\":{\"data\":[]}}", "spec.training.data: must be an object"},
@@ -181,6 +181,12 @@ static void test_errors_name_the_field(void)
          "spec.training.device: cuda trains the transformer model only"},
         {"{\"training\":{\"device\":\"tpu\"}}",
          "spec.training.device: unsupported value \"tpu\"; use one of cpu|cuda"},
+        {"{\"training\":{\"precision\":\"bf16\"}}",
+         "spec.training.precision: bf16 needs device: cuda"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cpu\",\"precision\":\"bf16\"}}",
+         "spec.training.precision: bf16 needs device: cuda"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"precision\":\"fp16\"}}",
+         "spec.training.precision: unsupported value \"fp16\"; use one of fp32|bf16"},
     };
     char text[1024], err[TJ_ERR_MAX];
     struct tj tj;
@@ -205,6 +211,10 @@ static void test_device_default(void)
         {"{\"gpusPerReplica\":2}", "cuda"},
         {"{\"gpusPerReplica\":2,\"training\":{\"device\":\"cpu\"}}", "cpu"},
         {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cuda\"}}", "cuda"},
+        /* bf16 is accepted where the device is (or defaults to) cuda */
+        {"{\"gpusPerReplica\":1,\"training\":{\"precision\":\"bf16\"}}", "cuda"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cuda\",\"precision\":\"bf16\"}}",
+         "cuda"},
     };
     char text[1024], err[TJ_ERR_MAX];
     struct tj tj;
