@@ -240,15 +240,44 @@ static size_t write_cb(char *p, size_t size, size_t n, void *ud)
     return len;
 }
 
+/* A Retry-After value (RFC 9110 10.2.3; v is not NUL-terminated): delay-seconds, or an HTTP-date
+ * ("Wed, 21 Oct 2015 07:28:00 GMT", parsed by curl_getdate()) turned into the seconds from now,
+ * 0 when it has passed. -1 when neither. The caller caps both forms at KUBE_RETRY_AFTER_MAX_S
+ * (a date is capped here already, so a far one cannot overflow). */
+static long retry_after_parse(const char *v, size_t n)
+{
+    char text[64], *end;
+    long secs;
+    time_t at;
+
+    while (n > 0 && (*v == ' ' || *v == '\t'))
+        v++, n--;
+    while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    if (n == 0 || n >= sizeof(text))
+        return -1;
+    memcpy(text, v, n);
+    text[n] = '\0';
+    secs = strtol(text, &end, 10);
+    if (end != text)
+        return secs >= 0 ? secs : -1;
+    at = curl_getdate(text, NULL);
+    if (at == -1)
+        return -1;
+    at -= time(NULL);
+    if (at <= 0)
+        return 0;
+    return at > KUBE_RETRY_AFTER_MAX_S ? KUBE_RETRY_AFTER_MAX_S : (long)at;
+}
+
 static size_t header_cb(char *p, size_t size, size_t n, void *ud)
 {
     struct xfer *x = ud;
     size_t len = size * n;
 
     if (len > 12 && strncasecmp(p, "Retry-After:", 12) == 0) {
-        char *end;
-        long v = strtol(p + 12, &end, 10);
-        if (end != p + 12 && v >= 0)
+        long v = retry_after_parse(p + 12, len - 12);
+        if (v >= 0)
             x->retry_after_s = v;
     }
     return len;

@@ -14,8 +14,8 @@
  * Every call returns 0 or a negative OP_E* (kube_err.h); on an API error the Status object is in
  * kube_last_status() (code, reason, message). Retries: 429 for every verb (the server did not
  * run the request); 5xx and transport errors only for GET, PUT and DELETE (idempotent);
- * Retry-After (delay-seconds form, capped at 30 s) is honoured, otherwise jittered exponential
- * backoff (200 ms doubling to 10 s); at most opts.max_retries.
+ * Retry-After (delay-seconds or HTTP-date, capped at 30 s) is honoured, otherwise jittered
+ * exponential backoff (200 ms doubling to 10 s); at most opts.max_retries.
  * A 401 with a token file or exec plugin refreshes the credential once and repeats the call.
  * Response bodies are bounded by KUBE_MAX_BODY (over it: OP_ETOOBIG).
  */

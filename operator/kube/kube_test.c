@@ -215,6 +215,45 @@ static void test_retry_after_and_idempotency(void)
     kube_client_free(kc);
 }
 
+/* The HTTP-date form of Retry-After (what proxies and some gateways send): a date two seconds
+ * ahead is waited for (ignored, the 100-200 ms backoff would run instead); a date in the past
+ * means "now", not a huge or negative wait. */
+static void test_retry_after_date(void)
+{
+    struct kube_client_opts o = {.max_retries = 3};
+    struct kube_client *kc = client(&o, NULL);
+    json_t *out = NULL;
+    char hdr[96];
+    struct tm tm;
+    time_t at;
+    double t0, dt;
+
+    reset();
+    S.fail_first = 1;
+    S.fail_code = 429;
+    t0 = mono();
+    at = time(NULL) + 2;
+    strftime(hdr, sizeof(hdr), "Retry-After: %a, %d %b %Y %H:%M:%S GMT\r\n", gmtime_r(&at, &tm));
+    S.fail_headers = hdr;
+    TEST_EQ_INT(kube_get(kc, "/api/v1/namespaces/ml/pods/a", &out), 0);
+    dt = mono() - t0;
+    TEST_CHECK(dt >= 0.95); /* 1-2 s: the date is whole seconds */
+    TEST_CHECK(dt < 5.0);
+    TEST_EQ_INT(atomic_load(&S.calls), 2);
+    json_decref(out);
+
+    reset();
+    S.fail_first = 1;
+    S.fail_code = 429;
+    S.fail_headers = "Retry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\n";
+    t0 = mono();
+    TEST_EQ_INT(kube_get(kc, "/api/v1/namespaces/ml/pods/a", &out), 0);
+    TEST_CHECK(mono() - t0 < 0.9);
+    TEST_EQ_INT(atomic_load(&S.calls), 2);
+    json_decref(out);
+    kube_client_free(kc);
+}
+
 static void test_list_pagination_and_restart(void)
 {
     struct kube_client *kc = client(NULL, NULL);
@@ -465,6 +504,7 @@ int main(void)
     TEST_RUN(test_get_and_keepalive);
     TEST_RUN(test_status_mapping);
     TEST_RUN(test_retry_after_and_idempotency);
+    TEST_RUN(test_retry_after_date);
     TEST_RUN(test_list_pagination_and_restart);
     TEST_RUN(test_list_page_scan);
     TEST_RUN(test_patch_and_delete_requests);
