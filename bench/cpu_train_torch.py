@@ -1,46 +1,19 @@
 #!/usr/bin/env python3
 """PyTorch side of bench/cpu_train.sh: the same Transformer classifier as gantry's CPU path
-(built by hack/torch_ref.py's build_model, the network the golden test checks), on the same
+(bench/torch_model.py: the network hack/torch_ref.py checks against worker/model.c), on the same
 batch (the same token ids and lengths as bench/cpu_train.c), timed per optimizer step (forward,
-backward, clip_grad_norm_, AdamW).
-
-Attention uses F.scaled_dot_product_attention with the key padding mask (PyTorch's fastest CPU
-path) rather than the explicit softmax of the reference; both compute the same function.
-Prints one JSON line like bench/cpu_train.c.
+backward, clip_grad_norm_, AdamW). Prints one JSON line like bench/cpu_train.c.
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hack"))
-import torch_ref  # noqa: E402
-
-
-def forward(p, cfg, tokens, key_ok, lens, labels):
-    B, T = tokens.shape
-    C, NH, L = cfg["C"], cfg["NH"], cfg["L"]
-    hs = C // NH
-    mask = key_ok[:, None, None, :]
-    x = p["wte"][tokens] + p["wpe"][:T][None]
-    for l in range(L):
-        h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
-        qkv = F.linear(h, p["qkvw"][l], p["qkvb"][l])
-        q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=-1))
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        x = x + F.linear(y.transpose(1, 2).reshape(B, T, C), p["attprojw"][l], p["attprojb"][l])
-        h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], eps=1e-5)
-        h = F.gelu(F.linear(h, p["fcw"][l], p["fcb"][l]), approximate="tanh")
-        x = x + F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
-    x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
-    w = key_ok.to(x.dtype)[:, :, None]
-    logits = F.linear((x * w).sum(1) / lens[:, None].to(x.dtype), p["clsw"], p["clsb"])
-    return F.cross_entropy(logits, labels)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_model  # noqa: E402
 
 
 def main():
@@ -53,8 +26,7 @@ def main():
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
-    cfg = dict(V=a.vocab, K=a.classes, maxT=a.seq, C=a.hidden, L=a.layers, NH=a.heads,
-               F=4 * a.hidden)
+    cfg = torch_model.config(a)
     g = torch.Generator().manual_seed(1)
     B, T = a.batch, a.seq
     # The batch bench/cpu_train.c builds, number for number (its 64-bit LCG): the same lengths,
@@ -73,24 +45,15 @@ def main():
     key_ok = torch.arange(T)[None, :] < lens[:, None]
     labels = torch.arange(B) % a.classes
 
-    # Small random init is enough for timing; build_model would draw 3M normals in Python.
-    p = {}
-    for name, shape, decay in torch_ref.tensor_table(cfg):
-        t = torch.randn(shape, generator=g) * 0.02 if decay else torch.zeros(shape)
-        if name.startswith("ln") and name.endswith("w"):
-            t = torch.ones(shape)
-        p[name] = t.requires_grad_(True)
-    decay = [p[n] for n, _, d in torch_ref.tensor_table(cfg) if d]
-    nodecay = [p[n] for n, _, d in torch_ref.tensor_table(cfg) if not d]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": nodecay, "weight_decay": 0.0}], lr=3e-4)
+    p = torch_model.init_params(cfg, g)
+    opt = torch_model.adamw(p, cfg)
     params = list(p.values())
     t0 = 0.0
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        loss = forward(p, cfg, tokens, key_ok, lens, labels)
+        loss = torch_model.forward(p, cfg, tokens, key_ok, lens, labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""PyTorch peer of bench/gpu_bench: the same Transformer classifier (bench/cpu_train_torch.py's
-forward, the network hack/torch_ref.py checks against gantry's CPU path) trained on the same GPU,
-in eager mode and under torch.compile, fp32 and bf16 autocast, one optimizer step = zero_grad,
-forward, backward, clip_grad_norm_(1.0), fused AdamW. Prints one JSON line per variant with
-tokens/s and MFU computed exactly as gpu_bench computes them (3 x forward FLOPs, the full T x T
-attention, H100/H200 dense bf16 peak 989.4 TFLOP/s).
+"""PyTorch peer of bench/gpu_bench: the same Transformer classifier as bench/cpu_train_torch.py
+(bench/torch_model.py, the network hack/torch_ref.py checks against gantry's CPU path) trained on
+the same GPU, in eager mode and under torch.compile, fp32 and bf16 autocast, one optimizer step =
+zero_grad, forward, backward, clip_grad_norm_(1.0), fused AdamW. Prints one JSON line per variant
+with tokens/s and MFU computed exactly as gpu_bench computes them (3 x forward FLOPs, the full
+T x T attention, H100/H200 dense bf16 peak 989.4 TFLOP/s).
 
   python3 bench/gpu_torch.py --preset gpt2 [--variants eager-fp32,eager-bf16,compile-bf16]
 """
@@ -17,9 +17,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hack"))
-import cpu_train_torch  # noqa: E402
-import torch_ref  # noqa: E402
+import torch_model  # noqa: E402
 
 PEAK_BF16 = 989.4e12
 PRESETS = {
@@ -37,8 +35,7 @@ def fwd_flops(B, T, C, L, K):
 
 def run(a, variant):
     dev = torch.device("cuda")
-    cfg = dict(V=a.vocab, K=a.classes, maxT=a.seq, C=a.hidden, L=a.layers, NH=a.heads,
-               F=4 * a.hidden)
+    cfg = torch_model.config(a)
     g = torch.Generator().manual_seed(1)
     B, T = a.batch, a.seq
     lens = (torch.randint(T // 4, T + 1, (B,), generator=g) if a.varlen
@@ -48,19 +45,11 @@ def run(a, variant):
     tokens = tokens.masked_fill(~key_ok, 0)
     labels = torch.arange(B) % a.classes
     tokens, key_ok, lens, labels = (t.to(dev) for t in (tokens, key_ok, lens, labels))
-    p = {}
-    for name, shape, decay in torch_ref.tensor_table(cfg):
-        t = torch.randn(shape, generator=g) * 0.02 if decay else torch.zeros(shape)
-        if name.startswith("ln") and name.endswith("w"):
-            t = torch.ones(shape)
-        p[name] = t.to(dev).requires_grad_(True)
-    table = torch_ref.tensor_table(cfg)
-    opt = torch.optim.AdamW([{"params": [p[n] for n, _, d in table if d], "weight_decay": 0.01},
-                             {"params": [p[n] for n, _, d in table if not d],
-                              "weight_decay": 0.0}], lr=3e-4, fused=True)
+    p = torch_model.init_params(cfg, g, dev)
+    opt = torch_model.adamw(p, cfg, fused=True)
     params = list(p.values())
     bf16 = variant.endswith("bf16")
-    fwd = cpu_train_torch.forward
+    fwd = torch_model.forward
     if variant.startswith("compile"):
         fwd = torch.compile(fwd)
 
