@@ -30,6 +30,10 @@ struct model_gpu {
     int *stage[STAGE_SLOTS];      /* pinned: tokens, len, labels of one batch */
     cudaEvent_t staged[STAGE_SLOTS];
     int slot;
+    int device;
+    model_gpu_ready_fn ready; /* armed for the next backward */
+    void *ready_ctx;
+    cudaEvent_t *unit_done; /* MODEL_GPU_UNITS(L): recorded behind each unit's last kernel */
 };
 
 static float *dalloc(size_t n)
@@ -173,12 +177,23 @@ extern "C" void model_gpu_forward(struct model_gpu *g)
     }
 }
 
+/* Unit u's gradients are enqueued: record its event, tell the armed hook. */
+static void unit_ready(struct model_gpu *g, model_gpu_ready_fn fn, int u)
+{
+    if (!fn)
+        return;
+    CUDA_CHECK(cudaEventRecord(g->unit_done[u], g->s));
+    fn(g->ready_ctx, u);
+}
+
 extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
 {
     const struct model_config *c = &g->m->cfg;
     int B = g->B, T = g->T, C = c->hidden, NH = c->heads, F = c->ffn, N = B * T, K = c->classes;
     size_t NC = (size_t)N * C, NF = (size_t)N * F, natt = (size_t)B * NH * T * T;
     cudaStream_t s = g->s;
+    model_gpu_ready_fn ready = g->ready; /* one backward per arming */
+    g->ready = NULL;
 
     CUDA_CHECK(cudaMemsetAsync(g->dlogits, 0, (size_t)B * K * sizeof(float), s));
     crossentropy_backward(g->dlogits, g->probs, g->labels, loss_scale, B, K, s);
@@ -194,6 +209,7 @@ extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
     const float *xL = c->layers ? g->res3 + (c->layers - 1) * NC : g->x0;
     layernorm_backward(g->dres, G("lnfw"), G("lnfb"), g->dln, xL, P("lnfw"), g->lnfm, g->lnfr, N,
                        C, s);
+    unit_ready(g, ready, 0); /* head: clsw, clsb, lnfw, lnfb (+ the loss statistics) */
     for (int l = c->layers - 1; l >= 0; l--) {
         const float *x = l ? g->res3 + (l - 1) * NC : g->x0;
         const float *ln1 = g->ln1 + l * NC, *qkv = g->qkv + 3 * l * NC, *atty = g->atty + l * NC;
@@ -219,8 +235,10 @@ extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
                     (size_t)l * 3 * C, N, C, 3 * C);
         layernorm_backward(g->dres, G("ln1w") + l * C, G("ln1b") + l * C, g->dln, x,
                            P("ln1w") + l * C, g->ln1m + l * N, g->ln1r + l * N, N, C, s);
+        unit_ready(g, ready, c->layers - l); /* layer l's twelve slices */
     }
     embed_backward(G("wte"), G("wpe"), g->dres, g->tokens, B, T, C, c->vocab, s);
+    unit_ready(g, ready, c->layers + 1);
 }
 
 /* ---- state ---- */
@@ -288,6 +306,15 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         CUDA_CHECK(cudaMallocHost(&g->stage[i], (N + 2 * B) * sizeof(int)));
         CUDA_CHECK(cudaEventCreateWithFlags(&g->staged[i], cudaEventDisableTiming));
     }
+    CUDA_CHECK(cudaGetDevice(&g->device));
+    g->unit_done = (cudaEvent_t *)calloc(MODEL_GPU_UNITS(L), sizeof(cudaEvent_t));
+    if (!g->unit_done) {
+        fprintf(stderr, "model_gpu: out of host memory\n");
+        exit(1);
+    }
+    for (size_t u = 0; u < MODEL_GPU_UNITS(L); u++) /* blocking sync: the comm thread sleeps */
+        CUDA_CHECK(cudaEventCreateWithFlags(&g->unit_done[u],
+                                            cudaEventDisableTiming | cudaEventBlockingSync));
     /* dalloc's cudaMemset runs on the legacy default stream, which g->s (non-blocking) does not
      * wait for: finish them before the upload writes the same buffers on g->s. */
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -313,6 +340,9 @@ extern "C" void model_gpu_free(struct model_gpu *g)
         cudaFreeHost(g->stage[i]);
         cudaEventDestroy(g->staged[i]);
     }
+    for (int u = 0; g->unit_done && u < MODEL_GPU_UNITS(g->m->cfg.layers); u++)
+        cudaEventDestroy(g->unit_done[u]);
+    free(g->unit_done);
     cudaStreamDestroy(g->s);
     free(g);
 }
@@ -441,4 +471,32 @@ extern "C" void model_gpu_sync(struct model_gpu *g)
 extern "C" struct CUstream_st *model_gpu_stream(struct model_gpu *g)
 {
     return g->s;
+}
+
+extern "C" const char *model_gpu_backend(void)
+{
+    return "cuda";
+}
+
+/* ---- gradients ready during backward (model_gpu.h) ---- */
+
+extern "C" void model_gpu_arm_ready(struct model_gpu *g, model_gpu_ready_fn fn, void *ctx)
+{
+    g->ready = fn, g->ready_ctx = ctx;
+}
+
+extern "C" void model_gpu_wait_unit(struct model_gpu *g, int unit)
+{
+    CUDA_CHECK(cudaEventSynchronize(g->unit_done[unit]));
+}
+
+extern "C" void model_gpu_stream_wait_unit(struct model_gpu *g, int unit,
+                                           struct CUstream_st *stream)
+{
+    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, g->unit_done[unit], 0));
+}
+
+extern "C" void model_gpu_bind_thread(struct model_gpu *g)
+{
+    CUDA_CHECK(cudaSetDevice(g->device));
 }

@@ -85,6 +85,33 @@ float model_gpu_last_loss(struct model_gpu *g);
 /* Waits until everything enqueued so far is done. */
 void model_gpu_sync(struct model_gpu *g);
 struct CUstream_st *model_gpu_stream(struct model_gpu *g);
+/* "cuda", or "cpu-mock" for model_gpu_mock.c (whose results are train_run's bit for bit). */
+const char *model_gpu_backend(void);
+
+/* ---- gradients ready during backward: all-reduce overlapped with backward -------------------
+ * model_gpu_backward() finishes the gradient buffer in MODEL_GPU_UNITS(layers) units, in this
+ * order: unit 0 the head (clsw, clsb, lnfw, lnfb; and the 2 loss statistics, final since the
+ * forward), units 1..L the layers from the last down to the first (each layer's slice of the
+ * twelve stacked per-layer tensors), unit L+1 the embeddings (wte, wpe). train_gpu.h's
+ * train_gpu_unit_ranges() lists a unit's ranges of the buffer; each float is in exactly one.
+ *
+ * Armed with model_gpu_arm_ready(), the NEXT model_gpu_backward() calls fn(ctx, u) for
+ * u = 0, 1, ..., L+1 as soon as it has ENQUEUED the last kernel writing unit u (with a CUDA event
+ * recorded behind it on the compute stream), then disarms. The hook runs on the calling thread
+ * and must not block; a comm thread then waits for the unit with model_gpu_wait_unit() (host),
+ * or makes its stream wait with model_gpu_stream_wait_unit() (device, no host sync), before
+ * reducing it. Until the gradients are consumed (model_gpu_step), nothing else writes a finished
+ * unit. Arm before the LAST micro-batch of a step only (earlier ones still add to every unit).
+ * The mock (model_gpu_mock.c) fires the same hooks, in the same order, after its CPU backward. */
+#define MODEL_GPU_UNITS(layers) ((layers) + 2)
+typedef void (*model_gpu_ready_fn)(void *ctx, int unit);
+void model_gpu_arm_ready(struct model_gpu *g, model_gpu_ready_fn fn, void *ctx);
+/* Any thread: returns when unit's gradients of the last armed backward are on the device. */
+void model_gpu_wait_unit(struct model_gpu *g, int unit);
+/* stream (e.g. a collective's) waits on the device for that unit; no host synchronisation. */
+void model_gpu_stream_wait_unit(struct model_gpu *g, int unit, struct CUstream_st *stream);
+/* Makes this model's GPU the calling thread's current device (for a comm thread). */
+void model_gpu_bind_thread(struct model_gpu *g);
 
 #ifdef __cplusplus
 }

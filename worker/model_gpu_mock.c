@@ -24,6 +24,8 @@ struct model_gpu {
     float norm;
     const int *tokens, *len, *labels;
     int *tok_copy, *len_copy, *lab_copy;
+    model_gpu_ready_fn ready; /* armed: the next backward fires it per unit */
+    void *ready_ctx;
 };
 
 int gpu_select_device(int local_rank)
@@ -127,9 +129,44 @@ void model_gpu_forward(struct model_gpu *g)
     }
 }
 
+/* The CPU backward finishes every unit at once: the gradients go to the handed-out buffer (as
+ * model_gpu_grads does; the statistics stay), then the hooks fire in the device's unit order. */
 void model_gpu_backward(struct model_gpu *g, float loss_scale)
 {
     model_backward(&g->dm, loss_scale);
+    if (!g->ready)
+        return;
+    model_gpu_ready_fn fn = g->ready;
+    g->ready = NULL;
+    memcpy(g->gbuf, g->dm.grads, g->n * sizeof(float));
+    g->gbuf_live = 1;
+    for (int u = 0; u < MODEL_GPU_UNITS(g->dm.cfg.layers); u++)
+        fn(g->ready_ctx, u);
+}
+
+void model_gpu_arm_ready(struct model_gpu *g, model_gpu_ready_fn fn, void *ctx)
+{
+    g->ready = fn, g->ready_ctx = ctx;
+}
+
+void model_gpu_wait_unit(struct model_gpu *g, int unit)
+{
+    (void)g, (void)unit; /* the CPU backward has returned before any hook fires */
+}
+
+void model_gpu_stream_wait_unit(struct model_gpu *g, int unit, struct CUstream_st *stream)
+{
+    (void)g, (void)unit, (void)stream;
+}
+
+void model_gpu_bind_thread(struct model_gpu *g)
+{
+    (void)g;
+}
+
+const char *model_gpu_backend(void)
+{
+    return "cpu-mock";
 }
 
 float *model_gpu_grads(struct model_gpu *g)

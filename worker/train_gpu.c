@@ -5,6 +5,7 @@
 #include "worker/train_gpu.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -48,6 +49,199 @@ int train_gpu_check(const char *model_type, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- settings ---- */
+
+void train_gpu_opts_default(struct train_gpu_opts *go)
+{
+    const char *p = getenv("GANTRY_PRECISION"), *b = getenv("GANTRY_GPU_BF16");
+    const char *mb = getenv("GANTRY_GPU_BUCKET_MB");
+    char *end = NULL;
+    double v = mb && *mb ? strtod(mb, &end) : TRAIN_GPU_BUCKET_MB;
+
+    if (mb && *mb && (*end || v < 0 || v > 4096)) {
+        fprintf(stderr, "gantry-worker: GANTRY_GPU_BUCKET_MB=%s is not a size in MiB (0..4096); "
+                        "using %d\n", mb, TRAIN_GPU_BUCKET_MB);
+        v = TRAIN_GPU_BUCKET_MB;
+    }
+    go->bf16 = (p && !strcmp(p, "bf16")) || (b && !strcmp(b, "1"));
+    go->bucket_bytes = (size_t)(v * 1048576.0);
+}
+
+/* ---- gradient buckets (train_gpu.h) ---- */
+
+int train_gpu_unit_ranges(const struct model *m, int unit, struct train_gpu_range *out)
+{
+    static const char *const head[] = {"clsw", "clsb", "lnfw", "lnfb"};
+    static const char *const layer[] = {"fcprojw", "fcprojb", "fcw", "fcb", "ln2w", "ln2b",
+                                        "attprojw", "attprojb", "qkvw", "qkvb", "ln1w", "ln1b"};
+    static const char *const embed[] = {"wte", "wpe"};
+    const int L = m->cfg.layers;
+    const char *const *names = unit == 0 ? head : unit <= L ? layer : embed;
+    int k = unit == 0 ? 4 : unit <= L ? 12 : 2, n = 0;
+
+    for (int i = 0; i < k; i++) {
+        const struct model_tensor *t = model_find_tensor(m, names[i]);
+        if (!t)
+            continue;
+        size_t per = unit >= 1 && unit <= L ? t->count / (size_t)L : t->count;
+        size_t l = unit >= 1 && unit <= L ? (size_t)(L - unit) : 0;
+        out[n++] = (struct train_gpu_range){t->offset + l * per, per};
+    }
+    if (unit == 0) /* the loss statistics after the gradients: final since the forward */
+        out[n++] = (struct train_gpu_range){m->n_params, 2};
+    return n;
+}
+
+static int by_off(const void *a, const void *b)
+{
+    const struct train_gpu_range *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Appends units [u0, u1)'s ranges to p->r[*nr..], sorted and merged where adjacent. */
+static void add_bucket(struct train_gpu_plan *p, const struct model *m, int u0, int u1, int *nr)
+{
+    int first = *nr, n = first;
+    for (int u = u0; u < u1; u++)
+        n += train_gpu_unit_ranges(m, u, p->r + n);
+    qsort(p->r + first, (size_t)(n - first), sizeof(p->r[0]), by_off);
+    int w = first;
+    for (int i = first; i < n; i++) {
+        if (w > first && p->r[w - 1].off + p->r[w - 1].n == p->r[i].off)
+            p->r[w - 1].n += p->r[i].n;
+        else
+            p->r[w++] = p->r[i];
+    }
+    p->end[p->nb] = u1;
+    p->first[++p->nb] = w;
+    *nr = w;
+}
+
+void train_gpu_plan_init(struct train_gpu_plan *p, const struct model *m, size_t bucket_bytes)
+{
+    const int U = MODEL_GPU_UNITS(m->cfg.layers);
+    struct train_gpu_range r[13];
+    int nr = 0, u0 = 0;
+    size_t bytes = 0;
+
+    p->nb = 0;
+    p->end = xcalloc((size_t)U, sizeof(int));
+    p->first = xcalloc((size_t)U + 1, sizeof(int));
+    p->r = xcalloc((size_t)U * 13, sizeof(p->r[0]));
+    for (int u = 0; u < U; u++) {
+        int k = train_gpu_unit_ranges(m, u, r);
+        for (int i = 0; i < k; i++)
+            bytes += r[i].n * sizeof(float);
+        if (u == U - 1 || (bucket_bytes > 0 && bytes >= bucket_bytes)) {
+            add_bucket(p, m, u0, u + 1, &nr);
+            u0 = u + 1, bytes = 0;
+        }
+    }
+}
+
+void train_gpu_plan_cleanup(struct train_gpu_plan *p)
+{
+    free(p->end), free(p->first), free(p->r);
+    memset(p, 0, sizeof(*p));
+}
+
+/* The comm thread: reduces bucket after bucket as backward's ready hook (on the loop's thread)
+ * queues them; the loop waits for all before the optimizer step. */
+struct comm {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const struct train_opts *o;
+    struct model_gpu *g;
+    float *grads; /* device */
+    struct train_gpu_plan plan;
+    int queued, done; /* buckets of this step: handed over, reduced */
+    int rc;           /* first error */
+    bool quit;
+};
+
+static void *comm_main(void *arg)
+{
+    struct comm *c = arg;
+    model_gpu_bind_thread(c->g);
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (c->done == c->queued && !c->quit)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (c->done == c->queued)
+            break; /* quit with nothing pending */
+        int b = c->done, rc = c->rc;
+        pthread_mutex_unlock(&c->mu);
+        model_gpu_wait_unit(c->g, c->plan.end[b] - 1); /* the bucket's gradients are done */
+        for (int i = c->plan.first[b]; i < c->plan.first[b + 1] && !rc; i++)
+            rc = c->o->reduce(c->grads + c->plan.r[i].off, c->plan.r[i].n, c->o->reduce_ctx);
+        pthread_mutex_lock(&c->mu);
+        if (rc && !c->rc)
+            c->rc = rc;
+        c->done++;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* model_gpu's ready hook: a bucket is handed over when its last unit is enqueued. */
+static void comm_ready(void *ctx, int unit)
+{
+    struct comm *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    if (c->queued < c->plan.nb && unit + 1 == c->plan.end[c->queued]) {
+        c->queued++;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits for every bucket of the step; 0 or the first reduce error. */
+static int comm_wait(struct comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (c->done < c->plan.nb)
+        pthread_cond_wait(&c->cv, &c->mu);
+    int rc = c->rc;
+    c->queued = c->done = 0;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static struct comm *comm_new(const struct train_opts *o, struct model_gpu *g, const struct model *m,
+                             size_t bucket_bytes)
+{
+    struct comm *c = xcalloc(1, sizeof(*c));
+    c->o = o, c->g = g, c->grads = model_gpu_grads(g);
+    train_gpu_plan_init(&c->plan, m, bucket_bytes);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    if (pthread_create(&c->th, NULL, comm_main, c)) {
+        fprintf(stderr, "gantry-worker: could not start the all-reduce thread; reducing after "
+                        "backward instead\n");
+        train_gpu_plan_cleanup(&c->plan);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void comm_free(struct comm *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->quit = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->th, NULL);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    train_gpu_plan_cleanup(&c->plan);
+    free(c);
+}
+
 /* ---- the loop ---- */
 
 struct pending { /* a finished step not yet given to obs (its loss is read later) */
@@ -83,6 +277,12 @@ static void flush_stats(struct gloop *lp, const struct train_opts *o, float *nor
 int train_gpu_run(struct model *m, const struct train_data *d, const struct train_opts *o,
                   struct train_result *res)
 {
+    return train_gpu_run_opts(m, d, o, NULL, res);
+}
+
+int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct train_opts *o,
+                       const struct train_gpu_opts *go, struct train_result *res)
+{
     const int per_step = o->batch * o->accum, W = o->world_size > 0 ? o->world_size : 1;
     long spe = train_steps_per_epoch(d->n, o->batch, o->accum, W);
     long total = (long)o->epochs * spe, step = o->start_step, logged = 0, samples = 0;
@@ -91,16 +291,23 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
     struct gloop lp;
     double t0 = now_s(), tlog = t0, all_tokens = 0;
     long all_samples = 0;
-    const char *bf = getenv("GANTRY_GPU_BF16");
+    struct train_gpu_opts gdef;
+    struct comm *comm = NULL;
     char err[256];
     int rc = 0;
 
+    if (!go) {
+        train_gpu_opts_default(&gdef);
+        go = &gdef;
+    }
     memset(&lp, 0, sizeof(lp));
     memset(res, 0, sizeof(*res));
-    if (!(lp.g = model_gpu_new(m, o->batch, bf && !strcmp(bf, "1"), err, sizeof(err)))) {
+    if (!(lp.g = model_gpu_new(m, o->batch, go->bf16, err, sizeof(err)))) {
         fprintf(stderr, "gantry-worker: %s\n", err);
         return -1;
     }
+    if (o->reduce && go->bucket_bytes > 0)
+        comm = comm_new(o, lp.g, m, go->bucket_bytes);
     total = train_schedule(o, total, &oc);
     if (!o->opt)
         adamw_init(&own, m->n_params);
@@ -129,12 +336,19 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
                 int T = train_gather(d, ix, B, lp.tok, lp.len, lp.lab, &lp.tokens);
                 model_gpu_batch(lp.g, lp.tok, lp.len, lp.lab, B, T);
                 model_gpu_forward(lp.g);
+                if (comm && mb + (size_t)o->batch >= in_step) /* the last: buckets final */
+                    model_gpu_arm_ready(lp.g, comm_ready, comm);
                 model_gpu_backward(lp.g, 1.0f / (float)in_step);
             }
             if (o->reduce) { /* gradients + [loss sum, examples], summed over ranks */
                 double t = now_s();
-                model_gpu_sync(lp.g);
-                if ((rc = o->reduce(model_gpu_grads(lp.g), m->n_params + 2, o->reduce_ctx)))
+                if (comm) { /* reduced bucket by bucket during the backward */
+                    rc = comm_wait(comm);
+                } else {
+                    model_gpu_sync(lp.g);
+                    rc = o->reduce(model_gpu_grads(lp.g), m->n_params + 2, o->reduce_ctx);
+                }
+                if (rc)
                     goto out;
                 model_gpu_scale_grads(lp.g, 1.0f / (float)W);
                 red_s = now_s() - t;
@@ -178,6 +392,7 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
         }
     }
 out:
+    comm_free(comm);
     if (lp.npend)
         flush_stats(&lp, o, NULL);
     if (o->before_update)

@@ -10,16 +10,25 @@
  *     copied back into m->params and *o->opt, so a checkpoint is the same fp32 host tensors as on
  *     the CPU (a GPU checkpoint resumes on the CPU and back) and evaluation after training can
  *     run on the host model (train_evaluate).
- *   - o->reduce, when set, is called ONCE per step with a DEVICE buffer of n_params + 2 floats
- *     (the gradients, then the step's loss sum and example count): the hook must sum device
- *     memory across ranks, i.e. reduce_ctx is an nccl struct coll (worker/coll_nccl.h). The
- *     compute stream is synchronised before the call (the collectives are synchronous).
+ *   - o->reduce, when set, sums DEVICE memory across ranks (reduce_ctx is an nccl struct coll,
+ *     worker/coll_nccl.h): the gradient buffer of n_params + 2 floats (the gradients, then the
+ *     step's loss sum and example count), in one call after backward or bucket by bucket during
+ *     it (below). The data is on the device when it is called (the collectives are synchronous).
  *   - the loss and grad norm are read from the device once per log interval (and at most every
  *     TRAIN_GPU_OBS_BATCH steps for o->obs, which gets each step of the interval with the
  *     interval's mean loss and the step's own time, samples and tokens).
  *   - model.type transformer only (train_gpu_check says so for others).
- * GANTRY_GPU_BF16=1 in the environment runs the GEMMs on bf16 operands (model_gpu.h); default fp32,
- * which follows the CPU loss curve within 2e-3 relative.
+ *   - precision (struct train_gpu_opts.bf16; config training.precision): fp32 follows the CPU
+ *     loss curve within 2e-3 relative; bf16 is mixed precision with fp32 master weights,
+ *     gradients, statistics and optimizer (model_gpu.h), within a looser tolerance (docs/gpu.md).
+ *   - all-reduce overlapped with backward (o->reduce set and bucket_bytes > 0): the gradient
+ *     buffer is cut into buckets of whole units (model_gpu.h: head, layers last to first,
+ *     embeddings; a bucket closes once it holds bucket_bytes), and a comm thread calls o->reduce
+ *     on each bucket's ranges (merged, in offset order) as soon as backward has produced it, while
+ *     the compute stream goes on with the layers below; the optimizer step waits for every bucket.
+ *     o->reduce is then called once per range from that thread (the same ranges in the same order
+ *     on every rank), never concurrently. bucket_bytes 0: one call over n_params + 2 floats after
+ *     backward. Sums are elementwise, so both give bit-identical results with 1 or 2 ranks.
  *
  * Without CUDA (GANTRY_HAVE_CUDA undefined) these are stubs: train_gpu_check() says the binary was
  * built without CUDA and the worker exits 78 (STYLE.md §5: callers need no #ifdef).
@@ -32,6 +41,35 @@
 #include "worker/train.h"
 
 #define TRAIN_GPU_OBS_BATCH 64
+#define TRAIN_GPU_BUCKET_MB 4 /* default bucket size (GANTRY_GPU_BUCKET_MB; 0 = no overlap) */
+
+/* A range of the gradient buffer, in floats. */
+struct train_gpu_range {
+    size_t off, n;
+};
+
+/* The GPU loop's own settings (not in struct train_opts: the CPU loop has no use for them). */
+struct train_gpu_opts {
+    int bf16;            /* 0: fp32; 1: bf16 mixed precision (training.precision: bf16) */
+    size_t bucket_bytes; /* all-reduce bucket size; 0: no overlap */
+};
+
+/* Defaults from the environment: bf16 when GANTRY_PRECISION is bf16 (or the older
+ * GANTRY_GPU_BF16=1), bucket_bytes from GANTRY_GPU_BUCKET_MB (default TRAIN_GPU_BUCKET_MB). */
+void train_gpu_opts_default(struct train_gpu_opts *go);
+
+/* The buckets for m: bucket b covers units [end[b-1], end[b]) (end[-1] = 0) and the merged,
+ * offset-sorted ranges r[first[b] .. first[b+1]). Every float of the n_params + 2 buffer is in
+ * exactly one range. bucket_bytes 0 gives one bucket. */
+struct train_gpu_plan {
+    int nb;
+    int *end, *first;
+    struct train_gpu_range *r;
+};
+void train_gpu_plan_init(struct train_gpu_plan *p, const struct model *m, size_t bucket_bytes);
+void train_gpu_plan_cleanup(struct train_gpu_plan *p);
+/* Unit u's ranges (model_gpu.h's unit order) into out[0..13); returns how many. */
+int train_gpu_unit_ranges(const struct model *m, int unit, struct train_gpu_range *out);
 
 #ifdef GANTRY_HAVE_CUDA
 /* 0 when this binary can train model.type (training.model.type) on a GPU; else -1 with
@@ -40,9 +78,12 @@ int train_gpu_check(const char *model_type, char *err, size_t errlen);
 /* Selects this process's GPU from local_rank (kernels/gpu.h gpu_select_device) before any other
  * CUDA call; returns the device index (for coll_nccl_new), or -1 with err set. */
 int train_gpu_select(int local_rank, char *err, size_t errlen);
-/* train_run on the selected GPU (see above). */
+/* train_run on the selected GPU (see above), with train_gpu_opts_default()'s settings. */
 int train_gpu_run(struct model *m, const struct train_data *d, const struct train_opts *o,
                   struct train_result *res);
+/* The same with explicit GPU settings (go NULL: the defaults). */
+int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct train_opts *o,
+                       const struct train_gpu_opts *go, struct train_result *res);
 #else
 static inline int train_gpu_check(const char *model_type, char *err, size_t errlen)
 {
@@ -61,6 +102,13 @@ static inline int train_gpu_run(struct model *m, const struct train_data *d,
                                 const struct train_opts *o, struct train_result *res)
 {
     (void)m, (void)d, (void)o, (void)res;
+    return -1;
+}
+static inline int train_gpu_run_opts(struct model *m, const struct train_data *d,
+                                     const struct train_opts *o, const struct train_gpu_opts *go,
+                                     struct train_result *res)
+{
+    (void)m, (void)d, (void)o, (void)go, (void)res;
     return -1;
 }
 #endif
