@@ -1,5 +1,6 @@
 // GELU on the GPU: one thread per element, same math as gelu_cpu.c (the specification).
 #include "kernels/gelu.h"
+#include "kernels/bf16.h"
 #include "kernels/cuda_common.h"
 
 #define GELU_SCALE 0.7978845608028654f
@@ -12,6 +13,17 @@ static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t 
         float x = inp[i];
         float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
         out[i] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+/* gelu_forward_kernel with the output rounded to bf16 (kernels/bf16.h). */
+static __global__ void gelu_forward_bf16_kernel(uint16_t *out, const float *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+        out[i] = bf16_from_f32(0.5f * x * (1.0f + tanhf(u)));
     }
 }
 
@@ -44,5 +56,15 @@ extern "C" void gelu_backward(float *dinp, const float *inp, const float *dout, 
     if (n == 0)
         return;
     gelu_backward_kernel<<<(unsigned)CEIL_DIV(n, block), block, 0, stream>>>(dinp, inp, dout, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n,
+                                  struct CUstream_st *stream)
+{
+    const int block = 256;
+    if (n == 0)
+        return;
+    gelu_forward_bf16_kernel<<<(unsigned)CEIL_DIV(n, block), block, 0, stream>>>(out, inp, n);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -2,6 +2,7 @@
 // the CPU reference does). The backward writes dinp per row and sums dweight/dbias without
 // atomics: each warp keeps per-column partials in shared memory, each block writes its sum to
 // scratch, and a second kernel adds the blocks' partials in block order (deterministic).
+#include "kernels/bf16.h"
 #include "kernels/gpu_internal.h"
 #include "kernels/layernorm.h"
 
@@ -42,6 +43,46 @@ extern "C" void layernorm_forward(float *out, float *mean, float *rstd, const fl
     if (N == 0)
         return;
     layernorm_forward_kernel<<<CEIL_DIV(N, LN_WARPS), 32 * LN_WARPS, 0, stream>>>(
+        out, mean, rstd, inp, weight, bias, N, C);
+    GPU_LAUNCH_CHECK();
+}
+
+/* layernorm_forward_kernel with the output rounded to bf16 (kernels/bf16.h): the same
+ * statistics, in fp32, for the fp32 backward. */
+static __global__ void layernorm_forward_bf16_kernel(uint16_t *out, float *mean, float *rstd,
+                                                     const float *inp, const float *weight,
+                                                     const float *bias, int N, int C)
+{
+    int lane = threadIdx.x % 32, row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
+    if (row >= N)
+        return;
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32)
+        s += x[c];
+    float m = warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    float r = rsqrtf(warp_sum(v) / (float)C + LAYERNORM_EPS);
+    uint16_t *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32)
+        o[c] = bf16_from_f32((x[c] - m) * r * weight[c] + bias[c]);
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+extern "C" void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                                       const float *weight, const float *bias, int N, int C,
+                                       struct CUstream_st *stream)
+{
+    if (N == 0)
+        return;
+    layernorm_forward_bf16_kernel<<<CEIL_DIV(N, LN_WARPS), 32 * LN_WARPS, 0, stream>>>(
         out, mean, rstd, inp, weight, bias, N, C);
     GPU_LAUNCH_CHECK();
 }

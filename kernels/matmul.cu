@@ -8,6 +8,7 @@
 //   dinp^T (C, N)   += W (op N, ld C) x dout^T (ld OC)               m=C  n=N  k=OC
 //   dweight^T (C,OC) += inp^T (op N, ld C) x dout (op T, ld OC)      m=C  n=OC k=N
 #include "kernels/gelu.h"
+#include "kernels/bf16.h"
 #include "kernels/gpu_internal.h"
 #include "kernels/matmul.h"
 
@@ -349,4 +350,36 @@ extern "C" void residual_forward(float *out, const float *a, const float *b, lon
         return;
     residual_kernel<<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(out, a, b, n);
     GPU_LAUNCH_CHECK();
+}
+
+/* ---- mixed precision (kernels/bf16.h): bf16 operands, fp32 outputs, bias and gradients ---- */
+
+extern "C" void matmul_forward_mixed(float *out, const uint16_t *inp, const uint16_t *weight,
+                                     const float *bias, int N, int C, int OC,
+                                     struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_16BF, CUDA_R_32F,
+                     0.0f, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL};
+    gemm_run(&g, stream);
+}
+
+extern "C" void matmul_backward_mixed(float *dinp, float *dweight, float *dbias, const float *dout,
+                                      const uint16_t *dout16, const uint16_t *inp,
+                                      const uint16_t *weight, int N, int C, int OC,
+                                      struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    if (dinp) { /* (N, C) += (N, OC) @ (OC, C), accumulated in fp32 */
+        struct gemm g = {false, false, C, N, OC, weight, dout16, C, OC, dinp, C, CUDA_R_16BF,
+                         CUDA_R_32F, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+        gemm_run(&g, stream);
+    }
+    struct gemm g = {false, true, C, OC, N, inp, dout16, C, OC, dweight, C, CUDA_R_16BF,
+                     CUDA_R_32F, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+    gemm_run(&g, stream);
+    if (dbias) /* from the fp32 gradient: the bias sees no bf16 rounding */
+        colsum<float>(dbias, dout, N, OC, stream);
 }

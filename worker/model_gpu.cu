@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "kernels/cuda_common.h"
 #include "kernels/gpu.h"
 #include "worker/model_gpu.h"
@@ -26,7 +27,9 @@ struct model_gpu {
         *fchg, *fcproj, *res3, *lnf, *lnfm, *lnfr, *pooled, *logits, *probs, *losses;
     float *dres, *dln, *dfchg, *dfch, *datty, *dqkv, *dpooled, *dlogits, *norm, *coef;
     double *loss_acc; /* sum of step mean losses since the last read */
-    uint16_t *s16a, *s16b, *s16c; /* bf16 scratch for GEMM operands */
+    uint16_t *s16a;               /* bf16 scratch: a GEMM's output gradient as its operand */
+    /* bf16 only: the saved GEMM inputs (L, N, C) or (L, N, F), in place of the fp32 ln1, ln2, fchg */
+    uint16_t *ln1h, *attyh, *ln2h, *fchgh;
     int *stage[STAGE_SLOTS];      /* pinned: tokens, len, labels of one batch */
     cudaEvent_t staged[STAGE_SLOTS];
     int slot;
@@ -94,36 +97,33 @@ __global__ static void scale_kernel(float *x, size_t n, float s)
 
 /* ---- forward and backward (worker/model.c's sequence) ---- */
 
-/* out (N,OC) = inp @ w^T + b, fp32 or through bf16 operands */
-static void fc_forward(struct model_gpu *g, float *out, const float *inp, const char *w,
-                       const char *b, size_t lw, size_t lb, int N, int C, int OC)
+/* out (N,OC) = inp @ w^T + b in fp32 (the fp32 path: inp32), or from a bf16 input (inp16) and
+ * the weights' bf16 copy, accumulated and written in fp32 with the fp32 bias (bf16 path) */
+static void fc_forward(struct model_gpu *g, float *out, const float *inp32, const uint16_t *inp16,
+                       const char *w, const char *b, size_t lw, size_t lb, int N, int C, int OC)
 {
-    cudaStream_t s = g->s;
-    if (!g->bf16) {
-        matmul_forward(out, inp, P(w) + lw, P(b) + lb, N, C, OC, s);
-        return;
-    }
-    cast_f32_to_bf16(g->s16a, inp, (size_t)N * C, s);
-    matmul_forward_bf16(g->s16b, g->s16a, P16(w) + lw, P16(b) + lb, N, C, OC, s);
-    cast_bf16_to_f32(out, g->s16b, (size_t)N * OC, s);
+    if (!g->bf16)
+        matmul_forward(out, inp32, P(w) + lw, P(b) + lb, N, C, OC, g->s);
+    else
+        matmul_forward_mixed(out, inp16, P16(w) + lw, P(b) + lb, N, C, OC, g->s);
 }
 
-/* dinp (zeroed here) = dout @ w; dw += dout^T @ inp; db += colsum(dout) */
-static void fc_backward(struct model_gpu *g, float *dinp, const float *dout, const float *inp,
-                        const char *w, const char *b, size_t lw, size_t lb, int N, int C, int OC)
+/* dinp (zeroed here) = dout @ w; dw += dout^T @ inp; db += colsum(dout). bf16 path: dout is
+ * rounded to bf16 once (the GEMMs' operand), inp is the saved bf16 input; dinp, dw and db stay
+ * fp32 (db from the fp32 dout). */
+static void fc_backward(struct model_gpu *g, float *dinp, const float *dout, const float *inp32,
+                        const uint16_t *inp16, const char *w, const char *b, size_t lw, size_t lb,
+                        int N, int C, int OC)
 {
     cudaStream_t s = g->s;
+    CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), s));
     if (!g->bf16) {
-        CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), s));
-        matmul_backward(dinp, G(w) + lw, G(b) + lb, dout, inp, P(w) + lw, N, C, OC, s);
+        matmul_backward(dinp, G(w) + lw, G(b) + lb, dout, inp32, P(w) + lw, N, C, OC, s);
         return;
     }
     cast_f32_to_bf16(g->s16a, dout, (size_t)N * OC, s);
-    cast_f32_to_bf16(g->s16b, inp, (size_t)N * C, s);
-    CUDA_CHECK(cudaMemsetAsync(g->s16c, 0, (size_t)N * C * 2, s));
-    matmul_backward_bf16(g->s16c, G(w) + lw, G(b) + lb, g->s16a, g->s16b, P16(w) + lw, N, C, OC,
-                         s);
-    cast_bf16_to_f32(dinp, g->s16c, (size_t)N * C, s);
+    matmul_backward_mixed(dinp, G(w) + lw, G(b) + lb, dout, g->s16a, inp16, P16(w) + lw, N, C,
+                          OC, s);
 }
 
 extern "C" void model_gpu_forward(struct model_gpu *g)
@@ -136,31 +136,52 @@ extern "C" void model_gpu_forward(struct model_gpu *g)
     embed_forward(g->x0, g->tokens, P("wte"), P("wpe"), B, T, C, s);
     const float *x = g->x0;
     for (int l = 0; l < c->layers; l++) {
-        float *ln1 = g->ln1 + l * NC, *qkv = g->qkv + 3 * l * NC, *atty = g->atty + l * NC;
-        float *res2 = g->res2 + l * NC, *ln2 = g->ln2 + l * NC, *res3 = g->res3 + l * NC;
-        float *fch = g->fch + l * NF, *fchg = g->fchg + l * NF;
+        float *qkv = g->qkv + 3 * l * NC, *atty = g->atty + l * NC;
+        float *res2 = g->res2 + l * NC, *res3 = g->res3 + l * NC, *fch = g->fch + l * NF;
+        if (g->bf16) { /* bf16 GEMM inputs, saved for the backward; fp32 everything else */
+            uint16_t *ln1h = g->ln1h + l * NC, *attyh = g->attyh + l * NC;
+            uint16_t *ln2h = g->ln2h + l * NC, *fchgh = g->fchgh + l * NF;
+            layernorm_forward_bf16(ln1h, g->ln1m + l * N, g->ln1r + l * N, x, P("ln1w") + l * C,
+                                   P("ln1b") + l * C, N, C, s);
+            fc_forward(g, qkv, NULL, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
+                       (size_t)l * 3 * C, N, C, 3 * C);
+            attention_forward_mixed(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
+            cast_f32_to_bf16(attyh, atty, NC, s);
+            fc_forward(g, g->attproj, NULL, attyh, "attprojw", "attprojb", (size_t)l * C * C,
+                       (size_t)l * C, N, C, C);
+            residual_forward(res2, x, g->attproj, (long)NC, s);
+            layernorm_forward_bf16(ln2h, g->ln2m + l * N, g->ln2r + l * N, res2,
+                                   P("ln2w") + l * C, P("ln2b") + l * C, N, C, s);
+            fc_forward(g, fch, NULL, ln2h, "fcw", "fcb", (size_t)l * F * C, (size_t)l * F, N, C,
+                       F);
+            gelu_forward_bf16(fchgh, fch, NF, s); /* the pre-activation fch stays fp32 */
+            fc_forward(g, g->fcproj, NULL, fchgh, "fcprojw", "fcprojb", (size_t)l * C * F,
+                       (size_t)l * C, N, F, C);
+            residual_forward(res3, res2, g->fcproj, (long)NC, s);
+            x = res3;
+            continue;
+        }
+        float *ln1 = g->ln1 + l * NC, *ln2 = g->ln2 + l * NC, *fchg = g->fchg + l * NF;
         layernorm_forward(ln1, g->ln1m + l * N, g->ln1r + l * N, x, P("ln1w") + l * C,
                           P("ln1b") + l * C, N, C, s);
-        fc_forward(g, qkv, ln1, "qkvw", "qkvb", (size_t)l * 3 * C * C, (size_t)l * 3 * C, N, C,
-                   3 * C);
-        if (g->bf16)
-            attention_forward_mixed(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
-        else
-            attention_forward(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
-        fc_forward(g, g->attproj, atty, "attprojw", "attprojb", (size_t)l * C * C, (size_t)l * C,
-                   N, C, C);
+        fc_forward(g, qkv, ln1, NULL, "qkvw", "qkvb", (size_t)l * 3 * C * C, (size_t)l * 3 * C,
+                   N, C, 3 * C);
+        attention_forward(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
+        fc_forward(g, g->attproj, atty, NULL, "attprojw", "attprojb", (size_t)l * C * C,
+                   (size_t)l * C, N, C, C);
         residual_forward(res2, x, g->attproj, (long)NC, s);
         layernorm_forward(ln2, g->ln2m + l * N, g->ln2r + l * N, res2, P("ln2w") + l * C,
                           P("ln2b") + l * C, N, C, s);
-        if (g->bf16 || F % 8) { /* cuBLASLt's GELU epilogue needs OC % 8 == 0 */
-            fc_forward(g, fch, ln2, "fcw", "fcb", (size_t)l * F * C, (size_t)l * F, N, C, F);
+        if (F % 8) { /* cuBLASLt's GELU epilogue needs OC % 8 == 0 */
+            fc_forward(g, fch, ln2, NULL, "fcw", "fcb", (size_t)l * F * C, (size_t)l * F, N, C,
+                       F);
             gelu_forward(fchg, fch, NF, s);
         } else { /* bias + GELU in the GEMM's epilogue */
             matmul_forward_gelu(fchg, fch, ln2, P("fcw") + (size_t)l * F * C, P("fcb") + l * F, N,
                                 C, F, s);
         }
-        fc_forward(g, g->fcproj, fchg, "fcprojw", "fcprojb", (size_t)l * C * F, (size_t)l * C, N,
-                   F, C);
+        fc_forward(g, g->fcproj, fchg, NULL, "fcprojw", "fcprojb", (size_t)l * C * F,
+                   (size_t)l * C, N, F, C);
         residual_forward(res3, res2, g->fcproj, (long)NC, s);
         x = res3;
     }
@@ -212,26 +233,33 @@ extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
     unit_ready(g, ready, 0); /* head: clsw, clsb, lnfw, lnfb (+ the loss statistics) */
     for (int l = c->layers - 1; l >= 0; l--) {
         const float *x = l ? g->res3 + (l - 1) * NC : g->x0;
-        const float *ln1 = g->ln1 + l * NC, *qkv = g->qkv + 3 * l * NC, *atty = g->atty + l * NC;
-        const float *res2 = g->res2 + l * NC, *ln2 = g->ln2 + l * NC;
-        const float *fch = g->fch + l * NF, *fchg = g->fchg + l * NF;
-        fc_backward(g, g->dfchg, g->dres, fchg, "fcprojw", "fcprojb", (size_t)l * C * F,
+        const float *qkv = g->qkv + 3 * l * NC, *atty = g->atty + l * NC;
+        const float *res2 = g->res2 + l * NC, *fch = g->fch + l * NF;
+        /* the saved GEMM inputs: fp32, or bf16 (the other pointer of each pair unused) */
+        const float *ln1 = g->bf16 ? NULL : g->ln1 + l * NC;
+        const float *ln2 = g->bf16 ? NULL : g->ln2 + l * NC;
+        const float *fchg = g->bf16 ? NULL : g->fchg + l * NF;
+        const uint16_t *ln1h = g->bf16 ? g->ln1h + l * NC : NULL;
+        const uint16_t *attyh = g->bf16 ? g->attyh + l * NC : NULL;
+        const uint16_t *ln2h = g->bf16 ? g->ln2h + l * NC : NULL;
+        const uint16_t *fchgh = g->bf16 ? g->fchgh + l * NF : NULL;
+        fc_backward(g, g->dfchg, g->dres, fchg, fchgh, "fcprojw", "fcprojb", (size_t)l * C * F,
                     (size_t)l * C, N, F, C);
         CUDA_CHECK(cudaMemsetAsync(g->dfch, 0, NF * sizeof(float), s));
         gelu_backward(g->dfch, fch, g->dfchg, NF, s);
-        fc_backward(g, g->dln, g->dfch, ln2, "fcw", "fcb", (size_t)l * F * C, (size_t)l * F, N, C,
-                    F);
+        fc_backward(g, g->dln, g->dfch, ln2, ln2h, "fcw", "fcb", (size_t)l * F * C,
+                    (size_t)l * F, N, C, F);
         layernorm_backward(g->dres, G("ln2w") + l * C, G("ln2b") + l * C, g->dln, res2,
                            P("ln2w") + l * C, g->ln2m + l * N, g->ln2r + l * N, N, C, s);
-        fc_backward(g, g->datty, g->dres, atty, "attprojw", "attprojb", (size_t)l * C * C,
-                    (size_t)l * C, N, C, C);
+        fc_backward(g, g->datty, g->dres, g->bf16 ? NULL : atty, attyh, "attprojw", "attprojb",
+                    (size_t)l * C * C, (size_t)l * C, N, C, C);
         CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
         if (g->bf16)
             attention_backward_mixed(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C,
                                      NH, s);
         else
             attention_backward(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C, NH, s);
-        fc_backward(g, g->dln, g->dqkv, ln1, "qkvw", "qkvb", (size_t)l * 3 * C * C,
+        fc_backward(g, g->dln, g->dqkv, ln1, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
                     (size_t)l * 3 * C, N, C, 3 * C);
         layernorm_backward(g->dres, G("ln1w") + l * C, G("ln1b") + l * C, g->dln, x,
                            P("ln1w") + l * C, g->ln1m + l * N, g->ln1r + l * N, N, C, s);
@@ -263,6 +291,12 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
                  ADAMW_GPU_MAX_SEGMENTS);
         return NULL;
     }
+    if (bf16 && (c->hidden % 8 || c->ffn % 8)) { /* cuBLASLt's bf16 operands: 16-byte rows */
+        snprintf(err, errlen, "training.precision: bf16 needs model.hidden and model.ffn "
+                              "divisible by 8 (got %d and %d); use precision: fp32 or round "
+                              "them up", c->hidden, c->ffn);
+        return NULL;
+    }
     struct model_gpu *g = (struct model_gpu *)calloc(1, sizeof(*g));
     if (!g) {
         snprintf(err, errlen, "out of host memory");
@@ -284,11 +318,11 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     CUDA_CHECK(cudaMalloc(&g->loss_acc, sizeof(double)));
     CUDA_CHECK(cudaMemset(g->loss_acc, 0, sizeof(double)));
     g->tokens = (int *)dalloc(N), g->len = (int *)dalloc(B), g->labels = (int *)dalloc(B);
-    g->x0 = dalloc(N * C), g->ln1 = dalloc(L * N * C), g->qkv = dalloc(3 * L * N * C);
+    g->x0 = dalloc(N * C), g->qkv = dalloc(3 * L * N * C);
     g->ln1m = dalloc(L * N), g->ln1r = dalloc(L * N), g->ln2m = dalloc(L * N);
     g->ln2r = dalloc(L * N), g->atty = dalloc(L * N * C), g->att = dalloc(L * natt);
-    g->attproj = dalloc(N * C), g->res2 = dalloc(L * N * C), g->ln2 = dalloc(L * N * C);
-    g->fch = dalloc(L * N * F), g->fchg = dalloc(L * N * F), g->fcproj = dalloc(N * C);
+    g->attproj = dalloc(N * C), g->res2 = dalloc(L * N * C);
+    g->fch = dalloc(L * N * F), g->fcproj = dalloc(N * C);
     g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C), g->lnfm = dalloc(N), g->lnfr = dalloc(N);
     g->pooled = dalloc(B * C), g->logits = dalloc(B * c->classes);
     g->probs = dalloc(B * c->classes), g->losses = dalloc(B);
@@ -296,11 +330,15 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     g->dfch = dalloc(N * F), g->datty = dalloc(N * C), g->dqkv = dalloc(3 * N * C);
     g->dpooled = dalloc(B * C), g->dlogits = dalloc(B * c->classes);
     g->norm = dalloc(1), g->coef = dalloc(1);
-    if (bf16) {
+    if (bf16) { /* the saved GEMM inputs in bf16 only */
         size_t big = N * (F > 3 * C ? F : 3 * C);
         CUDA_CHECK(cudaMalloc(&g->s16a, big * 2));
-        CUDA_CHECK(cudaMalloc(&g->s16b, big * 2));
-        CUDA_CHECK(cudaMalloc(&g->s16c, big * 2));
+        CUDA_CHECK(cudaMalloc(&g->ln1h, L * N * C * 2));
+        CUDA_CHECK(cudaMalloc(&g->attyh, L * N * C * 2));
+        CUDA_CHECK(cudaMalloc(&g->ln2h, L * N * C * 2));
+        CUDA_CHECK(cudaMalloc(&g->fchgh, L * N * F * 2));
+    } else {
+        g->ln1 = dalloc(L * N * C), g->ln2 = dalloc(L * N * C), g->fchg = dalloc(L * N * F);
     }
     for (int i = 0; i < STAGE_SLOTS; i++) {
         CUDA_CHECK(cudaMallocHost(&g->stage[i], (N + 2 * B) * sizeof(int)));
@@ -333,7 +371,8 @@ extern "C" void model_gpu_free(struct model_gpu *g)
                      g->ln2m, g->ln2r, g->fch, g->fchg, g->fcproj, g->res3, g->lnf, g->lnfm,
                      g->lnfr, g->pooled, g->logits, g->probs, g->losses, g->dres, g->dln,
                      g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,
-                     g->coef, (float *)g->s16a, (float *)g->s16b, (float *)g->s16c};
+                     g->coef, (float *)g->s16a, (float *)g->ln1h, (float *)g->attyh,
+                     (float *)g->ln2h, (float *)g->fchgh};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]); /* NULL is a no-op */
     for (int i = 0; i < STAGE_SLOTS; i++) {

@@ -15,6 +15,7 @@
 
 #include "common/test.h"
 #include "common/xalloc.h"
+#include "kernels/bf16.h"
 #include "worker/model_gpu.h"
 #include "worker/obs.h"
 #include "worker/train_testdata.h"
@@ -412,6 +413,69 @@ static void test_overlapped_allreduce(void)
 
 /* ---- bf16 mixed precision ---- */
 
+/* The value of fp32 bit pattern u, exponent 255 read as an ordinary binade (2^128 for 0x7F800000),
+ * in double: exact for every pattern. */
+static double pattern_value(uint32_t u)
+{
+    int e = (int)((u >> 23) & 0xff);
+    double m = (double)(u & 0x7fffff);
+    double v = e ? ldexp(1.0 + m / 8388608.0, e - 127) : ldexp(m, -149);
+    return u >> 31 ? -v : v;
+}
+
+/* Round to nearest even by definition: the nearer of the two bf16 neighbours, the even one on a
+ * tie, in exact double arithmetic; past the largest finite bf16 that is the infinity pattern. */
+static uint16_t ref_bf16(uint32_t u)
+{
+    uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u; /* same sign, next magnitude */
+    double f = fabs(pattern_value(u)), a = fabs(pattern_value(lo)), b = fabs(pattern_value(hi));
+    uint32_t pick = f - a < b - f ? lo : f - a > b - f ? hi : ((lo >> 16) & 1u) ? hi : lo;
+    return (uint16_t)(pick >> 16);
+}
+
+/* kernels/bf16.h's conversion (the same inline code the kernels run) against ref_bf16 over every
+ * sign/exponent/upper mantissa pattern with low halves at and around the midpoint; NaN, inf,
+ * overflow, subnormals; and the exact round trip of every non-NaN bf16. */
+static void test_bf16_rounding(void)
+{
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x4321};
+    int bad = 0, shown = 0;
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        if ((h & 0x7f80u) == 0x7f80u) /* inf and NaN: below */
+            continue;
+        for (size_t i = 0; i < sizeof(lows) / sizeof(lows[0]); i++) {
+            uint32_t u = h << 16 | lows[i];
+            uint16_t got = bf16_from_f32(bf16_asfloat(u)), want = ref_bf16(u);
+            if (got != want && shown++ < 5)
+                printf("bf16_from_f32(0x%08x) = 0x%04x, want 0x%04x\n", (unsigned)u, got, want);
+            bad += got != want;
+        }
+        uint16_t b = (uint16_t)h; /* exact: bf16 -> fp32 -> bf16 */
+        bad += bf16_from_f32(bf16_to_f32(b)) != b;
+    }
+    TEST_EQ_INT(bad, 0);
+    /* ties: 1 + 2^-8 to 1 (even), 1 + 3 * 2^-8 up to 1 + 2^-6; just past halfway goes up */
+    TEST_EQ_INT(bf16_from_f32(bf16_asfloat(0x3f808000u)), 0x3f80);
+    TEST_EQ_INT(bf16_from_f32(bf16_asfloat(0x3f818000u)), 0x3f82);
+    TEST_EQ_INT(bf16_from_f32(bf16_asfloat(0x3f808001u)), 0x3f81);
+    TEST_EQ_INT(bf16_from_f32(-1.0f), 0xbf80);
+    /* infinities stay; the largest floats overflow to inf; subnormals are not flushed */
+    TEST_EQ_INT(bf16_from_f32(bf16_asfloat(0x7f800000u)), 0x7f80);
+    TEST_EQ_INT(bf16_from_f32(bf16_asfloat(0xff800000u)), 0xff80);
+    TEST_EQ_INT(bf16_from_f32(bf16_asfloat(0x7f7fffffu)), 0x7f80);
+    TEST_EQ_INT(bf16_from_f32(bf16_asfloat(0x7f7f7fffu)), 0x7f7f);
+    TEST_EQ_INT(bf16_from_f32(bf16_asfloat(0x00018000u)), 0x0002);
+    TEST_EQ_INT(bf16_from_f32(bf16_asfloat(0x80008000u)), 0x8000); /* tie to even: -0 */
+    /* NaN, quiet or signalling, either sign: the canonical NaN, which reads back as NaN */
+    static const uint32_t nans[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fffffffu,
+                                    0xff800001u};
+    for (size_t i = 0; i < sizeof(nans) / sizeof(nans[0]); i++) {
+        TEST_EQ_INT(bf16_from_f32(bf16_asfloat(nans[i])), BF16_NAN);
+        TEST_CHECK(isnan(bf16_to_f32(bf16_from_f32(bf16_asfloat(nans[i])))));
+    }
+    TEST_CHECK(bf16_round(3.14159265f) == 3.140625f);
+}
+
 /* bf16 (GEMM operands and saved GEMM inputs in bf16; fp32 master weights, gradients, LayerNorm,
  * softmax, loss and AdamW) follows the fp32 GPU run: each of the 12 steps' loss within 3e-2
  * relative (bf16 keeps 8 bits: ~4e-3 per rounding, a few of them compound over 12 steps), the
@@ -456,6 +520,7 @@ static void test_bf16_follows_fp32(void)
 int main(void)
 {
     char err[256];
+    TEST_RUN(test_bf16_rounding); /* host code: runs with or without a device */
     if (model_gpu_device_count() < 1) {
         test_skip("no CUDA device");
         return test_summary();

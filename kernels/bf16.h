@@ -1,0 +1,108 @@
+/*
+ * bf16.h - bf16 mixed precision (training.precision: bf16, worker/model_gpu.cu).
+ *
+ * 1. The fp32 <-> bf16 conversion as __host__ __device__ inline helpers: one definition for the
+ *    kernels and for CPU code and tests, so rounding is checked on the CPU (train_gpu_test.c's
+ *    test_bf16_rounding, every build) and the same bits come out on the device
+ *    (worker/model_gpu_gpu_test.cu compares them with the hardware's cvt.rn.bf16.f32).
+ *    Round to nearest, ties to even; +-inf stay; finite values past bf16's largest round to inf;
+ *    subnormals round like any other value (no flush to zero); every NaN becomes 0x7FFF, the
+ *    canonical NaN that cvt.rn.bf16.f32 and __float2bfloat16_rn return.
+ *
+ * 2. Launchers of the mixed-precision variants (CUDA builds only; device pointers, asynchronous
+ *    on the stream like every launcher in gpu.h). bf16 is used where it is safe: GEMM operands
+ *    (weights' bf16 copy, the saved GEMM inputs: LayerNorm and GELU outputs, the attention
+ *    output), with fp32 accumulation; LayerNorm statistics, the residual stream, GEMM outputs,
+ *    softmax, loss, gradients and the optimizer stay fp32.
+ *      matmul_forward_mixed:  out (fp32) = inp (bf16) @ weight (bf16)^T + bias (fp32, may be NULL)
+ *      matmul_backward_mixed: dinp (fp32, may be NULL) += dout16 @ weight; dweight (fp32) +=
+ *                             dout16^T @ inp; dbias (fp32, may be NULL) += column sums of the
+ *                             fp32 dout (dout16 is dout rounded to bf16, the GEMMs' operand)
+ *      layernorm_forward_bf16: layernorm_forward with the normalised output rounded to bf16
+ *                              (mean, rstd fp32, as the fp32 backward needs them)
+ *      gelu_forward_bf16:      gelu_forward with the output rounded to bf16
+ *    GEMM dimensions (C, OC) must be multiples of 8 (cuBLASLt's bf16 alignment).
+ */
+#ifndef GANTRY_BF16_H
+#define GANTRY_BF16_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define BF16_HD static __host__ __device__ __forceinline__
+#else
+#define BF16_HD static inline
+#endif
+
+#define BF16_NAN 0x7fffu /* the canonical NaN */
+
+/* The bits of an fp32 value, and back. */
+BF16_HD uint32_t bf16_asuint(float f)
+{
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+#endif
+}
+
+BF16_HD float bf16_asfloat(uint32_t u)
+{
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+#endif
+}
+
+/* fp32 -> bf16 bits, round to nearest even (adding 0x7FFF plus the lowest kept bit carries
+ * into the kept bits exactly when the dropped half is above the midpoint, or at it with an odd
+ * kept part); NaN -> BF16_NAN. */
+BF16_HD uint16_t bf16_from_f32(float f)
+{
+    uint32_t u = bf16_asuint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)BF16_NAN;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* bf16 bits -> fp32: exact. */
+BF16_HD float bf16_to_f32(uint16_t h)
+{
+    return bf16_asfloat((uint32_t)h << 16);
+}
+
+/* f rounded to bf16 precision, as fp32 (what a value looks like after a bf16 round trip). */
+BF16_HD float bf16_round(float f)
+{
+    return bf16_to_f32(bf16_from_f32(f));
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+
+void matmul_forward_mixed(float *out, const uint16_t *inp, const uint16_t *weight,
+                          const float *bias, int N, int C, int OC, struct CUstream_st *stream);
+void matmul_backward_mixed(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const uint16_t *dout16, const uint16_t *inp, const uint16_t *weight,
+                           int N, int C, int OC, struct CUstream_st *stream);
+void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int N, int C,
+                            struct CUstream_st *stream);
+void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GANTRY_BF16_H */
