@@ -6,6 +6,13 @@ gantry_test(train_gpu_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_test.c
 set_tests_properties(train_gpu_test PROPERTIES ENVIRONMENT_MODIFICATION
     "OMP_WAIT_POLICY=set:passive")
 
+# The loop's device pieces: bf16 conversion and mixed-precision kernels against the CPU, and the
+# overlapped all-reduce through a 1-rank NCCL communicator (worker/train_gpu_device_test.cu).
+if(GANTRY_HAVE_NCCL)
+    gantry_test(train_gpu_device_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_device_test.cu
+                LIBS gantry_core gantry_dist gantry_kernels_cuda gantry_kernels LABELS gpu)
+endif()
+
 # Two ranks on two GPUs over NCCL through gantry-run (skipped below two GPUs).
 add_test(NAME train_gpu_nccl_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_nccl_test.sh
