@@ -7,8 +7,9 @@
 # CMake project, not the whole tree; the worker's binaries come prebuilt from --prepare).
 #
 #   hack/gpu-check.sh --prepare   HERE (with apt, CUDA wheels): the OpenBLAS .debs into
-#                                 .carry/gpu-debs; the CUDA build of gantry-worker, gantry-run and
-#                                 train_gpu_test with their non-CUDA shared libraries into
+#                                 .carry/gpu-debs; the CUDA build of gantry-worker, gantry-run,
+#                                 train_gpu_test and train_gpu_device_test with their non-CUDA
+#                                 shared libraries into
 #                                 .carry/gpu-bin; the SpamAssassin split into .carry/gpu-data
 #   hack/gpu-check.sh [--quick]   ON THE GPU MACHINE: build, test, check, train, benchmark
 #                                 (--quick: no benchmarks)
@@ -42,17 +43,20 @@ case "${1:-}" in
     pb=${GANTRY_GPU_PREP_BUILD:-/tmp/gantry-gpu-prepare}
     cmake -S "$here" -B "$pb" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGANTRY_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-    nice -n 10 cmake --build "$pb" -j "${JOBS:-2}" --target gantry-worker gantry-run train_gpu_test
+    nice -n 10 cmake --build "$pb" -j "${JOBS:-2}" --target gantry-worker gantry-run train_gpu_test \
+        train_gpu_device_test
     bin="$here/.carry/gpu-bin"
     rm -rf "$bin"; mkdir -p "$bin/lib"
-    cp "$pb/worker/gantry-worker" "$pb/worker/gantry-run" "$pb/worker/train_gpu_test" "$bin/"
+    cp "$pb/worker/gantry-worker" "$pb/worker/gantry-run" "$pb/worker/train_gpu_test" \
+        "$pb/worker/train_gpu_device_test" "$bin/"
     cp "$here/worker/train_gpu_cli_test.sh" "$here/worker/train_gpu_nccl_test.sh" "$bin/"
     # (libstdc++ and libgcc_s stay the GPU machine's own: newer ones run older programs, and
     # its cuBLAS may need them)
-    ldd "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" | awk '$3 ~ /^\// {print $3}' |
+    ldd "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" "$bin/train_gpu_device_test" | awk '$3 ~ /^\// {print $3}' |
         sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libnccl|libopenblas|libgfortran|libquadmath|libstdc\+\+|libgcc_s)\.so' |
         while read -r l; do cp -L "$l" "$bin/lib/"; done
-    strip --strip-debug "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test"
+    strip --strip-debug "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" \
+        "$bin/train_gpu_device_test"
     du -sh "$bin" "$bin"/* "$bin/lib"
     data=$("$here/hack/spam-data.sh" | awk '/^\//{print; exit}')
     [ -f "$data/train.jsonl" ] || data=${GANTRY_CACHE:-$HOME/.cache/gantry}/data/spam-0.2.3-seed42
@@ -194,9 +198,11 @@ wlog="$out/worker.log"
 # the carried binaries, or (make gpu-check on a machine with every dependency) make build's
 cbin="$here/.carry/gpu-bin"
 w_worker=$cbin/gantry-worker w_run=$cbin/gantry-run w_test=$cbin/train_gpu_test w_sh=$cbin
+w_dev=$cbin/train_gpu_device_test
 if [ ! -x "$w_worker" ] && [ -x "$here/build/worker/train_gpu_test" ]; then
     w_worker=$here/build/worker/gantry-worker w_run=$here/build/worker/gantry-run
     w_test=$here/build/worker/train_gpu_test w_sh=$here/worker
+    w_dev=$here/build/worker/train_gpu_device_test
 fi
 train_gpu() {
     local rc=0 libdirs="$cbin/lib" l d
@@ -209,8 +215,11 @@ train_gpu() {
     export LD_LIBRARY_PATH="$libdirs:$LD_LIBRARY_PATH"
     echo "== ldd gantry-worker (missing libraries, if any)"
     ldd "$w_worker" | grep -i 'not found' || echo "none"
-    echo "== train_gpu_test (GPU loop vs CPU loop; checkpoints across devices)"
+    echo "== train_gpu_test (GPU loop vs CPU loop; checkpoints across devices; overlapped"
+    echo "   all-reduce = after backward; bf16 follows fp32)"
     timeout 90 "$w_test" || rc=1
+    echo "== train_gpu_device_test (bf16 conversion and mixed kernels vs CPU; overlap over NCCL)"
+    if [ -x "$w_dev" ]; then timeout 90 "$w_dev" || rc=1; else echo "FAIL: no $w_dev"; rc=1; fi
     echo "== train_gpu_cli_test.sh (gantry-worker --device cuda on the tiny fixture)"
     timeout 90 bash "$w_sh/train_gpu_cli_test.sh" "$w_worker" "$here/worker/testdata" || rc=1
     echo "== train_gpu_nccl_test.sh (2 GPUs over NCCL = 1 GPU = CPU; skipped below 2 GPUs)"
@@ -264,7 +273,8 @@ if [ -x "$w_worker" ]; then
     else
         status=1; say "FAILED: training loop on the GPU (worker.log)"
     fi
-    grep -E '^(spam |rms|ok |FAIL|SKIP|[0-9]+ test cases)' "$wlog" >>"$summary" || true
+    grep -E '^(spam |rms|ok |FAIL|SKIP|[0-9]+ test cases|overlap|bf16 |train_gpu_device_test:)' \
+        "$wlog" >>"$summary" || true
 else
     status=1; say "FAILED: no .carry/gpu-bin/gantry-worker (run --prepare here and carry .carry/gpu-bin) nor build/worker/train_gpu_test"
 fi
