@@ -9,9 +9,16 @@
 #   3. busbw at 64 MiB from ROUNDS interleaved runs of each (median), and the ratio to Gloo
 #      against the target (>= 2x); a comment line under each row gives the spread: min-max of
 #      each and of the per-round ratio gantry/gloo (on a shared machine they vary a lot).
-# Env: WORLDS ("2 4"), ROUNDS (3), MIN (4096), MAX (268435456), GLOO_ALGO (ring), TORCH_PYTHON.
+# Env: WORLDS ("2 4"), ROUNDS (3), MIN (4096), MAX (268435456), GLOO_ALGO (ring), TORCH_PYTHON;
+# BENCH_RUSAGE=1: every rank of gantry and Gloo also prints, per all-reduce of its timed loop, its
+# CPU time (user, sys), runqueue wait and context switches to stderr.
+# Quick look at the target only: MIN=67108864 MAX=67108864 bench/allreduce.sh BUILD_DIR
 # Needs bench_allreduce, bench_allreduce_gloo (libgloo-dev) and gantry-run built in BUILD_DIR.
 set -euo pipefail
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+fi
 B=${1:-build}
 WORLDS=${WORLDS:-2 4}
 ROUNDS=${ROUNDS:-3}

@@ -1,8 +1,9 @@
 /*
- * coll_test.c - the tcp collectives with 2 and 4 real processes on loopback: exact sums on
- * integer-valued floats (sizes that do not divide by the world size, smaller than it, and
- * several MiB), average, bf16 wire compression, broadcast, all-gather, barrier, the gradient
- * bucketer; and failure detection: kill -9 of one rank, and a hung (SIGSTOPped) rank.
+ * coll_test.c - the tcp collectives with 2, 3 and 4 real processes on loopback: exact sums on
+ * integer-valued floats (sizes that do not divide by the world size, smaller than it, several
+ * MiB, many small overlapping steps), average, bf16 wire compression, broadcast, all-gather,
+ * barrier, the gradient bucketer; and failure detection: kill -9 of one rank, and a hung
+ * (SIGSTOPped) rank.
  */
 #include "worker/coll.h"
 
@@ -216,6 +217,32 @@ out:
     return rc;
 }
 
+/* Many small slices (4 KiB steps): each step's send waits only for the receive it forwards, so
+ * steps of consecutive slices overlap on the wire; sums stay exact, back to back, with a ragged
+ * last slice and sizes that do not divide by the world size. */
+static int run_small_steps(struct store *st, int rank, int world)
+{
+    struct coll_opts o = {.chunk_bytes = 4096, .timeout_ms = 10000};
+    static const size_t sizes[] = {100003, 7, 65536};
+    struct coll *c = NULL;
+    int rc;
+
+    if ((rc = coll_tcp_new(st, &o, &c)))
+        return rc;
+    for (size_t k = 0; !rc && k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        float *b = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            b[i] = val(rank, i);
+        rc = coll_allreduce(c, b, n, COLL_SUM);
+        if (!rc && check_sum(b, n, world, 1.0f))
+            rc = 70 + (int)k;
+        free(b);
+    }
+    coll_free(c);
+    return rc;
+}
+
 static int rank_main(int rank, void *arg)
 {
     const struct job *j = arg;
@@ -228,7 +255,8 @@ static int rank_main(int rank, void *arg)
         goto out;
     if ((rc = run_allreduces(c, rank, j->world)) || (rc = run_others(c, rank, j->world)) ||
         (rc = run_buckets(c, rank, j->world)) ||
-        (rc = run_bf16(dist_rdzv_store(rz), rank, j->world)))
+        (rc = run_bf16(dist_rdzv_store(rz), rank, j->world)) ||
+        (rc = run_small_steps(dist_rdzv_store(rz), rank, j->world)))
         goto out;
 out:
     coll_free(c);
@@ -251,6 +279,12 @@ static void run_world(int world)
 static void test_world2(void)
 {
     run_world(2);
+}
+
+/* An odd world: segments of unequal sizes. */
+static void test_world3(void)
+{
+    run_world(3);
 }
 
 static void test_world4(void)
@@ -352,6 +386,7 @@ int main(void)
     TEST_RUN(test_bf16_convert);
     TEST_RUN(test_world1);
     TEST_RUN(test_world2);
+    TEST_RUN(test_world3);
     TEST_RUN(test_world4);
     TEST_RUN(test_grads_async);
     TEST_RUN(test_kill9);
