@@ -21,8 +21,11 @@
  * loss across ranks with the gradients. model_gpu_end_step() adds sum / examples (the step's mean
  * loss) to an accumulator that model_gpu_read_stats() reads and clears once per log interval.
  *
- * bf16 (model_gpu_new(bf16 = 1)): GEMM operands and the attention's batched GEMMs in bf16 with
- * fp32 accumulation and fp32 master weights; activations stay fp32 (docs/gpu.md).
+ * bf16 (model_gpu_new(bf16 = 1), training.precision: bf16): mixed precision with fp32 master
+ * weights. GEMM operands in bf16 (the weights' copy that the AdamW kernel refreshes, and the GEMM
+ * inputs saved for the backward: LayerNorm, attention and GELU outputs, kept in bf16 only), fp32
+ * accumulation; the residual stream, LayerNorm statistics, GEMM outputs, softmax, loss, every
+ * gradient and AdamW stay fp32 (kernels/bf16.h, docs/gpu.md). Needs hidden and ffn % 8 == 0.
  * CUDA errors are fatal (kernels/cuda_common.h: message with a hint, exit 1, retryable).
  * Not thread-safe; one model_gpu per process (one process per GPU).
  */
