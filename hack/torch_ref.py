@@ -8,7 +8,7 @@ the config, the batch, logits, loss, every parameter gradient (in model.c's buff
 10 losses. worker/model_test.c reads that file, so CI needs no torch.
 
 Usage: py=$(hack/pyenv.sh torch)/bin/python3; $py hack/torch_ref.py [--out PATH]
-Also importable: bench/cpu_train_torch.py takes the parameter layout (tensor_table) from here.
+Also importable: bench/torch_model.py takes the parameter layout (tensor_table) from here.
 """
 import argparse
 import math

@@ -535,6 +535,7 @@ int main(int argc, char **argv)
     struct model_config mc;
     struct train_opts to;
     struct train_result tr;
+    struct train_gpu_opts go;
     struct adamw opt = {0};
     int rc;
     double t0 = now_s();
@@ -635,7 +636,12 @@ int main(int argc, char **argv)
         goto out;
     }
     to.obs = w.obs;
-    rc = w.gpu >= 0 ? train_gpu_run(&w.model, &td, &to, &tr)
+    memset(&go, 0, sizeof(go));
+#ifdef GANTRY_HAVE_CUDA
+    train_gpu_opts_default(&go); /* bucket size (GANTRY_GPU_BUCKET_MB) */
+#endif
+    go.bf16 = strcmp(w.cfg.precision, "bf16") == 0;
+    rc = w.gpu >= 0 ? train_gpu_run_opts(&w.model, &td, &to, &go, &tr)
                     : train_run(&w.model, &td, &to, &tr);
     if (g_stop) { /* asked to stop: whatever failed on the way, say so (retryable) */
         fprintf(stderr, "gantry-worker: rank %d: %s at step %ld; exiting without a new "

@@ -53,7 +53,6 @@ int train_gpu_check(const char *model_type, char *err, size_t errlen)
 
 void train_gpu_opts_default(struct train_gpu_opts *go)
 {
-    const char *p = getenv("GANTRY_PRECISION"), *b = getenv("GANTRY_GPU_BF16");
     const char *mb = getenv("GANTRY_GPU_BUCKET_MB");
     char *end = NULL;
     double v = mb && *mb ? strtod(mb, &end) : TRAIN_GPU_BUCKET_MB;
@@ -63,7 +62,7 @@ void train_gpu_opts_default(struct train_gpu_opts *go)
                         "using %d\n", mb, TRAIN_GPU_BUCKET_MB);
         v = TRAIN_GPU_BUCKET_MB;
     }
-    go->bf16 = (p && !strcmp(p, "bf16")) || (b && !strcmp(b, "1"));
+    go->bf16 = 0; /* training.precision: the caller's (worker/cfg.c reads flag, env, file) */
     go->bucket_bytes = (size_t)(v * 1048576.0);
 }
 

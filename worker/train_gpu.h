@@ -54,8 +54,8 @@ struct train_gpu_opts {
     size_t bucket_bytes; /* all-reduce bucket size; 0: no overlap */
 };
 
-/* Defaults from the environment: bf16 when GANTRY_PRECISION is bf16 (or the older
- * GANTRY_GPU_BF16=1), bucket_bytes from GANTRY_GPU_BUCKET_MB (default TRAIN_GPU_BUCKET_MB). */
+/* Defaults: fp32 (the caller sets bf16 from training.precision), bucket_bytes from
+ * GANTRY_GPU_BUCKET_MB (default TRAIN_GPU_BUCKET_MB). */
 void train_gpu_opts_default(struct train_gpu_opts *go);
 
 /* The buckets for m: bucket b covers units [end[b-1], end[b]) (end[-1] = 0) and the merged,
