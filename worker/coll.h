@@ -46,8 +46,9 @@ enum coll_red {
 struct coll_opts {
     int timeout_ms;      /* no progress from a peer for this long is a failure (default 60000) */
     size_t chunk_bytes;  /* bytes per ring step (multiple of 4); large all-reduces go round the
-                          * ring in slices of world * chunk. Default: 128 KiB when both ring
-                          * neighbours are on this host (cache-sized), else 1 MiB */
+                          * ring in slices of world * chunk. Default: about 128 KiB (a whole
+                          * number of TCP segments) when both ring neighbours are on this host
+                          * (cache-sized), else 1 MiB */
     bool bf16_wire;      /* all-reduce: send bf16 instead of fp32 (half the bytes; every rank
                           * ends with identical values, rounded to bf16 precision) */
     int sock_buf_bytes;  /* SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning */

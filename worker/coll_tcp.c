@@ -5,8 +5,8 @@
  * (non-blocking, poll), so both directions of every link are busy. All-reduce is the
  * bandwidth-optimal ring: W-1 reduce-scatter steps then W-1 all-gather steps, each moving
  * n/W elements; data is received in chunks (opts.chunk_bytes) and each chunk is added while the
- * kernel already receives the next one. Sizes need not divide by W: segment i is
- * [i*n/W, (i+1)*n/W).
+ * kernel already receives the next one, and a step's send waits only for the receive it
+ * forwards (ring_allreduce). Sizes need not divide by W: segment i is [i*n/W, (i+1)*n/W).
  */
 #include "worker/coll.h"
 
@@ -351,9 +351,10 @@ static void item_xfer(const struct sched *s, const struct item *it, bool send, s
 }
 
 /* Runs the two streams; waits in poll() only when neither can move, and a wait longer than the
- * timeout is a dead peer. bf16 on the wire: partial sums travel as bf16 (encoded chunk by chunk as they are sent) and
- * are accumulated in fp32; the owner of each reduced segment rounds it to bf16 before the
- * all-gather, so every rank ends bit-identical, and forwarding re-encodes exactly. */
+ * timeout is a dead peer. bf16 on the wire: partial sums travel as bf16 (encoded chunk by chunk
+ * as they are sent) and are accumulated in fp32; the owner of each reduced segment rounds it to
+ * bf16 before the all-gather, so every rank ends bit-identical, and forwarding re-encodes
+ * exactly. */
 static int ring_allreduce(struct tcp *t, float *buf, size_t n)
 {
     struct sched s = {.W = t->world, .r = t->rank, .J = 2 * (t->world - 1), .bf16 = t->bf16,
