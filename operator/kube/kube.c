@@ -130,6 +130,15 @@ struct kube_client *kube_client_new(const struct kube_config *cfg,
     return kc;
 }
 
+void kube_client_close_idle(struct kube_client *kc)
+{
+    curl_easy_cleanup(kc->h); /* closes its connection cache: the handle owns it */
+    if (!(kc->h = curl_easy_init())) {
+        fprintf(stderr, "fatal: curl_easy_init failed (out of memory)\n");
+        abort();
+    }
+}
+
 void kube_client_free(struct kube_client *kc)
 {
     if (!kc)

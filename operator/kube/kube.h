@@ -54,6 +54,11 @@ struct kube_status {
 struct kube_client *kube_client_new(const struct kube_config *cfg,
                                     const struct kube_client_opts *opts);
 void kube_client_free(struct kube_client *kc);
+/* Closes the kept-alive connection of kc's requests (not its stream); the next request opens a
+ * new one. For a client that goes idle for long, e.g. an informer between its list and the
+ * next relist: an idle TLS + HTTP/2 connection holds about 100 KiB. Not thread-safe with a
+ * request running on kc. */
+void kube_client_close_idle(struct kube_client *kc);
 /* Makes a running request, stream or backoff sleep on kc return OP_ECANCELED within about a
  * second, and every later call too until kube_client_reset_cancel(); thread-safe. */
 void kube_client_cancel(struct kube_client *kc);

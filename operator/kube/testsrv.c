@@ -29,7 +29,7 @@ struct testsrv {
     testsrv_fn fn;
     void *ud;
     pthread_t th;
-    atomic_long conns, reqs;
+    atomic_long conns, reqs, open; /* open: connections whose client has not hung up */
     atomic_int stopping;
     pthread_mutex_t mu;
     struct testsrv_conn *c[MAX_CONNS];
@@ -205,6 +205,7 @@ static void *conn_main(void *arg)
             break;
     }
     shutdown(c->fd, SHUT_RDWR);
+    atomic_fetch_sub(&c->s->open, 1);
     free(r);
     free(pending);
     return NULL;
@@ -234,6 +235,7 @@ static void *accept_main(void *arg)
         c->fd = fd;
         s->c[s->nc++] = c;
         atomic_fetch_add(&s->conns, 1);
+        atomic_fetch_add(&s->open, 1);
         pthread_create(&c->th, NULL, conn_main, c);
         pthread_mutex_unlock(&s->mu);
     }
@@ -268,6 +270,11 @@ int testsrv_port(const struct testsrv *s)
 long testsrv_connections(const struct testsrv *s)
 {
     return atomic_load(&((struct testsrv *)s)->conns);
+}
+
+long testsrv_open_connections(const struct testsrv *s)
+{
+    return atomic_load(&((struct testsrv *)s)->open);
 }
 
 long testsrv_requests(const struct testsrv *s)

@@ -27,6 +27,8 @@ typedef int (*testsrv_fn)(void *ud, struct testsrv_conn *c, const struct testsrv
 struct testsrv *testsrv_start(testsrv_fn fn, void *ud);
 int testsrv_port(const struct testsrv *s);
 long testsrv_connections(const struct testsrv *s);
+/* Connections accepted and not yet ended (the client hung up or the handler closed it). */
+long testsrv_open_connections(const struct testsrv *s);
 long testsrv_requests(const struct testsrv *s);
 void testsrv_stop(struct testsrv *s);
 

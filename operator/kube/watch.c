@@ -468,6 +468,8 @@ int watch_run(struct watch *w)
                 continue;
             }
             need_list = false;
+            /* The watch runs on the stream connection; the list's would idle until a relist. */
+            kube_client_close_idle(w->kc);
             if (w->o.on_listed)
                 w->o.on_listed(w->ud);
             pthread_mutex_lock(&w->mu);

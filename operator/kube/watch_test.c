@@ -82,6 +82,21 @@ static void ev(char *out, size_t n, const char *type, const char *name, const ch
              type, name, rv);
 }
 
+static struct testsrv *srv_g;
+static long open_at_watch = -1;
+
+/* Open connections once they drop to want (client hang-ups are seen asynchronously), else
+ * after ms, whatever they are then. */
+static long wait_open(long want, int ms)
+{
+    long n = testsrv_open_connections(srv_g);
+    for (; n > want && ms > 0; ms -= 10) {
+        usleep(10000);
+        n = testsrv_open_connections(srv_g);
+    }
+    return n;
+}
+
 static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r)
 {
     char e[512], *p;
@@ -105,6 +120,8 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
         return 0;
     }
     int n = atomic_fetch_add(&nwatch, 1);
+    if (n == 0) /* the list's connection is closed before the watch: only the watch's is open */
+        open_at_watch = wait_open(1, 800); /* < dead_after_s */
     p = strstr(r->path, "resourceVersion=");
     if (n < 8 && p)
         snprintf(watch_rvs[n], sizeof(watch_rvs[n]), "%.*s", (int)strcspn(p + 16, "&"), p + 16);
@@ -167,7 +184,7 @@ static int on_event(void *ud, enum kube_event t, json_t *obj)
 
 static void test_list_watch_relist_dead(void)
 {
-    struct testsrv *srv = testsrv_start(handler, NULL);
+    struct testsrv *srv = srv_g = testsrv_start(handler, NULL);
     struct kube_config cfg = {0};
     struct watch_opts wo = {.path = "/api/v1/namespaces/ml/pods",
                             .timeout_s = 30,
@@ -200,6 +217,7 @@ static void test_list_watch_relist_dead(void)
     TEST_EQ_STR(watch_rvs[2], "20"); /* from the relist */
     TEST_EQ_STR(watch_rvs[3], "20");
     TEST_EQ_STR(watch_rvs[4], "21"); /* after the dead connection */
+    TEST_EQ_INT(open_at_watch, 1);
     TEST_EQ_INT(st.relists, 2);
     TEST_EQ_INT(st.synthesized_deletes, 1);
     TEST_EQ_INT(st.bookmarks, 2);
