@@ -156,7 +156,8 @@ struct exec_worker {
     struct kube_client *pool[EXEC_PARALLEL - 1]; /* opened on first use; exec_worker_cleanup() */
 };
 
-/* Closes the worker's extra connections (not kc). */
+/* Closes the worker's extra connections (not kc); the next parallel batch opens them again.
+ * gantry-operator calls it whenever the queue drains: an idle TLS connection holds ~100 KiB. */
 void exec_worker_cleanup(struct exec_worker *w);
 
 /*

@@ -395,6 +395,17 @@ static void test_apply_against_server(void)
     TEST_CHECK(testsrv_connections(srv) - conns >= 1); /* pool connections opened */
     TEST_CHECK(w.pool[0] != NULL);
 
+    /* 4. idle: the extra connections close (only kc's stays), and the next batch reopens them */
+    exec_worker_cleanup(&w);
+    TEST_CHECK(w.pool[0] == NULL);
+    for (int ms = 0; testsrv_open_connections(srv) > 1 && ms < 3000; ms += 10)
+        usleep(10000);
+    TEST_EQ_INT(testsrv_open_connections(srv), 1);
+    S.n = 0;
+    TEST_EQ_INT(exec_apply(&w, obj, &tj, &r), 0);
+    TEST_EQ_INT(S.n, 8);
+    TEST_CHECK(w.pool[0] != NULL);
+
     rec_result_cleanup(&r);
     tj_cleanup(&tj);
     json_decref(obj);

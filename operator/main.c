@@ -276,6 +276,8 @@ static void *work(void *arg)
         }
         queue_done(q, key);
         free(key);
+        if (queue_len(q) == 0) /* a burst is over: its parallel-create connections would idle */
+            exec_worker_cleanup(&wk->ew);
         trim_when_idle(q);
     }
     return NULL;
