@@ -19,6 +19,7 @@
 #include "operator/kube/strmap.h"
 
 #define BODY_MAX 65536 /* a /progress answer is one short line */
+#define ROUND_ARENA_MAX (64u << 20) /* a round's strings: ~150 B a job, 400k jobs */
 
 /* ---------------------------------------------------------------------------------------------
  * Pure parts
@@ -157,8 +158,9 @@ json_t *progress_status(const json_t *w, time_t since)
 
 struct entry {
     struct progress_clock clock;
-    json_t *status; /* the status.progress to write, or NULL */
-    bool seen;      /* in this round */
+    char *status; /* the status.progress to write as compact JSON (a third of the object's
+                   * heap), or NULL */
+    bool seen;    /* in this round */
 };
 
 struct progress {
@@ -180,7 +182,7 @@ static void entry_free(void *v)
     struct entry *e = v;
 
     if (e)
-        json_decref(e->status);
+        free(e->status);
     free(e);
 }
 
@@ -205,12 +207,23 @@ const struct progress_stats *progress_get_stats(const struct progress *p)
     return &p->stats;
 }
 
-/* One read of a round: rank 0 of one job. */
+/* A round plans every job's read up front but holds it compactly: one string arena ("key\0uid\0
+ * url\0" per read) and 16 bytes a read; curl handles and answers exist only for the reads in
+ * flight (at most PROGRESS_PARALLEL), and each answer is applied as soon as it is in. */
+struct round {
+    struct buf strs;
+    struct plan_ref {
+        size_t off;  /* of the read's key in strs */
+        int restart; /* the gang whose rank 0 it reads */
+    } *refs;
+    size_t n, cap;
+};
+
+/* One read in flight: rank 0 of one job. */
 struct target {
-    /* a round holds every job's target: strings are allocated to their length */
-    char *key, *uid, *url;
+    const char *key, *uid, *url; /* in the round's arena */
     int restart;
-    CURL *h;
+    CURL *h; /* NULL: the slot is free */
     struct buf body;
     json_t *w; /* the answer, or NULL */
 };
@@ -255,41 +268,79 @@ static void target_done(struct target *t, CURLcode rc)
                   rc == CURLE_OK ? "bad answer" : curl_easy_strerror(rc), "status", (int)code);
 }
 
-/* Reads every target, up to PROGRESS_PARALLEL at once, each within the timeout. */
-static void fetch_all(struct progress *p, CURLM *m, struct target *ts, size_t n)
-{
-    size_t next = 0, active = 0;
+static void apply(struct progress *p, struct target *t, time_t now);
 
-    while (next < n || active > 0) {
+/* Starts read i of the round in slot t. */
+static void target_start(struct progress *p, CURLM *m, const struct round *r, size_t i,
+                         struct target *t)
+{
+    const char *key = buf_ptr(&r->strs) + r->refs[i].off;
+
+    memset(t, 0, sizeof(*t));
+    t->key = key;
+    t->uid = key + strlen(key) + 1;
+    t->url = t->uid + strlen(t->uid) + 1;
+    t->restart = r->refs[i].restart;
+    target_setup(p, t);
+    curl_multi_add_handle(m, t->h);
+}
+
+/* Applies t's answer (or its failure) and frees the slot. */
+static void target_finish(struct progress *p, CURLM *m, struct target *t)
+{
+    apply(p, t, time(NULL));
+    json_decref(t->w);
+    curl_multi_remove_handle(m, t->h);
+    curl_easy_cleanup(t->h);
+    buf_cleanup(&t->body);
+    memset(t, 0, sizeof(*t));
+}
+
+/* Reads every planned target, up to PROGRESS_PARALLEL at once, each within the timeout, and
+ * applies each answer as it comes in. */
+static void fetch_all(struct progress *p, CURLM *m, const struct round *r)
+{
+    struct target slots[PROGRESS_PARALLEL];
+    size_t next = 0, active = 0;
+    bool broken = false;
+
+    memset(slots, 0, sizeof(slots));
+    while (next < r->n || active > 0) {
         CURLMsg *msg;
         int running, left;
 
-        while (next < n && active < PROGRESS_PARALLEL) {
-            target_setup(p, &ts[next]);
-            curl_multi_add_handle(m, ts[next].h);
-            next++;
-            active++;
+        for (int k = 0; k < PROGRESS_PARALLEL && next < r->n; k++) {
+            if (!slots[k].h) {
+                target_start(p, m, r, next++, &slots[k]);
+                active++;
+            }
         }
-        if (curl_multi_perform(m, &running) != CURLM_OK)
+        if (curl_multi_perform(m, &running) != CURLM_OK) {
+            broken = true;
             break;
+        }
         while ((msg = curl_multi_info_read(m, &left))) {
             struct target *t = NULL;
             if (msg->msg != CURLMSG_DONE)
                 continue;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
             target_done(t, msg->data.result);
-            curl_multi_remove_handle(m, t->h);
-            curl_easy_cleanup(t->h); /* read: only t->w is needed from here on */
-            t->h = NULL;
-            buf_cleanup(&t->body);
+            target_finish(p, m, t);
             active--;
         }
         if (active > 0)
             curl_multi_poll(m, NULL, 0, 100, NULL);
     }
-    for (size_t i = 0; i < n; i++) { /* a broken multi handle: whatever is left failed */
-        if (ts[i].h)
-            curl_multi_remove_handle(m, ts[i].h);
+    if (!broken)
+        return;
+    /* A broken multi handle: what is in flight or not started yet failed. */
+    for (int k = 0; k < PROGRESS_PARALLEL; k++)
+        if (slots[k].h)
+            target_finish(p, m, &slots[k]);
+    while (next < r->n) {
+        struct target t;
+        target_start(p, m, r, next++, &t);
+        target_finish(p, m, &t);
     }
 }
 
@@ -317,8 +368,8 @@ static bool find_rank0(struct progress *p, const char *key, int restart, char *p
     return found;
 }
 
-/* Adds a target for job when it is Running with a running rank 0 of its current gang. */
-static bool plan_job(struct progress *p, const json_t *job, struct target *t)
+/* Plans a read for job when it is Running with a running rank 0 of its current gang. */
+static void plan_job(struct progress *p, const json_t *job, struct round *r)
 {
     const json_t *meta = json_object_get(job, "metadata"), *st = json_object_get(job, "status");
     const char *ns = json_string_value(json_object_get(meta, "namespace"));
@@ -326,22 +377,34 @@ static bool plan_job(struct progress *p, const json_t *job, struct target *t)
     const char *phase = json_string_value(json_object_get(st, "phase"));
     char pod[RENDER_NAME_MAX], ip[64], url[PROGRESS_URL_MAX], key[2 * RENDER_NAME_MAX + 2];
     char uid[64];
+    int restart;
+    size_t off, nk, nu, nl;
+    char rec[sizeof(key) + sizeof(uid) + sizeof(url)];
 
-    memset(t, 0, sizeof(*t));
     if (!ns || !name || !phase || strcmp(phase, "Running") != 0)
-        return false;
-    t->restart = (int)json_integer_value(json_object_get(st, "restarts"));
+        return;
+    restart = (int)json_integer_value(json_object_get(st, "restarts"));
     snprintf(key, sizeof(key), "%s/%s", ns, name);
-    if (!find_rank0(p, key, t->restart, pod, uid, ip, sizeof(ip)))
-        return false;
+    if (!find_rank0(p, key, restart, pod, uid, ip, sizeof(ip)))
+        return;
     if (progress_url(p->tmpl, ns, name, pod, ip, p->port, url, sizeof(url)) != 0) {
         log_warn("Progress URL template does not expand", "{s:s}", "template", p->tmpl);
-        return false;
+        return;
     }
-    t->url = xstrdup(url);
-    t->key = xstrdup(key);
-    t->uid = xstrdup(uid);
-    return true;
+    nk = strlen(key) + 1;
+    nu = strlen(uid) + 1;
+    nl = strlen(url) + 1;
+    memcpy(rec, key, nk);
+    memcpy(rec + nk, uid, nu);
+    memcpy(rec + nk + nu, url, nl);
+    off = buf_len(&r->strs);
+    if (buf_append(&r->strs, rec, nk + nu + nl) != 0)
+        return; /* over the arena's bound: this job waits for a later round */
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 64;
+        r->refs = xrealloc(r->refs, r->cap * sizeof(*r->refs));
+    }
+    r->refs[r->n++] = (struct plan_ref){off, restart};
 }
 
 /* Feeds one read into the job's clock and status.progress; queues the job when it changed. */
@@ -349,6 +412,7 @@ static void apply(struct progress *p, struct target *t, time_t now)
 {
     const json_t *step = json_object_get(t->w, "step");
     json_t *ps = NULL;
+    char *text = NULL;
     struct entry *e;
     bool changed = false;
 
@@ -366,13 +430,14 @@ static void apply(struct progress *p, struct target *t, time_t now)
                            json_is_integer(step) ? json_integer_value(step) : -1, now);
     if (t->w)
         ps = progress_status(t->w, e->clock.since);
-    if (ps && (!e->status || !json_equal(ps, e->status))) {
-        json_decref(e->status);
-        e->status = ps;
-        ps = NULL;
+    if (ps && (text = json_dumps(ps, JSON_COMPACT)) && (!e->status || strcmp(text, e->status))) {
+        free(e->status);
+        e->status = text;
+        text = NULL;
         changed = true;
     }
     pthread_mutex_unlock(&p->mu);
+    free(text);
     json_decref(ps);
     if (changed) {
         atomic_fetch_add(&p->stats.status_changes, 1);
@@ -382,16 +447,14 @@ static void apply(struct progress *p, struct target *t, time_t now)
 
 struct plan {
     struct progress *p;
-    struct target *ts;
-    size_t n, cap;
+    struct round *r;
 };
 
 static void plan_cb(void *ud, const char *key, const void *job)
 {
     struct plan *pl = ud;
 
-    if (pl->n < pl->cap && plan_job(pl->p, job, &pl->ts[pl->n]))
-        pl->n++;
+    plan_job(pl->p, job, pl->r);
 }
 
 static void *run(void *arg)
@@ -404,9 +467,7 @@ static void *run(void *arg)
         struct strmap_iter it;
         struct strmap_entry *se;
         struct plan pl;
-        struct target *ts;
-        size_t n;
-        time_t now;
+        struct round r;
 
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += p->interval_ms / 1000;
@@ -427,30 +488,19 @@ static void *run(void *arg)
         pthread_mutex_unlock(&p->mu);
 
         atomic_fetch_add(&p->stats.polls, 1);
-        now = time(NULL);
         /* one job at a time: the cache keeps jobs as compact text (informer.h) */
+        memset(&r, 0, sizeof(r));
+        buf_init(&r.strs, ROUND_ARENA_MAX);
         pl.p = p;
-        pl.cap = informer_len(p->sh->jobs);
-        pl.ts = ts = xcalloc(pl.cap + 1, sizeof(*ts));
-        pl.n = 0;
+        pl.r = &r;
         informer_each(p->sh->jobs, plan_cb, &pl);
-        n = pl.n;
         if (!m) /* a multi handle per round: its caches hold ~200 bytes per host read */
             m = curl_multi_init();
-        fetch_all(p, m, ts, n);
+        fetch_all(p, m, &r);
         curl_multi_cleanup(m);
         m = NULL;
-        for (size_t k = 0; k < n; k++) {
-            apply(p, &ts[k], now);
-            json_decref(ts[k].w);
-            free(ts[k].url);
-            free(ts[k].key);
-            free(ts[k].uid);
-            if (ts[k].h)
-                curl_easy_cleanup(ts[k].h);
-            buf_cleanup(&ts[k].body);
-        }
-        free(ts);
+        buf_cleanup(&r.strs);
+        free(r.refs);
 
         /* Jobs not Running or without a running rank 0 lose their clock. */
         pthread_mutex_lock(&p->mu);
@@ -533,7 +583,7 @@ void progress_lookup(struct progress *p, const char *key, struct rec_input *in, 
         pthread_mutex_lock(&p->mu);
         e = strmap_get(&p->jobs, key);
         if (e && e->clock.uid[0] && e->clock.step >= 0) { /* rank 0 answered at least once */
-            *hold = json_incref(e->status);
+            *hold = e->status ? json_loads(e->status, 0, NULL) : NULL;
             in->progress = *hold;
             in->progress_restart = e->clock.restart;
             in->progress_since = e->clock.since;
