@@ -2,7 +2,7 @@
  * kube.c - requests to the Kubernetes API (see kube.h for the contract).
  *
  * One curl easy handle per client for requests: curl_easy_reset() between calls clears the
- * options but keeps the connection cache, so the TLS connection (HTTP/2 where nghttp2 is there)
+ * options but keeps the connection cache, so the TLS connection (HTTP/1.1; HTTP/2 with opts.http2)
  * is reused. A second handle carries long-lived streams so a watch does not block requests.
  */
 #include "operator/kube/kube.h"
@@ -39,6 +39,7 @@ struct kube_client {
     struct kube_status last;
     atomic_int canceled;
     long connects;
+    bool http2;
     char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -125,6 +126,7 @@ struct kube_client *kube_client_new(const struct kube_config *cfg,
     kc->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 30000;
     kc->max_retries = o.max_retries < 0 ? 0 : o.max_retries > 0 ? o.max_retries : 5;
     kc->user_agent = xstrdup(o.user_agent ? o.user_agent : "gantry/0.1.0");
+    kc->http2 = o.http2;
     atomic_init(&kc->canceled, 0);
     build_base(kc);
     return kc;
@@ -324,7 +326,8 @@ static struct curl_slist *setup(struct kube_client *kc, CURL *h, const char *pat
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 4096L); /* per handle, a dozen of them: not 16 KiB */
-    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
+                     kc->http2 ? (long)CURL_HTTP_VERSION_2TLS : (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)KUBE_CONNECT_TIMEOUT_MS);
     curl_easy_setopt(h, CURLOPT_USERAGENT, kc->user_agent);

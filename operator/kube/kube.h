@@ -2,7 +2,7 @@
  * kube.h - requests to the Kubernetes API over one persistent libcurl handle.
  *
  * A struct kube_client holds its own copy of a kube_config, one curl easy handle for requests
- * (keep-alive; HTTP/2 over TLS when libcurl has nghttp2) and one for streams (watch), a token
+ * (keep-alive; HTTP/1.1, or HTTP/2 over TLS with opts.http2) and one for streams (watch), a token
  * bucket limiter, and the Status of the last failed call. It is NOT thread-safe: give each thread
  * its own client (kube_client_new() again from the same config); the only call allowed from
  * another thread is kube_client_cancel().
@@ -41,6 +41,10 @@ struct kube_client_opts {
     long timeout_ms;        /* deadline of each attempt (connect + transfer); 0: 30000 */
     int max_retries;        /* 0: default 5; -1: none */
     const char *user_agent; /* NULL: "gantry/<version>" */
+    /* HTTP/2 over TLS (where libcurl has nghttp2) instead of HTTP/1.1. A client runs one request
+     * and one stream at a time, each on its own connection, so HTTP/2 multiplexes nothing here
+     * and costs ~90 KiB per connection (nghttp2 session, libcurl's 32 KiB frame buffer). */
+    bool http2;
 };
 
 /* The API's Status for the last failed call (code 0 when the failure was not an API status). */
@@ -56,7 +60,7 @@ struct kube_client *kube_client_new(const struct kube_config *cfg,
 void kube_client_free(struct kube_client *kc);
 /* Closes the kept-alive connection of kc's requests (not its stream); the next request opens a
  * new one. For a client that goes idle for long, e.g. an informer between its list and the
- * next relist: an idle TLS + HTTP/2 connection holds about 100 KiB. Not thread-safe with a
+ * next relist: an idle TLS connection holds 30-100 KiB. Not thread-safe with a
  * request running on kc. */
 void kube_client_close_idle(struct kube_client *kc);
 /* Makes a running request, stream or backoff sleep on kc return OP_ECANCELED within about a

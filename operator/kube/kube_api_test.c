@@ -128,9 +128,17 @@ static void test_verbs_conflicts_and_ssa(void)
     TEST_EQ_INT(kube_get(kc, p, &out), OP_ENOTFOUND);
     TEST_EQ_INT(kube_delete(kc, p, NULL, NULL), OP_ENOTFOUND);
 
-    /* one persistent connection, HTTP/2 */
+    /* one persistent connection, HTTP/1.1 by default, HTTP/2 when asked for */
     TEST_EQ_INT(kube_client_connects(kc) - before, 0);
-    TEST_EQ_INT(kube_client_http_version(kc), 2);
+    TEST_EQ_INT(kube_client_http_version(kc), 1);
+    {
+        struct kube_client *h2 = kube_client_new(cfg, &(struct kube_client_opts){.http2 = true});
+        json_t *got_ns = NULL;
+        TEST_EQ_INT(kube_get(h2, "/api/v1/namespaces/default", &got_ns), 0);
+        TEST_EQ_INT(kube_client_http_version(h2), 2);
+        json_decref(got_ns);
+        kube_client_free(h2);
+    }
     json_decref(cm);
     json_decref(got);
     json_decref(mp);
