@@ -223,7 +223,8 @@ struct round {
 struct target {
     const char *key, *uid, *url; /* in the round's arena */
     int restart;
-    CURL *h; /* NULL: the slot is free */
+    CURL *h;    /* the slot's handle, kept from read to read (less heap churn) */
+    bool busy;  /* a read is in flight */
     struct buf body;
     json_t *w; /* the answer, or NULL */
 };
@@ -238,7 +239,12 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
 static void target_setup(struct progress *p, struct target *t)
 {
     buf_init(&t->body, BODY_MAX);
-    t->h = curl_easy_init();
+    if (t->h)
+        curl_easy_reset(t->h);
+    else if (!(t->h = curl_easy_init())) {
+        fprintf(stderr, "fatal: curl_easy_init failed (out of memory)\n");
+        abort();
+    }
     curl_easy_setopt(t->h, CURLOPT_URL, t->url);
     curl_easy_setopt(t->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(t->h, CURLOPT_BUFFERSIZE, 1024L); /* the answer is one short line */
@@ -270,30 +276,37 @@ static void target_done(struct target *t, CURLcode rc)
 
 static void apply(struct progress *p, struct target *t, time_t now);
 
-/* Starts read i of the round in slot t. */
-static void target_start(struct progress *p, CURLM *m, const struct round *r, size_t i,
-                         struct target *t)
+/* Points t at read i of the round. */
+static void target_bind(const struct round *r, size_t i, struct target *t)
 {
     const char *key = buf_ptr(&r->strs) + r->refs[i].off;
 
-    memset(t, 0, sizeof(*t));
     t->key = key;
     t->uid = key + strlen(key) + 1;
     t->url = t->uid + strlen(t->uid) + 1;
     t->restart = r->refs[i].restart;
-    target_setup(p, t);
-    curl_multi_add_handle(m, t->h);
+    t->w = NULL;
 }
 
-/* Applies t's answer (or its failure) and frees the slot. */
+/* Starts read i of the round in the free slot t. */
+static void target_start(struct progress *p, CURLM *m, const struct round *r, size_t i,
+                         struct target *t)
+{
+    target_bind(r, i, t);
+    target_setup(p, t);
+    curl_multi_add_handle(m, t->h);
+    t->busy = true;
+}
+
+/* Applies t's answer (or its failure) and frees the slot (its handle stays for the next). */
 static void target_finish(struct progress *p, CURLM *m, struct target *t)
 {
     apply(p, t, time(NULL));
     json_decref(t->w);
+    t->w = NULL;
     curl_multi_remove_handle(m, t->h);
-    curl_easy_cleanup(t->h);
     buf_cleanup(&t->body);
-    memset(t, 0, sizeof(*t));
+    t->busy = false;
 }
 
 /* Reads every planned target, up to PROGRESS_PARALLEL at once, each within the timeout, and
@@ -305,12 +318,12 @@ static void fetch_all(struct progress *p, CURLM *m, const struct round *r)
     bool broken = false;
 
     memset(slots, 0, sizeof(slots));
-    while (next < r->n || active > 0) {
+    while (!broken && (next < r->n || active > 0)) {
         CURLMsg *msg;
         int running, left;
 
         for (int k = 0; k < PROGRESS_PARALLEL && next < r->n; k++) {
-            if (!slots[k].h) {
+            if (!slots[k].busy) {
                 target_start(p, m, r, next++, &slots[k]);
                 active++;
             }
@@ -331,16 +344,17 @@ static void fetch_all(struct progress *p, CURLM *m, const struct round *r)
         if (active > 0)
             curl_multi_poll(m, NULL, 0, 100, NULL);
     }
-    if (!broken)
-        return;
     /* A broken multi handle: what is in flight or not started yet failed. */
-    for (int k = 0; k < PROGRESS_PARALLEL; k++)
-        if (slots[k].h)
+    for (int k = 0; k < PROGRESS_PARALLEL; k++) {
+        if (slots[k].busy)
             target_finish(p, m, &slots[k]);
+        if (slots[k].h)
+            curl_easy_cleanup(slots[k].h);
+    }
     while (next < r->n) {
-        struct target t;
-        target_start(p, m, r, next++, &t);
-        target_finish(p, m, &t);
+        struct target t = {0};
+        target_bind(r, next++, &t);
+        apply(p, &t, time(NULL));
     }
 }
 
