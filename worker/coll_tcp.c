@@ -7,8 +7,6 @@
  * n/W elements; data is received in chunks (opts.chunk_bytes) and each chunk is added while the
  * kernel already receives the next one, and a step's send waits only for the receive it
  * forwards (ring_allreduce). Sizes need not divide by W: segment i is [i*n/W, (i+1)*n/W).
- * From 3 ranks on, large all-reduces use both directions of both connections: half of the buffer
- * goes round a second ring that turns the other way.
  */
 #include "worker/coll.h"
 
@@ -42,9 +40,8 @@ struct tcp {
     size_t chunk;
     bool bf16;
     char next_addr[NET_MAX_ADDR + 16], prev_addr[NET_MAX_ADDR + 16];
-    /* Chunk-sized staging, one of each per ring direction (2: the counter-rotating ring): */
-    char *stage, *stage2;       /* receive staging (reductions, bf16 decoding) */
-    uint16_t *sstage, *sstage2; /* send staging: fp32 encoded to bf16 just before sending */
+    char *stage;      /* chunk-sized receive staging (reductions, bf16 decoding) */
+    uint16_t *sstage; /* chunk-sized send staging: fp32 encoded to bf16 just before sending */
 };
 
 enum rmode {
@@ -67,13 +64,7 @@ struct xfer {
     enum rmode mode;
     float *acc; /* staged modes: fp32 elements matching the received bytes */
     bool follow; /* never send bytes not yet received (broadcast forwarding, sp == rp) */
-    bool ccw;    /* the counter-rotating ring: receive from next, send to prev */
 };
-
-static char *rstage(const struct tcp *t, const struct xfer *x)
-{
-    return x->ccw ? t->stage2 : t->stage;
-}
 
 /* bf16 conversions inlined here: they run once per element on the hot path. */
 static inline uint16_t to_bf16(float f)
@@ -137,16 +128,15 @@ HOT static void encode(uint16_t *restrict dst, const float *restrict src, size_t
 static void fold(struct tcp *t, struct xfer *x, size_t upto)
 {
     size_t from = x->folded;
-    const char *stage = rstage(t, x);
 
     if (x->mode == R_ADD_F32)
-        add_f32(x->acc + from / 4, (const float *)stage, (upto - from) / 4);
+        add_f32(x->acc + from / 4, (const float *)t->stage, (upto - from) / 4);
     else if (x->mode == R_ADD_BF16)
-        add_bf16(x->acc + from / 2, (const uint16_t *)stage, (upto - from) / 2);
+        add_bf16(x->acc + from / 2, (const uint16_t *)t->stage, (upto - from) / 2);
     else if (x->mode == R_ADD_ROUND_BF16)
-        add_round_bf16(x->acc + from / 2, (const uint16_t *)stage, (upto - from) / 2);
+        add_round_bf16(x->acc + from / 2, (const uint16_t *)t->stage, (upto - from) / 2);
     else if (x->mode == R_COPY_BF16)
-        copy_bf16(x->acc + from / 2, (const uint16_t *)stage, (upto - from) / 2);
+        copy_bf16(x->acc + from / 2, (const uint16_t *)t->stage, (upto - from) / 2);
     x->folded = upto;
 }
 
@@ -181,14 +171,14 @@ static int do_recv(struct tcp *t, struct xfer *x, const char *what, bool *progre
     }
     if (room > MAX_IO)
         room = MAX_IO;
-    dst = staged ? rstage(t, x) + (x->rdone - x->folded) : x->rp + x->rdone;
-    ssize_t n = recv(x->ccw ? t->next_fd : t->prev_fd, dst, room, 0);
+    dst = staged ? t->stage + (x->rdone - x->folded) : x->rp + x->rdone;
+    ssize_t n = recv(t->prev_fd, dst, room, 0);
     if (n == 0)
-        return peer_error(t, what, !x->ccw, DIST_EPEER);
+        return peer_error(t, what, true, DIST_EPEER);
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR)
             return 0;
-        return peer_error(t, what, !x->ccw, errno == ECONNRESET ? DIST_EPEER : DIST_EIO);
+        return peer_error(t, what, true, errno == ECONNRESET ? DIST_EPEER : DIST_EIO);
     }
     *progress = true;
     x->rdone += (size_t)n;
@@ -207,13 +197,13 @@ static const char *send_ptr(struct tcp *t, struct xfer *x, size_t *avail)
         size_t elems = (x->slen - x->sdone) / 2;
         if (elems > t->chunk / 2)
             elems = t->chunk / 2;
-        encode(x->ccw ? t->sstage2 : t->sstage, x->senc + x->sdone / 2, elems);
+        encode(t->sstage, x->senc + x->sdone / 2, elems);
         x->sst_base = x->sdone;
         x->sst_len = elems * 2;
     }
     if (*avail > x->sst_base + x->sst_len - x->sdone)
         *avail = x->sst_base + x->sst_len - x->sdone;
-    return (const char *)(x->ccw ? t->sstage2 : t->sstage) + (x->sdone - x->sst_base);
+    return (const char *)t->sstage + (x->sdone - x->sst_base);
 }
 
 static int do_send(struct tcp *t, struct xfer *x, const char *what, bool *progress)
@@ -226,11 +216,11 @@ static int do_send(struct tcp *t, struct xfer *x, const char *what, bool *progre
     if (avail > MAX_IO)
         avail = MAX_IO;
     p = send_ptr(t, x, &avail);
-    ssize_t n = send(x->ccw ? t->prev_fd : t->next_fd, p, avail, MSG_NOSIGNAL);
+    ssize_t n = send(t->next_fd, p, avail, MSG_NOSIGNAL);
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR)
             return 0;
-        return peer_error(t, what, x->ccw,
+        return peer_error(t, what, false,
                           (errno == EPIPE || errno == ECONNRESET) ? DIST_EPEER : DIST_EIO);
     }
     *progress = n > 0;
@@ -365,116 +355,58 @@ static void item_xfer(const struct sched *s, const struct item *it, bool send, s
  * as they are sent) and are accumulated in fp32; the owner of each reduced segment rounds it to
  * bf16 before the all-gather, so every rank ends bit-identical, and forwarding re-encodes
  * exactly. */
-/* One ring's two streams: the schedule, the next items to send and receive and their state. */
-struct ring {
-    struct sched s;
-    struct item si, ri;
-    struct xfer xs, xr;
-    bool sv, rv, ready;
-};
-
-static void ring_init(struct tcp *t, struct ring *g, float *buf, size_t n, bool ccw)
-{
-    g->s = (struct sched){.W = t->world, .r = ccw ? t->world - 1 - t->rank : t->rank,
-                          .J = 2 * (t->world - 1), .bf16 = t->bf16, .buf = buf, .n = n};
-    g->s.slice = t->chunk / (t->bf16 ? 2 : 4) * (size_t)t->world; /* a chunk per step */
-    g->s.nslices = (int)((n + g->s.slice - 1) / g->s.slice);
-    g->si = g->ri = (struct item){0, -1};
-    if ((g->sv = item_next(&g->s, &g->si)))
-        item_xfer(&g->s, &g->si, true, &g->xs);
-    if ((g->rv = item_next(&g->s, &g->ri)))
-        item_xfer(&g->s, &g->ri, false, &g->xr);
-    g->xs.ccw = g->xr.ccw = ccw;
-}
-
-/* Moves one ring's streams as far as they go without blocking. */
-static int ring_pump(struct tcp *t, struct ring *g, const char *what, bool *progress)
-{
-    int rc;
-    bool ccw = g->xs.ccw;
-
-    if (g->rv && g->xr.rdone < g->xr.rlen && (rc = do_recv(t, &g->xr, what, progress)))
-        return rc;
-    if (g->rv && g->xr.rdone == g->xr.rlen) {
-        if ((g->rv = item_next(&g->s, &g->ri))) {
-            item_xfer(&g->s, &g->ri, false, &g->xr);
-            g->xr.ccw = ccw;
-        }
-        *progress = true;
-    }
-    /* Received so far: the items before ri. Step j forwards what step j - 1 received. */
-    g->ready = g->sv && (g->si.j == 0 || !g->rv || g->ri.k > g->si.k ||
-                         (g->ri.k == g->si.k && g->ri.j >= g->si.j));
-    if (g->ready && g->xs.sdone < g->xs.slen && (rc = do_send(t, &g->xs, what, progress)))
-        return rc;
-    if (g->ready && g->xs.sdone == g->xs.slen) {
-        if ((g->sv = item_next(&g->s, &g->si))) {
-            item_xfer(&g->s, &g->si, true, &g->xs);
-            g->xs.ccw = ccw;
-        }
-        *progress = true;
-    }
-    return 0;
-}
-
-/* Runs the two streams of each ring; waits in poll() only when none can move, and a wait
- * longer than the timeout is a dead peer. From 3 ranks on, a buffer of at least two slices per
- * ring is split in halves that go round two rings at once, one each way (the counter-rotating
- * one sends to prev and receives from next on the same two connections, TCP being full duplex):
- * when one ring's next step waits for its receive, the other's usually can move, so a rank
- * sleeps less (4 ranks on 2 shared cores: busbw +7..10 % median, 17 of 25 interleaved rounds
- * won, bench/allreduce_ab.sh; at 2 ranks both rings join the same pair of ranks and it did not
- * help, so 2 ranks keep one ring). bf16 on the wire: partial sums travel as bf16 (encoded chunk
- * by chunk as they are sent) and are accumulated in fp32; the owner of each reduced segment
- * rounds it to bf16 before the all-gather, so every rank ends bit-identical, and forwarding
- * re-encodes exactly. */
 static int ring_allreduce(struct tcp *t, float *buf, size_t n)
 {
-    struct ring g[2];
-    size_t esz = t->bf16 ? 2 : 4, slice_bytes = t->chunk * (size_t)t->world;
-    int ng = t->world >= 3 && n * esz >= 4 * slice_bytes ? 2 : 1, rc = 0;
+    struct sched s = {.W = t->world, .r = t->rank, .J = 2 * (t->world - 1), .bf16 = t->bf16,
+                      .buf = buf, .n = n};
+    struct item si = {0, -1}, ri = {0, -1};
+    struct xfer xs, xr;
     const char *what = "all-reduce";
-    size_t n0 = ng == 2 ? n / 2 : n;
+    int rc = 0;
 
-    ring_init(t, &g[0], buf, n0, false);
-    if (ng == 2)
-        ring_init(t, &g[1], buf + n0, n - n0, true);
-    for (;;) {
-        bool progress = false, any = false;
-        for (int i = 0; i < ng; i++) {
-            if ((rc = ring_pump(t, &g[i], what, &progress)))
-                return rc;
-            any |= g[i].sv || g[i].rv;
+    s.slice = t->chunk / (t->bf16 ? 2 : 4) * (size_t)t->world; /* a chunk per step */
+    s.nslices = (int)((n + s.slice - 1) / s.slice);
+    bool sv = item_next(&s, &si), rv = item_next(&s, &ri);
+    if (sv)
+        item_xfer(&s, &si, true, &xs);
+    if (rv)
+        item_xfer(&s, &ri, false, &xr);
+    while (sv || rv) {
+        bool progress = false;
+        if (rv && xr.rdone < xr.rlen && (rc = do_recv(t, &xr, what, &progress)))
+            return rc;
+        if (rv && xr.rdone == xr.rlen) {
+            if ((rv = item_next(&s, &ri)))
+                item_xfer(&s, &ri, false, &xr);
+            progress = true;
         }
-        if (!any)
-            return 0;
+        /* Received so far: the items before ri. Step j forwards what step j - 1 received. */
+        bool ready = sv && (si.j == 0 || !rv || ri.k > si.k || (ri.k == si.k && ri.j >= si.j));
+        if (ready && xs.sdone < xs.slen && (rc = do_send(t, &xs, what, &progress)))
+            return rc;
+        if (ready && xs.sdone == xs.slen) {
+            if ((sv = item_next(&s, &si)))
+                item_xfer(&s, &si, true, &xs);
+            progress = true;
+        }
         if (progress)
             continue;
-        short ev[2] = {0, 0}; /* prev_fd, next_fd */
-        if (g[0].rv)
-            ev[0] |= POLLIN;
-        if (g[0].ready)
-            ev[1] |= POLLOUT;
-        if (ng == 2 && g[1].rv)
-            ev[1] |= POLLIN;
-        if (ng == 2 && g[1].ready)
-            ev[0] |= POLLOUT;
-        bool want_recv = g[0].rv || (ng == 2 && g[1].rv);
         struct pollfd p[2];
         int np = 0;
-        if (ev[0])
-            p[np++] = (struct pollfd){.fd = t->prev_fd, .events = ev[0]};
-        if (ev[1])
-            p[np++] = (struct pollfd){.fd = t->next_fd, .events = ev[1]};
+        if (rv)
+            p[np++] = (struct pollfd){.fd = t->prev_fd, .events = POLLIN};
+        if (ready)
+            p[np++] = (struct pollfd){.fd = t->next_fd, .events = POLLOUT};
         int pn = poll(p, (nfds_t)np, t->timeout_ms);
         if (pn < 0 && errno != EINTR)
             return peer_error(t, what, true, DIST_EIO);
         if (pn == 0) /* blame the side we were waiting on; receiving first */
-            return peer_error(t, what, want_recv, DIST_ETIMEDOUT);
+            return peer_error(t, what, rv, DIST_ETIMEDOUT);
         for (int i = 0; i < np; i++)
             if (p[i].revents & (POLLERR | POLLHUP) && !(p[i].revents & POLLIN))
                 return peer_error(t, what, p[i].fd == t->prev_fd, DIST_EPEER);
     }
+    return 0;
 }
 
 static int tcp_allreduce(struct coll *c, float *buf, size_t n, enum coll_red op)
@@ -548,8 +480,6 @@ static void tcp_destroy(struct coll *c)
         close(t->prev_fd);
     free(t->stage);
     free(t->sstage);
-    free(t->stage2);
-    free(t->sstage2);
     free(t);
 }
 
@@ -731,8 +661,6 @@ int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **o
     t->chunk = o.chunk_bytes >= 4096 ? o.chunk_bytes & ~(size_t)3 : default_chunk(t, st);
     t->stage = xmalloc(t->chunk);
     t->sstage = xmalloc(t->chunk);
-    t->stage2 = xmalloc(t->chunk);
-    t->sstage2 = xmalloc(t->chunk);
     *out = coll_wrap(&tcp_ops, t->rank, t->world, t);
     t = NULL;
 out:

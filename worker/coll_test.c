@@ -306,7 +306,7 @@ static int loop_main(int rank, void *arg)
     struct dist_rdzv *rz = NULL;
     struct coll *c = NULL;
     struct coll_opts o = {.timeout_ms = j->timeout_ms};
-    size_t n = 1 << 20; /* 4 MiB: both rings (ring_allreduce) */
+    size_t n = 1 << 16;
     float *b = calloc(n, sizeof(float));
     int rc;
 
