@@ -9,7 +9,19 @@
 #define LN_WARPS 4 /* warps per block in both directions */
 #define LN_BLOCKS_MAX 512
 
-static __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd,
+/* The output element: fp32 as is, or rounded to bf16 (kernels/bf16.h). */
+static __device__ __forceinline__ void ln_store(float *o, float v)
+{
+    *o = v;
+}
+static __device__ __forceinline__ void ln_store(uint16_t *o, float v)
+{
+    *o = bf16_from_f32(v);
+}
+
+/* One warp per row; the statistics (mean, rstd) stay fp32 whatever T is, for the fp32 backward. */
+template <typename T>
+static __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd,
                                                 const float *inp, const float *weight,
                                                 const float *bias, int N, int C)
 {
@@ -27,9 +39,9 @@ static __global__ void layernorm_forward_kernel(float *out, float *mean, float *
         v += d * d;
     }
     float r = rsqrtf(warp_sum(v) / (float)C + LAYERNORM_EPS);
-    float *o = out + (size_t)row * C;
+    T *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += 32)
-        o[c] = (x[c] - m) * r * weight[c] + bias[c];
+        ln_store(o + c, (x[c] - m) * r * weight[c] + bias[c]);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -42,38 +54,9 @@ extern "C" void layernorm_forward(float *out, float *mean, float *rstd, const fl
 {
     if (N == 0)
         return;
-    layernorm_forward_kernel<<<CEIL_DIV(N, LN_WARPS), 32 * LN_WARPS, 0, stream>>>(
+    layernorm_forward_kernel<float><<<CEIL_DIV(N, LN_WARPS), 32 * LN_WARPS, 0, stream>>>(
         out, mean, rstd, inp, weight, bias, N, C);
     GPU_LAUNCH_CHECK();
-}
-
-/* layernorm_forward_kernel with the output rounded to bf16 (kernels/bf16.h): the same
- * statistics, in fp32, for the fp32 backward. */
-static __global__ void layernorm_forward_bf16_kernel(uint16_t *out, float *mean, float *rstd,
-                                                     const float *inp, const float *weight,
-                                                     const float *bias, int N, int C)
-{
-    int lane = threadIdx.x % 32, row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
-    if (row >= N)
-        return;
-    const float *x = inp + (size_t)row * C;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32)
-        s += x[c];
-    float m = warp_sum(s) / (float)C;
-    float v = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = x[c] - m;
-        v += d * d;
-    }
-    float r = rsqrtf(warp_sum(v) / (float)C + LAYERNORM_EPS);
-    uint16_t *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32)
-        o[c] = bf16_from_f32((x[c] - m) * r * weight[c] + bias[c]);
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = r;
-    }
 }
 
 extern "C" void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
@@ -82,7 +65,7 @@ extern "C" void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, 
 {
     if (N == 0)
         return;
-    layernorm_forward_bf16_kernel<<<CEIL_DIV(N, LN_WARPS), 32 * LN_WARPS, 0, stream>>>(
+    layernorm_forward_kernel<uint16_t><<<CEIL_DIV(N, LN_WARPS), 32 * LN_WARPS, 0, stream>>>(
         out, mean, rstd, inp, weight, bias, N, C);
     GPU_LAUNCH_CHECK();
 }
