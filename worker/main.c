@@ -636,10 +636,7 @@ int main(int argc, char **argv)
         goto out;
     }
     to.obs = w.obs;
-    memset(&go, 0, sizeof(go));
-#ifdef GANTRY_HAVE_CUDA
     train_gpu_opts_default(&go); /* bucket size (GANTRY_GPU_BUCKET_MB) */
-#endif
     go.bf16 = strcmp(w.cfg.precision, "bf16") == 0;
     rc = w.gpu >= 0 ? train_gpu_run_opts(&w.model, &td, &to, &go, &tr)
                     : train_run(&w.model, &td, &to, &tr);

@@ -54,10 +54,6 @@ struct train_gpu_opts {
     size_t bucket_bytes; /* all-reduce bucket size; 0: no overlap */
 };
 
-/* Defaults: fp32 (the caller sets bf16 from training.precision), bucket_bytes from
- * GANTRY_GPU_BUCKET_MB (default TRAIN_GPU_BUCKET_MB). */
-void train_gpu_opts_default(struct train_gpu_opts *go);
-
 /* The buckets for m: bucket b covers units [end[b-1], end[b]) (end[-1] = 0) and the merged,
  * offset-sorted ranges r[first[b] .. first[b+1]). Every float of the n_params + 2 buffer is in
  * exactly one range. bucket_bytes 0 gives one bucket. */
@@ -72,6 +68,10 @@ void train_gpu_plan_cleanup(struct train_gpu_plan *p);
 int train_gpu_unit_ranges(const struct model *m, int unit, struct train_gpu_range *out);
 
 #ifdef GANTRY_HAVE_CUDA
+/* Defaults: fp32 (the caller sets bf16 from training.precision), bucket_bytes from
+ * GANTRY_GPU_BUCKET_MB (default TRAIN_GPU_BUCKET_MB). */
+void train_gpu_opts_default(struct train_gpu_opts *go);
+
 /* 0 when this binary can train model.type (training.model.type) on a GPU; else -1 with
  * "field: why, what to do" in err (the worker exits 78). */
 int train_gpu_check(const char *model_type, char *err, size_t errlen);
@@ -97,6 +97,11 @@ static inline int train_gpu_select(int local_rank, char *err, size_t errlen)
 {
     (void)local_rank;
     return train_gpu_check(NULL, err, errlen);
+}
+static inline void train_gpu_opts_default(struct train_gpu_opts *go)
+{
+    go->bf16 = 0;
+    go->bucket_bytes = 0;
 }
 static inline int train_gpu_run(struct model *m, const struct train_data *d,
                                 const struct train_opts *o, struct train_result *res)
