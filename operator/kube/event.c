@@ -54,7 +54,45 @@ struct event_recorder {
     char *controller, *instance;
     pthread_mutex_t mu;
     struct strmap cache; /* dedup key -> struct seen * */
+    time_t (*clock)(void);
+    time_t pruned; /* when expired records were last dropped */
 };
+
+static time_t wall_clock(void)
+{
+    return time(NULL);
+}
+
+void event_recorder_set_clock(struct event_recorder *r, time_t (*clock)(void))
+{
+    r->clock = clock ? clock : wall_clock;
+    r->pruned = r->clock();
+}
+
+size_t event_recorder_cached(struct event_recorder *r)
+{
+    pthread_mutex_lock(&r->mu);
+    size_t n = strmap_len(&r->cache);
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* Drops the records whose window has passed (they would only make a new Event anyway), so the
+ * cache holds about one window of distinct events instead of growing to EVENT_CACHE_MAX. */
+static void prune(struct event_recorder *r, time_t now)
+{
+    struct strmap_iter it;
+    size_t n = 0, cap = strmap_len(&r->cache);
+    char (*old)[33] = cap ? xcalloc(cap, sizeof(*old)) : NULL;
+
+    for (struct strmap_entry *e = strmap_first(&r->cache, &it); e; e = strmap_next(&r->cache, &it))
+        if (now - ((struct seen *)e->val)->first >= EVENT_DEDUP_WINDOW_S && n < cap)
+            snprintf(old[n++], sizeof(old[0]), "%s", e->key);
+    for (size_t i = 0; i < n; i++)
+        free(strmap_del(&r->cache, old[i]));
+    free(old);
+    r->pruned = now;
+}
 
 struct event_recorder *event_recorder_new(const struct kube_config *cfg,
                                           const struct kube_client_opts *copts,
@@ -67,6 +105,7 @@ struct event_recorder *event_recorder_new(const struct kube_config *cfg,
     r->instance = xstrdup(instance);
     pthread_mutex_init(&r->mu, NULL);
     strmap_init(&r->cache);
+    event_recorder_set_clock(r, NULL);
     return r;
 }
 
@@ -146,7 +185,7 @@ int event_record(struct event_recorder *r, const json_t *regarding, const char *
     json_t *meta = json_object_get(regarding, "metadata");
     char text[2048], key[33];
     struct seen *s, *fresh = NULL;
-    time_t now = time(NULL);
+    time_t now;
     int rc;
 
     if (!type || !reason || !action)
@@ -156,6 +195,9 @@ int event_record(struct event_recorder *r, const json_t *regarding, const char *
              note ? note : "");
     digest(text, key);
     pthread_mutex_lock(&r->mu);
+    now = r->clock();
+    if (now - r->pruned >= EVENT_PRUNE_INTERVAL_S || strmap_len(&r->cache) >= EVENT_CACHE_MAX)
+        prune(r, now);
     s = strmap_get(&r->cache, key);
     if (s && now - s->first < EVENT_DEDUP_WINDOW_S) {
         rc = bump(r, s);
@@ -167,7 +209,8 @@ int event_record(struct event_recorder *r, const json_t *regarding, const char *
             goto out;
     }
     if (!s && strmap_len(&r->cache) >= EVENT_CACHE_MAX) {
-        /* Bounded: forgetting only means the next duplicate makes a new Event. */
+        /* Still full of live records. Bounded: forgetting only means the next duplicate makes
+         * a new Event. */
         strmap_cleanup(&r->cache, free);
         strmap_init(&r->cache);
     }

@@ -11,12 +11,16 @@
 #ifndef GANTRY_EVENT_H
 #define GANTRY_EVENT_H
 
+#include <stddef.h>
+#include <time.h>
+
 #include <jansson.h>
 
 #include "operator/kube/kube.h"
 
 #define EVENT_DEDUP_WINDOW_S 600
 #define EVENT_CACHE_MAX      4096
+#define EVENT_PRUNE_INTERVAL_S 60 /* expired records are dropped at most this often */
 #define EVENT_NOTE_MAX       1024
 
 struct event_recorder;
@@ -24,6 +28,11 @@ struct event_recorder;
 struct event_recorder *event_recorder_new(const struct kube_config *cfg,
                                           const struct kube_client_opts *copts,
                                           const char *controller, const char *instance);
+/* Tests: the recorder's clock (NULL = time()). */
+void event_recorder_set_clock(struct event_recorder *r, time_t (*clock)(void));
+/* De-duplication records held (records older than the window are dropped within
+ * EVENT_PRUNE_INTERVAL_S, so about one window's distinct events). */
+size_t event_recorder_cached(struct event_recorder *r);
 /*
  * regarding: the object (borrowed; apiVersion, kind, metadata.name/namespace/uid are used).
  * type: "Normal" or "Warning"; reason: CamelCase ("Created"); action: what was done ("Create").

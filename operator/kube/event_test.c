@@ -69,8 +69,56 @@ static void test_dedup_series(void)
     testsrv_stop(srv);
 }
 
+static time_t fake_now;
+static time_t fake_clock(void)
+{
+    return fake_now;
+}
+
+/* Records past the window are dropped (within EVENT_PRUNE_INTERVAL_S), not kept until the cache
+ * is full; a duplicate after the window makes a new Event. */
+static void test_prune_expired(void)
+{
+    struct testsrv *srv = testsrv_start(handler, NULL);
+    struct kube_config cfg = {0};
+    char server[64], note[64];
+    int count = 0;
+    json_t *tj =
+        json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "apiVersion", "gantry.dev/v1alpha1", "kind",
+                  "TrainingJob", "metadata", "name", "spam", "namespace", "ml", "uid", "u-2");
+
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
+    cfg.server = server;
+    struct event_recorder *r = event_recorder_new(&cfg, NULL, "gantry.dev/operator", "op-0");
+    fake_now = 1000000;
+    event_recorder_set_clock(r, fake_clock);
+    for (int i = 0; i < 5; i++) {
+        snprintf(note, sizeof(note), "Created pod spam-worker-%d", i);
+        TEST_EQ_INT(event_record(r, tj, "Normal", "Created", "Create", note, &count), 0);
+    }
+    TEST_EQ_INT((int)event_recorder_cached(r), 5);
+    fake_now += EVENT_DEDUP_WINDOW_S - 1; /* still inside the window: a duplicate is a series */
+    TEST_EQ_INT(event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0",
+                             &count), 0);
+    TEST_EQ_INT(count, 2);
+    TEST_EQ_INT((int)event_recorder_cached(r), 5);
+    fake_now += EVENT_PRUNE_INTERVAL_S; /* the window has passed for all five, and a prune is due */
+    TEST_EQ_INT(event_record(r, tj, "Warning", "Restarting", "Restart", "Gang restart 1", &count),
+                0);
+    TEST_EQ_INT(count, 1);
+    TEST_EQ_INT((int)event_recorder_cached(r), 1); /* only the new one */
+    TEST_EQ_INT(event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0",
+                             &count), 0);
+    TEST_EQ_INT(count, 1); /* a new Event, not a patch of the expired one */
+    TEST_EQ_INT((int)event_recorder_cached(r), 2);
+    json_decref(tj);
+    event_recorder_free(r);
+    testsrv_stop(srv);
+}
+
 int main(void)
 {
     TEST_RUN(test_dedup_series);
+    TEST_RUN(test_prune_expired);
     return test_summary();
 }
