@@ -22,19 +22,28 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
     return 0;
 }
 
+static json_t *training_job(const char *uid)
+{
+    return json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "apiVersion", "gantry.dev/v1alpha1", "kind",
+                     "TrainingJob", "metadata", "name", "spam", "namespace", "ml", "uid", uid);
+}
+
+static struct event_recorder *recorder(struct testsrv *srv)
+{
+    struct kube_config cfg = {0};
+    char server[64];
+
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
+    cfg.server = server; /* copied by the client */
+    return event_recorder_new(&cfg, NULL, "gantry.dev/operator", "op-0");
+}
+
 static void test_dedup_series(void)
 {
     struct testsrv *srv = testsrv_start(handler, NULL);
-    struct kube_config cfg = {0};
-    char server[64];
     int count = 0;
-    json_t *tj =
-        json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "apiVersion", "gantry.dev/v1alpha1", "kind",
-                  "TrainingJob", "metadata", "name", "spam", "namespace", "ml", "uid", "u-1");
-
-    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
-    cfg.server = server;
-    struct event_recorder *r = event_recorder_new(&cfg, NULL, "gantry.dev/operator", "op-0");
+    json_t *tj = training_job("u-1");
+    struct event_recorder *r = recorder(srv);
     TEST_EQ_INT(
         event_record(r, tj, "Normal", "Created", "Create", "Created pod spam-worker-0", &count), 0);
     TEST_EQ_INT(count, 1);
@@ -80,16 +89,10 @@ static time_t fake_clock(void)
 static void test_prune_expired(void)
 {
     struct testsrv *srv = testsrv_start(handler, NULL);
-    struct kube_config cfg = {0};
-    char server[64], note[64];
+    char note[64];
     int count = 0;
-    json_t *tj =
-        json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "apiVersion", "gantry.dev/v1alpha1", "kind",
-                  "TrainingJob", "metadata", "name", "spam", "namespace", "ml", "uid", "u-2");
-
-    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
-    cfg.server = server;
-    struct event_recorder *r = event_recorder_new(&cfg, NULL, "gantry.dev/operator", "op-0");
+    json_t *tj = training_job("u-2");
+    struct event_recorder *r = recorder(srv);
     fake_now = 1000000;
     event_recorder_set_clock(r, fake_clock);
     for (int i = 0; i < 5; i++) {
