@@ -63,27 +63,36 @@ void dist_log_set_rank(int rank)
     log_rank = rank;
 }
 
-void dist_log(const char *fmt, ...)
+void dist_vlog_line(const char *prefix, const char *fmt, va_list ap)
 {
-    char line[2048], host[64] = "?";
-    va_list ap;
-    int n;
+    char line[2048];
+    int n = snprintf(line, sizeof(line), "%s", prefix);
 
-    (void)gethostname(host, sizeof(host) - 1);
-    host[sizeof(host) - 1] = 0;
-    if (log_rank >= 0)
-        n = snprintf(line, sizeof(line), "gantry[rank %d@%s] ", log_rank, host);
-    else
-        n = snprintf(line, sizeof(line), "gantry[rank ?@%s] ", host);
-    va_start(ap, fmt);
+    if (n > (int)sizeof(line) - 2)
+        n = (int)sizeof(line) - 2;
     n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    va_end(ap);
     if (n > (int)sizeof(line) - 2)
         n = (int)sizeof(line) - 2;
     line[n++] = '\n';
     /* One write(2) per line: concurrent ranks on one terminal do not interleave mid-line. */
     if (write(STDERR_FILENO, line, (size_t)n) < 0)
         return;
+}
+
+void dist_log(const char *fmt, ...)
+{
+    char prefix[128], host[64] = "?";
+    va_list ap;
+
+    (void)gethostname(host, sizeof(host) - 1);
+    host[sizeof(host) - 1] = 0;
+    if (log_rank >= 0)
+        snprintf(prefix, sizeof(prefix), "gantry[rank %d@%s] ", log_rank, host);
+    else
+        snprintf(prefix, sizeof(prefix), "gantry[rank ?@%s] ", host);
+    va_start(ap, fmt);
+    dist_vlog_line(prefix, fmt, ap);
+    va_end(ap);
 }
 
 int64_t dist_now_ms(void)

@@ -23,6 +23,7 @@
 #ifndef GANTRY_DIST_H
 #define GANTRY_DIST_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -67,6 +68,9 @@ void dist_log_set_rank(int rank);
 /* Prints "gantry[rank R@host] <msg>" to stderr as one write, so lines of ranks sharing a
  * terminal do not interleave. Thread-safe. */
 void dist_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Writes prefix + the formatted text + "\n" to stderr in one write(2) (cut at 2 KiB). */
+void dist_vlog_line(const char *prefix, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 /* Monotonic clock in milliseconds. */
 int64_t dist_now_ms(void);

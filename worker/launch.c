@@ -31,18 +31,11 @@ struct rank {
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
 {
-    char line[1024];
     va_list ap;
-    int n = snprintf(line, sizeof(line), "gantry-run: ");
 
     va_start(ap, fmt);
-    n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    dist_vlog_line("gantry-run: ", fmt, ap);
     va_end(ap);
-    if (n > (int)sizeof(line) - 2)
-        n = (int)sizeof(line) - 2;
-    line[n++] = '\n';
-    if (write(STDERR_FILENO, line, (size_t)n) < 0)
-        return;
 }
 
 static int free_port(const char *addr)
