@@ -4,7 +4,8 @@ add_library(gantry_core STATIC
     ${CMAKE_CURRENT_SOURCE_DIR}/model.c
     ${CMAKE_CURRENT_SOURCE_DIR}/optim.c
     ${CMAKE_CURRENT_SOURCE_DIR}/cfg.c
-    ${CMAKE_CURRENT_SOURCE_DIR}/train.c)
+    ${CMAKE_CURRENT_SOURCE_DIR}/train.c
+    ${CMAKE_CURRENT_SOURCE_DIR}/train_plan.c)
 target_include_directories(gantry_core PUBLIC "${PROJECT_SOURCE_DIR}")
 pkg_check_modules(CORE_JANSSON REQUIRED IMPORTED_TARGET jansson)
 target_link_libraries(gantry_core PUBLIC gantry_kernels gantry_data gantry_obs gantry_common

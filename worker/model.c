@@ -403,11 +403,13 @@ float model_forward(struct model *m, const int *tokens, const int *len, const in
  * Backward (accumulates into m->grads)
  * ------------------------------------------------------------------------------------------- */
 /*
- * The layers' backward for rows [r0, r0 + B * T) (B sequences from b0): dres holds d(final
- * LayerNorm input) for those rows on entry and d(embedding output) on return. Parameter gradients
- * accumulate into g (the group partial, see transformer_backward).
+ * The layers' backward for rows [r0, r0 + B * T) (B sequences from b0), layers l_hi down to l_lo:
+ * dres holds d(layer l_hi's output) for those rows on entry and d(layer l_lo's input; the
+ * embedding output when l_lo is 0) on return. Parameter gradients accumulate into g (the group
+ * partial, see transformer_backward).
  */
-static void backward_rows(struct model *m, int b0, int B, int T, const struct model_params *g)
+static void backward_rows(struct model *m, int b0, int B, int T, const struct model_params *g,
+                          int l_hi, int l_lo)
 {
     const struct model_config *c = &m->cfg;
     struct model_acts *a = m->a;
@@ -420,7 +422,7 @@ static void backward_rows(struct model *m, int b0, int B, int T, const struct mo
     float *dres = a->dres + r0 * C, *dln = a->dln + r0 * C, *dfch = a->dfch + r0 * F;
     float *datty = a->datty + r0 * C, *dqkv = a->dqkv + r0 * 3 * C;
 
-    for (int l = c->layers - 1; l >= 0; l--) {
+    for (int l = l_hi; l >= l_lo; l--) {
         size_t o = l * sN + r0;
         const float *x = l ? a->res3 + (o - sN) * C : a->encoded + r0 * C;
         const float *ln1 = a->ln1 + o * C, *qkv = a->qkv + o * 3 * C, *atty = a->atty + o * C;
@@ -454,23 +456,72 @@ static void layer_range(const struct model *m, size_t *off, size_t *n)
     *n = (size_t)(m->g.fcprojb - m->grads) + (size_t)m->cfg.layers * m->cfg.hidden - *off;
 }
 
+/* Group k's partial of the layer gradients, carved like m->g over the layer range [off, off+n). */
+static void group_partial(const struct model *m, int k, size_t off, size_t n,
+                          struct model_params *gp)
+{
+    const struct model_params *g = &m->g;
+    float *base = m->a->gpart + (size_t)k * n - off;
+
+    *gp = *g;
+    gp->ln1w = base + (g->ln1w - m->grads), gp->ln1b = base + (g->ln1b - m->grads);
+    gp->qkvw = base + (g->qkvw - m->grads), gp->qkvb = base + (g->qkvb - m->grads);
+    gp->attprojw = base + (g->attprojw - m->grads);
+    gp->attprojb = base + (g->attprojb - m->grads);
+    gp->ln2w = base + (g->ln2w - m->grads), gp->ln2b = base + (g->ln2b - m->grads);
+    gp->fcw = base + (g->fcw - m->grads), gp->fcb = base + (g->fcb - m->grads);
+    gp->fcprojw = base + (g->fcprojw - m->grads);
+    gp->fcprojb = base + (g->fcprojb - m->grads);
+}
+
+/* Group k's sequences through layers l_hi .. l_lo, BWD_SEQS at a time. */
+static void group_backward(struct model *m, int k, int B, int T, size_t off, size_t n, int l_hi,
+                           int l_lo)
+{
+    struct model_params gp;
+    int b0 = k * BWD_GROUP, nb = B - b0 < BWD_GROUP ? B - b0 : BWD_GROUP;
+
+    group_partial(m, k, off, n, &gp);
+    for (int b = b0; b < b0 + nb; b += BWD_SEQS)
+        backward_rows(m, b, b0 + nb - b < BWD_SEQS ? b0 + nb - b : BWD_SEQS, T, &gp, l_hi, l_lo);
+}
+
+/* grads[i] += the groups' partials, in group order, for i in [i0, i0 + cnt) (buffer offsets
+ * inside the layer range [off, off + n)). */
+static void add_partials(struct model *m, int groups, size_t off, size_t n, size_t i0, size_t cnt)
+{
+    float *dst = m->grads + i0;
+    const float *src = m->a->gpart + (i0 - off);
+#pragma omp parallel for schedule(dynamic, 8192) if (cnt > 16384)
+    for (size_t i = 0; i < cnt; i++) {
+        float sum = dst[i];
+        for (int k = 0; k < groups; k++)
+            sum += src[(size_t)k * n + i];
+        dst[i] = sum;
+    }
+}
+
 /*
  * Depth first like the forward: each group of BWD_GROUP sequences goes through every layer on one
  * thread (BWD_SEQS sequences at a time), its parameter gradients into the group's own partial
  * (the layer tensors only), and the partials are added to the gradients in group order at the
  * end. Groups depend on the batch size alone, so the sums (and the bits) do not depend on the
- * thread count. The final LayerNorm, the
- * pooling and the embedding run over the whole batch with the kernels' own threads.
+ * thread count. The final LayerNorm, the pooling and the embedding run over the whole batch with
+ * the kernels' own threads.
+ * With a ready hook (model_arm_ready), the groups go through one layer at a time instead, and that
+ * layer's partials are added (its slice of each stacked tensor) before the hook hands it over:
+ * the same additions in the same order per float, so the same bits, with each layer's gradients
+ * final while the layers below still run.
  */
-static void transformer_backward(struct model *m, int B, int T)
+static void transformer_backward(struct model *m, int B, int T, model_ready_fn ready)
 {
     const struct model_config *c = &m->cfg;
     struct model_acts *a = m->a;
     const struct model_params *p = &m->p, *g = &m->g;
-    int C = c->hidden, N = B * T;
+    int C = c->hidden, N = B * T, L = c->layers;
     size_t sN = (size_t)m->max_batch * c->max_seq_len;
     size_t NC = (size_t)N * C * sizeof(float);
-    const float *xL = c->layers ? a->res3 + (c->layers - 1) * sN * C : a->encoded;
+    const float *xL = L ? a->res3 + (L - 1) * sN * C : a->encoded;
 
     zero_floats(a->dln, NC);
     if (c->pool == MODEL_POOL_CLS)
@@ -480,40 +531,47 @@ static void transformer_backward(struct model *m, int B, int T)
     zero_floats(a->dres, NC);
     layernorm_backward_cpu(a->dres, g->lnfw, g->lnfb, a->dln, xL, p->lnfw, a->lnf_mean,
                            a->lnf_rstd, N, C);
-    if (B <= BWD_GROUP) {
-        backward_rows(m, 0, B, T, g);
+    if (ready)
+        ready(m->ready_ctx, 0); /* the head: clsw, clsb (model_backward), lnfw, lnfb */
+    if (B <= BWD_GROUP && !ready) {
+        backward_rows(m, 0, B, T, g, L - 1, 0);
+    } else if (B <= BWD_GROUP) {
+        for (int l = L - 1; l >= 0; l--) {
+            backward_rows(m, 0, B, T, g, l, l);
+            ready(m->ready_ctx, L - l);
+        }
     } else {
         size_t off, n;
         int groups = (B + BWD_GROUP - 1) / BWD_GROUP;
         layer_range(m, &off, &n);
         zero_floats(a->gpart, (size_t)groups * n * sizeof(float));
+        if (!ready) {
 #pragma omp parallel for schedule(dynamic, 1)
-        for (int k = 0; k < groups; k++) {
-            /* the group's partial, carved like m->g over the layer range */
-            float *base = a->gpart + (size_t)k * n - off;
-            struct model_params gp = *g;
-            gp.ln1w = base + (g->ln1w - m->grads), gp.ln1b = base + (g->ln1b - m->grads);
-            gp.qkvw = base + (g->qkvw - m->grads), gp.qkvb = base + (g->qkvb - m->grads);
-            gp.attprojw = base + (g->attprojw - m->grads);
-            gp.attprojb = base + (g->attprojb - m->grads);
-            gp.ln2w = base + (g->ln2w - m->grads), gp.ln2b = base + (g->ln2b - m->grads);
-            gp.fcw = base + (g->fcw - m->grads), gp.fcb = base + (g->fcb - m->grads);
-            gp.fcprojw = base + (g->fcprojw - m->grads);
-            gp.fcprojb = base + (g->fcprojb - m->grads);
-            int b0 = k * BWD_GROUP, nb = B - b0 < BWD_GROUP ? B - b0 : BWD_GROUP;
-            for (int b = b0; b < b0 + nb; b += BWD_SEQS)
-                backward_rows(m, b, b0 + nb - b < BWD_SEQS ? b0 + nb - b : BWD_SEQS, T, &gp);
-        }
-        float *dst = m->grads + off;
-#pragma omp parallel for schedule(dynamic, 8192)
-        for (size_t i = 0; i < n; i++) {
-            float sum = dst[i];
             for (int k = 0; k < groups; k++)
-                sum += a->gpart[(size_t)k * n + i];
-            dst[i] = sum;
+                group_backward(m, k, B, T, off, n, L - 1, 0);
+            add_partials(m, groups, off, n, off, n);
+        }
+        for (int l = L - 1; ready && l >= 0; l--) {
+#pragma omp parallel for schedule(dynamic, 1)
+            for (int k = 0; k < groups; k++)
+                group_backward(m, k, B, T, off, n, l, l);
+            for (int i = 0; i < m->n_tensors; i++) { /* layer l's slice of each layer tensor */
+                const struct model_tensor *t = &m->tensors[i];
+                size_t per = t->count / (size_t)L;
+                if (t->offset >= off && t->offset < off + n)
+                    add_partials(m, groups, off, n, t->offset + (size_t)l * per, per);
+            }
+            ready(m->ready_ctx, L - l);
         }
     }
     embed_backward_cpu(g->wte, g->wpe, a->dres, m->tokens, B, T, C);
+    if (ready)
+        ready(m->ready_ctx, L + 1);
+}
+
+void model_arm_ready(struct model *m, model_ready_fn fn, void *ctx)
+{
+    m->ready = fn, m->ready_ctx = ctx;
 }
 
 void model_backward(struct model *m, float loss_scale)
@@ -521,15 +579,22 @@ void model_backward(struct model *m, float loss_scale)
     const struct model_config *c = &m->cfg;
     struct model_acts *a = m->a;
     int B = m->B, C = c->hidden, K = c->classes;
+    model_ready_fn ready = m->ready; /* armed for this backward only */
 
+    m->ready = NULL;
     memset(a->dlogits, 0, (size_t)B * K * sizeof(float));
     crossentropy_backward_cpu(a->dlogits, a->probs, m->labels, loss_scale, B, K);
     memset(a->dpooled, 0, (size_t)B * C * sizeof(float));
     matmul_backward_cpu(a->dpooled, m->g.clsw, m->g.clsb, a->dlogits, a->pooled, m->p.clsw, B, C,
                         K);
-    if (c->kind == MODEL_NGRAM)
+    if (c->kind == MODEL_NGRAM) {
+        if (ready)
+            ready(m->ready_ctx, 0); /* the head: clsw, clsb */
         embbag_backward_cpu(m->g.emb, a->dpooled, m->ngram_ids, m->ngram_count, B,
                             2 * c->max_seq_len, C);
-    else
-        transformer_backward(m, B, m->T);
+        if (ready)
+            ready(m->ready_ctx, 1); /* the embeddings */
+    } else {
+        transformer_backward(m, B, m->T, ready);
+    }
 }

@@ -32,6 +32,11 @@
 #define MODEL_NAME_MAX 24
 
 enum model_kind { MODEL_TRANSFORMER = 0, MODEL_NGRAM = 1 };
+
+/* Units of the backward (model_arm_ready): 0 the head, 1..L the layers from the last down, L+1
+ * the embeddings (train_plan.h lists their tensors). The n-gram model has 0 layers: 2 units. */
+#define MODEL_UNITS(layers) ((layers) + 2)
+typedef void (*model_ready_fn)(void *ctx, int unit);
 enum model_pool { MODEL_POOL_MEAN = 0, MODEL_POOL_CLS = 1 };
 
 struct model_config {
@@ -82,6 +87,8 @@ struct model {
     float *probs;                     /* (B,K) softmax of logits */
     float *losses;                    /* (B) per example; only with labels */
     int *ngram_ids, *ngram_count;     /* n-gram bags (B, 2*maxT) and counts (B) */
+    model_ready_fn ready;             /* armed for the next model_backward (model_arm_ready) */
+    void *ready_ctx;
 };
 
 /* Checks cfg; on error writes "field: why, what to do" to err and returns -1. */
@@ -107,6 +114,20 @@ void model_zero_grad(struct model *m);
 /* Backward of the last model_forward (which had labels): grads += d(loss_scale * sum of
  * per-example losses). For a mean over B examples and A accumulation steps, loss_scale = 1/(B*A). */
 void model_backward(struct model *m, float loss_scale);
+
+/*
+ * Gradients ready during backward, for an all-reduce that overlaps it: the NEXT model_backward()
+ * calls fn(ctx, u) for u = 0, 1, ..., MODEL_UNITS(L) - 1 in that order, each as soon as unit u's
+ * parameter gradients in m->grads are final (nothing in this backward writes them again), then
+ * disarms. The hook runs on the calling thread, outside the kernels' parallel regions, and should
+ * return quickly (hand the unit to another thread); m->grads must not be written by anyone else
+ * until the backward returns. Arm before the LAST micro-batch of a step only: earlier backwards
+ * still add to every unit. Unarmed, the backward is exactly as before (same work, same bits).
+ * Armed, a batch of more than 4 sequences runs the layers one at a time across the batch
+ * (instead of each group of sequences through every layer) so that a layer's gradients are final
+ * before the layers below start; the sums, and so the bits, are the same.
+ */
+void model_arm_ready(struct model *m, model_ready_fn fn, void *ctx);
 
 /* Tensor by name ("qkvw"), or NULL. */
 const struct model_tensor *model_find_tensor(const struct model *m, const char *name);

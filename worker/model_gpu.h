@@ -95,8 +95,8 @@ const char *model_gpu_backend(void);
  * model_gpu_backward() finishes the gradient buffer in MODEL_GPU_UNITS(layers) units, in this
  * order: unit 0 the head (clsw, clsb, lnfw, lnfb; and the 2 loss statistics, final since the
  * forward), units 1..L the layers from the last down to the first (each layer's slice of the
- * twelve stacked per-layer tensors), unit L+1 the embeddings (wte, wpe). train_gpu.h's
- * train_gpu_unit_ranges() lists a unit's ranges of the buffer; each float is in exactly one.
+ * twelve stacked per-layer tensors), unit L+1 the embeddings (wte, wpe). train_plan.h's
+ * train_plan_unit_ranges() lists a unit's ranges of the buffer; each float is in exactly one.
  *
  * Armed with model_gpu_arm_ready(), the NEXT model_gpu_backward() calls fn(ctx, u) for
  * u = 0, 1, ..., L+1 as soon as it has ENQUEUED the last kernel writing unit u (with a CUDA event

@@ -19,6 +19,7 @@
 #include "common/test.h"
 #include "kernels/gradcheck.h"
 #include "worker/optim.h"
+#include "worker/train_plan.h"
 
 static const struct model_config tiny = {
     .kind = MODEL_TRANSFORMER, .vocab = 20, .classes = 3, .max_seq_len = 6, .hidden = 8,
@@ -213,6 +214,92 @@ static void test_grouped_backward(void)
     model_cleanup(&m);
 }
 
+/* The ready hook (model_arm_ready): what each call saw. */
+struct ready_log {
+    const struct model *m;
+    const float *ref; /* the gradients the whole backward ends with */
+    int order[16], n;
+    int early;    /* units not yet fired whose gradients were still short of ref (not final) */
+    int late;     /* floats of fired units that still differed from ref (fired too early) */
+};
+
+static int unit_differs(const struct model *m, int u, const float *ref, int *floats)
+{
+    struct train_range r[TRAIN_PLAN_UNIT_RANGES];
+    int k = train_plan_unit_ranges(m, u, r), diff = 0;
+    for (int i = 0; i < k; i++)
+        for (size_t j = r[i].off; j < r[i].off + r[i].n && j < m->n_params; j++)
+            diff += m->grads[j] != ref[j];
+    if (floats)
+        *floats += diff;
+    return diff > 0;
+}
+
+static void on_ready(void *ctx, int unit)
+{
+    struct ready_log *lg = ctx;
+    if (lg->n < 16)
+        lg->order[lg->n] = unit;
+    lg->n++;
+    unit_differs(lg->m, unit, lg->ref, &lg->late);
+    for (int u = unit + 1; u < MODEL_UNITS(lg->m->cfg.layers); u++)
+        lg->early += unit_differs(lg->m, u, lg->ref, NULL);
+}
+
+/* Two accumulated micro-batches, the second armed: the hook fires once per unit in order, each
+ * unit final when it fires and every later one not yet, and the gradients are bit-identical to
+ * the unarmed backward (grouped batch of 9 and a single group of 3; transformer and n-gram). */
+static void test_ready_hook(void)
+{
+    struct model_config ng = tiny;
+    ng.kind = MODEL_NGRAM, ng.buckets = 16;
+    const struct model_config *cfgs[2] = {&tiny, &ng};
+    enum { GB = 9 };
+    int tok[GB * T], len[GB], lab[GB];
+    for (int b = 0; b < GB; b++) {
+        len[b] = 1 + (b * 5) % T;
+        lab[b] = b % tiny.classes;
+        for (int t = 0; t < T; t++)
+            tok[b * T + t] = t < len[b] ? 1 + (b * 7 + t * 3) % (tiny.vocab - 1) : 0;
+    }
+    for (int c = 0; c < 2; c++) {
+        for (int mb = 3; mb <= GB; mb += GB - 3) {
+            struct model m;
+            char err[256];
+            TEST_EQ_INT(model_init(&m, cfgs[c], GB, 7, err, sizeof(err)), 0);
+            size_t n = m.n_params;
+            int U = MODEL_UNITS(m.cfg.layers);
+            float *ref = malloc(n * sizeof(float));
+            for (int armed = 0; armed < 2; armed++) {
+                struct ready_log lg = {.m = &m, .ref = ref};
+                model_zero_grad(&m);
+                model_forward(&m, tok + (GB - mb) * T, len + GB - mb, lab + GB - mb, mb, T);
+                model_backward(&m, 0.5f / mb);
+                model_forward(&m, tok, len, lab, mb, T);
+                if (armed)
+                    model_arm_ready(&m, on_ready, &lg);
+                model_backward(&m, 0.5f / mb);
+                if (!armed) {
+                    memcpy(ref, m.grads, n * sizeof(float));
+                    TEST_EQ_INT(lg.n, 0);
+                    continue;
+                }
+                TEST_EQ_INT(lg.n, U);
+                for (int u = 0; u < U && u < lg.n; u++)
+                    TEST_EQ_INT(lg.order[u], u);
+                TEST_EQ_INT(lg.late, 0);
+                TEST_EQ_INT(lg.early, U * (U - 1) / 2); /* every later unit still pending */
+                TEST_CHECK(memcmp(m.grads, ref, n * sizeof(float)) == 0);
+                model_forward(&m, tok, len, lab, mb, T); /* disarmed after one backward */
+                model_backward(&m, 0.5f / mb);
+                TEST_EQ_INT(lg.n, U);
+            }
+            free(ref);
+            model_cleanup(&m);
+        }
+    }
+}
+
 static FILE *open_fixture(void)
 {
     const char *dir = getenv("GANTRY_TESTDATA");
@@ -316,6 +403,7 @@ int main(void)
     TEST_RUN(test_ngram_gradcheck);
     TEST_RUN(test_gradient_accumulation);
     TEST_RUN(test_grouped_backward);
+    TEST_RUN(test_ready_hook);
     TEST_RUN(test_matches_pytorch);
     return test_summary();
 }

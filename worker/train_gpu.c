@@ -53,95 +53,8 @@ int train_gpu_check(const char *model_type, char *err, size_t errlen)
 
 void train_gpu_opts_default(struct train_gpu_opts *go)
 {
-    const char *mb = getenv("GANTRY_GPU_BUCKET_MB");
-    char *end = NULL;
-    double v = mb && *mb ? strtod(mb, &end) : TRAIN_GPU_BUCKET_MB;
-
-    if (mb && *mb && (*end || v < 0 || v > 4096)) {
-        fprintf(stderr, "gantry-worker: GANTRY_GPU_BUCKET_MB=%s is not a size in MiB (0..4096); "
-                        "using %d\n", mb, TRAIN_GPU_BUCKET_MB);
-        v = TRAIN_GPU_BUCKET_MB;
-    }
-    go->bf16 = 0; /* training.precision: the caller's (worker/cfg.c reads flag, env, file) */
-    go->bucket_bytes = (size_t)(v * 1048576.0);
-}
-
-/* ---- gradient buckets (train_gpu.h) ---- */
-
-int train_gpu_unit_ranges(const struct model *m, int unit, struct train_gpu_range *out)
-{
-    static const char *const head[] = {"clsw", "clsb", "lnfw", "lnfb"};
-    static const char *const layer[] = {"fcprojw", "fcprojb", "fcw", "fcb", "ln2w", "ln2b",
-                                        "attprojw", "attprojb", "qkvw", "qkvb", "ln1w", "ln1b"};
-    static const char *const embed[] = {"wte", "wpe"};
-    const int L = m->cfg.layers;
-    const char *const *names = unit == 0 ? head : unit <= L ? layer : embed;
-    int k = unit == 0 ? 4 : unit <= L ? 12 : 2, n = 0;
-
-    for (int i = 0; i < k; i++) {
-        const struct model_tensor *t = model_find_tensor(m, names[i]);
-        if (!t)
-            continue;
-        size_t per = unit >= 1 && unit <= L ? t->count / (size_t)L : t->count;
-        size_t l = unit >= 1 && unit <= L ? (size_t)(L - unit) : 0;
-        out[n++] = (struct train_gpu_range){t->offset + l * per, per};
-    }
-    if (unit == 0) /* the loss statistics after the gradients: final since the forward */
-        out[n++] = (struct train_gpu_range){m->n_params, 2};
-    return n;
-}
-
-static int by_off(const void *a, const void *b)
-{
-    const struct train_gpu_range *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* Appends units [u0, u1)'s ranges to p->r[*nr..], sorted and merged where adjacent. */
-static void add_bucket(struct train_gpu_plan *p, const struct model *m, int u0, int u1, int *nr)
-{
-    int first = *nr, n = first;
-    for (int u = u0; u < u1; u++)
-        n += train_gpu_unit_ranges(m, u, p->r + n);
-    qsort(p->r + first, (size_t)(n - first), sizeof(p->r[0]), by_off);
-    int w = first;
-    for (int i = first; i < n; i++) {
-        if (w > first && p->r[w - 1].off + p->r[w - 1].n == p->r[i].off)
-            p->r[w - 1].n += p->r[i].n;
-        else
-            p->r[w++] = p->r[i];
-    }
-    p->end[p->nb] = u1;
-    p->first[++p->nb] = w;
-    *nr = w;
-}
-
-void train_gpu_plan_init(struct train_gpu_plan *p, const struct model *m, size_t bucket_bytes)
-{
-    const int U = MODEL_GPU_UNITS(m->cfg.layers);
-    struct train_gpu_range r[13];
-    int nr = 0, u0 = 0;
-    size_t bytes = 0;
-
-    p->nb = 0;
-    p->end = xcalloc((size_t)U, sizeof(int));
-    p->first = xcalloc((size_t)U + 1, sizeof(int));
-    p->r = xcalloc((size_t)U * 13, sizeof(p->r[0]));
-    for (int u = 0; u < U; u++) {
-        int k = train_gpu_unit_ranges(m, u, r);
-        for (int i = 0; i < k; i++)
-            bytes += r[i].n * sizeof(float);
-        if (u == U - 1 || (bucket_bytes > 0 && bytes >= bucket_bytes)) {
-            add_bucket(p, m, u0, u + 1, &nr);
-            u0 = u + 1, bytes = 0;
-        }
-    }
-}
-
-void train_gpu_plan_cleanup(struct train_gpu_plan *p)
-{
-    free(p->end), free(p->first), free(p->r);
-    memset(p, 0, sizeof(*p));
+    go->bf16 = 0; /* training.precision and training.gradBucketMB: the caller's (worker/cfg.c) */
+    go->bucket_bytes = (size_t)TRAIN_BUCKET_MB << 20;
 }
 
 /* The comm thread: reduces bucket after bucket as backward's ready hook (on the loop's thread)
@@ -153,7 +66,7 @@ struct comm {
     const struct train_opts *o;
     struct model_gpu *g;
     float *grads; /* device */
-    struct train_gpu_plan plan;
+    struct train_plan plan;
     int queued, done; /* buckets of this step: handed over, reduced */
     int rc;           /* first error */
     bool quit;
@@ -213,13 +126,13 @@ static struct comm *comm_new(const struct train_opts *o, struct model_gpu *g, co
 {
     struct comm *c = xcalloc(1, sizeof(*c));
     c->o = o, c->g = g, c->grads = model_gpu_grads(g);
-    train_gpu_plan_init(&c->plan, m, bucket_bytes);
+    train_plan_init(&c->plan, m, bucket_bytes);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     if (pthread_create(&c->th, NULL, comm_main, c)) {
         fprintf(stderr, "gantry-worker: could not start the all-reduce thread; reducing after "
                         "backward instead\n");
-        train_gpu_plan_cleanup(&c->plan);
+        train_plan_cleanup(&c->plan);
         free(c);
         return NULL;
     }
@@ -237,7 +150,7 @@ static void comm_free(struct comm *c)
     pthread_join(c->th, NULL);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
-    train_gpu_plan_cleanup(&c->plan);
+    train_plan_cleanup(&c->plan);
     free(c);
 }
 

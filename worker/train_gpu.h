@@ -22,10 +22,11 @@
  *     loss curve within 2e-3 relative; bf16 is mixed precision with fp32 master weights,
  *     gradients, statistics and optimizer (model_gpu.h), within a looser tolerance (docs/gpu.md).
  *   - all-reduce overlapped with backward (o->reduce set and bucket_bytes > 0): the gradient
- *     buffer is cut into buckets of whole units (model_gpu.h: head, layers last to first,
- *     embeddings; a bucket closes once it holds bucket_bytes), and a comm thread calls o->reduce
- *     on each bucket's ranges (merged, in offset order) as soon as backward has produced it, while
- *     the compute stream goes on with the layers below; the optimizer step waits for every bucket.
+ *     buffer is cut into buckets of whole units (train_plan.h, the plan the CPU loop uses too:
+ *     head, layers last to first, embeddings; a bucket closes once it holds bucket_bytes), and a
+ *     comm thread calls o->reduce on each bucket's ranges (merged, in offset order) as soon as
+ *     backward has produced it, while the compute stream goes on with the layers below; the
+ *     optimizer step waits for every bucket.
  *     o->reduce is then called once per range from that thread (the same ranges in the same order
  *     on every rank), never concurrently. bucket_bytes 0: one call over n_params + 2 floats after
  *     backward. Sums are elementwise, so both give bit-identical results with 1 or 2 ranks.
@@ -39,37 +40,19 @@
 #include <stdio.h>
 
 #include "worker/train.h"
+#include "worker/train_plan.h"
 
 #define TRAIN_GPU_OBS_BATCH 64
-#define TRAIN_GPU_BUCKET_MB 4 /* default bucket size (GANTRY_GPU_BUCKET_MB; 0 = no overlap) */
-
-/* A range of the gradient buffer, in floats. */
-struct train_gpu_range {
-    size_t off, n;
-};
 
 /* The GPU loop's own settings (not in struct train_opts: the CPU loop has no use for them). */
 struct train_gpu_opts {
     int bf16;            /* 0: fp32; 1: bf16 mixed precision (training.precision: bf16) */
-    size_t bucket_bytes; /* all-reduce bucket size; 0: no overlap */
+    size_t bucket_bytes; /* all-reduce bucket size (training.gradBucketMB); 0: no overlap */
 };
-
-/* The buckets for m: bucket b covers units [end[b-1], end[b]) (end[-1] = 0) and the merged,
- * offset-sorted ranges r[first[b] .. first[b+1]). Every float of the n_params + 2 buffer is in
- * exactly one range. bucket_bytes 0 gives one bucket. */
-struct train_gpu_plan {
-    int nb;
-    int *end, *first;
-    struct train_gpu_range *r;
-};
-void train_gpu_plan_init(struct train_gpu_plan *p, const struct model *m, size_t bucket_bytes);
-void train_gpu_plan_cleanup(struct train_gpu_plan *p);
-/* Unit u's ranges (model_gpu.h's unit order) into out[0..13); returns how many. */
-int train_gpu_unit_ranges(const struct model *m, int unit, struct train_gpu_range *out);
 
 #ifdef GANTRY_HAVE_CUDA
-/* Defaults: fp32 (the caller sets bf16 from training.precision), bucket_bytes from
- * GANTRY_GPU_BUCKET_MB (default TRAIN_GPU_BUCKET_MB). */
+/* Defaults: fp32 and TRAIN_BUCKET_MB (gantry-worker sets both from the config:
+ * training.precision and training.gradBucketMB). */
 void train_gpu_opts_default(struct train_gpu_opts *go);
 
 /* 0 when this binary can train model.type (training.model.type) on a GPU; else -1 with
@@ -101,7 +84,7 @@ static inline int train_gpu_select(int local_rank, char *err, size_t errlen)
 static inline void train_gpu_opts_default(struct train_gpu_opts *go)
 {
     go->bf16 = 0;
-    go->bucket_bytes = 0;
+    go->bucket_bytes = (size_t)TRAIN_BUCKET_MB << 20;
 }
 static inline int train_gpu_run(struct model *m, const struct train_data *d,
                                 const struct train_opts *o, struct train_result *res)

@@ -300,7 +300,7 @@ static int record(float *buf, size_t n, void *ctx)
 
 /* Every float of the n + 2 buffer is in exactly one range of the plan; buckets follow the unit
  * order (end increasing, the last ends at the last unit). */
-static void check_plan(const struct train_gpu_plan *p, size_t n, int units)
+static void check_plan(const struct train_plan *p, size_t n, int units)
 {
     unsigned char *seen = xcalloc(n + 2, 1);
     int bad = 0;
@@ -348,14 +348,14 @@ static void test_overlapped_allreduce(void)
     float *pc = xcalloc(n, sizeof(float)), *p0 = xcalloc(n, sizeof(float));
     float *p1 = xcalloc(n, sizeof(float)), *p2 = xcalloc(n, sizeof(float));
     FILE *f0 = tmpfile(), *f1 = tmpfile();
-    struct train_gpu_plan each, merged;
+    struct train_plan each, merged;
     /* 1 byte: every unit its own bucket (a layer: 12 slices of the stacked tensors); 64 KiB: the
      * head and both layers (~50 KB each) in one bucket, merged into contiguous ranges, the
      * embeddings in another */
     const struct train_gpu_opts none = {0, 0}, small = {0, 1}, mid = {0, 64 << 10};
 
-    train_gpu_plan_init(&each, &probe, small.bucket_bytes);
-    train_gpu_plan_init(&merged, &probe, mid.bucket_bytes);
+    train_plan_init(&each, &probe, small.bucket_bytes);
+    train_plan_init(&merged, &probe, mid.bucket_bytes);
     TEST_EQ_INT(each.nb, U);
     TEST_EQ_INT(merged.nb, 2);
     TEST_EQ_INT(merged.end[0], 3);
@@ -375,10 +375,10 @@ static void test_overlapped_allreduce(void)
     TEST_EQ_INT(c0.k, steps); /* one call over n + 2 floats a step */
     TEST_CHECK(c0.len[0] == n + 2);
     /* every bucket's ranges once a step, in the plan's order (= backward's), on the right floats */
-    const struct train_gpu_plan *plans[2] = {&each, &merged};
+    const struct train_plan *plans[2] = {&each, &merged};
     const struct calls *cs[2] = {&c1, &c2};
     for (int k = 0; k < 2; k++) {
-        const struct train_gpu_plan *p = plans[k];
+        const struct train_plan *p = plans[k];
         const int per = p->first[p->nb];
         int bad = 0, at0 = -1;
         TEST_EQ_INT(cs[k]->k, steps * per);
@@ -405,7 +405,7 @@ static void test_overlapped_allreduce(void)
         TEST_CHECK(memcmp(p0, pc, n * sizeof(float)) == 0);
     else
         TEST_CHECK(rms_diff(p0, pc, n) < 5e-4);
-    train_gpu_plan_cleanup(&each), train_gpu_plan_cleanup(&merged);
+    train_plan_cleanup(&each), train_plan_cleanup(&merged);
     model_cleanup(&probe);
     free(pc), free(p0), free(p1), free(p2);
     fclose(f0), fclose(f1);
@@ -488,8 +488,8 @@ static void test_bf16_follows_fp32(void)
     double l32[MAXLOG], l16[MAXLOG];
     char err[256];
     FILE *f32 = tmpfile(), *f16 = tmpfile();
-    const struct train_gpu_opts o32 = {0, TRAIN_GPU_BUCKET_MB << 20},
-                                o16 = {1, TRAIN_GPU_BUCKET_MB << 20};
+    const struct train_gpu_opts o32 = {0, TRAIN_BUCKET_MB << 20},
+                                o16 = {1, TRAIN_BUCKET_MB << 20};
 
     TEST_CHECK(f32 && f16);
     TEST_EQ_INT(model_init(&m32, &mc, 8, 11, err, sizeof(err)), 0);
