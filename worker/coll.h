@@ -7,7 +7,14 @@
  *   tcp  (coll_tcp_new, here): a ring over plain sockets, for CPUs and tests. All-reduce is ring
  *        reduce-scatter + all-gather, chunked and pipelined (the next chunk is on the wire while
  *        this one is being added), fp32 with optional bf16 compression on the wire. Buffers are
- *        host memory.
+ *        host memory. When every rank can map one POSIX shared-memory object (ranks in one
+ *        container: gantry-run / gantry-worker --nproc; pods on one node have separate /dev/shm
+ *        and do not), the fp32 all-reduce goes through shared memory instead (coll_shm.h: one
+ *        copy in and out per byte instead of two kernel copies per ring hop; the sum is in rank
+ *        order, bit-identical on every rank); a probe at coll_tcp_new decides, on every rank
+ *        alike, and falls back to the ring on any failure (rank 0 says why). Switch it off with
+ *        coll_opts.shm = -1 or GANTRY_COLL_SHM=0. Broadcast, all-gather and barrier always use
+ *        the ring, and its sockets detect a dead rank during shared-memory all-reduces too.
  *   nccl (coll_nccl_new, coll_nccl.h): NCCL on GPUs; buffers are device memory.
  *
  * Contract for every collective: all ranks call the same collectives in the same order with the
@@ -52,6 +59,8 @@ struct coll_opts {
     bool bf16_wire;      /* all-reduce: send bf16 instead of fp32 (half the bytes; every rank
                           * ends with identical values, rounded to bf16 precision) */
     int sock_buf_bytes;  /* SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning */
+    int shm;             /* all-reduce through shared memory when all ranks can map it: 0 auto
+                          * (unless GANTRY_COLL_SHM=0), -1 off; never with bf16_wire */
 };
 
 /* Connects the tcp ring: each rank listens on the interface that reaches the store, publishes
@@ -60,6 +69,9 @@ struct coll_opts {
  * as other coll_*_new calls). opts may be NULL. *out is new: coll_free(). */
 int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **out)
     __attribute__((warn_unused_result));
+
+/* True when c is a tcp coll whose all-reduce runs through shared memory (same on every rank). */
+bool coll_tcp_uses_shm(const struct coll *c);
 
 /* "tcp" or "nccl". */
 const char *coll_backend(const struct coll *c);

@@ -25,6 +25,7 @@
 
 #include "common/xalloc.h"
 #include "worker/coll_impl.h"
+#include "worker/coll_shm.h"
 #include "worker/dist.h"
 #include "worker/net.h"
 #include "worker/store.h"
@@ -42,6 +43,8 @@ struct tcp {
     char next_addr[NET_MAX_ADDR + 16], prev_addr[NET_MAX_ADDR + 16];
     char *stage;      /* chunk-sized receive staging (reductions, bf16 decoding) */
     uint16_t *sstage; /* chunk-sized send staging: fp32 encoded to bf16 just before sending */
+    int64_t inst;     /* this instance's number in the store's coll/ keys */
+    struct coll_shm *shm; /* non-NULL: the all-reduce goes through shared memory */
 };
 
 enum rmode {
@@ -412,8 +415,11 @@ static int ring_allreduce(struct tcp *t, float *buf, size_t n)
 static int tcp_allreduce(struct coll *c, float *buf, size_t n, enum coll_red op)
 {
     struct tcp *t = c->impl;
-    int rc = t->world > 1 ? ring_allreduce(t, buf, n) : 0;
+    int rc;
 
+    if (t->shm)
+        return coll_shm_allreduce(t->shm, buf, n, op == COLL_AVG);
+    rc = t->world > 1 ? ring_allreduce(t, buf, n) : 0;
     if (!rc && op == COLL_AVG && t->world > 1) {
         float w = (float)t->world;
         for (size_t i = 0; i < n; i++)
@@ -474,6 +480,7 @@ static void tcp_destroy(struct coll *c)
 
     if (!t)
         return;
+    coll_shm_free(t->shm);
     if (t->next_fd >= 0)
         close(t->next_fd);
     if (t->prev_fd >= 0)
@@ -560,6 +567,7 @@ static int tcp_connect_ring(struct tcp *t, struct store *st, int lfd, int lport)
     snprintf(key, sizeof(key), "coll/instances/%d", t->rank);
     if ((rc = store_add(st, key, 1, &inst)))
         return rc;
+    t->inst = inst;
     snprintf(key, sizeof(key), "coll/%" PRId64 "/nonce", inst);
     if (t->rank == 0) {
         if (RAND_bytes(nonce, NONCE_LEN) != 1 || (rc = store_set(st, key, nonce, NONCE_LEN)))
@@ -632,6 +640,24 @@ static size_t default_chunk(const struct tcp *t, struct store *st)
     return (segs ? segs : 1) * mss / 4 * 4; /* whole elements: up to 3 bytes under */
 }
 
+bool coll_tcp_uses_shm(const struct coll *c)
+{
+    return c->ops == &tcp_ops && ((const struct tcp *)c->impl)->shm;
+}
+
+/* Shared memory for the all-reduce when every rank can map rank 0's object (coll_shm.h), unless
+ * switched off (opts.shm < 0, GANTRY_COLL_SHM=0) or bf16 on the wire (the ring's compression;
+ * shared memory has no wire to save). Every rank takes part, so all decide alike. */
+static int tcp_try_shm(struct tcp *t, struct store *st, const struct coll_opts *o)
+{
+    const char *env = getenv("GANTRY_COLL_SHM");
+    bool want = !o->bf16_wire && o->shm >= 0 && !(env && strcmp(env, "0") == 0);
+    struct coll_shm_ring ring = {.prev_fd = t->prev_fd, .next_fd = t->next_fd,
+                                 .prev_addr = t->prev_addr, .next_addr = t->next_addr};
+
+    return coll_shm_open(st, t->inst, want, t->timeout_ms, &ring, &t->shm);
+}
+
 int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **out)
 {
     struct coll_opts o = {0};
@@ -657,6 +683,8 @@ int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **o
             net_set_bufsize(t->next_fd, o.sock_buf_bytes);
             net_set_bufsize(t->prev_fd, o.sock_buf_bytes);
         }
+        if ((rc = tcp_try_shm(t, st, &o)))
+            goto out;
     }
     t->chunk = o.chunk_bytes >= 4096 ? o.chunk_bytes & ~(size_t)3 : default_chunk(t, st);
     t->stage = xmalloc(t->chunk);

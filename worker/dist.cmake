@@ -9,13 +9,14 @@ add_library(gantry_dist STATIC
     ${CMAKE_CURRENT_LIST_DIR}/store.c
     ${CMAKE_CURRENT_LIST_DIR}/coll.c
     ${CMAKE_CURRENT_LIST_DIR}/coll_tcp.c
+    ${CMAKE_CURRENT_LIST_DIR}/coll_shm.c
     ${CMAKE_CURRENT_LIST_DIR}/sampler.c
     ${CMAKE_CURRENT_LIST_DIR}/ckpt.c
     ${CMAKE_CURRENT_LIST_DIR}/ckpt_read.c
     ${CMAKE_CURRENT_LIST_DIR}/launch.c)
 target_include_directories(gantry_dist PUBLIC "${PROJECT_SOURCE_DIR}")
 # The all-reduce's add and bf16 loops only vectorise at -O3 (GCC 12's -O2 does not).
-set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/coll_tcp.c PROPERTIES
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/coll_tcp.c ${CMAKE_CURRENT_LIST_DIR}/coll_shm.c PROPERTIES
                             COMPILE_OPTIONS "$<$<NOT:$<CONFIG:Asan>>:-O3>")
 target_link_libraries(gantry_dist PUBLIC gantry_common OpenSSL::Crypto PkgConfig::GANTRY_JANSSON
                       Threads::Threads m)

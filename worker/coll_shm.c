@@ -1,0 +1,554 @@
+/*
+ * coll_shm.c - the tcp backend's all-reduce through shared memory, for ranks that map one POSIX
+ * shared-memory object (coll_shm.h has the protocol). Layout of the mapping: a header page (the
+ * token, sizes, the abort word), one 128-byte line per rank with its sequence counter and its
+ * sleepers count (a line each: counters of different ranks never share a cache line, nor the
+ * adjacent-line prefetch pair), then two piece-sized slots per rank.
+ *
+ * Rank r's counter after piece p (counted over the lifetime of the mapping) says: 2p+1, its slot
+ * holds piece p's input (all but segment r); 2p+2, segment r of its slot holds the reduced
+ * segment. A rank reads other slots only after seeing their counter (acquire), and writes its
+ * slot b = p & 1 for piece p only after it has seen every counter at 2(p-1)+1, i.e. after every
+ * rank has finished piece p-2, the last one that used that slot.
+ */
+#include "worker/coll_shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "common/xalloc.h"
+#include "worker/dist.h"
+#include "worker/store.h"
+
+#define SHM_MAGIC 0x67616e7472795368ull /* "gantrySh" */
+#define SHM_TOKEN_LEN 16
+#define SHM_LINE 128
+#define SHM_HDR_BYTES 4096
+#define SHM_MAX_BYTES (64u << 20) /* all slots together */
+#define SHM_PIECE_DEFAULT (1u << 20)
+#define SHM_SPIN_DEFAULT 2000
+#define SHM_SLICE_MS 50 /* futex sleep between checks of the ring sockets */
+
+struct shm_hdr {
+    uint64_t magic;
+    unsigned char token[SHM_TOKEN_LEN];
+    uint32_t world;
+    uint32_t piece; /* floats per piece (= per slot) */
+    uint64_t size;
+    /* First failure: (-code) << 32 | culprit rank << 16 | reporting rank; 0 while all is well. */
+    _Alignas(SHM_LINE) _Atomic uint64_t abort_word;
+};
+
+struct shm_ctl {
+    _Alignas(SHM_LINE) _Atomic uint32_t seq; /* also the futex word its readers sleep on */
+    _Atomic int32_t sleepers;                /* readers in (or about to enter) futex_wait */
+};
+
+struct coll_shm {
+    int rank, world, timeout_ms, spin;
+    size_t piece;    /* floats */
+    uint32_t pieces; /* pieces done over the lifetime of the mapping */
+    unsigned char *base;
+    size_t size;
+    struct shm_hdr *hdr;
+    struct shm_ctl *ctl;
+    struct coll_shm_ring ring;
+};
+
+/* ---- waiting and failures ------------------------------------------------------------------ */
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t v, int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *w)
+{
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static bool reached(uint32_t v, uint32_t target)
+{
+    return (int32_t)(v - target) >= 0; /* wraps after 2^31 pieces */
+}
+
+/* Publishes this rank's counter; wakes its readers only when one may sleep. The store and the
+ * load of sleepers are seq_cst, as are a sleeper's increment and its load of seq: one of the two
+ * sides sees the other, so a wakeup cannot be lost. */
+static void publish(struct coll_shm *s, uint32_t v)
+{
+    struct shm_ctl *c = &s->ctl[s->rank];
+
+    atomic_store(&c->seq, v);
+    if (atomic_load(&c->sleepers) > 0)
+        futex_wake_all(&c->seq);
+}
+
+static int report(const struct coll_shm *s, uint64_t w)
+{
+    int rc = -(int)(w >> 32), culprit = (int)((w >> 16) & 0xffff), by = (int)(w & 0xffff);
+    int prev = (s->rank + s->world - 1) % s->world;
+    const char *what = "all-reduce (shared memory)";
+    char seen[48] = "";
+
+    if (by != s->rank)
+        snprintf(seen, sizeof(seen), " (seen by rank %d)", by);
+    if (rc == DIST_ETIMEDOUT)
+        dist_log("%s: rank %d made no progress for %.1f s%s: it is hung or dead. Exiting so that "
+                 "the gang restarts from the last checkpoint",
+                 what, culprit, s->timeout_ms / 1000.0, seen);
+    else if (by == s->rank)
+        dist_log("%s: rank %d (%s) closed the connection: it died. Exiting so that the gang "
+                 "restarts from the last checkpoint",
+                 what, culprit, culprit == prev ? s->ring.prev_addr : s->ring.next_addr);
+    else
+        dist_log("%s: rank %d closed its connections%s: it died. Exiting so that the gang "
+                 "restarts from the last checkpoint",
+                 what, culprit, seen);
+    return rc;
+}
+
+/* Marks the mapping aborted (the first failure wins) and wakes every sleeper, so that all ranks
+ * fail now instead of one timeout after another. Returns the error to report. */
+static int fail(struct coll_shm *s, int rc, int culprit)
+{
+    uint64_t zero = 0, w = (uint64_t)(uint32_t)-rc << 32 | (uint64_t)(culprit & 0xffff) << 16 |
+                           (uint64_t)(s->rank & 0xffff);
+
+    if (!atomic_compare_exchange_strong(&s->hdr->abort_word, &zero, w))
+        w = zero; /* someone was first: report theirs */
+    for (int q = 0; q < s->world; q++)
+        futex_wake_all(&s->ctl[q].seq);
+    return report(s, w);
+}
+
+/* A ring neighbour that is gone. No data flows on the ring during shm operations, except a
+ * neighbour that already finished this all-reduce may have sent the next TCP collective's bytes:
+ * data is not a death, end of file or a hangup is. -1: both alive. */
+static int dead_neighbour(const struct coll_shm *s)
+{
+    int fds[2] = {s->ring.prev_fd, s->ring.next_fd};
+    int ranks[2] = {(s->rank + s->world - 1) % s->world, (s->rank + 1) % s->world};
+
+    for (int i = 0; i < 2; i++) {
+        struct pollfd p = {.fd = fds[i], .events = POLLIN | POLLRDHUP};
+        char c;
+        if (fds[i] < 0 || poll(&p, 1, 0) <= 0)
+            continue;
+        if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))
+            return ranks[i];
+        ssize_t n = recv(fds[i], &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return ranks[i];
+    }
+    return -1;
+}
+
+/* Waits until rank q's counter reaches target: spins a little (the other rank is usually a few
+ * microseconds away), then sleeps on the counter in slices, checking between them for an abort,
+ * a dead neighbour and the timeout. */
+static int wait_rank(struct coll_shm *s, int q, uint32_t target)
+{
+    struct shm_ctl *c = &s->ctl[q];
+    int64_t deadline = 0;
+    uint64_t w;
+
+    for (int i = 0; i < s->spin; i++) {
+        if (reached(atomic_load_explicit(&c->seq, memory_order_acquire), target))
+            return 0;
+        cpu_relax();
+    }
+    for (;;) {
+        atomic_fetch_add(&c->sleepers, 1);
+        uint32_t v = atomic_load(&c->seq);
+        if (!reached(v, target) && !atomic_load(&s->hdr->abort_word))
+            futex_wait(&c->seq, v, SHM_SLICE_MS);
+        atomic_fetch_sub(&c->sleepers, 1);
+        if (reached(atomic_load_explicit(&c->seq, memory_order_acquire), target))
+            return 0;
+        if ((w = atomic_load(&s->hdr->abort_word)))
+            return report(s, w);
+        int dead = dead_neighbour(s);
+        if (dead >= 0)
+            return fail(s, DIST_EPEER, dead);
+        int64_t now = dist_now_ms();
+        if (!deadline)
+            deadline = now + s->timeout_ms;
+        else if (now >= deadline)
+            return fail(s, DIST_ETIMEDOUT, q);
+    }
+}
+
+/* ---- the all-reduce ------------------------------------------------------------------------ */
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define HOT
+#endif
+
+HOT static void add2(float *restrict d, const float *restrict a, const float *restrict b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = a[i] + b[i];
+}
+
+HOT static void add_to(float *restrict d, const float *restrict s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] += s[i];
+}
+
+HOT static void div_by(float *restrict d, float w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] /= w; /* as the ring does it: a division, not a multiplication by 1/w */
+}
+
+static size_t seg_off(size_t n, int world, int i)
+{
+    return (size_t)((uint64_t)n * (uint64_t)i / (uint64_t)world);
+}
+
+static float *slot(const struct coll_shm *s, int q, int b)
+{
+    size_t ctl = ((size_t)s->world * SHM_LINE + 4095) / 4096 * 4096;
+    return (float *)(s->base + SHM_HDR_BYTES + ctl +
+                     ((size_t)q * 2 + (size_t)b) * s->piece * sizeof(float));
+}
+
+/* One piece of len floats (coll_shm.h: copy in, reduce segment r in rank order, copy out). */
+static int do_piece(struct coll_shm *s, float *buf, size_t len, bool avg)
+{
+    int W = s->world, r = s->rank, b = (int)(s->pieces & 1), rc;
+    uint32_t in = 2 * s->pieces + 1, out = in + 1;
+    size_t lo = seg_off(len, W, r), hi = seg_off(len, W, r + 1), m = hi - lo;
+    float *mine = slot(s, r, b), *sum = mine + lo;
+    const float *first = NULL;
+
+    s->pieces++;
+    memcpy(mine, buf, lo * sizeof(float)); /* segment r stays in buf: only this rank reads it */
+    memcpy(mine + hi, buf + hi, (len - hi) * sizeof(float));
+    publish(s, in);
+    for (int q = 0; q < W; q++) { /* every rank's counter, even when m == 0 (slot reuse rule) */
+        const float *src = q == r ? buf + lo : slot(s, q, b) + lo;
+        if (q != r && (rc = wait_rank(s, q, in)))
+            return rc;
+        if (q == 0)
+            first = src;
+        else if (q == 1)
+            add2(sum, first, src, m);
+        else
+            add_to(sum, src, m);
+    }
+    if (avg)
+        div_by(sum, (float)W, m);
+    memcpy(buf + lo, sum, m * sizeof(float));
+    publish(s, out);
+    for (int k = 1; k < W; k++) { /* start past this rank: ranks do not all read one slot */
+        int q = (r + k) % W;
+        size_t qlo = seg_off(len, W, q), qhi = seg_off(len, W, q + 1);
+        if ((rc = wait_rank(s, q, out)))
+            return rc;
+        memcpy(buf + qlo, slot(s, q, b) + qlo, (qhi - qlo) * sizeof(float));
+    }
+    return 0;
+}
+
+int coll_shm_allreduce(struct coll_shm *s, float *buf, size_t n, bool avg)
+{
+    int rc;
+
+    for (size_t at = 0; at < n; at += s->piece) {
+        size_t len = n - at < s->piece ? n - at : s->piece;
+        if ((rc = do_piece(s, buf + at, len, avg)))
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- setup --------------------------------------------------------------------------------- */
+
+static size_t map_size(int world, size_t piece)
+{
+    size_t ctl = ((size_t)world * SHM_LINE + 4095) / 4096 * 4096;
+    return SHM_HDR_BYTES + ctl + 2 * (size_t)world * piece * sizeof(float);
+}
+
+static size_t env_size(const char *name, size_t dflt)
+{
+    const char *v = getenv(name);
+    char *end;
+    unsigned long long x;
+
+    if (!v || !*v)
+        return dflt;
+    errno = 0;
+    x = strtoull(v, &end, 0);
+    return (errno || *end) ? dflt : (size_t)x;
+}
+
+/* Bytes per piece: GANTRY_COLL_SHM_PIECE or 1 MiB, whole cache lines, all slots <= 64 MiB. */
+static size_t piece_floats(int world)
+{
+    size_t bytes = env_size("GANTRY_COLL_SHM_PIECE", SHM_PIECE_DEFAULT);
+    size_t most = SHM_MAX_BYTES / (2 * (size_t)world);
+
+    if (bytes > most)
+        bytes = most;
+    bytes = bytes / 64 * 64;
+    if (bytes < 4096)
+        bytes = 4096;
+    return bytes / sizeof(float);
+}
+
+static void tohex(const unsigned char *p, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", p[i]);
+}
+
+static int map_fd(struct coll_shm *s, int fd, char *why, size_t cap)
+{
+    void *p = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+
+    if (p == MAP_FAILED) {
+        snprintf(why, cap, "mmap of %zu bytes: %s", s->size, strerror(errno));
+        return -1;
+    }
+    s->base = p;
+    s->hdr = p;
+    s->ctl = (struct shm_ctl *)(s->base + SHM_HDR_BYTES);
+    return 0;
+}
+
+/* Rank 0: creates, sizes, reserves and maps the object and fills in the header. The memory is
+ * reserved up front (posix_fallocate) because a tmpfs that fills up later would kill us with
+ * SIGBUS on first touch instead of failing here. */
+static int create_obj(struct coll_shm *s, char *name, size_t name_cap,
+                      unsigned char token[SHM_TOKEN_LEN], char *why, size_t cap)
+{
+    unsigned char rnd[8];
+    char hex[2 * sizeof(rnd) + 1];
+    int fd = -1, rc = -1, e;
+
+    if (RAND_bytes(rnd, sizeof(rnd)) != 1 || RAND_bytes(token, SHM_TOKEN_LEN) != 1) {
+        snprintf(why, cap, "no random bytes for the object's name");
+        return -1;
+    }
+    tohex(rnd, sizeof(rnd), hex);
+    snprintf(name, name_cap, "/%s%ld-%s", COLL_SHM_PREFIX, (long)getpid(), hex);
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        snprintf(why, cap, "shm_open %s: %s", name, strerror(errno));
+        name[0] = 0;
+        return -1;
+    }
+    if (ftruncate(fd, (off_t)s->size) != 0) {
+        snprintf(why, cap, "ftruncate %s to %zu bytes: %s", name, s->size, strerror(errno));
+        goto out;
+    }
+    if ((e = posix_fallocate(fd, 0, (off_t)s->size)) != 0) {
+        snprintf(why, cap, "reserving %zu bytes in /dev/shm: %s (a container's /dev/shm is "
+                 "often 64 MiB: raise it, e.g. an emptyDir with medium Memory)",
+                 s->size, strerror(e));
+        goto out;
+    }
+    if (map_fd(s, fd, why, cap))
+        goto out;
+    s->hdr->magic = SHM_MAGIC;
+    memcpy(s->hdr->token, token, SHM_TOKEN_LEN);
+    s->hdr->world = (uint32_t)s->world;
+    s->hdr->piece = (uint32_t)s->piece;
+    s->hdr->size = s->size;
+    rc = 0;
+out:
+    close(fd);
+    return rc;
+}
+
+/* Other ranks: maps rank 0's object and checks that it is the one rank 0 announced. */
+static int open_obj(struct coll_shm *s, const char *name, const char *token_hex, char *why,
+                    size_t cap)
+{
+    struct stat sb;
+    char hex[2 * SHM_TOKEN_LEN + 1];
+    int fd = shm_open(name, O_RDWR, 0);
+
+    if (fd < 0) {
+        snprintf(why, cap, "rank %d: shm_open %s: %s (not the same host or /dev/shm as rank 0)",
+                 s->rank, name, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != s->size) {
+        snprintf(why, cap, "rank %d: %s has the wrong size", s->rank, name);
+        close(fd);
+        return -1;
+    }
+    int rc = map_fd(s, fd, why, cap);
+    close(fd);
+    if (rc)
+        return rc;
+    tohex(s->hdr->token, SHM_TOKEN_LEN, hex);
+    if (s->hdr->magic != SHM_MAGIC || strcmp(hex, token_hex) != 0 ||
+        s->hdr->world != (uint32_t)s->world || s->hdr->piece != (uint32_t)s->piece) {
+        snprintf(why, cap, "rank %d: %s is not the object rank 0 created (another /dev/shm?)",
+                 s->rank, name);
+        return -1;
+    }
+    return 0;
+}
+
+static int wait_str(struct store *st, const char *key, int timeout_ms, char *out, size_t cap)
+{
+    void *v = NULL;
+    size_t vl;
+    int rc = store_wait(st, key, timeout_ms, &v, &vl);
+
+    if (!rc)
+        snprintf(out, cap, "%s", (char *)v);
+    free(v);
+    return rc;
+}
+
+/* Rank 0's side: create, announce, collect the verdicts, unlink, decide. */
+static int setup_rank0(struct coll_shm *s, struct store *st, const char *pfx, bool want,
+                       bool *go)
+{
+    char name[96] = "", key[128], val[256], why[256] = "";
+    unsigned char token[SHM_TOKEN_LEN];
+    int rc;
+
+    bool ok = want && create_obj(s, name, sizeof(name), token, why, sizeof(why)) == 0;
+    if (ok) {
+        char hex[2 * SHM_TOKEN_LEN + 1];
+        tohex(token, SHM_TOKEN_LEN, hex);
+        snprintf(val, sizeof(val), "%s %s %zu", name, hex, s->piece);
+    } else {
+        snprintf(val, sizeof(val), "off");
+    }
+    snprintf(key, sizeof(key), "%s/name", pfx);
+    if ((rc = store_set(st, key, val, strlen(val))))
+        goto out;
+    for (int q = 1; q < s->world; q++) {
+        snprintf(key, sizeof(key), "%s/ok/%d", pfx, q);
+        if ((rc = wait_str(st, key, s->timeout_ms, val, sizeof(val))))
+            goto out;
+        if (ok && val[0] != '1') {
+            ok = false;
+            snprintf(why, sizeof(why), "%s", val[0] && val[1] ? val + 2 : "?");
+        }
+    }
+    /* Every rank has mapped it or given up: nothing needs the name any more. */
+    if (name[0])
+        shm_unlink(name);
+    name[0] = 0;
+    snprintf(key, sizeof(key), "%s/go", pfx);
+    if ((rc = store_set(st, key, ok ? "1" : "0", 1)))
+        goto out;
+    if (!ok && want)
+        dist_log("tcp collectives: not using shared memory for the all-reduce (%s); it runs over "
+                 "the TCP ring",
+                 why);
+    *go = ok;
+out:
+    if (name[0])
+        shm_unlink(name);
+    return rc;
+}
+
+static int setup_rank(struct coll_shm *s, struct store *st, const char *pfx, bool want,
+                      bool *go)
+{
+    char key[128], val[256], name[96], tok[2 * SHM_TOKEN_LEN + 8], why[200] = "";
+    size_t piece;
+    int rc;
+
+    snprintf(key, sizeof(key), "%s/name", pfx);
+    if ((rc = wait_str(st, key, s->timeout_ms, val, sizeof(val))))
+        return rc;
+    bool ok = false;
+    if (!want)
+        snprintf(why, sizeof(why), "rank %d: switched off (GANTRY_COLL_SHM=0, coll_opts.shm or "
+                 "bf16 on the wire)", s->rank);
+    else if (strcmp(val, "off") == 0)
+        snprintf(why, sizeof(why), "rank 0 is not using it");
+    else if (sscanf(val, "%95s %40s %zu", name, tok, &piece) != 3 || piece < 1024 ||
+             piece > SHM_MAX_BYTES / sizeof(float))
+        snprintf(why, sizeof(why), "rank %d: bad announcement from rank 0", s->rank);
+    else {
+        s->piece = piece;
+        s->size = map_size(s->world, piece);
+        ok = open_obj(s, name, tok, why, sizeof(why)) == 0;
+    }
+    snprintf(val, sizeof(val), "%s %s", ok ? "1" : "0", why);
+    snprintf(key, sizeof(key), "%s/ok/%d", pfx, s->rank);
+    if ((rc = store_set(st, key, val, strlen(val))))
+        return rc;
+    snprintf(key, sizeof(key), "%s/go", pfx);
+    if ((rc = wait_str(st, key, s->timeout_ms, val, sizeof(val))))
+        return rc;
+    *go = ok && val[0] == '1';
+    return 0;
+}
+
+int coll_shm_open(struct store *st, int64_t inst, bool want, int timeout_ms,
+                  const struct coll_shm_ring *ring, struct coll_shm **out)
+{
+    struct coll_shm *s = xcalloc(1, sizeof(*s));
+    char pfx[64];
+    bool go = false;
+    int rc;
+
+    *out = NULL;
+    s->rank = store_rank(st);
+    s->world = store_world_size(st);
+    s->timeout_ms = timeout_ms;
+    s->spin = (int)env_size("GANTRY_COLL_SHM_SPIN", SHM_SPIN_DEFAULT);
+    s->ring = *ring;
+    s->piece = piece_floats(s->world);
+    s->size = map_size(s->world, s->piece);
+    snprintf(pfx, sizeof(pfx), "coll/%" PRId64 "/shm", inst);
+    if (s->world > 65535) /* the abort word holds 16-bit ranks */
+        want = false;
+    rc = s->rank == 0 ? setup_rank0(s, st, pfx, want, &go) : setup_rank(s, st, pfx, want, &go);
+    if (!rc && go) {
+        *out = s;
+        s = NULL;
+    }
+    coll_shm_free(s);
+    return rc;
+}
+
+void coll_shm_free(struct coll_shm *s)
+{
+    if (!s)
+        return;
+    if (s->base)
+        munmap(s->base, s->size);
+    free(s);
+}

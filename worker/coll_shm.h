@@ -1,0 +1,61 @@
+/*
+ * coll_shm.h - the shared-memory all-reduce of the tcp backend (internal to coll_tcp.c and the
+ * tests), used when every rank can map one POSIX shared-memory object: ranks in one container,
+ * as gantry-run / gantry-worker --nproc start them. Like NCCL's SHM transport: loopback TCP costs
+ * two kernel copies per byte per ring hop, this path one user-space copy in and out.
+ *
+ * Setup (coll_shm_open, collective): rank 0 creates a randomly named object (O_EXCL, 0600),
+ * reserves its memory (posix_fallocate: a small /dev/shm fails here, not with SIGBUS later) and
+ * publishes name + a random token in the store; every rank maps it and checks the token; rank 0
+ * collects every rank's verdict, publishes the decision, and unlinks the object (nothing stays in
+ * /dev/shm, even if a rank is later killed). Any failure: every rank falls back to the ring.
+ * The probe decides, not host names: pods on one node have separate /dev/shm and fall back.
+ *
+ * All-reduce: the buffer goes in pieces through per-rank slots (two per rank, alternating, so a
+ * rank fills the next piece while slower ranks still read the last one). Per piece, rank r copies
+ * its data (but not segment r) into its slot and publishes; it sums segment r over every rank in
+ * rank order 0..W-1 (bit-identical and deterministic everywhere), writes the sum to its slot and
+ * its buffer and publishes; then copies every other rank's reduced segment. Waiting: a short
+ * spin, then futex sleeps in slices, between which the ring sockets (idle during shm operations)
+ * are checked: EOF/hangup from a neighbour is a dead peer. A rank that fails marks the mapping
+ * aborted and wakes everyone, so all ranks fail together with the same error.
+ *
+ * Tuning knobs (env, for measurements; rank 0's piece size is the one used):
+ * GANTRY_COLL_SHM_PIECE (bytes per piece, default 1 MiB), GANTRY_COLL_SHM_SPIN (spin iterations
+ * before sleeping, default 2000).
+ */
+#ifndef GANTRY_COLL_SHM_H
+#define GANTRY_COLL_SHM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct store;
+struct coll;
+struct coll_shm;
+
+/* The "gantry-coll-<pid>-" prefix of the objects in /dev/shm (tests look for leftovers). */
+#define COLL_SHM_PREFIX "gantry-coll-"
+
+/* The tcp ring, borrowed for failure detection and messages. */
+struct coll_shm_ring {
+    int prev_fd, next_fd;
+    const char *prev_addr, *next_addr;
+};
+
+/* Collective: every rank of the tcp instance inst calls it. want: this rank may use shared
+ * memory (fp32 on the wire, not disabled); a rank that may not votes no and everyone falls back.
+ * *out: the mapping (free with coll_shm_free), or NULL when the ring is to be used (rank 0 then
+ * printed why, unless it was switched off on purpose). Errors are store failures only. */
+int coll_shm_open(struct store *st, int64_t inst, bool want, int timeout_ms,
+                  const struct coll_shm_ring *ring, struct coll_shm **out)
+    __attribute__((warn_unused_result));
+/* In place, n >= 1 floats; avg divides the sum by the world size. DIST_EPEER / DIST_ETIMEDOUT
+ * (message naming the rank) when a rank dies or stops making progress for timeout_ms. */
+int coll_shm_allreduce(struct coll_shm *s, float *buf, size_t n, bool avg)
+    __attribute__((warn_unused_result));
+/* Unmaps. NULL is a no-op. */
+void coll_shm_free(struct coll_shm *s);
+
+#endif /* GANTRY_COLL_SHM_H */
