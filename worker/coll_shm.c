@@ -436,14 +436,14 @@ static int wait_str(struct store *st, const char *key, int timeout_ms, char *out
 }
 
 /* Rank 0's side: create, announce, collect the verdicts, unlink, decide. */
-static int setup_rank0(struct coll_shm *s, struct store *st, const char *pfx, bool want,
+static int setup_rank0(struct coll_shm *s, struct store *st, const char *pfx, const char *off,
                        bool *go)
 {
     char name[96] = "", key[128], val[256], why[256] = "";
     unsigned char token[SHM_TOKEN_LEN];
     int rc;
 
-    bool ok = want && create_obj(s, name, sizeof(name), token, why, sizeof(why)) == 0;
+    bool want = !off, ok = want && create_obj(s, name, sizeof(name), token, why, sizeof(why)) == 0;
     if (ok) {
         char hex[2 * SHM_TOKEN_LEN + 1];
         tohex(token, SHM_TOKEN_LEN, hex);
@@ -481,10 +481,10 @@ out:
     return rc;
 }
 
-static int setup_rank(struct coll_shm *s, struct store *st, const char *pfx, bool want,
+static int setup_rank(struct coll_shm *s, struct store *st, const char *pfx, const char *off,
                       bool *go)
 {
-    char key[128], val[256], name[96], tok[2 * SHM_TOKEN_LEN + 8], why[200] = "";
+    char key[128], val[256], name[96], tok[2 * SHM_TOKEN_LEN + 9], why[200] = "";
     size_t piece;
     int rc;
 
@@ -492,9 +492,8 @@ static int setup_rank(struct coll_shm *s, struct store *st, const char *pfx, boo
     if ((rc = wait_str(st, key, s->timeout_ms, val, sizeof(val))))
         return rc;
     bool ok = false;
-    if (!want)
-        snprintf(why, sizeof(why), "rank %d: switched off (GANTRY_COLL_SHM=0, coll_opts.shm or "
-                 "bf16 on the wire)", s->rank);
+    if (off)
+        snprintf(why, sizeof(why), "rank %d: %s", s->rank, off);
     else if (strcmp(val, "off") == 0)
         snprintf(why, sizeof(why), "rank 0 is not using it");
     else if (sscanf(val, "%95s %40s %zu", name, tok, &piece) != 3 || piece < 1024 ||
@@ -516,7 +515,7 @@ static int setup_rank(struct coll_shm *s, struct store *st, const char *pfx, boo
     return 0;
 }
 
-int coll_shm_open(struct store *st, int64_t inst, bool want, int timeout_ms,
+int coll_shm_open(struct store *st, int64_t inst, const char *off, int timeout_ms,
                   const struct coll_shm_ring *ring, struct coll_shm **out)
 {
     struct coll_shm *s = xcalloc(1, sizeof(*s));
@@ -534,8 +533,8 @@ int coll_shm_open(struct store *st, int64_t inst, bool want, int timeout_ms,
     s->size = map_size(s->world, s->piece);
     snprintf(pfx, sizeof(pfx), "coll/%" PRId64 "/shm", inst);
     if (s->world > 65535) /* the abort word holds 16-bit ranks */
-        want = false;
-    rc = s->rank == 0 ? setup_rank0(s, st, pfx, want, &go) : setup_rank(s, st, pfx, want, &go);
+        off = "more than 65535 ranks";
+    rc = s->rank == 0 ? setup_rank0(s, st, pfx, off, &go) : setup_rank(s, st, pfx, off, &go);
     if (!rc && go) {
         *out = s;
         s = NULL;

@@ -44,11 +44,12 @@ struct coll_shm_ring {
     const char *prev_addr, *next_addr;
 };
 
-/* Collective: every rank of the tcp instance inst calls it. want: this rank may use shared
- * memory (fp32 on the wire, not disabled); a rank that may not votes no and everyone falls back.
+/* Collective: every rank of the tcp instance inst calls it. off: NULL when this rank may use
+ * shared memory, else why not (e.g. "GANTRY_COLL_SHM=0"); a rank that may not votes no and
+ * everyone falls back.
  * *out: the mapping (free with coll_shm_free), or NULL when the ring is to be used (rank 0 then
  * printed why, unless it was switched off on purpose). Errors are store failures only. */
-int coll_shm_open(struct store *st, int64_t inst, bool want, int timeout_ms,
+int coll_shm_open(struct store *st, int64_t inst, const char *off, int timeout_ms,
                   const struct coll_shm_ring *ring, struct coll_shm **out)
     __attribute__((warn_unused_result));
 /* In place, n >= 1 floats; avg divides the sum by the world size. DIST_EPEER / DIST_ETIMEDOUT

@@ -650,12 +650,17 @@ bool coll_tcp_uses_shm(const struct coll *c)
  * shared memory has no wire to save). Every rank takes part, so all decide alike. */
 static int tcp_try_shm(struct tcp *t, struct store *st, const struct coll_opts *o)
 {
-    const char *env = getenv("GANTRY_COLL_SHM");
-    bool want = !o->bf16_wire && o->shm >= 0 && !(env && strcmp(env, "0") == 0);
+    const char *env = getenv("GANTRY_COLL_SHM"), *off = NULL;
     struct coll_shm_ring ring = {.prev_fd = t->prev_fd, .next_fd = t->next_fd,
                                  .prev_addr = t->prev_addr, .next_addr = t->next_addr};
 
-    return coll_shm_open(st, t->inst, want, t->timeout_ms, &ring, &t->shm);
+    if (o->bf16_wire)
+        off = "bf16 on the wire";
+    else if (o->shm < 0)
+        off = "switched off in coll_opts";
+    else if (env && strcmp(env, "0") == 0)
+        off = "GANTRY_COLL_SHM=0";
+    return coll_shm_open(st, t->inst, off, t->timeout_ms, &ring, &t->shm);
 }
 
 int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **out)

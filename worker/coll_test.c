@@ -3,16 +3,22 @@
  * integer-valued floats (sizes that do not divide by the world size, smaller than it, several
  * MiB, many small overlapping steps), average, bf16 wire compression, broadcast, all-gather,
  * barrier, the gradient bucketer; and failure detection: kill -9 of one rank, and a hung
- * (SIGSTOPped) rank.
+ * (SIGSTOPped) rank. The all-reduce cases run twice: through shared memory (the default on one
+ * host; the test fails if it silently fell back) and over the ring (coll_opts.shm = -1); plus
+ * the shared-memory path's rank-order sum, its fallback when one rank switches it off, and no
+ * object left in /dev/shm.
  */
 #include "worker/coll.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/test.h"
+#include "worker/coll_shm.h"
 #include "worker/dist.h"
 #include "worker/dist_testutil.h"
 #include "worker/store.h"
@@ -21,7 +27,36 @@ struct job {
     int port, world;
     int timeout_ms; /* collective peer timeout */
     int ready_fd;   /* loop_main writes one byte here once it is all-reducing */
+    int shm;        /* coll_opts.shm */
+    int env_off;    /* rank that sets GANTRY_COLL_SHM=0 (-1: none, -2: all) */
 };
+
+/* Every rank process this test started, to look for their objects in /dev/shm at the end. */
+static pid_t spawned[256];
+static int nspawned;
+
+static pid_t spawn(int (*fn)(int rank, void *arg), int rank, void *arg)
+{
+    pid_t p = tu_spawn(fn, rank, arg);
+    if (nspawned < (int)(sizeof(spawned) / sizeof(spawned[0])))
+        spawned[nspawned++] = p;
+    return p;
+}
+
+/* Shared memory is expected when the world has several ranks, nobody switched it off, and the
+ * probe can work here (a /dev/shm). */
+static bool want_shm(const struct job *j)
+{
+    return j->world > 1 && j->shm >= 0 && j->env_off == -1 && access("/dev/shm", W_OK) == 0;
+}
+
+static void apply_env(const struct job *j, int rank)
+{
+    if (j->env_off == -2 || j->env_off == rank)
+        setenv("GANTRY_COLL_SHM", "0", 1);
+    else
+        unsetenv("GANTRY_COLL_SHM");
+}
 
 /* Element i of rank r's input: an integer small enough that sums are exact in fp32. */
 static float val(int r, size_t i)
@@ -73,6 +108,59 @@ static int run_allreduces(struct coll *c, int rank, int world)
             return rc;
     }
     return 0;
+}
+
+/* Inexact inputs: every rank ends with the same bits; through shared memory they are the sum in
+ * rank order ((x0 + x1) + x2) + ..., divided by the world size for the average. */
+static float inexact(int r, size_t i)
+{
+    return 1.0f / (float)(i + 1) * (float)(r + 1) + 0.1f * (float)r;
+}
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static int run_order(struct coll *c, int rank, int world, bool shm)
+{
+    static const size_t sizes[] = {2, 300007};
+    uint64_t *all = malloc((size_t)world * sizeof(uint64_t));
+    int rc = 0;
+
+    for (size_t k = 0; !rc && k < 2; k++) {
+        size_t n = sizes[k];
+        enum coll_red op = k ? COLL_AVG : COLL_SUM;
+        float *b = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            b[i] = inexact(rank, i);
+        rc = coll_allreduce(c, b, n, op);
+        for (size_t i = 0; !rc && shm && i < n; i++) {
+            float want = inexact(0, i);
+            for (int r = 1; r < world; r++)
+                want += inexact(r, i);
+            if (op == COLL_AVG)
+                want /= (float)world;
+            if (memcmp(&want, &b[i], sizeof(float)) != 0) {
+                dist_log("element %zu of %zu: got %a want %a (rank order)", i, n, (double)b[i],
+                         (double)want);
+                rc = 80;
+            }
+        }
+        uint64_t h = fnv(b, n * sizeof(float));
+        if (!rc)
+            rc = coll_allgather(c, &h, all, sizeof(h));
+        for (int r = 0; !rc && r < world; r++)
+            if (all[r] != h)
+                rc = 81;
+        free(b);
+    }
+    free(all);
+    return rc;
 }
 
 static int run_others(struct coll *c, int rank, int world)
@@ -171,7 +259,7 @@ static int grads_async_main(int rank, void *arg)
 static void test_grads_async(void)
 {
     struct job j = {.port = tu_free_port(), .world = 2, .timeout_ms = 20000};
-    pid_t p0 = tu_spawn(grads_async_main, 0, &j), p1 = tu_spawn(grads_async_main, 1, &j);
+    pid_t p0 = spawn(grads_async_main, 0, &j), p1 = spawn(grads_async_main, 1, &j);
 
     TEST_EQ_INT(tu_wait(p0, 60000, NULL), 0);
     TEST_EQ_INT(tu_wait(p1, 60000, NULL), 0);
@@ -188,6 +276,10 @@ static int run_bf16(struct store *st, int rank, int world)
 
     if ((rc = coll_tcp_new(st, &o, &c)))
         goto out;
+    if (coll_tcp_uses_shm(c)) { /* bf16 is the ring's compression: it stays there */
+        rc = 53;
+        goto out;
+    }
     for (size_t i = 0; i < n; i++)
         b[i] = (float)((int)(i % 9) - 4) * (float)(rank + 1);
     if ((rc = coll_allreduce(c, b, n, COLL_SUM)))
@@ -219,15 +311,21 @@ out:
 
 /* Many small slices (4 KiB steps): each step's send waits only for the receive it forwards, so
  * steps of consecutive slices overlap on the wire; sums stay exact, back to back, with a ragged
- * last slice and sizes that do not divide by the world size. */
-static int run_small_steps(struct store *st, int rank, int world)
+ * last slice and sizes that do not divide by the world size. Through shared memory: 4 KiB
+ * pieces (rank 0's choice counts), so each all-reduce reuses both slots of every rank many
+ * times. */
+static int run_small_steps(struct store *st, int rank, int world, int shm)
 {
-    struct coll_opts o = {.chunk_bytes = 4096, .timeout_ms = 10000};
+    struct coll_opts o = {.chunk_bytes = 4096, .timeout_ms = 10000, .shm = shm};
     static const size_t sizes[] = {100003, 7, 65536};
     struct coll *c = NULL;
     int rc;
 
-    if ((rc = coll_tcp_new(st, &o, &c)))
+    if (rank == 0)
+        setenv("GANTRY_COLL_SHM_PIECE", "4096", 1);
+    rc = coll_tcp_new(st, &o, &c);
+    unsetenv("GANTRY_COLL_SHM_PIECE");
+    if (rc)
         return rc;
     for (size_t k = 0; !rc && k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         size_t n = sizes[k];
@@ -248,15 +346,23 @@ static int rank_main(int rank, void *arg)
     const struct job *j = arg;
     struct dist_rdzv *rz = NULL;
     struct coll *c = NULL;
-    struct coll_opts o = {.timeout_ms = j->timeout_ms, .chunk_bytes = 64 * 1024};
+    struct coll_opts o = {.timeout_ms = j->timeout_ms, .chunk_bytes = 64 * 1024, .shm = j->shm};
+    bool shm = want_shm(j);
     int rc;
 
+    apply_env(j, rank);
     if ((rc = join(j, rank, &rz)) || (rc = coll_tcp_new(dist_rdzv_store(rz), &o, &c)))
         goto out;
-    if ((rc = run_allreduces(c, rank, j->world)) || (rc = run_others(c, rank, j->world)) ||
-        (rc = run_buckets(c, rank, j->world)) ||
+    if (coll_tcp_uses_shm(c) != shm) {
+        dist_log("shared memory: %s, expected %s", coll_tcp_uses_shm(c) ? "used" : "not used",
+                 shm ? "used" : "not used");
+        rc = 90;
+        goto out;
+    }
+    if ((rc = run_allreduces(c, rank, j->world)) || (rc = run_order(c, rank, j->world, shm)) ||
+        (rc = run_others(c, rank, j->world)) || (rc = run_buckets(c, rank, j->world)) ||
         (rc = run_bf16(dist_rdzv_store(rz), rank, j->world)) ||
-        (rc = run_small_steps(dist_rdzv_store(rz), rank, j->world)))
+        (rc = run_small_steps(dist_rdzv_store(rz), rank, j->world, j->shm)))
         goto out;
 out:
     coll_free(c);
@@ -265,37 +371,61 @@ out:
     return rc < 0 ? dist_exit_code(rc) : rc;
 }
 
-static void run_world(int world)
+/* shm: coll_opts.shm; env_off: the rank that sets GANTRY_COLL_SHM=0 (-1 none, -2 all). */
+static void run_world(int world, int shm, int env_off)
 {
-    struct job j = {.port = tu_free_port(), .world = world, .timeout_ms = 20000};
+    struct job j = {.port = tu_free_port(), .world = world, .timeout_ms = 20000, .shm = shm,
+                    .env_off = env_off};
     pid_t pids[8];
 
     for (int r = 0; r < world; r++)
-        pids[r] = tu_spawn(rank_main, r, &j);
+        pids[r] = spawn(rank_main, r, &j);
     for (int r = 0; r < world; r++)
         TEST_EQ_INT(tu_wait(pids[r], 120000, NULL), 0);
 }
 
 static void test_world2(void)
 {
-    run_world(2);
+    run_world(2, 0, -1);
 }
 
 /* An odd world: segments of unequal sizes. */
 static void test_world3(void)
 {
-    run_world(3);
+    run_world(3, 0, -1);
 }
 
 static void test_world4(void)
 {
-    run_world(4);
+    run_world(4, 0, -1);
+}
+
+static void test_world2_ring(void)
+{
+    run_world(2, -1, -1);
+}
+
+static void test_world3_ring(void)
+{
+    run_world(3, -1, -1);
+}
+
+static void test_world4_ring(void)
+{
+    run_world(4, -1, -1);
+}
+
+/* GANTRY_COLL_SHM=0 on every rank, and on rank 2 alone: its no is everyone's no. */
+static void test_shm_env_off(void)
+{
+    run_world(3, 0, -2);
+    run_world(3, 0, 2);
 }
 
 static void test_world1(void)
 {
-    struct job j = {.port = tu_free_port(), .world = 1, .timeout_ms = 5000};
-    pid_t p = tu_spawn(rank_main, 0, &j);
+    struct job j = {.port = tu_free_port(), .world = 1, .timeout_ms = 5000, .env_off = -1};
+    pid_t p = spawn(rank_main, 0, &j);
     TEST_EQ_INT(tu_wait(p, 60000, NULL), 0);
 }
 
@@ -305,13 +435,17 @@ static int loop_main(int rank, void *arg)
     const struct job *j = arg;
     struct dist_rdzv *rz = NULL;
     struct coll *c = NULL;
-    struct coll_opts o = {.timeout_ms = j->timeout_ms};
+    struct coll_opts o = {.timeout_ms = j->timeout_ms, .shm = j->shm};
     size_t n = 1 << 16;
     float *b = calloc(n, sizeof(float));
     int rc;
 
     if ((rc = join(j, rank, &rz)) || (rc = coll_tcp_new(dist_rdzv_store(rz), &o, &c)))
         goto out;
+    if (coll_tcp_uses_shm(c) != want_shm(j)) {
+        free(b);
+        _exit(9);
+    }
     for (int it = 0; !rc; it++) {
         rc = coll_allreduce(c, b, n, COLL_SUM);
         if (it == 10 && !rc && write(j->ready_fd, "r", 1) != 1)
@@ -320,15 +454,19 @@ static int loop_main(int rank, void *arg)
 out:
     free(b);
     coll_free(c);
-    /* As the worker does on a fatal error: exit at once, leaving the rendezvous as it is. */
-    _exit(dist_exit_code(rc));
+    /* As the worker does on a fatal error: exit at once, leaving the rendezvous as it is. The
+     * status says which error: 10 + -rc (DIST_EPEER 13, DIST_ETIMEDOUT 12). */
+    _exit(rc < 0 && rc > -20 ? 10 - rc : 1);
 }
 
 /* Starts 4 looping ranks, waits until they are all-reducing, hits rank `victim` with sig and
- * checks that the others exit with the retryable code within the timeout. */
-static void failure_case(int sig, int timeout_ms)
+ * checks that the others fail with a retryable error within `within` ms: a kill is DIST_EPEER
+ * on every rank, long before the timeout; a hang is DIST_ETIMEDOUT (on the ring, a neighbour's
+ * exit may reach a rank first: DIST_EPEER). */
+static void failure_case(int sig, int timeout_ms, int within, int shm)
 {
-    struct job j = {.port = tu_free_port(), .world = 4, .timeout_ms = timeout_ms};
+    struct job j = {.port = tu_free_port(), .world = 4, .timeout_ms = timeout_ms, .shm = shm,
+                    .env_off = -1};
     pid_t pids[4];
     int victim = 2, pfd[2];
     char ready[4];
@@ -337,7 +475,7 @@ static void failure_case(int sig, int timeout_ms)
         return;
     j.ready_fd = pfd[1];
     for (int r = 0; r < 4; r++)
-        pids[r] = tu_spawn(loop_main, r, &j);
+        pids[r] = spawn(loop_main, r, &j);
     close(pfd[1]);
     /* Every rank is past its 10th all-reduce: the ring is up and busy. */
     size_t got = 0;
@@ -353,22 +491,62 @@ static void failure_case(int sig, int timeout_ms)
             continue;
         int code = tu_wait(pids[r], timeout_ms + 20000, NULL);
         int64_t took = dist_now_ms() - t0;
-        TEST_EQ_INT(code, DIST_EXIT_RETRY);
-        TEST_CHECK(took < timeout_ms + 5000);
+        if (sig == SIGKILL || want_shm(&j))
+            TEST_EQ_INT(code, sig == SIGKILL ? 10 - DIST_EPEER : 10 - DIST_ETIMEDOUT);
+        else
+            TEST_CHECK(code == 10 - DIST_EPEER || code == 10 - DIST_ETIMEDOUT);
+        TEST_CHECK(took < within);
         printf("     rank %d exited %d after %lld ms\n", r, code, (long long)took);
     }
     kill(pids[victim], SIGKILL);
     tu_wait(pids[victim], 10000, NULL);
 }
 
+/* A 30 s timeout: the others must notice the death itself (socket EOF), not the silence. */
 static void test_kill9(void)
 {
-    failure_case(SIGKILL, 5000);
+    failure_case(SIGKILL, 30000, 5000, 0);
+}
+
+static void test_kill9_ring(void)
+{
+    failure_case(SIGKILL, 30000, 5000, -1);
 }
 
 static void test_hung_peer(void)
 {
-    failure_case(SIGSTOP, 2000);
+    failure_case(SIGSTOP, 2000, 7000, 0);
+}
+
+static void test_hung_peer_ring(void)
+{
+    failure_case(SIGSTOP, 2000, 7000, -1);
+}
+
+/* Rank 0 unlinks its object once every rank has mapped it (or given up): none of this test's
+ * ranks, killed ones included, left one in /dev/shm. */
+static void test_no_leftovers(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    char pfx[64];
+    int left = 0;
+
+    if (!d) {
+        test_skip("no /dev/shm");
+        return;
+    }
+    TEST_CHECK(nspawned > 10);
+    while ((e = readdir(d)))
+        for (int i = 0; i < nspawned; i++) {
+            snprintf(pfx, sizeof(pfx), "%s%ld-", COLL_SHM_PREFIX, (long)spawned[i]);
+            if (strncmp(e->d_name, pfx, strlen(pfx)) == 0) {
+                printf("     left over: /dev/shm/%s\n", e->d_name);
+                left++;
+            }
+        }
+    closedir(d);
+    TEST_EQ_INT(left, 0);
 }
 
 static void test_bf16_convert(void)
@@ -388,8 +566,15 @@ int main(void)
     TEST_RUN(test_world2);
     TEST_RUN(test_world3);
     TEST_RUN(test_world4);
+    TEST_RUN(test_world2_ring);
+    TEST_RUN(test_world3_ring);
+    TEST_RUN(test_world4_ring);
+    TEST_RUN(test_shm_env_off);
     TEST_RUN(test_grads_async);
     TEST_RUN(test_kill9);
+    TEST_RUN(test_kill9_ring);
     TEST_RUN(test_hung_peer);
+    TEST_RUN(test_hung_peer_ring);
+    TEST_RUN(test_no_leftovers);
     return test_summary();
 }
