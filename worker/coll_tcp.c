@@ -7,6 +7,12 @@
  * n/W elements; data is received in chunks (opts.chunk_bytes) and each chunk is added while the
  * kernel already receives the next one, and a step's send waits only for the receive it
  * forwards (ring_allreduce). Sizes need not divide by W: segment i is [i*n/W, (i+1)*n/W).
+ *
+ * When every rank maps one shared-memory object (decided once, in coll_tcp_new, by a probe every
+ * rank takes part in: tcp_try_shm), the fp32 all-reduce goes through it instead (coll_shm.c):
+ * one copy in and out per byte rather than two kernel copies per ring hop (4 ranks on 2 cores:
+ * ~2x the ring's busbw). The ring stays connected: broadcast, all-gather and barrier use it, and
+ * during a shared-memory all-reduce its idle sockets tell a waiting rank that a neighbour died.
  */
 #include "worker/coll.h"
 
