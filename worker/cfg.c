@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "worker/train_plan.h"
+
 enum ftype { F_STR, F_INT, F_I64, F_DBL, F_BOOL, F_ENUM };
 
 struct field {
@@ -67,6 +69,9 @@ static const struct field fields[] = {
      "train on the CPU, or on a GPU (cuda: one per process, chosen by LOCAL_RANK)"},
     {"precision", F_ENUM, S(precision), 0, 0, "fp32|bf16",
      "GPU arithmetic: fp32, or bf16 GEMMs/activations with fp32 master weights (device: cuda)"},
+    {"gradBucketMB", F_DBL, S(grad_bucket_mb), 0, 4096, NULL,
+     "all-reduce bucket in MiB: with 2+ ranks, gradients are summed bucket by bucket while "
+     "backward still runs; 0 = one all-reduce after backward"},
     {"report", F_STR, S(report), 0, 0, NULL, "write the final eval report (JSON) here"},
     {"metricsPort", F_INT, S(metrics_port), -1, 65535, NULL,
      "rank 0 serves /metrics and /progress on this port; -1 = off"},
@@ -100,6 +105,7 @@ void cfg_defaults(struct cfg *c)
     snprintf(c->lr_decay, sizeof(c->lr_decay), "cosine");
     snprintf(c->device, sizeof(c->device), "cpu");
     snprintf(c->precision, sizeof(c->precision), "fp32");
+    c->grad_bucket_mb = TRAIN_BUCKET_MB;
     c->min_lr_ratio = 0.0, c->weight_decay = 0.01, c->grad_clip = 1.0;
     c->beta1 = 0.9, c->beta2 = 0.999, c->eps = 1e-8;
     c->seed = 42, c->log_interval = 10, c->metrics_port = -1;
@@ -118,7 +124,9 @@ static void derive(const char *path, char *out, size_t n, int upper, char sep)
 {
     size_t j = 0;
     for (const char *p = path; *p && j + 2 < n; p++) {
-        if (*p == '.' || isupper((unsigned char)*p))
+        /* a new word at each capital, an acronym one word: gradBucketMB -> --grad-bucket-mb */
+        bool word = isupper((unsigned char)*p) && !(p > path && isupper((unsigned char)p[-1]));
+        if (*p == '.' || word)
             out[j++] = sep;
         if (*p != '.')
             out[j++] = (char)(upper ? toupper((unsigned char)*p) : tolower((unsigned char)*p));

@@ -132,6 +132,40 @@ static void test_precision(void)
                "training.precision: \"fp16\"");
 }
 
+/* training.gradBucketMB: default TRAIN_BUCKET_MB (4); file, env GANTRY_GRAD_BUCKET_MB (the
+ * acronym one word) and --grad-bucket-mb in precedence; 0 allowed; out of range refused naming
+ * the field and its range. */
+static void test_grad_bucket_mb(void)
+{
+    struct cfg c;
+    char err[512] = "";
+    const char *argv[] = {"gantry-worker", "--config", path, NULL};
+    write_config("{\"data\": {\"train\": \"t\"}}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_NEAR(c.grad_bucket_mb, 4.0, 0.0);
+    write_config("{\"data\": {\"train\": \"t\"}, \"gradBucketMB\": 0.5}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_NEAR(c.grad_bucket_mb, 0.5, 0.0);
+    setenv("GANTRY_GRAD_BUCKET_MB", "0", 1); /* env over file: 0 = after backward */
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_NEAR(c.grad_bucket_mb, 0.0, 0.0);
+    const char *argv2[] = {"gantry-worker", "--config", path, "--grad-bucket-mb", "25", NULL};
+    TEST_EQ_INT(load(&c, err, sizeof(err), 5, argv2), CFG_OK); /* flag over env */
+    TEST_NEAR(c.grad_bucket_mb, 25.0, 0.0);
+    setenv("GANTRY_GRAD_BUCKET_MB", "-1", 1);
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_EBAD);
+    if (!TEST_CHECK(strstr(err, "training.gradBucketMB: -1 is out of range; use 0..4096") != NULL))
+        fprintf(stderr, "       message: %s\n", err);
+    TEST_CHECK(strstr(err, "GANTRY_GRAD_BUCKET_MB") && strstr(err, "--grad-bucket-mb"));
+    unsetenv("GANTRY_GRAD_BUCKET_MB");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"gradBucketMB\": 5000}",
+               "training.gradBucketMB: 5000 is out of range; use 0..4096");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"gradBucketMB\": \"big\"}",
+               "training.gradBucketMB: \"big\"");
+    const char *argv3[] = {"gantry-worker", "--config", path, "--grad-bucket-m-b", "1", NULL};
+    TEST_EQ_INT(load(&c, err, sizeof(err), 5, argv3), CFG_EUSAGE);
+}
+
 /* The operator's config.json: checkpoint beside training (path ignored, dir used), then env
  * GANTRY_CHECKPOINT_DIR / flags over it; bad values name the field and exit 78. */
 static void test_checkpoint_section(void)
@@ -196,6 +230,7 @@ int main(void)
     TEST_RUN(test_usage_lists_every_form);
     TEST_RUN(test_checkpoint_section);
     TEST_RUN(test_precision);
+    TEST_RUN(test_grad_bucket_mb);
     unlink(path);
     rmdir(dir);
     return test_summary();

@@ -17,12 +17,18 @@ set_tests_properties(model_test PROPERTIES
 gantry_test(cfg_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cfg_test.c LIBS gantry_core)
 
 # The binary. gantry_dist provides the launch environment (dist_env) and exit codes.
-add_executable(gantry-worker ${CMAKE_CURRENT_SOURCE_DIR}/main.c)
+add_executable(gantry-worker ${CMAKE_CURRENT_SOURCE_DIR}/main.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/train_coll.c)
 target_link_libraries(gantry-worker PRIVATE gantry_core gantry_dist)
+# train_run across real rank processes with the bucketed all-reduce (train_coll.c: the worker's glue).
+gantry_test(train_dist_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_dist_test.c
+            ${CMAKE_CURRENT_SOURCE_DIR}/train_coll.c ${CMAKE_CURRENT_SOURCE_DIR}/train_testdata.c
+            LIBS gantry_core gantry_dist)
 gantry_test(train_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_test.c
             ${CMAKE_CURRENT_SOURCE_DIR}/train_testdata.c LIBS gantry_core)
 # Passive OpenMP waiting: spinning threads starve OpenBLAS's threads and other tests (see main.c).
-set_tests_properties(model_test cfg_test train_test PROPERTIES ENVIRONMENT_MODIFICATION
+set_tests_properties(model_test cfg_test train_test train_dist_test PROPERTIES
+    ENVIRONMENT_MODIFICATION
     "OMP_WAIT_POLICY=set:passive")
 add_test(NAME gantry_worker_cli_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/worker_cli_test.sh $<TARGET_FILE:gantry-worker>

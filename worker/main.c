@@ -47,6 +47,7 @@
 #include "worker/model.h"
 #include "worker/obs.h"
 #include "worker/train.h"
+#include "worker/train_coll.h"
 #include "worker/train_gpu.h"
 #include "worker/vocab.h"
 
@@ -64,6 +65,7 @@ struct worker {
     struct model model;
     struct dist_rdzv *rz; /* multi-process only */
     struct coll *coll;
+    struct train_coll tc; /* train_opts' hooks on coll (the CPU loop's gradient bucketer) */
     int gpu; /* device: cuda: this rank's GPU (train_gpu.h); -1: the CPU */
     struct obs *obs;
     /* checkpoints */
@@ -272,12 +274,6 @@ static int write_report(struct worker *w, const struct train_result *r, double s
     json_decref(rep);
     eval_cleanup(&ec);
     return rc;
-}
-
-/* The training hook: sum the gradient buffer over ranks (train_run divides by the world). */
-static int allreduce_grads(float *buf, size_t n, void *ctx)
-{
-    return coll_allreduce(ctx, buf, n, COLL_SUM);
 }
 
 static uint64_t fnv1a(const void *p, size_t n)
@@ -516,6 +512,7 @@ static void worker_cleanup(struct worker *w, bool ok)
 {
     ckpt_writer_free(w->writer);
     obs_close(w->obs, ok);
+    train_coll_cleanup(&w->tc);
     coll_free(w->coll);
     if (ok) /* its final barrier waits up to the rendezvous timeout for peers that may be dead */
         dist_rdzv_free(w->rz);
@@ -554,6 +551,10 @@ int main(int argc, char **argv)
     }
     if ((rc = dist_env_load(&w.env)))
         return dist_exit_code(rc);
+    if (w.env.rank == 0 && getenv("GANTRY_GPU_BUCKET_MB")) /* read until 2026-11 */
+        fprintf(stderr, "gantry-worker: GANTRY_GPU_BUCKET_MB is no longer read; the all-reduce "
+                        "bucket size is training.gradBucketMB (GANTRY_GRAD_BUCKET_MB, "
+                        "--grad-bucket-mb), %g MiB now\n", w.cfg.grad_bucket_mb);
     w.gpu = -1;
     if (!strcmp(w.cfg.device, "cuda") &&
         (train_gpu_check(w.cfg.model_type, w.err, sizeof(w.err)) ||
@@ -590,10 +591,11 @@ int main(int argc, char **argv)
     if ((rc = join(&w)))
         goto out;
     train_opts_from(&w, &to);
-    if (w.coll) {
-        to.reduce = allreduce_grads;
-        to.reduce_ctx = w.coll;
-    }
+    /* Gradient buckets: the CPU loop pushes them to the bucketer (train_coll.h); the GPU loop
+     * reduces device memory from its own comm thread (go.bucket_bytes below). */
+    size_t bucket_bytes = (size_t)(w.cfg.grad_bucket_mb * 1048576.0);
+    if (w.coll)
+        train_coll_init(&w.tc, w.coll, w.gpu >= 0 ? 0 : bucket_bytes, &to);
     struct train_data td = data_view(&w.train_enc);
     w.per_step = to.batch * to.accum;
     w.spe = train_steps_per_epoch(td.n, to.batch, to.accum, w.env.world_size);
@@ -636,8 +638,9 @@ int main(int argc, char **argv)
         goto out;
     }
     to.obs = w.obs;
-    train_gpu_opts_default(&go); /* bucket size (GANTRY_GPU_BUCKET_MB) */
+    train_gpu_opts_default(&go);
     go.bf16 = strcmp(w.cfg.precision, "bf16") == 0;
+    go.bucket_bytes = bucket_bytes;
     rc = w.gpu >= 0 ? train_gpu_run_opts(&w.model, &td, &to, &go, &tr)
                     : train_run(&w.model, &td, &to, &tr);
     if (g_stop) { /* asked to stop: whatever failed on the way, say so (retryable) */

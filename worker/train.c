@@ -7,6 +7,7 @@
 
 #include "common/xalloc.h"
 #include "worker/obs.h"
+#include "worker/train_plan.h"
 
 static double now_s(void)
 {
@@ -107,18 +108,53 @@ struct loop {
     size_t *perm, *idx;
     int *tok, *len, *lab;
     long tokens; /* non-padding tokens seen by this rank since the last log line */
+    /* the bucketed all-reduce (o->reduce_push): */
+    const struct train_opts *o;
+    struct model *m;
+    struct train_plan plan;
+    bool bucketed;
+    float ls[2];    /* [loss sum, examples] of the step: pushed with the first bucket */
+    int queued, rc; /* buckets pushed in this step; the first push error */
 };
+
+/* Pushes [off, off + n) of the n_params + 2 buffer (train_plan.h): the part below n_params from
+ * the gradients, the rest from the statistics. */
+static void push_range(struct loop *lp, size_t off, size_t n)
+{
+    const size_t np = lp->m->n_params;
+    if (off < np && !lp->rc) {
+        size_t k = n < np - off ? n : np - off;
+        lp->rc = lp->o->reduce_push(lp->m->grads + off, k, lp->o->bucket_ctx);
+        off += k, n -= k;
+    }
+    if (n && !lp->rc)
+        lp->rc = lp->o->reduce_push(lp->ls + (off - np), n, lp->o->bucket_ctx);
+}
+
+/* model_arm_ready's hook: a bucket is pushed once its last unit is final. */
+static void bucket_ready(void *ctx, int unit)
+{
+    struct loop *lp = ctx;
+    const struct train_plan *p = &lp->plan;
+    if (lp->queued < p->nb && unit + 1 == p->end[lp->queued]) {
+        for (int i = p->first[lp->queued]; i < p->first[lp->queued + 1]; i++)
+            push_range(lp, p->r[i].off, p->r[i].n);
+        lp->queued++;
+    }
+}
 
 /*
  * One optimizer step over idx[0..in_step): micro-batches of up to o->batch into the gradient
- * buffer, then (multi-process) the sum over ranks. *loss gets the step's mean loss over every
- * rank's examples; *red_s the seconds spent reducing. 0 or the reduce hook's error.
+ * buffer, then (multi-process) the sum over ranks: after the backward, or bucketed during the
+ * last one. *loss gets the step's mean loss over every rank's examples; *red_s the seconds the
+ * loop waited for the sums after backward. 0 or the reduce hooks' error.
  */
 static int step_grads(struct model *m, const struct train_data *d, const struct train_opts *o,
                       struct loop *lp, const size_t *idx, size_t in_step, double *loss,
                       double *red_s)
 {
     double sum = 0.0;
+    float *ls = lp->ls; /* [loss sum, examples]: the global mean loss, for the log */
     int rc = 0;
 
     model_zero_grad(m);
@@ -126,22 +162,32 @@ static int step_grads(struct model *m, const struct train_data *d, const struct 
         int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
         int T = train_gather(d, idx + mb, B, lp->tok, lp->len, lp->lab, &lp->tokens);
         sum += (double)model_forward(m, lp->tok, lp->len, lp->lab, B, T) * B;
+        ls[0] = (float)sum, ls[1] = (float)in_step;
+        if (lp->bucketed && mb + (size_t)o->batch >= in_step) { /* the last: buckets final */
+            lp->queued = lp->rc = 0;
+            model_arm_ready(m, bucket_ready, lp);
+        }
         model_backward(m, 1.0f / (float)in_step);
     }
     *loss = sum / (double)in_step;
     *red_s = 0.0;
-    if (o->reduce) {
-        double t = now_s();
-        float ls[2] = {(float)sum, (float)in_step}; /* the global mean loss, for the log */
-        if ((rc = o->reduce(ls, 2, o->reduce_ctx)) ||
-            (rc = o->reduce(m->grads, m->n_params, o->reduce_ctx)))
-            return rc;
-        *loss = (double)ls[0] / (double)ls[1];
-        float inv = 1.0f / (float)o->world_size;
-        for (size_t i = 0; i < m->n_params; i++)
-            m->grads[i] *= inv;
-        *red_s = now_s() - t;
+    if (!lp->bucketed && !o->reduce)
+        return 0;
+    double t = now_s();
+    if (lp->bucketed) { /* pushed bucket by bucket during the backward: wait for the sums */
+        rc = o->reduce_wait(o->bucket_ctx); /* always: the buffers are borrowed until then */
+        if (!rc)
+            rc = lp->rc;
+    } else if (!(rc = o->reduce(ls, 2, o->reduce_ctx))) { /* after backward: all at once */
+        rc = o->reduce(m->grads, m->n_params, o->reduce_ctx);
     }
+    if (rc)
+        return rc;
+    *loss = (double)ls[0] / (double)ls[1];
+    float inv = 1.0f / (float)o->world_size;
+    for (size_t i = 0; i < m->n_params; i++)
+        m->grads[i] *= inv;
+    *red_s = now_s() - t; /* bucketed: only the wait, the part backward did not hide */
     return 0;
 }
 
@@ -168,6 +214,10 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
     lp.tok = xmallocarray((size_t)o->batch * d->max_len, sizeof(int));
     lp.len = xmallocarray((size_t)o->batch, sizeof(int));
     lp.lab = xmallocarray((size_t)o->batch, sizeof(int));
+    lp.o = &ow, lp.m = m;
+    lp.bucketed = o->reduce_push && o->reduce_wait && o->bucket_bytes > 0;
+    if (lp.bucketed)
+        train_plan_init(&lp.plan, m, o->bucket_bytes);
     memset(res, 0, sizeof(*res));
     /* Resuming at start_step: the order of each epoch depends only on (seed, epoch), so the
      * epoch and position follow from the step. */
@@ -228,6 +278,8 @@ out:
     if (!o->opt)
         adamw_cleanup(&own);
     free(lp.perm), free(lp.idx), free(lp.tok), free(lp.len), free(lp.lab);
+    if (lp.bucketed)
+        train_plan_cleanup(&lp.plan);
     return rc;
 }
 

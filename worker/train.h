@@ -8,6 +8,12 @@
  * gradient buffer is summed across ranks and divided by the world size (the step loss is summed
  * too, so logs show the global mean), clipped by global norm,
  * and AdamW updates the parameters at the scheduled learning rate.
+ * With the bucket hooks set (reduce_push, reduce_wait, bucket_bytes > 0), the sum overlaps
+ * backward: during the step's last backward, each bucket of train_plan.h's plan is pushed as soon
+ * as backward has finished its units (model_arm_ready), and the loop waits for all of them only
+ * before clipping. The sums are the same elementwise sums as the reduce hook's, so with 2 ranks
+ * the result is bit-identical to bucket_bytes 0 (3+ ranks: the ring cuts the buffer differently,
+ * so summation orders, and the last bits, may differ).
  *
  * Each micro-batch is cut to the longest sequence in it (tokens are copied into a (B, T_b)
  * buffer with T_b = max len), so padding costs nothing beyond the batch's own longest text; the
@@ -63,6 +69,15 @@ struct train_opts {
     int rank, world_size;   /* this process's shard of each epoch; 0 and 1 for a single process */
     train_reduce_fn reduce; /* NULL: single process */
     void *reduce_ctx;
+    /* Bucketed all-reduce (all three set, else reduce after backward): reduce_push queues a sum
+     * over ranks of buf[0..n) and returns at once (buf is borrowed until reduce_wait returns);
+     * reduce_wait returns when every queued sum is done, with 0 or the first error. Every rank
+     * pushes the same ranges in the same order (the plan depends on the model and bucket_bytes
+     * only). The loss statistics are pushed from a 2-float buffer of the loop's own. */
+    int (*reduce_push)(float *buf, size_t n, void *ctx);
+    int (*reduce_wait)(void *ctx);
+    void *bucket_ctx;
+    size_t bucket_bytes; /* bucket size (training.gradBucketMB); 0: reduce after backward */
     struct obs *obs; /* optional: every step goes to obs_step() (/metrics, TensorBoard) */
     /* Checkpoints and resume. start_step > 0 resumes after that many optimizer steps: the
      * model's parameters and *opt (moments and step count) must hold the saved state; the

@@ -43,6 +43,9 @@ check "n-gram baseline" 0 "$bin" --config "$tmp/cfg.json" --model-type ngram --m
 check "flag beats file: bad value" 78 "$bin" --config "$tmp/cfg.json" --batch-size 0
 grep -q 'training.batchSize: 0 is out of range' "$tmp/err" || { echo "FAIL message"; fail=1; }
 check "env beats file: bad value" 78 env GANTRY_MODEL_HEADS=5 "$bin" --config "$tmp/cfg.json"
+check "bucket size out of range" 78 "$bin" --config "$tmp/cfg.json" --grad-bucket-mb 5000
+grep -q 'training.gradBucketMB: 5000 is out of range; use 0..4096' "$tmp/err" ||
+    { echo "FAIL bucket size message"; fail=1; }
 check "unknown flag" 64 "$bin" --config "$tmp/cfg.json" --bogus 1
 check "missing data file" 65 "$bin" --config "$tmp/cfg.json" --data-train "$tmp/none.jsonl"
 check "help" 0 "$bin" --help
@@ -58,5 +61,19 @@ assert a["steps"] == b["steps"] == 6 and b["world_size"] == 2, (a, b)
 assert abs(a["final_loss"] - b["final_loss"]) < 1e-4, (a["final_loss"], b["final_loss"])
 print("ok   data-parallel = big batch (final loss %.6f vs %.6f)" % (a["final_loss"], b["final_loss"]))
 PY
+    # all-reduce in 1 KiB buckets during backward = one all-reduce after it, bit for bit (2 ranks)
+    fnv() { grep -o 'rank [01] final parameters fnv1a64 [0-9a-f]*' "$tmp/err" | sort -u; }
+    check "2 ranks, buckets during backward" 0 "$run" --nproc 2 -- "$bin" "${common[@]}" \
+        --batch-size 3 --grad-bucket-mb 0.001
+    bucketed=$(fnv)
+    check "2 ranks, reduce after backward" 0 "$run" --nproc 2 -- "$bin" "${common[@]}" \
+        --batch-size 3 --grad-bucket-mb 0
+    after=$(fnv)
+    if [ "$(echo "$bucketed" | awk '{print $NF}' | sort -u | wc -l)" = 1 ] &&
+        [ "$(echo "$bucketed" | wc -l)" = 2 ] && [ "$bucketed" = "$after" ]; then
+        echo "ok   bucketed all-reduce = after backward ($(echo "$after" | head -1 | awk '{print $NF}'))"
+    else
+        echo "FAIL bucketed all-reduce: [$bucketed] vs [$after]"; fail=1
+    fi
 fi
 exit $fail
