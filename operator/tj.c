@@ -213,6 +213,7 @@ static const struct train_field train_fields[] = {
     {"threads", FK_INT, 0, 4096, NULL, NULL},
     {"device", FK_ENUM, 0, 0, "cpu|cuda", NULL},
     {"precision", FK_ENUM, 0, 0, "fp32|bf16", NULL},
+    {"gradBucketMB", FK_NUM, 0, 4096, NULL, NULL},
     {"report", FK_STR, 0, 0, NULL, NULL},
 };
 #define NTRAIN (sizeof(train_fields) / sizeof(train_fields[0]))

@@ -84,7 +84,8 @@ static void test_full_spec(void)
                    "\"port\":23456,"
                    "\"training\":{\"model\":{\"type\":\"ngram\",\"hidden\":512,\"heads\":8},"
                    "\"data\":{\"train\":\"/d/t.jsonl\",\"vocabSize\":5000},\"learningRate\":1e-4,"
-                   "\"scaleLearningRate\":false,\"lrDecay\":\"linear\",\"warmupSteps\":-1},"
+                   "\"scaleLearningRate\":false,\"lrDecay\":\"linear\",\"warmupSteps\":-1,"
+                   "\"gradBucketMB\":25},"
                    "\"checkpoint\":{\"claimName\":\"ckpt\",\"path\":\"/ck\",\"keep\":5},"
                    "\"runPolicy\":{\"backoffLimit\":0,\"activeDeadlineSeconds\":60,"
                    "\"ttlSecondsAfterFinished\":0,\"suspend\":true,\"cleanPodPolicy\":\"All\"},"
@@ -108,6 +109,7 @@ static void test_full_spec(void)
     TEST_CHECK(json_is_false(json_object_get(tj.training, "scaleLearningRate")));
     TEST_EQ_STR(json_string_value(json_object_get(tj.training, "lrDecay")), "linear");
     TEST_EQ_INT(json_integer_value(json_object_get(tj.training, "warmupSteps")), -1);
+    TEST_NEAR(training_num(&tj, NULL, "gradBucketMB"), 25.0, 0.0);
     TEST_EQ_STR(tj.ckpt_claim, "ckpt");
     TEST_EQ_STR(tj.ckpt_path, "/ck");
     TEST_EQ_INT(tj.ckpt_keep, 5);
@@ -187,6 +189,11 @@ static void test_errors_name_the_field(void)
          "spec.training.precision: bf16 needs device: cuda"},
         {"{\"gpusPerReplica\":1,\"training\":{\"precision\":\"fp16\"}}",
          "spec.training.precision: unsupported value \"fp16\"; use one of fp32|bf16"},
+        {"{\"training\":{\"gradBucketMB\":-1}}",
+         "spec.training.gradBucketMB: must be >= 0 (got -1)"},
+        {"{\"training\":{\"gradBucketMB\":4096.5}}",
+         "spec.training.gradBucketMB: must be <= 4096 (got 4096.5)"},
+        {"{\"training\":{\"gradBucketMB\":\"25\"}}", "spec.training.gradBucketMB: must be a number"},
     };
     char text[1024], err[TJ_ERR_MAX];
     struct tj tj;
