@@ -1,5 +1,7 @@
 /*
- * allreduce.c - nccl-tests-style benchmark of Gantry's tcp all-reduce (worker/coll.h).
+ * allreduce.c - nccl-tests-style benchmark of Gantry's tcp all-reduce (worker/coll.h): through
+ * shared memory when the ranks can map one object (gantry-run's ranks can; GANTRY_COLL_SHM=0 keeps
+ * it on the ring), over the ring of loopback TCP connections otherwise or with --bf16.
  *
  *   gantry-run --nproc 4 -- bench_allreduce [--min BYTES] [--max BYTES] [--bf16] [--chunk BYTES]
  *   bench_allreduce --raw       raw TCP throughput of one loopback connection (the link peak)
@@ -83,7 +85,8 @@ static int max_over_ranks(struct coll *c, double *v)
 }
 
 /* One row: timed all-reduces of `bytes`, then a checked one. */
-static int run_size(struct coll *c, float *buf, size_t bytes, bool bf16, int *wrong_total)
+static int run_size(struct coll *c, float *buf, size_t bytes, const char *label,
+                    int *wrong_total)
 {
     size_t n = bytes / 4;
     int rank = coll_rank(c), w = coll_world_size(c), rc;
@@ -108,7 +111,7 @@ static int run_size(struct coll *c, float *buf, size_t bytes, bool bf16, int *wr
     double t = (now_s() - t0) / iters;
     take_mark(&m1);
     if (getenv("BENCH_RUSAGE"))
-        cpu_report(bf16 ? "gantry-bf16" : "gantry", rank, bytes, iters, t * iters, &m0, &m1);
+        cpu_report(label, rank, bytes, iters, t * iters, &m0, &m1);
     if ((rc = max_over_ranks(c, &t)))
         return rc;
     /* Integer inputs small enough to be exact in bf16 too. */
@@ -123,7 +126,8 @@ static int run_size(struct coll *c, float *buf, size_t bytes, bool bf16, int *wr
     *wrong_total += (int)wrong;
     double algbw = (double)bytes / t / 1e9, busbw = algbw * 2.0 * (w - 1) / w;
     if (rank == 0)
-        printf("%12zu %12zu %6s %6s %10.1f %7.3f %7.3f %7d\n", bytes, n, bf16 ? "f32>bf" : "float",
+        printf("%12zu %12zu %6s %6s %10.1f %7.3f %7.3f %7d\n", bytes, n,
+               strcmp(label, "gantry-bf16") ? "float" : "f32>bf",
                "sum", t * 1e6, algbw, busbw, (int)wrong);
     fflush(stdout);
     return 0;
@@ -162,9 +166,14 @@ int main(int argc, char **argv)
     if ((rc = dist_env_load(&e)) || (rc = dist_rendezvous(&e, "bench", NULL, &rz)) ||
         (rc = coll_tcp_new(dist_rdzv_store(rz), &co, &c)))
         return dist_exit_code(rc);
+    bool shm = coll_tcp_uses_shm(c);
+    const char *label = shm ? "gantry" : co.bf16_wire ? "gantry-bf16" : "gantry-tcp";
     if (e.rank == 0) {
-        printf("# gantry tcp ring all-reduce: %d ranks on loopback%s\n", e.world_size,
-               co.bf16_wire ? ", bf16 on the wire" : "");
+        if (shm)
+            printf("# gantry all-reduce: %d ranks on one host (shared memory)\n", e.world_size);
+        else
+            printf("# gantry tcp ring all-reduce: %d ranks on loopback%s\n", e.world_size,
+                   co.bf16_wire ? ", bf16 on the wire" : "");
         printf("# %10s %12s %6s %6s %10s %7s %7s %7s\n", "size", "count", "type", "redop",
                "time", "algbw", "busbw", "#wrong");
         printf("# %10s %12s %6s %6s %10s %7s %7s %7s\n", "(B)", "(elements)", "", "", "(us)",
@@ -172,7 +181,7 @@ int main(int argc, char **argv)
     }
     float *buf = xcalloc(hi / 4 + 1, sizeof(float));
     for (size_t b = lo; b <= hi; b *= 2)
-        if ((rc = run_size(c, buf, b, co.bf16_wire, &wrong)))
+        if ((rc = run_size(c, buf, b, label, &wrong)))
             return dist_exit_code(rc);
     if (e.rank == 0)
         printf("# Out of bounds values : %d %s\n", wrong, wrong ? "FAILED" : "OK");
