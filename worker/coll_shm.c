@@ -63,6 +63,7 @@ struct shm_ctl {
 
 struct coll_shm {
     int rank, world, timeout_ms, spin;
+    int spin_now; /* adaptive: halves when a spin ends in a sleep, doubles when it succeeds */
     size_t piece;    /* floats */
     uint32_t pieces; /* pieces done over the lifetime of the mapping */
     unsigned char *base;
@@ -171,18 +172,25 @@ static int dead_neighbour(const struct coll_shm *s)
 
 /* Waits until rank q's counter reaches target: spins a little (the other rank is usually a few
  * microseconds away), then sleeps on the counter in slices, checking between them for an abort,
- * a dead neighbour and the timeout. */
+ * a dead neighbour and the timeout. The spin adapts, as in adaptive mutexes: on a loaded machine
+ * the rank waited for is often off its CPU and spinning only delays it (2 ranks, load ~4: busbw
+ * 2.7 GB/s adaptive or not spinning, 2.2 spinning 2000 loops every time); it never goes under
+ * 1/32 of the maximum, so that it can find out when spinning pays again. */
 static int wait_rank(struct coll_shm *s, int q, uint32_t target)
 {
     struct shm_ctl *c = &s->ctl[q];
     int64_t deadline = 0;
     uint64_t w;
 
-    for (int i = 0; i < s->spin; i++) {
-        if (reached(atomic_load_explicit(&c->seq, memory_order_acquire), target))
+    for (int i = 0; i < s->spin_now; i++) {
+        if (reached(atomic_load_explicit(&c->seq, memory_order_acquire), target)) {
+            s->spin_now = s->spin_now * 2 < s->spin ? s->spin_now * 2 : s->spin;
             return 0;
+        }
         cpu_relax();
     }
+    if (s->spin_now / 2 >= s->spin / 32) /* the rank is slow, or off its CPU: spin less */
+        s->spin_now /= 2;
     for (;;) {
         atomic_fetch_add(&c->sleepers, 1);
         uint32_t v = atomic_load(&c->seq);
@@ -540,6 +548,7 @@ int coll_shm_open(struct store *st, int64_t inst, const char *off, int timeout_m
     s->world = store_world_size(st);
     s->timeout_ms = timeout_ms;
     s->spin = (int)env_size("GANTRY_COLL_SHM_SPIN", default_spin(s->world));
+    s->spin_now = s->spin;
     s->ring = *ring;
     s->piece = piece_floats(s->world);
     s->size = map_size(s->world, s->piece);
