@@ -3,9 +3,9 @@
 # gantry-worker --device cuda twice (LOCAL_RANK 0 and 1 select GPU 0 and 1, the gradients are
 # all-reduced on the device); with batch 3 each they must train like one GPU with batch 6 (same
 # examples per step, the mean gradient), so the final losses agree, and like the CPU.
-# Then the all-reduce overlapped with backward (GANTRY_GPU_BUCKET_MB=0.001: every unit its own
+# Then the all-reduce overlapped with backward (--grad-bucket-mb 0.001: every unit its own
 # bucket, reduced by the comm thread while backward goes on) must end with the same weights, bit
-# for bit, as reducing after backward (GANTRY_GPU_BUCKET_MB=0): sums of two ranks are exact in
+# for bit, as reducing after backward (--grad-bucket-mb 0): sums of two ranks are exact in
 # any order; and 2 ranks in bf16 (GANTRY_PRECISION=bf16) follow fp32 within 3e-2.
 # Exits 77 (skipped) with fewer than two GPUs or a build without CUDA.
 # Usage: train_gpu_nccl_test.sh /path/to/gantry-worker /path/to/worker/testdata /path/to/gantry-run
@@ -36,7 +36,7 @@ if [ "$rc" != 0 ]; then
 fi
 # overlapped vs after backward, and bf16; a checkpoint at the end holds each run's weights
 for v in after:0 each:0.001; do
-    GANTRY_GPU_BUCKET_MB=${v#*:} "$run" --nproc 2 -- "$bin" --config "$tmp/cfg.json" \
+    "$run" --nproc 2 -- "$bin" --config "$tmp/cfg.json" --grad-bucket-mb "${v#*:}" \
         --device cuda --batch-size 3 --checkpoint-dir "$tmp/ck-${v%%:*}" \
         --report "$tmp/r-${v%%:*}.json" >/dev/null 2>"$tmp/e-${v%%:*}" || rc=$?
 done
