@@ -44,7 +44,8 @@
 #define SHM_MAX_BYTES (64u << 20) /* all slots together */
 #define SHM_PIECE_DEFAULT (1u << 20)
 #define SHM_SPIN_DEFAULT 2000
-#define SHM_SLICE_MS 50 /* futex sleep between checks of the ring sockets */
+#define SHM_SLICE_MS 50
+#define SHM_BLOCK 2048 /* floats reduced at a time: 8 KiB */ /* futex sleep between checks of the ring sockets */
 
 struct shm_hdr {
     uint64_t magic;
@@ -71,6 +72,7 @@ struct coll_shm {
     struct shm_hdr *hdr;
     struct shm_ctl *ctl;
     struct coll_shm_ring ring;
+    const float **src; /* world entries: the sources of this rank's segment */
 };
 
 /* ---- waiting and failures ------------------------------------------------------------------ */
@@ -250,33 +252,40 @@ static float *slot(const struct coll_shm *s, int q, int b)
                      ((size_t)q * 2 + (size_t)b) * s->piece * sizeof(float));
 }
 
+/* sum = src[0] + src[1] + ... in rank order (divided by W for the average), copied to out too:
+ * block by block, so the running sum stays in L1 and each source and destination crosses the
+ * memory bus once. src[r] may be out (this rank's own data): a block is read before written. */
+static void reduce_seg(int W, float *sum, float *out, const float *const *src, size_t m, bool avg)
+{
+    for (size_t at = 0; at < m; at += SHM_BLOCK) {
+        size_t k = m - at < SHM_BLOCK ? m - at : SHM_BLOCK;
+        add2(sum + at, src[0] + at, src[1] + at, k);
+        for (int q = 2; q < W; q++)
+            add_to(sum + at, src[q] + at, k);
+        if (avg)
+            div_by(sum + at, (float)W, k);
+        memcpy(out + at, sum + at, k * sizeof(float));
+    }
+}
+
 /* One piece of len floats (coll_shm.h: copy in, reduce segment r in rank order, copy out). */
 static int do_piece(struct coll_shm *s, float *buf, size_t len, bool avg)
 {
     int W = s->world, r = s->rank, b = (int)(s->pieces & 1), rc;
     uint32_t in = 2 * s->pieces + 1, out = in + 1;
-    size_t lo = seg_off(len, W, r), hi = seg_off(len, W, r + 1), m = hi - lo;
-    float *mine = slot(s, r, b), *sum = mine + lo;
-    const float *first = NULL;
+    size_t lo = seg_off(len, W, r), hi = seg_off(len, W, r + 1);
+    float *mine = slot(s, r, b);
 
     s->pieces++;
     memcpy(mine, buf, lo * sizeof(float)); /* segment r stays in buf: only this rank reads it */
     memcpy(mine + hi, buf + hi, (len - hi) * sizeof(float));
     publish(s, in);
-    for (int q = 0; q < W; q++) { /* every rank's counter, even when m == 0 (slot reuse rule) */
-        const float *src = q == r ? buf + lo : slot(s, q, b) + lo;
+    for (int q = 0; q < W; q++) { /* every rank's counter, even when hi == lo (slot reuse rule) */
+        s->src[q] = q == r ? buf + lo : slot(s, q, b) + lo;
         if (q != r && (rc = wait_rank(s, q, in)))
             return rc;
-        if (q == 0)
-            first = src;
-        else if (q == 1)
-            add2(sum, first, src, m);
-        else
-            add_to(sum, src, m);
     }
-    if (avg)
-        div_by(sum, (float)W, m);
-    memcpy(buf + lo, sum, m * sizeof(float));
+    reduce_seg(W, mine + lo, buf + lo, s->src, hi - lo, avg);
     publish(s, out);
     for (int k = 1; k < W; k++) { /* start past this rank: ranks do not all read one slot */
         int q = (r + k) % W;
@@ -550,6 +559,7 @@ int coll_shm_open(struct store *st, int64_t inst, const char *off, int timeout_m
     s->spin = (int)env_size("GANTRY_COLL_SHM_SPIN", default_spin(s->world));
     s->spin_now = s->spin;
     s->ring = *ring;
+    s->src = xcalloc((size_t)s->world, sizeof(*s->src));
     s->piece = piece_floats(s->world);
     s->size = map_size(s->world, s->piece);
     snprintf(pfx, sizeof(pfx), "coll/%" PRId64 "/shm", inst);
@@ -570,5 +580,6 @@ void coll_shm_free(struct coll_shm *s)
         return;
     if (s->base)
         munmap(s->base, s->size);
+    free(s->src);
     free(s);
 }
