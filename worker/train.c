@@ -215,9 +215,15 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
     lp.len = xmallocarray((size_t)o->batch, sizeof(int));
     lp.lab = xmallocarray((size_t)o->batch, sizeof(int));
     lp.o = &ow, lp.m = m;
-    lp.bucketed = o->reduce_push && o->reduce_wait && o->bucket_bytes > 0;
-    if (lp.bucketed)
+    if (o->reduce_push && o->reduce_wait && o->bucket_bytes > 0) {
         train_plan_init(&lp.plan, m, o->bucket_bytes);
+        /* One bucket would leave only when backward ends: nothing to overlap, and handing it to
+         * the bucketer's thread costs a wake-up a step (small models, many steps); the reduce
+         * hook does the same sums on this thread. */
+        lp.bucketed = lp.plan.nb > 1 || !o->reduce;
+        if (!lp.bucketed)
+            train_plan_cleanup(&lp.plan);
+    }
     memset(res, 0, sizeof(*res));
     /* Resuming at start_step: the order of each epoch depends only on (seed, epoch), so the
      * epoch and position follow from the step. */

@@ -11,7 +11,8 @@
  * With the bucket hooks set (reduce_push, reduce_wait, bucket_bytes > 0), the sum overlaps
  * backward: during the step's last backward, each bucket of train_plan.h's plan is pushed as soon
  * as backward has finished its units (model_arm_ready), and the loop waits for all of them only
- * before clipping. The sums are the same elementwise sums as the reduce hook's, so with 2 ranks
+ * before clipping (a plan of a single bucket, a model smaller than bucket_bytes, uses the reduce
+ * hook after backward instead when one is set: nothing could overlap). The sums are the same elementwise sums as the reduce hook's, so with 2 ranks
  * the result is bit-identical to bucket_bytes 0 (3+ ranks: the ring cuts the buffer differently,
  * so summation orders, and the last bits, may differ).
  *
