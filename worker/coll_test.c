@@ -5,17 +5,19 @@
  * barrier, the gradient bucketer; and failure detection: kill -9 of one rank, and a hung
  * (SIGSTOPped) rank. The all-reduce cases run twice: through shared memory (the default on one
  * host; the test fails if it silently fell back) and over the ring (coll_opts.shm = -1); plus
- * the shared-memory path's rank-order sum, its fallback when one rank switches it off, and no
- * object left in /dev/shm.
+ * the shared-memory path's rank-order sum, its fallback when one rank switches it off, has another
+ * /dev/shm or too small a one, and no object left in /dev/shm.
  */
 #include "worker/coll.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 
 #include "common/test.h"
 #include "worker/coll_shm.h"
@@ -29,6 +31,8 @@ struct job {
     int ready_fd;   /* loop_main writes one byte here once it is all-reducing */
     int shm;        /* coll_opts.shm */
     int env_off;    /* rank that sets GANTRY_COLL_SHM=0 (-1: none, -2: all) */
+    int private_kb; /* > 0: rank private_rank gets its own /dev/shm of this size, as a pod has */
+    int private_rank;
 };
 
 /* Every rank process this test started, to look for their objects in /dev/shm at the end. */
@@ -47,7 +51,20 @@ static pid_t spawn(int (*fn)(int rank, void *arg), int rank, void *arg)
  * probe can work here (a /dev/shm). */
 static bool want_shm(const struct job *j)
 {
-    return j->world > 1 && j->shm >= 0 && j->env_off == -1 && access("/dev/shm", W_OK) == 0;
+    return j->world > 1 && j->shm >= 0 && j->env_off == -1 && j->private_kb == 0 &&
+           access("/dev/shm", W_OK) == 0;
+}
+
+/* This process gets its own /dev/shm of kb KiB (a mount namespace: needs CAP_SYS_ADMIN). */
+static int private_dev_shm(int kb)
+{
+    char opt[32];
+
+    snprintf(opt, sizeof(opt), "size=%dk", kb);
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, opt) != 0)
+        return -1;
+    return 0;
 }
 
 static void apply_env(const struct job *j, int rank)
@@ -351,6 +368,10 @@ static int rank_main(int rank, void *arg)
     int rc;
 
     apply_env(j, rank);
+    if (j->private_kb > 0 && rank == j->private_rank && private_dev_shm(j->private_kb) != 0) {
+        rc = 91;
+        goto out;
+    }
     if ((rc = join(j, rank, &rz)) || (rc = coll_tcp_new(dist_rdzv_store(rz), &o, &c)))
         goto out;
     if (coll_tcp_uses_shm(c) != shm) {
@@ -371,17 +392,23 @@ out:
     return rc < 0 ? dist_exit_code(rc) : rc;
 }
 
+static void run_job(const struct job *j)
+{
+    pid_t pids[8];
+
+    for (int r = 0; r < j->world; r++)
+        pids[r] = spawn(rank_main, r, (void *)j);
+    for (int r = 0; r < j->world; r++)
+        TEST_EQ_INT(tu_wait(pids[r], 120000, NULL), 0);
+}
+
 /* shm: coll_opts.shm; env_off: the rank that sets GANTRY_COLL_SHM=0 (-1 none, -2 all). */
 static void run_world(int world, int shm, int env_off)
 {
     struct job j = {.port = tu_free_port(), .world = world, .timeout_ms = 20000, .shm = shm,
                     .env_off = env_off};
-    pid_t pids[8];
 
-    for (int r = 0; r < world; r++)
-        pids[r] = spawn(rank_main, r, &j);
-    for (int r = 0; r < world; r++)
-        TEST_EQ_INT(tu_wait(pids[r], 120000, NULL), 0);
+    run_job(&j);
 }
 
 static void test_world2(void)
@@ -420,6 +447,33 @@ static void test_shm_env_off(void)
 {
     run_world(3, 0, -2);
     run_world(3, 0, 2);
+}
+
+static int can_private_shm(int rank, void *arg)
+{
+    (void)rank;
+    (void)arg;
+    return private_dev_shm(1024) ? 1 : 0;
+}
+
+/* The probe's real failures: a rank with another /dev/shm (pods on one node: shm_open finds
+ * nothing), and a /dev/shm too small for the slots (1 MiB: posix_fallocate says ENOSPC, rather
+ * than SIGBUS at first touch). Every rank falls back to the ring, and agrees. */
+static void test_shm_probe_fails(void)
+{
+    struct job j = {.world = 2, .timeout_ms = 20000, .env_off = -1, .private_kb = 65536,
+                    .private_rank = 1};
+
+    if (tu_wait(tu_spawn(can_private_shm, 0, NULL), 10000, NULL) != 0) {
+        printf("     skipped: no private /dev/shm here (needs CAP_SYS_ADMIN)\n");
+        return;
+    }
+    j.port = tu_free_port();
+    run_job(&j);
+    j.port = tu_free_port();
+    j.private_kb = 1024;
+    j.private_rank = 0;
+    run_job(&j);
 }
 
 static void test_world1(void)
@@ -570,6 +624,7 @@ int main(void)
     TEST_RUN(test_world3_ring);
     TEST_RUN(test_world4_ring);
     TEST_RUN(test_shm_env_off);
+    TEST_RUN(test_shm_probe_fails);
     TEST_RUN(test_grads_async);
     TEST_RUN(test_kill9);
     TEST_RUN(test_kill9_ring);
