@@ -13,8 +13,10 @@
  *        copy in and out per byte instead of two kernel copies per ring hop; the sum is in rank
  *        order, bit-identical on every rank); a probe at coll_tcp_new decides, on every rank
  *        alike, and falls back to the ring on any failure (rank 0 says why). Switch it off with
- *        coll_opts.shm = -1 or GANTRY_COLL_SHM=0. Broadcast, all-gather and barrier always use
- *        the ring, and its sockets detect a dead rank during shared-memory all-reduces too.
+ *        coll_opts.shm = -1 or GANTRY_COLL_SHM=0. It reserves 2 x world x 1 MiB of /dev/shm
+ *        per struct coll (the object is unlinked at once: nothing is left there). Broadcast,
+ *        all-gather and barrier always use the ring, and its sockets detect a dead rank during
+ *        shared-memory all-reduces too.
  *   nccl (coll_nccl_new, coll_nccl.h): NCCL on GPUs; buffers are device memory.
  *
  * Contract for every collective: all ranks call the same collectives in the same order with the
@@ -27,7 +29,9 @@
  * a message naming the peer's rank and address. The struct coll is broken from then on: every
  * later call returns the same error. The worker should exit(dist_exit_code(rc)) - a retryable
  * code - so the operator restarts the gang. Because ring neighbours also lose their connection to
- * the exiting rank, every rank fails within about one timeout.
+ * the exiting rank, every rank fails within about one timeout. Through shared memory, the first
+ * rank to see a failure marks the mapping aborted and wakes the others: all fail together (a
+ * kill -9: within ~0.1 s) with the same error.
  * The timeout counts time without progress inside a collective, so a rank that arrives more than
  * timeout_ms late (rank 0 alone evaluating, say) looks dead to the others: keep such phases
  * shorter than the timeout, or raise it (GANTRY_PEER_TIMEOUT).
