@@ -71,7 +71,7 @@ def human_bytes(b):
 
 def allreduce(vals, out_png):
     worlds = sorted({int(m.split("_r")[1]) for (_, m, _) in vals if m.startswith("busbw_r")})
-    impls = [i for i in ("gantry", "gantry-bf16", "gloo", "torch-gloo")
+    impls = [i for i in ("gantry", "gantry-tcp", "gantry-bf16", "gloo", "torch-gloo")
              if any(k[0] == i for k in vals)]
     link = vals.get(("raw-tcp", "link", 0.0), [])
     fig, axes = plt.subplots(1, len(worlds), figsize=(6.5 * len(worlds), 4.5), squeeze=False)
@@ -90,11 +90,12 @@ def allreduce(vals, out_png):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes, log2)")
         ax.set_ylabel("bus bandwidth (GB/s, 1e9 B/s)")
-        ax.set_title("all-reduce (sum, fp32 in/out), %d ranks on loopback" % w)
+        ax.set_title("all-reduce (sum, fp32 in/out), %d ranks on one host" % w)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         g = vals.get(("gantry", metric, float(MIB64)), [])
         p = vals.get(("gloo", metric, float(MIB64)), [])
+        tc = vals.get(("gantry-tcp", metric, float(MIB64)), [])
         b = vals.get(("gantry-bf16", metric, float(MIB64)), [])
         tg = vals.get(("torch-gloo", metric, float(MIB64)), [])
         ratio = med(g) / med(p) if g and p else float("nan")
@@ -103,6 +104,8 @@ def allreduce(vals, out_png):
             "ours": spread(g), "peer": "Gloo " + spread(p), "ratio": ratio, "target": ">= 2.0x",
             "ok": ratio >= 2.0,
             "note": "; ".join(x for x in (
+                "shared memory (one host); TCP ring: %s (%.2fx)" % (spread(tc), med(tc) / med(p))
+                if tc and p else "",
                 "bf16 on the wire: %s" % spread(b) if b else "",
                 "PyTorch gloo backend: %s (%.2fx)" % (spread(tg), med(g) / med(tg))
                 if tg and g else "") if x)})
@@ -113,6 +116,14 @@ def allreduce(vals, out_png):
     plt.close(fig)
     section.append("Raw TCP through one loopback connection (the link limit): %s GB/s."
                    % spread(link))
+    section.append("")
+    section.append(
+        "gantry: the default all-reduce of ranks that share a host and /dev/shm (gantry-run, "
+        "gantry-worker --nproc): through shared memory (worker/coll_shm.c: one copy in and out "
+        "per byte, the sum in rank order). gantry-tcp: the same program with GANTRY_COLL_SHM=0, "
+        "the TCP ring over loopback, which ranks on different hosts or in different pods use. "
+        "gantry-bf16: the ring with bf16 on the wire (never shared memory). Gloo and PyTorch's "
+        "gloo backend use TCP on loopback.")
     section.append("")
     section.append("| ranks | size | " + " | ".join(impls) + " |")
     section.append("|---|---|" + "---|" * len(impls))
@@ -426,7 +437,7 @@ def fasttext(vals, out_png):
 
 
 BENCHES = [
-    ("allreduce", "All-reduce bandwidth: Gantry TCP ring vs Gloo vs raw TCP", allreduce),
+    ("allreduce", "All-reduce bandwidth: Gantry (shared memory, TCP ring) vs Gloo vs raw TCP", allreduce),
     ("cpu_train", "CPU training throughput: Gantry vs PyTorch", cpu_train),
     ("fasttext", "Time to accuracy on SpamAssassin: Gantry vs fastText", fasttext),
     ("ckpt", "Checkpoint: training blocked vs write time vs dd", ckpt),

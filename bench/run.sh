@@ -5,7 +5,7 @@
 #   bench/run.sh [--quick] [--build DIR] [--out DIR] [--doc FILE] [--only "NAMES"] [--skip "NAMES"]
 #
 # NAMES: allreduce cpu_train fasttext ckpt operator (default: all). Benchmarks and their peers:
-#   allreduce  bench/allreduce.sh: tcp ring (fp32, bf16 wire) vs Gloo vs PyTorch gloo vs raw TCP, 2 and 4 ranks,
+#   allreduce  bench/allreduce.sh: shared memory, tcp ring (fp32, bf16 wire) vs Gloo vs PyTorch gloo vs raw TCP, 2 and 4 ranks,
 #              4 KiB..64 MiB, 2 rounds, each a sweep plus an interleaved 64 MiB run (--quick:
 #              2 ranks, 1..64 MiB); target 2x Gloo busbw at 64 MiB
 #   cpu_train  bench/cpu_train.sh: samples/s vs PyTorch, 2 threads, 3 rounds x 8 steps (quick: 2 x 5);
@@ -137,7 +137,8 @@ runlog() { # runlog NAME CMD...: run, keep the log, show it
 allreduce_csv() { # allreduce_csv ROUND < allreduce.sh output: rows for every table it printed
     awk -v r="$1" '
     /^# raw TCP/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "GB/s") printf "raw-tcp,link,0,GB/s,%d,%s\n", r, $i }
-    /^# gantry .*all-reduce: / { impl = "gantry"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
+    # gantry: its default (shared memory under gantry-run); gantry-tcp: GANTRY_COLL_SHM=0, the ring
+    /^# gantry .*all-reduce: / { impl = ($0 ~ /tcp ring/ && $0 !~ /bf16/) ? "gantry-tcp" : "gantry"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
     /^# gloo .*all-reduce: / { impl = "gloo"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
     /^# torch-gloo .*all-reduce: / { impl = "torch-gloo"; for (i = 1; i <= NF; i++) if ($(i + 1) == "ranks") w = $i }
     /^# busbw at 64 MiB/ { impl = ""; final = 1 }
@@ -145,10 +146,11 @@ allreduce_csv() { # allreduce_csv ROUND < allreduce.sh output: rows for every ta
         printf "%s,busbw_r%d,%s,GB/s,%d,%s\n", ($3 == "float" ? impl : impl "-bf16"), w, $1, r, $7
     }
     # its interleaved 64 MiB rounds (ROUNDS=1: one value each): more samples at the verdict size
-    final && NF == 6 && $1 ~ /^[0-9]+$/ {
+    final && NF == 8 && $1 ~ /^[0-9]+$/ {
         printf "gantry,busbw_r%d,67108864,GB/s,%d,%s\n", $1, r, $2
-        printf "gantry-bf16,busbw_r%d,67108864,GB/s,%d,%s\n", $1, r, $3
-        printf "gloo,busbw_r%d,67108864,GB/s,%d,%s\n", $1, r, $4
+        printf "gantry-tcp,busbw_r%d,67108864,GB/s,%d,%s\n", $1, r, $3
+        printf "gantry-bf16,busbw_r%d,67108864,GB/s,%d,%s\n", $1, r, $4
+        printf "gloo,busbw_r%d,67108864,GB/s,%d,%s\n", $1, r, $5
     }'
 }
 if want allreduce; then
