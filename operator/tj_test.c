@@ -193,7 +193,8 @@ static void test_errors_name_the_field(void)
          "spec.training.gradBucketMB: must be >= 0 (got -1)"},
         {"{\"training\":{\"gradBucketMB\":4096.5}}",
          "spec.training.gradBucketMB: must be <= 4096 (got 4096.5)"},
-        {"{\"training\":{\"gradBucketMB\":\"25\"}}", "spec.training.gradBucketMB: must be a number"},
+        {"{\"training\":{\"gradBucketMB\":\"25\"}}",
+         "spec.training.gradBucketMB: must be a number"},
     };
     char text[1024], err[TJ_ERR_MAX];
     struct tj tj;

@@ -12,9 +12,10 @@
  * backward: during the step's last backward, each bucket of train_plan.h's plan is pushed as soon
  * as backward has finished its units (model_arm_ready), and the loop waits for all of them only
  * before clipping (a plan of a single bucket, a model smaller than bucket_bytes, uses the reduce
- * hook after backward instead when one is set: nothing could overlap). The sums are the same elementwise sums as the reduce hook's, so with 2 ranks
- * the result is bit-identical to bucket_bytes 0 (3+ ranks: the ring cuts the buffer differently,
- * so summation orders, and the last bits, may differ).
+ * hook after backward instead when one is set: nothing could overlap). The sums are the same
+ * elementwise sums as the reduce hook's, so with 2 ranks the result is bit-identical to
+ * bucket_bytes 0 (3+ ranks: the ring cuts the buffer differently, so summation orders, and the
+ * last bits, may differ).
  *
  * Each micro-batch is cut to the longest sequence in it (tokens are copied into a (B, T_b)
  * buffer with T_b = max len), so padding costs nothing beyond the batch's own longest text; the
