@@ -44,8 +44,8 @@
 #define SHM_MAX_BYTES (64u << 20) /* all slots together */
 #define SHM_PIECE_DEFAULT (1u << 20)
 #define SHM_SPIN_DEFAULT 2000
-#define SHM_SLICE_MS 50
-#define SHM_BLOCK 2048 /* floats reduced at a time: 8 KiB */ /* futex sleep between checks of the ring sockets */
+#define SHM_SLICE_MS 50 /* futex sleep between checks of the ring sockets */
+#define SHM_BLOCK 2048  /* floats reduced at a time: 8 KiB */
 
 struct shm_hdr {
     uint64_t magic;
