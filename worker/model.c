@@ -508,10 +508,10 @@ static void add_partials(struct model *m, int groups, size_t off, size_t n, size
  * end. Groups depend on the batch size alone, so the sums (and the bits) do not depend on the
  * thread count. The final LayerNorm, the pooling and the embedding run over the whole batch with
  * the kernels' own threads.
- * With a ready hook (model_arm_ready), the groups go through one layer at a time instead, and that
- * layer's partials are added (its slice of each stacked tensor) before the hook hands it over:
- * the same additions in the same order per float, so the same bits, with each layer's gradients
- * final while the layers below still run.
+ * With a ready hook armed each_layer (model_arm_ready), the groups go through one layer at a time
+ * instead, and that layer's partials are added (its slice of each stacked tensor) before the hook
+ * hands it over: the same additions in the same order per float, so the same bits, with each
+ * layer's gradients final while the layers below still run.
  */
 static void transformer_backward(struct model *m, int B, int T, model_ready_fn ready)
 {
@@ -545,13 +545,15 @@ static void transformer_backward(struct model *m, int B, int T, model_ready_fn r
         int groups = (B + BWD_GROUP - 1) / BWD_GROUP;
         layer_range(m, &off, &n);
         zero_floats(a->gpart, (size_t)groups * n * sizeof(float));
-        if (!ready) {
+        if (!ready || !m->ready_each_layer) {
 #pragma omp parallel for schedule(dynamic, 1)
             for (int k = 0; k < groups; k++)
                 group_backward(m, k, B, T, off, n, L - 1, 0);
             add_partials(m, groups, off, n, off, n);
+            for (int u = 1; ready && u <= L; u++)
+                ready(m->ready_ctx, u);
         }
-        for (int l = L - 1; ready && l >= 0; l--) {
+        for (int l = L - 1; ready && m->ready_each_layer && l >= 0; l--) {
 #pragma omp parallel for schedule(dynamic, 1)
             for (int k = 0; k < groups; k++)
                 group_backward(m, k, B, T, off, n, l, l);
@@ -569,9 +571,9 @@ static void transformer_backward(struct model *m, int B, int T, model_ready_fn r
         ready(m->ready_ctx, L + 1);
 }
 
-void model_arm_ready(struct model *m, model_ready_fn fn, void *ctx)
+void model_arm_ready(struct model *m, model_ready_fn fn, void *ctx, bool each_layer)
 {
-    m->ready = fn, m->ready_ctx = ctx;
+    m->ready = fn, m->ready_ctx = ctx, m->ready_each_layer = each_layer;
 }
 
 void model_backward(struct model *m, float loss_scale)

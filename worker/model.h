@@ -89,6 +89,7 @@ struct model {
     int *ngram_ids, *ngram_count;     /* n-gram bags (B, 2*maxT) and counts (B) */
     model_ready_fn ready;             /* armed for the next model_backward (model_arm_ready) */
     void *ready_ctx;
+    bool ready_each_layer;
 };
 
 /* Checks cfg; on error writes "field: why, what to do" to err and returns -1. */
@@ -117,17 +118,20 @@ void model_backward(struct model *m, float loss_scale);
 
 /*
  * Gradients ready during backward, for an all-reduce that overlaps it: the NEXT model_backward()
- * calls fn(ctx, u) for u = 0, 1, ..., MODEL_UNITS(L) - 1 in that order, each as soon as unit u's
+ * calls fn(ctx, u) for u = 0, 1, ..., MODEL_UNITS(L) - 1 in that order, each once unit u's
  * parameter gradients in m->grads are final (nothing in this backward writes them again), then
  * disarms. The hook runs on the calling thread, outside the kernels' parallel regions, and should
  * return quickly (hand the unit to another thread); m->grads must not be written by anyone else
  * until the backward returns. Arm before the LAST micro-batch of a step only: earlier backwards
  * still add to every unit. Unarmed, the backward is exactly as before (same work, same bits).
- * Armed, a batch of more than 4 sequences runs the layers one at a time across the batch
- * (instead of each group of sequences through every layer) so that a layer's gradients are final
- * before the layers below start; the sums, and so the bits, are the same.
+ * each_layer: a batch of more than 4 sequences normally takes each group of 4 through every layer
+ * (cache-friendly), so no layer is final before all are, and the layer units then fire together
+ * once the last one is; with each_layer the groups go through one layer at a time instead, so
+ * each layer fires as soon as it is done, for ~3 % more backward time on the CPU (measured at
+ * batch 16-32, 2-4 layers). Ask for it only when a bucket ends between layers. The sums, and so
+ * the bits, are the same either way.
  */
-void model_arm_ready(struct model *m, model_ready_fn fn, void *ctx);
+void model_arm_ready(struct model *m, model_ready_fn fn, void *ctx, bool each_layer);
 
 /* Tensor by name ("qkvw"), or NULL. */
 const struct model_tensor *model_find_tensor(const struct model *m, const char *name);

@@ -247,8 +247,9 @@ static void on_ready(void *ctx, int unit)
 }
 
 /* Two accumulated micro-batches, the second armed: the hook fires once per unit in order, each
- * unit final when it fires and every later one not yet, and the gradients are bit-identical to
- * the unarmed backward (grouped batch of 9 and a single group of 3; transformer and n-gram). */
+ * unit final when it fires and (each_layer, or a single backward group) every later one not yet,
+ * and the gradients are bit-identical to the unarmed backward (grouped batch of 9 and a single
+ * group of 3; transformer and n-gram; armed depth first and each_layer). */
 static void test_ready_hook(void)
 {
     struct model_config ng = tiny;
@@ -270,14 +271,14 @@ static void test_ready_hook(void)
             size_t n = m.n_params;
             int U = MODEL_UNITS(m.cfg.layers);
             float *ref = malloc(n * sizeof(float));
-            for (int armed = 0; armed < 2; armed++) {
+            for (int armed = 0; armed < 3; armed++) { /* no, depth first, each_layer */
                 struct ready_log lg = {.m = &m, .ref = ref};
                 model_zero_grad(&m);
                 model_forward(&m, tok + (GB - mb) * T, len + GB - mb, lab + GB - mb, mb, T);
                 model_backward(&m, 0.5f / mb);
                 model_forward(&m, tok, len, lab, mb, T);
                 if (armed)
-                    model_arm_ready(&m, on_ready, &lg);
+                    model_arm_ready(&m, on_ready, &lg, armed == 2);
                 model_backward(&m, 0.5f / mb);
                 if (!armed) {
                     memcpy(ref, m.grads, n * sizeof(float));
@@ -288,7 +289,10 @@ static void test_ready_hook(void)
                 for (int u = 0; u < U && u < lg.n; u++)
                     TEST_EQ_INT(lg.order[u], u);
                 TEST_EQ_INT(lg.late, 0);
-                TEST_EQ_INT(lg.early, U * (U - 1) / 2); /* every later unit still pending */
+                /* each_layer, or a single backward group: every later unit still pending at each
+                 * call; depth first over groups: the layers fire together, after all of them */
+                int L = m.cfg.layers;
+                TEST_EQ_INT(lg.early, armed == 2 || mb <= 4 ? U * (U - 1) / 2 : (U - 1) + L);
                 TEST_CHECK(memcmp(m.grads, ref, n * sizeof(float)) == 0);
                 model_forward(&m, tok, len, lab, mb, T); /* disarmed after one backward */
                 model_backward(&m, 0.5f / mb);

@@ -113,6 +113,7 @@ struct loop {
     struct model *m;
     struct train_plan plan;
     bool bucketed;
+    bool each_layer; /* a bucket ends between two layers: the backward must finish them in turn */
     float ls[2];    /* [loss sum, examples] of the step: pushed with the first bucket */
     int queued, rc; /* buckets pushed in this step; the first push error */
 };
@@ -165,7 +166,7 @@ static int step_grads(struct model *m, const struct train_data *d, const struct 
         ls[0] = (float)sum, ls[1] = (float)in_step;
         if (lp->bucketed && mb + (size_t)o->batch >= in_step) { /* the last: buckets final */
             lp->queued = lp->rc = 0;
-            model_arm_ready(m, bucket_ready, lp);
+            model_arm_ready(m, bucket_ready, lp, lp->each_layer);
         }
         model_backward(m, 1.0f / (float)in_step);
     }
@@ -221,6 +222,10 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
          * the bucketer's thread costs a wake-up a step (small models, many steps); the reduce
          * hook does the same sums on this thread. */
         lp.bucketed = lp.plan.nb > 1 || !o->reduce;
+        /* units 1..L are the layers, the last computed first: a bucket whose last unit is a
+         * layer other than unit L can leave before the layers below it are done */
+        for (int b = 0; b < lp.plan.nb; b++)
+            lp.each_layer |= lp.plan.end[b] >= 2 && lp.plan.end[b] <= m->cfg.layers;
         if (!lp.bucketed)
             train_plan_cleanup(&lp.plan);
     }

@@ -3,10 +3,11 @@
  * train_coll.h) with the gradient all-reduce bucketed during backward (train.h, train_plan.h):
  *   - 2 ranks: after every step the parameters are identical on every rank, and bit-identical to
  *     the same run reducing after backward (gradBucketMB 0): with 2 ranks every sum is a + b, so
- *     bucketing cannot change a bit. Buckets of 1 byte (every unit its own), 24 KiB (a few units
- *     each) and 4 MiB (one bucket), with gradient accumulation and a short last step whose last
- *     micro-batch is a single backward group (both of model.c's layer paths). A model within one
- *     bucket is reduced after backward (nothing to overlap): no pushes.
+ *     bucketing cannot change a bit. Buckets of 1 byte (every unit its own), 24 KiB (the head
+ *     with the last layer), 80 KiB (head and layers: the backward stays depth first) and 4 MiB
+ *     (one bucket), with gradient accumulation and a short last step whose last micro-batch is a
+ *     single backward group (all of model.c's layer paths). A model within one bucket is reduced
+ *     after backward (nothing to overlap): no pushes.
  *   - the buckets really overlap backward: the first push of a step happens before the embedding
  *     gradients of the step's last backward exist (they change between the first and the last
  *     push), and every push comes before the wait; reduce-after-backward fails this.
@@ -222,7 +223,9 @@ static void same_on_every_rank(const struct report *rep, int world, int steps)
 static void test_two_ranks_bit_identical(void)
 {
     struct report *base = shared, *b = shared + MAXR;
-    static const size_t sizes[] = {1, 24 << 10, (size_t)TRAIN_BUCKET_MB << 20};
+    /* every unit its own bucket; the head with the last layer; the head and both layers (the
+     * backward then stays depth first, model_arm_ready), the embeddings alone; all in one */
+    static const size_t sizes[] = {1, 24 << 10, 80 << 10, (size_t)TRAIN_BUCKET_MB << 20};
 
     run_ranks(2, 0, base);
     same_on_every_rank(base, 2, STEPS);
