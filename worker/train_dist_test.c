@@ -1,6 +1,6 @@
 /*
- * train_run across real rank processes on loopback (tcp collectives, gantry-worker's own glue
- * train_coll.h) with the gradient all-reduce bucketed during backward (train.h, train_plan.h):
+ * train_run across real rank processes on one host (coll_tcp_new: shared memory at 2 ranks, the
+ * tcp ring at 3; gantry-worker's own glue train_coll.h) with the gradient all-reduce bucketed during backward (train.h, train_plan.h):
  *   - 2 ranks: after every step the parameters are identical on every rank, and bit-identical to
  *     the same run reducing after backward (gradBucketMB 0): with 2 ranks every sum is a + b, so
  *     bucketing cannot change a bit. Buckets of 1 byte (every unit its own), 24 KiB (the head
@@ -49,6 +49,7 @@ struct report {
 
 struct run {
     int world, port;
+    int shm; /* coll_opts.shm: 0 auto (shared memory on one host), -1 the tcp ring */
     size_t bucket_bytes;
     struct report *rep; /* [world] */
 };
@@ -137,7 +138,7 @@ static int rank_main(int rank, void *arg)
     cpu_set_threads(1); /* ranks share the machine's cores */
     tu_env(&e, run->port, rank, run->world, "train-dist-token");
     if ((rc = dist_rendezvous(&e, "h", &ro, &rz)) ||
-        (rc = coll_tcp_new(dist_rdzv_store(rz), NULL, &c)))
+        (rc = coll_tcp_new(dist_rdzv_store(rz), &(struct coll_opts){.shm = run->shm}, &c)))
         goto out;
     if ((rc = model_init(&m, &mc, 6, 11, err, sizeof(err)))) {
         fprintf(stderr, "model_init: %s\n", err);
@@ -174,9 +175,9 @@ out:
 }
 
 /* Runs world ranks with the bucket size; the reports land in rep[0..world). */
-static void run_ranks(int world, size_t bucket_bytes, struct report *rep)
+static void run_ranks(int world, int shm, size_t bucket_bytes, struct report *rep)
 {
-    struct run run = {world, tu_free_port(), bucket_bytes, rep};
+    struct run run = {world, tu_free_port(), shm, bucket_bytes, rep};
     pid_t pids[MAXR];
 
     memset(rep, 0, (size_t)world * sizeof(*rep));
@@ -227,12 +228,12 @@ static void test_two_ranks_bit_identical(void)
      * backward then stays depth first, model_arm_ready), the embeddings alone; all in one */
     static const size_t sizes[] = {1, 24 << 10, 80 << 10, (size_t)TRAIN_BUCKET_MB << 20};
 
-    run_ranks(2, 0, base);
+    run_ranks(2, 0, 0, base);
     same_on_every_rank(base, 2, STEPS);
     TEST_EQ_INT(base[0].pushes, 0);
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         int per = pushes_per_step(sizes[k]);
-        run_ranks(2, sizes[k], b);
+        run_ranks(2, 0, sizes[k], b);
         same_on_every_rank(b, 2, STEPS);
         int bad = 0;
         for (int s = 0; s < STEPS; s++)
@@ -256,8 +257,8 @@ static void test_three_ranks(void)
     char err[256];
 
     TEST_EQ_INT(model_init(&m, &mc, 1, 11, err, sizeof(err)), 0);
-    run_ranks(3, 0, base);
-    run_ranks(3, 1, b);
+    run_ranks(3, -1, 0, base); /* over the tcp ring */
+    run_ranks(3, -1, 1, b);
     int steps = base[0].steps;
     TEST_CHECK(steps > 0);
     same_on_every_rank(base, 3, steps);
