@@ -67,7 +67,7 @@ t_start=$(date +%s)
 # the 1-minute load average every 5 s: the machine is shared, the report says how busy it was
 ( while kill -0 $$ 2>/dev/null; do cut -d" " -f1 /proc/loadavg; sleep 5; done >"$work/load" ) &
 sampler=$!
-trap 'kill "$sampler" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill "$sampler" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # ---- binaries --------------------------------------------------------------------------------
 find_bin() { find "$build" -maxdepth 3 -type f -name "$1" -perm -u+x 2>/dev/null | head -1; }
