@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "common/xalloc.h"
 #include "operator/kube/kube_err.h"
 
@@ -123,14 +124,7 @@ static void find_problem(const json_t *st, struct rec_pod *out)
 
 void rec_digest(const char *s, char out[REC_DIGEST_LEN])
 {
-    uint64_t a = 14695981039346656037ULL, b = 0x9e3779b97f4a7c15ULL;
-
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        a = (a ^ *c) * 1099511628211ULL;
-        b = (b ^ *c) * 0x100000001b3ULL;
-        b ^= b >> 29;
-    }
-    snprintf(out, REC_DIGEST_LEN, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
+    hash_text_digest(s, out);
 }
 
 int rec_pod_from_json(const json_t *pod, struct rec_pod *out)

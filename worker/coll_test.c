@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mount.h>
 
+#include "common/hash.h"
 #include "common/test.h"
 #include "worker/coll_shm.h"
 #include "worker/dist.h"
@@ -134,15 +135,6 @@ static float inexact(int r, size_t i)
     return 1.0f / (float)(i + 1) * (float)(r + 1) + 0.1f * (float)r;
 }
 
-static uint64_t fnv(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 static int run_order(struct coll *c, int rank, int world, bool shm)
 {
     static const size_t sizes[] = {2, 300007};
@@ -168,7 +160,7 @@ static int run_order(struct coll *c, int rank, int world, bool shm)
                 rc = 80;
             }
         }
-        uint64_t h = fnv(b, n * sizeof(float));
+        uint64_t h = hash_fnv1a64(b, n * sizeof(float));
         if (!rc)
             rc = coll_allgather(c, &h, all, sizeof(h));
         for (int r = 0; !rc && r < world; r++)

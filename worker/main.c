@@ -35,6 +35,7 @@
 
 #include <jansson.h>
 
+#include "common/hash.h"
 #include "kernels/cpu.h"
 
 #include "worker/cfg.h"
@@ -274,15 +275,6 @@ static int write_report(struct worker *w, const struct train_result *r, double s
     json_decref(rep);
     eval_cleanup(&ec);
     return rc;
-}
-
-static uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ULL;
-    return h;
 }
 
 /*
@@ -660,7 +652,7 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "gantry-worker: rank %d final parameters fnv1a64 %016llx (step %ld)\n",
             w.env.rank,
-            (unsigned long long)fnv1a(w.model.params, w.model.n_params * sizeof(float)),
+            (unsigned long long)hash_fnv1a64(w.model.params, w.model.n_params * sizeof(float)),
             tr.steps);
     rc = write_report(&w, &tr, setup);
 out:

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "common/hash.h"
 #include "common/test.h"
 #include "kernels/cpu.h"
 #include "worker/coll.h"
@@ -54,15 +55,6 @@ struct run {
     struct report *rep; /* [world] */
 };
 
-static uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 /* The checkpoint hook, every step: the parameters' hash. */
 static int record_step(void *ctx, long step, int epoch, const struct model *m,
                        const struct adamw *opt)
@@ -70,7 +62,7 @@ static int record_step(void *ctx, long step, int epoch, const struct model *m,
     struct report *r = ctx;
     (void)epoch, (void)opt;
     if (step >= 1 && step <= MAXSTEPS)
-        r->hash[step - 1] = fnv1a(m->params, m->n_params * sizeof(float));
+        r->hash[step - 1] = hash_fnv1a64(m->params, m->n_params * sizeof(float));
     r->steps = (int)step;
     return 0;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/hash.h"
 #include "common/xalloc.h"
 #include "operator/kube/lease.h"
 #include "operator/kube/strmap.h"
@@ -33,20 +34,6 @@ static struct seen *seen_new(const char *ns, const char *name)
 static const char *seen_name(const struct seen *s)
 {
     return s->ref + strlen(s->ref) + 1;
-}
-
-/* The cache key: a 128-bit digest (two FNV-1a passes) of the de-duplication text, 32 hex
- * digits, instead of the text (object, reason and a note of up to 1 KiB). */
-static void digest(const char *text, char out[33])
-{
-    unsigned long long a = 14695981039346656037ULL, b = 0x9e3779b97f4a7c15ULL;
-
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        a = (a ^ *c) * 1099511628211ULL;
-        b = (b ^ *c) * 0x100000001b3ULL;
-        b ^= b >> 29;
-    }
-    snprintf(out, 33, "%016llx%016llx", a, b);
 }
 
 struct event_recorder {
@@ -183,7 +170,7 @@ int event_record(struct event_recorder *r, const json_t *regarding, const char *
                  const char *reason, const char *action, const char *note, int *count_out)
 {
     json_t *meta = json_object_get(regarding, "metadata");
-    char text[2048], key[33];
+    char text[2048], key[HASH_DIGEST_HEX]; /* the cache key: a digest of text */
     struct seen *s, *fresh = NULL;
     time_t now;
     int rc;
@@ -193,7 +180,7 @@ int event_record(struct event_recorder *r, const json_t *regarding, const char *
     snprintf(text, sizeof(text), "%s/%s/%s/%s\x1f%s\x1f%s\x1f%s\x1f%.1024s", str(regarding, "kind"),
              str(meta, "namespace"), str(meta, "name"), str(meta, "uid"), type, reason, action,
              note ? note : "");
-    digest(text, key);
+    hash_text_digest(text, key);
     pthread_mutex_lock(&r->mu);
     now = r->clock();
     if (now - r->pruned >= EVENT_PRUNE_INTERVAL_S || strmap_len(&r->cache) >= EVENT_CACHE_MAX)
