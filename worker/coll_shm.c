@@ -452,18 +452,6 @@ static int open_obj(struct coll_shm *s, const char *name, const char *token_hex,
     return 0;
 }
 
-static int wait_str(struct store *st, const char *key, int timeout_ms, char *out, size_t cap)
-{
-    void *v = NULL;
-    size_t vl;
-    int rc = store_wait(st, key, timeout_ms, &v, &vl);
-
-    if (!rc)
-        snprintf(out, cap, "%s", (char *)v);
-    free(v);
-    return rc;
-}
-
 /* Rank 0's side: create, announce, collect the verdicts, unlink, decide. */
 static int setup_rank0(struct coll_shm *s, struct store *st, const char *pfx, const char *off,
                        bool *go)
@@ -485,7 +473,7 @@ static int setup_rank0(struct coll_shm *s, struct store *st, const char *pfx, co
         goto out;
     for (int q = 1; q < s->world; q++) {
         snprintf(key, sizeof(key), "%s/ok/%d", pfx, q);
-        if ((rc = wait_str(st, key, s->timeout_ms, val, sizeof(val))))
+        if ((rc = store_wait_str(st, key, s->timeout_ms, val, sizeof(val))))
             goto out;
         if (ok && val[0] != '1') {
             ok = false;
@@ -518,7 +506,7 @@ static int setup_rank(struct coll_shm *s, struct store *st, const char *pfx, con
     int rc;
 
     snprintf(key, sizeof(key), "%s/name", pfx);
-    if ((rc = wait_str(st, key, s->timeout_ms, val, sizeof(val))))
+    if ((rc = store_wait_str(st, key, s->timeout_ms, val, sizeof(val))))
         return rc;
     bool ok = false;
     if (off)
@@ -538,7 +526,7 @@ static int setup_rank(struct coll_shm *s, struct store *st, const char *pfx, con
     if ((rc = store_set(st, key, val, strlen(val))))
         return rc;
     snprintf(key, sizeof(key), "%s/go", pfx);
-    if ((rc = wait_str(st, key, s->timeout_ms, val, sizeof(val))))
+    if ((rc = store_wait_str(st, key, s->timeout_ms, val, sizeof(val))))
         return rc;
     *go = ok && val[0] == '1';
     return 0;

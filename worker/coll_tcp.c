@@ -547,18 +547,6 @@ static int accept_prev(struct tcp *t, struct store *st, int lfd, const unsigned 
     }
 }
 
-static int get_addr(struct store *st, const char *key, int timeout_ms, char *out, size_t cap)
-{
-    void *v = NULL;
-    size_t vl;
-    int rc = store_wait(st, key, timeout_ms, &v, &vl);
-
-    if (!rc)
-        snprintf(out, cap, "%s", (char *)v);
-    free(v);
-    return rc;
-}
-
 /* The per-instance nonce, address exchange and the two connections. */
 static int tcp_connect_ring(struct tcp *t, struct store *st, int lfd, int lport)
 {
@@ -593,13 +581,13 @@ static int tcp_connect_ring(struct tcp *t, struct store *st, int lfd, int lport)
     if ((rc = store_set(st, key, val, strlen(val))))
         return rc;
     snprintf(key, sizeof(key), "coll/%" PRId64 "/addr/%d", inst, next);
-    if ((rc = get_addr(st, key, t->timeout_ms, val, sizeof(val))))
+    if ((rc = store_wait_str(st, key, t->timeout_ms, val, sizeof(val))))
         return rc;
     if (sscanf(val, "%63s %d", host, &port) != 2)
         return DIST_EPROTO;
     snprintf(t->next_addr, sizeof(t->next_addr), "%s:%d", host, port);
     snprintf(key, sizeof(key), "coll/%" PRId64 "/addr/%d", inst, prev);
-    if ((rc = get_addr(st, key, t->timeout_ms, val, sizeof(val))))
+    if ((rc = store_wait_str(st, key, t->timeout_ms, val, sizeof(val))))
         return rc;
     snprintf(t->prev_addr, sizeof(t->prev_addr), "%s", val);
     char *sp = strchr(t->prev_addr, ' ');

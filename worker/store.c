@@ -942,6 +942,18 @@ int store_wait(struct store *st, const char *key, int timeout_ms, void **val, si
     return rc;
 }
 
+int store_wait_str(struct store *st, const char *key, int timeout_ms, char *out, size_t cap)
+{
+    void *v = NULL;
+    size_t vl;
+    int rc = store_wait(st, key, timeout_ms, &v, &vl);
+
+    if (!rc)
+        snprintf(out, cap, "%s", (char *)v);
+    free(v);
+    return rc;
+}
+
 int store_add(struct store *st, const char *key, int64_t delta, int64_t *result)
 {
     unsigned char h[2 + STORE_MAX_KEY + 8], *b = NULL;

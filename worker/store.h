@@ -94,6 +94,9 @@ int store_get(struct store *st, const char *key, void **val, size_t *len)
  * DIST_ETIMEDOUT when it is not. */
 int store_wait(struct store *st, const char *key, int timeout_ms, void **val, size_t *len)
     __attribute__((warn_unused_result));
+/* store_wait for a text value, copied into out (cut to cap - 1 bytes). */
+int store_wait_str(struct store *st, const char *key, int timeout_ms, char *out, size_t cap)
+    __attribute__((warn_unused_result));
 /* Atomically adds delta to the integer counter at key (missing: 0); *result gets the new value. */
 int store_add(struct store *st, const char *key, int64_t delta, int64_t *result)
     __attribute__((warn_unused_result));
