@@ -165,6 +165,17 @@ static int read_floats(FILE *f, const char *key, float *out, int want)
     return -1;
 }
 
+/* A deterministic batch of gb examples of varied lengths (padding after len[b]). */
+static void fill_batch(int gb, int *tok, int *len, int *lab)
+{
+    for (int b = 0; b < gb; b++) {
+        len[b] = 1 + (b * 5) % T;
+        lab[b] = b % tiny.classes;
+        for (int t = 0; t < T; t++)
+            tok[b * T + t] = t < len[b] ? 1 + (b * 7 + t * 3) % (tiny.vocab - 1) : 0;
+    }
+}
+
 /* A batch above the backward's group size (3 groups, the last one short) runs depth first in
  * groups with partial gradients: it must equal the sum of one-sequence batches, and give the same
  * bits on 1 and 2 threads. */
@@ -175,12 +186,7 @@ static void test_grouped_backward(void)
     char err[256];
     TEST_EQ_INT(model_init(&m, &tiny, GB, 7, err, sizeof(err)), 0);
     int tok[GB * T], len[GB], lab[GB];
-    for (int b = 0; b < GB; b++) {
-        len[b] = 1 + (b * 5) % T;
-        lab[b] = b % tiny.classes;
-        for (int t = 0; t < T; t++)
-            tok[b * T + t] = t < len[b] ? 1 + (b * 7 + t * 3) % (tiny.vocab - 1) : 0;
-    }
+    fill_batch(GB, tok, len, lab);
     size_t n = m.n_params;
     float *full = malloc(n * sizeof(float)), *one = malloc(n * sizeof(float));
     model_zero_grad(&m);
@@ -257,12 +263,7 @@ static void test_ready_hook(void)
     const struct model_config *cfgs[2] = {&tiny, &ng};
     enum { GB = 9 };
     int tok[GB * T], len[GB], lab[GB];
-    for (int b = 0; b < GB; b++) {
-        len[b] = 1 + (b * 5) % T;
-        lab[b] = b % tiny.classes;
-        for (int t = 0; t < T; t++)
-            tok[b * T + t] = t < len[b] ? 1 + (b * 7 + t * 3) % (tiny.vocab - 1) : 0;
-    }
+    fill_batch(GB, tok, len, lab);
     for (int c = 0; c < 2; c++) {
         for (int mb = 3; mb <= GB; mb += GB - 3) {
             struct model m;
