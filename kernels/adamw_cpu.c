@@ -35,6 +35,7 @@ void adamw_update_cpu(float *params, const float *grads, float *m, float *v,
 
     for (int s = 0; s < nseg; s++)
         total += segs[s].count;
+    (void)total; /* read only by the OpenMP if() below: unused in a build without OpenMP */
     /* One parallel region for every tensor (small ones would not pay for their own). */
 #pragma omp parallel if (total > 65536)
     for (int s = 0; s < nseg; s++) {
