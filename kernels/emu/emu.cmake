@@ -1,0 +1,63 @@
+# The gantry CUDA emulator (kernels/emu/): the real .cu kernels and their GPU tests, compiled as
+# C++ and run on the CPU, so CI without a GPU checks the kernels' logic against the CPU
+# specification (label `emu`). Not a GPU: see include/cuda_runtime.h for what it checks and
+# what it cannot. Included from kernels/CMakeLists.txt; GANTRY_EMU=OFF leaves it out.
+option(GANTRY_EMU "Build the CUDA kernels' CPU emulation and its tests" ON)
+if(NOT GANTRY_EMU)
+    return()
+endif()
+enable_language(CXX)
+
+set(_emu ${CMAKE_CURRENT_LIST_DIR})
+set(GANTRY_EMU_CXX_FLAGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-function)
+
+# gantry_emu_sources(OUT cu...): the C++ translations (build dir) of the given .cu files.
+function(gantry_emu_sources out)
+    set(list)
+    foreach(cu ${ARGN})
+        file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${cu})
+        string(REGEX REPLACE "\\.cu$" ".cc" rel ${rel})
+        set(cc ${PROJECT_BINARY_DIR}/emu-src/${rel})
+        add_custom_command(OUTPUT ${cc}
+            COMMAND ${CMAKE_COMMAND} -DIN=${cu} -DOUT=${cc} -P ${_emu}/cu2cc.cmake
+            DEPENDS ${cu} ${_emu}/cu2cc.cmake
+            COMMENT "cu2cc ${rel}" VERBATIM)
+        list(APPEND list ${cc})
+    endforeach()
+    set(${out} ${list} PARENT_SCOPE)
+endfunction()
+
+# gantry_emu_target(TARGET): the emulator's headers shadow any real CUDA ones, C++17.
+function(gantry_emu_target t)
+    target_include_directories(${t} BEFORE PRIVATE ${_emu}/include)
+    target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR})
+    target_compile_features(${t} PRIVATE cxx_std_17)
+    target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${GANTRY_EMU_CXX_FLAGS}>)
+endfunction()
+
+# cuBLAS, cuBLASLt and CUB's radix sort on the CPU (gantry_emu_blas, blas.cc).
+include(${_emu}/blas.cmake)
+add_library(gantry_emu_rt STATIC ${_emu}/runtime.cc)
+gantry_emu_target(gantry_emu_rt)
+target_link_libraries(gantry_emu_rt PUBLIC gantry_emu_blas Threads::Threads)
+
+set(_ops)
+foreach(op gpu_runtime gelu embed layernorm matmul attention pool crossentropy adamw)
+    list(APPEND _ops ${PROJECT_SOURCE_DIR}/kernels/${op}.cu)
+endforeach()
+gantry_emu_sources(_ops_cc ${_ops})
+add_library(gantry_kernels_emu STATIC ${_ops_cc})
+gantry_emu_target(gantry_kernels_emu)
+target_link_libraries(gantry_kernels_emu PUBLIC gantry_emu_rt gantry_kernels)
+
+# The GPU tests, unchanged, on the emulator: <op>_gpu_emu_test.
+foreach(t runtime gelu embed layernorm matmul attention pool crossentropy adamw)
+    gantry_emu_sources(_t ${PROJECT_SOURCE_DIR}/kernels/${t}_gpu_test.cu)
+    set(_extra)
+    if(t STREQUAL "adamw")
+        set(_extra ${PROJECT_SOURCE_DIR}/worker/optim.c) # the CPU reference, without gantry_core
+    endif()
+    gantry_test(${t}_gpu_emu_test SOURCES ${_t} ${_extra} LIBS gantry_kernels_emu gantry_kernels
+                LABELS emu)
+    gantry_emu_target(${t}_gpu_emu_test)
+endforeach()

@@ -1,0 +1,300 @@
+// emu_test: the CUDA emulator's own semantics (kernels/emu/): indices, block and warp barriers,
+// shared memory, launch checks, memory-range checks, races made visible, divergent barriers
+// reported, launches from two host threads at once. Written in CUDA syntax and compiled through
+// cu2cc like the kernels; emulator-only (some cases check the emulator's diagnostics).
+#include <cuda_runtime.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/test.h"
+
+static __global__ void ids_kernel(unsigned *out)
+{
+    unsigned bx = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    unsigned nt = blockDim.x * blockDim.y * blockDim.z;
+    unsigned tx = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    out[bx * nt + tx] += bx * nt + tx + 1;
+}
+
+static void test_indices(void)
+{
+    dim3 grid(3, 2, 2), block(8, 4, 2);
+    unsigned n = 3 * 2 * 2 * 8 * 4 * 2, *d = NULL, *h = (unsigned *)calloc(n, sizeof(unsigned));
+    TEST_CHECK(cudaMalloc(&d, n * sizeof(unsigned)) == cudaSuccess);
+    cudaMemset(d, 0, n * sizeof(unsigned));
+    ids_kernel<<<grid, block>>>(d);
+    TEST_CHECK(cudaGetLastError() == cudaSuccess);
+    cudaMemcpy(h, d, n * sizeof(unsigned), cudaMemcpyDeviceToHost);
+    unsigned bad = 0;
+    for (unsigned i = 0; i < n; i++)
+        bad += h[i] != i + 1; // every (block, thread) ran exactly once
+    TEST_EQ_INT(bad, 0);
+    cudaFree(d);
+    free(h);
+}
+
+static __device__ float wsum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// out[block] = sum of in[block * blockDim .. +blockDim), every thread checks it got the same
+static __global__ void block_sum_kernel(float *out, int *agree, const float *in)
+{
+    __shared__ float part[32];
+    float v = in[blockIdx.x * blockDim.x + threadIdx.x];
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = wsum(v);
+    if (lane == 0)
+        part[w] = v;
+    __syncthreads();
+    v = lane < nw ? part[lane] : 0.0f;
+    v = wsum(v);
+    __syncthreads();
+    if (threadIdx.x == 0)
+        part[0] = v;
+    __syncthreads();
+    if (part[0] != v)
+        agree[blockIdx.x] = 0;
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = v;
+}
+
+static void test_block_sum(void)
+{
+    for (int threads = 32; threads <= 1024; threads *= 2) {
+        int blocks = 5, n = blocks * threads;
+        float *h = (float *)malloc(n * sizeof(float)), *din, *dout, got[5];
+        int *dag, ag[5];
+        for (int i = 0; i < n; i++)
+            h[i] = (float)(i % 7) - 3.0f; // small integers: exact in any order
+        cudaMalloc(&din, n * sizeof(float));
+        cudaMalloc(&dout, blocks * sizeof(float));
+        cudaMalloc(&dag, blocks * sizeof(int));
+        cudaMemcpy(din, h, n * sizeof(float), cudaMemcpyHostToDevice);
+        for (int b = 0; b < blocks; b++)
+            ag[b] = 1;
+        cudaMemcpy(dag, ag, sizeof(ag), cudaMemcpyHostToDevice);
+        block_sum_kernel<<<blocks, threads>>>(dout, dag, din);
+        TEST_CHECK(cudaGetLastError() == cudaSuccess);
+        cudaMemcpy(got, dout, sizeof(got), cudaMemcpyDeviceToHost);
+        cudaMemcpy(ag, dag, sizeof(ag), cudaMemcpyDeviceToHost);
+        for (int b = 0; b < blocks; b++) {
+            float want = 0.0f;
+            for (int i = 0; i < threads; i++)
+                want += h[b * threads + i];
+            TEST_NEAR(got[b], want, 0.0);
+            TEST_EQ_INT(ag[b], 1);
+        }
+        cudaFree(din), cudaFree(dout), cudaFree(dag);
+        free(h);
+    }
+}
+
+// Thread 0 fills dynamic shared memory; the others read it without a barrier between.
+static __global__ void racy_kernel(float *out)
+{
+    extern __shared__ float sh[];
+    if (threadIdx.x == 0)
+        sh[0] = 1.0f;
+    out[threadIdx.x] = sh[0]; // missing __syncthreads() above
+}
+
+static __global__ void fixed_kernel(float *out)
+{
+    extern __shared__ float sh[];
+    if (threadIdx.x == 0)
+        sh[0] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = sh[0];
+}
+
+static int count_ones(void (*k)(float *))
+{
+    float *d, h[256];
+    cudaMalloc(&d, sizeof(h));
+    k<<<1, 256, sizeof(float)>>>(d);
+    cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    int ones = 0;
+    for (int i = 0; i < 256; i++)
+        ones += h[i] == 1.0f;
+    return ones;
+}
+
+// A missing barrier gives a wrong answer (threads run in shuffled order, shared memory starts
+// as NaN), not a lucky right one.
+static void test_race_visible(void)
+{
+    TEST_EQ_INT(count_ones(fixed_kernel), 256);
+    TEST_CHECK(count_ones(racy_kernel) < 256);
+}
+
+static __global__ void big_smem_kernel(float *out)
+{
+    extern __shared__ float sh[];
+    sh[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = sh[(threadIdx.x + 1) % blockDim.x] + sh[16383];
+}
+
+static void test_launch_checks(void)
+{
+    float *d;
+    cudaMalloc(&d, 64 * sizeof(float));
+    ids_kernel<<<1, 2048>>>((unsigned *)d); // over 1024 threads
+    TEST_CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    TEST_CHECK(cudaGetLastError() == cudaSuccess); // reading clears it
+    ids_kernel<<<0, 32>>>((unsigned *)d);
+    TEST_CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    big_smem_kernel<<<1, 64, 65536>>>(d); // 64 KiB without the opt-in
+    TEST_CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    TEST_CHECK(cudaFuncSetAttribute(big_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    65536) == cudaSuccess);
+    big_smem_kernel<<<1, 64, 65536>>>(d);
+    TEST_CHECK(cudaGetLastError() == cudaSuccess);
+    float h[64];
+    cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+    TEST_CHECK(h[0] != h[0]); // sh[16383] was never written: the NaN poison shows
+    cudaFree(d);
+}
+
+static void test_memory_checks(void)
+{
+    float *d, h[16] = {0};
+    TEST_CHECK(cudaMalloc(&d, 8 * sizeof(float)) == cudaSuccess);
+    TEST_CHECK(cudaMemcpy(d, h, 8 * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+    TEST_CHECK(cudaMemcpy(d, h, 9 * sizeof(float), cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+    TEST_CHECK(cudaMemcpy(d + 4, h, 4 * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+    TEST_CHECK(cudaMemcpy(h, d + 1, 8 * sizeof(float), cudaMemcpyDeviceToHost) ==
+               cudaErrorInvalidValue);
+    TEST_CHECK(cudaMemcpy(h, h + 8, 8 * sizeof(float), cudaMemcpyDeviceToHost) ==
+               cudaErrorInvalidValue); // a host pointer named as the device source
+    TEST_CHECK(cudaMemset(d, 0, 32) == cudaSuccess);
+    TEST_CHECK(cudaMemset(d, 0, 33) == cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    TEST_CHECK(cudaFree(d) == cudaSuccess);
+    TEST_CHECK(cudaFree(d) == cudaErrorInvalidValue); // double free
+    (void)cudaGetLastError();
+}
+
+static __global__ void divergent_kernel(float *out)
+{
+    if (threadIdx.x >= 16)
+        return;
+    __syncthreads(); // the other 16 threads exited: undefined on a GPU
+    out[threadIdx.x] = 1.0f;
+}
+
+static __global__ void partial_warp_shuffle_kernel(float *out)
+{
+    if (threadIdx.x % 2)
+        return;
+    out[threadIdx.x] = wsum(1.0f); // full mask, half the lanes gone
+}
+
+static int dies(void (*k)(float *))
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        float *d;
+        cudaMalloc(&d, 32 * sizeof(float));
+        k<<<1, 32>>>(d);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+static void test_divergence_reported(void)
+{
+    TEST_CHECK(dies(divergent_kernel));
+    TEST_CHECK(dies(partial_warp_shuffle_kernel));
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+static __global__ void oob_kernel(float *out)
+{
+    out[threadIdx.x] = 1.0f; // 33 threads, 32 floats
+}
+
+// In the ASan build a kernel's out-of-bounds write is caught like any heap overflow.
+static void test_oob_caught(void)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        float *d;
+        cudaMalloc(&d, 32 * sizeof(float));
+        oob_kernel<<<1, 33>>>(d);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    TEST_CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+}
+#endif
+
+static void *launcher(void *arg)
+{
+    int *ok = (int *)arg;
+    for (int r = 0; r < 20; r++) {
+        int blocks = 3, threads = 256, n = blocks * threads;
+        float *din, *dout, got[3];
+        int *dag, ag[3] = {1, 1, 1};
+        float *h = (float *)malloc(n * sizeof(float));
+        for (int i = 0; i < n; i++)
+            h[i] = 1.0f;
+        cudaMalloc(&din, n * sizeof(float));
+        cudaMalloc(&dout, sizeof(got));
+        cudaMalloc(&dag, sizeof(ag));
+        cudaMemcpy(din, h, n * sizeof(float), cudaMemcpyHostToDevice);
+        cudaMemcpy(dag, ag, sizeof(ag), cudaMemcpyHostToDevice);
+        block_sum_kernel<<<blocks, threads>>>(dout, dag, din);
+        cudaMemcpy(got, dout, sizeof(got), cudaMemcpyDeviceToHost);
+        for (int b = 0; b < blocks; b++)
+            if (got[b] != 256.0f)
+                *ok = 0;
+        cudaFree(din), cudaFree(dout), cudaFree(dag);
+        free(h);
+    }
+    return NULL;
+}
+
+static void test_two_host_threads(void)
+{
+    pthread_t t[2];
+    int ok[2] = {1, 1};
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, launcher, &ok[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    TEST_EQ_INT(ok[0], 1);
+    TEST_EQ_INT(ok[1], 1);
+}
+
+int main(void)
+{
+    TEST_RUN(test_indices);
+    TEST_RUN(test_block_sum);
+    TEST_RUN(test_race_visible);
+    TEST_RUN(test_launch_checks);
+    TEST_RUN(test_memory_checks);
+    TEST_RUN(test_divergence_reported);
+    TEST_RUN(test_two_host_threads);
+#if defined(__SANITIZE_ADDRESS__)
+    TEST_RUN(test_oob_caught);
+#endif
+    return test_summary();
+}

@@ -1,0 +1,145 @@
+/*
+ * cuda_runtime.h (gantry CUDA emulator) - the part of the CUDA runtime API that Gantry's .cu files
+ * use, executed on the CPU so the kernels' logic can be tested where no GPU is (CI).
+ *
+ * NOT a GPU and not a simulator of one: memory is host memory, every call is synchronous (streams
+ * and events order nothing, so a missing event wait between streams is not caught), and floating
+ * point is the host's (no FMA contraction differences, no TF32). What it does check: kernel
+ * indexing against the CPU specification, block and warp barriers (__syncthreads, __shfl_xor_sync)
+ * reached by every thread that must reach them (a divergent barrier is reported and aborts),
+ * launch configurations (block <= 1024 threads, grid dims, dynamic shared memory over 48 KiB
+ * without cudaFuncSetAttribute), cudaMemcpy/cudaMemset ranges against the allocation they touch,
+ * and, in the ASan build, out-of-bounds accesses inside kernels. Threads of a block are fibers;
+ * the order they run in between barriers is shuffled (GANTRY_EMU_SEED), so a missing
+ * __syncthreads shows up as a wrong result instead of passing by luck.
+ *
+ * The .cu sources are compiled as C++ after kernels/emu/cu2cc.cmake rewrites the two pieces of
+ * CUDA syntax C++ cannot parse: kernel<<<grid, block, smem, stream>>>(args) and
+ * `extern __shared__ T name[];`. See kernels/emu/emu.cmake.
+ */
+#ifndef GANTRY_EMU_CUDA_RUNTIME_H
+#define GANTRY_EMU_CUDA_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GANTRY_CUDA_EMU 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorNoDevice = 100,
+    cudaErrorNotReady = 600,
+    cudaErrorLaunchFailure = 719,
+} cudaError_t;
+
+typedef enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+} cudaMemcpyKind;
+
+typedef struct CUstream_st *cudaStream_t;
+typedef struct CUevent_st *cudaEvent_t;
+typedef struct CUmemPoolHandle_st *cudaMemPool_t;
+
+#define cudaStreamDefault 0x0
+#define cudaStreamNonBlocking 0x1
+#define cudaEventDefault 0x0
+#define cudaEventBlockingSync 0x1
+#define cudaEventDisableTiming 0x2
+
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    size_t sharedMemPerBlock;
+    size_t sharedMemPerBlockOptin;
+    int warpSize;
+    int maxThreadsPerBlock;
+    int multiProcessorCount;
+    int major, minor;
+    int clockRate;
+};
+
+const char *cudaGetErrorString(cudaError_t err);
+const char *cudaGetErrorName(cudaError_t err);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaSetDevice(int dev);
+cudaError_t cudaGetDevice(int *dev);
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int dev);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value);
+
+cudaError_t cudaMalloc(void **p, size_t bytes);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s);
+cudaError_t cudaMemset(void *p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s);
+
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamQuery(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+
+/* Emulator only: 1 when p..p+bytes lies inside one live device allocation (cudaMalloc*). */
+int emu_is_device_range(const void *p, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __cplusplus
+cudaError_t emu_func_set_attribute(const void *func, int attr, int value);
+template <typename F> static inline cudaError_t cudaFuncSetAttribute(F *func, cudaFuncAttribute attr,
+                                                                    int value)
+{
+    return emu_func_set_attribute((const void *)func, (int)attr, value);
+}
+/* The C++ overloads the real header has: any T** for the allocation functions. */
+template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes)
+{
+    return cudaMalloc((void **)p, bytes);
+}
+template <typename T> static inline cudaError_t cudaMallocHost(T **p, size_t bytes)
+{
+    return cudaMallocHost((void **)p, bytes);
+}
+template <typename T>
+static inline cudaError_t cudaMallocAsync(T **p, size_t bytes, cudaStream_t s)
+{
+    return cudaMallocAsync((void **)p, bytes, s);
+}
+#include "emu_device.h"
+#endif
+
+#endif /* GANTRY_EMU_CUDA_RUNTIME_H */

@@ -1,0 +1,166 @@
+/*
+ * emu_device.h (gantry CUDA emulator) - device-side CUDA C++ on the CPU: qualifiers, built-in
+ * index variables, kernel launches, __syncthreads, warp shuffles and the intrinsics Gantry's
+ * kernels use. Included by cuda_runtime.h in C++ translation units; see that header for what the
+ * emulator checks and what it cannot.
+ *
+ * A launch runs synchronously on the calling host thread: blocks one after another, the threads
+ * of a block as fibers (one stack each) switched only at barriers. Block-level state lives in
+ * thread_local storage of the host thread, so several host threads may launch at once.
+ */
+#ifndef GANTRY_EMU_DEVICE_H
+#define GANTRY_EMU_DEVICE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <tuple>
+#include <utility>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+/* Static shared memory: one copy per host thread, which runs one block at a time. */
+#define __shared__ static thread_local
+#define __constant__ static
+
+struct uint3 {
+    unsigned x, y, z;
+};
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+    dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+};
+
+namespace emu {
+
+/* The built-in variables of the thread (fiber) now running on this host thread; the scheduler
+ * sets them at every switch. */
+extern thread_local uint3 tid, bid;
+extern thread_local dim3 bdim, gdim;
+
+void sync_threads();
+/* A warp-wide exchange: every lane of the caller's warp in `mask` publishes `v` (8 bytes) and
+ * gets back the value lane `src` published. */
+uint64_t warp_exchange(unsigned mask, uint64_t v, int src_lane);
+int lane_id();
+void *dyn_smem();
+
+struct launch_cfg {
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+    launch_cfg(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = 0)
+        : grid(g), block(b), smem(s), stream(st) {}
+};
+
+/* Runs body(arg) once per thread of every block of cfg; 0, or a cudaError_t. The entry point
+ * (kernels/emu/runtime.cc). `kernel` identifies the kernel (for cudaFuncSetAttribute). */
+int run_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), void *arg);
+
+template <typename... P> struct bound {
+    launch_cfg cfg;
+    void (*fn)(P...);
+    template <typename... A> void operator()(A &&...a)
+    {
+        /* Arguments are evaluated and converted once, as a launch copies them. */
+        std::tuple<P...> args(std::forward<A>(a)...);
+        struct call {
+            void (*fn)(P...);
+            std::tuple<P...> *args;
+        } c = {fn, &args};
+        run_grid(cfg, (const void *)fn, [](void *p) {
+            call *k = (call *)p;
+            std::apply(k->fn, *k->args);
+        }, &c);
+    }
+};
+
+template <typename... P> bound<P...> launch(const launch_cfg &cfg, void (*fn)(P...))
+{
+    return bound<P...>{cfg, fn};
+}
+
+template <typename T> static inline T shfl_xor(unsigned mask, T v, int lane_mask)
+{
+    static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof(T));
+    u = warp_exchange(mask, u, lane_id() ^ lane_mask);
+    T r;
+    memcpy(&r, &u, sizeof(T));
+    return r;
+}
+template <typename T> static inline T shfl(unsigned mask, T v, int src)
+{
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof(T));
+    u = warp_exchange(mask, u, src & 31);
+    T r;
+    memcpy(&r, &u, sizeof(T));
+    return r;
+}
+template <typename T> static inline T shfl_down(unsigned mask, T v, unsigned d)
+{
+    int l = lane_id();
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof(T));
+    uint64_t o = warp_exchange(mask, u, l + (int)d < 32 ? l + (int)d : l);
+    T r;
+    memcpy(&r, &o, sizeof(T));
+    return r;
+}
+
+} // namespace emu
+
+#define threadIdx (emu::tid)
+#define blockIdx (emu::bid)
+#define blockDim (emu::bdim)
+#define gridDim (emu::gdim)
+static constexpr int warpSize = 32;
+
+#define __syncthreads() emu::sync_threads()
+#define __syncwarp(...) ((void)0)
+#define __shfl_xor_sync(mask, v, lm) emu::shfl_xor((mask), (v), (lm))
+#define __shfl_sync(mask, v, src) emu::shfl((mask), (v), (src))
+#define __shfl_down_sync(mask, v, d) emu::shfl_down((mask), (v), (d))
+
+/* cu2cc.cmake rewrites `kernel<<<cfg>>>(args)` to
+ * `emu::launch(emu::launch_cfg(cfg), kernel)(args)` and `extern __shared__ T name[];` to
+ * `T *name = (T *)emu::dyn_smem();`. */
+
+static inline float __uint_as_float(unsigned u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+static inline unsigned __float_as_uint(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+static inline float __int_as_float(int u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+static inline int __float_as_int(float f)
+{
+    int u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+static inline float __fdividef(float a, float b) { return a / b; }
+template <typename T> static inline T __ldg(const T *p) { return *p; }
+
+#endif /* GANTRY_EMU_DEVICE_H */

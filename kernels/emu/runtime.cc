@@ -1,0 +1,745 @@
+// The gantry CUDA emulator's runtime: kernel launches as fibers on the CPU, block and warp
+// barriers, device memory bookkeeping, streams and events (synchronous). See
+// kernels/emu/include/cuda_runtime.h for what it checks and what it cannot.
+#include <cuda_runtime.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace emu {
+
+thread_local uint3 tid, bid;
+thread_local dim3 bdim, gdim;
+
+[[noreturn]] static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gantry CUDA emulator: ");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}
+
+// ---- context switching -------------------------------------------------------------------
+// x86-64: a hand-written switch of the callee-saved registers (no signal-mask syscall, which
+// ucontext's swapcontext makes on every switch); elsewhere ucontext.
+#if defined(__x86_64__)
+extern "C" void emu_ctx_switch(void **save_sp, void *new_sp);
+asm(".text\n"
+    ".globl emu_ctx_switch\n"
+    ".type emu_ctx_switch,@function\n"
+    "emu_ctx_switch:\n"
+    "  pushq %rbp\n"
+    "  pushq %rbx\n"
+    "  pushq %r12\n"
+    "  pushq %r13\n"
+    "  pushq %r14\n"
+    "  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n"
+    "  popq %r14\n"
+    "  popq %r13\n"
+    "  popq %r12\n"
+    "  popq %rbx\n"
+    "  popq %rbp\n"
+    "  ret\n"
+    ".size emu_ctx_switch, .-emu_ctx_switch\n"
+    ".section .note.GNU-stack,\"\",@progbits\n"
+    ".text\n");
+struct ctx {
+    void *sp;
+};
+#else
+struct ctx {
+    ucontext_t uc;
+};
+#endif
+
+enum fstate { F_READY, F_BAR, F_WARP, F_DONE };
+
+struct fiber {
+    ctx c;
+    uint3 tid;
+    int state;
+    int warp, lane;
+    char *stack; // lowest usable byte
+};
+
+struct warp_state {
+    int arrived, expected;
+    unsigned gen;
+    uint64_t slot[2][32];
+};
+
+static const size_t STACK_BYTES =
+#ifdef EMU_ASAN
+    512 << 10;
+#else
+    128 << 10;
+#endif
+static const size_t GUARD = 4096;
+
+// Per host thread: the block being run and its fibers.
+struct sched {
+    ctx main;
+    std::vector<fiber> f;
+    std::vector<char *> stacks; // mmap'd, reused across launches
+    std::vector<warp_state> warps;
+    std::vector<int> ready;
+    int n, done, bar_arrived, cur;
+    unsigned bar_gen;
+    void (*body)(void *);
+    void *arg;
+    std::vector<unsigned char> smem;
+    uint64_t rng;
+#ifdef EMU_ASAN
+    void *fake_main;
+    const void *main_bottom;
+    size_t main_size;
+#endif
+    ~sched()
+    {
+        for (char *s : stacks)
+            munmap(s - GUARD, STACK_BYTES + GUARD);
+    }
+};
+static thread_local sched *S;
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1DULL;
+}
+
+static void to_main(fiber *f, bool dying);
+
+static void fiber_main()
+{
+    sched *s = S;
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &s->main_bottom, &s->main_size);
+#endif
+    fiber *f = &s->f[s->cur];
+    s->body(s->arg);
+    f->state = F_DONE;
+    s->done++;
+    to_main(f, true);
+    die("a finished fiber was resumed");
+}
+
+// Switch from fiber f back to the scheduler.
+static void to_main(fiber *f, bool dying)
+{
+    sched *s = S;
+#ifdef EMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(dying ? nullptr : &fake, s->main_bottom, s->main_size);
+#endif
+#if defined(__x86_64__)
+    emu_ctx_switch(&f->c.sp, s->main.sp);
+#else
+    swapcontext(&f->c.uc, &s->main.uc);
+#endif
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, &s->main_bottom, &s->main_size);
+#endif
+    (void)dying;
+}
+
+static void fiber_init(sched *s, int i)
+{
+    fiber *f = &s->f[i];
+#ifdef EMU_ASAN
+    // The stack's last user left its frames' redzones poisoned; this fiber starts afresh.
+    ASAN_UNPOISON_MEMORY_REGION(f->stack, STACK_BYTES);
+#endif
+#if defined(__x86_64__)
+    uintptr_t top = ((uintptr_t)f->stack + STACK_BYTES) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = nullptr;                     // alignment slot: fiber_main starts as if called
+    *--sp = (void *)(uintptr_t)fiber_main; // emu_ctx_switch's ret goes here
+    for (int r = 0; r < 6; r++)
+        *--sp = nullptr; // rbp rbx r12 r13 r14 r15
+    f->c.sp = sp;
+#else
+    getcontext(&f->c.uc);
+    f->c.uc.uc_stack.ss_sp = f->stack;
+    f->c.uc.uc_stack.ss_size = STACK_BYTES;
+    f->c.uc.uc_link = nullptr;
+    makecontext(&f->c.uc, fiber_main, 0);
+#endif
+}
+
+static void to_fiber(sched *s, int i)
+{
+    fiber *f = &s->f[i];
+    s->cur = i;
+    tid = f->tid;
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(&s->fake_main, f->stack, STACK_BYTES);
+#endif
+#if defined(__x86_64__)
+    emu_ctx_switch(&s->main.sp, f->c.sp);
+#else
+    swapcontext(&s->main.uc, &f->c.uc);
+#endif
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(s->fake_main, nullptr, nullptr);
+#endif
+}
+
+static void run_block(sched *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        s->f[i].state = F_READY;
+        fiber_init(s, i);
+    }
+    s->done = 0, s->bar_arrived = 0, s->bar_gen = 0;
+    for (auto &w : s->warps)
+        w.arrived = 0, w.gen = 0;
+    // Poison dynamic shared memory: a read before any write sees NaN bit patterns.
+    if (!s->smem.empty())
+        memset(s->smem.data(), 0xff, s->smem.size());
+    s->ready.resize(s->n);
+    for (int i = 0; i < s->n; i++)
+        s->ready[i] = i;
+    std::vector<int> batch;
+    while (!s->ready.empty()) {
+        batch.swap(s->ready);
+        s->ready.clear();
+        // Shuffle who runs first between barriers (Fisher-Yates, seeded per launch).
+        for (size_t i = batch.size(); i > 1; i--) {
+            size_t j = rng_next(&s->rng) % i;
+            std::swap(batch[i - 1], batch[j]);
+        }
+        for (int i : batch)
+            to_fiber(s, i);
+        batch.clear();
+    }
+    if (s->done != s->n) {
+        int nbar = 0, nwarp = 0;
+        for (auto &f : s->f)
+            nbar += f.state == F_BAR, nwarp += f.state == F_WARP;
+        die("block (%u,%u,%u) of a %u-thread block launch cannot finish: %d thread(s) wait at "
+            "__syncthreads, %d at a warp shuffle, %d exited. A barrier inside divergent code, or "
+            "after an early return of some threads, hangs or misbehaves on a GPU too.",
+            bid.x, bid.y, bid.z, (unsigned)s->n, nbar, nwarp, s->done);
+    }
+}
+
+void sync_threads()
+{
+    sched *s = S;
+    if (!s)
+        die("__syncthreads outside a kernel");
+    fiber *f = &s->f[s->cur];
+    if (s->done > 0)
+        die("__syncthreads in block (%u,%u,%u) reached after %d thread(s) of the block exited "
+            "(thread (%u,%u,%u) arrived): a barrier after an early return is undefined in CUDA",
+            bid.x, bid.y, bid.z, s->done, f->tid.x, f->tid.y, f->tid.z);
+    if (++s->bar_arrived == s->n) {
+        s->bar_arrived = 0;
+        s->bar_gen++;
+        for (int i = 0; i < s->n; i++)
+            if (s->f[i].state == F_BAR) {
+                s->f[i].state = F_READY;
+                s->ready.push_back(i);
+            }
+        return; // the last to arrive goes on
+    }
+    f->state = F_BAR;
+    to_main(f, false);
+    tid = f->tid;
+}
+
+int lane_id()
+{
+    return S->f[S->cur].lane;
+}
+
+uint64_t warp_exchange(unsigned mask, uint64_t v, int src)
+{
+    sched *s = S;
+    if (!s)
+        die("warp shuffle outside a kernel");
+    fiber *f = &s->f[s->cur];
+    warp_state *w = &s->warps[f->warp];
+    int lanes = s->n - f->warp * 32 < 32 ? s->n - f->warp * 32 : 32;
+    unsigned present = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
+    if (!(mask >> f->lane & 1))
+        die("a lane called a shuffle with a mask (0x%08x) that excludes it", mask);
+    if (src < 0 || src >= 32 || !((mask & present) >> src & 1))
+        die("warp shuffle reads lane %d, not in the mask 0x%08x or past the block's last thread",
+            src, mask);
+    unsigned slot = w->gen & 1;
+    w->slot[slot][f->lane] = v;
+    int expected = __builtin_popcount(mask & present);
+    if (++w->arrived == expected) {
+        w->arrived = 0;
+        w->gen++;
+        for (int i = f->warp * 32; i < f->warp * 32 + lanes; i++)
+            if (s->f[i].state == F_WARP) {
+                s->f[i].state = F_READY;
+                s->ready.push_back(i);
+            }
+    } else {
+        f->state = F_WARP;
+        to_main(f, false);
+        tid = f->tid;
+    }
+    return w->slot[slot][src];
+}
+
+void *dyn_smem()
+{
+    sched *s = S;
+    return s && !s->smem.empty() ? s->smem.data() : nullptr;
+}
+
+static thread_local cudaError_t last_error = cudaSuccess;
+
+static std::mutex attr_mu;
+static std::map<const void *, int> max_dyn_smem;
+
+static char *new_stack()
+{
+    void *m = mmap(nullptr, STACK_BYTES + GUARD, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        die("cannot map a fiber stack: %s", strerror(errno));
+    mprotect(m, GUARD, PROT_NONE); // an overflow faults instead of corrupting the next stack
+    return (char *)m + GUARD;
+}
+
+static uint64_t seed_base()
+{
+    const char *e = getenv("GANTRY_EMU_SEED");
+    return e && *e ? strtoull(e, nullptr, 0) : 0x9e3779b97f4a7c15ULL;
+}
+
+int run_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), void *arg)
+{
+    static std::atomic<uint64_t> launches{0};
+    unsigned long long nthreads = (unsigned long long)cfg.block.x * cfg.block.y * cfg.block.z;
+    if (cfg.grid.x == 0 || cfg.grid.y == 0 || cfg.grid.z == 0 || nthreads == 0 ||
+        nthreads > 1024 || cfg.block.z > 64 || cfg.grid.y > 65535 || cfg.grid.z > 65535) {
+        fprintf(stderr,
+                "gantry CUDA emulator: invalid launch configuration: grid (%u,%u,%u) block "
+                "(%u,%u,%u)\n",
+                cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z);
+        return last_error = cudaErrorInvalidConfiguration;
+    }
+    if (cfg.smem > 48 * 1024) {
+        int allowed = 0;
+        {
+            std::lock_guard<std::mutex> g(attr_mu);
+            auto it = max_dyn_smem.find(kernel);
+            allowed = it == max_dyn_smem.end() ? 0 : it->second;
+        }
+        if ((size_t)allowed < cfg.smem) {
+            fprintf(stderr,
+                    "gantry CUDA emulator: launch asks for %zu bytes of dynamic shared memory; "
+                    "over 48 KiB needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize) first "
+                    "(set: %d)\n",
+                    cfg.smem, allowed);
+            return last_error = cudaErrorInvalidValue;
+        }
+    }
+    if (S && S->body)
+        die("a kernel launched from inside a kernel (dynamic parallelism is not emulated)");
+    if (!S) {
+        static thread_local sched inst; // one per launching host thread, freed at its exit
+        S = &inst;
+    }
+    sched *s = S;
+    s->n = (int)nthreads;
+    while (s->stacks.size() < nthreads)
+        s->stacks.push_back(new_stack());
+    s->f.resize(nthreads);
+    s->warps.resize((nthreads + 31) / 32);
+    for (unsigned z = 0, i = 0; z < cfg.block.z; z++)
+        for (unsigned y = 0; y < cfg.block.y; y++)
+            for (unsigned x = 0; x < cfg.block.x; x++, i++) {
+                s->f[i].tid = uint3{x, y, z};
+                s->f[i].warp = (int)(i / 32);
+                s->f[i].lane = (int)(i % 32);
+                s->f[i].stack = s->stacks[i];
+            }
+    s->smem.assign(cfg.smem, 0);
+    s->body = body, s->arg = arg;
+    s->rng = seed_base() ^ (0x100000001b3ULL * ++launches);
+    bdim = cfg.block, gdim = cfg.grid;
+    for (unsigned z = 0; z < cfg.grid.z; z++)
+        for (unsigned y = 0; y < cfg.grid.y; y++)
+            for (unsigned x = 0; x < cfg.grid.x; x++) {
+                bid = uint3{x, y, z};
+                run_block(s);
+            }
+    s->body = nullptr;
+    return 0;
+}
+
+} // namespace emu
+
+// ---- the runtime API -------------------------------------------------------------------------
+using emu::last_error;
+
+static cudaError_t ret(cudaError_t e)
+{
+    if (e != cudaSuccess)
+        last_error = e;
+    return e;
+}
+
+cudaError_t emu_func_set_attribute(const void *func, int attr, int value)
+{
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
+        return cudaSuccess;
+    if (value < 0 || value > 232448) // Hopper: 227 KiB per block with the opt-in
+        return ret(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> g(emu::attr_mu);
+    emu::max_dyn_smem[func] = value;
+    return cudaSuccess;
+}
+
+extern "C" {
+
+const char *cudaGetErrorString(cudaError_t err)
+{
+    switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    }
+    return "unknown error";
+}
+
+const char *cudaGetErrorName(cudaError_t err)
+{
+    return cudaGetErrorString(err);
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+    return last_error;
+}
+
+// One emulated device, unless GANTRY_EMU_DEVICES says otherwise (0: as if none were present).
+static int device_count()
+{
+    const char *e = getenv("GANTRY_EMU_DEVICES");
+    return e && *e ? atoi(e) : 1;
+}
+static thread_local int cur_device;
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    *n = device_count();
+    return *n > 0 ? cudaSuccess : ret(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int dev)
+{
+    if (dev < 0 || dev >= device_count())
+        return ret(cudaErrorInvalidDevice);
+    cur_device = dev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *dev)
+{
+    *dev = cur_device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
+{
+    if (dev < 0 || dev >= device_count())
+        return ret(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "gantry CUDA emulator (CPU)");
+    p->totalGlobalMem = (size_t)8 << 30;
+    p->sharedMemPerBlock = 48 * 1024;
+    p->sharedMemPerBlockOptin = 232448;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->multiProcessorCount = 1;
+    p->major = 9, p->minor = 0;
+    p->clockRate = 1000000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev)
+{
+    static int the_pool;
+    *pool = (cudaMemPool_t)&the_pool;
+    return dev >= 0 && dev < device_count() ? cudaSuccess : ret(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value)
+{
+    return pool && value ? cudaSuccess : ret(cudaErrorInvalidValue);
+}
+
+// Device allocations: address -> size, so copies and memsets can be checked against them.
+static std::mutex mem_mu;
+static std::map<uintptr_t, size_t> allocs;
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    if (!p)
+        return ret(cudaErrorInvalidValue);
+    // 256-byte alignment like cudaMalloc; at least one byte so every allocation has an address.
+    void *m = aligned_alloc(256, (bytes + 255) / 256 * 256 + (bytes == 0 ? 256 : 0));
+    if (!m)
+        return ret(cudaErrorMemoryAllocation);
+    // Fresh device memory is not zero on a GPU either: fill it with a NaN pattern.
+    memset(m, 0xff, bytes);
+    std::lock_guard<std::mutex> g(mem_mu);
+    allocs[(uintptr_t)m] = bytes;
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+    if (!p)
+        return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> g(mem_mu);
+        auto it = allocs.find((uintptr_t)p);
+        if (it == allocs.end())
+            return ret(cudaErrorInvalidValue);
+        allocs.erase(it);
+    }
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s)
+{
+    return cudaMalloc(p, bytes);
+}
+
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
+{
+    return cudaFree(p);
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+int emu_is_device_range(const void *p, size_t bytes)
+{
+    uintptr_t a = (uintptr_t)p;
+    std::lock_guard<std::mutex> g(mem_mu);
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin())
+        return 0;
+    --it;
+    return a >= it->first && a - it->first <= it->second && bytes <= it->second - (a - it->first);
+}
+
+static cudaError_t check_range(const void *p, size_t bytes, bool device, const char *what)
+{
+    if (bytes == 0)
+        return cudaSuccess;
+    bool dev = emu_is_device_range(p, bytes);
+    if (device && !dev) {
+        fprintf(stderr,
+                "gantry CUDA emulator: %s: %zu bytes at %p are not inside one device allocation "
+                "(out of bounds, freed, or a host pointer)\n",
+                what, bytes, p);
+        return ret(cudaErrorInvalidValue);
+    }
+    if (!device && dev) {
+        fprintf(stderr, "gantry CUDA emulator: %s: %p is device memory where host memory was "
+                        "named\n", what, p);
+        return ret(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
+{
+    cudaError_t e = cudaSuccess;
+    if (kind != cudaMemcpyDefault) {
+        bool sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+        bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+        if ((e = check_range(src, bytes, sd, "cudaMemcpy source")) != cudaSuccess ||
+            (e = check_range(dst, bytes, dd, "cudaMemcpy destination")) != cudaSuccess)
+            return e;
+    }
+    if (bytes)
+        memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s)
+{
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void *p, int value, size_t bytes)
+{
+    cudaError_t e = check_range(p, bytes, true, "cudaMemset");
+    if (e != cudaSuccess)
+        return e;
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s)
+{
+    return cudaMemset(p, value, bytes);
+}
+
+// Streams and events: work runs at the call, so a stream is only a handle and an event a time.
+struct CUstream_st {
+    unsigned flags;
+};
+struct CUevent_st {
+    unsigned flags;
+    int recorded;
+    double t;
+};
+
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    return cudaStreamCreateWithFlags(s, 0);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    *s = new CUstream_st{flags};
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    delete s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    return e ? cudaSuccess : ret(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return cudaEventCreateWithFlags(e, 0);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    *e = new CUevent_st{flags, 0, 0.0};
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    delete e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    if (!e)
+        return ret(cudaErrorInvalidValue);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    e->recorded = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    return e ? cudaSuccess : ret(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    return e ? cudaSuccess : ret(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    if (!a || !b || !a->recorded || !b->recorded || (a->flags & cudaEventDisableTiming) ||
+        (b->flags & cudaEventDisableTiming))
+        return ret(cudaErrorInvalidValue);
+    *ms = (float)(b->t - a->t);
+    return cudaSuccess;
+}
+
+} // extern "C"
