@@ -538,9 +538,10 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     if (!p)
         return ret(cudaErrorInvalidValue);
-    // 256-byte alignment like cudaMalloc; at least one byte so every allocation has an address.
-    void *m = aligned_alloc(256, (bytes + 255) / 256 * 256 + (bytes == 0 ? 256 : 0));
-    if (!m)
+    // 256-byte alignment like cudaMalloc, and the exact size, so that AddressSanitizer sees a
+    // kernel's access one past the end.
+    void *m = NULL;
+    if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0)
         return ret(cudaErrorMemoryAllocation);
     // Fresh device memory is not zero on a GPU either: fill it with a NaN pattern.
     memset(m, 0xff, bytes);
