@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -31,6 +33,46 @@
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
+
+// Streams: kernels, copies and memsets run at the call, on the calling host thread. Only work an
+// emulated library runs on a thread of its own (the emulated NCCL's collectives) keeps a stream
+// busy (emu_stream_busy); cudaStreamQuery reports it, and synchronising, an event record and
+// any later work on that stream wait for it, as stream order requires.
+struct CUstream_st {
+    unsigned flags;
+    int busy;
+};
+static std::mutex stream_mu;
+static std::condition_variable stream_cv;
+static CUstream_st legacy_stream = {0, 0};
+static std::set<CUstream_st *> streams = {&legacy_stream};
+
+static CUstream_st *stream_of(cudaStream_t s)
+{
+    return s ? s : &legacy_stream;
+}
+
+// Waits until the stream has no busy work (every stream when s is NULL and all is set).
+static void stream_drain(cudaStream_t s, bool all)
+{
+    std::unique_lock<std::mutex> g(stream_mu);
+    stream_cv.wait(g, [&] {
+        if (!all)
+            return stream_of(s)->busy == 0;
+        for (CUstream_st *x : streams)
+            if (x->busy)
+                return false;
+        return true;
+    });
+}
+
+void emu_stream_busy(cudaStream_t s, int delta)
+{
+    std::lock_guard<std::mutex> g(stream_mu);
+    stream_of(s)->busy += delta;
+    if (stream_of(s)->busy == 0)
+        stream_cv.notify_all();
+}
 
 namespace emu {
 
@@ -379,6 +421,7 @@ int run_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), vo
     }
     if (S && S->body)
         die("a kernel launched from inside a kernel (dynamic parallelism is not emulated)");
+    stream_drain(cfg.stream, false);
     if (!S) {
         static thread_local sched inst; // one per launching host thread, freed at its exit
         S = &inst;
@@ -515,6 +558,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    stream_drain(NULL, true);
     return cudaSuccess;
 }
 
@@ -637,6 +681,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s)
 {
+    stream_drain(s, false);
     return cudaMemcpy(dst, src, bytes, kind);
 }
 
@@ -651,13 +696,10 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes)
 
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s)
 {
+    stream_drain(s, false);
     return cudaMemset(p, value, bytes);
 }
 
-// Streams and events: work runs at the call, so a stream is only a handle and an event a time.
-struct CUstream_st {
-    unsigned flags;
-};
 struct CUevent_st {
     unsigned flags;
     int recorded;
@@ -671,24 +713,35 @@ cudaError_t cudaStreamCreate(cudaStream_t *s)
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
-    *s = new CUstream_st{flags};
+    *s = new CUstream_st{flags, 0};
+    std::lock_guard<std::mutex> g(stream_mu);
+    streams.insert(*s);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
+    if (!s)
+        return ret(cudaErrorInvalidValue);
+    stream_drain(s, false); // as CUDA: destroying a busy stream lets its work finish
+    {
+        std::lock_guard<std::mutex> g(stream_mu);
+        streams.erase(s);
+    }
     delete s;
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
+    stream_drain(s, false);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-    return cudaSuccess;
+    std::lock_guard<std::mutex> g(stream_mu);
+    return stream_of(s)->busy ? cudaErrorNotReady : cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
@@ -717,6 +770,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     if (!e)
         return ret(cudaErrorInvalidValue);
+    stream_drain(s, false);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->t = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;

@@ -113,6 +113,12 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 
 /* Emulator only: 1 when p..p+bytes lies inside one live device allocation (cudaMalloc*). */
 int emu_is_device_range(const void *p, size_t bytes);
+/* Emulator only, for emulated libraries that run work on a thread of their own (the emulated
+ * NCCL): +1 when such work is queued on stream s (NULL: the legacy default stream), -1 when it
+ * is done. While a stream is busy cudaStreamQuery returns cudaErrorNotReady, and
+ * cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventRecord and any kernel, copy or memset
+ * on that stream wait for it. */
+void emu_stream_busy(cudaStream_t s, int delta);
 
 #ifdef __cplusplus
 }
