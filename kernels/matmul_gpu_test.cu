@@ -87,9 +87,13 @@ static void check_fp32(int N, int C, int OC, uint64_t seed)
     bias_backward_cpu(db, dout, N, OC);
     bias_backward(d_db, d_dout, N, OC, 0);
     gt_compare("bias_backward", d_db, db, OC, 2e-4 * sqrt((double)N), GT_F32_RTOL);
-    residual_forward_cpu(out, inp, inp, (long)ni);
-    residual_forward(d_out, d_inp, d_inp, (long)ni, 0);
-    gt_compare("residual_forward", d_out, out, ni, 0, 0);
+    /* its own (N, C) output: out and d_out are (N, OC), smaller than (N, C) when OC < C */
+    float *res = gt_randv(ni, &s, 0, 1), *d_res = GT_UPF(res, ni);
+    residual_forward_cpu(res, inp, inp, (long)ni);
+    residual_forward(d_res, d_inp, d_inp, (long)ni, 0);
+    gt_compare("residual_forward", d_res, res, ni, 0, 0);
+    free(res);
+    cudaFree(d_res);
 
     float *bufs[] = {d_inp, d_w, d_bias, d_out, d_pre, d_dout, d_dinp, d_dw, d_db};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
