@@ -27,7 +27,8 @@ int main(void)
         snprintf(m.tensors[i].name, sizeof(m.tensors[i].name), "t%d", i);
         m.tensors[i].offset = segs[i].offset = n;
         m.tensors[i].count = segs[i].count = counts[i];
-        m.tensors[i].decay = segs[i].decay = i % 2 == 0;
+        segs[i].decay = i % 2 == 0;
+        m.tensors[i].decay = segs[i].decay != 0;
         n += counts[i];
     }
     m.n_params = n;

@@ -66,10 +66,10 @@ int run_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), vo
 template <typename... P> struct bound {
     launch_cfg cfg;
     void (*fn)(P...);
-    template <typename... A> void operator()(A &&...a)
+    /* Arguments convert to the kernel's parameter types as in a call, and are copied once. */
+    void operator()(P... a)
     {
-        /* Arguments are evaluated and converted once, as a launch copies them. */
-        std::tuple<P...> args(std::forward<A>(a)...);
+        std::tuple<P...> args(a...);
         struct call {
             void (*fn)(P...);
             std::tuple<P...> *args;
