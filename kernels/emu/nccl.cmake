@@ -1,0 +1,37 @@
+# The emulated NCCL (nccl.cc, include/nccl.h): collectives between rank processes through POSIX
+# shared memory, so the nccl backend (worker/coll_nccl.cu, unchanged) and its failure handling
+# run in CI without a GPU. Included from emu.cmake: uses _emu, gantry_emu_sources,
+# gantry_emu_target and gantry_emu_rt.
+add_library(gantry_emu_nccl STATIC ${_emu}/nccl.cc)
+gantry_emu_target(gantry_emu_nccl)
+target_link_libraries(gantry_emu_nccl PUBLIC gantry_emu_rt Threads::Threads)
+
+gantry_test(nccl_emu_test SOURCES ${_emu}/nccl_test.cc LIBS gantry_emu_nccl LABELS emu)
+gantry_emu_target(nccl_emu_test)
+
+# kernels/nccl_smoke_test.cu, unchanged (a one-rank ncclCommInitAll).
+gantry_emu_sources(_nccl_smoke ${PROJECT_SOURCE_DIR}/kernels/nccl_smoke_test.cu)
+gantry_test(nccl_smoke_emu_test SOURCES ${_nccl_smoke} LIBS gantry_emu_nccl LABELS emu)
+gantry_emu_target(nccl_smoke_emu_test)
+
+# The nccl backend with the plain C parts of the distributed runtime it needs, compiled here:
+# gantry_dist itself links the real NCCL in a CUDA build.
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+gantry_emu_sources(_coll_nccl ${PROJECT_SOURCE_DIR}/worker/coll_nccl.cu)
+add_library(gantry_emu_coll_nccl STATIC ${_coll_nccl}
+    ${PROJECT_SOURCE_DIR}/worker/dist.c
+    ${PROJECT_SOURCE_DIR}/worker/net.c
+    ${PROJECT_SOURCE_DIR}/worker/store.c
+    ${PROJECT_SOURCE_DIR}/worker/coll.c)
+gantry_emu_target(gantry_emu_coll_nccl)
+target_compile_definitions(gantry_emu_coll_nccl PUBLIC GANTRY_HAVE_NCCL=1)
+target_link_libraries(gantry_emu_coll_nccl PUBLIC gantry_emu_nccl gantry_common OpenSSL::Crypto
+                      Threads::Threads m)
+
+gantry_test(coll_nccl_emu_test SOURCES ${_emu}/coll_nccl_emu_test.c LIBS gantry_emu_coll_nccl
+            LABELS emu)
+gantry_emu_target(coll_nccl_emu_test)
+# worker/coll_nccl_gpu_test.cu, unchanged (world size 1).
+gantry_emu_sources(_coll_nccl_gpu ${PROJECT_SOURCE_DIR}/worker/coll_nccl_gpu_test.cu)
+gantry_test(coll_nccl_gpu_emu_test SOURCES ${_coll_nccl_gpu} LIBS gantry_emu_coll_nccl LABELS emu)
+gantry_emu_target(coll_nccl_gpu_emu_test)
