@@ -58,6 +58,8 @@ else()
     target_compile_definitions(train_gpu_loop_test PRIVATE GANTRY_HAVE_CUDA=1)
     set_tests_properties(train_gpu_loop_test PROPERTIES ENVIRONMENT_MODIFICATION
         "OMP_WAIT_POLICY=set:passive")
+    # And the real device model (worker/model_gpu.cu) under the train loop, on the CUDA emulator.
+    include(${PROJECT_SOURCE_DIR}/kernels/emu/model.cmake)
 endif()
 
 # Benchmark: CPU training throughput (bench/cpu_train.sh compares it with PyTorch).

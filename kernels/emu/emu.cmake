@@ -9,6 +9,7 @@ endif()
 enable_language(CXX)
 
 set(_emu ${CMAKE_CURRENT_LIST_DIR})
+set(GANTRY_EMU_DIR ${CMAKE_CURRENT_LIST_DIR} CACHE INTERNAL "kernels/emu, for the functions below")
 set(GANTRY_EMU_CXX_FLAGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-function)
 
 # gantry_emu_sources(OUT cu...): the C++ translations (build dir) of the given .cu files.
@@ -19,8 +20,8 @@ function(gantry_emu_sources out)
         string(REGEX REPLACE "\\.cu$" ".cc" rel ${rel})
         set(cc ${PROJECT_BINARY_DIR}/emu-src/${rel})
         add_custom_command(OUTPUT ${cc}
-            COMMAND ${CMAKE_COMMAND} -DIN=${cu} -DOUT=${cc} -P ${_emu}/cu2cc.cmake
-            DEPENDS ${cu} ${_emu}/cu2cc.cmake
+            COMMAND ${CMAKE_COMMAND} -DIN=${cu} -DOUT=${cc} -P ${GANTRY_EMU_DIR}/cu2cc.cmake
+            DEPENDS ${cu} ${GANTRY_EMU_DIR}/cu2cc.cmake
             COMMENT "cu2cc ${rel}" VERBATIM)
         list(APPEND list ${cc})
     endforeach()
@@ -29,7 +30,7 @@ endfunction()
 
 # gantry_emu_target(TARGET): the emulator's headers shadow any real CUDA ones, C++17.
 function(gantry_emu_target t)
-    target_include_directories(${t} BEFORE PRIVATE ${_emu}/include)
+    target_include_directories(${t} BEFORE PRIVATE ${GANTRY_EMU_DIR}/include)
     target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR})
     target_compile_features(${t} PRIVATE cxx_std_17)
     target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${GANTRY_EMU_CXX_FLAGS}>)
@@ -61,3 +62,8 @@ foreach(t runtime gelu embed layernorm matmul attention pool crossentropy adamw)
                 LABELS emu)
     gantry_emu_target(${t}_gpu_emu_test)
 endforeach()
+
+# The emulator's own semantics (barriers, shuffles, launch and memory checks).
+gantry_emu_sources(_emu_test_cc ${_emu}/emu_test.cu)
+gantry_test(emu_test SOURCES ${_emu_test_cc} LIBS gantry_emu_rt gantry_common LABELS emu)
+gantry_emu_target(emu_test)
