@@ -1,12 +1,13 @@
 # The emulated NCCL (nccl.cc, include/nccl.h): collectives between rank processes through POSIX
 # shared memory, so the nccl backend (worker/coll_nccl.cu, unchanged) and its failure handling
-# run in CI without a GPU. Included from emu.cmake: uses _emu, gantry_emu_sources,
-# gantry_emu_target and gantry_emu_rt.
-add_library(gantry_emu_nccl STATIC ${_emu}/nccl.cc)
+# run in CI without a GPU. Included from emu.cmake: uses gantry_emu_sources, gantry_emu_target
+# and gantry_emu_rt.
+set(_emu_nccl ${CMAKE_CURRENT_LIST_DIR})
+add_library(gantry_emu_nccl STATIC ${_emu_nccl}/nccl.cc)
 gantry_emu_target(gantry_emu_nccl)
 target_link_libraries(gantry_emu_nccl PUBLIC gantry_emu_rt Threads::Threads)
 
-gantry_test(nccl_emu_test SOURCES ${_emu}/nccl_test.cc LIBS gantry_emu_nccl LABELS emu)
+gantry_test(nccl_emu_test SOURCES ${_emu_nccl}/nccl_test.cc LIBS gantry_emu_nccl LABELS emu)
 gantry_emu_target(nccl_emu_test)
 
 # kernels/nccl_smoke_test.cu, unchanged (a one-rank ncclCommInitAll).
@@ -28,7 +29,7 @@ target_compile_definitions(gantry_emu_coll_nccl PUBLIC GANTRY_HAVE_NCCL=1)
 target_link_libraries(gantry_emu_coll_nccl PUBLIC gantry_emu_nccl gantry_common OpenSSL::Crypto
                       Threads::Threads m)
 
-gantry_test(coll_nccl_emu_test SOURCES ${_emu}/coll_nccl_emu_test.c LIBS gantry_emu_coll_nccl
+gantry_test(coll_nccl_emu_test SOURCES ${_emu_nccl}/coll_nccl_emu_test.c LIBS gantry_emu_coll_nccl
             LABELS emu)
 gantry_emu_target(coll_nccl_emu_test)
 # worker/coll_nccl_gpu_test.cu, unchanged (world size 1).
