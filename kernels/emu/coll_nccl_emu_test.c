@@ -24,9 +24,9 @@
 
 struct job {
     int port, world;
-    int timeout_ms;       /* coll_opts.timeout_ms of rank 0 (the others: 30 s) */
-    int ready_fd;         /* loop_main writes one byte here once it is all-reducing */
-    bool own_stream;      /* pass a stream to coll_nccl_new */
+    int timeout_ms;  /* coll_opts.timeout_ms of rank 0 (the others: 30 s) */
+    int ready_fd;    /* loop_main writes one byte here once it is all-reducing */
+    bool own_stream; /* pass a stream to coll_nccl_new */
 };
 
 static pid_t spawned[64];
@@ -45,8 +45,8 @@ static int setup(const struct job *j, int rank, struct dist_rdzv **rz, cudaStrea
                  struct coll **c)
 {
     struct dist_env e;
-    struct dist_rdzv_opts o = {.connect_timeout_ms = 20000, .join_timeout_ms = 20000,
-                               .op_timeout_ms = 10000};
+    struct dist_rdzv_opts o = {
+        .connect_timeout_ms = 20000, .join_timeout_ms = 20000, .op_timeout_ms = 10000};
     struct coll_opts co = {.timeout_ms = rank == 0 ? j->timeout_ms : 30000};
     int rc;
 
@@ -166,8 +166,8 @@ out:
 
 static void run_world(int world, bool own_stream)
 {
-    struct job j = {.port = tu_free_port(), .world = world, .timeout_ms = 20000,
-                    .own_stream = own_stream};
+    struct job j = {
+        .port = tu_free_port(), .world = world, .timeout_ms = 20000, .own_stream = own_stream};
     pid_t pids[4];
 
     for (int r = 0; r < world; r++)

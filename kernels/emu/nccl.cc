@@ -41,12 +41,13 @@
 #include <thread>
 #include <type_traits>
 
-namespace {
+namespace
+{
 
 constexpr char ID_TAG[16] = "gantry-nccl-emu";
 constexpr uint64_t SHM_MAGIC = 0x67616e7472794e43ull; // "gantryNC"
 constexpr size_t LINE = 128, HDR = 4096;
-constexpr int SLICE_MS = 20;           // futex sleep between checks of a peer
+constexpr int SLICE_MS = 20; // futex sleep between checks of a peer
 constexpr size_t SLOT_DEFAULT = 1 << 20;
 constexpr int INIT_TIMEOUT_DEFAULT_MS = 300000;
 
@@ -136,7 +137,8 @@ struct ncclComm {
     std::atomic<int> async{ncclSuccess};
 };
 
-namespace {
+namespace
+{
 
 // ---- errors ----------------------------------------------------------------------------------
 std::mutex err_mu;
@@ -281,11 +283,24 @@ ncclResult_t wait_seq(ncclComm *c, int r, uint32_t target, const char *doing)
 size_t type_size(ncclDataType_t t)
 {
     switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+        return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+        return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+        return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -312,25 +327,47 @@ bf16 to_bf16(float f)
 // Integers wrap as on a GPU (unsigned arithmetic: no undefined overflow).
 template <typename T> struct arith {
     typedef typename std::make_unsigned<T>::type U;
-    static T add(T a, T b) { return (T)(U)((U)a + (U)b); }
-    static T mul(T a, T b) { return (T)(U)((U)a * (U)b); }
+    static T add(T a, T b)
+    {
+        return (T)(U)((U)a + (U)b);
+    }
+    static T mul(T a, T b)
+    {
+        return (T)(U)((U)a * (U)b);
+    }
 };
 template <> struct arith<float> {
-    static float add(float a, float b) { return a + b; }
-    static float mul(float a, float b) { return a * b; }
+    static float add(float a, float b)
+    {
+        return a + b;
+    }
+    static float mul(float a, float b)
+    {
+        return a * b;
+    }
 };
 template <> struct arith<double> {
-    static double add(double a, double b) { return a + b; }
-    static double mul(double a, double b) { return a * b; }
+    static double add(double a, double b)
+    {
+        return a + b;
+    }
+    static double mul(double a, double b)
+    {
+        return a * b;
+    }
 };
 
 template <typename T> T combine(ncclRedOp_t op, T a, T b)
 {
     switch (op) {
-    case ncclProd: return arith<T>::mul(a, b);
-    case ncclMax: return a < b ? b : a;
-    case ncclMin: return b < a ? b : a;
-    default: return arith<T>::add(a, b); // sum, avg
+    case ncclProd:
+        return arith<T>::mul(a, b);
+    case ncclMax:
+        return a < b ? b : a;
+    case ncclMin:
+        return b < a ? b : a;
+    default:
+        return arith<T>::add(a, b); // sum, avg
     }
 }
 
@@ -380,16 +417,35 @@ void reduce_any(void *out, const unsigned char *const *src, int W, size_t n, ncc
                 ncclRedOp_t op)
 {
     switch (t) {
-    case ncclInt8: reduce((int8_t *)out, src, W, n, op); break;
-    case ncclUint8: reduce((uint8_t *)out, src, W, n, op); break;
-    case ncclInt32: reduce((int32_t *)out, src, W, n, op); break;
-    case ncclUint32: reduce((uint32_t *)out, src, W, n, op); break;
-    case ncclInt64: reduce((int64_t *)out, src, W, n, op); break;
-    case ncclUint64: reduce((uint64_t *)out, src, W, n, op); break;
-    case ncclFloat32: reduce((float *)out, src, W, n, op); break;
-    case ncclFloat64: reduce((double *)out, src, W, n, op); break;
-    case ncclBfloat16: reduce_bf16((bf16 *)out, src, W, n, op); break;
-    default: break; // refused at enqueue
+    case ncclInt8:
+        reduce((int8_t *)out, src, W, n, op);
+        break;
+    case ncclUint8:
+        reduce((uint8_t *)out, src, W, n, op);
+        break;
+    case ncclInt32:
+        reduce((int32_t *)out, src, W, n, op);
+        break;
+    case ncclUint32:
+        reduce((uint32_t *)out, src, W, n, op);
+        break;
+    case ncclInt64:
+        reduce((int64_t *)out, src, W, n, op);
+        break;
+    case ncclUint64:
+        reduce((uint64_t *)out, src, W, n, op);
+        break;
+    case ncclFloat32:
+        reduce((float *)out, src, W, n, op);
+        break;
+    case ncclFloat64:
+        reduce((double *)out, src, W, n, op);
+        break;
+    case ncclBfloat16:
+        reduce_bf16((bf16 *)out, src, W, n, op);
+        break;
+    default:
+        break; // refused at enqueue
     }
 }
 
@@ -425,9 +481,9 @@ ncclResult_t exchange(ncclComm *c, const desc &d)
                         "same arguments, in the same order",
                         doing, r, kind_name(o.kind), (unsigned long long)o.coll,
                         (unsigned long long)o.count, o.dtype, o.op, o.root,
-                        (unsigned long long)o.offset, kind_name(d.kind),
-                        (unsigned long long)d.coll, (unsigned long long)d.count, d.dtype, d.op,
-                        d.root, (unsigned long long)d.offset);
+                        (unsigned long long)o.offset, kind_name(d.kind), (unsigned long long)d.coll,
+                        (unsigned long long)d.count, d.dtype, d.op, d.root,
+                        (unsigned long long)d.offset);
     }
     return ncclSuccess;
 }
@@ -544,8 +600,8 @@ ncclResult_t attach(const ncclUniqueId &uid, int nranks, int rank, int device, i
 {
     id_fmt id;
     memcpy(&id, &uid, sizeof(id));
-    if (memcmp(id.tag, ID_TAG, sizeof(ID_TAG)) != 0 || id.slot_bytes == 0 ||
-        id.slot_bytes % 64 || !memchr(id.name, 0, sizeof(id.name)))
+    if (memcmp(id.tag, ID_TAG, sizeof(ID_TAG)) != 0 || id.slot_bytes == 0 || id.slot_bytes % 64 ||
+        !memchr(id.name, 0, sizeof(id.name)))
         return fail(nullptr, ncclInvalidArgument,
                     "ncclCommInitRank: the unique id was not made by ncclGetUniqueId (all ranks "
                     "must get rank 0's id)");
@@ -591,6 +647,10 @@ ncclResult_t attach(const ncclUniqueId &uid, int nranks, int rank, int device, i
                 r = fail(c, ncclSystemError, "shm_open %s: %s", c->name, strerror(errno));
                 goto out;
             }
+            if (now_ms() >= deadline) {
+                r = fail(c, ncclSystemError, "shm_open %s: it keeps vanishing", c->name);
+                goto out;
+            }
             continue; // unlinked in between (an init that gave up): start afresh
         }
         c->fd = fd;
@@ -621,8 +681,8 @@ ncclResult_t attach(const ncclUniqueId &uid, int nranks, int rank, int device, i
         }
         if (c->h->nranks != (uint32_t)nranks) {
             r = fail(c, ncclInvalidUsage,
-                     "ncclCommInitRank: this rank says nranks = %d, the first rank said %u",
-                     nranks, c->h->nranks);
+                     "ncclCommInitRank: this rank says nranks = %d, the first rank said %u", nranks,
+                     c->h->nranks);
             goto out;
         }
         munmap(m, HDR);
@@ -731,8 +791,8 @@ ncclResult_t enqueue(ncclComm *c, const op &o, const char *fn)
             return fail(c, ncclInvalidArgument,
                         "%s: %s (%p, %zu bytes) is not inside one device allocation: NCCL "
                         "takes cudaMalloc'd buffers",
-                        fn, needs_send && !emu_is_device_range(o.send, bytes) ? "sendbuff"
-                                                                                : "recvbuff",
+                        fn,
+                        needs_send && !emu_is_device_range(o.send, bytes) ? "sendbuff" : "recvbuff",
                         needs_send && !emu_is_device_range(o.send, bytes) ? o.send : o.recv,
                         needs_send && !emu_is_device_range(o.send, bytes) ? bytes : rbytes);
     }
@@ -868,15 +928,24 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
 const char *ncclGetErrorString(ncclResult_t r)
 {
     switch (r) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
     }
 }
 
@@ -929,15 +998,14 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                           ncclDataType_t datatype, int root, ncclComm_t comm,
-                           cudaStream_t stream)
+                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
     return enqueue(comm, {K_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root, stream},
                    "ncclBroadcast");
 }
 
-ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
-                       ncclComm_t comm, cudaStream_t stream)
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream)
 {
     return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
 }

@@ -465,9 +465,9 @@ static void test_slow_peer(void)
     run_ranks(j, slow_main);
 }
 
-// All-reduces until one fails (or rank 0 times out after j->arg ms, the others after 30 s). Exit codes: 10 the async error was
-// a peer's (remote or system error) and the stream stayed busy until ncclCommAbort released it;
-// 11 a timeout with the same; 12 anything else.
+// All-reduces until one fails (or rank 0 times out after j->arg ms, the others after 30 s). Exit
+// codes: 10 the async error was a peer's (remote or system error) and the stream stayed busy until
+// ncclCommAbort released it; 11 a timeout with the same; 12 anything else.
 static int loop_main(int rank, const job *j)
 {
     ncclComm_t c = join(rank, j);
