@@ -7,11 +7,13 @@
 # bucket, reduced by the comm thread while backward goes on) must end with the same weights, bit
 # for bit, as reducing after backward (--grad-bucket-mb 0): sums of two ranks are exact in
 # any order; and 2 ranks in bf16 (GANTRY_PRECISION=bf16) follow fp32 within 3e-2.
-# Exits 77 (skipped) with fewer than two GPUs or a build without CUDA.
+# Exits 77 (skipped) with fewer than two GPUs or a build without CUDA. On the CUDA emulator
+# (gantry-worker-emu, GANTRY_EMU_DEVICES=2) it runs in every CI build without CUDA.
 # Usage: train_gpu_nccl_test.sh /path/to/gantry-worker /path/to/worker/testdata /path/to/gantry-run
 set -euo pipefail
 bin=$1 data=$2 run=$3
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+# GANTRY_EMU_DEVICES: the emulated GPUs of gantry-worker-emu (kernels/emu/model.cmake)
+ngpu=${GANTRY_EMU_DEVICES:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
 if [ "${ngpu:-0}" -lt 2 ]; then
     echo "SKIP: ${ngpu:-0} GPU visible, need 2"; exit 77
 fi

@@ -41,6 +41,9 @@ include(${_emu}/blas.cmake)
 add_library(gantry_emu_rt STATIC ${_emu}/runtime.cc)
 gantry_emu_target(gantry_emu_rt)
 target_link_libraries(gantry_emu_rt PUBLIC gantry_emu_blas Threads::Threads)
+# NCCL between rank processes through shared memory (gantry_emu_nccl, nccl.cc), and the nccl
+# backend (worker/coll_nccl.cu) on it.
+include(${_emu}/nccl.cmake)
 
 set(_ops)
 foreach(op gpu_runtime gelu embed layernorm matmul attention pool crossentropy adamw)

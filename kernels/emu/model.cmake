@@ -36,3 +36,30 @@ foreach(prec fp32 bf16)
                      --vocab 200 --classes 3 --steps 4 --warmup 1 --varlen --check-cpu ${_flag})
     set_tests_properties(gpu_bench_emu_check_${prec} PROPERTIES LABELS emu TIMEOUT 300)
 endforeach()
+
+# The training loop's device pieces (worker/train_gpu_device_test.cu, unchanged): bf16 on the
+# device, the mixed-precision kernels, the overlapped all-reduce through a 1-rank communicator.
+gantry_emu_sources(_dev_cc ${PROJECT_SOURCE_DIR}/worker/train_gpu_device_test.cu)
+gantry_test(train_gpu_device_emu_test SOURCES ${_dev_cc} ${PROJECT_SOURCE_DIR}/worker/train_gpu.c
+            LIBS gantry_model_gpu_emu gantry_emu_coll_nccl gantry_core LABELS emu)
+gantry_emu_target(train_gpu_device_emu_test)
+target_compile_definitions(train_gpu_device_emu_test PRIVATE GANTRY_HAVE_CUDA=1)
+
+# gantry-worker with `device: cuda` on emulated GPUs (GANTRY_EMU_DEVICES of them, default 1):
+# the worker's whole GPU path (device selection per LOCAL_RANK, the nccl backend over the
+# rendezvous store, the GPU loop, checkpoints) end to end, for the CLI tests below. Test-only:
+# the shipped gantry-worker of a build without CUDA still refuses device: cuda.
+add_executable(gantry-worker-emu ${PROJECT_SOURCE_DIR}/worker/main.c
+               ${PROJECT_SOURCE_DIR}/worker/train_coll.c ${PROJECT_SOURCE_DIR}/worker/train_gpu.c)
+target_compile_definitions(gantry-worker-emu PRIVATE GANTRY_HAVE_CUDA=1)
+target_link_libraries(gantry-worker-emu PRIVATE gantry_model_gpu_emu gantry_emu_coll_nccl
+                      gantry_core gantry_dist)
+add_test(NAME train_gpu_cli_emu_test
+         COMMAND bash ${PROJECT_SOURCE_DIR}/worker/train_gpu_cli_test.sh
+                 $<TARGET_FILE:gantry-worker-emu> ${PROJECT_SOURCE_DIR}/worker/testdata)
+add_test(NAME train_gpu_nccl_emu_test
+         COMMAND bash ${PROJECT_SOURCE_DIR}/worker/train_gpu_nccl_test.sh
+                 $<TARGET_FILE:gantry-worker-emu> ${PROJECT_SOURCE_DIR}/worker/testdata
+                 $<TARGET_FILE:gantry-run>)
+set_tests_properties(train_gpu_cli_emu_test train_gpu_nccl_emu_test PROPERTIES
+    LABELS emu TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "GANTRY_EMU_DEVICES=2")

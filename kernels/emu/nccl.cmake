@@ -15,19 +15,25 @@ gantry_emu_sources(_nccl_smoke ${PROJECT_SOURCE_DIR}/kernels/nccl_smoke_test.cu)
 gantry_test(nccl_smoke_emu_test SOURCES ${_nccl_smoke} LIBS gantry_emu_nccl LABELS emu)
 gantry_emu_target(nccl_smoke_emu_test)
 
-# The nccl backend with the plain C parts of the distributed runtime it needs, compiled here:
-# gantry_dist itself links the real NCCL in a CUDA build.
-find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+# The nccl backend (worker/coll_nccl.cu) on the emulated NCCL. In a build without CUDA it links
+# gantry_dist (plain C there); in a CUDA build gantry_dist links the real NCCL, so the C parts of
+# the distributed runtime the backend needs are compiled here instead.
 gantry_emu_sources(_coll_nccl ${PROJECT_SOURCE_DIR}/worker/coll_nccl.cu)
-add_library(gantry_emu_coll_nccl STATIC ${_coll_nccl}
-    ${PROJECT_SOURCE_DIR}/worker/dist.c
-    ${PROJECT_SOURCE_DIR}/worker/net.c
-    ${PROJECT_SOURCE_DIR}/worker/store.c
-    ${PROJECT_SOURCE_DIR}/worker/coll.c)
+if(GANTRY_HAVE_NCCL)
+    find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+    add_library(gantry_emu_coll_nccl STATIC ${_coll_nccl}
+        ${PROJECT_SOURCE_DIR}/worker/dist.c
+        ${PROJECT_SOURCE_DIR}/worker/net.c
+        ${PROJECT_SOURCE_DIR}/worker/store.c
+        ${PROJECT_SOURCE_DIR}/worker/coll.c)
+    target_link_libraries(gantry_emu_coll_nccl PUBLIC gantry_emu_nccl gantry_common
+                          OpenSSL::Crypto Threads::Threads m)
+else()
+    add_library(gantry_emu_coll_nccl STATIC ${_coll_nccl})
+    target_link_libraries(gantry_emu_coll_nccl PUBLIC gantry_emu_nccl gantry_dist)
+endif()
 gantry_emu_target(gantry_emu_coll_nccl)
 target_compile_definitions(gantry_emu_coll_nccl PUBLIC GANTRY_HAVE_NCCL=1)
-target_link_libraries(gantry_emu_coll_nccl PUBLIC gantry_emu_nccl gantry_common OpenSSL::Crypto
-                      Threads::Threads m)
 
 gantry_test(coll_nccl_emu_test SOURCES ${_emu_nccl}/coll_nccl_emu_test.c LIBS gantry_emu_coll_nccl
             LABELS emu)
