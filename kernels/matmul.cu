@@ -54,10 +54,13 @@ static struct {
 } algo_cache[ALGO_CACHE_MAX];
 static int algo_cache_n;
 
-/* Algorithm for op/layouts into *algo; returns 0 when cuBLASLt has none. */
+/* Algorithm for op/layouts into *algo; returns 0 when cuBLASLt has none. For an `optional`
+ * GEMM (a fused epilogue with a fallback) any refusal of the heuristic counts as "none": the
+ * documented answer is NOT_SUPPORTED, but a library that said INVALID_VALUE must not end the
+ * run. */
 static int gemm_algo(const struct gemm *g, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                      cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
-                     cublasLtMatmulAlgo_t *algo)
+                     cublasLtMatmulAlgo_t *algo, bool optional)
 {
     struct algo_key key;
     memset(&key, 0, sizeof(key)); /* padding too: keys are compared with memcmp */
@@ -85,7 +88,7 @@ static int gemm_algo(const struct gemm *g, cublasLtMatmulDesc_t op, cublasLtMatr
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &al[i], sizeof(al[i])));
     cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(gpu_rt()->lt, op, la, lb, ld, ld, pref, 1, &h, &found);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED)
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (optional && st != CUBLAS_STATUS_SUCCESS))
         found = 0; /* "no algorithm", as found == 0 */
     else
         CUBLAS_CHECK(st);
@@ -133,9 +136,14 @@ static int gemm_run(const struct gemm *g, cudaStream_t stream, bool optional = f
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g->ab_type, g->tb ? g->n : g->k,
                                             g->tb ? g->k : g->n, g->ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, g->d_type, g->m, g->n, g->ldd));
-    if (gemm_algo(g, op, la, lb, ld, &algo)) {
-        CUBLAS_CHECK(cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta, g->d, ld,
-                                    g->d, ld, &algo, rt->workspace, GPU_WORKSPACE_BYTES, stream));
+    if (gemm_algo(g, op, la, lb, ld, &algo, optional)) {
+        cublasStatus_t st = cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta,
+                                           g->d, ld, g->d, ld, &algo, rt->workspace,
+                                           GPU_WORKSPACE_BYTES, stream);
+        if (st != CUBLAS_STATUS_SUCCESS && optional)
+            rc = -1; /* the caller's fallback computes the same thing */
+        else
+            CUBLAS_CHECK(st);
     } else if (optional) {
         rc = -1;
     } else {
@@ -224,7 +232,8 @@ extern "C" void matmul_forward_gelu(float *out, float *pre, const float *inp, co
         return;
     struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_32F, CUDA_R_32F,
                      0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre};
-    if (gemm_run(&g, stream, true) == 0)
+    /* cuBLASLt's GELU_AUX epilogue needs the aux (pre) leading dimension divisible by 8 */
+    if (OC % 8 == 0 && gemm_run(&g, stream, true) == 0)
         return;
     /* no fused algorithm for this shape/type on this GPU: the same result in two steps */
     forward_gemm(pre, inp, weight, bias, CUDA_R_32F, N, C, OC, stream);
