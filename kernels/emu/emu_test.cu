@@ -200,7 +200,8 @@ static __global__ void partial_warp_shuffle_kernel(float *out)
     out[threadIdx.x] = wsum(1.0f); // full mask, half the lanes gone
 }
 
-static int dies(void (*k)(float *))
+// How a child process that launches k<<<1, threads>>> on 32 floats ended (waitpid's status).
+static int child_status(void (*k)(float *), unsigned threads)
 {
     fflush(stdout);
     pid_t pid = fork();
@@ -208,11 +209,17 @@ static int dies(void (*k)(float *))
         freopen("/dev/null", "w", stderr);
         float *d;
         cudaMalloc(&d, 32 * sizeof(float));
-        k<<<1, 32>>>(d);
+        k<<<1, threads>>>(d);
         _exit(0);
     }
     int st = 0;
     waitpid(pid, &st, 0);
+    return st;
+}
+
+static int dies(void (*k)(float *))
+{
+    int st = child_status(k, 32);
     return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
 }
 
@@ -231,17 +238,7 @@ static __global__ void oob_kernel(float *out)
 // In the ASan build a kernel's out-of-bounds write is caught like any heap overflow.
 static void test_oob_caught(void)
 {
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        freopen("/dev/null", "w", stderr);
-        float *d;
-        cudaMalloc(&d, 32 * sizeof(float));
-        oob_kernel<<<1, 33>>>(d);
-        _exit(0);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
+    int st = child_status(oob_kernel, 33);
     /* an ASan report exits 1, or aborts with ASAN_OPTIONS=abort_on_error=1 (make unit-asan) */
     TEST_CHECK((WIFEXITED(st) && WEXITSTATUS(st) != 0) || WIFSIGNALED(st));
 }

@@ -86,34 +86,40 @@ template <typename... P> bound<P...> launch(const launch_cfg &cfg, void (*fn)(P.
     return bound<P...>{cfg, fn};
 }
 
-template <typename T> static inline T shfl_xor(unsigned mask, T v, int lane_mask)
+/* A value's bytes in the low bytes of a 64-bit exchange slot, and back. */
+template <typename T> static inline uint64_t to_slot(T v)
 {
     static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
     uint64_t u = 0;
     memcpy(&u, &v, sizeof(T));
-    u = warp_exchange(mask, u, lane_id() ^ lane_mask);
+    return u;
+}
+template <typename T> static inline T from_slot(uint64_t u)
+{
     T r;
     memcpy(&r, &u, sizeof(T));
     return r;
 }
+template <typename To, typename From> static inline To bit_cast(From v)
+{
+    static_assert(sizeof(To) == sizeof(From), "bit_cast between sizes");
+    To r;
+    memcpy(&r, &v, sizeof(r));
+    return r;
+}
+
+template <typename T> static inline T shfl_xor(unsigned mask, T v, int lane_mask)
+{
+    return from_slot<T>(warp_exchange(mask, to_slot(v), lane_id() ^ lane_mask));
+}
 template <typename T> static inline T shfl(unsigned mask, T v, int src)
 {
-    uint64_t u = 0;
-    memcpy(&u, &v, sizeof(T));
-    u = warp_exchange(mask, u, src & 31);
-    T r;
-    memcpy(&r, &u, sizeof(T));
-    return r;
+    return from_slot<T>(warp_exchange(mask, to_slot(v), src & 31));
 }
 template <typename T> static inline T shfl_down(unsigned mask, T v, unsigned d)
 {
     int l = lane_id();
-    uint64_t u = 0;
-    memcpy(&u, &v, sizeof(T));
-    uint64_t o = warp_exchange(mask, u, l + (int)d < 32 ? l + (int)d : l);
-    T r;
-    memcpy(&r, &o, sizeof(T));
-    return r;
+    return from_slot<T>(warp_exchange(mask, to_slot(v), l + (int)d < 32 ? l + (int)d : l));
 }
 
 } // namespace emu
@@ -134,30 +140,10 @@ static constexpr int warpSize = 32;
  * `emu::launch(emu::launch_cfg(cfg), kernel)(args)` and `extern __shared__ T name[];` to
  * `T *name = (T *)emu::dyn_smem();`. */
 
-static inline float __uint_as_float(unsigned u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-static inline unsigned __float_as_uint(float f)
-{
-    unsigned u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-static inline float __int_as_float(int u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-static inline int __float_as_int(float f)
-{
-    int u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
+static inline float __uint_as_float(unsigned u) { return emu::bit_cast<float>(u); }
+static inline unsigned __float_as_uint(float f) { return emu::bit_cast<unsigned>(f); }
+static inline float __int_as_float(int u) { return emu::bit_cast<float>(u); }
+static inline int __float_as_int(float f) { return emu::bit_cast<int>(f); }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
