@@ -9,8 +9,10 @@
 //     each launch (a real GPU does not fault on a small overrun; the emulator's ASan build reports
 //     overruns of the inputs, which are allocated with their exact size);
 //   - outputs that the op overwrites start as NaN, so an element left unwritten fails;
-//   - embed_backward and embbag_backward are bit-identical on a second run (gpu.h: deterministic).
-// GANTRY_SHAPES_SEED (default 1) and GANTRY_SHAPES_ITERS (cases per op, default 24) change the
+//   - the reductions gpu.h calls deterministic give the same bits on a second run: embed_backward,
+//     embbag_backward, layernorm_backward, bias_backward's column sums, grad_norm (the emulator
+//     runs a block's threads in a different order each launch).
+// GANTRY_SHAPES_SEED (default 1) and GANTRY_SHAPES_ITERS (cases per op, default 32) change the
 // sweep; a failure prints the case's shape and the seed. Exits 77 without a device.
 #include <math.h>
 #include <stdint.h>
@@ -71,6 +73,24 @@ static int dim8(uint64_t *s, int max)
         return e;
     }
     return 8 * rnd_int(s, 1, max / 8);
+}
+
+/* dim(), or once in 10 one of 255, 256, 257 (the launchers' 256-thread blocks and 256-row
+ * partials; for widths whose cost is linear). */
+static int dimx(uint64_t *s, int max)
+{
+    if (rnd(s) % 10 == 0)
+        return 255 + (int)(rnd(s) % 3);
+    return dim(s, max);
+}
+
+/* GEMM rows: dim(), or once in 8 around matmul.cu's 256-row column-sum partials. */
+static int rows(uint64_t *s, int max)
+{
+    static const int e[] = {255, 256, 257, 513};
+    if (rnd(s) % 8 == 0)
+        return e[rnd(s) % 4];
+    return dim(s, max);
 }
 
 /* Seed for gt_rand's xorshift (never 0). */
@@ -180,7 +200,7 @@ static void launched(const char *op)
         if (!g_bufs[i].guarded)
             continue;
         for (int side = 0; side < 2; side++) {
-            const unsigned char *g = g_bufs[i].base + (side ? GUARD + g_bufs[i].bytes : 0);
+            unsigned char *g = g_bufs[i].base + (side ? GUARD + g_bufs[i].bytes : 0);
             CUDA_CHECK(cudaMemcpy(h, g, GUARD, cudaMemcpyDeviceToHost));
             for (int k = 0; k < GUARD; k++) {
                 if (h[k] != SENTINEL) {
@@ -190,6 +210,8 @@ static void launched(const char *op)
                            side ? k : k - GUARD, g_bufs[i].bytes, g_case, g_seed);
                     gt_failed++;
                     stat_of(op)->worst = INFINITY;
+                    /* restored, so the next launch is judged on its own */
+                    CUDA_CHECK(cudaMemset(g, SENTINEL, GUARD));
                     break;
                 }
             }
@@ -306,7 +328,7 @@ static uint16_t *bf16_out(float *x, size_t n)
 
 static void case_embed(uint64_t *r)
 {
-    int B = rnd_int(r, 1, 4), T = dim(r, 70), C = dim(r, 70), V = dim(r, 70);
+    int B = rnd_int(r, 1, 4), T = dim(r, 70), C = dimx(r, 70), V = dim(r, 70);
     int maxT = T + rnd_int(r, 0, 3);
     uint64_t s = vseed(r);
     size_t n = (size_t)B * T, no = n * C, nte = (size_t)V * C, npe = (size_t)maxT * C;
@@ -347,7 +369,7 @@ static void case_embed(uint64_t *r)
 
 static void case_embbag(uint64_t *r)
 {
-    int B = rnd_int(r, 1, 8), M = dim(r, 70), D = dim(r, 70), R = dim(r, 70);
+    int B = rnd_int(r, 1, 8), M = dim(r, 70), D = dimx(r, 70), R = dim(r, 70);
     uint64_t s = vseed(r);
     size_t n = (size_t)B * M, nt = (size_t)R * D, no = (size_t)B * D;
     snprintf(g_case, sizeof(g_case), "embbag B=%d M=%d D=%d R=%d", B, M, D, R);
@@ -388,7 +410,11 @@ static void case_embbag(uint64_t *r)
 
 static void case_layernorm(uint64_t *r)
 {
-    int N = dim(r, 70) * (rnd(r) % 4 == 0 ? 3 : 1), C = dim(r, 70);
+    int N = dim(r, 70) * (rnd(r) % 4 == 0 ? 3 : 1), C = dimx(r, 70);
+    if (rnd(r) % 12 == 0) { /* past layernorm.cu's 512 backward blocks (16 rows each) */
+        N = 8192 + rnd_int(r, -1, 200);
+        C = rnd_int(r, 1, 8);
+    }
     uint64_t s = vseed(r);
     size_t nc = (size_t)N * C;
     snprintf(g_case, sizeof(g_case), "layernorm N=%d C=%d", N, C);
@@ -397,6 +423,7 @@ static void case_layernorm(uint64_t *r)
     float *mean = (float *)malloc(N * sizeof(float)), *rstd = (float *)malloc(N * sizeof(float));
     float *dout = gt_randv(nc, &s, -1, 1), *dinp = gt_randv(nc, &s, -1, 1);
     float *dw = gt_randv(C, &s, -1, 1), *db = gt_randv(C, &s, -1, 1);
+    float *dinp0 = gt_copyv(dinp, nc), *dw0 = gt_copyv(dw, C), *db0 = gt_copyv(db, C);
     float *d_inp = IN_F(inp, nc), *d_w = IN_F(w, C), *d_b = IN_F(b, C), *d_dout = IN_F(dout, nc);
     float *d_out = OUT_F(NULL, nc), *d_mean = OUT_F(NULL, N), *d_rstd = OUT_F(NULL, N);
     float *d_dinp = OUT_F(dinp, nc), *d_dw = OUT_F(dw, C), *d_db = OUT_F(db, C);
@@ -417,6 +444,17 @@ static void case_layernorm(uint64_t *r)
     check("layernorm_backward", "dinp", d_dinp, dinp, nc, GT_F32_ATOL, GT_F32_RTOL);
     check("layernorm_backward", "dweight", d_dw, dw, C, 1e-3, GT_F32_RTOL); /* sums over N */
     check("layernorm_backward", "dbias", d_db, db, C, 1e-3, GT_F32_RTOL);
+    /* gpu.h: dweight/dbias by per-block partials summed in order, bit-identical run to run */
+    float *first_w = gt_down(d_dw, C), *first_b = gt_down(d_db, C), *first_x = gt_down(d_dinp, nc);
+    reset(d_dinp, dinp0, nc * sizeof(float));
+    reset(d_dw, dw0, C * sizeof(float));
+    reset(d_db, db0, C * sizeof(float));
+    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, 0);
+    launched("layernorm_backward");
+    check_bits("layernorm_backward", "repeat dinp", d_dinp, first_x, nc);
+    check_bits("layernorm_backward", "repeat dweight", d_dw, first_w, C);
+    check_bits("layernorm_backward", "repeat dbias", d_db, first_b, C);
+    free(first_w), free(first_b), free(first_x), free(dinp0), free(dw0), free(db0);
     CUDA_CHECK(cudaMemset(d_mean, 0xFF, N * sizeof(float)));
     CUDA_CHECK(cudaMemset(d_rstd, 0xFF, N * sizeof(float)));
     layernorm_forward_bf16(d_o16, d_mean, d_rstd, d_inp, d_w, d_b, N, C, 0);
@@ -434,7 +472,7 @@ static void case_layernorm(uint64_t *r)
 
 static void case_matmul(uint64_t *r)
 {
-    int N = dim(r, 70), C = dim(r, 70), OC = rnd(r) % 2 ? dim8(r, 72) : dim(r, 70);
+    int N = rows(r, 70), C = dim(r, 70), OC = rnd(r) % 2 ? dim8(r, 72) : dim(r, 70);
     uint64_t s = vseed(r);
     size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
     snprintf(g_case, sizeof(g_case), "matmul N=%d C=%d OC=%d", N, C, OC);
@@ -526,6 +564,19 @@ static void case_matmul(uint64_t *r)
     bias_backward(d_db, d_dout, N, OC, 0);
     launched("bias_backward");
     check("bias_backward", "dbias", d_db, db, OC, 2e-4 * sqrt((double)N), GT_F32_RTOL);
+    { /* deterministic column sums: the same bits again from the same start */
+        float *first = gt_down(d_db, OC), *start = (float *)malloc(OC * sizeof(float) + 1);
+        for (int o = 0; o < OC; o++)
+            start[o] = (float)o;
+        reset(d_db, start, OC * sizeof(float));
+        bias_backward(d_db, d_dout, N, OC, 0);
+        float *again = gt_down(d_db, OC);
+        reset(d_db, start, OC * sizeof(float));
+        bias_backward(d_db, d_dout, N, OC, 0);
+        launched("bias_backward");
+        check_bits("bias_backward", "repeat dbias", d_db, again, OC);
+        free(first), free(start), free(again);
+    }
     CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));
     residual_forward_cpu(out, res, pre, (long)no);
     float *d_pre_copy = IN_F(pre, no);
@@ -541,7 +592,7 @@ static void case_matmul(uint64_t *r)
 
 static void case_matmul_bf16(uint64_t *r)
 {
-    int N = dim(r, 70), C = dim8(r, 72), OC = dim8(r, 72);
+    int N = rows(r, 70), C = dim8(r, 72), OC = dim8(r, 72);
     uint64_t s = vseed(r);
     size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
     snprintf(g_case, sizeof(g_case), "matmul_bf16 N=%d C=%d OC=%d", N, C, OC);
@@ -586,7 +637,7 @@ static void case_matmul_bf16(uint64_t *r)
  * so the products are exact and only the fp32 summation order differs. */
 static void case_matmul_mixed(uint64_t *r)
 {
-    int N = dim(r, 70), C = dim8(r, 72), OC = dim8(r, 72);
+    int N = rows(r, 70), C = dim8(r, 72), OC = dim8(r, 72);
     uint64_t s = vseed(r);
     size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
     snprintf(g_case, sizeof(g_case), "matmul_mixed N=%d C=%d OC=%d", N, C, OC);
@@ -684,7 +735,7 @@ static void case_attention(uint64_t *r)
 
 static void case_pool(uint64_t *r)
 {
-    int B = rnd_int(r, 1, 6), T = dim(r, 70), C = dim(r, 70);
+    int B = rnd_int(r, 1, 6), T = dim(r, 70), C = dimx(r, 70);
     uint64_t s = vseed(r);
     int len[6];
     for (int b = 0; b < B; b++) {
@@ -857,6 +908,8 @@ static void case_adamw(uint64_t *r)
         n += (size_t)(rnd(r) % 3 == 0 ? rnd_int(r, 1, 5) : 0);
         segs[i].offset = n;
         segs[i].count = rnd(r) % 8 == 0 ? 0 : (size_t)(rnd(r) % 2 ? dim(r, 70) : dim(r, 600));
+        if (i == 0 && nseg < 4 && rnd(r) % 6 == 0) /* past adamw.cu's grid cap (1024 x 256) */
+            segs[i].count = (size_t)(262144 + rnd_int(r, -1, 3000));
         segs[i].decay = (int)(rnd(r) % 2);
         n += segs[i].count;
     }
@@ -890,6 +943,11 @@ static void case_adamw(uint64_t *r)
         grad_norm(d_norm, d_g, n, 0);
         launched("grad_norm");
         check("grad_norm", "norm", d_norm, &norm, 1, 0, 1e-6);
+        float *first = gt_down(d_norm, 1);
+        grad_norm(d_norm, d_g, n, 0);
+        launched("grad_norm");
+        check_bits("grad_norm", "repeat", d_norm, first, 1);
+        free(first);
         grad_clip_coef(d_coef, d_norm, max_norm, extra, 0);
         launched("grad_clip_coef");
         check("grad_clip_coef", "coef", d_coef, &coef, 1, 0, 1e-6);
@@ -948,7 +1006,7 @@ int main(void)
     };
     gt_require_device("shapes_gpu_test");
     g_seed = env_ull("GANTRY_SHAPES_SEED", 1);
-    unsigned long long iters = env_ull("GANTRY_SHAPES_ITERS", 24);
+    unsigned long long iters = env_ull("GANTRY_SHAPES_ITERS", 32);
     g_verbose = env_ull("GANTRY_SHAPES_VERBOSE", 0) != 0;
     printf("shapes_gpu_test: GANTRY_SHAPES_SEED=%llu GANTRY_SHAPES_ITERS=%llu\n", g_seed, iters);
     for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
