@@ -42,6 +42,49 @@ static int nccl_failed(const char *what, ncclResult_t r)
     return r == ncclRemoteError || r == ncclSystemError ? DIST_EPEER : DIST_EIO;
 }
 
+static void sleep_poll(int64_t elapsed_ms)
+{
+    struct timespec fast = {0, 50 * 1000}, slow = {0, 500 * 1000};
+    nanosleep(elapsed_ms < 5 ? &fast : &slow, NULL);
+}
+
+/* The communicator is non-blocking (blocking = 0), so its init and any call may return
+ * ncclInProgress; NCCL then wants ncclCommGetAsyncError polled until it says otherwise before
+ * the next call. Polls for at most timeout_ms: a peer that died or never came leaves the init in
+ * progress forever. On failure or timeout the communicator is aborted. `r` is what the call
+ * returned. */
+static int wait_ready(struct nccl *n, ncclResult_t r, const char *what, int rank)
+{
+    int64_t start = dist_now_ms(), now;
+
+    while (r == ncclInProgress) {
+        ncclResult_t q = ncclCommGetAsyncError(n->comm, &r);
+        if (q != ncclSuccess)
+            r = q;
+        if (r != ncclInProgress)
+            break;
+        now = dist_now_ms();
+        if (now - start > n->timeout_ms) {
+            ncclCommAbort(n->comm);
+            n->aborted = true;
+            dist_log("rank %d: %s did not finish within %.1f s: a peer died or never joined "
+                     "(or hangs). Exiting so that the gang restarts (GANTRY_PEER_TIMEOUT raises "
+                     "the limit)",
+                     rank, what, n->timeout_ms / 1000.0);
+            return DIST_ETIMEDOUT;
+        }
+        sleep_poll(now - start);
+    }
+    if (r == ncclSuccess)
+        return 0;
+    const char *why = ncclGetLastError(n->comm);
+    dist_log("rank %d: %s failed: %s (%s). Exiting so that the gang restarts", rank, what,
+             ncclGetErrorString(r), why && *why ? why : "no detail");
+    ncclCommAbort(n->comm);
+    n->aborted = true;
+    return r == ncclRemoteError || r == ncclSystemError ? DIST_EPEER : DIST_EIO;
+}
+
 /* Waits for the stream, polling NCCL's async error: a dead peer shows up there, a hung one as a
  * timeout (NCCL does not expose progress, so the limit is the collective's whole duration).
  * Either way the communicator is aborted so nothing stays blocked on the GPU. Polls every 50 us
@@ -50,7 +93,6 @@ static int nccl_failed(const char *what, ncclResult_t r)
 static int wait_stream(struct nccl *n, const char *what)
 {
     int64_t start = dist_now_ms(), now;
-    struct timespec fast = {0, 50 * 1000}, slow = {0, 500 * 1000};
 
     for (;;) {
         cudaError_t e = cudaStreamQuery(n->stream);
@@ -60,7 +102,7 @@ static int wait_stream(struct nccl *n, const char *what)
             return cuda_failed(what, e);
         ncclResult_t async = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(n->comm, &async);
-        if (r != ncclSuccess || async != ncclSuccess) {
+        if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
             /* the reason (which peer, which transport) before the abort frees the communicator */
             const char *why = ncclGetLastError(n->comm);
             dist_log("%s: NCCL reported %s (%s): a peer died or its network failed. Exiting so "
@@ -80,8 +122,21 @@ static int wait_stream(struct nccl *n, const char *what)
                      what, n->timeout_ms / 1000.0);
             return DIST_ETIMEDOUT;
         }
-        nanosleep(now - start < 5 ? &fast : &slow, NULL);
+        sleep_poll(now - start);
     }
+}
+
+/* After an enqueue: its ncclInProgress polled away, then the stream waited for. */
+static int finish(struct coll *c, ncclResult_t r, const char *fn, const char *what)
+{
+    struct nccl *n = (struct nccl *)c->impl;
+    int rc;
+
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_failed(fn, r);
+    if ((rc = wait_ready(n, r, fn, c->rank)))
+        return rc;
+    return wait_stream(n, what);
 }
 
 static int nccl_allreduce(struct coll *c, float *buf, size_t count, enum coll_red op)
@@ -89,21 +144,21 @@ static int nccl_allreduce(struct coll *c, float *buf, size_t count, enum coll_re
     struct nccl *n = (struct nccl *)c->impl;
     ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, op == COLL_AVG ? ncclAvg : ncclSum,
                                    n->comm, n->stream);
-    return r != ncclSuccess ? nccl_failed("ncclAllReduce", r) : wait_stream(n, "all-reduce");
+    return finish(c, r, "ncclAllReduce", "all-reduce");
 }
 
 static int nccl_broadcast(struct coll *c, void *buf, size_t bytes, int root)
 {
     struct nccl *n = (struct nccl *)c->impl;
     ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclChar, root, n->comm, n->stream);
-    return r != ncclSuccess ? nccl_failed("ncclBroadcast", r) : wait_stream(n, "broadcast");
+    return finish(c, r, "ncclBroadcast", "broadcast");
 }
 
 static int nccl_allgather(struct coll *c, const void *send, void *recv, size_t bytes)
 {
     struct nccl *n = (struct nccl *)c->impl;
     ncclResult_t r = ncclAllGather(send, recv, bytes, ncclChar, n->comm, n->stream);
-    return r != ncclSuccess ? nccl_failed("ncclAllGather", r) : wait_stream(n, "all-gather");
+    return finish(c, r, "ncclAllGather", "all-gather");
 }
 
 static int nccl_barrier(struct coll *c)
@@ -118,7 +173,10 @@ static void nccl_destroy(struct coll *c)
 
     if (!n)
         return;
-    if (n->comm && !n->aborted)
+    /* Non-blocking: finalize (flushes, ncclInProgress until done), then destroy; a finalize
+     * that fails or does not end within the timeout aborts instead. */
+    if (n->comm && !n->aborted &&
+        !wait_ready(n, ncclCommFinalize(n->comm), "ncclCommFinalize", c->rank))
         ncclCommDestroy(n->comm);
     if (n->scratch)
         cudaFree(n->scratch);
@@ -164,6 +222,8 @@ extern "C" int coll_nccl_new(struct store *st, int device, struct CUstream_st *s
 {
     struct nccl *n = (struct nccl *)xcalloc(1, sizeof(*n));
     ncclUniqueId id;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    char what[64];
     cudaError_t e;
     ncclResult_t r;
     int rc = 0;
@@ -188,12 +248,18 @@ extern "C" int coll_nccl_new(struct store *st, int device, struct CUstream_st *s
     }
     if ((rc = exchange_id(st, &id, n->timeout_ms)))
         goto out;
-    r = ncclCommInitRank(&n->comm, store_world_size(st), id, store_rank(st));
-    if (r != ncclSuccess) {
+    /* Non-blocking, so that a peer that dies between the id exchange and the init (or never
+     * calls it) costs timeout_ms, not a hang: ncclCommInitRank would wait for it forever. */
+    config.blocking = 0;
+    r = ncclCommInitRankConfig(&n->comm, store_world_size(st), id, store_rank(st), &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
         n->comm = NULL;
-        rc = nccl_failed("ncclCommInitRank", r);
+        rc = nccl_failed("ncclCommInitRankConfig", r);
         goto out;
     }
+    snprintf(what, sizeof(what), "NCCL communicator init (%d ranks)", store_world_size(st));
+    if ((rc = wait_ready(n, r, what, store_rank(st))))
+        goto out;
     *out = coll_wrap(&nccl_ops, store_rank(st), store_world_size(st), n);
     n = NULL;
 out:

@@ -2,10 +2,14 @@
  * coll_nccl.h - the nccl collectives backend (GPUs). Buffers passed to coll_* are device memory.
  *
  * Rank 0 creates the NCCL unique id and hands it to the others through the store; every rank
- * then joins the communicator on `device`. Each collective is enqueued on `stream` and waited for
- * with a poll loop that checks ncclCommGetAsyncError(): a peer that dies or hangs makes the call
- * fail within opts.timeout_ms (default 60 s) after ncclCommAbort(), with DIST_EPEER or
- * DIST_ETIMEDOUT, and the worker exits with a retryable code. opts.bf16_wire, chunk_bytes and
+ * then joins the communicator on `device`. The communicator is non-blocking (config.blocking = 0):
+ * a peer that dies or never calls init after the id exchange makes coll_nccl_new fail within
+ * opts.timeout_ms (DIST_ETIMEDOUT, or DIST_EPEER when NCCL reports it) after ncclCommAbort,
+ * instead of ncclCommInitRank's wait forever. Each collective is enqueued on `stream` (its
+ * ncclInProgress polled away) and waited for with a poll loop that checks
+ * ncclCommGetAsyncError(): a peer that dies or hangs makes the call fail within opts.timeout_ms
+ * (default 60 s) after ncclCommAbort(), with DIST_EPEER or DIST_ETIMEDOUT, and the worker exits
+ * with a retryable code. opts.bf16_wire, chunk_bytes and
  * sock_buf_bytes are ignored (NCCL picks its own protocol).
  *
  * Without CUDA (GANTRY_HAVE_NCCL undefined) coll_nccl_new() is a stub that says how to get it

@@ -5,7 +5,9 @@
  * averages bit-identical to the rank-order reduction, broadcast from every root, all-gather,
  * barrier, a stream passed in; a rank killed with SIGKILL (the others fail with DIST_EPEER well
  * before their timeout) and a hung (SIGSTOPped) rank (DIST_ETIMEDOUT after timeout_ms; once the
- * hung rank runs again it finds the communicator aborted: DIST_EPEER, not a hang); nothing left in
+ * hung rank runs again it finds the communicator aborted: DIST_EPEER, not a hang); the
+ * communicator's init (non-blocking) with a peer that never calls it (DIST_ETIMEDOUT after
+ * timeout_ms) or is killed while in it (DIST_EPEER, well before the timeout); nothing left in
  * /dev/shm.
  */
 #include <cuda_runtime.h>
@@ -24,6 +26,7 @@
 
 struct job {
     int port, world;
+    int absent;      /* init_main: this rank rendezvouses but never calls coll_nccl_new */
     int timeout_ms;  /* coll_opts.timeout_ms of rank 0 (the others: 30 s) */
     int ready_fd;    /* loop_main writes one byte here once it is all-reducing */
     bool own_stream; /* pass a stream to coll_nccl_new */
@@ -266,6 +269,79 @@ static void test_hung_peer(void)
     failure_case(2, SIGSTOP, 1000, 7000, 10 - DIST_ETIMEDOUT);
 }
 
+/* The rank `absent` joins the rendezvous (and so the id exchange) but never the communicator;
+ * the rank that owns ready_fd writes a byte just before coll_nccl_new. Exits 10 - rc. */
+static int init_main(int rank, void *arg)
+{
+    const struct job *j = arg;
+    struct dist_rdzv *rz = NULL;
+    struct coll *c = NULL;
+    struct dist_env e;
+    struct dist_rdzv_opts o = {
+        .connect_timeout_ms = 20000, .join_timeout_ms = 20000, .op_timeout_ms = 10000};
+    struct coll_opts co = {.timeout_ms = rank == 0 ? j->timeout_ms : 30000};
+    int rc;
+
+    setenv("GANTRY_EMU_DEVICES", "4", 1);
+    tu_env(&e, j->port, rank, j->world, "coll-nccl-token");
+    if ((rc = dist_rendezvous(&e, "h", &o, &rz)))
+        _exit(1);
+    if (rank == j->absent) {
+        tu_sleep_ms(60000); /* the test kills it */
+        _exit(2);
+    }
+    if (j->ready_fd >= 0 && rank == j->world - 2 && write(j->ready_fd, "r", 1) != 1)
+        _exit(1);
+    rc = coll_nccl_new(dist_rdzv_store(rz), rank, NULL, &co, &c);
+    coll_free(c);
+    /* As the worker does on a fatal error: exit at once, leaving the rendezvous as it is. */
+    _exit(rc < 0 && rc > -20 ? 10 - rc : rc ? 1 : 0);
+}
+
+/* World 2, rank 1 never calls init: rank 0 gives up after its 1 s timeout, not never. */
+static void test_init_peer_absent(void)
+{
+    struct job j = {.port = tu_free_port(), .world = 2, .timeout_ms = 1000, .absent = 1,
+                    .ready_fd = -1};
+    pid_t p0 = spawn(init_main, 0, &j), p1 = spawn(init_main, 1, &j);
+    int64_t took = 0;
+    int code = tu_wait(p0, 30000, &took);
+
+    TEST_EQ_INT(code, 10 - DIST_ETIMEDOUT);
+    TEST_CHECK(took >= 1000 && took < 8000);
+    printf("     rank 0 exited %d after %lld ms\n", code, (long long)took);
+    kill(p1, SIGKILL);
+    TEST_EQ_INT(tu_wait(p1, 10000, NULL), 128 + SIGKILL);
+}
+
+/* World 3: rank 2 never calls init, rank 1 is killed while in it; rank 0 (30 s timeout) sees the
+ * death, not the silence. */
+static void test_init_peer_killed(void)
+{
+    struct job j = {.port = tu_free_port(), .world = 3, .timeout_ms = 30000, .absent = 2};
+    int pfd[2];
+    char b;
+
+    if (!TEST_CHECK(pipe(pfd) == 0))
+        return;
+    j.ready_fd = pfd[1];
+    pid_t p0 = spawn(init_main, 0, &j), p1 = spawn(init_main, 1, &j), p2 = spawn(init_main, 2, &j);
+    close(pfd[1]);
+    TEST_EQ_INT(read(pfd[0], &b, 1), 1);
+    close(pfd[0]);
+    tu_sleep_ms(1500); /* rank 1 is attached and waits for rank 2 */
+    int64_t t0 = dist_now_ms();
+    kill(p1, SIGKILL);
+    int code = tu_wait(p0, 40000, NULL);
+    int64_t took = dist_now_ms() - t0;
+    TEST_EQ_INT(code, 10 - DIST_EPEER);
+    TEST_CHECK(took < 10000);
+    printf("     rank 0 exited %d %lld ms after the kill\n", code, (long long)took);
+    TEST_EQ_INT(tu_wait(p1, 10000, NULL), 128 + SIGKILL);
+    kill(p2, SIGKILL);
+    TEST_EQ_INT(tu_wait(p2, 10000, NULL), 128 + SIGKILL);
+}
+
 /* The unique ids were made by this test's rank 0 processes: none of their objects is left. */
 static void test_no_leftovers(void)
 {
@@ -296,6 +372,8 @@ int main(void)
     TEST_RUN(test_world3);
     TEST_RUN(test_kill9);
     TEST_RUN(test_hung_peer);
+    TEST_RUN(test_init_peer_absent);
+    TEST_RUN(test_init_peer_killed);
     TEST_RUN(test_no_leftovers);
     return test_summary();
 }

@@ -134,7 +134,13 @@ struct ncclComm {
     std::deque<op> q;                // enqueued, not finished (each holds its stream busy)
     bool stop = false;               // under mu
     std::atomic<bool> stopping{false};
-    std::atomic<int> async{ncclSuccess};
+    std::atomic<int> async{ncclSuccess}; // ncclInProgress while a non-blocking init runs
+
+    // Non-blocking (config.blocking = 0): the last call returned ncclInProgress and
+    // ncclCommGetAsyncError has not said otherwise yet.
+    bool nonblocking = false;
+    std::atomic<bool> launching{false};
+    std::atomic<bool> finalizing{false};
 };
 
 namespace
@@ -574,12 +580,14 @@ void teardown(ncclComm *c, line_state state)
         c->stopping.store(true);
     }
     c->cv.notify_all();
+    // Joined first: a non-blocking init may still be attaching on it (it sees `stopping` within
+    // SLICE_MS, as does a collective waiting for a peer).
+    if (c->thread.joinable())
+        c->thread.join();
     if (c->attached) {
         c->lines[c->rank].state.store(state, std::memory_order_release);
         wake_all(c);
     }
-    if (c->thread.joinable())
-        c->thread.join();
     for (const op &o : c->q) // never to complete: their streams are free again
         emu_stream_busy(o.stream, -1);
     c->q.clear();
@@ -594,9 +602,8 @@ void teardown(ncclComm *c, line_state state)
     delete c;
 }
 
-// Opens (creating when first) the object, claims line `rank`. Does not wait for the others.
-ncclResult_t attach(const ncclUniqueId &uid, int nranks, int rank, int device, int64_t deadline,
-                    ncclComm **out)
+// A communicator not attached yet, or ncclInvalidArgument for an id not from ncclGetUniqueId.
+ncclResult_t new_comm(const ncclUniqueId &uid, int nranks, int rank, int device, ncclComm **out)
 {
     id_fmt id;
     memcpy(&id, &uid, sizeof(id));
@@ -609,6 +616,15 @@ ncclResult_t attach(const ncclUniqueId &uid, int nranks, int rank, int device, i
     c->rank = rank, c->nranks = nranks, c->device = device;
     c->slot_bytes = id.slot_bytes;
     snprintf(c->name, sizeof(c->name), "%s", id.name);
+    *out = c;
+    return ncclSuccess;
+}
+
+// Opens (creating when first) the object, claims line `rank`. Does not wait for the others.
+// On failure the caller tears c down. ncclInternalError: stopped by ncclCommAbort (no report).
+ncclResult_t attach(ncclComm *c, int64_t deadline)
+{
+    int nranks = c->nranks, rank = c->rank, device = c->device;
     size_t slots_off, size = layout(nranks, c->slot_bytes, &slots_off);
     ncclResult_t r = ncclSuccess;
 
@@ -647,6 +663,10 @@ ncclResult_t attach(const ncclUniqueId &uid, int nranks, int rank, int device, i
                 r = fail(c, ncclSystemError, "shm_open %s: %s", c->name, strerror(errno));
                 goto out;
             }
+            if (c->stopping.load()) {
+                r = ncclInternalError;
+                goto out;
+            }
             if (now_ms() >= deadline) {
                 r = fail(c, ncclSystemError, "shm_open %s: it keeps vanishing", c->name);
                 goto out;
@@ -657,8 +677,13 @@ ncclResult_t attach(const ncclUniqueId &uid, int nranks, int rank, int device, i
         // Wait for the creator's header.
         struct stat st;
         memset(&st, 0, sizeof(st));
-        while ((fstat(fd, &st) != 0 || (size_t)st.st_size < HDR) && now_ms() < deadline)
+        while ((fstat(fd, &st) != 0 || (size_t)st.st_size < HDR) && now_ms() < deadline &&
+               !c->stopping.load())
             sleep_ms(1);
+        if (c->stopping.load()) {
+            r = ncclInternalError;
+            goto out;
+        }
         if ((size_t)st.st_size < HDR) {
             r = fail(c, ncclSystemError,
                      "the rank that created %s never sized it: it died during ncclCommInitRank",
@@ -672,8 +697,13 @@ ncclResult_t attach(const ncclUniqueId &uid, int nranks, int rank, int device, i
         }
         c->base = (unsigned char *)m, c->size = HDR;
         c->h = (hdr *)m;
-        while (c->h->magic.load(std::memory_order_acquire) != SHM_MAGIC && now_ms() < deadline)
+        while (c->h->magic.load(std::memory_order_acquire) != SHM_MAGIC && now_ms() < deadline &&
+               !c->stopping.load())
             sleep_ms(1);
+        if (c->stopping.load()) {
+            r = ncclInternalError;
+            goto out;
+        }
         if (c->h->magic.load(std::memory_order_acquire) != SHM_MAGIC) {
             r = fail(c, ncclSystemError, "the rank that created %s died during ncclCommInitRank",
                      c->name);
@@ -720,12 +750,7 @@ ncclResult_t attach(const ncclUniqueId &uid, int nranks, int rank, int device, i
         futex_wake(&c->h->joined);
     }
 out:
-    if (r != ncclSuccess) {
-        teardown(c, ABORTED);
-        return r;
-    }
-    *out = c;
-    return ncclSuccess;
+    return r;
 }
 
 // Waits until every rank attached; checks their devices.
@@ -742,6 +767,8 @@ ncclResult_t wait_joined(ncclComm *c, int64_t deadline, int timeout_ms)
             if (g != ncclSuccess)
                 return g == ncclRemoteError ? ncclSystemError : g;
         }
+        if (c->stopping.load())
+            return ncclInternalError;
         if (now_ms() >= deadline)
             return fail(c, ncclSystemError,
                         "ncclCommInitRank: only %u of %d ranks joined within %d ms "
@@ -762,6 +789,71 @@ ncclResult_t wait_joined(ncclComm *c, int64_t deadline, int timeout_ms)
 void start(ncclComm *c)
 {
     c->thread = std::thread(progress, c);
+}
+
+// A non-blocking init, on the thread that then runs the collectives. A failure stays in
+// c->async for ncclCommGetAsyncError; the caller frees c with ncclCommAbort or ncclCommDestroy.
+void init_then_progress(ncclComm *c, int64_t deadline, int timeout_ms)
+{
+    ncclResult_t r = attach(c, deadline);
+    if (r == ncclSuccess)
+        r = wait_joined(c, deadline, timeout_ms);
+    if (r != ncclSuccess) {
+        if (c->attached) { // peers waiting in their init learn it now
+            c->lines[c->rank].state.store(FAILED, std::memory_order_release);
+            wake_all(c);
+        }
+        c->async.store(r);
+        return;
+    }
+    c->async.store(ncclSuccess);
+    progress(c);
+}
+
+ncclResult_t init_rank(ncclComm_t *comm, int nranks, const ncclUniqueId &id, int rank,
+                       bool blocking, const char *fn)
+{
+    if (!comm)
+        return fail(nullptr, ncclInvalidArgument, "%s: comm is NULL", fn);
+    *comm = nullptr;
+    if (nranks < 1 || nranks > 256 || rank < 0 || rank >= nranks)
+        return fail(nullptr, ncclInvalidArgument,
+                    "%s: rank %d of nranks %d (the emulator takes 1..256 ranks)", fn, rank,
+                    nranks);
+    int dev = 0;
+    cudaGetDevice(&dev);
+    int timeout = init_timeout_ms();
+    int64_t deadline = now_ms() + timeout;
+    ncclComm *c = nullptr;
+    ncclResult_t r = new_comm(id, nranks, rank, dev, &c);
+    if (r != ncclSuccess)
+        return r;
+    if (!blocking) {
+        c->nonblocking = true;
+        c->async.store(ncclInProgress);
+        c->thread = std::thread(init_then_progress, c, deadline, timeout);
+        *comm = c;
+        return ncclInProgress;
+    }
+    if ((r = attach(c, deadline)) != ncclSuccess ||
+        (r = wait_joined(c, deadline, timeout)) != ncclSuccess) {
+        teardown(c, ABORTED);
+        return r;
+    }
+    start(c);
+    *comm = c;
+    return ncclSuccess;
+}
+
+// The next call on a non-blocking communicator: refused while the last one is in progress.
+ncclResult_t check_ready(ncclComm *c, const char *fn)
+{
+    if (c->launching.load() || c->async.load() == ncclInProgress)
+        return fail(c, ncclInvalidUsage,
+                    "%s on a non-blocking communicator whose %s is still in progress: poll "
+                    "ncclCommGetAsyncError until it is not ncclInProgress first (NCCL's rule)",
+                    fn, c->launching.load() ? "last call" : "init");
+    return ncclSuccess;
 }
 
 // ---- enqueue ---------------------------------------------------------------------------------
@@ -796,6 +888,8 @@ ncclResult_t enqueue(ncclComm *c, const op &o, const char *fn)
                         needs_send && !emu_is_device_range(o.send, bytes) ? o.send : o.recv,
                         needs_send && !emu_is_device_range(o.send, bytes) ? bytes : rbytes);
     }
+    if (c->nonblocking && check_ready(c, fn) != ncclSuccess)
+        return ncclInvalidUsage;
     int a = c->async.load();
     if (a != ncclSuccess)
         return fail(c, (ncclResult_t)a, "%s: the communicator failed before: %s", fn,
@@ -806,6 +900,10 @@ ncclResult_t enqueue(ncclComm *c, const op &o, const char *fn)
         emu_stream_busy(o.stream, +1);
     }
     c->cv.notify_one();
+    if (c->nonblocking) { // enqueued, but the caller must ask ncclCommGetAsyncError
+        c->launching.store(true);
+        return ncclInProgress;
+    }
     return ncclSuccess;
 }
 
@@ -845,28 +943,24 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uid)
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
 {
-    if (!comm)
-        return fail(nullptr, ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
-    *comm = nullptr;
-    if (nranks < 1 || nranks > 256 || rank < 0 || rank >= nranks)
-        return fail(nullptr, ncclInvalidArgument,
-                    "ncclCommInitRank: rank %d of nranks %d (the emulator takes 1..256 ranks)",
-                    rank, nranks);
-    int dev = 0;
-    cudaGetDevice(&dev);
-    int timeout = init_timeout_ms();
-    int64_t deadline = now_ms() + timeout;
-    ncclComm *c = nullptr;
-    ncclResult_t r = attach(commId, nranks, rank, dev, deadline, &c);
-    if (r != ncclSuccess)
-        return r;
-    if ((r = wait_joined(c, deadline, timeout)) != ncclSuccess) {
-        teardown(c, ABORTED);
-        return r;
+    return init_rank(comm, nranks, commId, rank, true, "ncclCommInitRank");
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config)
+{
+    bool blocking = true;
+    if (config) {
+        if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, blocking) + 4)
+            return fail(nullptr, ncclInvalidArgument,
+                        "ncclCommInitRankConfig: config was not set from NCCL_CONFIG_INITIALIZER");
+        if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 &&
+            config->blocking != 1)
+            return fail(nullptr, ncclInvalidArgument,
+                        "ncclCommInitRankConfig: config.blocking is %d (0 or 1)", config->blocking);
+        blocking = config->blocking != 0;
     }
-    start(c);
-    *comm = c;
-    return ncclSuccess;
+    return init_rank(comm, nranks, commId, rank, blocking, "ncclCommInitRankConfig");
 }
 
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
@@ -891,8 +985,14 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
     int i;
     for (i = 0; i < ndev; i++)
         comm[i] = nullptr;
-    for (i = 0; i < ndev && r == ncclSuccess; i++)
-        r = attach(id, ndev, i, devlist ? devlist[i] : i, deadline, &comm[i]);
+    for (i = 0; i < ndev && r == ncclSuccess; i++) {
+        if ((r = new_comm(id, ndev, i, devlist ? devlist[i] : i, &comm[i])) != ncclSuccess)
+            break;
+        if ((r = attach(comm[i], deadline)) != ncclSuccess) {
+            teardown(comm[i], ABORTED);
+            comm[i] = nullptr;
+        }
+    }
     for (i = 0; i < ndev && r == ncclSuccess; i++)
         r = wait_joined(comm[i], deadline, timeout);
     for (i = 0; i < ndev; i++) {
@@ -916,6 +1016,21 @@ ncclResult_t ncclCommDestroy(ncclComm_t c)
     }
     teardown(c, c->async.load() == ncclSuccess ? LEFT : ABORTED);
     return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t c)
+{
+    if (!c)
+        return fail(nullptr, ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
+    if (c->nonblocking) {
+        if (check_ready(c, "ncclCommFinalize") != ncclSuccess)
+            return ncclInvalidUsage;
+        c->finalizing.store(true);
+        return ncclInProgress;
+    }
+    std::unique_lock<std::mutex> g(c->mu);
+    c->done_cv.wait(g, [&] { return c->q.empty() || c->async.load() != ncclSuccess; });
+    return (ncclResult_t)c->async.load();
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t c)
@@ -961,7 +1076,18 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *asyncError)
 {
     if (!c || !asyncError)
         return fail(nullptr, ncclInvalidArgument, "ncclCommGetAsyncError: NULL argument");
-    *asyncError = (ncclResult_t)c->async.load();
+    int a = c->async.load();
+    if (a == ncclSuccess && c->finalizing.load()) {
+        std::lock_guard<std::mutex> g(c->mu);
+        if (!c->q.empty())
+            a = ncclInProgress;
+        else
+            c->finalizing.store(false);
+    }
+    // The last call's enqueue: done now, after one ncclInProgress (so a caller must poll).
+    if (a == ncclSuccess && c->launching.exchange(false))
+        a = ncclInProgress;
+    *asyncError = (ncclResult_t)a;
     return ncclSuccess;
 }
 

@@ -5,7 +5,10 @@
 // stream; the stream busy while a slow peer is late; a peer killed with SIGKILL while every rank
 // all-reduces (the others see an async error within a second, abort, exit cleanly); a hung
 // (SIGSTOPped) peer (a timeout, then the abort reaches the peer once it runs again); ranks that
-// call different collectives; init failures; and nothing left in /dev/shm.
+// call different collectives; init failures; non-blocking communicators (config.blocking = 0:
+// ncclInProgress from init, collectives and finalize until ncclCommGetAsyncError says otherwise,
+// a call before that refused, an init that waits for a missing rank aborted at once); and
+// nothing left in /dev/shm.
 #include <nccl.h>
 
 #include <dirent.h>
@@ -621,6 +624,94 @@ static void test_init_failures(void)
     TEST_EQ_INT(wait_pid(p1, 20000), 0);
 }
 
+// Polls the async state as worker/coll_nccl.cu does after ncclInProgress; counts the polls that
+// still said ncclInProgress.
+static ncclResult_t poll_ready(ncclComm_t c, int timeout_ms, int *in_progress)
+{
+    int64_t t0 = now_ms();
+    ncclResult_t a = ncclInProgress;
+    *in_progress = 0;
+    while (now_ms() - t0 <= timeout_ms) {
+        if (ncclCommGetAsyncError(c, &a) != ncclSuccess)
+            return ncclInternalError;
+        if (a != ncclInProgress)
+            return a;
+        (*in_progress)++;
+        sleep_ms(1);
+    }
+    return ncclInProgress;
+}
+
+static int nonblocking_main(int rank, const job *j)
+{
+    ncclComm_t c = NULL;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER, bad = NCCL_CONFIG_INITIALIZER;
+    int busy = 0;
+    size_t n = 1000;
+    float *d = dev_floats(n);
+    std::vector<float> h(n);
+
+    bad.magic = 0;
+    TEST_EQ_INT(ncclCommInitRankConfig(&c, j->world, j->id, rank, &bad), ncclInvalidArgument);
+    bad = cfg;
+    bad.blocking = 5;
+    TEST_EQ_INT(ncclCommInitRankConfig(&c, j->world, j->id, rank, &bad), ncclInvalidArgument);
+    cfg.blocking = 0;
+    if (rank == 1)
+        sleep_ms(300); // rank 0's init stays in progress meanwhile
+    TEST_EQ_INT(ncclCommInitRankConfig(&c, j->world, j->id, rank, &cfg), ncclInProgress);
+    if (!TEST_CHECK(c != NULL))
+        return 1;
+    TEST_EQ_INT(poll_ready(c, 20000, &busy), ncclSuccess);
+    if (rank == 0)
+        TEST_CHECK(busy > 0);
+    for (size_t i = 0; i < n; i++)
+        h[i] = inexact(rank, i);
+    cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    TEST_EQ_INT(ncclAllReduce(d, d, n, ncclFloat, ncclSum, c, NULL), ncclInProgress);
+    // Before ncclCommGetAsyncError left ncclInProgress: refused (and not enqueued).
+    TEST_EQ_INT(ncclAllReduce(d, d, n, ncclFloat, ncclSum, c, NULL), ncclInvalidUsage);
+    TEST_EQ_INT(poll_ready(c, 20000, &busy), ncclSuccess);
+    TEST_CHECK(busy >= 1);
+    TEST_EQ_INT(wait_stream(c, NULL, 20000), ncclSuccess);
+    cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != want(j->world, i, false)) {
+            TEST_CHECK(!"all-reduce result");
+            break;
+        }
+    TEST_EQ_INT(ncclCommFinalize(c), ncclInProgress);
+    TEST_EQ_INT(poll_ready(c, 20000, &busy), ncclSuccess);
+    TEST_EQ_INT(ncclCommDestroy(c), ncclSuccess);
+    cudaFree(d);
+    return 0;
+}
+
+// Rank 1 never comes: the init stays in progress until ncclCommAbort, which returns at once.
+static int nonblocking_lonely_main(int rank, const job *j)
+{
+    ncclComm_t c = NULL;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    int busy = 0;
+
+    cfg.blocking = 0;
+    TEST_EQ_INT(ncclCommInitRankConfig(&c, j->world, j->id, rank, &cfg), ncclInProgress);
+    TEST_EQ_INT(poll_ready(c, 300, &busy), ncclInProgress);
+    TEST_EQ_INT(ncclAllReduce(NULL, NULL, 0, ncclFloat, ncclSum, c, NULL), ncclInvalidUsage);
+    int64_t t0 = now_ms();
+    TEST_EQ_INT(ncclCommAbort(c), ncclSuccess);
+    TEST_CHECK(now_ms() - t0 < 1000);
+    return 0;
+}
+
+static void test_nonblocking(void)
+{
+    job j = new_job(2);
+    run_ranks(j, nonblocking_main);
+    j = new_job(2);
+    TEST_EQ_INT(wait_pid(spawn(nonblocking_lonely_main, 0, &j), 20000), 0);
+}
+
 // Every id of this test was made here: no object named after this process is left.
 static void test_no_leftovers(void)
 {
@@ -653,6 +744,7 @@ int main(void)
     TEST_RUN(test_hung_peer);
     TEST_RUN(test_mismatch);
     TEST_RUN(test_init_failures);
+    TEST_RUN(test_nonblocking);
     TEST_RUN(test_no_leftovers);
     return test_summary();
 }

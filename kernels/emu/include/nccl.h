@@ -16,13 +16,21 @@
  * until ncclCommAbort. Beyond NCCL: ranks that call different collectives (kind, count, type,
  * op, root) get ncclInvalidUsage instead of a hang or garbage; a peer that died or aborted is
  * found within ~20 ms (its lock on the shared object is gone: no pid checks, zombies included).
- * Not emulated: groups, send/recv, reduce-scatter, reductions of fp16/fp8, non-blocking init,
- * timing. Knobs: GANTRY_EMU_NCCL_SLOT (bytes per rank per piece, default 1 MiB),
- * GANTRY_EMU_NCCL_INIT_TIMEOUT_MS (how long ncclCommInitRank waits for every rank, 300000).
+ * Non-blocking communicators (ncclCommInitRankConfig with config.blocking = 0) as NCCL documents
+ * them: init returns ncclInProgress at once and joins on the communicator's thread,
+ * ncclCommGetAsyncError says ncclInProgress until every rank joined (then ncclSuccess or the
+ * error), ncclCommAbort stops an init that waits; every collective and ncclCommFinalize returns
+ * ncclInProgress, and the next call before ncclCommGetAsyncError left ncclInProgress is refused
+ * with ncclInvalidUsage (NCCL's rule), so a caller that forgets to poll fails here.
+ * Not emulated: groups, send/recv, reduce-scatter, reductions of fp16/fp8, the other config
+ * fields (accepted, ignored), timing. Knobs: GANTRY_EMU_NCCL_SLOT (bytes per rank per piece,
+ * default 1 MiB), GANTRY_EMU_NCCL_INIT_TIMEOUT_MS (how long an init waits for every rank,
+ * 300000).
  */
 #ifndef GANTRY_EMU_NCCL_H
 #define GANTRY_EMU_NCCL_H
 
+#include <limits.h>
 #include <stddef.h>
 
 #include <cuda_runtime.h>
@@ -58,6 +66,36 @@ typedef enum {
     ncclInProgress = 7,
     ncclNumResults = 8
 } ncclResult_t;
+
+/* NCCL 2.28's layout; the emulator reads size, magic and blocking. */
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+#define NCCL_CONFIG_UNDEF_PTR NULL
+typedef struct ncclConfig_v22800 {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int blocking;
+    int cgaClusterSize;
+    int minCTAs;
+    int maxCTAs;
+    const char *netName;
+    int splitShare;
+    int trafficClass;
+    const char *commName;
+    int collnetEnable;
+    int CTAPolicy;
+    int shrinkShare;
+    int nvlsCTAs;
+} ncclConfig_t;
+
+#define NCCL_CONFIG_INITIALIZER                                                                    \
+    {                                                                                              \
+        sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH),        \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,                   \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,                   \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,                   \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT                    \
+    }
 
 typedef enum {
     ncclSum = 0,
@@ -96,11 +134,20 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
  * ncclSystemError when a joined rank dies, or after GANTRY_EMU_NCCL_INIT_TIMEOUT_MS). Uses the
  * calling thread's current CUDA device. */
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+/* As ncclCommInitRank with config NULL or config->blocking 1 (or unset); with blocking 0 it
+ * returns ncclInProgress at once with *comm set, and the init goes on in the background: poll
+ * ncclCommGetAsyncError until it leaves ncclInProgress (or ncclCommAbort it). config must come
+ * from NCCL_CONFIG_INITIALIZER. */
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config);
 /* ndev communicators of one process; devlist NULL: devices 0..ndev-1. */
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
 /* Waits for the communicator's queued collectives, then frees it (as ncclCommAbort when one
  * failed). */
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
+/* Waits for the queued collectives (blocking), or returns ncclInProgress and
+ * ncclCommGetAsyncError says ncclInProgress until they are done (non-blocking). */
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
 /* Stops the progress thread without waiting for peers, marks this rank aborted (its peers' waits
  * fail with ncclRemoteError), releases the streams its unfinished collectives kept busy, frees. */
 ncclResult_t ncclCommAbort(ncclComm_t comm);
