@@ -127,18 +127,23 @@ static struct opstat *stat_of(const char *op)
 
 /* ---- device buffers: exact-size inputs, guarded outputs ---- */
 
-#define GUARD 256 /* bytes each side; keeps the data 256-byte aligned like cudaMalloc */
+#define GUARD 256 /* bytes each side (more before the data when g_off > 0) */
 #define SENTINEL 0xA5
+
+/* Bytes every buffer of the case starts past cudaMalloc's 256-byte alignment: 0, or a slice's
+ * offset (a layer's tensor inside a stacked buffer): 4-byte aligned for fp32, 16 for bf16 GEMM
+ * operands (see the report in case_matmul_bf16). */
+static size_t g_off;
 
 struct dbuf {
     unsigned char *base;
-    size_t bytes;
+    size_t bytes, front; /* data at base + front; guarded: front guard, then GUARD after */
     int guarded;
 };
 static struct dbuf g_bufs[32];
 static int g_nbufs;
 
-static void *track(unsigned char *base, size_t bytes, int guarded)
+static void *track(unsigned char *base, size_t bytes, size_t front, int guarded)
 {
     if (g_nbufs == (int)(sizeof(g_bufs) / sizeof(g_bufs[0]))) {
         fprintf(stderr, "shapes_gpu_test: too many buffers\n");
@@ -146,17 +151,18 @@ static void *track(unsigned char *base, size_t bytes, int guarded)
     }
     g_bufs[g_nbufs].base = base;
     g_bufs[g_nbufs].bytes = bytes;
+    g_bufs[g_nbufs].front = front;
     g_bufs[g_nbufs++].guarded = guarded;
-    return guarded ? base + GUARD : base;
+    return base + front;
 }
 
-/* An input: exactly `bytes` long (an overrun is the emulator's ASan report), a copy of h. */
+/* An input: ends exactly after `bytes` (an overrun is the emulator's ASan report), a copy of h. */
 static void *in_up(const void *h, size_t bytes)
 {
     unsigned char *d = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&d, bytes));
-    CUDA_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-    return track(d, bytes, 0);
+    CUDA_CHECK(cudaMalloc((void **)&d, g_off + bytes));
+    CUDA_CHECK(cudaMemcpy(d + g_off, h, bytes, cudaMemcpyHostToDevice));
+    return track(d, bytes, g_off, 0);
 }
 #define IN_F(h, n) ((float *)in_up((h), (n) * sizeof(float)))
 #define IN_I(h, n) ((int *)in_up((h), (n) * sizeof(int)))
@@ -166,14 +172,15 @@ static void *in_up(const void *h, size_t bytes)
 static void *out_alloc(const void *init, size_t bytes)
 {
     unsigned char *d = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&d, bytes + 2 * GUARD));
-    CUDA_CHECK(cudaMemset(d, SENTINEL, GUARD));
-    CUDA_CHECK(cudaMemset(d + GUARD + bytes, SENTINEL, GUARD));
+    size_t front = GUARD + g_off;
+    CUDA_CHECK(cudaMalloc((void **)&d, front + bytes + GUARD));
+    CUDA_CHECK(cudaMemset(d, SENTINEL, front));
+    CUDA_CHECK(cudaMemset(d + front + bytes, SENTINEL, GUARD));
     if (init)
-        CUDA_CHECK(cudaMemcpy(d + GUARD, init, bytes, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d + front, init, bytes, cudaMemcpyHostToDevice));
     else
-        CUDA_CHECK(cudaMemset(d + GUARD, 0xFF, bytes));
-    return track(d, bytes, 1);
+        CUDA_CHECK(cudaMemset(d + front, 0xFF, bytes));
+    return track(d, bytes, front, 1);
 }
 #define OUT_F(h, n) ((float *)out_alloc((h), (n) * sizeof(float)))
 
@@ -193,25 +200,27 @@ static void free_all(void)
 /* After each launch: the guards of every output are intact; counts a case of op. */
 static void launched(const char *op)
 {
-    unsigned char h[GUARD];
+    unsigned char h[2 * GUARD];
     CUDA_CHECK(cudaDeviceSynchronize());
     stat_of(op)->cases++;
     for (int i = 0; i < g_nbufs; i++) {
-        if (!g_bufs[i].guarded)
+        const struct dbuf *b = &g_bufs[i];
+        if (!b->guarded)
             continue;
         for (int side = 0; side < 2; side++) {
-            unsigned char *g = g_bufs[i].base + (side ? GUARD + g_bufs[i].bytes : 0);
-            CUDA_CHECK(cudaMemcpy(h, g, GUARD, cudaMemcpyDeviceToHost));
-            for (int k = 0; k < GUARD; k++) {
+            unsigned char *g = b->base + (side ? b->front + b->bytes : 0);
+            size_t len = side ? GUARD : b->front;
+            CUDA_CHECK(cudaMemcpy(h, g, len, cudaMemcpyDeviceToHost));
+            for (size_t k = 0; k < len; k++) {
                 if (h[k] != SENTINEL) {
-                    printf("%s: WROTE OUTSIDE ITS OUTPUT: %s byte %d of the guard of a %zu-byte "
-                           "buffer; case %s (GANTRY_SHAPES_SEED=%llu)\n",
-                           op, side ? "after the end," : "before the start,",
-                           side ? k : k - GUARD, g_bufs[i].bytes, g_case, g_seed);
+                    printf("%s: WROTE OUTSIDE ITS OUTPUT: byte %ld from the %s of a %zu-byte "
+                           "buffer; case %s, buffers at +%zu bytes (GANTRY_SHAPES_SEED=%llu)\n",
+                           op, side ? (long)k : (long)k - (long)len, side ? "end" : "start",
+                           b->bytes, g_case, g_off, g_seed);
                     gt_failed++;
                     stat_of(op)->worst = INFINITY;
                     /* restored, so the next launch is judged on its own */
-                    CUDA_CHECK(cudaMemset(g, SENTINEL, GUARD));
+                    CUDA_CHECK(cudaMemset(g, SENTINEL, len));
                     break;
                 }
             }
@@ -249,8 +258,8 @@ static void check(const char *op, const char *what, const float *dev, const floa
     if (!(worst <= st->worst))
         st->worst = worst;
     if (bad) {
-        printf("%s %s: %d mismatches; case %s (GANTRY_SHAPES_SEED=%llu)\n", op, what, bad, g_case,
-               g_seed);
+        printf("%s %s: %d mismatches; case %s, buffers at +%zu bytes (GANTRY_SHAPES_SEED=%llu)\n",
+               op, what, bad, g_case, g_off, g_seed);
         gt_compare(what, dev, ref, n, atol, rtol);
     }
 }
@@ -264,9 +273,9 @@ static void check_bits(const char *op, const char *what, const float *dev, const
         size_t i = 0;
         while (memcmp(&got[i], &ref[i], sizeof(float)) == 0)
             i++;
-        printf("%s %s: NOT BIT-IDENTICAL at [%zu]: %.9g vs %.9g; case %s "
+        printf("%s %s: NOT BIT-IDENTICAL at [%zu]: %.9g vs %.9g; case %s, buffers at +%zu bytes "
                "(GANTRY_SHAPES_SEED=%llu)\n",
-               op, what, i, (double)got[i], (double)ref[i], g_case, g_seed);
+               op, what, i, (double)got[i], (double)ref[i], g_case, g_off, g_seed);
         gt_failed++;
         stat_of(op)->worst = INFINITY;
     }
@@ -470,12 +479,10 @@ static void case_layernorm(uint64_t *r)
 
 /* ---- fully connected layers, fp32 ---- */
 
-static void case_matmul(uint64_t *r)
+static void matmul_run(int N, int C, int OC, uint64_t s)
 {
-    int N = rows(r, 70), C = dim(r, 70), OC = rnd(r) % 2 ? dim8(r, 72) : dim(r, 70);
-    uint64_t s = vseed(r);
     size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
-    snprintf(g_case, sizeof(g_case), "matmul N=%d C=%d OC=%d", N, C, OC);
+    snprintf(g_case, sizeof(g_case), "matmul N=%d C=%d OC=%d offset=%zu", N, C, OC, g_off);
     float *inp = gt_randv(ni, &s, -1, 1), *w = gt_randv(nw, &s, -0.5f, 0.5f);
     float *bias = gt_randv(OC, &s, -1, 1), *res = gt_randv(no, &s, -1, 1);
     float *out = (float *)malloc(no * sizeof(float)), *pre = (float *)malloc(no * sizeof(float));
@@ -498,7 +505,7 @@ static void case_matmul(uint64_t *r)
     matmul_forward(d_out, d_inp, d_w, d_bias, N, C, OC, 0);
     launched("matmul_forward +bias");
     check("matmul_forward +bias", "out", d_out, pre, no, atol, GT_F32_RTOL);
-    if (OC % 8 == 0) { /* gpu.h: pre's leading dimension OC must be a multiple of 8 */
+    { /* fused (OC % 8 == 0, aligned pre) or GEMM + GELU: the same result (7d6794b) */
         CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));
         gelu_forward_cpu(out, pre, no);
         matmul_forward_gelu(d_out, d_pre, d_inp, d_w, d_bias, N, C, OC, 0);
@@ -588,14 +595,27 @@ static void case_matmul(uint64_t *r)
     free(dw), free(db), free(pre_in), free(dinp0), free(dw0), free(db0);
 }
 
+/* Each shape twice: 256-byte aligned operands, then slices 4-12 bytes past that (matmul.cu keys
+ * its cached cuBLASLt algorithms by operand alignment: an algorithm picked for aligned operands
+ * must not be reused on a slice). */
+static void case_matmul(uint64_t *r)
+{
+    int N = rows(r, 70), C = dim(r, 70), OC = rnd(r) % 2 ? dim8(r, 72) : dim(r, 70);
+    uint64_t s = vseed(r);
+    size_t off = 4 * (size_t)rnd_int(r, 1, 3);
+    g_off = 0;
+    matmul_run(N, C, OC, s);
+    g_off = off;
+    matmul_run(N, C, OC, s);
+    g_off = 0;
+}
+
 /* ---- bf16 operands (bf16.h: C and OC multiples of 8; N any) ---- */
 
-static void case_matmul_bf16(uint64_t *r)
+static void matmul_bf16_run(int N, int C, int OC, uint64_t s)
 {
-    int N = rows(r, 70), C = dim8(r, 72), OC = dim8(r, 72);
-    uint64_t s = vseed(r);
     size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
-    snprintf(g_case, sizeof(g_case), "matmul_bf16 N=%d C=%d OC=%d", N, C, OC);
+    snprintf(g_case, sizeof(g_case), "matmul_bf16 N=%d C=%d OC=%d offset=%zu", N, C, OC, g_off);
     float *inp = gt_randv(ni, &s, -1, 1), *w = gt_randv(nw, &s, -0.5f, 0.5f);
     float *bias = gt_randv(OC, &s, -1, 1), *out = (float *)malloc(no * sizeof(float));
     float *dout = gt_randv(no, &s, -1, 1), *dinp = gt_randv(ni, &s, -1, 1);
@@ -633,14 +653,25 @@ static void case_matmul_bf16(uint64_t *r)
     free(dinp_now), free(db_now);
 }
 
-/* Mixed precision (bf16.h): bf16 operands, fp32 outputs; the CPU runs on the rounded operands,
- * so the products are exact and only the fp32 summation order differs. */
-static void case_matmul_mixed(uint64_t *r)
+/* Aligned, then 16 bytes past that: bf16 GEMM operands need 16-byte aligned pointers (cuBLASLt;
+ * the emulator refuses less, and matmul.cu then exits), which bf16.h does not say. */
+static void case_matmul_bf16(uint64_t *r)
 {
     int N = rows(r, 70), C = dim8(r, 72), OC = dim8(r, 72);
     uint64_t s = vseed(r);
+    g_off = 0;
+    matmul_bf16_run(N, C, OC, s);
+    g_off = 16;
+    matmul_bf16_run(N, C, OC, s);
+    g_off = 0;
+}
+
+/* Mixed precision (bf16.h): bf16 operands, fp32 outputs; the CPU runs on the rounded operands,
+ * so the products are exact and only the fp32 summation order differs. */
+static void matmul_mixed_run(int N, int C, int OC, uint64_t s)
+{
     size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
-    snprintf(g_case, sizeof(g_case), "matmul_mixed N=%d C=%d OC=%d", N, C, OC);
+    snprintf(g_case, sizeof(g_case), "matmul_mixed N=%d C=%d OC=%d offset=%zu", N, C, OC, g_off);
     float *inp = gt_randv(ni, &s, -1, 1), *w = gt_randv(nw, &s, -0.5f, 0.5f);
     float *b = gt_randv(OC, &s, -0.5f, 0.5f), *out = (float *)malloc(no * sizeof(float));
     float *dout = gt_randv(no, &s, -1, 1), *dinp = gt_randv(ni, &s, -1, 1);
@@ -680,6 +711,17 @@ static void case_matmul_mixed(uint64_t *r)
     free_all();
     free(inp), free(w), free(b), free(out), free(dout), free(dinp), free(dw), free(db);
     free(dout_r), free(dinp_now), free(db_now);
+}
+
+static void case_matmul_mixed(uint64_t *r)
+{
+    int N = rows(r, 70), C = dim8(r, 72), OC = dim8(r, 72);
+    uint64_t s = vseed(r);
+    g_off = 0;
+    matmul_mixed_run(N, C, OC, s);
+    g_off = 16;
+    matmul_mixed_run(N, C, OC, s);
+    g_off = 0;
 }
 
 /* ---- attention ---- */
@@ -1014,8 +1056,14 @@ int main(void)
         unsigned long long n = iters * (unsigned long long)ops[o].weight / 2;
         double t0 = now_s();
         int first = g_nstats;
-        for (unsigned long long i = 0; i < n; i++)
+        uint64_t ro = r ^ 0x5DEECE66DULL; /* offsets: their own stream, the shapes stay */
+        for (unsigned long long i = 0; i < n; i++) {
+            /* half the cases on slices 4-12 bytes past the allocation's alignment (the matmul
+             * cases choose their own) */
+            g_off = rnd(&ro) % 2 ? 4 * (size_t)rnd_int(&ro, 1, 3) : 0;
             ops[o].run(&r);
+        }
+        g_off = 0;
         printf("[%s: %llu cases, %.2f s]\n", ops[o].name, n, now_s() - t0);
         for (int k = first; k < g_nstats; k++)
             printf("  %-28s %4d launches  worst max|diff|/tol %.3g\n", g_stats[k].name,
