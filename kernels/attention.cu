@@ -26,26 +26,28 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
     return __float2bfloat16_rn(x);
 }
 
-/* dst (B,NH,T,hs) <- rows of src (B,T,ld), head h in columns [h*hs, (h+1)*hs) */
+/* dst (B,NH,T,hs) <- rows of src (B,T,ld), head h in columns [h*hs, (h+1)*hs); padding rows
+ * (t >= len[b]) become zeros without being read, as the CPU never reads them: a NaN or inf there
+ * would otherwise reach real rows through the GEMMs (0 * NaN) */
 template <typename T>
-static __global__ void permute_kernel(T *dst, const float *src, int B, int T_, int NH, int hs,
-                                      int ld)
+static __global__ void permute_kernel(T *dst, const float *src, const int *len, int B, int T_,
+                                      int NH, int hs, int ld)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * NH * T_ * hs)
         return;
     int d = (int)(i % hs), t = (int)(i / hs % T_), h = (int)(i / ((size_t)hs * T_) % NH);
     size_t b = i / ((size_t)hs * T_ * NH);
-    dst[i] = from_f32<T>(src[(b * T_ + t) * ld + (size_t)h * hs + d]);
+    dst[i] = from_f32<T>(t < len[b] ? src[(b * T_ + t) * ld + (size_t)h * hs + d] : 0.0f);
 }
 
 template <typename T>
-static void permute(T *dst, const float *src, int B, int T_, int C, int NH, int ld,
+static void permute(T *dst, const float *src, const int *len, int B, int T_, int C, int NH, int ld,
                     cudaStream_t stream)
 {
     size_t n = (size_t)B * T_ * C;
-    permute_kernel<T><<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(dst, src, B, T_, NH, C / NH,
-                                                                      ld);
+    permute_kernel<T><<<(unsigned)CEIL_DIV(n, 256), 256, 0, stream>>>(dst, src, len, B, T_, NH,
+                                                                      C / NH, ld);
     GPU_LAUNCH_CHECK();
 }
 
@@ -151,9 +153,9 @@ static void forward_impl(float *out, float *att, const float *qkv, const int *le
     float *o = (float *)(base + 3 * szT);
     uint16_t *pb = (uint16_t *)(base + 3 * szT + szF);
 
-    permute<T>(q, qkv, B, T_, C, NH, 3 * C, stream);
-    permute<T>(k, qkv + C, B, T_, C, NH, 3 * C, stream);
-    permute<T>(v, qkv + 2 * C, B, T_, C, NH, 3 * C, stream);
+    permute<T>(q, qkv, len, B, T_, C, NH, 3 * C, stream);
+    permute<T>(k, qkv + C, len, B, T_, C, NH, 3 * C, stream);
+    permute<T>(v, qkv + 2 * C, len, B, T_, C, NH, 3 * C, stream);
     /* S (T,T) = scale Q K^T */
     batched(false, true, T_, T_, hs, 1.0f / sqrtf((float)hs), q, hs, sq, k, hs, sq, 0.0f, att, T_,
             sp, BH, ab, stream);
@@ -173,7 +175,7 @@ static void forward_impl(float *out, float *att, const float *qkv, const int *le
 
 template <typename T>
 static void backward_impl(float *dqkv, const float *dout, const float *qkv, const float *att,
-                          int B, int T_, int C, int NH, cudaStream_t stream)
+                          const int *len, int B, int T_, int C, int NH, cudaStream_t stream)
 {
     const bool mixed = sizeof(T) == 2;
     const cudaDataType_t ab = mixed ? CUDA_R_16BF : CUDA_R_32F;
@@ -193,10 +195,10 @@ static void backward_impl(float *dqkv, const float *dout, const float *qkv, cons
     uint16_t *pb = (uint16_t *)(base + 4 * szT + 3 * szF + szP);
     uint16_t *dsb = (uint16_t *)(base + 4 * szT + 3 * szF + szP + szPb);
 
-    permute<T>(q, qkv, B, T_, C, NH, 3 * C, stream);
-    permute<T>(k, qkv + C, B, T_, C, NH, 3 * C, stream);
-    permute<T>(v, qkv + 2 * C, B, T_, C, NH, 3 * C, stream);
-    permute<T>(dO, dout, B, T_, C, NH, C, stream);
+    permute<T>(q, qkv, len, B, T_, C, NH, 3 * C, stream);
+    permute<T>(k, qkv + C, len, B, T_, C, NH, 3 * C, stream);
+    permute<T>(v, qkv + 2 * C, len, B, T_, C, NH, 3 * C, stream);
+    permute<T>(dO, dout, len, B, T_, C, NH, C, stream);
     /* padding lives in att: its zero rows/columns mask every gradient below */
     const void *P = att, *dS = dp;
     if (mixed) {
@@ -238,8 +240,7 @@ extern "C" void attention_backward(float *dqkv, const float *dout, const float *
                                    const float *att, const int *len, int B, int T, int C, int NH,
                                    struct CUstream_st *stream)
 {
-    (void)len;
-    backward_impl<float>(dqkv, dout, qkv, att, B, T, C, NH, stream);
+    backward_impl<float>(dqkv, dout, qkv, att, len, B, T, C, NH, stream);
 }
 
 extern "C" void attention_forward_mixed(float *out, float *att, const float *qkv, const int *len,
@@ -252,6 +253,5 @@ extern "C" void attention_backward_mixed(float *dqkv, const float *dout, const f
                                          const float *att, const int *len, int B, int T, int C,
                                          int NH, struct CUstream_st *stream)
 {
-    (void)len;
-    backward_impl<__nv_bfloat16>(dqkv, dout, qkv, att, B, T, C, NH, stream);
+    backward_impl<__nv_bfloat16>(dqkv, dout, qkv, att, len, B, T, C, NH, stream);
 }
