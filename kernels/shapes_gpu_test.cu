@@ -381,7 +381,6 @@ static void case_embbag(uint64_t *r)
     int B = rnd_int(r, 1, 8), M = dim(r, 70), D = dimx(r, 70), R = dim(r, 70);
     uint64_t s = vseed(r);
     size_t n = (size_t)B * M, nt = (size_t)R * D, no = (size_t)B * D;
-    snprintf(g_case, sizeof(g_case), "embbag B=%d M=%d D=%d R=%d", B, M, D, R);
     int *ids = (int *)malloc(n * sizeof(int)), *count = (int *)malloc(B * sizeof(int));
     int hot = R < 3 ? R : 3;
     for (size_t i = 0; i < n; i++)
@@ -390,6 +389,12 @@ static void case_embbag(uint64_t *r)
         int k = (int)(rnd(r) % 4);
         count[b] = k == 0 ? 0 : (k == 1 ? M : rnd_int(r, 0, M));
     }
+    int junk = (int)(rnd(r) % 2); /* ids past count[b] are never read (the CPU does not) */
+    for (int b = 0; junk && b < B; b++)
+        for (int i = count[b]; i < M; i++)
+            ids[(size_t)b * M + i] = i % 2 ? -1 : R + 1000;
+    snprintf(g_case, sizeof(g_case), "embbag B=%d M=%d D=%d R=%d%s", B, M, D, R,
+             junk ? " junk ids past count" : "");
     float *table = gt_randv(nt, &s, -1, 1), *out = (float *)malloc(no * sizeof(float));
     float *dout = gt_randv(no, &s, -1, 1), *dtable = gt_randv(nt, &s, -1, 1);
     float *dtable0 = gt_copyv(dtable, nt);
@@ -736,11 +741,24 @@ static void case_attention(uint64_t *r)
         int k = (int)(rnd(r) % 3);
         len[b] = k == 0 ? 1 : (k == 1 ? T : rnd_int(r, 1, T));
     }
-    snprintf(g_case, sizeof(g_case), "attention B=%d T=%d C=%d NH=%d len={%d,%d,%d}", B, T, C, NH,
-             len[0], B > 1 ? len[1] : 0, B > 2 ? len[2] : 0);
+    /* attention.h: positions >= len[b] are padding, which the CPU never reads: half the cases
+     * fill them with NaN or inf in qkv and dout, which must not reach any real output */
+    int junk = (int)(rnd(r) % 4);
+    snprintf(g_case, sizeof(g_case), "attention B=%d T=%d C=%d NH=%d len={%d,%d,%d} padding %s", B,
+             T, C, NH, len[0], B > 1 ? len[1] : 0, B > 2 ? len[2] : 0,
+             junk == 0 ? "NaN" : (junk == 1 ? "inf" : "finite"));
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     float *qkv = gt_randv(nq, &s, -1, 1), *out = (float *)malloc(no * sizeof(float));
     float *att = (float *)malloc(na * sizeof(float)), *dout = gt_randv(no, &s, -1, 1);
+    for (int b = 0; junk < 2 && b < B; b++) {
+        for (int t = len[b]; t < T; t++) {
+            size_t row = (size_t)b * T + t;
+            for (int c = 0; c < 3 * C; c++)
+                qkv[row * 3 * C + c] = junk == 0 ? NAN : (c % 2 ? INFINITY : -INFINITY);
+            for (int c = 0; c < C; c++)
+                dout[row * C + c] = junk == 0 ? NAN : INFINITY;
+        }
+    }
     float *dqkv = gt_randv(nq, &s, -1, 1), *dqkv0 = gt_copyv(dqkv, nq);
     int *d_len = IN_I(len, B);
     float *d_qkv = IN_F(qkv, nq), *d_dout = IN_F(dout, no);
