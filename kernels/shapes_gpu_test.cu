@@ -802,9 +802,14 @@ static void case_pool(uint64_t *r)
         int k = (int)(rnd(r) % 3);
         len[b] = k == 0 ? 1 : (k == 1 ? T : rnd_int(r, 1, T));
     }
-    snprintf(g_case, sizeof(g_case), "pool B=%d T=%d C=%d len[0]=%d", B, T, C, len[0]);
+    int junk = (int)(rnd(r) % 2); /* NaN in the padding rows, which the CPU never reads */
+    snprintf(g_case, sizeof(g_case), "pool B=%d T=%d C=%d len[0]=%d%s", B, T, C, len[0],
+             junk ? " NaN padding" : "");
     size_t n = (size_t)B * T * C, no = (size_t)B * C;
     float *inp = gt_randv(n, &s, -1, 1), *out = (float *)malloc(no * sizeof(float));
+    for (int b = 0; junk && b < B; b++)
+        for (size_t i = ((size_t)b * T + len[b]) * C; i < (size_t)(b + 1) * T * C; i++)
+            inp[i] = NAN;
     float *dout = gt_randv(no, &s, -1, 1), *dinp = gt_randv(n, &s, -1, 1);
     int *d_len = IN_I(len, B);
     float *d_inp = IN_F(inp, n), *d_dout = IN_F(dout, no);
