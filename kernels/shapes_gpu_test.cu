@@ -521,6 +521,17 @@ static void matmul_run(int N, int C, int OC, uint64_t s)
         gelu_forward_cpu(out2, pre_gpu, no); /* the epilogue's GELU on its own pre: tanh form */
         check("matmul_forward_gelu", "gelu(pre)", d_out, out2, no, 2e-5, 1e-4);
         free(pre_gpu), free(out2);
+        if (g_off == 0) { /* the same GEMM again with only pre 4 bytes off: matmul.cu's algorithm
+                           * cache keys A, B, D's alignment, not the epilogue's aux (pre) */
+            g_off = 4;
+            float *d_pre4 = OUT_F(NULL, no);
+            g_off = 0;
+            CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));
+            matmul_forward_gelu(d_out, d_pre4, d_inp, d_w, d_bias, N, C, OC, 0);
+            launched("matmul_forward_gelu");
+            check("matmul_forward_gelu", "pre (+4 bytes)", d_pre4, pre, no, atol, GT_F32_RTOL);
+            check("matmul_forward_gelu", "out (pre +4 bytes)", d_out, out, no, atol, 1e-3);
+        }
     }
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));
