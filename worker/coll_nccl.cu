@@ -5,6 +5,7 @@
 #include "worker/coll_nccl.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +25,26 @@ struct nccl {
     cudaStream_t stream;
     bool own_stream;
     float *scratch; /* one float on the device, for the barrier */
+    cudaEvent_t done; /* coll_nccl_wait: recorded on the stream once it is idle */
     int timeout_ms;
     bool aborted;
 };
+
+/* The live nccl collectives of this process (one per GPU process in practice), for
+ * coll_nccl_of(): pointers only, never dereferenced there. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct coll *live[8];
+
+static void set_live(struct coll *c, bool on)
+{
+    pthread_mutex_lock(&live_mu);
+    for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+        if (on ? !live[i] : live[i] == c) {
+            live[i] = on ? c : NULL;
+            break;
+        }
+    pthread_mutex_unlock(&live_mu);
+}
 
 static int cuda_failed(const char *what, cudaError_t e)
 {
@@ -142,6 +160,8 @@ static int finish(struct coll *c, ncclResult_t r, const char *fn, const char *wh
 static int nccl_allreduce(struct coll *c, float *buf, size_t count, enum coll_red op)
 {
     struct nccl *n = (struct nccl *)c->impl;
+    if (n->aborted) /* the communicator is gone */
+        return DIST_EPEER;
     ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, op == COLL_AVG ? ncclAvg : ncclSum,
                                    n->comm, n->stream);
     return finish(c, r, "ncclAllReduce", "all-reduce");
@@ -150,6 +170,8 @@ static int nccl_allreduce(struct coll *c, float *buf, size_t count, enum coll_re
 static int nccl_broadcast(struct coll *c, void *buf, size_t bytes, int root)
 {
     struct nccl *n = (struct nccl *)c->impl;
+    if (n->aborted)
+        return DIST_EPEER;
     ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclChar, root, n->comm, n->stream);
     return finish(c, r, "ncclBroadcast", "broadcast");
 }
@@ -157,6 +179,8 @@ static int nccl_broadcast(struct coll *c, void *buf, size_t bytes, int root)
 static int nccl_allgather(struct coll *c, const void *send, void *recv, size_t bytes)
 {
     struct nccl *n = (struct nccl *)c->impl;
+    if (n->aborted)
+        return DIST_EPEER;
     ncclResult_t r = ncclAllGather(send, recv, bytes, ncclChar, n->comm, n->stream);
     return finish(c, r, "ncclAllGather", "all-gather");
 }
@@ -173,6 +197,7 @@ static void nccl_destroy(struct coll *c)
 
     if (!n)
         return;
+    set_live(c, false);
     /* Non-blocking: finalize (flushes, ncclInProgress until done), then destroy; a finalize
      * that fails or does not end within the timeout aborts instead. */
     if (n->comm && !n->aborted &&
@@ -180,6 +205,8 @@ static void nccl_destroy(struct coll *c)
         ncclCommDestroy(n->comm);
     if (n->scratch)
         cudaFree(n->scratch);
+    if (n->done)
+        cudaEventDestroy(n->done);
     if (n->own_stream && n->stream)
         cudaStreamDestroy(n->stream);
     free(n);
@@ -241,6 +268,10 @@ extern "C" int coll_nccl_new(struct store *st, int device, struct CUstream_st *s
         }
         n->own_stream = true;
     }
+    if ((e = cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming)) != cudaSuccess) {
+        rc = cuda_failed("cudaEventCreate", e);
+        goto out;
+    }
     if ((e = cudaMalloc((void **)&n->scratch, sizeof(float))) != cudaSuccess ||
         (e = cudaMemset(n->scratch, 0, sizeof(float))) != cudaSuccess) {
         rc = cuda_failed("cudaMalloc", e);
@@ -261,6 +292,7 @@ extern "C" int coll_nccl_new(struct store *st, int device, struct CUstream_st *s
     if ((rc = wait_ready(n, r, what, store_rank(st))))
         goto out;
     *out = coll_wrap(&nccl_ops, store_rank(st), store_world_size(st), n);
+    set_live(*out, true);
     n = NULL;
 out:
     if (n) {
@@ -269,4 +301,66 @@ out:
         nccl_destroy(&tmp);
     }
     return rc;
+}
+
+/* ---- enqueue-only all-reduce (coll_nccl.h) ---- */
+
+extern "C" struct coll *coll_nccl_of(const void *ctx)
+{
+    struct coll *found = NULL;
+
+    pthread_mutex_lock(&live_mu);
+    for (size_t i = 0; ctx && i < sizeof(live) / sizeof(live[0]); i++)
+        if (live[i] == ctx)
+            found = live[i];
+    pthread_mutex_unlock(&live_mu);
+    return found;
+}
+
+extern "C" struct CUstream_st *coll_nccl_stream(struct coll *c)
+{
+    return (struct CUstream_st *)((struct nccl *)c->impl)->stream;
+}
+
+/* coll.c's rule: the first error sticks, nothing after it is trusted. */
+static int stick(struct coll *c, int rc)
+{
+    if (rc && !c->err)
+        c->err = rc;
+    return rc;
+}
+
+extern "C" int coll_nccl_allreduce_async(struct coll *c, float *buf, size_t count)
+{
+    struct nccl *n = (struct nccl *)c->impl;
+
+    if (c->err)
+        return c->err;
+    if (count == 0)
+        return 0;
+    if (n->aborted)
+        return stick(c, DIST_EPEER);
+    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, n->comm, n->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return stick(c, nccl_failed("ncclAllReduce", r));
+    return stick(c, wait_ready(n, r, "ncclAllReduce (enqueue)", c->rank));
+}
+
+extern "C" int coll_nccl_wait(struct coll *c, struct CUstream_st *then)
+{
+    struct nccl *n = (struct nccl *)c->impl;
+    cudaError_t e;
+    int rc;
+
+    if (c->err)
+        return c->err;
+    if (n->aborted)
+        return stick(c, DIST_EPEER);
+    if ((rc = wait_stream(n, "all-reduce (overlapped with backward)")))
+        return stick(c, rc);
+    /* The stream is idle now; the event keeps `then` ordered behind it on the device as well. */
+    if (then && ((e = cudaEventRecord(n->done, n->stream)) != cudaSuccess ||
+                 (e = cudaStreamWaitEvent((cudaStream_t)then, n->done, 0)) != cudaSuccess))
+        return stick(c, cuda_failed("cudaStreamWaitEvent", e));
+    return 0;
 }

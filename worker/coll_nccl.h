@@ -31,6 +31,24 @@ struct CUstream_st;
 /* stream may be NULL (the backend creates its own). *out is new: coll_free(). */
 int coll_nccl_new(struct store *st, int device, struct CUstream_st *stream,
                   const struct coll_opts *opts, struct coll **out);
+
+/* ---- enqueue-only all-reduce (the GPU loop's overlap with backward, worker/train_gpu.c) ----
+ * ctx itself when it is a live collective from coll_nccl_new (pointers are compared, ctx is
+ * never dereferenced), else NULL: tells a struct coll from any other hook context. */
+struct coll *coll_nccl_of(const void *ctx);
+/* The stream the collectives run on (borrowed): make it wait for the data's producer
+ * (cudaStreamWaitEvent) before coll_nccl_allreduce_async. */
+struct CUstream_st *coll_nccl_stream(struct coll *c);
+/* Enqueues an in-place sum over ranks of buf[0..n) (device) on coll_nccl_stream and returns
+ * without waiting for it (ncclInProgress of the enqueue itself is polled away, under
+ * timeout_ms). The same sum as coll_allreduce(COLL_SUM), so the same bits. Errors as the
+ * collectives' (sticky: coll.h); one thread at a time, as every call on c. */
+int coll_nccl_allreduce_async(struct coll *c, float *buf, size_t n);
+/* Waits until everything enqueued is done, polling NCCL's async error as the collectives do: a
+ * dead peer gives DIST_EPEER, a collective still unfinished timeout_ms after the call
+ * DIST_ETIMEDOUT, both after ncclCommAbort. Then `then` (a stream, may be NULL) waits for
+ * c's stream on the device too. */
+int coll_nccl_wait(struct coll *c, struct CUstream_st *then);
 #else
 static inline int coll_nccl_new(struct store *st, int device, struct CUstream_st *stream,
                                 const struct coll_opts *opts, struct coll **out)
@@ -39,6 +57,26 @@ static inline int coll_nccl_new(struct store *st, int device, struct CUstream_st
     dist_log("This gantry-worker was built without CUDA/NCCL: use the tcp backend "
              "(gpusPerReplica: 0), or rebuild with GANTRY_CUDA=ON after "
              "`hack/install-deps.sh --cuda`");
+    return DIST_EUNSUPPORTED;
+}
+static inline struct coll *coll_nccl_of(const void *ctx)
+{
+    (void)ctx;
+    return NULL; /* no nccl collective exists in this build */
+}
+static inline struct CUstream_st *coll_nccl_stream(struct coll *c)
+{
+    (void)c;
+    return NULL;
+}
+static inline int coll_nccl_allreduce_async(struct coll *c, float *buf, size_t n)
+{
+    (void)c, (void)buf, (void)n;
+    return DIST_EUNSUPPORTED;
+}
+static inline int coll_nccl_wait(struct coll *c, struct CUstream_st *then)
+{
+    (void)c, (void)then;
     return DIST_EUNSUPPORTED;
 }
 #endif

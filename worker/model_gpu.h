@@ -101,7 +101,8 @@ const char *model_gpu_backend(void);
  * Armed with model_gpu_arm_ready(), the NEXT model_gpu_backward() calls fn(ctx, u) for
  * u = 0, 1, ..., L+1 as soon as it has ENQUEUED the last kernel writing unit u (with a CUDA event
  * recorded behind it on the compute stream), then disarms. The hook runs on the calling thread
- * and must not block; a comm thread then waits for the unit with model_gpu_wait_unit() (host),
+ * and must not block (train_gpu.c's enqueue-only NCCL hook enqueues from it; only an enqueue's
+ * ncclInProgress is polled there); a comm thread then waits for the unit with model_gpu_wait_unit() (host),
  * or makes its stream wait with model_gpu_stream_wait_unit() (device, no host sync), before
  * reducing it. Until the gradients are consumed (model_gpu_step), nothing else writes a finished
  * unit. Arm before the LAST micro-batch of a step only (earlier ones still add to every unit).

@@ -12,6 +12,7 @@
 
 #include "common/xalloc.h"
 #include "kernels/gpu.h"
+#include "worker/coll_nccl.h"
 #include "worker/model_gpu.h"
 #include "worker/obs.h"
 
@@ -154,6 +155,69 @@ static void comm_free(struct comm *c)
     free(c);
 }
 
+/* With an nccl collective (o->reduce_ctx is one: coll_nccl_of; gantry-worker's reduce hook is
+ * then train_coll.c's plain COLL_SUM over it) no comm thread: backward's ready hook makes
+ * coll_nccl's stream wait on the device for the bucket's last unit and enqueues the bucket's
+ * all-reduces behind it, on the loop's thread, without host synchronisation; enq_wait, before
+ * the optimizer step, polls for a dead or hung peer (coll_nccl_wait) and orders the compute
+ * stream behind the all-reduces. The same ranges, order and sums as the comm thread: the same
+ * bits. */
+struct enq {
+    struct coll *c;
+    struct model_gpu *g;
+    float *grads; /* device */
+    struct train_plan plan;
+    int queued; /* buckets of this step enqueued */
+    int rc;     /* first error */
+};
+
+static void enq_ready(void *ctx, int unit)
+{
+    struct enq *q = ctx;
+    if (q->queued >= q->plan.nb || unit + 1 != q->plan.end[q->queued])
+        return;
+    int b = q->queued++;
+    if (q->rc)
+        return; /* the collective failed (and was aborted): enq_wait reports it */
+    model_gpu_stream_wait_unit(q->g, unit, coll_nccl_stream(q->c));
+    for (int i = q->plan.first[b]; i < q->plan.first[b + 1] && !q->rc; i++)
+        q->rc = coll_nccl_allreduce_async(q->c, q->grads + q->plan.r[i].off, q->plan.r[i].n);
+}
+
+/* Waits for every bucket of the step; 0 or the first error. */
+static int enq_wait(struct enq *q)
+{
+    int rc = q->rc;
+    if (!rc && q->queued != q->plan.nb) { /* backward did not hand every bucket over */
+        fprintf(stderr, "gantry-worker: internal error: %d of %d gradient buckets were "
+                        "all-reduced\n",
+                q->queued, q->plan.nb);
+        rc = -1;
+    }
+    if (!rc)
+        rc = coll_nccl_wait(q->c, model_gpu_stream(q->g));
+    q->queued = 0;
+    q->rc = 0;
+    return rc;
+}
+
+static struct enq *enq_new(struct coll *c, struct model_gpu *g, const struct model *m,
+                           size_t bucket_bytes)
+{
+    struct enq *q = xcalloc(1, sizeof(*q));
+    q->c = c, q->g = g, q->grads = model_gpu_grads(g);
+    train_plan_init(&q->plan, m, bucket_bytes);
+    return q;
+}
+
+static void enq_free(struct enq *q)
+{
+    if (!q)
+        return;
+    train_plan_cleanup(&q->plan);
+    free(q);
+}
+
 /* ---- the loop ---- */
 
 struct pending { /* a finished step not yet given to obs (its loss is read later) */
@@ -205,6 +269,8 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     long all_samples = 0;
     struct train_gpu_opts gdef;
     struct comm *comm = NULL;
+    struct enq *enq = NULL;
+    struct coll *nccl = o->reduce ? coll_nccl_of(o->reduce_ctx) : NULL;
     char err[256];
     int rc = 0;
 
@@ -218,7 +284,9 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
         fprintf(stderr, "gantry-worker: %s\n", err);
         return -1;
     }
-    if (o->reduce && go->bucket_bytes > 0)
+    if (o->reduce && go->bucket_bytes > 0 && nccl)
+        enq = enq_new(nccl, lp.g, m, go->bucket_bytes);
+    else if (o->reduce && go->bucket_bytes > 0)
         comm = comm_new(o, lp.g, m, go->bucket_bytes);
     total = train_schedule(o, total, &oc);
     if (!o->opt)
@@ -248,14 +316,20 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                 int T = train_gather(d, ix, B, lp.tok, lp.len, lp.lab, &lp.tokens);
                 model_gpu_batch(lp.g, lp.tok, lp.len, lp.lab, B, T);
                 model_gpu_forward(lp.g);
-                if (comm && mb + (size_t)o->batch >= in_step) /* the last: buckets final */
-                    model_gpu_arm_ready(lp.g, comm_ready, comm);
+                if (mb + (size_t)o->batch >= in_step) { /* the last: buckets final */
+                    if (comm)
+                        model_gpu_arm_ready(lp.g, comm_ready, comm);
+                    else if (enq)
+                        model_gpu_arm_ready(lp.g, enq_ready, enq);
+                }
                 model_gpu_backward(lp.g, 1.0f / (float)in_step);
             }
             if (o->reduce) { /* gradients + [loss sum, examples], summed over ranks */
                 double t = now_s();
                 if (comm) { /* reduced bucket by bucket during the backward */
                     rc = comm_wait(comm);
+                } else if (enq) { /* enqueued bucket by bucket during the backward */
+                    rc = enq_wait(enq);
                 } else {
                     model_gpu_sync(lp.g);
                     rc = o->reduce(model_gpu_grads(lp.g), m->n_params + 2, o->reduce_ctx);
@@ -305,6 +379,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     }
 out:
     comm_free(comm);
+    enq_free(enq);
     if (lp.npend)
         flush_stats(&lp, o, NULL);
     if (o->before_update)

@@ -7,7 +7,9 @@
  * before their timeout) and a hung (SIGSTOPped) rank (DIST_ETIMEDOUT after timeout_ms; once the
  * hung rank runs again it finds the communicator aborted: DIST_EPEER, not a hang); the
  * communicator's init (non-blocking) with a peer that never calls it (DIST_ETIMEDOUT after
- * timeout_ms) or is killed while in it (DIST_EPEER, well before the timeout); nothing left in
+ * timeout_ms) or is killed while in it (DIST_EPEER, well before the timeout); the enqueue-only
+ * all-reduce (coll_nccl_allreduce_async + coll_nccl_wait: the same bits as coll_allreduce, and
+ * the same failures: a killed peer DIST_EPEER, a hung one DIST_ETIMEDOUT); nothing left in
  * /dev/shm.
  */
 #include <cuda_runtime.h>
@@ -30,6 +32,7 @@ struct job {
     int timeout_ms;  /* coll_opts.timeout_ms of rank 0 (the others: 30 s) */
     int ready_fd;    /* loop_main writes one byte here once it is all-reducing */
     bool own_stream; /* pass a stream to coll_nccl_new */
+    bool async;      /* loop_main: coll_nccl_allreduce_async + coll_nccl_wait */
 };
 
 static pid_t spawned[64];
@@ -105,6 +108,47 @@ static int run_allreduces(struct coll *c, int rank, int world)
     return rc;
 }
 
+/* The enqueue-only all-reduce: two halves enqueued, one wait that orders another stream behind
+ * them; the same bits as coll_allreduce's sum. */
+static int run_async(struct coll *c, int rank, int world)
+{
+    static const size_t sizes[] = {2, 1001, 1000003};
+    cudaStream_t other = NULL;
+    int rc = 0, dummy = 0;
+
+    if (coll_nccl_of(c) != c || coll_nccl_of(&dummy) != NULL || coll_nccl_of(NULL) != NULL)
+        return 40;
+    if (cudaStreamCreate(&other) != cudaSuccess)
+        return DIST_EIO;
+    for (size_t k = 0; !rc && k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k], h1 = n / 2;
+        float *h = malloc(n * sizeof(float)), *d = dev_alloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            h[i] = inexact(rank, i);
+        cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
+        if (!(rc = coll_nccl_allreduce_async(c, d, h1)) &&
+            !(rc = coll_nccl_allreduce_async(c, d + h1, n - h1)) &&
+            !(rc = coll_nccl_allreduce_async(c, d, 0)))
+            rc = coll_nccl_wait(c, other);
+        cudaMemcpyAsync(h, d, n * sizeof(float), cudaMemcpyDeviceToHost, other);
+        cudaStreamSynchronize(other);
+        for (size_t i = 0; !rc && i < n; i++) {
+            float want = inexact(0, i);
+            for (int r = 1; r < world; r++)
+                want += inexact(r, i);
+            if (memcmp(&want, &h[i], sizeof(float)) != 0) {
+                dist_log("async n %zu: element %zu = %a, want %a", n, i, (double)h[i],
+                         (double)want);
+                rc = 41 + (int)k;
+            }
+        }
+        cudaFree(d);
+        free(h);
+    }
+    cudaStreamDestroy(other);
+    return rc;
+}
+
 static int run_others(struct coll *c, int rank, int world)
 {
     size_t bn = (3u << 20) + 11, gn = 1001;
@@ -156,7 +200,8 @@ static int rank_main(int rank, void *arg)
         rc = 90;
         goto out;
     }
-    if ((rc = run_allreduces(c, rank, j->world)) || (rc = run_others(c, rank, j->world)))
+    if ((rc = run_allreduces(c, rank, j->world)) || (rc = run_async(c, rank, j->world)) ||
+        (rc = run_others(c, rank, j->world)))
         goto out;
 out:
     coll_free(c);
@@ -209,7 +254,11 @@ static int loop_main(int rank, void *arg)
     if ((rc = setup(j, rank, &rz, &s, &c)))
         goto out;
     for (int it = 0; !rc; it++) {
-        rc = coll_allreduce(c, d, n, COLL_SUM);
+        if (!j->async)
+            rc = coll_allreduce(c, d, n, COLL_SUM);
+        else if (!(rc = coll_nccl_allreduce_async(c, d, n / 2)) &&
+                 !(rc = coll_nccl_allreduce_async(c, d + n / 2, n / 2)))
+            rc = coll_nccl_wait(c, NULL);
         if (it == 10 && !rc && write(j->ready_fd, "r", 1) != 1)
             rc = DIST_EIO;
     }
@@ -220,9 +269,10 @@ out:
     _exit(rc < 0 && rc > -20 ? 10 - rc : 1);
 }
 
-static void failure_case(int world, int sig, int timeout_ms, int within, int want)
+static void failure_case(int world, int sig, int timeout_ms, int within, int want, bool async)
 {
-    struct job j = {.port = tu_free_port(), .world = world, .timeout_ms = timeout_ms};
+    struct job j = {
+        .port = tu_free_port(), .world = world, .timeout_ms = timeout_ms, .async = async};
     pid_t pids[4];
     int victim = world - 1, pfd[2];
     char ready[4];
@@ -261,12 +311,22 @@ static void failure_case(int world, int sig, int timeout_ms, int within, int wan
 /* A 30 s timeout: the others must notice the death itself, not the silence. */
 static void test_kill9(void)
 {
-    failure_case(3, SIGKILL, 30000, 5000, 10 - DIST_EPEER);
+    failure_case(3, SIGKILL, 30000, 5000, 10 - DIST_EPEER, false);
+}
+
+static void test_kill9_async(void)
+{
+    failure_case(3, SIGKILL, 30000, 5000, 10 - DIST_EPEER, true);
 }
 
 static void test_hung_peer(void)
 {
-    failure_case(2, SIGSTOP, 1000, 7000, 10 - DIST_ETIMEDOUT);
+    failure_case(2, SIGSTOP, 1000, 7000, 10 - DIST_ETIMEDOUT, false);
+}
+
+static void test_hung_peer_async(void)
+{
+    failure_case(2, SIGSTOP, 1000, 7000, 10 - DIST_ETIMEDOUT, true);
 }
 
 /* The rank `absent` joins the rendezvous (and so the id exchange) but never the communicator;
@@ -372,6 +432,8 @@ int main(void)
     TEST_RUN(test_world3);
     TEST_RUN(test_kill9);
     TEST_RUN(test_hung_peer);
+    TEST_RUN(test_kill9_async);
+    TEST_RUN(test_hung_peer_async);
     TEST_RUN(test_init_peer_absent);
     TEST_RUN(test_init_peer_killed);
     TEST_RUN(test_no_leftovers);
