@@ -30,22 +30,6 @@ struct nccl {
     bool aborted;
 };
 
-/* The live nccl collectives of this process (one per GPU process in practice), for
- * coll_nccl_of(): pointers only, never dereferenced there. */
-static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct coll *live[8];
-
-static void set_live(struct coll *c, bool on)
-{
-    pthread_mutex_lock(&live_mu);
-    for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
-        if (on ? !live[i] : live[i] == c) {
-            live[i] = on ? c : NULL;
-            break;
-        }
-    pthread_mutex_unlock(&live_mu);
-}
-
 static int cuda_failed(const char *what, cudaError_t e)
 {
     dist_log("%s failed: %s. HINT: check the GPU with nvidia-smi; the pod restarts from the last "
@@ -197,7 +181,6 @@ static void nccl_destroy(struct coll *c)
 
     if (!n)
         return;
-    set_live(c, false);
     /* Non-blocking: finalize (flushes, ncclInProgress until done), then destroy; a finalize
      * that fails or does not end within the timeout aborts instead. */
     if (n->comm && !n->aborted &&
@@ -292,7 +275,6 @@ extern "C" int coll_nccl_new(struct store *st, int device, struct CUstream_st *s
     if ((rc = wait_ready(n, r, what, store_rank(st))))
         goto out;
     *out = coll_wrap(&nccl_ops, store_rank(st), store_world_size(st), n);
-    set_live(*out, true);
     n = NULL;
 out:
     if (n) {
@@ -305,21 +287,16 @@ out:
 
 /* ---- enqueue-only all-reduce (coll_nccl.h) ---- */
 
-extern "C" struct coll *coll_nccl_of(const void *ctx)
+/* The nccl backend's state, or NULL when c is another backend's collective. */
+static struct nccl *nccl_of(struct coll *c)
 {
-    struct coll *found = NULL;
-
-    pthread_mutex_lock(&live_mu);
-    for (size_t i = 0; ctx && i < sizeof(live) / sizeof(live[0]); i++)
-        if (live[i] == ctx)
-            found = live[i];
-    pthread_mutex_unlock(&live_mu);
-    return found;
+    return c && c->ops == &nccl_ops ? (struct nccl *)c->impl : NULL;
 }
 
 extern "C" struct CUstream_st *coll_nccl_stream(struct coll *c)
 {
-    return (struct CUstream_st *)((struct nccl *)c->impl)->stream;
+    struct nccl *n = nccl_of(c);
+    return n ? (struct CUstream_st *)n->stream : NULL;
 }
 
 /* coll.c's rule: the first error sticks, nothing after it is trusted. */
@@ -332,8 +309,10 @@ static int stick(struct coll *c, int rc)
 
 extern "C" int coll_nccl_allreduce_async(struct coll *c, float *buf, size_t count)
 {
-    struct nccl *n = (struct nccl *)c->impl;
+    struct nccl *n = nccl_of(c);
 
+    if (!n)
+        return DIST_EUSAGE; /* not an nccl collective */
     if (c->err)
         return c->err;
     if (count == 0)
@@ -348,10 +327,12 @@ extern "C" int coll_nccl_allreduce_async(struct coll *c, float *buf, size_t coun
 
 extern "C" int coll_nccl_wait(struct coll *c, struct CUstream_st *then)
 {
-    struct nccl *n = (struct nccl *)c->impl;
+    struct nccl *n = nccl_of(c);
     cudaError_t e;
     int rc;
 
+    if (!n)
+        return DIST_EUSAGE; /* not an nccl collective */
     if (c->err)
         return c->err;
     if (n->aborted)

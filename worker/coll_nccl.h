@@ -33,9 +33,7 @@ int coll_nccl_new(struct store *st, int device, struct CUstream_st *stream,
                   const struct coll_opts *opts, struct coll **out);
 
 /* ---- enqueue-only all-reduce (the GPU loop's overlap with backward, worker/train_gpu.c) ----
- * ctx itself when it is a live collective from coll_nccl_new (pointers are compared, ctx is
- * never dereferenced), else NULL: tells a struct coll from any other hook context. */
-struct coll *coll_nccl_of(const void *ctx);
+ * c must come from coll_nccl_new (DIST_EUSAGE otherwise). */
 /* The stream the collectives run on (borrowed): make it wait for the data's producer
  * (cudaStreamWaitEvent) before coll_nccl_allreduce_async. */
 struct CUstream_st *coll_nccl_stream(struct coll *c);
@@ -58,11 +56,6 @@ static inline int coll_nccl_new(struct store *st, int device, struct CUstream_st
              "(gpusPerReplica: 0), or rebuild with GANTRY_CUDA=ON after "
              "`hack/install-deps.sh --cuda`");
     return DIST_EUNSUPPORTED;
-}
-static inline struct coll *coll_nccl_of(const void *ctx)
-{
-    (void)ctx;
-    return NULL; /* no nccl collective exists in this build */
 }
 static inline struct CUstream_st *coll_nccl_stream(struct coll *c)
 {

@@ -633,6 +633,7 @@ int main(int argc, char **argv)
     train_gpu_opts_default(&go);
     go.bf16 = strcmp(w.cfg.precision, "bf16") == 0;
     go.bucket_bytes = bucket_bytes;
+    go.nccl = w.gpu >= 0 ? w.coll : NULL; /* NULL with one rank: nothing to reduce */
     rc = w.gpu >= 0 ? train_gpu_run_opts(&w.model, &td, &to, &go, &tr)
                     : train_run(&w.model, &td, &to, &tr);
     if (g_stop) { /* asked to stop: whatever failed on the way, say so (retryable) */

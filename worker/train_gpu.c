@@ -56,6 +56,7 @@ void train_gpu_opts_default(struct train_gpu_opts *go)
 {
     go->bf16 = 0; /* training.precision and training.gradBucketMB: the caller's (worker/cfg.c) */
     go->bucket_bytes = (size_t)TRAIN_BUCKET_MB << 20;
+    go->nccl = NULL;
 }
 
 /* The comm thread: reduces bucket after bucket as backward's ready hook (on the loop's thread)
@@ -155,8 +156,8 @@ static void comm_free(struct comm *c)
     free(c);
 }
 
-/* With an nccl collective (o->reduce_ctx is one: coll_nccl_of; gantry-worker's reduce hook is
- * then train_coll.c's plain COLL_SUM over it) no comm thread: backward's ready hook makes
+/* With an nccl collective (train_gpu_opts.nccl; gantry-worker's reduce hook is then
+ * train_coll.c's plain COLL_SUM over it) no comm thread: backward's ready hook makes
  * coll_nccl's stream wait on the device for the bucket's last unit and enqueues the bucket's
  * all-reduces behind it, on the loop's thread, without host synchronisation; enq_wait, before
  * the optimizer step, polls for a dead or hung peer (coll_nccl_wait) and orders the compute
@@ -270,7 +271,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     struct train_gpu_opts gdef;
     struct comm *comm = NULL;
     struct enq *enq = NULL;
-    struct coll *nccl = o->reduce ? coll_nccl_of(o->reduce_ctx) : NULL;
+    struct coll *nccl;
     char err[256];
     int rc = 0;
 
@@ -278,6 +279,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
         train_gpu_opts_default(&gdef);
         go = &gdef;
     }
+    nccl = o->reduce ? go->nccl : NULL;
     memset(&lp, 0, sizeof(lp));
     memset(res, 0, sizeof(*res));
     if (!(lp.g = model_gpu_new(m, o->batch, go->bf16, err, sizeof(err)))) {

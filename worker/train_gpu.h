@@ -26,7 +26,9 @@
  *     head, layers last to first, embeddings; a bucket closes once it holds bucket_bytes), and a
  *     comm thread calls o->reduce on each bucket's ranges (merged, in offset order) as soon as
  *     backward has produced it, while the compute stream goes on with the layers below; the
- *     optimizer step waits for every bucket.
+ *     optimizer step waits for every bucket. With go->nccl set (gantry-worker on GPUs) there is
+ *     no comm thread: the buckets are enqueued on NCCL's stream behind backward's events,
+ *     without a host wait, and waited for once before the step (train_gpu_opts.nccl).
  *     o->reduce is then called once per range from that thread (the same ranges in the same order
  *     on every rank), never concurrently. bucket_bytes 0: one call over n_params + 2 floats after
  *     backward. Sums are elementwise, so both give bit-identical results with 1 or 2 ranks.
@@ -45,9 +47,15 @@
 #define TRAIN_GPU_OBS_BATCH 64
 
 /* The GPU loop's own settings (not in struct train_opts: the CPU loop has no use for them). */
+struct coll;
 struct train_gpu_opts {
     int bf16;            /* 0: fp32; 1: bf16 mixed precision (training.precision: bf16) */
     size_t bucket_bytes; /* all-reduce bucket size (training.gradBucketMB); 0: no overlap */
+    /* The nccl collective (coll_nccl_new) that o->reduce sums over, or NULL. Set with overlap:
+     * buckets are enqueued on its stream behind backward's events (coll_nccl_allreduce_async),
+     * no comm thread, one coll_nccl_wait before the step; o->reduce is then not called during
+     * backward. NULL: o->reduce is called from the comm thread. */
+    struct coll *nccl;
 };
 
 #ifdef GANTRY_HAVE_CUDA

@@ -357,7 +357,8 @@ static void test_overlapped_allreduce(void)
     /* 1 byte: every unit its own bucket (a layer: 12 slices of the stacked tensors); 64 KiB: the
      * head and both layers (~50 KB each) in one bucket, merged into contiguous ranges, the
      * embeddings in another */
-    const struct train_gpu_opts none = {0, 0}, small = {0, 1}, mid = {0, 64 << 10};
+    const struct train_gpu_opts none = {0, 0, NULL}, small = {0, 1, NULL},
+                                mid = {0, 64 << 10, NULL};
 
     train_plan_init(&each, &probe, small.bucket_bytes);
     train_plan_init(&merged, &probe, mid.bucket_bytes);
@@ -493,8 +494,8 @@ static void test_bf16_follows_fp32(void)
     double l32[MAXLOG], l16[MAXLOG];
     char err[256];
     FILE *f32 = tmpfile(), *f16 = tmpfile();
-    const struct train_gpu_opts o32 = {0, TRAIN_BUCKET_MB << 20},
-                                o16 = {1, TRAIN_BUCKET_MB << 20};
+    const struct train_gpu_opts o32 = {0, TRAIN_BUCKET_MB << 20, NULL},
+                                o16 = {1, TRAIN_BUCKET_MB << 20, NULL};
 
     TEST_CHECK(f32 && f16);
     TEST_EQ_INT(model_init(&m32, &mc, 8, 11, err, sizeof(err)), 0);
