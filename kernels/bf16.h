@@ -21,7 +21,9 @@
  *      layernorm_forward_bf16: layernorm_forward with the normalised output rounded to bf16
  *                              (mean, rstd fp32, as the fp32 backward needs them)
  *      gelu_forward_bf16:      gelu_forward with the output rounded to bf16
- *    GEMM dimensions (C, OC) must be multiples of 8 (cuBLASLt's bf16 alignment).
+ *    GEMM dimensions (C, OC) must be multiples of 8 and the bf16 operands 16-byte aligned
+ *    (cuBLASLt's bf16 alignment; cudaMalloc's 256-byte alignment plus offsets of whole rows
+ *    of 8 elements keep both).
  */
 #ifndef GANTRY_BF16_H
 #define GANTRY_BF16_H

@@ -75,8 +75,9 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                     int C, int OC, struct CUstream_st *stream);
 /* out = gelu(inp @ weight^T + bias) and pre = inp @ weight^T + bias (kept for the backward), in
- * one GEMM with cuBLASLt's GELU_AUX_BIAS epilogue (tanh GELU). bias is required. pre's leading
- * dimension is OC, so OC must be a multiple of 8 (cuBLASLt's aux alignment). */
+ * one GEMM with cuBLASLt's GELU_AUX_BIAS epilogue (tanh GELU) where it can (OC a multiple of 8,
+ * cuBLASLt's aux alignment, and an algorithm for the pointers' alignment), else the GEMM and
+ * gelu_forward: the same result for any OC. bias is required. */
 void matmul_forward_gelu(float *out, float *pre, const float *inp, const float *weight,
                          const float *bias, int N, int C, int OC, struct CUstream_st *stream);
 /* matmul_forward_residual_cpu's twin: out = res + inp @ weight^T + bias; res, out disjoint. */

@@ -148,7 +148,8 @@ static int gemm_run(const struct gemm *g, cudaStream_t stream, bool optional = f
         rc = -1;
     } else {
         fprintf(stderr, "cuBLASLt has no algorithm for m=%d n=%d k=%d (lda %d ldb %d ldd %d, "
-                        "epilogue %d)\nHINT: dimensions of bf16 GEMMs must be multiples of 8\n",
+                        "epilogue %d)\nHINT: bf16 GEMMs need dimensions that are multiples of 8 and 16-byte "
+                        "aligned operands\n",
                 g->m, g->n, g->k, g->lda, g->ldb, g->ldd, (int)g->epi);
         exit(1);
     }
