@@ -233,8 +233,9 @@ extern "C" void matmul_forward_gelu(float *out, float *pre, const float *inp, co
         return;
     struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_32F, CUDA_R_32F,
                      0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre};
-    /* cuBLASLt's GELU_AUX epilogue needs the aux (pre) leading dimension divisible by 8 */
-    if (OC % 8 == 0 && gemm_run(&g, stream, true) == 0)
+    /* cuBLASLt's GELU_AUX epilogue needs the aux (pre) leading dimension divisible by 8 and
+     * the aux pointer 16-byte aligned (not part of the heuristic's inputs: checked here) */
+    if (OC % 8 == 0 && (uintptr_t)pre % 16 == 0 && gemm_run(&g, stream, true) == 0)
         return;
     /* no fused algorithm for this shape/type on this GPU: the same result in two steps */
     forward_gemm(pre, inp, weight, bias, CUDA_R_32F, N, C, OC, stream);
