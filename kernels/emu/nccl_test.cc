@@ -700,7 +700,8 @@ static int nonblocking_lonely_main(int rank, const job *j)
     TEST_EQ_INT(ncclAllReduce(NULL, NULL, 0, ncclFloat, ncclSum, c, NULL), ncclInvalidUsage);
     int64_t t0 = now_ms();
     TEST_EQ_INT(ncclCommAbort(c), ncclSuccess);
-    TEST_CHECK(now_ms() - t0 < 1000);
+    // "at once" against the init's 300 s: 10 s of slack for a loaded 2-core CI box
+    TEST_CHECK(now_ms() - t0 < 10000);
     return 0;
 }
 
