@@ -496,7 +496,7 @@ static int loop_main(int rank, const job *j)
     TEST_EQ_INT(ncclCommAbort(c), ncclSuccess);
     if (cudaStreamQuery(s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess)
         code = 14;
-    if (now_ms() - found > 1000) // the abort waited for something
+    if (now_ms() - found > 10000) // the abort waited for something (a peer's 30 s); slack for load
         code = 15;
     cudaFree(d);
     cudaStreamDestroy(s);
