@@ -19,3 +19,9 @@ add_test(NAME train_gpu_nccl_test
                  $<TARGET_FILE:gantry-worker> ${CMAKE_CURRENT_SOURCE_DIR}/testdata
                  $<TARGET_FILE:gantry-run>)
 set_tests_properties(train_gpu_nccl_test PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 120)
+# Two ranks on two GPUs: one killed (-9), the other exits retryable through NCCL's async error,
+# the rerun resumes bit-identical to an uninterrupted run (skipped below two GPUs).
+add_test(NAME train_gpu_resume_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train_gpu_resume_test.sh
+                 $<TARGET_FILE:gantry-worker> ${CMAKE_CURRENT_SOURCE_DIR}/testdata)
+set_tests_properties(train_gpu_resume_test PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 300)

@@ -61,5 +61,9 @@ add_test(NAME train_gpu_nccl_emu_test
          COMMAND bash ${PROJECT_SOURCE_DIR}/worker/train_gpu_nccl_test.sh
                  $<TARGET_FILE:gantry-worker-emu> ${PROJECT_SOURCE_DIR}/worker/testdata
                  $<TARGET_FILE:gantry-run>)
-set_tests_properties(train_gpu_cli_emu_test train_gpu_nccl_emu_test PROPERTIES
+add_test(NAME train_gpu_resume_emu_test
+         COMMAND bash ${PROJECT_SOURCE_DIR}/worker/train_gpu_resume_test.sh
+                 $<TARGET_FILE:gantry-worker-emu> ${PROJECT_SOURCE_DIR}/worker/testdata)
+set_tests_properties(train_gpu_cli_emu_test train_gpu_nccl_emu_test train_gpu_resume_emu_test
+                     PROPERTIES
     LABELS emu TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "GANTRY_EMU_DEVICES=2")

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The GPU worker's failure path end to end (label gpu; in CI on the CUDA emulator, emu): two
+# ranks with device: cuda over NCCL checkpoint every 20 steps; rank 1 is killed (-9) once a
+# checkpoint exists:
+#   - rank 0 notices through NCCL (ncclCommGetAsyncError, then ncclCommAbort) and exits with a
+#     retryable status (non-zero, not 64-78) well inside the peer timeout, without finishing;
+#   - rerunning the job resumes from that checkpoint on both ranks and ends with parameters
+#     bit-identical (fnv1a64 of the buffer) to an uninterrupted run, on both ranks.
+# Exits 77 (skipped) with fewer than two GPUs (GANTRY_EMU_DEVICES for the emulator) or a build
+# without CUDA.
+# Usage: train_gpu_resume_test.sh /path/to/gantry-worker /path/to/worker/testdata
+set -euo pipefail
+bin=$1 data=$2
+ngpu=${GANTRY_EMU_DEVICES:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
+if [ "${ngpu:-0}" -lt 2 ]; then
+    echo "SKIP: ${ngpu:-0} GPU visible, need 2"; exit 77
+fi
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail=0
+bad() { echo "FAIL $*"; fail=1; }
+ok() { echo "ok   $*"; }
+ms() { date +%s%3N; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# 6 examples, batch 3 per rank: one step per epoch
+cat >"$tmp/cfg.json" <<JSON
+{"training": {"model": {"hidden": 16, "heads": 2, "layers": 1, "maxSeqLen": 24},
+  "data": {"train": "$data/tiny.jsonl", "eval": "$data/tiny.jsonl", "minFreq": 1},
+  "epochs": 80, "batchSize": 3, "learningRate": "3e-3", "logInterval": 20, "threads": 1,
+  "scaleLearningRate": false, "device": "cuda"},
+ "checkpoint": {"path": "$tmp", "dir": "$tmp/unused", "intervalSteps": 20, "keep": 2}}
+JSON
+export OMP_WAIT_POLICY=passive GANTRY_PEER_TIMEOUT=20 GANTRY_RDZV_TIMEOUT=60
+
+# start_ranks JOBDIR TAG: 2 ranks in the background (pids in rank_pid[]), LOCAL_RANK = rank
+start_ranks() {
+    local dir=$1 tag=$2 port r
+    port=$(free_port)
+    rank_pid=()
+    for r in 0 1; do
+        GANTRY_CHECKPOINT_DIR=$dir MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r \
+            LOCAL_RANK=$r GANTRY_RDZV_TOKEN=t0k "$bin" --config "$tmp/cfg.json" \
+            >"$tmp/$tag.$r.out" 2>"$tmp/$tag.$r.err" &
+        rank_pid[r]=$!
+        pids+=($!)
+    done
+}
+wait_rc() { WRC=0; wait "$1" || WRC=$?; }
+hash_of() { grep -oE 'final parameters fnv1a64 [0-9a-f]+' "$1" | awk '{print $4}'; }
+wait_ckpt() { # DIR: until a step-N directory exists (or 120 s)
+    local t=$((SECONDS + 120))
+    while ((SECONDS < t)); do
+        compgen -G "$1/step-*" >/dev/null && return 0
+        sleep 0.01
+    done
+    return 1
+}
+
+start_ranks "$tmp/ref" ref
+wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+if [ "$rc0$rc1" != 00 ]; then
+    [ "$rc0" = 78 ] && grep -q 'built without CUDA' "$tmp/ref.0.err" && { echo "SKIP: built without CUDA"; exit 77; }
+    echo "FAIL uninterrupted run: exits $rc0 $rc1"; tail -n 5 "$tmp"/ref.*.err; exit 1
+fi
+h_ref=$(hash_of "$tmp/ref.0.err")
+[ -n "$h_ref" ] && [ "$h_ref" = "$(hash_of "$tmp/ref.1.err")" ] &&
+    ok "uninterrupted: parameters identical on both ranks ($h_ref)" ||
+    bad "uninterrupted: hashes differ or missing: $h_ref / $(hash_of "$tmp/ref.1.err")"
+
+start_ranks "$tmp/job" a
+wait_ckpt "$tmp/job" || bad "no checkpoint appeared"
+kill -9 "${rank_pid[1]}"
+t0=$(ms)
+wait_rc "${rank_pid[0]}"; rc0=$WRC
+dt=$(($(ms) - t0))
+wait "${rank_pid[1]}" 2>/dev/null || true
+if [ "$rc0" != 0 ] && { [ "$rc0" -lt 64 ] || [ "$rc0" -gt 78 ]; } && ((dt < 15000)) &&
+    grep -q 'NCCL reported' "$tmp/a.0.err"; then
+    ok "rank 1 killed: rank 0 saw it through NCCL and exits $rc0 (retryable) after ${dt} ms"
+else
+    bad "rank 1 killed: rank 0 exit $rc0 after ${dt} ms"; tail -5 "$tmp/a.0.err"
+fi
+grep -q 'final parameters' "$tmp/a.0.err" && bad "the killed run finished training (kill came too late)"
+
+start_ranks "$tmp/job" b
+wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+[ "$rc0$rc1" = 00 ] || { bad "rerun: exits $rc0 $rc1"; tail -n 5 "$tmp"/b.*.err; }
+for r in 0 1; do
+    s=$(grep -oE 'resumed from step [0-9]+' "$tmp/b.$r.err" | awk '{print $4}' || true)
+    [ "${s:-0}" -gt 0 ] && ok "rerun rank $r: resumed from step $s" || bad "rerun rank $r: no resume line"
+done
+h0=$(hash_of "$tmp/b.0.err") h1=$(hash_of "$tmp/b.1.err")
+[ "$h0" = "$h_ref" ] && [ "$h1" = "$h_ref" ] &&
+    ok "resumed run ends bit-identical to the uninterrupted one on both ranks ($h0)" ||
+    bad "resumed hashes $h0 $h1, uninterrupted $h_ref"
+exit $fail
