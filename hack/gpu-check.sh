@@ -49,7 +49,8 @@ case "${1:-}" in
     rm -rf "$bin"; mkdir -p "$bin/lib"
     cp "$pb/worker/gantry-worker" "$pb/worker/gantry-run" "$pb/worker/train_gpu_test" \
         "$pb/worker/train_gpu_device_test" "$bin/"
-    cp "$here/worker/train_gpu_cli_test.sh" "$here/worker/train_gpu_nccl_test.sh" "$bin/"
+    cp "$here/worker/train_gpu_cli_test.sh" "$here/worker/train_gpu_nccl_test.sh" \
+        "$here/worker/train_gpu_resume_test.sh" "$bin/"
     # (libstdc++ and libgcc_s stay the GPU machine's own: newer ones run older programs, and
     # its cuBLAS may need them)
     ldd "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" "$bin/train_gpu_device_test" | awk '$3 ~ /^\// {print $3}' |
@@ -226,6 +227,10 @@ train_gpu() {
     local r=0
     timeout 120 bash "$w_sh/train_gpu_nccl_test.sh" "$w_worker" "$here/worker/testdata" "$w_run" ||
         r=$?
+    [ "$r" = 0 ] || [ "$r" = 77 ] || rc=1
+    echo "== train_gpu_resume_test.sh (2 GPUs, one killed: retryable exit, bit-identical resume; skipped below 2 GPUs)"
+    r=0
+    timeout 120 bash "$w_sh/train_gpu_resume_test.sh" "$w_worker" "$here/worker/testdata" || r=$?
     [ "$r" = 0 ] || [ "$r" = 77 ] || rc=1
     echo "== SpamAssassin, device cuda (bench/cpu_train_spam.sh's configuration)"
     local sd=/tmp/gantry-gpu-spam sdata=$here/.carry/gpu-data
