@@ -158,6 +158,9 @@ struct sched {
     std::vector<char *> stacks; // mmap'd, reused across launches
     std::vector<warp_state> warps;
     std::vector<int> ready;
+    std::vector<int> batch; // the fibers to run before the scheduler runs again, in order
+    size_t bpos;            // the next of them
+    bool from_main;         // the switch in progress started on the scheduler's stack
     int n, done, bar_arrived, cur;
     unsigned bar_gen;
     void (*body)(void *);
@@ -185,37 +188,66 @@ static uint64_t rng_next(uint64_t *s)
     return *s * 0x2545F4914F6CDD1DULL;
 }
 
-static void to_main(fiber *f, bool dying);
+static void leave(fiber *f, bool dying);
+
+static void ctx_swap(ctx *save, ctx *to)
+{
+#if defined(__x86_64__)
+    emu_ctx_switch(&save->sp, to->sp);
+#else
+    swapcontext(&save->uc, &to->uc);
+#endif
+}
 
 static void fiber_main()
 {
     sched *s = S;
 #ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &s->main_bottom, &s->main_size);
+    const void *b;
+    size_t sz;
+    __sanitizer_finish_switch_fiber(nullptr, &b, &sz);
+    if (s->from_main)
+        s->main_bottom = b, s->main_size = sz;
 #endif
     fiber *f = &s->f[s->cur];
     s->body(s->arg);
     f->state = F_DONE;
     s->done++;
-    to_main(f, true);
+    leave(f, true);
     die("a finished fiber was resumed");
 }
 
-// Switch from fiber f back to the scheduler.
-static void to_main(fiber *f, bool dying)
+// Leaves fiber f (waiting at a barrier, or done): straight into the batch's next fiber, so a
+// thread costs one switch, not two; back to the scheduler once the batch is through.
+static void leave(fiber *f, bool dying)
 {
     sched *s = S;
+    int i = s->bpos < s->batch.size() ? s->batch[s->bpos++] : -1;
+    ctx *to = &s->main;
+#ifdef EMU_ASAN
+    const void *bottom = s->main_bottom;
+    size_t size = s->main_size;
+#endif
+    if (i >= 0) {
+        s->cur = i;
+        tid = s->f[i].tid;
+        to = &s->f[i].c;
+#ifdef EMU_ASAN
+        bottom = s->f[i].stack, size = STACK_BYTES;
+#endif
+    }
+    s->from_main = false;
 #ifdef EMU_ASAN
     void *fake = nullptr;
-    __sanitizer_start_switch_fiber(dying ? nullptr : &fake, s->main_bottom, s->main_size);
+    __sanitizer_start_switch_fiber(dying ? nullptr : &fake, bottom, size);
 #endif
-#if defined(__x86_64__)
-    emu_ctx_switch(&f->c.sp, s->main.sp);
-#else
-    swapcontext(&f->c.uc, &s->main.uc);
-#endif
+    ctx_swap(&f->c, to);
 #ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(fake, &s->main_bottom, &s->main_size);
+    const void *b;
+    size_t sz;
+    __sanitizer_finish_switch_fiber(fake, &b, &sz);
+    if (s->from_main)
+        s->main_bottom = b, s->main_size = sz;
 #endif
     (void)dying;
 }
@@ -246,19 +278,17 @@ static void fiber_init(sched *s, int i)
 #endif
 }
 
+// From the scheduler into fiber i; returns when a fiber leaves with nothing left in the batch.
 static void to_fiber(sched *s, int i)
 {
     fiber *f = &s->f[i];
     s->cur = i;
     tid = f->tid;
+    s->from_main = true;
 #ifdef EMU_ASAN
     __sanitizer_start_switch_fiber(&s->fake_main, f->stack, STACK_BYTES);
 #endif
-#if defined(__x86_64__)
-    emu_ctx_switch(&s->main.sp, f->c.sp);
-#else
-    swapcontext(&s->main.uc, &f->c.uc);
-#endif
+    ctx_swap(&s->main, &f->c);
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(s->fake_main, nullptr, nullptr);
 #endif
@@ -279,18 +309,16 @@ static void run_block(sched *s)
     s->ready.resize(s->n);
     for (int i = 0; i < s->n; i++)
         s->ready[i] = i;
-    std::vector<int> batch;
     while (!s->ready.empty()) {
-        batch.swap(s->ready);
+        s->batch.swap(s->ready);
         s->ready.clear();
         // Shuffle who runs first between barriers (Fisher-Yates, seeded per launch).
-        for (size_t i = batch.size(); i > 1; i--) {
+        for (size_t i = s->batch.size(); i > 1; i--) {
             size_t j = rng_next(&s->rng) % i;
-            std::swap(batch[i - 1], batch[j]);
+            std::swap(s->batch[i - 1], s->batch[j]);
         }
-        for (int i : batch)
-            to_fiber(s, i);
-        batch.clear();
+        s->bpos = 1;
+        to_fiber(s, s->batch[0]); // the fibers chain through the batch (leave)
     }
     if (s->done != s->n) {
         int nbar = 0, nwarp = 0;
@@ -324,7 +352,7 @@ void sync_threads()
         return; // the last to arrive goes on
     }
     f->state = F_BAR;
-    to_main(f, false);
+    leave(f, false);
     tid = f->tid;
 }
 
@@ -360,7 +388,7 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, int src)
             }
     } else {
         f->state = F_WARP;
-        to_main(f, false);
+        leave(f, false);
         tid = f->tid;
     }
     return w->slot[slot][src];
