@@ -50,7 +50,7 @@ case "${1:-}" in
     cp "$pb/worker/gantry-worker" "$pb/worker/gantry-run" "$pb/worker/train_gpu_test" \
         "$pb/worker/train_gpu_device_test" "$bin/"
     cp "$here/worker/train_gpu_cli_test.sh" "$here/worker/train_gpu_nccl_test.sh" \
-        "$here/worker/train_gpu_resume_test.sh" "$bin/"
+        "$here/worker/train_gpu_resume_test.sh" "$here/worker/ranks_testlib.sh" "$bin/"
     # (libstdc++ and libgcc_s stay the GPU machine's own: newer ones run older programs, and
     # its cuBLAS may need them)
     ldd "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" "$bin/train_gpu_device_test" | awk '$3 ~ /^\// {print $3}' |

@@ -12,17 +12,7 @@
 set -euo pipefail
 bin=$1 data=$2 only=${3:-all}
 tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail=0
-bad() { echo "FAIL $*"; fail=1; }
-ok() { echo "ok   $*"; }
-ms() { date +%s%3N; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/ranks_testlib.sh"
 
 cat >"$tmp/cfg.json" <<JSON
 {"training": {"model": {"hidden": 16, "heads": 2, "layers": 1, "maxSeqLen": 24},
@@ -33,21 +23,6 @@ cat >"$tmp/cfg.json" <<JSON
 JSON
 export OMP_WAIT_POLICY=passive GANTRY_PEER_TIMEOUT=5 GANTRY_RDZV_TIMEOUT=30
 
-# start_ranks JOBDIR WORLD TAG: starts WORLD ranks in the background (pids in rank_pid[])
-start_ranks() {
-    local dir=$1 world=$2 tag=$3 port r
-    port=$(free_port)
-    rank_pid=()
-    for ((r = 0; r < world; r++)); do
-        GANTRY_CHECKPOINT_DIR=$dir MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=$world \
-            RANK=$r GANTRY_RDZV_TOKEN=t0k "$bin" --config "$tmp/cfg.json" \
-            >"$tmp/$tag.$r.out" 2>"$tmp/$tag.$r.err" &
-        rank_pid[r]=$!
-        pids+=($!)
-    done
-}
-wait_rc() { WRC=0; wait "$1" || WRC=$?; } # sets WRC (not in a subshell: wait needs our child)
-hash_of() { grep -oE 'final parameters fnv1a64 [0-9a-f]+' "$1" | awk '{print $4}'; }
 # wait_ckpt DIR MIN: until a step-N with N >= MIN exists (or 60 s)
 wait_ckpt() {
     local t=$((SECONDS + 60)) d n

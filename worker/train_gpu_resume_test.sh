@@ -16,17 +16,7 @@ if [ "${ngpu:-0}" -lt 2 ]; then
     echo "SKIP: ${ngpu:-0} GPU visible, need 2"; exit 77
 fi
 tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail=0
-bad() { echo "FAIL $*"; fail=1; }
-ok() { echo "ok   $*"; }
-ms() { date +%s%3N; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/ranks_testlib.sh"
 
 # 6 examples, batch 3 per rank: one step per epoch
 cat >"$tmp/cfg.json" <<JSON
@@ -38,21 +28,6 @@ cat >"$tmp/cfg.json" <<JSON
 JSON
 export OMP_WAIT_POLICY=passive GANTRY_PEER_TIMEOUT=20 GANTRY_RDZV_TIMEOUT=60
 
-# start_ranks JOBDIR TAG: 2 ranks in the background (pids in rank_pid[]), LOCAL_RANK = rank
-start_ranks() {
-    local dir=$1 tag=$2 port r
-    port=$(free_port)
-    rank_pid=()
-    for r in 0 1; do
-        GANTRY_CHECKPOINT_DIR=$dir MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r \
-            LOCAL_RANK=$r GANTRY_RDZV_TOKEN=t0k "$bin" --config "$tmp/cfg.json" \
-            >"$tmp/$tag.$r.out" 2>"$tmp/$tag.$r.err" &
-        rank_pid[r]=$!
-        pids+=($!)
-    done
-}
-wait_rc() { WRC=0; wait "$1" || WRC=$?; }
-hash_of() { grep -oE 'final parameters fnv1a64 [0-9a-f]+' "$1" | awk '{print $4}'; }
 wait_ckpt() { # DIR: until a step-N directory exists (or 120 s)
     local t=$((SECONDS + 120))
     while ((SECONDS < t)); do
@@ -62,7 +37,7 @@ wait_ckpt() { # DIR: until a step-N directory exists (or 120 s)
     return 1
 }
 
-start_ranks "$tmp/ref" ref
+start_ranks "$tmp/ref" 2 ref
 wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
 if [ "$rc0$rc1" != 00 ]; then
     [ "$rc0" = 78 ] && grep -q 'built without CUDA' "$tmp/ref.0.err" && { echo "SKIP: built without CUDA"; exit 77; }
@@ -73,7 +48,7 @@ h_ref=$(hash_of "$tmp/ref.0.err")
     ok "uninterrupted: parameters identical on both ranks ($h_ref)" ||
     bad "uninterrupted: hashes differ or missing: $h_ref / $(hash_of "$tmp/ref.1.err")"
 
-start_ranks "$tmp/job" a
+start_ranks "$tmp/job" 2 a
 wait_ckpt "$tmp/job" || bad "no checkpoint appeared"
 kill -9 "${rank_pid[1]}"
 t0=$(ms)
@@ -88,7 +63,7 @@ else
 fi
 grep -q 'final parameters' "$tmp/a.0.err" && bad "the killed run finished training (kill came too late)"
 
-start_ranks "$tmp/job" b
+start_ranks "$tmp/job" 2 b
 wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
 [ "$rc0$rc1" = 00 ] || { bad "rerun: exits $rc0 $rc1"; tail -n 5 "$tmp"/b.*.err; }
 for r in 0 1; do
