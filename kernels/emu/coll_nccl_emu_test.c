@@ -47,23 +47,37 @@ static pid_t spawn(int (*fn)(int rank, void *arg), int rank, void *arg)
     return p;
 }
 
-/* Rendezvous, then the nccl backend on device `rank` (NCCL: one rank per device). */
-static int setup(const struct job *j, int rank, struct dist_rdzv **rz, cudaStream_t *stream,
-                 struct coll **c)
+/* The rendezvous every rank of these tests joins (GANTRY_EMU_DEVICES=4: one device per rank). */
+static int join(const struct job *j, int rank, struct dist_rdzv **rz)
 {
     struct dist_env e;
     struct dist_rdzv_opts o = {
         .connect_timeout_ms = 20000, .join_timeout_ms = 20000, .op_timeout_ms = 10000};
-    struct coll_opts co = {.timeout_ms = rank == 0 ? j->timeout_ms : 30000};
-    int rc;
 
     setenv("GANTRY_EMU_DEVICES", "4", 1);
+    tu_env(&e, j->port, rank, j->world, "coll-nccl-token");
+    return dist_rendezvous(&e, "h", &o, rz);
+}
+
+/* The nccl backend's options: rank 0 has the case's timeout, the others 30 s. */
+static struct coll_opts opts_for(const struct job *j, int rank)
+{
+    struct coll_opts co = {.timeout_ms = rank == 0 ? j->timeout_ms : 30000};
+    return co;
+}
+
+/* Rendezvous, then the nccl backend on device `rank` (NCCL: one rank per device). */
+static int setup(const struct job *j, int rank, struct dist_rdzv **rz, cudaStream_t *stream,
+                 struct coll **c)
+{
+    struct coll_opts co = opts_for(j, rank);
+    int rc;
+
     *stream = NULL;
+    if ((rc = join(j, rank, rz)))
+        return rc;
     if (j->own_stream && cudaStreamCreate(stream) != cudaSuccess)
         return DIST_EIO;
-    tu_env(&e, j->port, rank, j->world, "coll-nccl-token");
-    if ((rc = dist_rendezvous(&e, "h", &o, rz)))
-        return rc;
     return coll_nccl_new(dist_rdzv_store(*rz), rank, *stream, &co, c);
 }
 
@@ -340,15 +354,10 @@ static int init_main(int rank, void *arg)
     const struct job *j = arg;
     struct dist_rdzv *rz = NULL;
     struct coll *c = NULL;
-    struct dist_env e;
-    struct dist_rdzv_opts o = {
-        .connect_timeout_ms = 20000, .join_timeout_ms = 20000, .op_timeout_ms = 10000};
-    struct coll_opts co = {.timeout_ms = rank == 0 ? j->timeout_ms : 30000};
+    struct coll_opts co = opts_for(j, rank);
     int rc;
 
-    setenv("GANTRY_EMU_DEVICES", "4", 1);
-    tu_env(&e, j->port, rank, j->world, "coll-nccl-token");
-    if ((rc = dist_rendezvous(&e, "h", &o, &rz)))
+    if (join(j, rank, &rz))
         _exit(1);
     if (rank == j->absent) {
         tu_sleep_ms(60000); /* the test kills it */
