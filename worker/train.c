@@ -137,7 +137,7 @@ static void bucket_ready(void *ctx, int unit)
 {
     struct loop *lp = ctx;
     const struct train_plan *p = &lp->plan;
-    if (lp->queued < p->nb && unit + 1 == p->end[lp->queued]) {
+    if (train_plan_closes(p, lp->queued, unit)) {
         for (int i = p->first[lp->queued]; i < p->first[lp->queued + 1]; i++)
             push_range(lp, p->r[i].off, p->r[i].n);
         lp->queued++;

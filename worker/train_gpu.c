@@ -104,7 +104,7 @@ static void comm_ready(void *ctx, int unit)
 {
     struct comm *c = ctx;
     pthread_mutex_lock(&c->mu);
-    if (c->queued < c->plan.nb && unit + 1 == c->plan.end[c->queued]) {
+    if (train_plan_closes(&c->plan, c->queued, unit)) {
         c->queued++;
         pthread_cond_broadcast(&c->cv);
     }
@@ -175,7 +175,7 @@ struct enq {
 static void enq_ready(void *ctx, int unit)
 {
     struct enq *q = ctx;
-    if (q->queued >= q->plan.nb || unit + 1 != q->plan.end[q->queued])
+    if (!train_plan_closes(&q->plan, q->queued, unit))
         return;
     int b = q->queued++;
     if (q->rc)

@@ -45,6 +45,13 @@ struct train_plan {
 void train_plan_init(struct train_plan *p, const struct model *m, size_t bucket_bytes);
 void train_plan_cleanup(struct train_plan *p);
 
+/* True when unit `unit` (backward's order) is the last of bucket `next`, the next bucket to hand
+ * over: the ready hooks' test (train.c, train_gpu.c), buckets in order, each once. */
+static inline int train_plan_closes(const struct train_plan *p, int next, int unit)
+{
+    return next < p->nb && unit + 1 == p->end[next];
+}
+
 /* Unit u's ranges (the order above) into out[0..TRAIN_PLAN_UNIT_RANGES); returns how many. */
 int train_plan_unit_ranges(const struct model *m, int unit, struct train_range *out);
 
