@@ -10,7 +10,8 @@ enable_language(CXX)
 
 set(_emu ${CMAKE_CURRENT_LIST_DIR})
 set(GANTRY_EMU_DIR ${CMAKE_CURRENT_LIST_DIR} CACHE INTERNAL "kernels/emu, for the functions below")
-set(GANTRY_EMU_CXX_FLAGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-function)
+set(GANTRY_EMU_CXX_FLAGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-function
+    -Wno-unknown-pragmas) # `#pragma unroll` is nvcc's
 
 # gantry_emu_sources(OUT cu...): the C++ translations (build dir) of the given .cu files.
 function(gantry_emu_sources out)
