@@ -9,7 +9,8 @@
 // style). --bf16 runs every GEMM (the attention's batched ones too) on bf16 operands with fp32
 // accumulation and fp32 master weights (the parameters' bf16 copy is refreshed by the AdamW
 // kernel); activations stay fp32 and are cast around each GEMM, which costs bandwidth a fully bf16
-// activation path would not (docs/gpu.md).
+// activation path would not (docs/gpu.md). --attention fused uses the fused attention kernels
+// (fp32, a log-sum-exp per row instead of the T x T probabilities) in either precision.
 //
 // MFU = model FLOPs per second / 989.4e12 (H100/H200 dense bf16, no sparsity), FLOPs counted as
 // 3 x forward (GEMMs 2*N*C*OC each, attention 4*B*T*T*C per layer, the full T x T: that is what
@@ -31,7 +32,7 @@ extern "C" { /* C headers without C++ guards */
 #define PEAK_BF16 989.4e12
 
 struct opts {
-    int B, T, C, L, NH, V, K, steps, warmup, varlen, bf16, check_cpu;
+    int B, T, C, L, NH, V, K, steps, warmup, varlen, bf16, check_cpu, fused;
     const char *name;
 };
 
@@ -77,21 +78,22 @@ static void usage(const char *argv0)
 {
     printf("usage: %s [--preset gpt2|example] [--batch B] [--seq T] [--hidden C] [--layers L]\n"
            "          [--heads NH] [--vocab V] [--classes K] [--steps S] [--warmup W] [--varlen]\n"
-           "          [--bf16] [--check-cpu]\n"
+           "          [--bf16] [--attention unfused|fused] [--check-cpu]\n"
            "  gpt2:    B=8 T=1024 C=768 L=12 NH=12 V=50257 K=2 (GPT-2 124M-sized encoder)\n"
            "  example: B=32 T=256 C=128 L=2 NH=4 V=20000 K=2 (bench/cpu_train's default model;\n"
            "           the default preset)\n"
            "  --check-cpu: also train worker/model.c on the CPU from the same weights and batch and\n"
-           "           compare every step's loss (exit 1 when they differ beyond tolerance)\n",
+           "           compare every step's loss (exit 1 when they differ beyond tolerance)\n"
+           "  --attention: unfused (default: cuBLAS GEMMs + softmax) or fused (kernels/attention.cu)\n",
            argv0);
 }
 
 static void preset(struct opts *o, const char *name)
 {
     if (strcmp(name, "gpt2") == 0)
-        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, "gpt2"};
+        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, "gpt2"};
     else if (strcmp(name, "example") == 0)
-        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, "example"};
+        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, "example"};
     else {
         fprintf(stderr, "gpu_bench: unknown preset '%s' (gpt2 or example)\n", name);
         exit(2);
@@ -104,15 +106,15 @@ static void parse(struct opts *o, int argc, char **argv)
         {"preset", 1, 0, 'p'}, {"batch", 1, 0, 'B'}, {"seq", 1, 0, 'T'}, {"hidden", 1, 0, 'C'},
         {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"vocab", 1, 0, 'V'}, {"classes", 1, 0, 'K'},
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"varlen", 0, 0, 'v'}, {"bf16", 0, 0, 'b'},
-        {"check-cpu", 0, 0, 'c'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"attention", 1, 0, 'a'}, {"check-cpu", 0, 0, 'c'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int ch;
     preset(o, "example");
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
         case 'p': {
-            int bf16 = o->bf16, check = o->check_cpu, varlen = o->varlen;
+            int bf16 = o->bf16, check = o->check_cpu, varlen = o->varlen, fused = o->fused;
             preset(o, optarg);
-            o->bf16 = bf16, o->check_cpu = check, o->varlen = varlen;
+            o->bf16 = bf16, o->check_cpu = check, o->varlen = varlen, o->fused = fused;
             break;
         }
         case 'B': o->B = atoi(optarg); break;
@@ -126,6 +128,13 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'w': o->warmup = atoi(optarg); break;
         case 'v': o->varlen = 1; break;
         case 'b': o->bf16 = 1; break;
+        case 'a':
+            if (strcmp(optarg, "fused") && strcmp(optarg, "unfused")) {
+                fprintf(stderr, "gpu_bench: --attention %s: use fused or unfused\n", optarg);
+                exit(2);
+            }
+            o->fused = strcmp(optarg, "fused") == 0;
+            break;
         case 'c': o->check_cpu = 1; break;
         case 'h': usage(argv[0]); exit(0);
         default: usage(argv[0]); exit(2);
@@ -206,7 +215,9 @@ int main(int argc, char **argv)
             tokens[b * o.T + t] = 5 + (int)((r >> 33) % (uint64_t)(o.V - 5));
         }
     }
-    if (!(g = model_gpu_new(&m, o.B, o.bf16, err, sizeof(err)))) {
+    if (!(g = model_gpu_new(&m, o.B, (o.bf16 ? MODEL_GPU_BF16 : 0) |
+                                         (o.fused ? MODEL_GPU_FUSED_ATTENTION : 0),
+                            err, sizeof(err)))) {
         fprintf(stderr, "gpu_bench: %s\n", err);
         return 2;
     }
@@ -233,16 +244,19 @@ int main(int argc, char **argv)
         double fwd = o.L * (2 * Nf * C * 3 * C + 2 * Nf * C * C + 4 * Nf * C * F +
                             4.0 * o.B * o.T * (double)o.T * C) + 2.0 * o.B * C * o.K;
         double mfu = 3 * fwd / sec / PEAK_BF16;
-        printf("gpu_bench %s on %s: %s, B=%d T=%d C=%d L=%d NH=%d | %.2f ms/step | %.0f tok/s "
-               "(%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
-               o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.B, o.T, o.C, o.L, o.NH,
+        printf("gpu_bench %s on %s: %s, %s attention, B=%d T=%d C=%d L=%d NH=%d | %.2f ms/step | "
+               "%.0f tok/s (%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
+               o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.fused ? "fused" : "unfused",
+               o.B, o.T, o.C, o.L, o.NH,
                sec * 1e3, N / sec, real / sec, 3 * fwd / sec / 1e12, 100 * mfu,
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
+               "\"attention\":\"%s\","
                "\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,\"steps\":%d,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
                "\"tflops\":%.2f,\"mfu\":%.4f}\n",
-               o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.B, o.T, o.C, o.L, o.NH, o.steps,
+               o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused", o.B,
+               o.T, o.C, o.L, o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, 3 * fwd / sec / 1e12, mfu);
     }
     phases(g, &oc, o.warmup + o.steps + 1, o.B);

@@ -184,6 +184,8 @@ check_cpu() {
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu || rc=$?
     [ "$rc" = 77 ] && return 77 # no device
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen || rc=1
+    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --attention fused \
+        --varlen || rc=1
     return $rc
 }
 check_cpu >"$out/check.log" 2>&1
@@ -291,7 +293,7 @@ fi
 # gantry first (fast, the numbers this is for), then PyTorch; each run has its own time limit so
 # one slow compile cannot eat the lease. bench.log keeps everything if the call is cut short.
 for preset in example gpt2; do
-    for prec in "" --bf16; do
+    for prec in "" --bf16 "--bf16 --attention fused"; do
         timeout 120 "$build/gpu_bench" --preset $preset $prec >>"$out/bench.log" 2>&1
     done
 done
@@ -309,7 +311,8 @@ for r in rows:
         print(f"{r.get('preset','?'):8} {r['impl']:24} error: {r['error'][:60]}")
         continue
     prec = r.get("precision", r["impl"].split("-")[-1])
-    print(f"{r['preset']:8} {r['impl']:24} {prec:5} {r['ms_per_step']:9.2f} "
+    impl = r["impl"] + ("-fused-attn" if r.get("attention") == "fused" else "")
+    print(f"{r['preset']:8} {impl:24} {prec:5} {r['ms_per_step']:9.2f} "
           f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")
 PY
 exit $status

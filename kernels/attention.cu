@@ -2,12 +2,12 @@
 // (B, NH, T, hs), S = scale Q K^T and O = P V as strided-batched cuBLAS GEMMs over the B * NH
 // heads, and a masked softmax kernel in between (one warp per row).
 //
-// Why not a fused (flash) kernel yet: the CPU contract keeps the probabilities att (B,NH,T,T) for
-// the backward, and this layout reproduces it exactly, so the GPU op can be checked entry by entry
-// against the specification; it is llm.c's first CUDA attention. Its cost is O(T^2) memory per
-// layer (about 400 MB at B=8, T=1024, NH=12 in fp32) and two extra passes over S. The next step,
-// measured on the H200 by bench/gpu_bench, is cuDNN's fused SDPA (or a FlashAttention-2 style
-// kernel) in bf16 that saves only the row log-sum-exp; docs/gpu.md tracks it.
+// Why unfused is the default: the CPU contract keeps the probabilities att (B,NH,T,T) for the
+// backward, and this layout reproduces it exactly, so the GPU op can be checked entry by entry
+// against the specification (llm.c's first CUDA attention), and its GEMMs run on bf16 tensor
+// cores. Its cost is O(T^2) memory per layer (about 400 MB at B=8, T=1024, NH=12 in fp32) and two
+// extra passes over S. The fused kernels at the end of this file (attention_*_fused) keep only a
+// log-sum-exp per row; docs/gpu.md says why they are not the default yet.
 //
 // Padding: rows of P for queries i >= len[b] and columns for keys j >= len[b] are zero, so O's
 // padding rows are zero (as on the CPU) and the backward gives zero gradients there.
@@ -254,4 +254,306 @@ extern "C" void attention_backward_mixed(float *dqkv, const float *dout, const f
                                          int NH, struct CUstream_st *stream)
 {
     backward_impl<__nv_bfloat16>(dqkv, dout, qkv, att, len, B, T, C, NH, stream);
+}
+
+/* ==== fused attention (FlashAttention-2's algorithm on CUDA cores, fp32) =======================
+ *
+ * Forward: a block holds FA_WARPS queries of one (b, h), one warp per query; it walks the keys
+ * j < len[b] in tiles of 32 staged in shared memory (one key per lane), keeps the running max m,
+ * sum l and output o (lane d owns dims d, d + 32, ...) in registers and rescales them per tile
+ * (online softmax). Nothing of size T x T is written: only out and the row log-sum-exp
+ * lse = m + log(l), which the backward uses to recompute P = exp(S - lse).
+ *
+ * Backward: D_i = dO_i . O_i per row (fa_rowdot_kernel); dK and dV by a kernel that gives each warp
+ * one key and walks the query tiles; dQ by one that gives each warp one query and walks the key
+ * tiles. Each output element is summed by one thread in a fixed order: no atomics, so the results
+ * are bit-identical from run to run (the CPU's determinism contract).
+ *
+ * q is scaled by 1/sqrt(hs) as it is loaded, in all three kernels, so forward and backward see
+ * the same S. Head sizes up to ATTENTION_FUSED_MAX_HS; shorter heads are padded with zeros to 32,
+ * 64 or 128 in registers.
+ * Padding queries (i >= len[b]) get zero output and lse 0, padding keys are never read. */
+#define FA_WARPS 8
+
+template <int HSP>
+static __global__ void __launch_bounds__(FA_WARPS * 32)
+    fa_forward_kernel(float *out, float *lse, const float *qkv, const int *len, int T, int NH,
+                      int hs, float scale)
+{
+    __shared__ float ks[32][HSP + 1], vs[32][HSP + 1];
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int i = blockIdx.x * FA_WARPS + warp, L = len[b];
+    const size_t ld = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const bool valid = i < L; /* warp-uniform */
+
+    float q[HSP], o[HSP / 32];
+#pragma unroll
+    for (int d = 0; d < HSP; d++)
+        q[d] = valid && d < hs ? base[(size_t)i * ld + d] * scale : 0.0f;
+#pragma unroll
+    for (int r = 0; r < HSP / 32; r++)
+        o[r] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    /* L is the same for the whole block: every thread takes part in every tile's loads */
+    for (int j0 = (int)blockIdx.x * FA_WARPS < L ? 0 : L; j0 < L; j0 += 32) {
+        __syncthreads(); /* the previous tile is no longer read */
+        for (int x = threadIdx.x; x < 32 * HSP; x += blockDim.x) {
+            int r = x / HSP, d = x % HSP, j = j0 + r;
+            bool ok = j < L && d < hs;
+            ks[r][d] = ok ? base[(size_t)j * ld + C + d] : 0.0f;
+            vs[r][d] = ok ? base[(size_t)j * ld + 2 * C + d] : 0.0f;
+        }
+        __syncthreads();
+        if (!valid)
+            continue;
+        float s = 0.0f;
+#pragma unroll
+        for (int d = 0; d < HSP; d++)
+            s += q[d] * ks[lane][d];
+        if (j0 + lane >= L)
+            s = -INFINITY;
+        float mn = fmaxf(m, warp_max(s)); /* finite: lane 0's key j0 < L is real */
+        float p = expf(s - mn), corr = expf(m - mn);
+        l = l * corr + warp_sum(p);
+#pragma unroll
+        for (int r = 0; r < HSP / 32; r++)
+            o[r] *= corr;
+        for (int jj = 0; jj < 32; jj++) {
+            float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+            for (int r = 0; r < HSP / 32; r++)
+                o[r] += pj * vs[jj][lane + 32 * r];
+        }
+        m = mn;
+    }
+    if (i >= T)
+        return;
+    float *orow = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+    float inv = valid ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int r = 0; r < HSP / 32; r++)
+        if (lane + 32 * r < hs)
+            orow[lane + 32 * r] = o[r] * inv;
+    if (lane == 0)
+        lse[(size_t)bh * T + i] = valid ? m + logf(l) : 0.0f;
+}
+
+/* D (B,NH,T): D_i = dO_i . O_i over the head's dims, 0 for padding rows; one warp per row. */
+static __global__ void fa_rowdot_kernel(float *D, const float *dout, const float *out,
+                                        const int *len, int B, int T, int NH, int hs)
+{
+    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= (size_t)B * NH * T)
+        return;
+    int i = (int)(row % T), h = (int)(row / T % NH), b = (int)(row / T / NH);
+    float s = 0.0f;
+    if (i < len[b]) {
+        size_t o = ((size_t)b * T + i) * NH * hs + (size_t)h * hs;
+        for (int d = lane; d < hs; d += 32)
+            s += dout[o + d] * out[o + d];
+    }
+    s = warp_sum(s);
+    if (lane == 0)
+        D[row] = s;
+}
+
+/* One warp per key j (block: FA_WARPS keys of one (b, h)); lanes over a tile of 32 queries:
+ * P_ij = exp(S_ij - lse_i), dV_j += sum_i P_ij dO_i, dK_j += sum_i P_ij (dO_i . V_j - D_i) q_i. */
+template <int HSP>
+static __global__ void __launch_bounds__(FA_WARPS * 32)
+    fa_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                   const float *D, const int *len, int T, int NH, int hs, float scale)
+{
+    __shared__ float qs[32][HSP + 1], dos[32][HSP + 1], kw[FA_WARPS][HSP], vw[FA_WARPS][HSP];
+    __shared__ float lse_s[32], D_s[32];
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int j = blockIdx.x * FA_WARPS + warp, L = len[b];
+    const size_t ld = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+    const bool valid = j < L;
+
+    for (int d = lane; d < HSP; d += 32) {
+        kw[warp][d] = valid && d < hs ? base[(size_t)j * ld + C + d] : 0.0f;
+        vw[warp][d] = valid && d < hs ? base[(size_t)j * ld + 2 * C + d] : 0.0f;
+    }
+    float dk[HSP / 32], dv[HSP / 32];
+#pragma unroll
+    for (int r = 0; r < HSP / 32; r++)
+        dk[r] = dv[r] = 0.0f;
+    for (int i0 = (int)blockIdx.x * FA_WARPS < L ? 0 : L; i0 < L; i0 += 32) {
+        __syncthreads();
+        for (int x = threadIdx.x; x < 32 * HSP; x += blockDim.x) {
+            int r = x / HSP, d = x % HSP, i = i0 + r;
+            bool ok = i < L && d < hs;
+            qs[r][d] = ok ? base[(size_t)i * ld + d] * scale : 0.0f;
+            dos[r][d] = ok ? dbase[(size_t)i * C + d] : 0.0f;
+        }
+        if (threadIdx.x < 32) {
+            int i = i0 + threadIdx.x;
+            lse_s[threadIdx.x] = i < L ? lse[(size_t)bh * T + i] : 0.0f;
+            D_s[threadIdx.x] = i < L ? D[(size_t)bh * T + i] : 0.0f;
+        }
+        __syncthreads();
+        if (!valid)
+            continue;
+        float s = 0.0f, dp = 0.0f;
+#pragma unroll
+        for (int d = 0; d < HSP; d++) {
+            s += qs[lane][d] * kw[warp][d];
+            dp += dos[lane][d] * vw[warp][d];
+        }
+        float p = i0 + lane < L ? expf(s - lse_s[lane]) : 0.0f;
+        float ds = p * (dp - D_s[lane]);
+        for (int ii = 0; ii < 32; ii++) {
+            float pi = __shfl_sync(0xffffffffu, p, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
+#pragma unroll
+            for (int r = 0; r < HSP / 32; r++) {
+                dv[r] += pi * dos[ii][lane + 32 * r];
+                dk[r] += dsi * qs[ii][lane + 32 * r];
+            }
+        }
+    }
+    if (!valid)
+        return;
+    float *drow = dqkv + ((size_t)b * T + j) * ld + (size_t)h * hs;
+#pragma unroll
+    for (int r = 0; r < HSP / 32; r++)
+        if (lane + 32 * r < hs) {
+            drow[C + lane + 32 * r] += dk[r];
+            drow[2 * C + lane + 32 * r] += dv[r];
+        }
+}
+
+/* One warp per query i; lanes over a tile of 32 keys: dQ_i += scale sum_j dS_ij K_j with
+ * dS_ij = P_ij (dO_i . V_j - D_i). */
+template <int HSP>
+static __global__ void __launch_bounds__(FA_WARPS * 32)
+    fa_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                 const float *D, const int *len, int T, int NH, int hs, float scale)
+{
+    __shared__ float ks[32][HSP + 1], vs[32][HSP + 1], qw[FA_WARPS][HSP], dow[FA_WARPS][HSP];
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int i = blockIdx.x * FA_WARPS + warp, L = len[b];
+    const size_t ld = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+    const bool valid = i < L;
+
+    for (int d = lane; d < HSP; d += 32) {
+        qw[warp][d] = valid && d < hs ? base[(size_t)i * ld + d] * scale : 0.0f;
+        dow[warp][d] = valid && d < hs ? dbase[(size_t)i * C + d] : 0.0f;
+    }
+    const float lse_i = valid ? lse[(size_t)bh * T + i] : 0.0f;
+    const float D_i = valid ? D[(size_t)bh * T + i] : 0.0f;
+    float dq[HSP / 32];
+#pragma unroll
+    for (int r = 0; r < HSP / 32; r++)
+        dq[r] = 0.0f;
+    for (int j0 = (int)blockIdx.x * FA_WARPS < L ? 0 : L; j0 < L; j0 += 32) {
+        __syncthreads();
+        for (int x = threadIdx.x; x < 32 * HSP; x += blockDim.x) {
+            int r = x / HSP, d = x % HSP, j = j0 + r;
+            bool ok = j < L && d < hs;
+            ks[r][d] = ok ? base[(size_t)j * ld + C + d] : 0.0f;
+            vs[r][d] = ok ? base[(size_t)j * ld + 2 * C + d] : 0.0f;
+        }
+        __syncthreads();
+        if (!valid)
+            continue;
+        float s = 0.0f, dp = 0.0f;
+#pragma unroll
+        for (int d = 0; d < HSP; d++) {
+            s += qw[warp][d] * ks[lane][d];
+            dp += dow[warp][d] * vs[lane][d];
+        }
+        float p = j0 + lane < L ? expf(s - lse_i) : 0.0f;
+        float ds = p * (dp - D_i);
+        for (int jj = 0; jj < 32; jj++) {
+            float dsj = __shfl_sync(0xffffffffu, ds, jj);
+#pragma unroll
+            for (int r = 0; r < HSP / 32; r++)
+                dq[r] += dsj * ks[jj][lane + 32 * r];
+        }
+    }
+    if (!valid)
+        return;
+    float *drow = dqkv + ((size_t)b * T + i) * ld + (size_t)h * hs;
+#pragma unroll
+    for (int r = 0; r < HSP / 32; r++)
+        if (lane + 32 * r < hs)
+            drow[lane + 32 * r] += dq[r] * scale;
+}
+
+static int fa_padded_head(int C, int NH, const char *who)
+{
+    int hs = C / NH;
+    if (NH <= 0 || C % NH || hs > ATTENTION_FUSED_MAX_HS) {
+        fprintf(stderr, "%s: head size %d (C=%d, NH=%d) is not supported by the fused kernel "
+                        "(at most %d); use the unfused attention_forward\n",
+                who, hs, C, NH, ATTENTION_FUSED_MAX_HS);
+        abort();
+    }
+    return hs <= 32 ? 32 : hs <= 64 ? 64 : 128;
+}
+
+extern "C" void attention_forward_fused(float *out, float *lse, const float *qkv, const int *len,
+                                        int B, int T, int C, int NH, struct CUstream_st *stream)
+{
+    if ((size_t)B * T * C == 0)
+        return;
+    int hsp = fa_padded_head(C, NH, "attention_forward_fused"), hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    dim3 grid((unsigned)CEIL_DIV(T, FA_WARPS), (unsigned)(B * NH));
+    if (hsp == 32)
+        fa_forward_kernel<32><<<grid, FA_WARPS * 32, 0, stream>>>(out, lse, qkv, len, T, NH, hs,
+                                                                  scale);
+    else if (hsp == 64)
+        fa_forward_kernel<64><<<grid, FA_WARPS * 32, 0, stream>>>(out, lse, qkv, len, T, NH, hs,
+                                                                  scale);
+    else
+        fa_forward_kernel<128><<<grid, FA_WARPS * 32, 0, stream>>>(out, lse, qkv, len, T, NH, hs,
+                                                                   scale);
+    GPU_LAUNCH_CHECK();
+}
+
+template <int HSP>
+static void fa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                        const float *D, const int *len, int B, int T, int NH, int hs,
+                        cudaStream_t stream)
+{
+    float scale = 1.0f / sqrtf((float)hs);
+    dim3 grid((unsigned)CEIL_DIV(T, FA_WARPS), (unsigned)(B * NH));
+    fa_dkdv_kernel<HSP><<<grid, FA_WARPS * 32, 0, stream>>>(dqkv, dout, qkv, lse, D, len, T, NH,
+                                                            hs, scale);
+    GPU_LAUNCH_CHECK();
+    fa_dq_kernel<HSP><<<grid, FA_WARPS * 32, 0, stream>>>(dqkv, dout, qkv, lse, D, len, T, NH, hs,
+                                                          scale);
+    GPU_LAUNCH_CHECK();
+}
+
+extern "C" void attention_backward_fused(float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse, const int *len,
+                                         int B, int T, int C, int NH, struct CUstream_st *stream)
+{
+    size_t rows = (size_t)B * NH * T;
+    if ((size_t)B * T * C == 0)
+        return;
+    int hsp = fa_padded_head(C, NH, "attention_backward_fused"), hs = C / NH;
+    float *D = (float *)gpu_scratch(rows * sizeof(float), stream);
+    fa_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(D, dout, out, len, B, T, NH,
+                                                                      hs);
+    GPU_LAUNCH_CHECK();
+    if (hsp == 32)
+        fa_backward<32>(dqkv, dout, qkv, lse, D, len, B, T, NH, hs, stream);
+    else if (hsp == 64)
+        fa_backward<64>(dqkv, dout, qkv, lse, D, len, B, T, NH, hs, stream);
+    else
+        fa_backward<128>(dqkv, dout, qkv, lse, D, len, B, T, NH, hs, stream);
+    gpu_scratch_free(D, stream);
 }

@@ -1,8 +1,85 @@
 // Masked multi-head attention on the GPU against kernels/attention_cpu.c: the output, the saved
 // probabilities (zero outside each sequence's L x L block) and the accumulated dqkv, for lengths
-// 1, T and in between; fp32 and the bf16 tensor-core variant (*_mixed, bf16 tolerances).
+// 1, T and in between; fp32 and the bf16 tensor-core variant (*_mixed, bf16 tolerances); the
+// fused kernels (*_fused): out, the row log-sum-exp and dqkv, every output written, padding rows
+// of qkv and dout never read (NaN there changes nothing), bit-identical reruns.
 #include "kernels/attention.h"
 #include "kernels/gpu_testutil.h"
+
+
+/* lse (B,NH,T) of the scaled scores over the keys j < len[b] (0 for padding rows), in double */
+static float *lse_reference(const float *qkv, const int *len, int B, int T, int C, int NH)
+{
+    int hs = C / NH;
+    float *lse = (float *)calloc((size_t)B * NH * T + 1, sizeof(float));
+    double *s = (double *)malloc(((size_t)T + 1) * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < len[b]; i++) {
+                const float *q = qkv + ((size_t)b * T + i) * 3 * C + (size_t)h * hs;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j < len[b]; j++) {
+                    const float *k = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * hs;
+                    double d = 0.0;
+                    for (int x = 0; x < hs; x++)
+                        d += (double)q[x] * k[x];
+                    s[j] = d / sqrt((double)hs);
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int j = 0; j < len[b]; j++)
+                    sum += exp(s[j] - mx);
+                lse[((size_t)b * NH + h) * T + i] = (float)(mx + log(sum));
+            }
+    free(s);
+    return lse;
+}
+
+/* NaN into every padding row (t >= len[b]) of x (B,T,width) */
+static void poison_padding(float *x, const int *len, int B, int T, int width)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = len[b]; t < T; t++)
+            for (int c = 0; c < width; c++)
+                x[((size_t)b * T + t) * width + c] = NAN;
+}
+
+/* The fused kernels against the same CPU results (out: forward, dqkv: dqkv0 + backward). */
+static void check_fused(const float *qkv, const float *dout, const float *dqkv0, const float *out,
+                        const float *dqkv, const int *len, int B, int T, int C, int NH)
+{
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *lse = lse_reference(qkv, len, B, T, C, NH);
+    int *d_len = GT_UPI(len, B);
+    float *d_qkv = GT_UPF(qkv, nq), *d_dout = GT_UPF(dout, no), *d_dqkv = GT_UPF(dqkv0, nq);
+    float *d_out, *d_lse;
+    CUDA_CHECK(cudaMalloc(&d_out, no * sizeof(float) + 1));
+    CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float) + 1));
+    CUDA_CHECK(cudaMemset(d_out, 0xff, no * sizeof(float))); /* NaN: every entry must be written */
+    CUDA_CHECK(cudaMemset(d_lse, 0xff, nl * sizeof(float)));
+
+    attention_forward_fused(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
+    gt_compare("attention_fwd_fused out", d_out, out, no, GT_F32_ATOL, GT_F32_RTOL);
+    gt_compare("attention_fwd_fused lse", d_lse, lse, nl, 1e-5, 1e-5);
+    attention_backward_fused(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH, 0);
+    gt_compare("attention_bwd_fused dqkv", d_dqkv, dqkv, nq, 1e-4, GT_F32_RTOL);
+
+    /* padding rows of qkv and dout are never read; the same inputs give the same bits */
+    float *got_out = gt_down(d_out, no), *got_dqkv = gt_down(d_dqkv, nq);
+    float *pq = gt_copyv(qkv, nq), *pd = gt_copyv(dout, no);
+    poison_padding(pq, len, B, T, 3 * C);
+    poison_padding(pd, len, B, T, C);
+    CUDA_CHECK(cudaMemcpy(d_qkv, pq, nq * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_dout, pd, no * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_dqkv, dqkv0, nq * sizeof(float), cudaMemcpyHostToDevice));
+    attention_forward_fused(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
+    attention_backward_fused(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH, 0);
+    gt_compare("fused rerun, NaN pad out", d_out, got_out, no, 0, 0);
+    gt_compare("fused rerun, NaN pad dqkv", d_dqkv, got_dqkv, nq, 0, 0);
+
+    free(got_out), free(got_dqkv), free(pq), free(pd), free(lse);
+    cudaFree(d_len), cudaFree(d_qkv), cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_out);
+    cudaFree(d_lse);
+}
 
 static void check(int B, int T, int C, int NH, const int *len, uint64_t seed)
 {
@@ -24,6 +101,7 @@ static void check(int B, int T, int C, int NH, const int *len, uint64_t seed)
     attention_backward_cpu(dqkv, dout, qkv, att, len, B, T, C, NH);
     attention_backward(d_dqkv, d_dout, d_qkv, d_att, d_len, B, T, C, NH, 0);
     gt_compare("attention_backward dqkv", d_dqkv, dqkv, nq, 1e-4, GT_F32_RTOL);
+    check_fused(qkv, dout, dqkv0, out, dqkv, len, B, T, C, NH);
 
     /* bf16 tensor-core GEMMs inside: q, k, v, dout and P rounded to bf16 (2^-9 relative each) */
     attention_forward_mixed(d_out, d_att, d_qkv, d_len, B, T, C, NH, 0);
@@ -48,5 +126,9 @@ int main(void)
     check(2, 256, 768, 12, len2, 2);
     const int len3[2] = {5, 7}; /* T not a multiple of 32 */
     check(2, 7, 24, 3, len3, 3);
+    const int len4[2] = {70, 33}; /* fused: head size 128 (the largest), several key tiles */
+    check(2, 70, 256, 2, len4, 4);
+    const int len5[3] = {1, 40, 37}; /* fused: head size 40, padded to 64 */
+    check(3, 40, 120, 3, len5, 5);
     return gt_summary("attention_gpu_test");
 }

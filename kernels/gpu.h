@@ -116,6 +116,17 @@ void attention_forward_mixed(float *out, float *att, const float *qkv, const int
 void attention_backward_mixed(float *dqkv, const float *dout, const float *qkv, const float *att,
                               const int *len, int B, int T, int C, int NH,
                               struct CUstream_st *stream);
+/* Fused (attention.cu, "fused attention"): the same attention without the (B,NH,T,T)
+ * probabilities. The forward writes out (B,T,C) and lse (B,NH,T), each query row's log-sum-exp
+ * of its scaled scores (0 for padding rows); the backward recomputes the probabilities from qkv
+ * and lse and accumulates into dqkv, given the forward's out. fp32 throughout, deterministic.
+ * Head sizes C / NH up to ATTENTION_FUSED_MAX_HS (larger ones abort: check before calling). */
+#define ATTENTION_FUSED_MAX_HS 128
+void attention_forward_fused(float *out, float *lse, const float *qkv, const int *len, int B,
+                             int T, int C, int NH, struct CUstream_st *stream);
+void attention_backward_fused(float *dqkv, const float *dout, const float *qkv, const float *out,
+                              const float *lse, const int *len, int B, int T, int C, int NH,
+                              struct CUstream_st *stream);
 
 /* ---- pool.h ---- */
 void meanpool_forward(float *out, const float *inp, const int *len, int B, int T, int C,

@@ -796,6 +796,17 @@ static void case_attention(uint64_t *r)
     launched("attention_backward");
     check("attention_backward", "dqkv", d_dqkv, dqkv, nq, 1e-4, GT_F32_RTOL);
 
+    /* fused: the same out and dqkv; its backward takes its own forward's out and lse */
+    float *d_lse = OUT_F(NULL, (size_t)B * NH * T);
+    CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));
+    attention_forward_fused(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
+    launched("attention_forward_fused");
+    check("attention_forward_fused", "out", d_out, out, no, GT_F32_ATOL, GT_F32_RTOL);
+    reset(d_dqkv, dqkv0, nq * sizeof(float));
+    attention_backward_fused(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH, 0);
+    launched("attention_backward_fused");
+    check("attention_backward_fused", "dqkv", d_dqkv, dqkv, nq, 1e-4, GT_F32_RTOL);
+
     /* bf16 tensor-core GEMMs inside (attention_gpu_test's tolerances) */
     CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));
     CUDA_CHECK(cudaMemset(d_att, 0xFF, na * sizeof(float)));

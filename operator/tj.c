@@ -213,6 +213,7 @@ static const struct train_field train_fields[] = {
     {"threads", FK_INT, 0, 4096, NULL, NULL},
     {"device", FK_ENUM, 0, 0, "cpu|cuda", NULL},
     {"precision", FK_ENUM, 0, 0, "fp32|bf16", NULL},
+    {"attention", FK_ENUM, 0, 0, "unfused|fused", NULL},
     {"gradBucketMB", FK_NUM, 0, 4096, NULL, NULL},
     {"report", FK_STR, 0, 0, NULL, NULL},
 };
@@ -311,7 +312,7 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     const json_t *in = json_object_get(spec, "training");
     json_t *t, *model, *data;
     long long hidden = 0, heads = 0, seq = 0;
-    const char *type, *device, *precision;
+    const char *type, *device, *precision, *attention;
 
     if (in && !json_is_null(in) && !json_is_object(in)) {
         errf(e, "spec.training: must be an object");
@@ -368,6 +369,10 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     if (precision && strcmp(precision, "bf16") == 0 && device && strcmp(device, "cuda"))
         errf(e, "spec.training.precision: bf16 needs device: cuda (GPUs: spec.gpusPerReplica > "
                 "0); use precision: fp32 on the CPU");
+    attention = json_string_value(json_object_get(t, "attention"));
+    if (attention && strcmp(attention, "fused") == 0 && device && strcmp(device, "cuda"))
+        errf(e, "spec.training.attention: fused is a GPU kernel and needs device: cuda (GPUs: "
+                "spec.gpusPerReplica > 0); remove attention on the CPU");
     if (seq == 1 && !json_is_false(json_object_get(data, "clsSep")))
         errf(e, "spec.training.model.maxSeqLen: 1 leaves no room for [CLS] and [SEP]; use at "
                 "least 2, or set spec.training.data.clsSep: false");

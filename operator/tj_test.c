@@ -187,6 +187,10 @@ static void test_errors_name_the_field(void)
          "spec.training.precision: bf16 needs device: cuda"},
         {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cpu\",\"precision\":\"bf16\"}}",
          "spec.training.precision: bf16 needs device: cuda"},
+        {"{\"training\":{\"attention\":\"fused\"}}",
+         "spec.training.attention: fused is a GPU kernel and needs device: cuda"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"flash\"}}",
+         "spec.training.attention: unsupported value \"flash\"; use one of unfused|fused"},
         {"{\"gpusPerReplica\":1,\"training\":{\"precision\":\"fp16\"}}",
          "spec.training.precision: unsupported value \"fp16\"; use one of fp32|bf16"},
         {"{\"training\":{\"gradBucketMB\":-1}}",
@@ -223,6 +227,7 @@ static void test_device_default(void)
         {"{\"gpusPerReplica\":1,\"training\":{\"precision\":\"bf16\"}}", "cuda"},
         {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cuda\",\"precision\":\"bf16\"}}",
          "cuda"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"fused\"}}", "cuda"},
     };
     char text[1024], err[TJ_ERR_MAX];
     struct tj tj;

@@ -69,6 +69,9 @@ static const struct field fields[] = {
      "train on the CPU, or on a GPU (cuda: one per process, chosen by LOCAL_RANK)"},
     {"precision", F_ENUM, S(precision), 0, 0, "fp32|bf16",
      "GPU arithmetic: fp32, or bf16 GEMMs/activations with fp32 master weights (device: cuda)"},
+    {"attention", F_ENUM, S(attention), 0, 0, "unfused|fused",
+     "GPU attention: unfused (GEMMs + softmax, keeps the T x T probabilities) or fused (one "
+     "pass, memory O(T); device: cuda)"},
     {"gradBucketMB", F_DBL, S(grad_bucket_mb), 0, 4096, NULL,
      "all-reduce bucket in MiB: with 2+ ranks, gradients are summed bucket by bucket while "
      "backward still runs; 0 = one all-reduce after backward"},
@@ -105,6 +108,7 @@ void cfg_defaults(struct cfg *c)
     snprintf(c->lr_decay, sizeof(c->lr_decay), "cosine");
     snprintf(c->device, sizeof(c->device), "cpu");
     snprintf(c->precision, sizeof(c->precision), "fp32");
+    snprintf(c->attention, sizeof(c->attention), "unfused");
     c->grad_bucket_mb = TRAIN_BUCKET_MB;
     c->min_lr_ratio = 0.0, c->weight_decay = 0.01, c->grad_clip = 1.0;
     c->beta1 = 0.9, c->beta2 = 0.999, c->eps = 1e-8;
@@ -377,6 +381,11 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
     if (!strcmp(c->precision, "bf16") && strcmp(c->device, "cuda")) {
         snprintf(err, errlen, "training.precision: bf16 needs device: cuda (the CPU trains in fp32 "
                               "only); set device: cuda, or precision: fp32");
+        return CFG_EBAD;
+    }
+    if (!strcmp(c->attention, "fused") && strcmp(c->device, "cuda")) {
+        snprintf(err, errlen, "training.attention: fused is a GPU kernel and needs device: cuda; "
+                              "set device: cuda, or remove attention (the CPU has one attention)");
         return CFG_EBAD;
     }
     if (c->cls_sep && c->max_seq_len < 2) {

@@ -132,6 +132,32 @@ static void test_precision(void)
                "training.precision: \"fp16\"");
 }
 
+/* training.attention: unfused by default; fused from file, env GANTRY_ATTENTION or --attention
+ * with device cuda; fused on the CPU and unknown values refused naming the field. */
+static void test_attention(void)
+{
+    struct cfg c;
+    char err[512] = "";
+    const char *argv[] = {"gantry-worker", "--config", path, NULL};
+    write_config("{\"data\": {\"train\": \"t\"}}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_EQ_STR(c.attention, "unfused");
+    write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"attention\": \"fused\"}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_EQ_STR(c.attention, "fused");
+    setenv("GANTRY_ATTENTION", "unfused", 1); /* env over file */
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_EQ_STR(c.attention, "unfused");
+    const char *argv2[] = {"gantry-worker", "--config", path, "--attention", "fused", NULL};
+    TEST_EQ_INT(load(&c, err, sizeof(err), 5, argv2), CFG_OK); /* flag over env */
+    TEST_EQ_STR(c.attention, "fused");
+    unsetenv("GANTRY_ATTENTION");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"attention\": \"fused\"}",
+               "training.attention: fused is a GPU kernel and needs device: cuda");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"attention\": \"flash\"}",
+               "training.attention: \"flash\"");
+}
+
 /* training.gradBucketMB: default TRAIN_BUCKET_MB (4); file, env GANTRY_GRAD_BUCKET_MB (the
  * acronym one word) and --grad-bucket-mb in precedence; 0 allowed; out of range refused naming
  * the field and its range. */
@@ -230,6 +256,7 @@ int main(void)
     TEST_RUN(test_usage_lists_every_form);
     TEST_RUN(test_checkpoint_section);
     TEST_RUN(test_precision);
+    TEST_RUN(test_attention);
     TEST_RUN(test_grad_bucket_mb);
     unlink(path);
     rmdir(dir);

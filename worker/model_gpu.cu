@@ -15,7 +15,7 @@
 struct model_gpu {
     const struct model *m;
     size_t n; /* parameters */
-    int max_batch, maxT, bf16;
+    int max_batch, maxT, bf16, fused; /* fused: MODEL_GPU_FUSED_ATTENTION */
     cudaStream_t s;
     struct adamw_segment segs[ADAMW_GPU_MAX_SEGMENTS];
     int nseg;
@@ -23,6 +23,7 @@ struct model_gpu {
     uint16_t *p16;
     int *tokens, *len, *labels;
     int B, T, have_labels;
+    float *lse; /* fused attention: (L, B, NH, T) row log-sum-exps in place of att */
     float *x0, *ln1, *ln1m, *ln1r, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2m, *ln2r, *fch,
         *fchg, *fcproj, *res3, *lnf, *lnfm, *lnfr, *pooled, *logits, *probs, *losses;
     float *dres, *dln, *dfchg, *dfch, *datty, *dqkv, *dpooled, *dlogits, *norm, *coef;
@@ -131,6 +132,7 @@ extern "C" void model_gpu_forward(struct model_gpu *g)
     const struct model_config *c = &g->m->cfg;
     int B = g->B, T = g->T, C = c->hidden, NH = c->heads, F = c->ffn, N = B * T, K = c->classes;
     size_t NC = (size_t)N * C, NF = (size_t)N * F, natt = (size_t)B * NH * T * T;
+    size_t nlse = (size_t)B * NH * T;
     cudaStream_t s = g->s;
 
     embed_forward(g->x0, g->tokens, P("wte"), P("wpe"), B, T, C, s);
@@ -145,7 +147,10 @@ extern "C" void model_gpu_forward(struct model_gpu *g)
                                    P("ln1b") + l * C, N, C, s);
             fc_forward(g, qkv, NULL, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
                        (size_t)l * 3 * C, N, C, 3 * C);
-            attention_forward_mixed(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
+            if (g->fused) /* fp32 inside: there is no bf16 variant of the fused kernel yet */
+                attention_forward_fused(atty, g->lse + l * nlse, qkv, g->len, B, T, C, NH, s);
+            else
+                attention_forward_mixed(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
             cast_f32_to_bf16(attyh, atty, NC, s);
             fc_forward(g, g->attproj, NULL, attyh, "attprojw", "attprojb", (size_t)l * C * C,
                        (size_t)l * C, N, C, C);
@@ -166,7 +171,10 @@ extern "C" void model_gpu_forward(struct model_gpu *g)
                           P("ln1b") + l * C, N, C, s);
         fc_forward(g, qkv, ln1, NULL, "qkvw", "qkvb", (size_t)l * 3 * C * C, (size_t)l * 3 * C,
                    N, C, 3 * C);
-        attention_forward(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
+        if (g->fused)
+            attention_forward_fused(atty, g->lse + l * nlse, qkv, g->len, B, T, C, NH, s);
+        else
+            attention_forward(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
         fc_forward(g, g->attproj, atty, NULL, "attprojw", "attprojb", (size_t)l * C * C,
                    (size_t)l * C, N, C, C);
         residual_forward(res2, x, g->attproj, (long)NC, s);
@@ -212,6 +220,7 @@ extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
     const struct model_config *c = &g->m->cfg;
     int B = g->B, T = g->T, C = c->hidden, NH = c->heads, F = c->ffn, N = B * T, K = c->classes;
     size_t NC = (size_t)N * C, NF = (size_t)N * F, natt = (size_t)B * NH * T * T;
+    size_t nlse = (size_t)B * NH * T;
     cudaStream_t s = g->s;
     model_gpu_ready_fn ready = g->ready; /* one backward per arming */
     g->ready = NULL;
@@ -254,7 +263,10 @@ extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
         fc_backward(g, g->datty, g->dres, g->bf16 ? NULL : atty, attyh, "attprojw", "attprojb",
                     (size_t)l * C * C, (size_t)l * C, N, C, C);
         CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
-        if (g->bf16)
+        if (g->fused)
+            attention_backward_fused(g->dqkv, g->datty, qkv, atty, g->lse + l * nlse, g->len, B,
+                                     T, C, NH, s);
+        else if (g->bf16)
             attention_backward_mixed(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C,
                                      NH, s);
         else
@@ -277,10 +289,11 @@ extern "C" int model_gpu_device_count(void)
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch, int bf16,
+extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch, unsigned flags,
                                            char *err, size_t errlen)
 {
     const struct model_config *c = &m->cfg;
+    const int bf16 = (flags & MODEL_GPU_BF16) != 0, fused = (flags & MODEL_GPU_FUSED_ATTENTION) != 0;
     if (c->kind != MODEL_TRANSFORMER) {
         snprintf(err, errlen, "model.type: ngram has no GPU implementation; use "
                               "model.type transformer or device cpu");
@@ -297,6 +310,12 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
                               "them up", c->hidden, c->ffn);
         return NULL;
     }
+    if (fused && c->hidden / c->heads > ATTENTION_FUSED_MAX_HS) {
+        snprintf(err, errlen, "training.attention: fused takes head sizes up to %d (model.hidden "
+                              "/ model.heads = %d); use more heads or attention: unfused",
+                 ATTENTION_FUSED_MAX_HS, c->hidden / c->heads);
+        return NULL;
+    }
     struct model_gpu *g = (struct model_gpu *)calloc(1, sizeof(*g));
     if (!g) {
         snprintf(err, errlen, "out of host memory");
@@ -307,6 +326,7 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     size_t natt = B * c->heads * c->max_seq_len * c->max_seq_len;
 
     g->m = m, g->n = n, g->max_batch = max_batch, g->maxT = c->max_seq_len, g->bf16 = bf16;
+    g->fused = fused;
     gpu_init();
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
     g->nseg = m->n_tensors;
@@ -320,7 +340,11 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     g->tokens = (int *)dalloc(N), g->len = (int *)dalloc(B), g->labels = (int *)dalloc(B);
     g->x0 = dalloc(N * C), g->qkv = dalloc(3 * L * N * C);
     g->ln1m = dalloc(L * N), g->ln1r = dalloc(L * N), g->ln2m = dalloc(L * N);
-    g->ln2r = dalloc(L * N), g->atty = dalloc(L * N * C), g->att = dalloc(L * natt);
+    g->ln2r = dalloc(L * N), g->atty = dalloc(L * N * C);
+    if (fused) /* O(T) per row instead of O(T^2) */
+        g->lse = dalloc(L * B * c->heads * c->max_seq_len);
+    else
+        g->att = dalloc(L * natt);
     g->attproj = dalloc(N * C), g->res2 = dalloc(L * N * C);
     g->fch = dalloc(L * N * F), g->fcproj = dalloc(N * C);
     g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C), g->lnfm = dalloc(N), g->lnfr = dalloc(N);
@@ -367,7 +391,8 @@ extern "C" void model_gpu_free(struct model_gpu *g)
     cudaStreamSynchronize(g->s);
     float *bufs[] = {g->p, g->g, g->am, g->av, (float *)g->p16, (float *)g->loss_acc,
                      (float *)g->tokens, (float *)g->len, (float *)g->labels, g->x0, g->ln1,
-                     g->ln1m, g->ln1r, g->qkv, g->atty, g->att, g->attproj, g->res2, g->ln2,
+                     g->ln1m, g->ln1r, g->qkv, g->atty, g->att, g->lse,
+                     g->attproj, g->res2, g->ln2,
                      g->ln2m, g->ln2r, g->fch, g->fchg, g->fcproj, g->res3, g->lnf, g->lnfm,
                      g->lnfr, g->pooled, g->logits, g->probs, g->losses, g->dres, g->dln,
                      g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,

@@ -47,11 +47,17 @@ struct CUstream_st;
 /* CUDA devices visible to this process (0 when none or no driver). */
 int model_gpu_device_count(void);
 
+/* model_gpu_new() flags */
+#define MODEL_GPU_BF16 1u /* bf16 mixed precision (above); without it fp32 */
+/* attention_*_fused (kernels/gpu.h): no (B,NH,T,T) probabilities kept per layer, a log-sum-exp
+ * per row instead (training.attention: fused); head size <= ATTENTION_FUSED_MAX_HS */
+#define MODEL_GPU_FUSED_ATTENTION 2u
+
 /* Device state for m's configuration (MODEL_TRANSFORMER only) with activations for up to
  * max_batch sequences of m->cfg.max_seq_len tokens. The parameters are uploaded from m->params,
  * the moments start at zero. m is borrowed (its tensor table) until model_gpu_free(). NULL with
- * err set when the configuration is not supported on the GPU. */
-struct model_gpu *model_gpu_new(const struct model *m, int max_batch, int bf16, char *err,
+ * err set when the configuration is not supported on the GPU. flags: MODEL_GPU_*, or 0. */
+struct model_gpu *model_gpu_new(const struct model *m, int max_batch, unsigned flags, char *err,
                                 size_t errlen);
 /* NULL is a no-op. */
 void model_gpu_free(struct model_gpu *g);

@@ -39,11 +39,11 @@ int model_gpu_device_count(void)
     return 1;
 }
 
-struct model_gpu *model_gpu_new(const struct model *m, int max_batch, int bf16, char *err,
+struct model_gpu *model_gpu_new(const struct model *m, int max_batch, unsigned flags, char *err,
                                 size_t errlen)
 {
     struct model_gpu *g = xcalloc(1, sizeof(*g));
-    (void)bf16;
+    (void)flags; /* the CPU model: fp32, its one attention */
     if (m->cfg.kind != MODEL_TRANSFORMER) {
         snprintf(err, errlen, "model.type: ngram has no GPU implementation");
         free(g);

@@ -54,7 +54,8 @@ int train_gpu_check(const char *model_type, char *err, size_t errlen)
 
 void train_gpu_opts_default(struct train_gpu_opts *go)
 {
-    go->bf16 = 0; /* training.precision and training.gradBucketMB: the caller's (worker/cfg.c) */
+    go->bf16 = 0; /* training.precision, .attention and .gradBucketMB: the caller's (cfg.c) */
+    go->fused_attention = 0;
     go->bucket_bytes = (size_t)TRAIN_BUCKET_MB << 20;
     go->nccl = NULL;
 }
@@ -282,7 +283,9 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     nccl = o->reduce ? go->nccl : NULL;
     memset(&lp, 0, sizeof(lp));
     memset(res, 0, sizeof(*res));
-    if (!(lp.g = model_gpu_new(m, o->batch, go->bf16, err, sizeof(err)))) {
+    unsigned flags = (go->bf16 ? MODEL_GPU_BF16 : 0) |
+                     (go->fused_attention ? MODEL_GPU_FUSED_ATTENTION : 0);
+    if (!(lp.g = model_gpu_new(m, o->batch, flags, err, sizeof(err)))) {
         fprintf(stderr, "gantry-worker: %s\n", err);
         return -1;
     }

@@ -259,7 +259,10 @@ static void test_overlap_nccl(void)
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         const size_t n = 1u << 20; /* more than the model's parameters */
         float *a = (float *)calloc(n, sizeof(float)), *b = (float *)calloc(n, sizeof(float));
-        struct train_gpu_opts after = {bf16, 0, NULL}, each = {bf16, 1, NULL};
+        struct train_gpu_opts after, each;
+        train_gpu_opts_default(&after);
+        after.bf16 = bf16, after.bucket_bytes = 0;
+        each = after, each.bucket_bytes = 1;
         int ka = 0, kb = 0;
         run_nccl(c, &after, a, &ka);
         run_nccl(c, &each, b, &kb);

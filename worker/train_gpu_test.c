@@ -357,8 +357,8 @@ static void test_overlapped_allreduce(void)
     /* 1 byte: every unit its own bucket (a layer: 12 slices of the stacked tensors); 64 KiB: the
      * head and both layers (~50 KB each) in one bucket, merged into contiguous ranges, the
      * embeddings in another */
-    const struct train_gpu_opts none = {0, 0, NULL}, small = {0, 1, NULL},
-                                mid = {0, 64 << 10, NULL};
+    const struct train_gpu_opts none = {.bucket_bytes = 0}, small = {.bucket_bytes = 1},
+                                mid = {.bucket_bytes = 64 << 10};
 
     train_plan_init(&each, &probe, small.bucket_bytes);
     train_plan_init(&merged, &probe, mid.bucket_bytes);
@@ -494,8 +494,8 @@ static void test_bf16_follows_fp32(void)
     double l32[MAXLOG], l16[MAXLOG];
     char err[256];
     FILE *f32 = tmpfile(), *f16 = tmpfile();
-    const struct train_gpu_opts o32 = {0, TRAIN_BUCKET_MB << 20, NULL},
-                                o16 = {1, TRAIN_BUCKET_MB << 20, NULL};
+    const struct train_gpu_opts o32 = {.bucket_bytes = TRAIN_BUCKET_MB << 20},
+                                o16 = {.bf16 = 1, .bucket_bytes = TRAIN_BUCKET_MB << 20};
 
     TEST_CHECK(f32 && f16);
     TEST_EQ_INT(model_init(&m32, &mc, 8, 11, err, sizeof(err)), 0);
@@ -523,6 +523,46 @@ static void test_bf16_follows_fp32(void)
     fclose(f32), fclose(f16);
 }
 
+/* training.attention: fused trains like the unfused attention: the same loop from the same
+ * weights, every step's loss within 1e-3 relative and the parameters within 5e-4 RMS (the two
+ * differ only in summation order; both are fp32). The mock backend ignores the flag. */
+static void test_fused_attention(void)
+{
+    struct train_data d = toy();
+    struct model mu, mf;
+    struct train_result ru, rf;
+    double lu[MAXLOG], lf[MAXLOG];
+    char err[256];
+    FILE *fu = tmpfile(), *ff = tmpfile();
+    const struct train_gpu_opts ou = {.bucket_bytes = TRAIN_BUCKET_MB << 20},
+                                of = {.fused_attention = 1, .bucket_bytes = TRAIN_BUCKET_MB << 20};
+
+    TEST_CHECK(fu && ff);
+    TEST_EQ_INT(model_init(&mu, &mc, 8, 11, err, sizeof(err)), 0);
+    TEST_EQ_INT(model_init(&mf, &mc, 8, 11, err, sizeof(err)), 0);
+    struct train_opts a = opts(fu), b = opts(ff);
+    TEST_EQ_INT(train_gpu_run_opts(&mu, &d, &a, &ou, &ru), 0);
+    TEST_EQ_INT(train_gpu_run_opts(&mf, &d, &b, &of, &rf), 0);
+    int nu = values(fu, "\"loss\":", lu), nf = values(ff, "\"loss\":", lf);
+    TEST_EQ_INT(nu, 12);
+    TEST_EQ_INT(nf, nu);
+    int bad = 0;
+    double worst = 0.0;
+    for (int i = 0; i < nu && i < nf; i++) {
+        double rel = fabs(lf[i] - lu[i]) / fmax(1.0, fabs(lu[i]));
+        worst = fmax(worst, rel);
+        bad += !(rel <= 1e-3);
+    }
+    double dp = rms_diff(mf.params, mu.params, mu.n_params);
+    printf("fused vs unfused attention: worst step loss rel diff %.3g (tol 1e-3), rms(param) "
+           "%.3g (tol 5e-4), loss %.4f -> %.4f\n", worst, dp, lf[0], lf[nf - 1]);
+    TEST_EQ_INT(bad, 0);
+    TEST_CHECK(dp < 5e-4);
+    TEST_CHECK(lf[nf - 1] < lf[0]);
+    model_cleanup(&mu), model_cleanup(&mf);
+    fclose(fu), fclose(ff);
+}
+
 int main(void)
 {
     char err[256];
@@ -540,5 +580,6 @@ int main(void)
     TEST_RUN(test_obs);
     TEST_RUN(test_overlapped_allreduce);
     TEST_RUN(test_bf16_follows_fp32);
+    TEST_RUN(test_fused_attention);
     return test_summary();
 }

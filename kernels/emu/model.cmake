@@ -21,15 +21,19 @@ set_tests_properties(train_gpu_emu_test PROPERTIES ENVIRONMENT_MODIFICATION
     "OMP_WAIT_POLICY=set:passive")
 
 # bench/gpu_bench.cu's --check-cpu on a small shape: the device model's call sequence against
-# worker/model.c, step by step, fp32 and bf16 GEMMs, variable lengths.
+# worker/model.c, step by step, fp32 and bf16 GEMMs, the fused attention, variable lengths.
 gantry_emu_sources(_bench_cc ${PROJECT_SOURCE_DIR}/bench/gpu_bench.cu)
 add_executable(gpu_bench_emu ${_bench_cc})
 gantry_emu_target(gpu_bench_emu)
 target_link_libraries(gpu_bench_emu PRIVATE gantry_model_gpu_emu gantry_kernels_emu gantry_core)
-foreach(prec fp32 bf16)
+foreach(prec fp32 bf16 fused bf16_fused)
     set(_flag)
     if(prec STREQUAL "bf16")
         set(_flag --bf16)
+    elseif(prec STREQUAL "fused")
+        set(_flag --attention fused)
+    elseif(prec STREQUAL "bf16_fused")
+        set(_flag --bf16 --attention fused)
     endif()
     add_test(NAME gpu_bench_emu_check_${prec}
              COMMAND gpu_bench_emu --batch 4 --seq 24 --hidden 32 --layers 2 --heads 4
