@@ -3,7 +3,9 @@
 #   - built without CUDA: exit 78, the message names training.device and says so;
 #   - built with CUDA, no device visible: exit 78, the message names training.device;
 #   - with a device: trains on it (progress lines say "device":"cuda"), memorises the 6 examples,
-#     and model.type ngram with device cuda is refused (78, names model.type).
+#     and model.type ngram with device cuda is refused (78, names model.type); --attention fused
+#     trains to the same final loss (1e-3 relative);
+#   - in every build: attention fused with device cpu is refused (78, names training.attention).
 # Usage: train_gpu_cli_test.sh /path/to/gantry-worker /path/to/worker/testdata
 set -euo pipefail
 bin=$1 data=$2
@@ -16,6 +18,11 @@ cat >"$tmp/cfg.json" <<JSON
   "epochs": 40, "batchSize": 3, "learningRate": "3e-3", "logInterval": 20, "threads": 1,
   "device": "cuda", "report": "$tmp/report.json"}}
 JSON
+rc=0
+"$bin" --config "$tmp/cfg.json" --device cpu --attention fused >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" = 78 ] && grep -q 'training.attention: fused is a GPU kernel' "$tmp/err" &&
+    echo "ok   attention fused on the CPU refused (78)" ||
+    { echo "FAIL attention fused on the CPU: exit $rc"; sed 's/^/  /' "$tmp/err"; fail=1; }
 rc=0
 "$bin" --config "$tmp/cfg.json" >"$tmp/out" 2>"$tmp/err" || rc=$?
 if [ "$rc" = 78 ]; then
@@ -46,6 +53,19 @@ assert r["accuracy"] == 1.0, r["accuracy"]
 assert r["train"]["steps"] == 80 and r["train"]["final_loss"] < 0.3, r["train"]
 print("ok   device cuda trains and reports (final loss %.4f)" % r["train"]["final_loss"])
 PY
+rc=0
+"$bin" --config "$tmp/cfg.json" --attention fused --report "$tmp/fused.json" >"$tmp/out" \
+    2>"$tmp/err" || rc=$?
+if [ "$rc" = 0 ]; then
+    python3 - "$tmp/report.json" "$tmp/fused.json" <<'PY' || fail=1
+import json, sys
+u, f = (json.load(open(p))["train"]["final_loss"] for p in sys.argv[1:3])
+assert abs(f - u) <= 1e-3 * max(1.0, abs(u)), (u, f)
+print("ok   attention fused trains like unfused (final loss %.6f vs %.6f)" % (f, u))
+PY
+else
+    echo "FAIL attention fused: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -20; fail=1
+fi
 rc=0; "$bin" --config "$tmp/cfg.json" --model-type ngram >/dev/null 2>"$tmp/err" || rc=$?
 [ "$rc" = 78 ] && grep -q 'model.type' "$tmp/err" && echo "ok   ngram on cuda refused (78)" ||
     { echo "FAIL ngram on cuda: exit $rc"; fail=1; }
