@@ -370,7 +370,7 @@ cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
     g.ldc = g.ldd = ldc;
     const size_t es = elsize(Atype), cs = elsize(Ctype);
     const bool products = g.alpha != 0.0f && k > 0;
-    std::vector<float> pa, pb;
+    std::vector<gemm_args> batch;
     for (int i = 0; i < batchCount; i++) {
         g.a = operand{(const char *)A + (ptrdiff_t)(i * strideA) * (ptrdiff_t)es, Atype, lda, ta};
         g.b = operand{(const char *)B + (ptrdiff_t)(i * strideB) * (ptrdiff_t)es, Btype, ldb, tb};
@@ -383,8 +383,14 @@ cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
                                     span(tb ? n : k, tb ? k : n, ldb, es));
         }
         emu_blas_require_device("cublasGemmStridedBatchedEx C", g.d, span(m, n, ldc, cs));
-        run_gemm(g, pa, pb);
+        batch.push_back(g);
     }
+    /* checked at the call, computed in stream order (later in the emulator's deferred mode) */
+    emu_on_stream(handle->stream, [batch]() {
+        std::vector<float> pa, pb;
+        for (const gemm_args &x : batch)
+            run_gemm(x, pa, pb);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -736,7 +742,7 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
         if (!lt_algo_fits(pr, computeDesc, ptr, algo))
             return CUBLAS_STATUS_NOT_SUPPORTED; /* chosen for stricter alignment */
     }
-    (void)workspace, (void)workspaceSizeInBytes, (void)stream; /* the algorithms need none */
+    (void)workspace, (void)workspaceSizeInBytes; /* the algorithms need none */
     if (pr.m == 0 || pr.n == 0)
         return CUBLAS_STATUS_SUCCESS;
 
@@ -769,7 +775,9 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
     g.bias = computeDesc->bias, g.bias_t = pr.bias_t;
     g.aux = computeDesc->aux, g.ldaux = computeDesc->aux_ld;
     g.tf32 = pr.tf32;
-    std::vector<float> pa, pb;
-    run_gemm(g, pa, pb);
+    emu_on_stream(stream, [g]() {
+        std::vector<float> pa, pb;
+        run_gemm(g, pa, pb);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

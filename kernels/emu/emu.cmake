@@ -39,7 +39,7 @@ endfunction()
 
 # cuBLAS, cuBLASLt and CUB's radix sort on the CPU (gantry_emu_blas, blas.cc).
 include(${_emu}/blas.cmake)
-add_library(gantry_emu_rt STATIC ${_emu}/runtime.cc)
+add_library(gantry_emu_rt STATIC ${_emu}/runtime.cc ${_emu}/stream.cc)
 gantry_emu_target(gantry_emu_rt)
 target_link_libraries(gantry_emu_rt PUBLIC gantry_emu_blas Threads::Threads)
 # NCCL between rank processes through shared memory (gantry_emu_nccl, nccl.cc), and the nccl

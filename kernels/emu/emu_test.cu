@@ -210,6 +210,7 @@ static int child_status(void (*k)(float *), unsigned threads)
         float *d;
         cudaMalloc(&d, 32 * sizeof(float));
         k<<<1, threads>>>(d);
+        cudaDeviceSynchronize(); // deferred mode (GANTRY_EMU_DEFER): the launch runs here
         _exit(0);
     }
     int st = 0;

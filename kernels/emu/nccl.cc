@@ -108,6 +108,7 @@ struct op {
     ncclRedOp_t red;
     int root;
     cudaStream_t stream;
+    unsigned long long token; // its place in the stream (emu_stream_external_enqueue)
 };
 
 } // namespace
@@ -528,6 +529,11 @@ ncclResult_t run(ncclComm *c, const op &o)
     return ncclSuccess;
 }
 
+int stopping(void *c)
+{
+    return ((ncclComm *)c)->stopping.load();
+}
+
 void progress(ncclComm *c)
 {
     std::unique_lock<std::mutex> g(c->mu);
@@ -537,6 +543,11 @@ void progress(ncclComm *c)
             break;
         op o = c->q.front();
         g.unlock();
+        // Not before the stream's earlier work (and the events it waits for) has run.
+        if (!emu_stream_external_begin(o.stream, o.token, stopping, c)) {
+            g.lock();
+            break; // stopping
+        }
         ncclResult_t r = run(c, o);
         g.lock();
         if (c->stop)
@@ -551,7 +562,7 @@ void progress(ncclComm *c)
             continue;
         }
         c->q.pop_front();
-        emu_stream_busy(o.stream, -1);
+        emu_stream_external_end(o.stream, o.token);
         c->done_cv.notify_all();
     }
 }
@@ -589,7 +600,7 @@ void teardown(ncclComm *c, line_state state)
         wake_all(c);
     }
     for (const op &o : c->q) // never to complete: their streams are free again
-        emu_stream_busy(o.stream, -1);
+        emu_stream_external_end(o.stream, o.token);
     c->q.clear();
     // An init that did not complete: the last rank to attach never came, nobody else unlinks.
     // (A rank that was refused before it attached leaves the object to the others.)
@@ -897,7 +908,7 @@ ncclResult_t enqueue(ncclComm *c, const op &o, const char *fn)
     {
         std::lock_guard<std::mutex> g(c->mu);
         c->q.push_back(o);
-        emu_stream_busy(o.stream, +1);
+        c->q.back().token = emu_stream_external_enqueue(o.stream);
     }
     c->cv.notify_one();
     if (c->nonblocking) { // enqueued, but the caller must ask ncclCommGetAsyncError
@@ -1119,14 +1130,15 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream)
 {
-    return enqueue(comm, {K_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, stream},
+    return enqueue(comm, {K_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, stream, 0},
                    "ncclAllReduce");
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    return enqueue(comm, {K_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root, stream},
+    return enqueue(comm,
+                   {K_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root, stream, 0},
                    "ncclBroadcast");
 }
 
@@ -1139,7 +1151,8 @@ ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int ro
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-    return enqueue(comm, {K_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, stream},
+    return enqueue(comm,
+                   {K_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, stream, 0},
                    "ncclAllGather");
 }
 

@@ -1,7 +1,9 @@
 // The gantry CUDA emulator's runtime: kernel launches as fibers on the CPU, block and warp
-// barriers, device memory bookkeeping, streams and events (synchronous). See
-// kernels/emu/include/cuda_runtime.h for what it checks and what it cannot.
+// barriers, device memory bookkeeping. Streams, events, copies and the deferred mode are in
+// stream.cc. See kernels/emu/include/cuda_runtime.h for what it checks and what it cannot.
 #include <cuda_runtime.h>
+
+#include "kernels/emu/internal.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -34,52 +36,12 @@
 #include <ucontext.h>
 #endif
 
-// Streams: kernels, copies and memsets run at the call, on the calling host thread. Only work an
-// emulated library runs on a thread of its own (the emulated NCCL's collectives) keeps a stream
-// busy (emu_stream_busy); cudaStreamQuery reports it, and synchronising, an event record and
-// any later work on that stream wait for it, as stream order requires.
-struct CUstream_st {
-    unsigned flags;
-    int busy;
-};
-static std::mutex stream_mu;
-static std::condition_variable stream_cv;
-static CUstream_st legacy_stream = {0, 0};
-static std::set<CUstream_st *> streams = {&legacy_stream};
-
-static CUstream_st *stream_of(cudaStream_t s)
-{
-    return s ? s : &legacy_stream;
-}
-
-// Waits until the stream has no busy work (every stream when s is NULL and all is set).
-static void stream_drain(cudaStream_t s, bool all)
-{
-    std::unique_lock<std::mutex> g(stream_mu);
-    stream_cv.wait(g, [&] {
-        if (!all)
-            return stream_of(s)->busy == 0;
-        for (CUstream_st *x : streams)
-            if (x->busy)
-                return false;
-        return true;
-    });
-}
-
-void emu_stream_busy(cudaStream_t s, int delta)
-{
-    std::lock_guard<std::mutex> g(stream_mu);
-    stream_of(s)->busy += delta;
-    if (stream_of(s)->busy == 0)
-        stream_cv.notify_all();
-}
-
 namespace emu {
 
 thread_local uint3 tid, bid;
 thread_local dim3 bdim, gdim;
 
-[[noreturn]] static void die(const char *fmt, ...)
+[[noreturn]] void die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -415,15 +377,17 @@ static char *new_stack()
     return (char *)m + GUARD;
 }
 
-static uint64_t seed_base()
+uint64_t seed_base()
 {
     const char *e = getenv("GANTRY_EMU_SEED");
     return e && *e ? strtoull(e, nullptr, 0) : 0x9e3779b97f4a7c15ULL;
 }
 
-int run_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), void *arg)
+// A launch: checked at the call (errors go to cudaGetLastError, as on a GPU), then run on the
+// stream (stream.cc: at once, or queued in the deferred mode). The launch owns arg; drop frees it.
+int submit_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), void *arg,
+                void (*drop)(void *))
 {
-    static std::atomic<uint64_t> launches{0};
     unsigned long long nthreads = (unsigned long long)cfg.block.x * cfg.block.y * cfg.block.z;
     if (cfg.grid.x == 0 || cfg.grid.y == 0 || cfg.grid.z == 0 || nthreads == 0 ||
         nthreads > 1024 || cfg.block.z > 64 || cfg.grid.y > 65535 || cfg.grid.z > 65535) {
@@ -431,6 +395,7 @@ int run_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), vo
                 "gantry CUDA emulator: invalid launch configuration: grid (%u,%u,%u) block "
                 "(%u,%u,%u)\n",
                 cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z);
+        drop(arg);
         return last_error = cudaErrorInvalidConfiguration;
     }
     if (cfg.smem > 48 * 1024) {
@@ -446,12 +411,34 @@ int run_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), vo
                     "over 48 KiB needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize) first "
                     "(set: %d)\n",
                     cfg.smem, allowed);
+            drop(arg);
             return last_error = cudaErrorInvalidValue;
         }
     }
     if (S && S->body)
         die("a kernel launched from inside a kernel (dynamic parallelism is not emulated)");
-    stream_drain(cfg.stream, false);
+    struct job {
+        launch_cfg cfg;
+        void (*body)(void *);
+        void *arg;
+        void (*drop)(void *);
+    };
+    job *j = new job{cfg, body, arg, drop};
+    emu_stream_submit(
+        cfg.stream, [](void *p) { run_grid_now(((job *)p)->cfg, ((job *)p)->body, ((job *)p)->arg); },
+        [](void *p) {
+            job *k = (job *)p;
+            k->drop(k->arg);
+            delete k;
+        },
+        j);
+    return 0;
+}
+
+void run_grid_now(const launch_cfg &cfg, void (*body)(void *), void *arg)
+{
+    static std::atomic<uint64_t> launches{0};
+    unsigned long long nthreads = (unsigned long long)cfg.block.x * cfg.block.y * cfg.block.z;
     if (!S) {
         static thread_local sched inst; // one per launching host thread, freed at its exit
         S = &inst;
@@ -481,7 +468,6 @@ int run_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), vo
                 run_block(s);
             }
     s->body = nullptr;
-    return 0;
 }
 
 } // namespace emu
@@ -496,6 +482,11 @@ static cudaError_t ret(cudaError_t e)
     return e;
 }
 
+cudaError_t emu::set_error(cudaError_t e)
+{
+    return ret(e);
+}
+
 cudaError_t emu_func_set_attribute(const void *func, int attr, int value)
 {
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
@@ -506,8 +497,6 @@ cudaError_t emu_func_set_attribute(const void *func, int attr, int value)
     emu::max_dyn_smem[func] = value;
     return cudaSuccess;
 }
-
-extern "C" {
 
 const char *cudaGetErrorString(cudaError_t err)
 {
@@ -586,12 +575,6 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void)
-{
-    stream_drain(NULL, true);
-    return cudaSuccess;
-}
-
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev)
 {
     static int the_pool;
@@ -604,9 +587,10 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr att
     return pool && value ? cudaSuccess : ret(cudaErrorInvalidValue);
 }
 
-// Device allocations: address -> size, so copies and memsets can be checked against them.
+// Device allocations and pinned host allocations: address -> size, so copies and memsets can be
+// checked against them and copies can tell pinned from pageable host memory.
 static std::mutex mem_mu;
-static std::map<uintptr_t, size_t> allocs;
+static std::map<uintptr_t, size_t> allocs, pinned;
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
@@ -625,7 +609,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     return cudaSuccess;
 }
 
-cudaError_t cudaFree(void *p)
+cudaError_t emu::free_now(void *p)
 {
     if (!p)
         return cudaSuccess;
@@ -640,40 +624,67 @@ cudaError_t cudaFree(void *p)
     return cudaSuccess;
 }
 
+bool emu::is_device_alloc(const void *p)
+{
+    std::lock_guard<std::mutex> g(mem_mu);
+    return allocs.count((uintptr_t)p) != 0;
+}
+
+// Allocation is immediate: the memory is not in use by any queued work yet.
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s)
 {
     return cudaMalloc(p, bytes);
 }
 
-cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
-{
-    return cudaFree(p);
-}
-
 cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
+    if (!p)
+        return ret(cudaErrorInvalidValue);
     *p = malloc(bytes ? bytes : 1);
-    return *p ? cudaSuccess : ret(cudaErrorMemoryAllocation);
-}
-
-cudaError_t cudaFreeHost(void *p)
-{
-    free(p);
+    if (!*p)
+        return ret(cudaErrorMemoryAllocation);
+    std::lock_guard<std::mutex> g(mem_mu);
+    pinned[(uintptr_t)*p] = bytes;
     return cudaSuccess;
 }
 
-int emu_is_device_range(const void *p, size_t bytes)
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags)
+{
+    return cudaMallocHost(p, bytes);
+}
+
+void emu::free_host_now(void *p)
+{
+    {
+        std::lock_guard<std::mutex> g(mem_mu);
+        pinned.erase((uintptr_t)p);
+    }
+    free(p);
+}
+
+static bool in_map(const std::map<uintptr_t, size_t> &m, const void *p, size_t bytes)
 {
     uintptr_t a = (uintptr_t)p;
-    std::lock_guard<std::mutex> g(mem_mu);
-    auto it = allocs.upper_bound(a);
-    if (it == allocs.begin())
-        return 0;
+    auto it = m.upper_bound(a);
+    if (it == m.begin())
+        return false;
     --it;
     return a >= it->first && a - it->first <= it->second && bytes <= it->second - (a - it->first);
 }
 
-static cudaError_t check_range(const void *p, size_t bytes, bool device, const char *what)
+int emu_is_device_range(const void *p, size_t bytes)
+{
+    std::lock_guard<std::mutex> g(mem_mu);
+    return in_map(allocs, p, bytes);
+}
+
+bool emu::is_pinned(const void *p, size_t bytes)
+{
+    std::lock_guard<std::mutex> g(mem_mu);
+    return in_map(pinned, p, bytes);
+}
+
+cudaError_t emu::check_range(const void *p, size_t bytes, bool device, const char *what)
 {
     if (bytes == 0)
         return cudaSuccess;
@@ -693,138 +704,3 @@ static cudaError_t check_range(const void *p, size_t bytes, bool device, const c
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
-{
-    cudaError_t e = cudaSuccess;
-    if (kind != cudaMemcpyDefault) {
-        bool sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-        bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-        if ((e = check_range(src, bytes, sd, "cudaMemcpy source")) != cudaSuccess ||
-            (e = check_range(dst, bytes, dd, "cudaMemcpy destination")) != cudaSuccess)
-            return e;
-    }
-    if (bytes)
-        memmove(dst, src, bytes);
-    return cudaSuccess;
-}
-
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t s)
-{
-    stream_drain(s, false);
-    return cudaMemcpy(dst, src, bytes, kind);
-}
-
-cudaError_t cudaMemset(void *p, int value, size_t bytes)
-{
-    cudaError_t e = check_range(p, bytes, true, "cudaMemset");
-    if (e != cudaSuccess)
-        return e;
-    memset(p, value, bytes);
-    return cudaSuccess;
-}
-
-cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s)
-{
-    stream_drain(s, false);
-    return cudaMemset(p, value, bytes);
-}
-
-struct CUevent_st {
-    unsigned flags;
-    int recorded;
-    double t;
-};
-
-cudaError_t cudaStreamCreate(cudaStream_t *s)
-{
-    return cudaStreamCreateWithFlags(s, 0);
-}
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
-{
-    *s = new CUstream_st{flags, 0};
-    std::lock_guard<std::mutex> g(stream_mu);
-    streams.insert(*s);
-    return cudaSuccess;
-}
-
-cudaError_t cudaStreamDestroy(cudaStream_t s)
-{
-    if (!s)
-        return ret(cudaErrorInvalidValue);
-    stream_drain(s, false); // as CUDA: destroying a busy stream lets its work finish
-    {
-        std::lock_guard<std::mutex> g(stream_mu);
-        streams.erase(s);
-    }
-    delete s;
-    return cudaSuccess;
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t s)
-{
-    stream_drain(s, false);
-    return cudaSuccess;
-}
-
-cudaError_t cudaStreamQuery(cudaStream_t s)
-{
-    std::lock_guard<std::mutex> g(stream_mu);
-    return stream_of(s)->busy ? cudaErrorNotReady : cudaSuccess;
-}
-
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
-{
-    return e ? cudaSuccess : ret(cudaErrorInvalidValue);
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t *e)
-{
-    return cudaEventCreateWithFlags(e, 0);
-}
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
-{
-    *e = new CUevent_st{flags, 0, 0.0};
-    return cudaSuccess;
-}
-
-cudaError_t cudaEventDestroy(cudaEvent_t e)
-{
-    delete e;
-    return cudaSuccess;
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
-{
-    if (!e)
-        return ret(cudaErrorInvalidValue);
-    stream_drain(s, false);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    e->t = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-    e->recorded = 1;
-    return cudaSuccess;
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t e)
-{
-    return e ? cudaSuccess : ret(cudaErrorInvalidValue);
-}
-
-cudaError_t cudaEventQuery(cudaEvent_t e)
-{
-    return e ? cudaSuccess : ret(cudaErrorInvalidValue);
-}
-
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
-{
-    if (!a || !b || !a->recorded || !b->recorded || (a->flags & cudaEventDisableTiming) ||
-        (b->flags & cudaEventDisableTiming))
-        return ret(cudaErrorInvalidValue);
-    *ms = (float)(b->t - a->t);
-    return cudaSuccess;
-}
-
-} // extern "C"

@@ -2,16 +2,22 @@
  * cuda_runtime.h (gantry CUDA emulator) - the part of the CUDA runtime API that Gantry's .cu files
  * use, executed on the CPU so the kernels' logic can be tested where no GPU is (CI).
  *
- * NOT a GPU and not a simulator of one: memory is host memory, every call is synchronous (streams
- * and events order nothing, so a missing event wait between streams is not caught), and floating
- * point is the host's (no FMA contraction differences, no TF32). What it does check: kernel
- * indexing against the CPU specification, block and warp barriers (__syncthreads, __shfl_xor_sync)
- * reached by every thread that must reach them (a divergent barrier is reported and aborts),
- * launch configurations (block <= 1024 threads, grid dims, dynamic shared memory over 48 KiB
- * without cudaFuncSetAttribute), cudaMemcpy/cudaMemset ranges against the allocation they touch,
- * and, in the ASan build, out-of-bounds accesses inside kernels. Threads of a block are fibers;
- * the order they run in between barriers is shuffled (GANTRY_EMU_SEED), so a missing
- * __syncthreads shows up as a wrong result instead of passing by luck.
+ * NOT a GPU and not a simulator of one: memory is host memory and floating point is the host's
+ * (no FMA contraction differences, no TF32). What it does check: kernel indexing against the CPU
+ * specification, block and warp barriers (__syncthreads, __shfl_xor_sync) reached by every thread
+ * that must reach them (a divergent barrier is reported and aborts), launch configurations
+ * (block <= 1024 threads, grid dims, dynamic shared memory over 48 KiB without
+ * cudaFuncSetAttribute), cudaMemcpy/cudaMemset ranges against the allocation they touch, and, in
+ * the ASan build, out-of-bounds accesses inside kernels. Threads of a block are fibers; the order
+ * they run in between barriers is shuffled (GANTRY_EMU_SEED), so a missing __syncthreads shows
+ * up as a wrong result instead of passing by luck.
+ *
+ * Streams: by default kernels, copies and memsets run at the call (streams and events order
+ * nothing, so a missing event wait between streams is not caught). With GANTRY_EMU_DEFER=1
+ * (kernels/emu/stream.cc) they are queued per stream and run later, when the host must observe
+ * them, in a random interleaving (GANTRY_EMU_SEED) that keeps stream order, event waits and the
+ * legacy default stream's implicit synchronisation: ordering bugs between streams, and host reads
+ * or reuse of pinned memory before its stream is synchronised, give wrong results.
  *
  * The .cu sources are compiled as C++ after kernels/emu/cu2cc.cmake rewrites the two pieces of
  * CUDA syntax C++ cannot parse: kernel<<<grid, block, smem, stream>>>(args) and
@@ -49,6 +55,7 @@ typedef enum cudaMemcpyKind {
 } cudaMemcpyKind;
 
 typedef struct CUstream_st *cudaStream_t;
+#define cudaStreamLegacy ((cudaStream_t)0x1)
 typedef struct CUevent_st *cudaEvent_t;
 typedef struct CUmemPoolHandle_st *cudaMemPool_t;
 
@@ -91,6 +98,8 @@ cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s);
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaFreeHost(void *p);
+#define cudaHostAllocDefault 0x0
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s);
@@ -113,12 +122,28 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 
 /* Emulator only: 1 when p..p+bytes lies inside one live device allocation (cudaMalloc*). */
 int emu_is_device_range(const void *p, size_t bytes);
+/* Emulator only: runs run(arg) on stream s in stream order (at the call, or queued in the deferred
+ * mode), then drop(arg) (may be NULL) once it ran or can no longer run. For the emulated
+ * libraries (cuBLAS, CUB) and kernel launches. run must not call the CUDA API. */
+void emu_stream_submit(cudaStream_t s, void (*run)(void *arg), void (*drop)(void *arg), void *arg)
+    __attribute__((weak));
 /* Emulator only, for emulated libraries that run work on a thread of their own (the emulated
- * NCCL): +1 when such work is queued on stream s (NULL: the legacy default stream), -1 when it
- * is done. While a stream is busy cudaStreamQuery returns cudaErrorNotReady, and
- * cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventRecord and any kernel, copy or memset
- * on that stream wait for it. */
-void emu_stream_busy(cudaStream_t s, int delta);
+ * NCCL). At the call (the host's, so stream order is the caller's): enqueue an external
+ * operation on s; returns its token. On the library's thread: begin waits until the stream's
+ * earlier work and the event waits before it have run (the deferred mode runs that work on the
+ * calling thread if nobody else does); 1 then, 0 when stopped(ctx) became true first. end says
+ * the operation finished (or never will: an abort); only then does later work on s run. While
+ * such an operation is pending cudaStreamQuery returns cudaErrorNotReady, and synchronising
+ * waits for it. */
+unsigned long long emu_stream_external_enqueue(cudaStream_t s);
+int emu_stream_external_begin(cudaStream_t s, unsigned long long token, int (*stopped)(void *ctx),
+                              void *ctx);
+void emu_stream_external_end(cudaStream_t s, unsigned long long token);
+/* Emulator only: 1 when stream work is deferred (GANTRY_EMU_DEFER=1 or emu_defer_set). */
+int emu_deferred(void);
+/* Emulator only, for tests: finishes all queued work, then turns deferral on or off and reseeds
+ * the interleaving (the kernels' thread order keeps GANTRY_EMU_SEED). */
+void emu_defer_set(int on, unsigned long long seed);
 
 #ifdef __cplusplus
 }
@@ -139,6 +164,22 @@ template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes)
 template <typename T> static inline cudaError_t cudaMallocHost(T **p, size_t bytes)
 {
     return cudaMallocHost((void **)p, bytes);
+}
+template <typename T> static inline cudaError_t cudaHostAlloc(T **p, size_t bytes, unsigned flags)
+{
+    return cudaHostAlloc((void **)p, bytes, flags);
+}
+/* Emulator only: f() on stream s in stream order (emu_stream_submit); f is copied. Without the
+ * runtime linked in (the BLAS library's own test), f runs at once. */
+#include <utility>
+template <typename F> static inline void emu_on_stream(cudaStream_t s, F f)
+{
+    if (!emu_stream_submit) {
+        f();
+        return;
+    }
+    F *p = new F(std::move(f));
+    emu_stream_submit(s, [](void *a) { (*(F *)a)(); }, [](void *a) { delete (F *)a; }, p);
 }
 template <typename T>
 static inline cudaError_t cudaMallocAsync(T **p, size_t bytes, cudaStream_t s)

@@ -4,9 +4,10 @@
  * kernels use. Included by cuda_runtime.h in C++ translation units; see that header for what the
  * emulator checks and what it cannot.
  *
- * A launch runs synchronously on the calling host thread: blocks one after another, the threads
- * of a block as fibers (one stack each) switched only at barriers. Block-level state lives in
- * thread_local storage of the host thread, so several host threads may launch at once.
+ * A launch runs on one host thread (the caller's, or in the deferred mode whichever thread runs
+ * the queue): blocks one after another, the threads of a block as fibers (one stack each)
+ * switched only at barriers. Block-level state lives in thread_local storage of that host
+ * thread, so several host threads may run launches at once.
  */
 #ifndef GANTRY_EMU_DEVICE_H
 #define GANTRY_EMU_DEVICE_H
@@ -59,25 +60,31 @@ struct launch_cfg {
         : grid(g), block(b), smem(s), stream(st) {}
 };
 
-/* Runs body(arg) once per thread of every block of cfg; 0, or a cudaError_t. The entry point
- * (kernels/emu/runtime.cc). `kernel` identifies the kernel (for cudaFuncSetAttribute). */
-int run_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), void *arg);
+/* Checks a launch of `kernel` (for cudaFuncSetAttribute) and runs body(arg) once per thread of
+ * every block of cfg on cfg.stream: at the call, or later in the deferred mode; then drop(arg).
+ * 0, or a cudaError_t (also for cudaGetLastError). The entry point (kernels/emu/runtime.cc). */
+int submit_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *), void *arg,
+                void (*drop)(void *));
 
 template <typename... P> struct bound {
     launch_cfg cfg;
     void (*fn)(P...);
-    /* Arguments convert to the kernel's parameter types as in a call, and are copied once. */
+    /* Arguments convert to the kernel's parameter types as in a call, and are copied at the
+     * call (a launch takes its arguments by value even when it runs later). */
     void operator()(P... a)
     {
-        std::tuple<P...> args(a...);
         struct call {
             void (*fn)(P...);
-            std::tuple<P...> *args;
-        } c = {fn, &args};
-        run_grid(cfg, (const void *)fn, [](void *p) {
-            call *k = (call *)p;
-            std::apply(k->fn, *k->args);
-        }, &c);
+            std::tuple<P...> args;
+        };
+        call *c = new call{fn, std::tuple<P...>(a...)};
+        submit_grid(
+            cfg, (const void *)fn,
+            [](void *p) {
+                call *k = (call *)p;
+                std::apply(k->fn, k->args);
+            },
+            c, [](void *p) { delete (call *)p; });
     }
 };
 

@@ -71,7 +71,6 @@ struct DeviceRadixSort {
                                  int end_bit = (int)sizeof(KeyT) * 8, cudaStream_t stream = 0)
     {
         using R = emu_detail::radix_bits<KeyT>;
-        (void)stream;
         if (num_items < 0 || begin_bit < 0 || end_bit > (int)sizeof(KeyT) * 8 ||
             begin_bit > end_bit)
             return cudaErrorInvalidValue;
@@ -97,39 +96,42 @@ struct DeviceRadixSort {
         emu_blas_require_device("cub::DeviceRadixSort::SortPairs values out", d_values_out,
                                 n * sizeof(ValueT));
 
-        /* the ping-pong half in the caller's storage, 256-byte aligned as CUB's would be */
-        char *base = (char *)d_temp_storage + (256 - (uintptr_t)d_temp_storage % 256) % 256;
-        KeyT *tk = (KeyT *)base;
-        ValueT *tv = (ValueT *)(base + kbytes);
-        const int passes = (end_bit - begin_bit + 7) / 8;
-        if (passes == 0) {
-            memmove(d_keys_out, d_keys_in, n * sizeof(KeyT));
-            memmove(d_values_out, d_values_in, n * sizeof(ValueT));
-            return cudaSuccess;
-        }
-        const KeyT *sk = d_keys_in;
-        const ValueT *sv = d_values_in;
-        std::vector<size_t> count(257);
-        for (int p = 0; p < passes; p++) {
-            /* the last pass lands in the outputs */
-            KeyT *dk = (passes - 1 - p) % 2 == 0 ? d_keys_out : tk;
-            ValueT *dv = (passes - 1 - p) % 2 == 0 ? d_values_out : tv;
-            const int shift = begin_bit + 8 * p;
-            const int width = end_bit - shift < 8 ? end_bit - shift : 8;
-            const unsigned mask = (1u << width) - 1u;
-            std::fill(count.begin(), count.end(), 0);
-            for (size_t i = 0; i < n; i++)
-                count[((unsigned)(R::get(sk[i]) >> shift) & mask) + 1]++;
-            for (size_t d = 1; d < count.size(); d++)
-                count[d] += count[d - 1];
-            for (size_t i = 0; i < n; i++) {
-                size_t at = count[(unsigned)(R::get(sk[i]) >> shift) & mask]++;
-                dk[at] = sk[i];
-                dv[at] = sv[i];
+        /* checked at the call, sorted in stream order (later in the emulator's deferred mode) */
+        emu_on_stream(stream, [=]() {
+            /* the ping-pong half in the caller's storage, 256-byte aligned as CUB's would be */
+            char *base = (char *)d_temp_storage + (256 - (uintptr_t)d_temp_storage % 256) % 256;
+            KeyT *tk = (KeyT *)base;
+            ValueT *tv = (ValueT *)(base + kbytes);
+            const int passes = (end_bit - begin_bit + 7) / 8;
+            if (passes == 0) {
+                memmove(d_keys_out, d_keys_in, n * sizeof(KeyT));
+                memmove(d_values_out, d_values_in, n * sizeof(ValueT));
+                return;
             }
-            sk = dk;
-            sv = dv;
-        }
+            const KeyT *sk = d_keys_in;
+            const ValueT *sv = d_values_in;
+            std::vector<size_t> count(257);
+            for (int p = 0; p < passes; p++) {
+                /* the last pass lands in the outputs */
+                KeyT *dk = (passes - 1 - p) % 2 == 0 ? d_keys_out : tk;
+                ValueT *dv = (passes - 1 - p) % 2 == 0 ? d_values_out : tv;
+                const int shift = begin_bit + 8 * p;
+                const int width = end_bit - shift < 8 ? end_bit - shift : 8;
+                const unsigned mask = (1u << width) - 1u;
+                std::fill(count.begin(), count.end(), 0);
+                for (size_t i = 0; i < n; i++)
+                    count[((unsigned)(R::get(sk[i]) >> shift) & mask) + 1]++;
+                for (size_t d = 1; d < count.size(); d++)
+                    count[d] += count[d - 1];
+                for (size_t i = 0; i < n; i++) {
+                    size_t at = count[(unsigned)(R::get(sk[i]) >> shift) & mask]++;
+                    dk[at] = sk[i];
+                    dv[at] = sv[i];
+                }
+                sk = dk;
+                sv = dv;
+            }
+        });
         return cudaSuccess;
     }
 };
