@@ -255,8 +255,10 @@ extern "C" int coll_nccl_new(struct store *st, int device, struct CUstream_st *s
         rc = cuda_failed("cudaEventCreate", e);
         goto out;
     }
+    /* Zeroed on the stream the barrier's all-reduce runs on: cudaMemset would queue on the legacy
+     * default stream, which a non-blocking stream does not wait for. */
     if ((e = cudaMalloc((void **)&n->scratch, sizeof(float))) != cudaSuccess ||
-        (e = cudaMemset(n->scratch, 0, sizeof(float))) != cudaSuccess) {
+        (e = cudaMemsetAsync(n->scratch, 0, sizeof(float), n->stream)) != cudaSuccess) {
         rc = cuda_failed("cudaMalloc", e);
         goto out;
     }

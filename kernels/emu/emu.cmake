@@ -37,6 +37,20 @@ function(gantry_emu_target t)
     target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${GANTRY_EMU_CXX_FLAGS}>)
 endfunction()
 
+# gantry_emu_defer_test(NAME COMMAND...): test NAME again as NAME_defer with stream work deferred
+# and interleaved at random (GANTRY_EMU_DEFER=1, stream.cc), labels emu and emu_defer. For a
+# representative part of the emu tests, so CI checks the code's stream ordering; the whole label
+# runs deferred with `GANTRY_EMU_DEFER=1 ctest -L emu` (any GANTRY_EMU_SEED).
+function(gantry_emu_defer_test name)
+    cmake_parse_arguments(D "" "" "COMMAND;ENV" ${ARGN})
+    add_test(NAME ${name}_defer COMMAND ${D_COMMAND})
+    set_tests_properties(${name}_defer PROPERTIES LABELS "emu;emu_defer" TIMEOUT 300
+                         SKIP_RETURN_CODE 77 ENVIRONMENT "GANTRY_EMU_DEFER=1;${D_ENV}")
+    if(NOT D_ENV)
+        set_tests_properties(${name}_defer PROPERTIES ENVIRONMENT "GANTRY_EMU_DEFER=1")
+    endif()
+endfunction()
+
 # cuBLAS, cuBLASLt and CUB's radix sort on the CPU (gantry_emu_blas, blas.cc).
 include(${_emu}/blas.cmake)
 add_library(gantry_emu_rt STATIC ${_emu}/runtime.cc ${_emu}/stream.cc)
@@ -71,3 +85,11 @@ endforeach()
 gantry_emu_sources(_emu_test_cc ${_emu}/emu_test.cu)
 gantry_test(emu_test SOURCES ${_emu_test_cc} LIBS gantry_emu_rt gantry_common LABELS emu)
 gantry_emu_target(emu_test)
+
+# Deferred (gantry_emu_defer_test above): the emulator's own test, the small op tests, and a
+# quarter of the shape sweep (every launcher, cuBLASLt and CUB included).
+foreach(t emu_test runtime_gpu_emu_test gelu_gpu_emu_test embed_gpu_emu_test
+        layernorm_gpu_emu_test pool_gpu_emu_test crossentropy_gpu_emu_test adamw_gpu_emu_test)
+    gantry_emu_defer_test(${t} COMMAND ${t})
+endforeach()
+gantry_emu_defer_test(shapes_gpu_emu_test COMMAND shapes_gpu_emu_test ENV GANTRY_SHAPES_ITERS=8)

@@ -38,6 +38,7 @@ target_compile_definitions(gantry_emu_coll_nccl PUBLIC GANTRY_HAVE_NCCL=1)
 gantry_test(coll_nccl_emu_test SOURCES ${_emu_nccl}/coll_nccl_emu_test.c LIBS gantry_emu_coll_nccl
             LABELS emu)
 gantry_emu_target(coll_nccl_emu_test)
+gantry_emu_defer_test(coll_nccl_emu_test COMMAND coll_nccl_emu_test)
 # worker/coll_nccl_gpu_test.cu, unchanged (world size 1).
 gantry_emu_sources(_coll_nccl_gpu ${PROJECT_SOURCE_DIR}/worker/coll_nccl_gpu_test.cu)
 gantry_test(coll_nccl_gpu_emu_test SOURCES ${_coll_nccl_gpu} LIBS gantry_emu_coll_nccl LABELS emu)
@@ -47,5 +48,6 @@ gantry_emu_target(coll_nccl_gpu_emu_test)
 # streams or between a stream and the host gives a wrong result for some seed; right orderings
 # are right for every seed. Turns deferral on itself, so it runs in every build.
 gantry_emu_sources(_defer_test_cc ${_emu_nccl}/defer_test.cu)
-gantry_test(emu_defer_test SOURCES ${_defer_test_cc} LIBS gantry_emu_nccl gantry_common LABELS emu)
+gantry_test(emu_defer_test SOURCES ${_defer_test_cc} LIBS gantry_emu_nccl gantry_common
+            LABELS emu)
 gantry_emu_target(emu_defer_test)
