@@ -15,6 +15,7 @@
 #include "kernels/gpu_internal.h"
 
 #include <math.h>
+#include <mma.h>
 
 template <typename T> static __device__ __forceinline__ T from_f32(float x);
 template <> __device__ __forceinline__ float from_f32<float>(float x)
@@ -556,4 +557,381 @@ extern "C" void attention_backward_fused(float *dqkv, const float *dout, const f
     else
         fa_backward<128>(dqkv, dout, qkv, lse, D, len, B, T, NH, hs, stream);
     gpu_scratch_free(D, stream);
+}
+
+/* ==== fused attention on tensor cores (bf16 operands, fp32 accumulation and softmax) ==========
+ *
+ * The same algorithm with the five matrix products of each tile on tensor cores through
+ * nvcuda::wmma (16x16x16 bf16 tiles; the fragments' register layout is never assumed: scores and
+ * accumulators go through shared memory, where rows are updated by ordinary code). A block has
+ * TC_WARPS warps of 16 rows each: queries (forward, dQ) or keys (dK/dV); tiles of TC_BC keys (or
+ * queries) are staged in shared memory as bf16 (q scaled first). Per warp and tile:
+ *   forward   S = Q K^T; online softmax over S's rows (two lanes per row, fp32); P in bf16;
+ *             O = O * exp(m_old - m_new) + P V, O in shared memory (fp32)
+ *   dK, dV    S^T = K Q^T; P^T = exp(S^T - lse); dV += P^T dO; dP^T = V dO^T;
+ *             dS^T = P^T (dP^T - D); dK += dS^T Q
+ *   dQ        S = Q K^T; P; dP = dO V^T; dS = P (dP - D); dQ += dS K
+ * Operands rounded to bf16: q, k, v, dO, P and dS, as attention_*_mixed rounds them; every sum is
+ * fp32, every output element has one writer (deterministic). Dynamic shared memory: 70-170 KB
+ * depending on the head size, so one or two blocks per SM on Hopper (228 KB). */
+#define TC_WARPS 4
+#define TC_BR (16 * TC_WARPS) /* rows of a block: queries (forward, dQ) or keys (dK/dV) */
+#define TC_BC 64              /* a tile: keys (forward, dQ) or queries (dK/dV) */
+
+namespace wm = nvcuda::wmma;
+typedef wm::fragment<wm::matrix_a, 16, 16, 16, __nv_bfloat16, wm::row_major> tc_frag_a;
+typedef wm::fragment<wm::matrix_b, 16, 16, 16, __nv_bfloat16, wm::row_major> tc_frag_b_row;
+typedef wm::fragment<wm::matrix_b, 16, 16, 16, __nv_bfloat16, wm::col_major> tc_frag_b_col;
+typedef wm::fragment<wm::accumulator, 16, 16, 16, float> tc_frag_c;
+
+/* Shared-memory strides (elements): bf16 rows padded by 16 bytes, fp32 rows by 16 bytes, so
+ * wmma's 32-byte aligned tile starts hold and consecutive rows fall on different banks. */
+template <int HSP> struct tc_dims {
+    static constexpr int LDH = HSP + 8;   /* bf16 (rows, HSP) */
+    static constexpr int LDS = TC_BC + 4; /* fp32 scores (16, TC_BC) */
+    static constexpr int LDP = TC_BC + 8; /* bf16 probabilities (16, TC_BC) */
+    static constexpr int LDO = HSP + 4;   /* fp32 accumulators (16, HSP) */
+    static constexpr size_t H = (size_t)TC_BR * LDH * 2; /* bytes of one (TC_BR, HSP) bf16 tile */
+    static constexpr size_t S = (size_t)TC_WARPS * 16 * LDS * 4;
+    static constexpr size_t P = (size_t)TC_WARPS * 16 * LDP * 2;
+    static constexpr size_t O = (size_t)TC_WARPS * 16 * LDO * 4;
+    static constexpr size_t fwd = 3 * H + S + P + O;
+    static constexpr size_t dkdv = 4 * H + S + 2 * P + 2 * O + 2 * TC_BC * 4;
+    static constexpr size_t dq = 4 * H + S + P + O;
+};
+
+/* dst (nrows, HSP) bf16 <- rows r0.. of a q/k/v section (row stride ld floats), times scale;
+ * rows >= L and columns >= hs are zeros (padding is never read) */
+template <int HSP>
+static __device__ void tc_stage(__nv_bfloat16 *dst, const float *src, size_t ld, int r0, int nrows,
+                                int L, int hs, float scale)
+{
+    for (int x = threadIdx.x; x < nrows * HSP; x += blockDim.x) {
+        int r = x / HSP, d = x % HSP, t = r0 + r;
+        float v = t < L && d < hs ? src[(size_t)t * ld + d] * scale : 0.0f;
+        dst[r * tc_dims<HSP>::LDH + d] = __float2bfloat16_rn(v);
+    }
+}
+
+/* One warp: C (16, N) fp32 = (acc ? C : 0) + A (16, K) bf16 row-major x B (K, N), where B is
+ * row-major (B[k][n] = b[k * ldb + n]) or, with BT, stored as its transpose (B[k][n] =
+ * b[n * ldb + k]: a row-major (N, K) tile such as K or V used as K^T, V^T). */
+template <int K, int N, bool BT>
+static __device__ void tc_warp_gemm(float *c, int ldc, const __nv_bfloat16 *a, int lda,
+                                    const __nv_bfloat16 *b, int ldb, bool acc)
+{
+    for (int n = 0; n < N; n += 16) {
+        tc_frag_c fc;
+        if (acc)
+            wm::load_matrix_sync(fc, c + n, ldc, wm::mem_row_major);
+        else
+            wm::fill_fragment(fc, 0.0f);
+        for (int k = 0; k < K; k += 16) {
+            tc_frag_a fa;
+            wm::load_matrix_sync(fa, a + k, lda);
+            if constexpr (BT) {
+                tc_frag_b_col fb;
+                wm::load_matrix_sync(fb, b + (size_t)n * ldb + k, ldb);
+                wm::mma_sync(fc, fa, fb, fc);
+            } else {
+                tc_frag_b_row fb;
+                wm::load_matrix_sync(fb, b + (size_t)k * ldb + n, ldb);
+                wm::mma_sync(fc, fa, fb, fc);
+            }
+        }
+        wm::store_matrix_sync(c + n, fc, ldc, wm::mem_row_major);
+    }
+}
+
+template <int HSP>
+static __global__ void __launch_bounds__(TC_WARPS * 32)
+    tc_forward_kernel(float *out, float *lse, const float *qkv, const int *len, int T, int NH,
+                      int hs, float scale)
+{
+    typedef tc_dims<HSP> D;
+    extern __shared__ float tc_smem[];
+    char *sm = (char *)tc_smem;
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm, *Ks = (__nv_bfloat16 *)(sm + D::H);
+    __nv_bfloat16 *Vs = (__nv_bfloat16 *)(sm + 2 * D::H);
+    float *Ss = (float *)(sm + 3 * D::H);
+    __nv_bfloat16 *Ps = (__nv_bfloat16 *)(sm + 3 * D::H + D::S);
+    float *Os = (float *)(sm + 3 * D::H + D::S + D::P);
+
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 2, half = lane % 2;
+    const int q0 = blockIdx.x * TC_BR, L = len[b];
+    const size_t ld = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    float *Sw = Ss + warp * 16 * D::LDS, *Ow = Os + warp * 16 * D::LDO;
+    __nv_bfloat16 *Pw = Ps + warp * 16 * D::LDP, *Qw = Qs + warp * 16 * D::LDH;
+    const int i = q0 + warp * 16 + row; /* this lane's query (two lanes per row) */
+
+    if (q0 < L) {
+        tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs, scale);
+        for (int x = lane; x < 16 * D::LDO; x += 32)
+            Ow[x] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f; /* row's running max and sum (both lanes of the row) */
+    for (int j0 = 0; q0 < L && j0 < L; j0 += TC_BC) {
+        __syncthreads(); /* Q staged; the previous tile's K, V no longer read */
+        tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs, 1.0f);
+        tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs, 1.0f);
+        __syncthreads();
+        tc_warp_gemm<HSP, TC_BC, true>(Sw, D::LDS, Qw, D::LDH, Ks, D::LDH, false);
+        __syncwarp();
+        float *srow = Sw + row * D::LDS + half * 32;
+        __nv_bfloat16 *prow = Pw + row * D::LDP + half * 32;
+        float mx = -INFINITY;
+        for (int c = 0; c < 32; c++)
+            if (j0 + half * 32 + c < L)
+                mx = fmaxf(mx, srow[c]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        const float mn = fmaxf(m, mx); /* finite: key j0 < L is real */
+        float sum = 0.0f;
+        for (int c = 0; c < 32; c++) {
+            float p = j0 + half * 32 + c < L ? expf(srow[c] - mn) : 0.0f;
+            prow[c] = __float2bfloat16_rn(p);
+            sum += p;
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        const float corr = expf(m - mn); /* 0 on the first tile */
+        l = l * corr + sum, m = mn;
+        float *orow = Ow + row * D::LDO + half * (HSP / 2);
+        for (int c = 0; c < HSP / 2; c++)
+            orow[c] *= corr;
+        __syncwarp(); /* P and the rescaled O rows, before the warp's tensor-core product */
+        tc_warp_gemm<TC_BC, HSP, false>(Ow, D::LDO, Pw, D::LDP, Vs, D::LDH, true);
+        __syncwarp();
+    }
+    if (i >= T)
+        return;
+    const bool valid = i < L;
+    float *dst = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+    for (int d = half; d < hs; d += 2)
+        dst[d] = valid ? Ow[row * D::LDO + d] / l : 0.0f;
+    if (half == 0)
+        lse[(size_t)bh * T + i] = valid ? m + logf(l) : 0.0f;
+}
+
+template <int HSP>
+static __global__ void __launch_bounds__(TC_WARPS * 32)
+    tc_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                   const float *Dr, const int *len, int T, int NH, int hs, float scale)
+{
+    typedef tc_dims<HSP> D;
+    extern __shared__ float tc_smem[];
+    char *sm = (char *)tc_smem;
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)sm, *Vs = (__nv_bfloat16 *)(sm + D::H);
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)(sm + 2 * D::H), *dOs = (__nv_bfloat16 *)(sm + 3 * D::H);
+    float *Ss = (float *)(sm + 4 * D::H);
+    __nv_bfloat16 *Ps = (__nv_bfloat16 *)(sm + 4 * D::H + D::S);
+    __nv_bfloat16 *dSs = (__nv_bfloat16 *)(sm + 4 * D::H + D::S + D::P);
+    float *dKs = (float *)(sm + 4 * D::H + D::S + 2 * D::P);
+    float *dVs = (float *)(sm + 4 * D::H + D::S + 2 * D::P + D::O);
+    float *lse_s = (float *)(sm + 4 * D::H + D::S + 2 * D::P + 2 * D::O), *D_s = lse_s + TC_BC;
+
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 2, half = lane % 2;
+    const int k0 = blockIdx.x * TC_BR, L = len[b];
+    const size_t ld = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+    if (k0 >= L) /* keys of padding only: no gradient */
+        return;
+    float *Sw = Ss + warp * 16 * D::LDS, *dKw = dKs + warp * 16 * D::LDO;
+    float *dVw = dVs + warp * 16 * D::LDO;
+    __nv_bfloat16 *Pw = Ps + warp * 16 * D::LDP, *dSw = dSs + warp * 16 * D::LDP;
+    const __nv_bfloat16 *Kw = Ks + warp * 16 * D::LDH, *Vw = Vs + warp * 16 * D::LDH;
+
+    tc_stage<HSP>(Ks, base + C, ld, k0, TC_BR, L, hs, 1.0f);
+    tc_stage<HSP>(Vs, base + 2 * C, ld, k0, TC_BR, L, hs, 1.0f);
+    for (int x = lane; x < 16 * D::LDO; x += 32)
+        dKw[x] = dVw[x] = 0.0f;
+    for (int i0 = 0; i0 < L; i0 += TC_BC) {
+        __syncthreads();
+        tc_stage<HSP>(Qs, base, ld, i0, TC_BC, L, hs, scale);
+        for (int x = threadIdx.x; x < TC_BC * HSP; x += blockDim.x) {
+            int r = x / HSP, d = x % HSP, t = i0 + r;
+            dOs[r * D::LDH + d] = __float2bfloat16_rn(t < L && d < hs ? dbase[(size_t)t * C + d]
+                                                                     : 0.0f);
+        }
+        for (int r = threadIdx.x; r < TC_BC; r += blockDim.x) {
+            lse_s[r] = i0 + r < L ? lse[(size_t)bh * T + i0 + r] : 0.0f;
+            D_s[r] = i0 + r < L ? Dr[(size_t)bh * T + i0 + r] : 0.0f;
+        }
+        __syncthreads();
+        /* S^T (16 keys, TC_BC queries) = K_w Q^T, then P^T in bf16 (kept in fp32 for dS) */
+        tc_warp_gemm<HSP, TC_BC, true>(Sw, D::LDS, Kw, D::LDH, Qs, D::LDH, false);
+        __syncwarp();
+        float p[32];
+        for (int c = 0; c < 32; c++) {
+            int q = half * 32 + c;
+            p[c] = i0 + q < L ? expf(Sw[row * D::LDS + q] - lse_s[q]) : 0.0f;
+            Pw[row * D::LDP + q] = __float2bfloat16_rn(p[c]);
+        }
+        __syncwarp(); /* P^T written; S^T read (the next product overwrites it) */
+        tc_warp_gemm<TC_BC, HSP, false>(dVw, D::LDO, Pw, D::LDP, dOs, D::LDH, true);
+        tc_warp_gemm<HSP, TC_BC, true>(Sw, D::LDS, Vw, D::LDH, dOs, D::LDH, false); /* dP^T */
+        __syncwarp();
+        for (int c = 0; c < 32; c++) {
+            int q = half * 32 + c;
+            dSw[row * D::LDP + q] = __float2bfloat16_rn(p[c] * (Sw[row * D::LDS + q] - D_s[q]));
+        }
+        __syncwarp();
+        tc_warp_gemm<TC_BC, HSP, false>(dKw, D::LDO, dSw, D::LDP, Qs, D::LDH, true);
+    }
+    __syncwarp();
+    const int j = k0 + warp * 16 + row;
+    if (j >= L)
+        return;
+    float *drow = dqkv + ((size_t)b * T + j) * ld + (size_t)h * hs;
+    for (int d = half; d < hs; d += 2) {
+        drow[C + d] += dKw[row * D::LDO + d];
+        drow[2 * C + d] += dVw[row * D::LDO + d];
+    }
+}
+
+template <int HSP>
+static __global__ void __launch_bounds__(TC_WARPS * 32)
+    tc_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                 const float *Dr, const int *len, int T, int NH, int hs, float scale)
+{
+    typedef tc_dims<HSP> D;
+    extern __shared__ float tc_smem[];
+    char *sm = (char *)tc_smem;
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm, *dOs = (__nv_bfloat16 *)(sm + D::H);
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)(sm + 2 * D::H), *Vs = (__nv_bfloat16 *)(sm + 3 * D::H);
+    float *Ss = (float *)(sm + 4 * D::H);
+    __nv_bfloat16 *dSs = (__nv_bfloat16 *)(sm + 4 * D::H + D::S);
+    float *dQs = (float *)(sm + 4 * D::H + D::S + D::P);
+
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 2, half = lane % 2;
+    const int q0 = blockIdx.x * TC_BR, L = len[b];
+    const size_t ld = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+    if (q0 >= L) /* queries of padding only: no gradient */
+        return;
+    float *Sw = Ss + warp * 16 * D::LDS, *dQw = dQs + warp * 16 * D::LDO;
+    __nv_bfloat16 *dSw = dSs + warp * 16 * D::LDP;
+    const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
+    const int i = q0 + warp * 16 + row;
+    const float lse_i = i < L ? lse[(size_t)bh * T + i] : 0.0f;
+    const float D_i = i < L ? Dr[(size_t)bh * T + i] : 0.0f;
+
+    tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs, scale);
+    for (int x = threadIdx.x; x < TC_BR * HSP; x += blockDim.x) {
+        int r = x / HSP, d = x % HSP, t = q0 + r;
+        dOs[r * D::LDH + d] = __float2bfloat16_rn(t < L && d < hs ? dbase[(size_t)t * C + d]
+                                                                 : 0.0f);
+    }
+    for (int x = lane; x < 16 * D::LDO; x += 32)
+        dQw[x] = 0.0f;
+    for (int j0 = 0; j0 < L; j0 += TC_BC) {
+        __syncthreads();
+        tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs, 1.0f);
+        tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs, 1.0f);
+        __syncthreads();
+        tc_warp_gemm<HSP, TC_BC, true>(Sw, D::LDS, Qw, D::LDH, Ks, D::LDH, false);
+        __syncwarp();
+        float p[32];
+        for (int c = 0; c < 32; c++) {
+            int k = half * 32 + c;
+            p[c] = i < L && j0 + k < L ? expf(Sw[row * D::LDS + k] - lse_i) : 0.0f;
+        }
+        __syncwarp(); /* S read; the next product overwrites it with dP */
+        tc_warp_gemm<HSP, TC_BC, true>(Sw, D::LDS, dOw, D::LDH, Vs, D::LDH, false);
+        __syncwarp();
+        for (int c = 0; c < 32; c++) {
+            int k = half * 32 + c;
+            dSw[row * D::LDP + k] = __float2bfloat16_rn(p[c] * (Sw[row * D::LDS + k] - D_i));
+        }
+        __syncwarp();
+        tc_warp_gemm<TC_BC, HSP, false>(dQw, D::LDO, dSw, D::LDP, Ks, D::LDH, true);
+    }
+    __syncwarp();
+    if (i >= L)
+        return;
+    float *drow = dqkv + ((size_t)b * T + i) * ld + (size_t)h * hs;
+    for (int d = half; d < hs; d += 2)
+        drow[d] += dQw[row * D::LDO + d] * scale;
+}
+
+/* Raises kernel's dynamic shared memory limit past the default 48 KB to smem, once. */
+template <typename K> static void tc_allow_smem(K *kernel, size_t smem, int *raised)
+{
+    if (!*raised) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+        *raised = 1;
+    }
+}
+
+template <int HSP>
+static void tc_forward(float *out, float *lse, const float *qkv, const int *len, int B, int T,
+                       int NH, int hs, cudaStream_t stream)
+{
+    static int raised;
+    const size_t smem = tc_dims<HSP>::fwd;
+    dim3 grid((unsigned)CEIL_DIV(T, TC_BR), (unsigned)(B * NH));
+    tc_allow_smem(tc_forward_kernel<HSP>, smem, &raised);
+    tc_forward_kernel<HSP><<<grid, TC_WARPS * 32, smem, stream>>>(out, lse, qkv, len, T, NH, hs,
+                                                                  1.0f / sqrtf((float)hs));
+    GPU_LAUNCH_CHECK();
+}
+
+template <int HSP>
+static void tc_backward(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                        const float *Dr, const int *len, int B, int T, int NH, int hs,
+                        cudaStream_t stream)
+{
+    static int raised_kv, raised_q;
+    const float scale = 1.0f / sqrtf((float)hs);
+    dim3 grid((unsigned)CEIL_DIV(T, TC_BR), (unsigned)(B * NH));
+    tc_allow_smem(tc_dkdv_kernel<HSP>, tc_dims<HSP>::dkdv, &raised_kv);
+    tc_dkdv_kernel<HSP><<<grid, TC_WARPS * 32, tc_dims<HSP>::dkdv, stream>>>(
+        dqkv, dout, qkv, lse, Dr, len, T, NH, hs, scale);
+    GPU_LAUNCH_CHECK();
+    tc_allow_smem(tc_dq_kernel<HSP>, tc_dims<HSP>::dq, &raised_q);
+    tc_dq_kernel<HSP><<<grid, TC_WARPS * 32, tc_dims<HSP>::dq, stream>>>(
+        dqkv, dout, qkv, lse, Dr, len, T, NH, hs, scale);
+    GPU_LAUNCH_CHECK();
+}
+
+extern "C" void attention_forward_fused_mixed(float *out, float *lse, const float *qkv,
+                                              const int *len, int B, int T, int C, int NH,
+                                              struct CUstream_st *stream)
+{
+    if ((size_t)B * T * C == 0)
+        return;
+    int hsp = fa_padded_head(C, NH, "attention_forward_fused_mixed"), hs = C / NH;
+    if (hsp == 32)
+        tc_forward<32>(out, lse, qkv, len, B, T, NH, hs, stream);
+    else if (hsp == 64)
+        tc_forward<64>(out, lse, qkv, len, B, T, NH, hs, stream);
+    else
+        tc_forward<128>(out, lse, qkv, len, B, T, NH, hs, stream);
+}
+
+extern "C" void attention_backward_fused_mixed(float *dqkv, const float *dout, const float *qkv,
+                                               const float *out, const float *lse, const int *len,
+                                               int B, int T, int C, int NH,
+                                               struct CUstream_st *stream)
+{
+    size_t rows = (size_t)B * NH * T;
+    if ((size_t)B * T * C == 0)
+        return;
+    int hsp = fa_padded_head(C, NH, "attention_backward_fused_mixed"), hs = C / NH;
+    float *Dr = (float *)gpu_scratch(rows * sizeof(float), stream);
+    fa_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(Dr, dout, out, len, B, T,
+                                                                      NH, hs);
+    GPU_LAUNCH_CHECK();
+    if (hsp == 32)
+        tc_backward<32>(dqkv, dout, qkv, lse, Dr, len, B, T, NH, hs, stream);
+    else if (hsp == 64)
+        tc_backward<64>(dqkv, dout, qkv, lse, Dr, len, B, T, NH, hs, stream);
+    else
+        tc_backward<128>(dqkv, dout, qkv, lse, Dr, len, B, T, NH, hs, stream);
+    gpu_scratch_free(Dr, stream);
 }

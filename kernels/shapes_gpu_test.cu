@@ -806,6 +806,14 @@ static void case_attention(uint64_t *r)
     attention_backward_fused(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH, 0);
     launched("attention_backward_fused");
     check("attention_backward_fused", "dqkv", d_dqkv, dqkv, nq, 1e-4, GT_F32_RTOL);
+    CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));
+    attention_forward_fused_mixed(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
+    launched("attention_forward_fused_mixed");
+    check("attention_forward_fused_mixed", "out", d_out, out, no, 2e-2, 5e-2);
+    reset(d_dqkv, dqkv0, nq * sizeof(float));
+    attention_backward_fused_mixed(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH, 0);
+    launched("attention_backward_fused_mixed");
+    check("attention_backward_fused_mixed", "dqkv", d_dqkv, dqkv, nq, 2e-2, 5e-2);
 
     /* bf16 tensor-core GEMMs inside (attention_gpu_test's tolerances) */
     CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));

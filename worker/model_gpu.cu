@@ -147,8 +147,9 @@ extern "C" void model_gpu_forward(struct model_gpu *g)
                                    P("ln1b") + l * C, N, C, s);
             fc_forward(g, qkv, NULL, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
                        (size_t)l * 3 * C, N, C, 3 * C);
-            if (g->fused) /* fp32 inside: there is no bf16 variant of the fused kernel yet */
-                attention_forward_fused(atty, g->lse + l * nlse, qkv, g->len, B, T, C, NH, s);
+            if (g->fused) /* bf16 tensor cores inside, fp32 softmax and output */
+                attention_forward_fused_mixed(atty, g->lse + l * nlse, qkv, g->len, B, T, C, NH,
+                                              s);
             else
                 attention_forward_mixed(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
             cast_f32_to_bf16(attyh, atty, NC, s);
@@ -263,7 +264,10 @@ extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
         fc_backward(g, g->datty, g->dres, g->bf16 ? NULL : atty, attyh, "attprojw", "attprojb",
                     (size_t)l * C * C, (size_t)l * C, N, C, C);
         CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
-        if (g->fused)
+        if (g->fused && g->bf16)
+            attention_backward_fused_mixed(g->dqkv, g->datty, qkv, atty, g->lse + l * nlse, g->len,
+                                           B, T, C, NH, s);
+        else if (g->fused)
             attention_backward_fused(g->dqkv, g->datty, qkv, atty, g->lse + l * nlse, g->len, B,
                                      T, C, NH, s);
         else if (g->bf16)

@@ -138,7 +138,15 @@ template <typename T> static inline T shfl_down(unsigned mask, T v, unsigned d)
 static constexpr int warpSize = 32;
 
 #define __syncthreads() emu::sync_threads()
-#define __syncwarp(...) ((void)0)
+/* A warp barrier (the lanes in mask wait for each other), so that shared memory one lane wrote
+ * before it and another reads after it is exchanged as on a GPU, and a missing one shows. */
+namespace emu {
+static inline void sync_warp(unsigned mask = 0xffffffffu)
+{
+    (void)warp_exchange(mask, 0, lane_id());
+}
+} // namespace emu
+#define __syncwarp(...) emu::sync_warp(__VA_ARGS__)
 #define __shfl_xor_sync(mask, v, lm) emu::shfl_xor((mask), (v), (lm))
 #define __shfl_sync(mask, v, src) emu::shfl((mask), (v), (src))
 #define __shfl_down_sync(mask, v, d) emu::shfl_down((mask), (v), (d))
