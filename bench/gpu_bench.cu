@@ -84,7 +84,8 @@ static void usage(const char *argv0)
            "           the default preset)\n"
            "  --check-cpu: also train worker/model.c on the CPU from the same weights and batch and\n"
            "           compare every step's loss (exit 1 when they differ beyond tolerance)\n"
-           "  --attention: unfused (default: cuBLAS GEMMs + softmax) or fused (kernels/attention.cu)\n",
+           "  --attention: unfused (default: cuBLAS GEMMs + softmax) or fused\n"
+           "           (kernels/attention.cu; on tensor cores with --bf16)\n",
            argv0);
 }
 

@@ -600,8 +600,8 @@ template <int HSP> struct tc_dims {
     static constexpr size_t dq = 4 * H + S + P + O;
 };
 
-/* dst (nrows, HSP) bf16 <- rows r0.. of a q/k/v section (row stride ld floats), times scale;
- * rows >= L and columns >= hs are zeros (padding is never read) */
+/* dst (nrows, HSP) bf16 <- rows r0.. of a head's q, k, v (row stride ld = 3C floats) or dO
+ * (ld = C), times scale; rows >= L and columns >= hs are zeros (padding is never read) */
 template <int HSP>
 static __device__ void tc_stage(__nv_bfloat16 *dst, const float *src, size_t ld, int r0, int nrows,
                                 int L, int hs, float scale)
@@ -750,11 +750,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     for (int i0 = 0; i0 < L; i0 += TC_BC) {
         __syncthreads();
         tc_stage<HSP>(Qs, base, ld, i0, TC_BC, L, hs, scale);
-        for (int x = threadIdx.x; x < TC_BC * HSP; x += blockDim.x) {
-            int r = x / HSP, d = x % HSP, t = i0 + r;
-            dOs[r * D::LDH + d] = __float2bfloat16_rn(t < L && d < hs ? dbase[(size_t)t * C + d]
-                                                                     : 0.0f);
-        }
+        tc_stage<HSP>(dOs, dbase, C, i0, TC_BC, L, hs, 1.0f);
         for (int r = threadIdx.x; r < TC_BC; r += blockDim.x) {
             lse_s[r] = i0 + r < L ? lse[(size_t)bh * T + i0 + r] : 0.0f;
             D_s[r] = i0 + r < L ? Dr[(size_t)bh * T + i0 + r] : 0.0f;
@@ -821,11 +817,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const float D_i = i < L ? Dr[(size_t)bh * T + i] : 0.0f;
 
     tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs, scale);
-    for (int x = threadIdx.x; x < TC_BR * HSP; x += blockDim.x) {
-        int r = x / HSP, d = x % HSP, t = q0 + r;
-        dOs[r * D::LDH + d] = __float2bfloat16_rn(t < L && d < hs ? dbase[(size_t)t * C + d]
-                                                                 : 0.0f);
-    }
+    tc_stage<HSP>(dOs, dbase, C, q0, TC_BR, L, hs, 1.0f);
     for (int x = lane; x < 16 * D::LDO; x += 32)
         dQw[x] = 0.0f;
     for (int j0 = 0; j0 < L; j0 += TC_BC) {

@@ -2,6 +2,7 @@
  * numbers, the "training" wrapper, and bad configs naming the field. */
 #include "worker/cfg.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -104,58 +105,57 @@ static void test_env_and_flag_errors(void)
     TEST_CHECK(strstr(err, "/nonexistent/x.json") != NULL);
 }
 
-/* training.precision: fp32 by default, bf16 from file, env GANTRY_PRECISION or --precision with
- * device cuda; bf16 on the CPU and unknown values refused naming the field. */
-static void test_precision(void)
+/* A GPU-only choice (training.<key>: dflt | gpu): dflt by default; gpu from the file, env <env>
+ * or --<key> with device cuda, in that precedence; gpu on the CPU refused with cpu_error, an
+ * unknown value refused naming the field. field: the cfg member it lands in. */
+static void check_gpu_choice(const char *key, const char *env, const char *dflt, const char *gpu,
+                             size_t field, const char *cpu_error)
 {
     struct cfg c;
-    char err[512] = "";
+    char err[512] = "", text[256], flag[64], want[128];
     const char *argv[] = {"gantry-worker", "--config", path, NULL};
+    const char *got = (const char *)&c + field;
+    snprintf(flag, sizeof(flag), "--%s", key);
     write_config("{\"data\": {\"train\": \"t\"}}");
     TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
-    TEST_EQ_STR(c.precision, "fp32");
-    write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"precision\": \"bf16\"}");
+    TEST_EQ_STR(got, dflt);
+    snprintf(text, sizeof(text), "{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", "
+             "\"%s\": \"%s\"}", key, gpu);
+    write_config(text);
     TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
-    TEST_EQ_STR(c.precision, "bf16");
-    setenv("GANTRY_PRECISION", "fp32", 1); /* env over file */
+    TEST_EQ_STR(got, gpu);
+    setenv(env, dflt, 1); /* env over file */
     TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
-    TEST_EQ_STR(c.precision, "fp32");
-    const char *argv2[] = {"gantry-worker", "--config", path, "--precision", "bf16", NULL};
+    TEST_EQ_STR(got, dflt);
+    const char *argv2[] = {"gantry-worker", "--config", path, flag, gpu, NULL};
     TEST_EQ_INT(load(&c, err, sizeof(err), 5, argv2), CFG_OK); /* flag over env */
-    TEST_EQ_STR(c.precision, "bf16");
-    unsetenv("GANTRY_PRECISION");
-    expect_bad("{\"data\": {\"train\": \"t\"}, \"precision\": \"bf16\"}",
-               "training.precision: bf16 needs device: cuda");
-    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cpu\", \"precision\": \"bf16\"}",
-               "training.precision: bf16 needs device: cuda");
-    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"precision\": \"fp16\"}",
-               "training.precision: \"fp16\"");
+    TEST_EQ_STR(got, gpu);
+    unsetenv(env);
+    snprintf(text, sizeof(text), "{\"data\": {\"train\": \"t\"}, \"%s\": \"%s\"}", key, gpu);
+    expect_bad(text, cpu_error);
+    snprintf(text, sizeof(text), "{\"data\": {\"train\": \"t\"}, \"device\": \"cpu\", "
+             "\"%s\": \"%s\"}", key, gpu);
+    expect_bad(text, cpu_error);
+    snprintf(text, sizeof(text), "{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", "
+             "\"%s\": \"x16\"}", key);
+    snprintf(want, sizeof(want), "training.%s: \"x16\"", key);
+    expect_bad(text, want);
 }
 
-/* training.attention: unfused by default; fused from file, env GANTRY_ATTENTION or --attention
- * with device cuda; fused on the CPU and unknown values refused naming the field. */
+/* training.precision: fp32 | bf16 (bf16 on the GPU only) */
+static void test_precision(void)
+{
+    check_gpu_choice("precision", "GANTRY_PRECISION", "fp32", "bf16",
+                     offsetof(struct cfg, precision),
+                     "training.precision: bf16 needs device: cuda");
+}
+
+/* training.attention: unfused | fused (fused on the GPU only) */
 static void test_attention(void)
 {
-    struct cfg c;
-    char err[512] = "";
-    const char *argv[] = {"gantry-worker", "--config", path, NULL};
-    write_config("{\"data\": {\"train\": \"t\"}}");
-    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
-    TEST_EQ_STR(c.attention, "unfused");
-    write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"attention\": \"fused\"}");
-    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
-    TEST_EQ_STR(c.attention, "fused");
-    setenv("GANTRY_ATTENTION", "unfused", 1); /* env over file */
-    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
-    TEST_EQ_STR(c.attention, "unfused");
-    const char *argv2[] = {"gantry-worker", "--config", path, "--attention", "fused", NULL};
-    TEST_EQ_INT(load(&c, err, sizeof(err), 5, argv2), CFG_OK); /* flag over env */
-    TEST_EQ_STR(c.attention, "fused");
-    unsetenv("GANTRY_ATTENTION");
-    expect_bad("{\"data\": {\"train\": \"t\"}, \"attention\": \"fused\"}",
-               "training.attention: fused is a GPU kernel and needs device: cuda");
-    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"attention\": \"flash\"}",
-               "training.attention: \"flash\"");
+    check_gpu_choice("attention", "GANTRY_ATTENTION", "unfused", "fused",
+                     offsetof(struct cfg, attention),
+                     "training.attention: fused is a GPU kernel and needs device: cuda");
 }
 
 /* training.gradBucketMB: default TRAIN_BUCKET_MB (4); file, env GANTRY_GRAD_BUCKET_MB (the

@@ -297,7 +297,8 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
                                            char *err, size_t errlen)
 {
     const struct model_config *c = &m->cfg;
-    const int bf16 = (flags & MODEL_GPU_BF16) != 0, fused = (flags & MODEL_GPU_FUSED_ATTENTION) != 0;
+    const int bf16 = (flags & MODEL_GPU_BF16) != 0;
+    const int fused = (flags & MODEL_GPU_FUSED_ATTENTION) != 0;
     if (c->kind != MODEL_TRANSFORMER) {
         snprintf(err, errlen, "model.type: ngram has no GPU implementation; use "
                               "model.type transformer or device cpu");

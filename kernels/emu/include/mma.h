@@ -66,7 +66,8 @@ static inline void fill_fragment(fragment<Use, M, N, K, T, Layout> &f, T v)
         f.x[i] = v;
 }
 
-template <typename F, typename T> static inline void emu_wmma_load(F &f, const T *p, unsigned ldm, bool col)
+template <typename F, typename T>
+static inline void emu_wmma_load(F &f, const T *p, unsigned ldm, bool col)
 {
     for (int r = 0; r < F::rows; r++)
         for (int c = 0; c < F::cols; c++)
@@ -75,12 +76,14 @@ template <typename F, typename T> static inline void emu_wmma_load(F &f, const T
 
 /* matrix_a / matrix_b: the layout is the fragment's type */
 template <typename Use, int M, int N, int K, typename T>
-static inline void load_matrix_sync(fragment<Use, M, N, K, T, row_major> &f, const T *p, unsigned ldm)
+static inline void load_matrix_sync(fragment<Use, M, N, K, T, row_major> &f, const T *p,
+                                    unsigned ldm)
 {
     emu_wmma_load(f, p, ldm, false);
 }
 template <typename Use, int M, int N, int K, typename T>
-static inline void load_matrix_sync(fragment<Use, M, N, K, T, col_major> &f, const T *p, unsigned ldm)
+static inline void load_matrix_sync(fragment<Use, M, N, K, T, col_major> &f, const T *p,
+                                    unsigned ldm)
 {
     emu_wmma_load(f, p, ldm, true);
 }
