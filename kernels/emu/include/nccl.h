@@ -7,8 +7,10 @@
  * The unique id names a POSIX shared-memory object; the first rank to reach ncclCommInitRank
  * creates it and the last one to attach unlinks it, so nothing stays in /dev/shm even after
  * kill -9. Each communicator has one progress thread (its "GPU") that runs the collectives in the
- * order they were enqueued; the stream stays busy (cudaStreamQuery: cudaErrorNotReady) until the
- * collective is done. Reductions go in rank order 0..W-1, so every rank gets the same bits.
+ * order they were enqueued, each once its stream's earlier work (and the events that work waits
+ * for) has run, which matters in the runtime's deferred mode (GANTRY_EMU_DEFER); the stream stays
+ * busy (cudaStreamQuery: cudaErrorNotReady) and later work on it waits until the collective is
+ * done. Reductions go in rank order 0..W-1, so every rank gets the same bits.
  *
  * As on GPUs: buffers must be device memory (cudaMalloc), two ranks on one CUDA device are
  * refused (set GANTRY_EMU_DEVICES and one device per rank), a collective that waits for a dead
