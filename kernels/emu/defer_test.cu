@@ -5,8 +5,10 @@
 // stream read from the legacy stream, a host read of pinned memory before the stream is
 // synchronised, a pinned staging buffer reused while its upload is queued, an NCCL collective
 // that does not wait for its input's event. Also: pageable copies behave as CUDA's (staged or
-// synchronous), launch arguments are taken at the call, cudaStreamQuery polls, cudaFreeAsync is
-// stream-ordered. The test turns deferral on itself (emu_defer_set), so it runs in every build.
+// synchronous), launch arguments are taken at the call, cudaStreamQuery polls, cudaFreeAsync and
+// the emulated cuBLAS and CUB calls are stream-ordered. The test turns deferral on itself (emu_defer_set), so it runs in every build.
+#include <cub/device/device_radix_sort.cuh>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -234,6 +236,61 @@ static void test_query_and_free_async(void)
     TEST_EQ_INT(cudaGetLastError(), cudaSuccess);
 }
 
+static __global__ void fill_f32_kernel(float *buf, float v, int n)
+{
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        buf[i] = v;
+}
+
+// The emulated libraries' calls are queued in stream order too: a GEMM and a sort after the
+// kernel that writes their inputs, their outputs in pinned memory only after the sync.
+static void test_library_calls_ordered(void)
+{
+    cudaStream_t st;
+    cublasHandle_t h;
+    float *a, *b, *c, *pin = NULL, one = 1.0f, zero = 0.0f;
+    int *keys, *vals, *kout, *vout, *ipin = NULL;
+    void *tmp = NULL;
+    size_t tmp_bytes = 0;
+    emu_defer_set(1, 5);
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    cublasCreate(&h);
+    cublasSetStream(h, st);
+    cudaMalloc(&a, N * sizeof(float)), cudaMalloc(&b, N * sizeof(float));
+    cudaMalloc(&c, sizeof(float));
+    cudaMallocHost(&pin, sizeof(float));
+    *pin = -1.0f;
+    fill_f32_kernel<<<1, 64, 0, st>>>(a, 2.0f, N);
+    fill_f32_kernel<<<1, 64, 0, st>>>(b, 0.5f, N);
+    /* c (1x1) = a^T (1xN) b (Nx1) = N * 2 * 0.5 */
+    TEST_EQ_INT(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 1, 1, N, &one, a,
+                                           CUDA_R_32F, N, 0, b, CUDA_R_32F, N, 0, &zero, c,
+                                           CUDA_R_32F, 1, 0, 1, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT),
+                CUBLAS_STATUS_SUCCESS);
+    cudaMemcpyAsync(pin, c, sizeof(float), cudaMemcpyDeviceToHost, st);
+    TEST_CHECK(*pin == -1.0f); // queued, not run
+    cudaStreamSynchronize(st);
+    TEST_CHECK(*pin == (float)N);
+
+    keys = dzero(N), vals = dzero(N), kout = dzero(N), vout = dzero(N);
+    cudaMallocHost(&ipin, N * sizeof(int));
+    fill_kernel<<<1, 64, 0, st>>>(keys, 3, N / 2); // keys: N/2 threes, then N/2 zeros
+    cub::DeviceRadixSort::SortPairs(NULL, tmp_bytes, keys, kout, vals, vout, N, 0, 2, st);
+    cudaMallocAsync(&tmp, tmp_bytes, st);
+    cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, keys, kout, vals, vout, N, 0, 2, st);
+    cudaFreeAsync(tmp, st);
+    cudaMemcpyAsync(ipin, kout, N * sizeof(int), cudaMemcpyDeviceToHost, st);
+    cudaStreamSynchronize(st);
+    TEST_CHECK(all_eq(ipin, N / 2, 0) && all_eq(ipin + N / 2, N / 2, 3));
+
+    cublasDestroy(h);
+    cudaFreeHost(pin), cudaFreeHost(ipin);
+    cudaFree(a), cudaFree(b), cudaFree(c);
+    cudaFree(keys), cudaFree(vals), cudaFree(kout), cudaFree(vout);
+    cudaStreamDestroy(st);
+}
+
 // An NCCL collective starts after its stream's earlier work, including an event wait: without the
 // wait it reads the input before the producer on another stream wrote it.
 static int nccl_round(ncclComm_t comm, int seed, int with_wait)
@@ -285,6 +342,7 @@ int main(void)
     TEST_RUN(test_pinned_reuse);
     TEST_RUN(test_args_by_value);
     TEST_RUN(test_query_and_free_async);
+    TEST_RUN(test_library_calls_ordered);
     TEST_RUN(test_nccl_waits_for_event);
     emu_defer_set(0, 0);
     return test_summary();
