@@ -6,7 +6,8 @@
 // synchronised, a pinned staging buffer reused while its upload is queued, an NCCL collective
 // that does not wait for its input's event. Also: pageable copies behave as CUDA's (staged or
 // synchronous), launch arguments are taken at the call, cudaStreamQuery polls, cudaFreeAsync and
-// the emulated cuBLAS and CUB calls are stream-ordered. The test turns deferral on itself (emu_defer_set), so it runs in every build.
+// the emulated cuBLAS and CUB calls are stream-ordered. The test turns deferral on itself
+// (emu_defer_set), so it runs in every build.
 #include <cub/device/device_radix_sort.cuh>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

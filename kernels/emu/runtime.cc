@@ -425,7 +425,11 @@ int submit_grid(const launch_cfg &cfg, const void *kernel, void (*body)(void *),
     };
     job *j = new job{cfg, body, arg, drop};
     emu_stream_submit(
-        cfg.stream, [](void *p) { run_grid_now(((job *)p)->cfg, ((job *)p)->body, ((job *)p)->arg); },
+        cfg.stream,
+        [](void *p) {
+            job *k = (job *)p;
+            run_grid_now(k->cfg, k->body, k->arg);
+        },
         [](void *p) {
             job *k = (job *)p;
             k->drop(k->arg);
