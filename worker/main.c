@@ -216,8 +216,10 @@ static struct train_data data_view(const struct dataset_encoded *e)
     return (struct train_data){e->ids, e->len, e->labels, e->n, (int)e->max_len};
 }
 
-/* The final report: the evaluation metrics plus how training went. */
-static int write_report(struct worker *w, const struct train_result *r, double setup_s)
+/* The final report: the evaluation metrics plus how training went. On a GPU (go) the evaluation
+ * runs there too. */
+static int write_report(struct worker *w, const struct train_result *r, double setup_s,
+                        const struct train_gpu_opts *go)
 {
     struct eval_counts ec;
     const char *names[DATASET_MAX_LABELS];
@@ -232,7 +234,12 @@ static int write_report(struct worker *w, const struct train_result *r, double s
     if (w->eval_enc.n) {
         struct train_data ev = data_view(&w->eval_enc);
         int eb = w->cfg.eval_batch_size ? w->cfg.eval_batch_size : w->cfg.batch_size;
-        train_evaluate(&w->model, &ev, eb, &ec);
+        if (w->gpu < 0)
+            train_evaluate(&w->model, &ev, eb, &ec);
+        else if (train_gpu_evaluate(&w->model, &ev, eb, go, &ec) < 0) {
+            eval_cleanup(&ec); /* the device model for eval batches: message printed */
+            return DIST_EXIT_CONFIG;
+        }
         rep = eval_report_json(&ec, names);
         struct eval_metrics em;
         eval_compute(&ec, &em);
@@ -656,7 +663,7 @@ int main(int argc, char **argv)
             w.env.rank,
             (unsigned long long)hash_fnv1a64(w.model.params, w.model.n_params * sizeof(float)),
             tr.steps);
-    rc = write_report(&w, &tr, setup);
+    rc = write_report(&w, &tr, setup, &go);
 out:
     if (w.writer) /* a checkpoint may still be copying the moments freed next */
         ckpt_writer_fence(w.writer);

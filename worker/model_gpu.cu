@@ -516,6 +516,13 @@ extern "C" void model_gpu_read_stats(struct model_gpu *g, double *loss_sum, floa
         *grad_norm_out = nrm;
 }
 
+extern "C" void model_gpu_read_logits(struct model_gpu *g, float *logits)
+{
+    size_t n = (size_t)g->B * g->m->cfg.classes;
+    CUDA_CHECK(cudaMemcpyAsync(logits, g->logits, n * sizeof(float), cudaMemcpyDeviceToHost, g->s));
+    CUDA_CHECK(cudaStreamSynchronize(g->s));
+}
+
 extern "C" float model_gpu_last_loss(struct model_gpu *g)
 {
     float l[1024];

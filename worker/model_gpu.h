@@ -91,6 +91,8 @@ void model_gpu_end_step(struct model_gpu *g);
 void model_gpu_read_stats(struct model_gpu *g, double *loss_sum, float *grad_norm);
 /* Mean of the last forward's per-example losses (waits). */
 float model_gpu_last_loss(struct model_gpu *g);
+/* Device -> host: the last forward's logits, B x classes floats (waits). */
+void model_gpu_read_logits(struct model_gpu *g, float *logits);
 /* Waits until everything enqueued so far is done. */
 void model_gpu_sync(struct model_gpu *g);
 struct CUstream_st *model_gpu_stream(struct model_gpu *g);

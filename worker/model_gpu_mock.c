@@ -205,6 +205,11 @@ void model_gpu_read_stats(struct model_gpu *g, double *loss_sum, float *grad_nor
     g->loss_acc = 0.0;
 }
 
+void model_gpu_read_logits(struct model_gpu *g, float *logits)
+{
+    memcpy(logits, g->dm.logits, (size_t)g->dm.B * g->dm.cfg.classes * sizeof(float));
+}
+
 float model_gpu_last_loss(struct model_gpu *g)
 {
     double s = 0.0;

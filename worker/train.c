@@ -294,7 +294,8 @@ out:
     return rc;
 }
 
-void train_evaluate(struct model *m, const struct train_data *d, int batch, struct eval_counts *e)
+void train_evaluate_fn(const struct train_data *d, int batch, train_eval_fn fn, void *ctx,
+                       struct eval_counts *e)
 {
     int *tok = xmallocarray((size_t)batch * d->max_len, sizeof(int));
     int *len = xmallocarray((size_t)batch, sizeof(int));
@@ -307,9 +308,24 @@ void train_evaluate(struct model *m, const struct train_data *d, int batch, stru
         for (int b = 0; b < B; b++)
             idx[b] = start + (size_t)b;
         int T = train_gather(d, idx, B, tok, len, lab, &ntok);
-        float l = model_forward(m, tok, len, lab, B, T);
-        eval_add_logits(e, d->labels + start, m->logits, (size_t)B);
+        const float *logits = NULL;
+        float l = fn(ctx, tok, len, lab, B, T, &logits);
+        eval_add_logits(e, d->labels + start, logits, (size_t)B);
         eval_add_loss(e, (double)l * B, (uint64_t)B);
     }
     free(tok), free(len), free(lab), free(idx);
+}
+
+static float cpu_eval_forward(void *ctx, const int *tok, const int *len, const int *lab, int B,
+                              int T, const float **logits)
+{
+    struct model *m = ctx;
+    float l = model_forward(m, tok, len, lab, B, T);
+    *logits = m->logits;
+    return l;
+}
+
+void train_evaluate(struct model *m, const struct train_data *d, int batch, struct eval_counts *e)
+{
+    train_evaluate_fn(d, batch, cpu_eval_forward, m, e);
 }

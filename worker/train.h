@@ -138,5 +138,12 @@ void train_log_progress(const struct train_opts *o, const char *device, long ste
 
 /* Runs the model over d in batches (no gradients) and adds predictions and losses to e. */
 void train_evaluate(struct model *m, const struct train_data *d, int batch, struct eval_counts *e);
+/* The same loop over any forward: fn runs one batch (train_gather's layout, labels given) and
+ * returns its mean loss, with *logits pointing at its (B, classes) logits until the next call.
+ * train_gpu_evaluate's device forward uses it. */
+typedef float (*train_eval_fn)(void *ctx, const int *tok, const int *len, const int *lab, int B,
+                               int T, const float **logits);
+void train_evaluate_fn(const struct train_data *d, int batch, train_eval_fn fn, void *ctx,
+                       struct eval_counts *e);
 
 #endif /* GANTRY_TRAIN_H */

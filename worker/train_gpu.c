@@ -401,3 +401,44 @@ out:
     free(lp.perm), free(lp.idx), free(lp.tok), free(lp.len), free(lp.lab);
     return rc;
 }
+
+/* ---- evaluation on the device ---- */
+
+struct gpu_eval {
+    struct model_gpu *g;
+    float *logits; /* (batch, classes) on the host */
+};
+
+static float gpu_eval_forward(void *ctx, const int *tok, const int *len, const int *lab, int B,
+                              int T, const float **logits)
+{
+    struct gpu_eval *ge = ctx;
+    model_gpu_batch(ge->g, tok, len, lab, B, T);
+    model_gpu_forward(ge->g);
+    model_gpu_read_logits(ge->g, ge->logits);
+    *logits = ge->logits;
+    return model_gpu_last_loss(ge->g);
+}
+
+int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,
+                       const struct train_gpu_opts *go, struct eval_counts *e)
+{
+    struct train_gpu_opts gdef;
+    struct gpu_eval ge;
+    char err[256];
+    if (!go) {
+        train_gpu_opts_default(&gdef);
+        go = &gdef;
+    }
+    unsigned flags = (go->bf16 ? MODEL_GPU_BF16 : 0) |
+                     (go->fused_attention ? MODEL_GPU_FUSED_ATTENTION : 0);
+    if (!(ge.g = model_gpu_new(m, batch, flags, err, sizeof(err)))) {
+        fprintf(stderr, "gantry-worker: evaluation on the GPU: %s\n", err);
+        return -1;
+    }
+    ge.logits = xmallocarray((size_t)batch * m->cfg.classes, sizeof(float));
+    train_evaluate_fn(d, batch, gpu_eval_forward, &ge, e);
+    free(ge.logits);
+    model_gpu_free(ge.g);
+    return 0;
+}

@@ -8,8 +8,8 @@
  *   - m (host) holds the parameters at entry (initial or resumed, with o->opt's moments and t);
  *     they are uploaded once. At every checkpoint, and at return, parameters and moments are
  *     copied back into m->params and *o->opt, so a checkpoint is the same fp32 host tensors as on
- *     the CPU (a GPU checkpoint resumes on the CPU and back) and evaluation after training can
- *     run on the host model (train_evaluate).
+ *     the CPU (a GPU checkpoint resumes on the CPU and back); evaluation after training runs on
+ *     the GPU from them (train_gpu_evaluate) or on the host model (train_evaluate).
  *   - o->reduce, when set, sums DEVICE memory across ranks (reduce_ctx is an nccl struct coll,
  *     worker/coll_nccl.h): the gradient buffer of n_params + 2 floats (the gradients, then the
  *     step's loss sum and example count), in one call after backward or bucket by bucket during
@@ -76,6 +76,12 @@ int train_gpu_run(struct model *m, const struct train_data *d, const struct trai
 /* The same with explicit GPU settings (go NULL: the defaults). */
 int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct train_opts *o,
                        const struct train_gpu_opts *go, struct train_result *res);
+/* train_evaluate on the selected GPU: m's parameters (the host copy) uploaded to a device model
+ * for batches of `batch` with go's precision and attention (NULL: the defaults), forward only;
+ * the same predictions and mean losses as the host model up to the GPU's rounding. 0, or -1 with
+ * a message on stderr when the device model cannot be built. */
+int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,
+                       const struct train_gpu_opts *go, struct eval_counts *e);
 #else
 static inline int train_gpu_check(const char *model_type, char *err, size_t errlen)
 {
@@ -107,6 +113,12 @@ static inline int train_gpu_run_opts(struct model *m, const struct train_data *d
                                      struct train_result *res)
 {
     (void)m, (void)d, (void)o, (void)go, (void)res;
+    return -1;
+}
+static inline int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,
+                                     const struct train_gpu_opts *go, struct eval_counts *e)
+{
+    (void)m, (void)d, (void)batch, (void)go, (void)e;
     return -1;
 }
 #endif
