@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <new>
 #include <set>
 #include <vector>
 
@@ -114,6 +115,19 @@ static const size_t STACK_BYTES =
 static const size_t GUARD = 4096;
 
 // Per host thread: the block being run and its fibers.
+
+/* Dynamic shared memory starts 128-byte aligned, as on a GPU when a kernel has no static shared
+ * memory before it (wmma's loads and stores need 32 bytes, checked in include/mma.h). */
+template <typename T> struct smem_allocator {
+    typedef T value_type;
+    smem_allocator() = default;
+    template <typename U> smem_allocator(const smem_allocator<U> &) {}
+    T *allocate(size_t n) { return (T *)::operator new(n * sizeof(T), std::align_val_t(128)); }
+    void deallocate(T *p, size_t) { ::operator delete(p, std::align_val_t(128)); }
+    template <typename U> bool operator==(const smem_allocator<U> &) const { return true; }
+    template <typename U> bool operator!=(const smem_allocator<U> &) const { return false; }
+};
+
 struct sched {
     ctx main;
     std::vector<fiber> f;
@@ -127,7 +141,7 @@ struct sched {
     unsigned bar_gen;
     void (*body)(void *);
     void *arg;
-    std::vector<unsigned char> smem;
+    std::vector<unsigned char, smem_allocator<unsigned char>> smem;
     uint64_t rng;
 #ifdef EMU_ASAN
     void *fake_main;

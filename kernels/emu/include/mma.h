@@ -13,6 +13,8 @@
  *     missing __syncwarp/__syncthreads between lanes writing shared memory and a load, or between
  *     a store and other lanes reading it, reads stale data (the lanes run one after another
  *     between barriers, in a shuffled order);
+ *   - pointers must be 32-byte aligned and ldm a multiple of 16 bytes (abort otherwise; dynamic
+ *     shared memory starts 128-byte aligned, as on a GPU);
  *   - products are formed from the operands' bf16 values and summed in fp32, as tensor cores do
  *     (their order of summation inside a 16-wide k step is not specified; this sums in k order).
  */
@@ -22,8 +24,23 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
 namespace nvcuda {
 namespace wmma {
+
+/* CUDA's requirements on every wmma load and store: a 256-bit aligned pointer and a leading
+ * dimension that is a multiple of 16 bytes; a GPU gives wrong results or faults otherwise. */
+template <typename T> static inline void emu_wmma_check(const char *op, const T *p, unsigned ldm)
+{
+    if ((uintptr_t)p % 32 || (ldm * sizeof(T)) % 16) {
+        fprintf(stderr, "emu: wmma::%s: pointer %p must be 32-byte aligned and ldm %u a multiple "
+                        "of %zu elements (16 bytes)\n", op, (const void *)p, ldm, 16 / sizeof(T));
+        abort();
+    }
+}
 
 struct matrix_a {};
 struct matrix_b {};
@@ -69,6 +86,7 @@ static inline void fill_fragment(fragment<Use, M, N, K, T, Layout> &f, T v)
 template <typename F, typename T>
 static inline void emu_wmma_load(F &f, const T *p, unsigned ldm, bool col)
 {
+    emu_wmma_check("load_matrix_sync", p, ldm);
     for (int r = 0; r < F::rows; r++)
         for (int c = 0; c < F::cols; c++)
             f.x[r * F::cols + c] = col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
@@ -100,6 +118,7 @@ static inline void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, 
                                      layout_t layout)
 {
     typedef fragment<accumulator, M, N, K, T> F;
+    emu_wmma_check("store_matrix_sync", p, ldm);
     for (int e = emu::lane_id(); e < F::num_elements; e += 32) {
         int r = e / F::cols, c = e % F::cols;
         p[layout == mem_col_major ? (size_t)c * ldm + r : (size_t)r * ldm + c] = f.x[e];
