@@ -34,7 +34,8 @@ spec:
       for i in \$(seq 60); do nslookup \$name >/dev/null 2>&1 && break; sleep 1; done
       nslookup \$name >/dev/null 2>&1 || { echo "a could not resolve \$name"; exit 1; }
       echo "a resolved \$name"
-      got=\$(echo hello-from-a | nc -l -p 7000)
+      # stdin stays open: busybox nc quits at its stdin's end, and b's bytes may come after
+      got=\$( (echo hello-from-a; sleep 10) | nc -l -p 7000)
       echo "a got: \$got"
 ---
 apiVersion: v1
