@@ -168,7 +168,8 @@ static int check_cpu(struct model *m, struct model_gpu *g, const struct opts *o,
         bad += !ok;
     }
     adamw_cleanup(&opt);
-    printf("check-cpu (%s, tol %.0e relative): %s\n", o->bf16 ? "bf16 GEMMs" : "fp32", tol,
+    printf("check-cpu (%s, %s attention, tol %.0e relative): %s\n",
+           o->bf16 ? "bf16 GEMMs" : "fp32", o->fused ? "fused" : "unfused", tol,
            bad ? "FAILED" : "OK");
     return bad;
 }
