@@ -373,6 +373,10 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     if (attention && strcmp(attention, "fused") == 0 && device && strcmp(device, "cuda"))
         errf(e, "spec.training.attention: fused is a GPU kernel and needs device: cuda (GPUs: "
                 "spec.gpusPerReplica > 0); remove attention on the CPU");
+    /* the fused kernels' largest head (kernels/gpu.h ATTENTION_FUSED_MAX_HS) */
+    if (attention && strcmp(attention, "fused") == 0 && heads > 0 && hidden / heads > 128)
+        errf(e, "spec.training.attention: fused takes head sizes (model.hidden / model.heads) up "
+                "to 128, got %lld; use more heads or attention: unfused", hidden / heads);
     if (seq == 1 && !json_is_false(json_object_get(data, "clsSep")))
         errf(e, "spec.training.model.maxSeqLen: 1 leaves no room for [CLS] and [SEP]; use at "
                 "least 2, or set spec.training.data.clsSep: false");

@@ -189,6 +189,10 @@ static void test_errors_name_the_field(void)
          "spec.training.precision: bf16 needs device: cuda"},
         {"{\"training\":{\"attention\":\"fused\"}}",
          "spec.training.attention: fused is a GPU kernel and needs device: cuda"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"fused\",\"model\":{\"hidden\":512,"
+         "\"heads\":2}}}",
+         "spec.training.attention: fused takes head sizes (model.hidden / model.heads) up to 128, "
+         "got 256"},
         {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"flash\"}}",
          "spec.training.attention: unsupported value \"flash\"; use one of unfused|fused"},
         {"{\"gpusPerReplica\":1,\"training\":{\"precision\":\"fp16\"}}",

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/gpu.h" /* ATTENTION_FUSED_MAX_HS */
 #include "worker/train_plan.h"
 
 enum ftype { F_STR, F_INT, F_I64, F_DBL, F_BOOL, F_ENUM };
@@ -386,6 +387,12 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
     if (!strcmp(c->attention, "fused") && strcmp(c->device, "cuda")) {
         snprintf(err, errlen, "training.attention: fused is a GPU kernel and needs device: cuda; "
                               "set device: cuda, or remove attention (the CPU has one attention)");
+        return CFG_EBAD;
+    }
+    if (!strcmp(c->attention, "fused") && c->hidden / c->heads > ATTENTION_FUSED_MAX_HS) {
+        snprintf(err, errlen, "training.attention: fused takes head sizes (model.hidden / "
+                              "model.heads) up to %d, got %d; use more heads or attention: unfused",
+                 ATTENTION_FUSED_MAX_HS, c->hidden / c->heads);
         return CFG_EBAD;
     }
     if (c->cls_sep && c->max_seq_len < 2) {

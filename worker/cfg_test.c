@@ -156,6 +156,10 @@ static void test_attention(void)
     check_gpu_choice("attention", "GANTRY_ATTENTION", "unfused", "fused",
                      offsetof(struct cfg, attention),
                      "training.attention: fused is a GPU kernel and needs device: cuda");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"attention\": \"fused\", "
+               "\"model\": {\"hidden\": 512, \"heads\": 2}}",
+               "training.attention: fused takes head sizes (model.hidden / model.heads) up to 128, "
+               "got 256");
 }
 
 /* training.gradBucketMB: default TRAIN_BUCKET_MB (4); file, env GANTRY_GRAD_BUCKET_MB (the
