@@ -34,7 +34,12 @@ extern "C" int gpu_select_device(int local_rank)
         return -1;
     }
     int dev = local_rank < 0 ? 0 : local_rank % n;
+    cudaDeviceProp prop;
     CUDA_CHECK(cudaSetDevice(dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    /* One line per rank, so a log shows which GPU each rank trained on. */
+    fprintf(stderr, "gpu: local rank %d on GPU %d of %d: %s, %.0f GiB, sm_%d%d\n", local_rank,
+            dev, n, prop.name, (double)prop.totalGlobalMem / (1 << 30), prop.major, prop.minor);
     return dev;
 }
 

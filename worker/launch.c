@@ -28,13 +28,15 @@ struct rank {
     bool stopped;  /* exited after we signalled it */
 };
 
+static char say_prefix[64] = "gantry-run: ";
+
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
 {
     va_list ap;
 
     va_start(ap, fmt);
-    dist_vlog_line("gantry-run: ", fmt, ap);
+    dist_vlog_line(say_prefix, fmt, ap);
     va_end(ap);
 }
 
@@ -56,24 +58,27 @@ static void set_int(const char *name, int v)
 }
 
 /* In the child: the rank's environment, its own process group, the original signal mask. */
-static void exec_rank(const struct launch_opts *o, int rank, int port, const char *token,
+static void exec_rank(const struct launch_opts *o, int local, int port, const char *token,
                       const sigset_t *mask)
 {
+    const char *file = o->file ? o->file : o->argv[0];
+
     setpgid(0, 0);
-    setenv("GANTRY_RDZV_TOKEN", token, 0); /* one already in the environment wins */
+    if (token)
+        setenv("GANTRY_RDZV_TOKEN", token, 0); /* one already in the environment wins */
     setenv("MASTER_ADDR", o->master_addr, 1);
     set_int("MASTER_PORT", port);
-    set_int("WORLD_SIZE", o->nproc);
-    set_int("RANK", rank);
-    set_int("LOCAL_RANK", rank);
-    set_int("NODE_RANK", 0);
+    set_int("WORLD_SIZE", o->world_size > 0 ? o->world_size : o->nproc);
+    set_int("RANK", o->rank_base + local);
+    set_int("LOCAL_RANK", local);
+    set_int("NODE_RANK", o->node_rank);
     set_int("NPROC_PER_NODE", o->nproc);
     set_int("LOCAL_WORLD_SIZE", o->nproc);
     if (!getenv("GANTRY_JOB"))
         setenv("GANTRY_JOB", "local", 1);
     sigprocmask(SIG_SETMASK, mask, NULL);
-    execvp(o->argv[0], o->argv);
-    fprintf(stderr, "gantry-run: could not run %s: %s\n", o->argv[0], strerror(errno));
+    execvp(file, o->argv);
+    fprintf(stderr, "%scould not run %s: %s\n", say_prefix, file, strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
 }
 
@@ -148,7 +153,7 @@ static int root_cause(const struct rank *r, int n)
 }
 
 /* Waits for every rank; stops them all when one fails or a signal arrives. */
-static int supervise(struct rank *r, int n, int grace_ms, const sigset_t *set)
+static int supervise(struct rank *r, int n, int base, int grace_ms, const sigset_t *set)
 {
     int alive = n, result = 0, forwarded = 0;
     int64_t kill_at = -1;
@@ -160,8 +165,8 @@ static int supervise(struct rank *r, int n, int grace_ms, const sigset_t *set)
         if (f >= 0 && result == 0) {
             result = r[f].status;
             if (alive > 0 && kill_at < 0) {
-                say("rank %d (pid %d) exited with status %d; stopping the other %d rank(s)", f,
-                    (int)r[f].pid, r[f].status, alive);
+                say("rank %d (pid %d) exited with status %d; stopping the other %d rank(s)",
+                    base + f, (int)r[f].pid, r[f].status, alive);
                 signal_all(r, n, SIGTERM);
                 kill_at = dist_now_ms() + grace_ms;
             }
@@ -189,7 +194,7 @@ static int supervise(struct rank *r, int n, int grace_ms, const sigset_t *set)
         return 128 + forwarded;
     int rc = root_cause(r, n);
     if (rc >= 0 && r[rc].status != result)
-        say("reporting rank %d's status %d as the cause (the others followed it)", rc,
+        say("reporting rank %d's status %d as the cause (the others followed it)", base + rc,
             r[rc].status);
     return rc >= 0 ? r[rc].status : 0;
 }
@@ -202,9 +207,24 @@ int launch_run(const struct launch_opts *o)
     int port, rc;
     char token[65];
 
+    snprintf(say_prefix, sizeof(say_prefix), "%s: ", lo.name ? lo.name : "gantry-run");
     if (lo.nproc < 1 || !lo.argv || !lo.argv[0]) {
         say("--nproc must be >= 1 and a command is required (gantry-run --nproc N -- cmd ...)");
         return 64;
+    }
+    if (lo.world_size > 0) {
+        if (lo.rank_base < 0 || lo.node_rank < 0 || lo.rank_base > lo.world_size - lo.nproc) {
+            say("this node's ranks %d..%d do not fit WORLD_SIZE=%d (RANK is the node's first "
+                "rank, NODE_RANK x NPROC_PER_NODE; NPROC_PER_NODE=%d); fix the environment",
+                lo.rank_base, lo.rank_base + lo.nproc - 1, lo.world_size, lo.nproc);
+            return 64;
+        }
+        if (!lo.master_addr || lo.master_port <= 0) {
+            say("a node of a larger job needs MASTER_ADDR and MASTER_PORT (rank 0's store)");
+            return 64;
+        }
+    } else {
+        lo.rank_base = lo.node_rank = 0;
     }
     if (!lo.master_addr)
         lo.master_addr = "127.0.0.1";
@@ -215,7 +235,9 @@ int launch_run(const struct launch_opts *o)
         say("could not find a free port on %s; pass --master-port", lo.master_addr);
         return 69;
     }
-    make_token(token);
+    /* Standalone: one random token for the ranks; a node of a job uses the job's. */
+    if (lo.world_size <= 0)
+        make_token(token);
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
     sigaddset(&set, SIGINT);
@@ -227,7 +249,7 @@ int launch_run(const struct launch_opts *o)
         fflush(NULL);
         r[i].pid = fork();
         if (r[i].pid == 0)
-            exec_rank(&lo, i, port, token, &orig);
+            exec_rank(&lo, i, port, lo.world_size > 0 ? NULL : token, &orig);
         if (r[i].pid < 0) {
             say("fork failed: %s", strerror(errno));
             r[i].done = true;
@@ -239,7 +261,7 @@ int launch_run(const struct launch_opts *o)
         }
         setpgid(r[i].pid, r[i].pid); /* also here: no race with an early signal_all */
     }
-    rc = supervise(r, lo.nproc, lo.grace_ms, &set);
+    rc = supervise(r, lo.nproc, lo.rank_base, lo.grace_ms, &set);
 out:
     free(r);
     sigprocmask(SIG_SETMASK, &orig, NULL);

@@ -64,6 +64,62 @@ static void test_env(void)
     rmdir(dir);
 }
 
+/* Node mode: node 1 of a 5-rank job runs ranks 3 and 4 with the job's store and token. */
+static void test_node_env(void)
+{
+    char dir[] = "/tmp/launch_test.XXXXXX", path[256], line[512];
+    char *argv[] = {"sh", "-c",
+                    "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $NODE_RANK $NPROC_PER_NODE "
+                    "$LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $GANTRY_RDZV_TOKEN\" > "
+                    "$LT_DIR/$LOCAL_RANK",
+                    NULL};
+    struct launch_opts o = {.nproc = 2,
+                            .master_addr = "10.0.0.7",
+                            .master_port = 29400,
+                            .argv = argv,
+                            .name = "node-test",
+                            .world_size = 5,
+                            .rank_base = 3,
+                            .node_rank = 1};
+
+    TEST_CHECK(mkdtemp(dir) != NULL);
+    setenv("LT_DIR", dir, 1);
+    setenv("GANTRY_RDZV_TOKEN", "the-jobs-token", 1);
+    TEST_EQ_INT(launch_run(&o), 0);
+    for (int l = 0; l < 2; l++) {
+        int rank, lrank, world, node, nproc, lworld, port;
+        char addr[64], tok[128];
+        snprintf(path, sizeof(path), "%s/%d", dir, l);
+        FILE *f = fopen(path, "r");
+        TEST_CHECK(f != NULL);
+        if (!f)
+            continue;
+        TEST_CHECK(fgets(line, sizeof(line), f) != NULL);
+        fclose(f);
+        TEST_EQ_INT(sscanf(line, "%d %d %d %d %d %d %63s %d %127s", &rank, &lrank, &world, &node,
+                           &nproc, &lworld, addr, &port, tok),
+                    9);
+        TEST_EQ_INT(rank, 3 + l);
+        TEST_EQ_INT(lrank, l);
+        TEST_EQ_INT(world, 5);
+        TEST_EQ_INT(node, 1);
+        TEST_EQ_INT(nproc, 2);
+        TEST_EQ_INT(lworld, 2);
+        TEST_EQ_STR(addr, "10.0.0.7"); /* never connected to: the script only prints it */
+        TEST_EQ_INT(port, 29400);
+        TEST_EQ_STR(tok, "the-jobs-token"); /* the job's, not a new one */
+        unlink(path);
+    }
+    rmdir(dir);
+    unsetenv("GANTRY_RDZV_TOKEN");
+    /* ranks past the world, and a node without the job's store, are refused before any start */
+    o.rank_base = 4;
+    TEST_EQ_INT(launch_run(&o), 64);
+    o.rank_base = 3;
+    o.master_port = 0;
+    TEST_EQ_INT(launch_run(&o), 64);
+}
+
 static void test_all_ok(void)
 {
     TEST_EQ_INT(run(4, "exit 0"), 0);
@@ -141,6 +197,7 @@ static void test_dist_smoke(void)
 int main(void)
 {
     TEST_RUN(test_env);
+    TEST_RUN(test_node_env);
     TEST_RUN(test_all_ok);
     TEST_RUN(test_first_failure);
     TEST_RUN(test_killed_by_signal);

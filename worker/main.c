@@ -45,6 +45,7 @@
 #include "worker/dataset.h"
 #include "worker/dist.h"
 #include "worker/eval.h"
+#include "worker/launch.h"
 #include "worker/model.h"
 #include "worker/obs.h"
 #include "worker/train.h"
@@ -524,6 +525,29 @@ static void worker_cleanup(struct worker *w, bool ok)
     label_map_cleanup(&w->labels);
 }
 
+/* A pod of a job with NPROC_PER_NODE = G > 1 (gpusPerReplica: G, one process per GPU) starts
+ * one gantry-worker: it becomes the node's agent, like torchrun's, and runs this same program as
+ * the node's G ranks (RANK = the node's first rank + LOCAL_RANK), forwards signals to them, stops
+ * them all when one fails and exits with the failure that caused it (a permanent 64-78 before a
+ * retryable one). The ranks find it set LOCAL_RANK and train. */
+static int launch_node(const struct dist_env *e, char **argv)
+{
+    struct launch_opts lo = {.nproc = e->nproc_per_node,
+                             .master_addr = e->master_addr,
+                             .master_port = e->master_port,
+                             .argv = argv,
+                             .file = "/proc/self/exe",
+                             .name = "gantry-worker",
+                             .world_size = e->world_size,
+                             .rank_base = e->rank,
+                             .node_rank = e->node_rank};
+
+    fprintf(stderr, "gantry-worker: node %d: starting ranks %d..%d of %d (NPROC_PER_NODE=%d)\n",
+            e->node_rank, e->rank, e->rank + e->nproc_per_node - 1, e->world_size,
+            e->nproc_per_node);
+    return launch_run(&lo);
+}
+
 int main(int argc, char **argv)
 {
     static struct worker w; /* large; zero-initialised */
@@ -550,6 +574,8 @@ int main(int argc, char **argv)
     }
     if ((rc = dist_env_load(&w.env)))
         return dist_exit_code(rc);
+    if (w.env.nproc_per_node > 1 && !getenv("LOCAL_RANK"))
+        return launch_node(&w.env, argv);
     if (w.env.rank == 0 && getenv("GANTRY_GPU_BUCKET_MB")) /* read until 2026-11 */
         fprintf(stderr, "gantry-worker: GANTRY_GPU_BUCKET_MB is no longer read; the all-reduce "
                         "bucket size is training.gradBucketMB (GANTRY_GRAD_BUCKET_MB, "

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# gantry-worker as a pod of a job with several ranks per pod (NPROC_PER_NODE > 1, what the
+# operator sets for gpusPerReplica > 0), with real processes on loopback:
+#   train    two "pods" of a 4-rank job (RANK 0 and 2, NODE_RANK 0 and 1, NPROC_PER_NODE 2, no
+#            LOCAL_RANK) each start their 2 ranks; all 4 train to the end with the same final
+#            parameters, and match 4 ranks started one by one with the same environment
+#   fail     a rank killed with SIGKILL: the node stops its sibling and exits 137, the killed
+#            rank's status, not the sibling's 143 from being stopped
+#   sigterm  SIGTERM to a node's process reaches its ranks: it exits 143 (retryable) within 5 s
+#   env      a RANK that does not fit (RANK 3 + 2 ranks > WORLD_SIZE 4): exit 64 naming RANK
+# Usage: node_launch_test.sh /path/to/gantry-worker /path/to/worker/testdata
+set -euo pipefail
+bin=$1 data=$2
+tmp=$(mktemp -d)
+. "$(dirname "$0")/ranks_testlib.sh"
+
+cat >"$tmp/cfg.json" <<JSON
+{"training": {"model": {"hidden": 16, "heads": 2, "layers": 1, "maxSeqLen": 24},
+  "data": {"train": "$data/tiny.jsonl", "eval": "$data/tiny.jsonl", "minFreq": 1},
+  "epochs": 4, "batchSize": 2, "learningRate": "3e-3", "logInterval": 1, "threads": 1,
+  "scaleLearningRate": false}}
+JSON
+export OMP_WAIT_POLICY=passive GANTRY_PEER_TIMEOUT=10 GANTRY_RDZV_TIMEOUT=30
+unset LOCAL_RANK
+
+# start_node PORT RANK NODE TAG [ARGS...]: one pod's gantry-worker (no LOCAL_RANK) in the
+# background; its pid in node_pid, output in $tmp/TAG.out/.err
+start_node() {
+    local port=$1 rank=$2 node=$3 tag=$4
+    shift 4
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=4 RANK=$rank NODE_RANK=$node \
+        NPROC_PER_NODE=2 GANTRY_RDZV_TOKEN=n0de "$bin" --config "$tmp/cfg.json" "$@" \
+        >"$tmp/$tag.out" 2>"$tmp/$tag.err" &
+    node_pid=$!
+    pids+=($!)
+}
+
+# train: 2 nodes x 2 ranks; then the same job as 4 separately started ranks
+port=$(free_port)
+start_node "$port" 0 0 n0
+p0=$node_pid
+start_node "$port" 2 1 n1
+p1=$node_pid
+wait_rc "$p0"; rc0=$WRC
+wait_rc "$p1"; rc1=$WRC
+start_ranks "$tmp/unused" 4 one
+for r in 0 1 2 3; do wait_rc "${rank_pid[r]}"; [ "$WRC" = 0 ] || bad "separately started rank $r exited $WRC"; done
+ref=$(hash_of "$tmp/one.0.err")
+hashes=$(cat "$tmp/n0.err" "$tmp/n1.err" | grep -oE 'rank [0-9] final parameters fnv1a64 [0-9a-f]+' | sort)
+if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] &&
+    grep -q 'node 0: starting ranks 0..1 of 4' "$tmp/n0.err" &&
+    grep -q 'node 1: starting ranks 2..3 of 4' "$tmp/n1.err" &&
+    [ "$(awk '{print $2}' <<<"$hashes" | tr '\n' ' ')" = "0 1 2 3 " ] &&
+    [ "$(awk '{print $6}' <<<"$hashes" | sort -u)" = "$ref" ] && [ -n "$ref" ]; then
+    ok "train: 2 nodes x 2 ranks trained as ranks 0-3, final parameters $ref on all 4 = 4 ranks started one by one"
+else
+    bad "train: nodes exited $rc0/$rc1; hashes [$(tr '\n' ' ' <<<"$hashes")], separately started ranks: $ref"
+    tail -n 8 "$tmp/n0.err" "$tmp/n1.err"
+fi
+
+# fail: rank 3 (node 1's second child) killed with SIGKILL mid-training: node 1 stops rank 2
+# and exits 137, the killed rank's status (not rank 2's 143 from being stopped)
+port=$(free_port)
+start_node "$port" 0 0 f0 --epochs 100000
+p0=$node_pid
+start_node "$port" 2 1 f1 --epochs 100000
+p1=$node_pid
+for _ in $(seq 100); do grep -q '^step' "$tmp/f0.err" && break; sleep 0.2; done
+victim=$(pgrep -P "$p1" | sort -n | tail -1)
+kill -KILL "$victim"
+t0=$(ms)
+wait_rc "$p1"; rc1=$WRC
+t1=$(ms)
+kill -TERM "$p0" 2>/dev/null || true
+wait_rc "$p0"
+if [ "$rc1" = 137 ] && grep -q 'rank 3 (pid [0-9]*) exited with status 137; stopping the other 1' "$tmp/f1.err" &&
+    [ -z "$(pgrep -P "$p1")" ]; then
+    ok "fail: rank 3 killed (-9): node 1 stopped rank 2 and exited 137 in $((t1 - t0)) ms"
+else
+    bad "fail: node 1 exited $rc1 (want 137)"
+    tail -n 8 "$tmp/f1.err"
+fi
+
+# sigterm: a node's process forwards SIGTERM to its ranks and exits 143
+port=$(free_port)
+start_node "$port" 0 0 s0 --epochs 100000
+p0=$node_pid
+start_node "$port" 2 1 s1 --epochs 100000
+p1=$node_pid
+for _ in $(seq 100); do grep -q '^step' "$tmp/s0.err" && break; sleep 0.2; done
+t0=$(ms)
+kill -TERM "$p1"
+wait_rc "$p1"; rc1=$WRC
+t1=$(ms)
+kill -TERM "$p0" 2>/dev/null || true
+wait_rc "$p0"
+if [ "$rc1" = 143 ] && [ $((t1 - t0)) -lt 5000 ] && grep -q 'forwarding it to 2 rank' "$tmp/s1.err"; then
+    ok "sigterm: node 1 forwarded SIGTERM to its 2 ranks and exited 143 in $((t1 - t0)) ms"
+else
+    bad "sigterm: node 1 exited $rc1 after $((t1 - t0)) ms (want 143 within 5 s)"
+    tail -n 8 "$tmp/s1.err"
+fi
+
+# env: RANK 3 with 2 ranks per node does not fit a world of 4
+rc=0
+MASTER_ADDR=127.0.0.1 MASTER_PORT=1 WORLD_SIZE=4 RANK=3 NODE_RANK=1 NPROC_PER_NODE=2 \
+    GANTRY_RDZV_TOKEN=n0de "$bin" --config "$tmp/cfg.json" >/dev/null 2>"$tmp/env.err" || rc=$?
+if [ "$rc" = 64 ] && grep -q 'ranks 3..4 do not fit WORLD_SIZE=4' "$tmp/env.err"; then
+    ok "env: RANK 3 x 2 ranks in a world of 4: exit 64, '$(grep -o 'ranks 3..4 do not fit[^;]*' "$tmp/env.err")'"
+else
+    bad "env: exit $rc (want 64)"
+    cat "$tmp/env.err"
+fi
+exit $fail
