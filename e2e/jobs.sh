@@ -10,9 +10,11 @@ E2E_REPLICAS=${E2E_REPLICAS:-3}
 E2E_IMAGE=${E2E_IMAGE:-gantry-worker:0.1.0}
 
 # A TrainingJob on the SpamAssassin data with checkpoints on the shared claim.
-#   spam_job NAME [KEY=VALUE...]: epochs, maxSteps, interval, replicas, maxSeqLen, backoff
+#   spam_job NAME [KEY=VALUE...]: epochs, maxSteps, interval, replicas, maxSeqLen, backoff,
+#   gpus (gpusPerReplica), image, emuDevices (GANTRY_EMU_DEVICES in the worker: emulated GPUs)
 spam_job() {
     local name=$1 epochs=3 maxsteps=0 interval=40 replicas=$E2E_REPLICAS seqlen=128 backoff=2 kv
+    local gpus=0 image=$E2E_IMAGE env=''
     shift
     for kv in "$@"; do
         case $kv in
@@ -22,6 +24,9 @@ spam_job() {
             replicas=*) replicas=${kv#*=} ;;
             maxSeqLen=*) seqlen=${kv#*=} ;;
             backoff=*) backoff=${kv#*=} ;;
+            gpus=*) gpus=${kv#*=} ;;
+            image=*) image=${kv#*=} ;;
+            emuDevices=*) env="env: [{name: GANTRY_EMU_DEVICES, value: \"${kv#*=}\"}]" ;;
             *) echo "spam_job: unknown $kv" >&2; return 1 ;;
         esac
     done
@@ -33,8 +38,8 @@ metadata:
   labels: {app.kubernetes.io/part-of: gantry-e2e}
 spec:
   replicas: $replicas
-  gpusPerReplica: 0
-  image: $E2E_IMAGE
+  gpusPerReplica: $gpus
+  image: $image
   imagePullPolicy: IfNotPresent
   training:
     task: text-classification
@@ -57,6 +62,7 @@ spec:
       securityContext: {fsGroup: 65532}
       containers:
         - name: worker
+          ${env:+$env}
           resources:
             requests: {cpu: 100m, memory: 256Mi}
             limits: {memory: 2Gi}

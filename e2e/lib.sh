@@ -161,3 +161,18 @@ save_artifacts() { # DIR NAMESPACE...
     kc get events -A --sort-by=.lastTimestamp >"$dir/events-all.txt" 2>&1 || true
     kc get pv -o wide >"$dir/pv.txt" 2>&1 || true
 }
+
+# Emulated GPUs for a cluster without any (e2e scenario 7): the node advertises N nvidia.com/gpu
+# the way an extended resource is advertised by hand (a JSON patch of its status: capacity and
+# allocatable), so the scheduler places GPU pods there; with no device plugin for the resource
+# the kubelet admits them without allocating a device. gpu_node_unpatch removes both again.
+gpu_node_patch() { # NODE N
+    kc patch node "$1" --subresource=status --type=json -p "[
+        {\"op\":\"add\",\"path\":\"/status/capacity/nvidia.com~1gpu\",\"value\":\"$2\"},
+        {\"op\":\"add\",\"path\":\"/status/allocatable/nvidia.com~1gpu\",\"value\":\"$2\"}]"
+}
+gpu_node_unpatch() { # NODE
+    kc patch node "$1" --subresource=status --type=json -p '[
+        {"op":"remove","path":"/status/capacity/nvidia.com~1gpu"},
+        {"op":"remove","path":"/status/allocatable/nvidia.com~1gpu"}]'
+}

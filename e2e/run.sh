@@ -18,13 +18,20 @@
 #   4  invalid manifests refused by kubectl apply naming the field; a config the worker rejects
 #      ends Failed at once (exit 64-78) with the worker's message visible
 #   5  suspend and resume a running job; delete it and every child is garbage-collected
+#   7  GPU pods on emulated GPUs: the node advertises nvidia.com/gpu (patched, removed at the
+#      end), a 1-pod job with gpusPerReplica 2 gets the GPU limit and the memory-backed /dev/shm,
+#      its gantry-worker starts 2 ranks (one per GPU, NCCL between them through /dev/shm), a pod
+#      deleted mid-run resumes on the GPUs from its checkpoint, Succeeded; the worker image is
+#      gantry-worker-emu (the CUDA emulator, kernels/emu/), from a build without CUDA
 #   6  helm uninstall leaves no operator objects
 # On any failure: operator and worker logs, events, describe output in $ARTIFACTS (default
 # ./artifacts/e2e-<UTC time>). The last line is 'N passed, N failed'; exit 0 only with 0 failed.
 #
 # Environment: KUBECONFIG, ARTIFACTS, GANTRY_RUN (own cluster's state; /tmp/gantry-cluster-e2e),
 # GANTRY_FULL_WAIT (seconds to wait for another full cluster on this host to go; 900),
-# GANTRY_BUILD_DIR (binaries; default build/, built when missing), E2E_REPLICAS (3),
+# GANTRY_BUILD_DIR (binaries; default build/, built when missing), GANTRY_EMU_BUILD_DIR (a build
+# without CUDA for scenario 7's gantry-worker-emu: GANTRY_BUILD_DIR when it is one, else
+# build-emu/), E2E_REPLICAS (3),
 # E2E_MIN_ACCURACY (0.98), E2E_TRAIN_TIMEOUT (900 s per job), E2E_START_TIMEOUT (180 s without a
 # pod), E2E_KIND_CLUSTER, E2E_SKIP_IMAGES=1 (images already on the nodes), E2E_BUSYBOX_IMAGE.
 set -uo pipefail
@@ -36,13 +43,13 @@ E2E=$ROOT/e2e
 # shellcheck source=e2e/jobs.sh
 . "$E2E/jobs.sh"
 
-KEEP=0 BUILD=1 ONLY="4 1 2 3 5 6"
+KEEP=0 BUILD=1 ONLY="4 1 2 3 7 5 6"
 while [ $# -gt 0 ]; do
     case $1 in
         --keep) KEEP=1; shift ;;
         --only) ONLY=${2:?--only needs scenario numbers}; shift 2 ;;
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -54,7 +61,7 @@ E2E_TRAIN_TIMEOUT=${E2E_TRAIN_TIMEOUT:-900}
 RELEASE=gantry RELEASE_NS=gantry-system
 NS=gantry-e2e-$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
 CLUSTER_RUN=${GANTRY_RUN:-/tmp/gantry-cluster}
-OWN_CLUSTER=0 LOCAL_TIER=0 VOLDIR='' IMG_DIR='' CRD_EXISTED=1 INSTALLED=0
+OWN_CLUSTER=0 LOCAL_TIER=0 VOLDIR='' IMG_DIR='' CRD_EXISTED=1 INSTALLED=0 EMU_BUILD='' GPU_NODE=''
 T0=$SECONDS
 declare -A TIMES
 
@@ -116,6 +123,21 @@ build_binaries() {
         cmake --build "$b" --target gantry-operator gantry-worker gantry-run >"$ARTIFACTS/build.log" 2>&1 ||
             { tail -20 "$ARTIFACTS/build.log"; die "building gantry-operator, gantry-worker, gantry-run failed"; }
     fi
+    [[ " $ONLY " == *" 7 "* ]] || return 0
+    # Scenario 7's worker: gantry-worker-emu exists only in builds without CUDA (model.cmake).
+    if grep -q 'gantry-worker-emu' "$b/build.ninja" 2>/dev/null; then
+        EMU_BUILD=${GANTRY_EMU_BUILD_DIR:-$b}
+    else
+        EMU_BUILD=${GANTRY_EMU_BUILD_DIR:-$ROOT/build-emu}
+    fi
+    if [ $BUILD = 1 ]; then
+        if [ ! -f "$EMU_BUILD/build.ninja" ]; then
+            cmake -S "$ROOT" -B "$EMU_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGANTRY_CUDA=OFF \
+                >"$ARTIFACTS/cmake-configure-emu.log" 2>&1 || die "cmake configure of $EMU_BUILD failed ($ARTIFACTS/cmake-configure-emu.log)"
+        fi
+        cmake --build "$EMU_BUILD" --target gantry-worker-emu gantry-run >"$ARTIFACTS/build-emu.log" 2>&1 ||
+            { tail -20 "$ARTIFACTS/build-emu.log"; die "building gantry-worker-emu in $EMU_BUILD failed"; }
+    fi
 }
 
 load_images() {
@@ -124,7 +146,8 @@ load_images() {
     # hack/images.sh prints "<reference> <digest> -> <tar>" per image.
     # Into a folder of this run's own: the shared cache's tars may be another build's.
     IMG_DIR=$(mktemp -d /tmp/gantry-e2e-images.XXXXXX)
-    tars=$("$ROOT/hack/images.sh" --build-dir "$GANTRY_BUILD_DIR" --out "$IMG_DIR" | awk '{print $NF}') ||
+    tars=$("$ROOT/hack/images.sh" --build-dir "$GANTRY_BUILD_DIR" ${EMU_BUILD:+--emu-build-dir "$EMU_BUILD"} \
+        --out "$IMG_DIR" | awk '{print $NF}') ||
         die "hack/images.sh failed"
     [ -n "$tars" ] || die "hack/images.sh made no image"
     if [ $LOCAL_TIER = 1 ]; then
@@ -190,6 +213,7 @@ teardown() {
         return
     fi
     kc delete namespace "$NS" --wait=true --timeout=120s >/dev/null 2>&1 || true
+    [ -z "$GPU_NODE" ] || gpu_node_unpatch "$GPU_NODE" >/dev/null 2>&1 || true
     kc delete pv "$NS-data" "$NS-ckpt" --wait=false >/dev/null 2>&1 || true
     if [ $INSTALLED = 1 ]; then
         "$HELM" uninstall "$RELEASE" -n "$RELEASE_NS" --wait --timeout 120s >/dev/null 2>&1 || true
@@ -214,7 +238,7 @@ finish() {
     teardown
     local s
     printf '\ntimings:'
-    for s in setup install s1 s2 s3 s4 s5 s6; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
+    for s in setup install s1 s2 s3 s4 s5 s6 s7; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
     printf ' total=%ss\n' "$((SECONDS - T0))"
     if [ "$E2E_FAIL" -gt 0 ] || [ "$rc" != 0 ]; then
         echo "artifacts: $ARTIFACTS"
@@ -275,6 +299,7 @@ for n in $ONLY; do
         4) run_scenario 4 "invalid manifests and a config the worker rejects" ;;
         5) run_scenario 5 "suspend, resume, delete" ;;
         6) run_scenario 6 "helm uninstall" ;;
+        7) run_scenario 7 "GPU pods (gpusPerReplica 2) on emulated GPUs" ;;
         *) echo "unknown scenario $n" >&2 ;;
     esac
 done

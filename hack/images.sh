@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hack/images.sh: Gantry's container images, built here without Docker or a registry.
 #
-#   hack/images.sh [--build-dir DIR] [--cuda-build-dir DIR] [--out DIR] [--import]
+#   hack/images.sh [--build-dir DIR] [--cuda-build-dir DIR] [--emu-build-dir DIR] [--out DIR]
+#                  [--import]
 #
 # Makes one OCI image layout tar per image from the binaries already built in DIR (default:
 # build/): a root filesystem with the binary, its shared libraries (ldd) and a non-root user
@@ -14,6 +15,9 @@
 #   gantry-worker-cuda:<v>   the same from a GANTRY_CUDA=ON build (--cuda-build-dir), with the
 #                            CUDA runtime, cuBLAS and NCCL it links; the driver (libcuda) is left
 #                            to the NVIDIA container runtime
+#   gantry-worker-emu:<v>    test only (e2e scenario 7): gantry-worker-emu from a build without
+#                            CUDA (--emu-build-dir) as /usr/bin/gantry-worker: the GPU path on
+#                            GANTRY_EMU_DEVICES emulated GPUs (kernels/emu/), no GPU needed
 #
 # --out DIR   where the tars go (default: $GANTRY_CACHE/images)
 # --import    then import them into the running full cluster (hack/cluster.sh image-import,
@@ -27,14 +31,15 @@ CACHE=${GANTRY_CACHE:-$HOME/.cache/gantry}
 
 die() { printf 'images: %s\n' "$*" >&2; exit "${2:-1}"; }
 
-build=$ROOT/build cuda_build= out=$CACHE/images import=0
+build=$ROOT/build cuda_build= emu_build= out=$CACHE/images import=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-dir) build=$2; shift 2 ;;
     --cuda-build-dir) cuda_build=$2; shift 2 ;;
+    --emu-build-dir) emu_build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --import) import=1; shift ;;
-    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (try --help)" 64 ;;
     esac
 done
@@ -82,6 +87,15 @@ if [ -n "$cuda_build" ]; then
         "$cw" "$cuda_build/worker/gantry-run" \
         -- --env OMP_WAIT_POLICY=passive --env NVIDIA_VISIBLE_DEVICES=all \
         --env NVIDIA_DRIVER_CAPABILITIES=compute,utility
+fi
+if [ -n "$emu_build" ]; then
+    ew=$emu_build/worker/gantry-worker-emu
+    [ -x "$ew" ] || die "$ew not built: cmake --build $emu_build --target gantry-worker-emu (a build with GANTRY_CUDA=OFF)" 66
+    # Under the shipped name, so the image's entrypoint and the operator's pods are the same.
+    mkdir -p "$work/emu-bin"
+    cp "$ew" "$work/emu-bin/gantry-worker"
+    image gantry-worker-emu /usr/bin/gantry-worker "$work/emu-bin/gantry-worker" \
+        "$emu_build/worker/gantry-run" -- --env OMP_WAIT_POLICY=passive
 fi
 if [ "$import" = 1 ]; then
     "$HACK/cluster.sh" image-import "${tars[@]}"

@@ -12,6 +12,7 @@
 set -euo pipefail
 bin=$1 data=$2
 tmp=$(mktemp -d)
+# shellcheck source=worker/ranks_testlib.sh
 . "$(dirname "$0")/ranks_testlib.sh"
 
 cat >"$tmp/cfg.json" <<JSON
