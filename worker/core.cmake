@@ -37,7 +37,7 @@ set_tests_properties(gantry_worker_cli_test PROPERTIES TIMEOUT 120)
 # A pod with several ranks (NPROC_PER_NODE > 1): gantry-worker starts them itself.
 add_test(NAME gantry_worker_node_launch_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/node_launch_test.sh $<TARGET_FILE:gantry-worker>
-                 ${CMAKE_CURRENT_SOURCE_DIR}/testdata)
+                 ${CMAKE_CURRENT_SOURCE_DIR}/testdata $<TARGET_FILE:gantry-run>)
 set_tests_properties(gantry_worker_node_launch_test PROPERTIES TIMEOUT 120)
 
 # --device cuda end to end: trains on a GPU, or exits 78 naming training.device without one.

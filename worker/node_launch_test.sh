@@ -8,9 +8,11 @@
 #            rank's status, not the sibling's 143 from being stopped
 #   sigterm  SIGTERM to a node's process reaches its ranks: it exits 143 (retryable) within 5 s
 #   env      a RANK that does not fit (RANK 3 + 2 ranks > WORLD_SIZE 4): exit 64 naming RANK
-# Usage: node_launch_test.sh /path/to/gantry-worker /path/to/worker/testdata
+#   run      the same job outside Kubernetes: gantry-run --nproc 2 --nnodes 2 --node-rank 0|1 on
+#            two "hosts" ends with the same parameters; without the shared token: exit 64
+# Usage: node_launch_test.sh /path/to/gantry-worker /path/to/worker/testdata /path/to/gantry-run
 set -euo pipefail
-bin=$1 data=$2
+bin=$1 data=$2 run=$3
 tmp=$(mktemp -d)
 # shellcheck source=worker/ranks_testlib.sh
 . "$(dirname "$0")/ranks_testlib.sh"
@@ -111,5 +113,28 @@ if [ "$rc" = 64 ] && grep -q 'ranks 3..4 do not fit WORLD_SIZE=4' "$tmp/env.err"
 else
     bad "env: exit $rc (want 64)"
     cat "$tmp/env.err"
+fi
+
+# run: gantry-run as the two nodes' launcher (torchrun's --nnodes/--node-rank)
+port=$(free_port)
+for n in 0 1; do
+    GANTRY_RDZV_TOKEN=r4n "$run" --nproc 2 --nnodes 2 --node-rank $n --master-addr 127.0.0.1 \
+        --master-port "$port" -- "$bin" --config "$tmp/cfg.json" >"$tmp/r$n.out" 2>"$tmp/r$n.err" &
+    pids+=($!)
+    rp[n]=$!
+done
+wait_rc "${rp[0]}"; rc0=$WRC
+wait_rc "${rp[1]}"; rc1=$WRC
+hashes=$(cat "$tmp/r0.err" "$tmp/r1.err" | grep -oE 'rank [0-9] final parameters fnv1a64 [0-9a-f]+' | sort)
+rc=0
+GANTRY_RDZV_TOKEN='' "$run" --nproc 2 --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 \
+    --master-port "$port" -- "$bin" >/dev/null 2>"$tmp/notoken.err" || rc=$?
+if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && [ "$(awk '{print $2}' <<<"$hashes" | tr '\n' ' ')" = "0 1 2 3 " ] &&
+    [ "$(awk '{print $6}' <<<"$hashes" | sort -u)" = "$ref" ] && [ "$rc" = 64 ] &&
+    grep -q 'needs GANTRY_RDZV_TOKEN' "$tmp/notoken.err"; then
+    ok "run: gantry-run --nnodes 2 --node-rank 0|1: ranks 0-3 end with $ref; no token: exit 64"
+else
+    bad "run: gantry-run nodes exited $rc0/$rc1, hashes [$(tr '\n' ' ' <<<"$hashes")], no token: $rc"
+    tail -n 8 "$tmp/r0.err" "$tmp/r1.err" "$tmp/notoken.err"
 fi
 exit $fail
