@@ -35,9 +35,9 @@ extern "C" {
 struct CUstream_st; /* cudaStream_t */
 
 /* Selects this process's GPU, before gpu_init() and any allocation. One process per GPU: with
- * several visible devices, device local_rank % count (all of a pod's GPUs stay visible to every
- * rank, so NCCL can use NVLink peer access between them); with one visible device (a launcher
- * that sets CUDA_VISIBLE_DEVICES per rank), device 0. Logs the device chosen (index, name,
+ * several visible devices, device local_rank (all of a pod's GPUs stay visible to every rank, so
+ * NCCL can use NVLink peer access between them; a local rank past the last one is an error);
+ * with one visible device (a launcher that sets CUDA_VISIBLE_DEVICES per rank), device 0. Logs the device chosen (index, name,
  * memory) on stderr. Returns the device index, or -1 after printing why when no device is
  * usable. */
 int gpu_select_device(int local_rank);

@@ -33,6 +33,16 @@ extern "C" int gpu_select_device(int local_rank)
                 vis ? vis : "(unset)");
         return -1;
     }
+    /* Several ranks on one GPU would fail later inside NCCL ("duplicate GPU"); say it now. */
+    if (n > 1 && local_rank >= n) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        fprintf(stderr,
+                "Local rank %d has no GPU of its own: this process sees %d (CUDA_VISIBLE_DEVICES=%s)\n"
+                "HINT: one rank per GPU: NPROC_PER_NODE (gpusPerReplica) must not exceed the GPUs "
+                "the container gets (its nvidia.com/gpu limit)\n",
+                local_rank, n, vis ? vis : "(unset)");
+        return -1;
+    }
     int dev = local_rank < 0 ? 0 : local_rank % n;
     cudaDeviceProp prop;
     CUDA_CHECK(cudaSetDevice(dev));

@@ -5,6 +5,7 @@
 #   - with a device: trains on it (progress lines say "device":"cuda"), memorises the 6 examples,
 #     and model.type ngram with device cuda is refused (78, names model.type); --attention fused
 #     trains to the same final loss (1e-3 relative);
+#     with 2+ GPUs, LOCAL_RANK past the last one is refused (78, says how many it sees);
 #   - in every build: attention fused with device cpu is refused (78, names training.attention).
 # Usage: train_gpu_cli_test.sh /path/to/gantry-worker /path/to/worker/testdata
 set -euo pipefail
@@ -65,6 +66,15 @@ print("ok   attention fused trains like unfused (final loss %.6f vs %.6f)" % (f,
 PY
 else
     echo "FAIL attention fused: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -20; fail=1
+fi
+# a local rank past the visible GPUs (with 2 or more): refused before any NCCL "duplicate GPU"
+ngpu=${GANTRY_EMU_DEVICES:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
+if [ "${ngpu:-0}" -ge 2 ]; then
+    rc=0; LOCAL_RANK=$ngpu "$bin" --config "$tmp/cfg.json" >/dev/null 2>"$tmp/err" || rc=$?
+    [ "$rc" = 78 ] && grep -q "Local rank $ngpu has no GPU of its own: this process sees $ngpu" "$tmp/err" &&
+        grep -q "training.device: could not select a GPU for LOCAL_RANK $ngpu" "$tmp/err" &&
+        echo "ok   LOCAL_RANK $ngpu with $ngpu GPUs refused (78)" ||
+        { echo "FAIL LOCAL_RANK $ngpu with $ngpu GPUs: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -5; fail=1; }
 fi
 rc=0; "$bin" --config "$tmp/cfg.json" --model-type ngram >/dev/null 2>"$tmp/err" || rc=$?
 [ "$rc" = 78 ] && grep -q 'model.type' "$tmp/err" && echo "ok   ngram on cuda refused (78)" ||

@@ -81,6 +81,10 @@ foreach(t runtime gelu embed layernorm matmul attention pool crossentropy adamw 
     gantry_emu_target(${t}_gpu_emu_test)
 endforeach()
 
+# Device selection with two emulated GPUs (local ranks 0 and 1 on their own, 2 and up refused).
+add_test(NAME runtime_gpu_emu2_test COMMAND runtime_gpu_emu_test)
+set_tests_properties(runtime_gpu_emu2_test PROPERTIES LABELS emu ENVIRONMENT "GANTRY_EMU_DEVICES=2")
+
 # The emulator's own semantics (barriers, shuffles, launch and memory checks).
 gantry_emu_sources(_emu_test_cc ${_emu}/emu_test.cu)
 gantry_test(emu_test SOURCES ${_emu_test_cc} LIBS gantry_emu_rt gantry_common LABELS emu)
