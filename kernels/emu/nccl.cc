@@ -1,9 +1,11 @@
 // The gantry CUDA emulator's NCCL (kernels/emu/include/nccl.h): collectives between rank
-// processes on one host through one POSIX shared-memory object per communicator.
+// processes on one host through one POSIX shared-memory object per communicator (processes in
+// several pods of one node can share it through a common /dev/shm; a rank's device is then told
+// apart by its hostname's hash, as NCCL tells GPUs apart by host hash and bus id).
 //
 // The object: a header page, one 128-byte line per rank (its piece counter, which is also the
-// futex word its peers sleep on, its state, pid and device, and the descriptions of what its two
-// slots hold), then two slots per rank. A collective goes in pieces of at most one slot. For
+// futex word its peers sleep on, its state, pid, device and host, and the descriptions of what
+// its two slots hold), then two slots per rank. A collective goes in pieces of at most one slot. For
 // piece p (counted over the communicator's lifetime) a rank writes its part into its slot p & 1,
 // publishes p + 1 in its counter, waits until every rank's counter reaches p + 1, checks that
 // every rank's slot describes the same collective and piece, and reads what it needs: the
@@ -87,8 +89,26 @@ struct alignas(LINE) line {
     std::atomic<uint32_t> seq;   // pieces this rank has published
     std::atomic<uint32_t> state; // line_state
     int32_t pid, device;
-    desc d[2]; // what slot 0 and 1 hold
+    uint64_t host; // hash of the hostname: device d of two pods (hosts) is two GPUs
+    desc d[2];     // what slot 0 and 1 hold
 };
+static_assert(sizeof(line) == LINE, "one line per rank");
+
+// FNV-1a of the hostname (GANTRY_EMU_HOST instead, when set: tests play several hosts), as
+// NCCL tells GPUs apart by host hash and bus id.
+static uint64_t host_hash()
+{
+    char name[256] = "";
+    const char *e = getenv("GANTRY_EMU_HOST");
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (e && *e)
+        snprintf(name, sizeof(name), "%s", e);
+    else
+        gethostname(name, sizeof(name) - 1);
+    for (const char *p = name; *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    return h;
+}
 
 struct hdr {
     std::atomic<uint64_t> magic; // set last by the creator
@@ -750,6 +770,7 @@ ncclResult_t attach(ncclComm *c, int64_t deadline)
         }
         me->pid = (int32_t)getpid();
         me->device = device;
+        me->host = host_hash();
         uint32_t expect = FREE;
         if (!me->state.compare_exchange_strong(expect, JOINED)) {
             r = fail(c, ncclInvalidUsage, "ncclCommInitRank: rank %d joined twice", rank);
@@ -788,11 +809,12 @@ ncclResult_t wait_joined(ncclComm *c, int64_t deadline, int timeout_ms)
         futex_wait(&c->h->joined, j, SLICE_MS);
     }
     for (int r = 0; r < c->nranks; r++)
-        if (r != c->rank && c->lines[r].device == c->device)
+        if (r != c->rank && c->lines[r].device == c->device &&
+            c->lines[r].host == c->lines[c->rank].host)
             return fail(c, ncclInvalidUsage,
-                        "Duplicate GPU detected: rank %d and rank %d both on CUDA device %d (NCCL "
-                        "refuses this on GPUs too). HINT: GANTRY_EMU_DEVICES=<ranks> and "
-                        "cudaSetDevice(local rank)",
+                        "Duplicate GPU detected: rank %d and rank %d both on CUDA device %d of one "
+                        "host (NCCL refuses this on GPUs too). HINT: GANTRY_EMU_DEVICES=<ranks "
+                        "per host> and cudaSetDevice(local rank)",
                         c->rank, r, c->device);
     return ncclSuccess;
 }

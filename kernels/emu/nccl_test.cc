@@ -5,7 +5,8 @@
 // stream; the stream busy while a slow peer is late; a peer killed with SIGKILL while every rank
 // all-reduces (the others see an async error within a second, abort, exit cleanly); a hung
 // (SIGSTOPped) peer (a timeout, then the abort reaches the peer once it runs again); ranks that
-// call different collectives; init failures; non-blocking communicators (config.blocking = 0:
+// call different collectives; init failures (two ranks on one device of one host refused, of
+// two hosts accepted); non-blocking communicators (config.blocking = 0:
 // ncclInProgress from init, collectives and finalize until ncclCommGetAsyncError says otherwise,
 // a call before that refused, an init that waits for a missing rank aborted at once); and
 // nothing left in /dev/shm.
@@ -599,6 +600,35 @@ static int same_device_main(int rank, const job *j)
     return 0;
 }
 
+// Device 0 of two hosts (pods sharing /dev/shm) is two GPUs: the communicator works.
+static int two_hosts_main(int rank, const job *j)
+{
+    ncclComm_t c = NULL;
+    size_t n = 1000;
+    std::vector<float> h(n);
+    char host[32];
+
+    snprintf(host, sizeof(host), "host-%d", rank);
+    setenv("GANTRY_EMU_HOST", host, 1);
+    cudaSetDevice(0);
+    float *d = dev_floats(n);
+    if (!TEST_CHECK(ncclCommInitRank(&c, j->world, j->id, rank) == ncclSuccess))
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        h[i] = inexact(rank, i);
+    cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    TEST_EQ_INT(ncclAllReduce(d, d, n, ncclFloat, ncclSum, c, NULL), ncclSuccess);
+    cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != want(j->world, i, false)) {
+            TEST_CHECK(!"all-reduce result across hosts");
+            break;
+        }
+    TEST_EQ_INT(ncclCommDestroy(c), ncclSuccess);
+    cudaFree(d);
+    return 0;
+}
+
 static int bad_world_main(int rank, const job *j)
 {
     ncclComm_t c = NULL;
@@ -618,6 +648,8 @@ static void test_init_failures(void)
     TEST_EQ_INT(wait_pid(spawn(lonely_main, 0, &j), 20000), 0);
     j = new_job(2);
     run_ranks(j, same_device_main);
+    j = new_job(2);
+    run_ranks(j, two_hosts_main);
     j = new_job(2);
     pid_t p0 = spawn(bad_world_main, 0, &j), p1 = spawn(bad_world_main, 1, &j);
     TEST_EQ_INT(wait_pid(p0, 20000), 0);

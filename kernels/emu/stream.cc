@@ -534,6 +534,16 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
         return e;
     enter();
     if (!deferred()) {
+        /* On the legacy stream: after its external work (a collective on stream 0) and that of
+         * every blocking stream, not of cudaStreamNonBlocking ones. */
+        std::unique_lock<std::mutex> g(mu);
+        cv.wait(g, [] {
+            for (CUstream_st *x : streams)
+                if (x->busy && (x == &legacy || blocking(x)))
+                    return false;
+            return true;
+        });
+        g.unlock();
         if (bytes)
             memmove(dst, src, bytes);
         return cudaSuccess;
