@@ -21,8 +21,9 @@
 #   7  GPU pods on emulated GPUs: the node advertises nvidia.com/gpu (patched, removed at the
 #      end), a 1-pod job with gpusPerReplica 2 gets the GPU limit and the memory-backed /dev/shm,
 #      its gantry-worker starts 2 ranks (one per GPU, NCCL between them through /dev/shm), a pod
-#      deleted mid-run resumes on the GPUs from its checkpoint, Succeeded; the worker image is
-#      gantry-worker-emu (the CUDA emulator, kernels/emu/), from a build without CUDA
+#      deleted mid-run resumes on the GPUs from its checkpoint, Succeeded; then 2 pods x 2 GPUs,
+#      4 ranks in one communicator; the worker image is gantry-worker-emu (the CUDA emulator,
+#      kernels/emu/), from a build without CUDA
 #   6  helm uninstall leaves no operator objects
 # On any failure: operator and worker logs, events, describe output in $ARTIFACTS (default
 # ./artifacts/e2e-<UTC time>). The last line is 'N passed, N failed'; exit 0 only with 0 failed.
@@ -49,7 +50,7 @@ while [ $# -gt 0 ]; do
         --keep) KEEP=1; shift ;;
         --only) ONLY=${2:?--only needs scenario numbers}; shift 2 ;;
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done

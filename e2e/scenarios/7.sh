@@ -7,7 +7,9 @@
 # per GPU": the pod's nvidia.com/gpu limit and memory-backed /dev/shm, the pod's gantry-worker
 # starting 2 ranks (LOCAL_RANK 0 and 1 on GPU 0 and 1, NCCL between them through /dev/shm), a pod
 # deleted mid-run resuming on the GPUs from its checkpoint, and the job Succeeding with the same
-# final parameters on both ranks and a useful accuracy.
+# final parameters on both ranks and a useful accuracy. Then (local tier) 2 pods x 2 GPUs: 4
+# ranks, RANK 0 and 2 per pod, one NCCL communicator across the pods (the emulated NCCL goes
+# through /dev/shm, so both pods mount one host folder there; a real one would use the network).
 
 E2E_GPU_MIN_ACCURACY=${E2E_GPU_MIN_ACCURACY:-0.90}
 
@@ -20,7 +22,7 @@ scenario_7() {
         note "skipped: node $node already has $have nvidia.com/gpu (real GPUs; this scenario emulates them)"
         return 0
     fi
-    check "node $node advertises 2 nvidia.com/gpu (status patch: emulated GPUs)" gpu_node_patch "$node" 2 || return 0
+    check "node $node advertises 4 nvidia.com/gpu (status patch: emulated GPUs)" gpu_node_patch "$node" 4 || return 0
     GPU_NODE=$node
     spam_job "$job" replicas=1 gpus=2 emuDevices=2 "image=$image" maxSteps=40 interval=20 >"$f"
     check "kubectl apply -f spam-gpu.yaml (gpusPerReplica: 2, image $image)" kc -n "$NS" apply -f "$f" || return 0
@@ -60,5 +62,36 @@ scenario_7() {
     check "the eval report's accuracy (${acc:-none}) >= $E2E_GPU_MIN_ACCURACY after 40 steps" \
         python3 -c "import sys; sys.exit(0 if float('${acc:-0}') >= $E2E_GPU_MIN_ACCURACY else 1)"
     check "kubectl delete tj $job" kc -n "$NS" delete tj "$job" --wait=true --timeout=60s
+    scenario_7_two_pods "$image"
     check "the node's emulated GPUs are removed again" gpu_node_unpatch "$node" && GPU_NODE=''
+}
+
+# 2 pods x 2 emulated GPUs: one job of 4 ranks, every rank ending with the same parameters.
+scenario_7_two_pods() { # IMAGE
+    local job=spam-gpu4 f=$ARTIFACTS/spam-gpu4.yaml logs s i world
+    if [ "$LOCAL_TIER" != 1 ]; then
+        note "2 pods x 2 GPUs skipped: needs the local tier (a host folder shared as /dev/shm)"
+        return 0
+    fi
+    mkdir -p "$VOLDIR/shm" && chmod 1777 "$VOLDIR/shm"
+    spam_job "$job" replicas=2 gpus=2 emuDevices=2 "image=$1" maxSteps=30 interval=100 \
+        "shmHostPath=$VOLDIR/shm" >"$f"
+    check "kubectl apply -f spam-gpu4.yaml (2 pods x gpusPerReplica 2)" kc -n "$NS" apply -f "$f" || return 0
+    check "tj/$job reaches Succeeded" wait_tj_phase "$NS" "$job" Succeeded "$E2E_TRAIN_TIMEOUT"
+    logs=''
+    for i in 0 1; do
+        s=$(kc -n "$NS" logs "$job-worker-$i" -c worker 2>&1)
+        printf '%s\n' "$s" >"$ARTIFACTS/spam-gpu4-worker-$i.txt"
+        check "pod $i's gantry-worker started ranks $((2 * i))..$((2 * i + 1)) of 4" \
+            grep -q "node $i: starting ranks $((2 * i))\.\.$((2 * i + 1)) of 4" <<<"$s"
+        logs+=$s$'\n'
+    done
+    check "the template's own /dev/shm is kept (no gantry-shm volume added)" test -z \
+        "$(kc -n "$NS" get pod "$job-worker-0" -o 'jsonpath={.spec.volumes[?(@.name=="gantry-shm")].name}')"
+    s=$(grep -oE 'rank [0-3] final parameters fnv1a64 [0-9a-f]+ \(step 30\)' <<<"$logs" | awk '{print $6}' | sort | uniq -c)
+    note "final parameters: $(tr -s ' \n' ' ' <<<"$s")"
+    check "all 4 ranks end at step 30 with the same parameters" test "$(awk '$1 == 4' <<<"$s" | wc -l)" = 1
+    world=$(json_field "$(rank0_report "$NS" "$job")" 'r["train"]["world_size"]')
+    check "the report says world size 4 (got ${world:-none})" test "${world:-0}" = 4
+    check "kubectl delete tj $job" kc -n "$NS" delete tj "$job" --wait=true --timeout=60s
 }
