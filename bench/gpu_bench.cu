@@ -12,9 +12,9 @@
 // activation path would not (docs/gpu.md). --attention fused uses the fused attention kernels
 // (fp32, a log-sum-exp per row instead of the T x T probabilities) in either precision.
 //
-// MFU = model FLOPs per second / 989.4e12 (H100/H200 dense bf16, no sparsity), FLOPs counted as
-// 3 x forward (GEMMs 2*N*C*OC each, attention 4*B*T*T*C per layer, the full T x T: that is what
-// this implementation computes).
+// MFU = model FLOPs per second / 989.4e12 (H100/H200 dense bf16, no sparsity), FLOPs counted by
+// model_step_flops (worker/model.h): 3 x forward (GEMMs 2*N*C*OC each, attention 4*B*T*T*C per
+// layer, the full T x T: that is what this implementation computes).
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,15 +242,13 @@ int main(int argc, char **argv)
     {
         float ms = 0.0f;
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        double sec = ms / 1e3 / o.steps, C = o.C, F = 4.0 * o.C, Nf = (double)N;
-        double fwd = o.L * (2 * Nf * C * 3 * C + 2 * Nf * C * C + 4 * Nf * C * F +
-                            4.0 * o.B * o.T * (double)o.T * C) + 2.0 * o.B * C * o.K;
-        double mfu = 3 * fwd / sec / PEAK_BF16;
+        double sec = ms / 1e3 / o.steps, flops = model_step_flops(&cfg, o.B, o.T);
+        double mfu = flops / sec / PEAK_BF16;
         printf("gpu_bench %s on %s: %s, %s attention, B=%d T=%d C=%d L=%d NH=%d | %.2f ms/step | "
                "%.0f tok/s (%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
                o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.fused ? "fused" : "unfused",
                o.B, o.T, o.C, o.L, o.NH,
-               sec * 1e3, N / sec, real / sec, 3 * fwd / sec / 1e12, 100 * mfu,
+               sec * 1e3, N / sec, real / sec, flops / sec / 1e12, 100 * mfu,
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
                "\"attention\":\"%s\","
@@ -259,7 +257,7 @@ int main(int argc, char **argv)
                "\"tflops\":%.2f,\"mfu\":%.4f}\n",
                o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused", o.B,
                o.T, o.C, o.L, o.NH, o.steps,
-               sec * 1e3, N / sec, real / sec, 3 * fwd / sec / 1e12, mfu);
+               sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu);
     }
     phases(g, &oc, o.warmup + o.steps + 1, o.B);
 out:

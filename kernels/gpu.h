@@ -42,6 +42,12 @@ struct CUstream_st; /* cudaStream_t */
  * usable. */
 int gpu_select_device(int local_rank);
 
+/* The current device's dense peak in FLOP/s for bf16 tensor-core work (bf16 = 1) or plain fp32
+ * (bf16 = 0: no TF32, as the fp32 path runs), the denominator of MFU: GANTRY_PEAK_TFLOPS (a
+ * number, for a device the table lacks) when set, else by the device name (H100/H200/GH200 SXM,
+ * H100 PCIe/NVL, A100); 0 when unknown (logs then show TFLOP/s without MFU). */
+double gpu_peak_flops(int bf16);
+
 /* Creates the cuBLAS/cuBLASLt handles and the GEMM workspace on the current device, and makes the
  * default memory pool keep freed memory. Idempotent; launchers call it themselves when needed. */
 void gpu_init(void);

@@ -2,6 +2,8 @@
 #include "kernels/gpu_internal.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 struct gpu_rt gpu_rt_;
 
@@ -51,6 +53,33 @@ extern "C" int gpu_select_device(int local_rank)
     fprintf(stderr, "gpu: local rank %d on GPU %d of %d: %s, %.0f GiB, sm_%d%d\n", local_rank,
             dev, n, prop.name, (double)prop.totalGlobalMem / (1 << 30), prop.major, prop.minor);
     return dev;
+}
+
+extern "C" double gpu_peak_flops(int bf16)
+{
+    /* dense (no sparsity) TFLOP/s from NVIDIA's datasheets: bf16 tensor cores, fp32 CUDA cores */
+    static const struct {
+        const char *name;
+        double bf16, fp32;
+    } table[] = {{"H100 PCIe", 756.0, 51.2}, {"H100 NVL", 835.0, 60.0}, {"H100", 989.4, 66.9},
+                 {"H200", 989.4, 66.9},      {"A100", 312.0, 19.5}};
+    const char *e = getenv("GANTRY_PEAK_TFLOPS");
+    cudaDeviceProp prop;
+    int dev = 0;
+
+    if (e && *e) {
+        char *end;
+        double v = strtod(e, &end);
+        if (*end == '\0' && v > 0)
+            return v * 1e12;
+        fprintf(stderr, "gpu: GANTRY_PEAK_TFLOPS='%s' is not a positive number; ignored\n", e);
+    }
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+        return 0.0;
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) /* the first match: PCIe first */
+        if (strstr(prop.name, table[i].name))
+            return (bf16 ? table[i].bf16 : table[i].fp32) * 1e12;
+    return 0.0;
 }
 
 extern "C" void gpu_init(void)

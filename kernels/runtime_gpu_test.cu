@@ -1,5 +1,6 @@
 // The GPU runtime: device selection by local rank (GANTRY_EMU_DEVICES=1 and 2 on the emulator), and the fp32<->bf16 casts against the host's
 // round-to-nearest-even (bit-exact, NaN and infinities included).
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/gpu_testutil.h"
@@ -35,6 +36,26 @@ int main(void)
     }
     printf("gpu_select_device over %d device(s): %s\n", n, gt_failed ? "FAILED" : "OK");
     gpu_select_device(0);
+
+    /* the peak for MFU: the table's (0 for the emulator's name), GANTRY_PEAK_TFLOPS over it, a
+     * value that is not a positive number ignored */
+    unsetenv("GANTRY_PEAK_TFLOPS");
+    double p16 = gpu_peak_flops(1), p32 = gpu_peak_flops(0);
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (strstr(prop.name, "gantry CUDA emulator") && (p16 != 0.0 || p32 != 0.0))
+        gt_failed++, printf("gpu_peak_flops on the emulator: %g %g, want 0\n", p16, p32);
+    if (p16 < p32)
+        gt_failed++, printf("gpu_peak_flops: bf16 %g below fp32 %g\n", p16, p32);
+    setenv("GANTRY_PEAK_TFLOPS", "3.5", 1);
+    if (gpu_peak_flops(1) != 3.5e12 || gpu_peak_flops(0) != 3.5e12)
+        gt_failed++, printf("GANTRY_PEAK_TFLOPS=3.5: %g\n", gpu_peak_flops(1));
+    setenv("GANTRY_PEAK_TFLOPS", "-2", 1);
+    if (gpu_peak_flops(1) != p16)
+        gt_failed++, printf("GANTRY_PEAK_TFLOPS=-2 not ignored: %g\n", gpu_peak_flops(1));
+    unsetenv("GANTRY_PEAK_TFLOPS");
+    printf("gpu_peak_flops on %s: bf16 %.1f, fp32 %.1f TFLOP/s\n", prop.name, p16 / 1e12,
+           p32 / 1e12);
     gpu_init();
 
     const size_t cnt = 1 << 16;

@@ -65,6 +65,14 @@ uint64_t model_bigram_hash(int a, int b)
 /* ---------------------------------------------------------------------------------------------
  * Configuration and the tensor table
  * ------------------------------------------------------------------------------------------- */
+double model_step_flops(const struct model_config *c, int B, int T)
+{
+    double N = (double)B * T, C = c->hidden, F = c->ffn;
+    double layer = 2 * N * C * 3 * C /* qkv */ + 2 * N * C * C /* projection */ +
+                   2 * 2 * N * C * F /* MLP up and down */ + 4.0 * B * (double)T * T * C;
+    return 3 * (c->layers * layer + 2.0 * B * C * c->classes);
+}
+
 int model_config_check(const struct model_config *c, char *err, size_t errlen)
 {
 #define BAD(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)

@@ -95,6 +95,13 @@ struct model {
 /* Checks cfg; on error writes "field: why, what to do" to err and returns -1. */
 int model_config_check(const struct model_config *cfg, char *err, size_t errlen);
 
+/* Floating-point operations of one training step (forward + backward = 3 x forward) of the
+ * Transformer on a (B, T) batch, counted as computed: the GEMMs (2 x rows x in x out each:
+ * qkv, attention projection, the two MLP layers per layer; the classifier), and attention's
+ * two T x T products per layer (4 x B x T x T x C), padding included; elementwise work and
+ * embedding lookups are not counted. The numerator of MFU (gpu_bench, the GPU loop's logs). */
+double model_step_flops(const struct model_config *cfg, int B, int T);
+
 /* Allocates and initialises from seed. 0, or -1 with err set (bad config). model_cleanup()
  * frees everything; the model is not usable after a failed init (cleanup is still safe). */
 int model_init(struct model *m, const struct model_config *cfg, int max_batch, uint64_t seed,

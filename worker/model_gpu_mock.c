@@ -34,6 +34,12 @@ int gpu_select_device(int local_rank)
     return 0;
 }
 
+double gpu_peak_flops(int bf16)
+{
+    (void)bf16;
+    return 0.0; /* unknown: the logs show TFLOP/s without MFU */
+}
+
 int model_gpu_device_count(void)
 {
     return 1;

@@ -10,6 +10,7 @@
 #include "worker/model.h"
 
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #ifdef _OPENMP
@@ -54,6 +55,39 @@ static void test_layout_and_init(void)
     TEST_CHECK(m2.p.wte[0] != first);
     model_cleanup(&m);
     model_cleanup(&m2);
+}
+
+/* model_step_flops against the model's own tensor table: 6 x (rows) x (weight matrix entries)
+ * for every GEMM (the layers' 3-D weights on B*T rows, the classifier on B), plus attention's
+ * 12 x L x B x T x T x C; a matrix added to the model and not to the count fails here. */
+static void test_step_flops(void)
+{
+    struct model m;
+    char err[256];
+    const int bs[] = {1, 3, 8}, ts[] = {1, 6, 5};
+    TEST_EQ_INT(model_init(&m, &tiny, 8, 42, err, sizeof(err)), 0);
+    for (int k = 0; k < 3; k++) {
+        double rows = (double)bs[k] * ts[k], want = 0.0;
+        for (int i = 0; i < m.n_tensors; i++) {
+            const struct model_tensor *t = &m.tensors[i];
+            if (t->ndim == 3)
+                want += 6.0 * rows * (double)t->count;
+            else if (!strcmp(t->name, "clsw"))
+                want += 6.0 * bs[k] * (double)t->count;
+        }
+        want += 12.0 * tiny.layers * bs[k] * (double)ts[k] * ts[k] * tiny.hidden;
+        double got = model_step_flops(&tiny, bs[k], ts[k]);
+        if (!TEST_CHECK(fabs(got - want) <= 1e-9 * want))
+            fprintf(stderr, "       B=%d T=%d: %.0f FLOPs, the tensors say %.0f\n", bs[k], ts[k],
+                    got, want);
+    }
+    /* GPT-2-124M-sized (12 x 768, 3072 MLP, 2 classes), B=8 T=1024: 5.10 TFLOP per step
+     * (6 x 84.9M layer weights x 8192 tokens = 4.18, attention 0.93) */
+    struct model_config g = {.kind = MODEL_TRANSFORMER, .vocab = 50257, .classes = 2,
+                             .max_seq_len = 1024, .hidden = 768, .layers = 12, .heads = 12,
+                             .ffn = 3072, .pool = MODEL_POOL_MEAN};
+    TEST_CHECK(fabs(model_step_flops(&g, 8, 1024) / 1e12 - 5.1024) < 1e-3);
+    model_cleanup(&m);
 }
 
 static void test_config_errors(void)
@@ -402,6 +436,7 @@ static void test_matches_pytorch(void)
 int main(void)
 {
     TEST_RUN(test_layout_and_init);
+    TEST_RUN(test_step_flops);
     TEST_RUN(test_config_errors);
     TEST_RUN(test_transformer_gradcheck);
     TEST_RUN(test_transformer_cls_gradcheck);

@@ -69,11 +69,17 @@ int train_gather(const struct train_data *d, const size_t *idx, int B, int *tok,
 
 void train_log_progress(const struct train_opts *o, const char *device, long step, long total,
                         int epoch, double loss, float lr, float norm, double dt, long samples,
-                        long tokens, long steps)
+                        long tokens, long steps, double flops, double peak)
 {
     double ms = 1e3 * dt / (double)steps;
     int W = o->world_size > 0 ? o->world_size : 1;
     double sps = (double)samples * W / dt, tps = (double)tokens * W / dt;
+    double fps = flops > 0 ? flops / dt : 0.0; /* this rank's (device's) FLOP/s */
+    char perf[64] = "";
+    if (fps > 0 && peak > 0)
+        snprintf(perf, sizeof(perf), " | %.3g TFLOP/s | MFU %.1f%%", fps / 1e12, 100 * fps / peak);
+    else if (fps > 0)
+        snprintf(perf, sizeof(perf), " | %.3g TFLOP/s", fps / 1e12);
     if (o->json_out) {
         fprintf(o->json_out,
                 "{\"step\":%ld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.4f,"
@@ -81,13 +87,17 @@ void train_log_progress(const struct train_opts *o, const char *device, long ste
                 step, epoch, loss, (double)lr, (double)norm, sps, tps, ms);
         if (device)
             fprintf(o->json_out, ",\"device\":\"%s\"", device);
+        if (fps > 0)
+            fprintf(o->json_out, ",\"tflops\":%.4f", fps / 1e12);
+        if (fps > 0 && peak > 0)
+            fprintf(o->json_out, ",\"mfu\":%.5f", fps / peak);
         fputs("}\n", o->json_out);
         fflush(o->json_out);
     }
     if (o->human_out) {
         fprintf(o->human_out, "step %ld/%ld | epoch %d | loss %.4f | lr %.1e | %.1f ms | %.0f "
-                              "samples/s | %.1fk tok/s%s%s%s\n",
-                step, total, epoch + 1, loss, (double)lr, ms, sps, tps / 1e3,
+                              "samples/s | %.1fk tok/s%s%s%s%s\n",
+                step, total, epoch + 1, loss, (double)lr, ms, sps, tps / 1e3, perf,
                 device ? " (" : "", device ? device : "", device ? ")" : "");
         fflush(o->human_out);
     }
@@ -264,7 +274,7 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
                 double t = now_s();
                 res->last_loss = loss_sum / (double)logged;
                 train_log_progress(&ow, NULL, step, total, epoch, res->last_loss, lr, norm,
-                                   t - tlog, samples, lp.tokens, logged);
+                                   t - tlog, samples, lp.tokens, logged, 0.0, 0.0);
                 all_samples += samples, all_tokens += (double)lp.tokens;
                 samples = lp.tokens = logged = 0;
                 loss_sum = 0.0;

@@ -123,7 +123,9 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
  * (positions rank, rank + W, ..., wrapping so every rank gets ceil(n / W) examples and takes the
  * same number of steps), returns the count; train_gather: copies examples idx[0..B) into (B, T)
  * buffers with T = their longest length, adds their tokens to *ntok, returns T;
- * train_log_progress: the JSON and human progress lines (device: NULL, or a name both show).
+ * train_log_progress: the JSON and human progress lines (device: NULL, or a name both show;
+ * flops > 0: this rank's model FLOPs over the interval, shown as TFLOP/s, and with peak > 0, the
+ * device's peak FLOP/s, as MFU).
  * before_update (train_opts) is called before the parameters or moments are overwritten: the
  * optimizer step on the CPU, the device-to-host download on the GPU. */
 void train_shuffle(size_t *perm, size_t n, uint64_t seed, int epoch);
@@ -134,7 +136,7 @@ int train_gather(const struct train_data *d, const size_t *idx, int B, int *tok,
                  int *lab, long *ntok);
 void train_log_progress(const struct train_opts *o, const char *device, long step, long total,
                         int epoch, double loss, float lr, float norm, double dt, long samples,
-                        long tokens, long steps);
+                        long tokens, long steps, double flops, double peak);
 
 /* Runs the model over d in batches (no gradients) and adds predictions and losses to e. */
 void train_evaluate(struct model *m, const struct train_data *d, int batch, struct eval_counts *e);

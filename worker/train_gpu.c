@@ -268,6 +268,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     struct adamw own, *opt = o->opt ? o->opt : &own;
     struct gloop lp;
     double t0 = now_s(), tlog = t0, all_tokens = 0;
+    double flops = 0.0, peak; /* model FLOPs since the last log line; the device's peak FLOP/s */
     long all_samples = 0;
     struct train_gpu_opts gdef;
     struct comm *comm = NULL;
@@ -289,6 +290,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
         fprintf(stderr, "gantry-worker: %s\n", err);
         return -1;
     }
+    peak = gpu_peak_flops(go->bf16);
     if (o->reduce && go->bucket_bytes > 0 && nccl)
         enq = enq_new(nccl, lp.g, m, go->bucket_bytes);
     else if (o->reduce && go->bucket_bytes > 0)
@@ -319,6 +321,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                 const size_t *ix = lp.idx + start + mb;
                 int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
                 int T = train_gather(d, ix, B, lp.tok, lp.len, lp.lab, &lp.tokens);
+                flops += model_step_flops(&m->cfg, B, T);
                 model_gpu_batch(lp.g, lp.tok, lp.len, lp.lab, B, T);
                 model_gpu_forward(lp.g);
                 if (mb + (size_t)o->batch >= in_step) { /* the last: buckets final */
@@ -362,10 +365,10 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                 double t = now_s();
                 res->last_loss = lp.loss_sum / (double)logged;
                 train_log_progress(o, "cuda", step, total, epoch, res->last_loss, lr, norm,
-                                   t - tlog, samples, lp.tokens, logged);
+                                   t - tlog, samples, lp.tokens, logged, flops, peak);
                 all_samples += samples, all_tokens += (double)lp.tokens;
                 samples = lp.tokens = logged = 0;
-                lp.loss_sum = 0.0;
+                lp.loss_sum = flops = 0.0;
                 tlog = t;
             }
             if (o->stop && *o->stop) {

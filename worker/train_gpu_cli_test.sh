@@ -4,7 +4,8 @@
 #   - built with CUDA, no device visible: exit 78, the message names training.device;
 #   - with a device: trains on it (progress lines say "device":"cuda"), memorises the 6 examples,
 #     and model.type ngram with device cuda is refused (78, names model.type); --attention fused
-#     trains to the same final loss (1e-3 relative);
+#     trains to the same final loss (1e-3 relative); progress lines carry model TFLOP/s, and MFU
+#     with GANTRY_PEAK_TFLOPS (mfu = tflops / peak);
 #     with 2+ GPUs, LOCAL_RANK past the last one is refused (78, says how many it sees);
 #   - in every build: attention fused with device cpu is refused (78, names training.attention).
 # Usage: train_gpu_cli_test.sh /path/to/gantry-worker /path/to/worker/testdata
@@ -47,6 +48,10 @@ if [ "$rc" != 0 ]; then
     echo "FAIL device cuda: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -20; exit 1
 fi
 grep -q '"device":"cuda"' "$tmp/out" || { echo "FAIL no GPU progress line"; fail=1; }
+# model FLOP/s on every GPU progress line; MFU only with a known peak (GANTRY_PEAK_TFLOPS below)
+grep '"device":"cuda"' "$tmp/out" | grep -q '"tflops":' && ! grep -q '"mfu"' "$tmp/out" &&
+    echo "ok   progress lines carry tflops, no mfu without a known peak" ||
+    { echo "FAIL tflops/mfu in the progress lines:"; head -2 "$tmp/out"; fail=1; }
 python3 - "$tmp/report.json" <<'PY' || fail=1
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -55,8 +60,15 @@ assert r["train"]["steps"] == 80 and r["train"]["final_loss"] < 0.3, r["train"]
 print("ok   device cuda trains and reports (final loss %.4f)" % r["train"]["final_loss"])
 PY
 rc=0
-"$bin" --config "$tmp/cfg.json" --attention fused --report "$tmp/fused.json" >"$tmp/out" \
-    2>"$tmp/err" || rc=$?
+GANTRY_PEAK_TFLOPS=0.5 "$bin" --config "$tmp/cfg.json" --attention fused \
+    --report "$tmp/fused.json" >"$tmp/out" 2>"$tmp/err" || rc=$?
+python3 - "$tmp/out" <<'PY' && grep -qE '^step .*TFLOP/s \| MFU [0-9.]+%' "$tmp/err" || fail=1
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"step"')]
+assert lines and all(abs(l["mfu"] - l["tflops"] / 0.5) <= 1e-4 + 1e-3 * l["mfu"] for l in lines), lines[:2]
+print("ok   GANTRY_PEAK_TFLOPS=0.5: mfu = tflops / 0.5 on %d lines (%.4f TFLOP/s, MFU %.2f%%)"
+      % (len(lines), lines[-1]["tflops"], 100 * lines[-1]["mfu"]))
+PY
 if [ "$rc" = 0 ]; then
     python3 - "$tmp/report.json" "$tmp/fused.json" <<'PY' || fail=1
 import json, sys
