@@ -29,6 +29,7 @@ static const double allreduce_bounds[METRICS_NUM_ALLREDUCE_BUCKETS] = {
 struct point {
     double t;
     int64_t step, samples, tokens;
+    double flops; /* this rank's model FLOPs */
 };
 
 struct eval_value {
@@ -39,6 +40,7 @@ struct eval_value {
 /* Everything a rendering needs, copied out under the lock. */
 struct full {
     struct metrics_snapshot s;
+    double flops_total, peak_flops; /* model FLOPs counted on this rank; the device's peak */
     int64_t steps_run, checkpoints;
     double checkpoint_s;
     uint64_t ar_bucket[METRICS_NUM_ALLREDUCE_BUCKETS]; /* not cumulative */
@@ -136,7 +138,8 @@ void metrics_begin(struct metrics *m, int64_t start_step, int64_t total_steps, i
     m->f.s.world_size = world_size;
     m->begin_t = now;
     m->win_head = m->win_len = 0;
-    win_push(m, (struct point){now, start_step, m->f.s.samples_total, m->f.s.tokens_total});
+    win_push(m, (struct point){now, start_step, m->f.s.samples_total, m->f.s.tokens_total,
+                               m->f.flops_total});
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -156,10 +159,12 @@ void metrics_step(struct metrics *m, const struct metrics_step *s)
     m->f.s.lr = s->lr;
     m->f.s.samples_total += s->samples;
     m->f.s.tokens_total += s->tokens;
+    m->f.flops_total += s->flops > 0 ? s->flops : 0.0;
     m->f.s.last_step_unix = wall;
     m->f.s.elapsed_s = now - m->begin_t;
     m->f.steps_run++;
-    win_push(m, (struct point){now, s->step, m->f.s.samples_total, m->f.s.tokens_total});
+    win_push(m, (struct point){now, s->step, m->f.s.samples_total, m->f.s.tokens_total,
+                               m->f.flops_total});
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -226,6 +231,13 @@ void metrics_eval(struct metrics *m, const char *name, double value)
                 METRICS_MAX_EVAL);
 }
 
+void metrics_set_peak_flops(struct metrics *m, double peak)
+{
+    pthread_mutex_lock(&m->mu);
+    m->f.peak_flops = peak > 0 ? peak : 0.0;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_finish(struct metrics *m, bool succeeded)
 {
     pthread_mutex_lock(&m->mu);
@@ -239,12 +251,17 @@ static void derive(struct metrics *m, struct metrics_snapshot *s)
     const struct point *a = &m->win[m->win_head], *b = &m->last;
     double dt = b->t - a->t;
 
-    s->samples_per_s = s->tokens_per_s = s->steps_per_s = NAN;
+    s->samples_per_s = s->tokens_per_s = s->steps_per_s = s->flops_per_s = s->mfu = NAN;
     s->eta_s = s->percent = NAN;
     if (m->win_len > 0 && dt > 0) {
         s->samples_per_s = (double)(b->samples - a->samples) / dt;
         s->tokens_per_s = (double)(b->tokens - a->tokens) / dt;
         s->steps_per_s = (double)(b->step - a->step) / dt;
+        if (m->f.flops_total > 0) {
+            s->flops_per_s = (b->flops - a->flops) / dt;
+            if (m->f.peak_flops > 0)
+                s->mfu = s->flops_per_s / m->f.peak_flops;
+        }
     }
     if (s->total_steps > 0) {
         s->percent = 100.0 * (double)s->step / (double)s->total_steps;
@@ -388,6 +405,16 @@ int metrics_render_prometheus(struct metrics *m, struct buf *b)
              s->tokens_per_s);
     metric_f(&o, "gantry_train_steps_per_second", "gauge",
              "Optimizer steps per second, averaged over recent steps.", s->steps_per_s);
+    if (f.flops_total > 0) { /* counted on a GPU (the CPU loop does not count) */
+        metric_f(&o, "gantry_train_model_flops_per_second", "gauge",
+                 "Model FLOPs per second on rank 0's device (forward + backward as computed), "
+                 "averaged over recent steps.",
+                 s->flops_per_s);
+        metric_f(&o, "gantry_train_mfu_ratio", "gauge",
+                 "Model FLOPs utilization: model FLOPs per second over the device's peak (NaN: "
+                 "peak unknown, set GANTRY_PEAK_TFLOPS).",
+                 s->mfu);
+    }
     metric_f(&o, "gantry_train_eta_seconds", "gauge",
              "Estimated seconds until the last step at the recent rate.", s->eta_s);
     metric_i(&o, "gantry_train_samples_total", "counter",
@@ -435,6 +462,8 @@ int metrics_render_progress(struct metrics *m, struct buf *b)
          "\"eta_seconds\":%s,",
          json_num(t1, s->samples_per_s), json_num(t2, s->tokens_per_s),
          json_num(t3, s->steps_per_s), json_num(t4, s->eta_s));
+    emit(&o, "\"model_flops_per_second\":%s,\"mfu\":%s,", json_num(t1, s->flops_per_s),
+         json_num(t2, s->mfu));
     if (s->last_checkpoint_step >= 0)
         emit(&o, "\"last_checkpoint_step\":%lld,", (long long)s->last_checkpoint_step);
     else

@@ -50,6 +50,8 @@ struct metrics_step {
     int64_t samples; /* examples in this step, summed over ranks */
     int64_t tokens;  /* non-padding tokens in this step, summed over ranks */
     double now;      /* CLOCK_MONOTONIC seconds when the step ended; <= 0: read the clock */
+    double flops;    /* model FLOPs of this step on this rank's device (model_step_flops); 0:
+                      * not counted (the CPU loop) */
 };
 
 /* What /progress shows, for the log line and for tests. NAN where not known yet. */
@@ -59,6 +61,8 @@ struct metrics_snapshot {
     int epoch, epochs, world_size;
     double loss, lr;
     double samples_per_s, tokens_per_s, steps_per_s;
+    double flops_per_s; /* this rank's model FLOP/s over recent steps; NAN when not counted */
+    double mfu;         /* flops_per_s / the peak (metrics_set_peak_flops); NAN when unknown */
     double eta_s;   /* seconds until total_steps at the current rate; NAN if unknown */
     double percent; /* 100 * step / total_steps; NAN if total_steps is 0 */
     int64_t samples_total, tokens_total; /* since metrics_begin (this run) */
@@ -98,6 +102,9 @@ void metrics_checkpoint(struct metrics *m, int64_t step, double seconds);
 void metrics_eval(struct metrics *m, const char *name, double value);
 /* Training ended; state becomes "succeeded" or "failed". */
 void metrics_finish(struct metrics *m, bool succeeded);
+/* The device's peak FLOP/s (kernels/gpu.h gpu_peak_flops), the denominator of mfu; <= 0:
+ * unknown (the default). */
+void metrics_set_peak_flops(struct metrics *m, double peak);
 
 /* Copies the current values (with rates and ETA computed) into *out. */
 void metrics_get(struct metrics *m, struct metrics_snapshot *out);

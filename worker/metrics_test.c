@@ -199,6 +199,58 @@ static void test_rates_and_eta(void)
     metrics_free(m);
 }
 
+/* Model FLOP/s and MFU: absent on the CPU (no flops counted); with 2e12 FLOPs a step every
+ * 0.5 s, 4 TFLOP/s; MFU NaN until a peak is known, then 4e12 / 8e12 = 0.5. */
+static void test_flops_and_mfu(void)
+{
+    struct metrics *m = metrics_new();
+    struct metrics_snapshot s;
+    char *t;
+    json_t *j;
+
+    metrics_begin(m, 0, 100, 1, 1, 1000.0);
+    for (int i = 1; i <= 4; i++)
+        step_at(m, i, 1000.0 + 0.5 * i, 1.0);
+    metrics_get(m, &s);
+    TEST_CHECK(isnan(s.flops_per_s) && isnan(s.mfu));
+    t = prom(m);
+    TEST_CHECK(strstr(t, "gantry_train_model_flops_per_second") == NULL); /* the CPU: no family */
+    TEST_CHECK(strstr(t, "gantry_train_mfu_ratio") == NULL);
+    free(t);
+    j = progress(m);
+    TEST_CHECK(json_is_null(json_object_get(j, "model_flops_per_second")));
+    TEST_CHECK(json_is_null(json_object_get(j, "mfu")));
+    json_decref(j);
+    metrics_free(m);
+
+    m = metrics_new();
+    metrics_begin(m, 0, 100, 1, 1, 1000.0);
+    for (int i = 1; i <= 4; i++) {
+        struct metrics_step st = {.step = i, .loss = 1.0, .samples = 8, .tokens = 800,
+                                  .now = 1000.0 + 0.5 * i, .flops = 2e12};
+        metrics_step(m, &st);
+    }
+    metrics_get(m, &s);
+    TEST_NEAR(s.flops_per_s, 4e12, 1e-3);
+    TEST_CHECK(isnan(s.mfu));
+    t = prom(m);
+    TEST_CHECK(has_line(t, "gantry_train_model_flops_per_second 4000000000000"));
+    TEST_CHECK(has_line(t, "gantry_train_mfu_ratio NaN"));
+    check_exposition_format(t);
+    free(t);
+    metrics_set_peak_flops(m, 8e12);
+    metrics_get(m, &s);
+    TEST_NEAR(s.mfu, 0.5, 1e-12);
+    t = prom(m);
+    TEST_CHECK(has_line(t, "gantry_train_mfu_ratio 0.5"));
+    free(t);
+    j = progress(m);
+    TEST_NEAR(json_number_value(json_object_get(j, "model_flops_per_second")), 4e12, 1e-3);
+    TEST_NEAR(json_number_value(json_object_get(j, "mfu")), 0.5, 1e-12);
+    json_decref(j);
+    metrics_free(m);
+}
+
 static void test_histogram_checkpoint_eval(void)
 {
     struct metrics *m = metrics_new();
@@ -363,6 +415,7 @@ int main(void)
 {
     TEST_RUN(test_starting);
     TEST_RUN(test_rates_and_eta);
+    TEST_RUN(test_flops_and_mfu);
     TEST_RUN(test_histogram_checkpoint_eval);
     TEST_RUN(test_fast_steps_window);
     TEST_RUN(test_without_begin);

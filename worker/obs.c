@@ -95,6 +95,10 @@ bool obs_step(struct obs *o, const struct metrics_step *s, double allreduce_seco
         tb_scalar(o, "train/samples_per_second", s->step, snap.samples_per_s);
         tb_scalar(o, "train/tokens_per_second", s->step, snap.tokens_per_s);
         tb_scalar(o, "train/allreduce_seconds", s->step, o->allreduce_sum / o->n);
+        if (isfinite(snap.flops_per_s))
+            tb_scalar(o, "train/model_flops_per_second", s->step, snap.flops_per_s);
+        if (isfinite(snap.mfu))
+            tb_scalar(o, "train/mfu", s->step, snap.mfu);
         if (o->tb && tbevent_flush(o->tb) != 0)
             tb_failed(o);
     }

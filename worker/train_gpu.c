@@ -291,6 +291,8 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
         return -1;
     }
     peak = gpu_peak_flops(go->bf16);
+    if (o->obs)
+        metrics_set_peak_flops(obs_metrics(o->obs), peak);
     if (o->reduce && go->bucket_bytes > 0 && nccl)
         enq = enq_new(nccl, lp.g, m, go->bucket_bytes);
     else if (o->reduce && go->bucket_bytes > 0)
@@ -311,7 +313,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
         for (size_t start = first; start < ns && step < total; start += per_step) {
             size_t in_step = ns - start < (size_t)per_step ? ns - start : (size_t)per_step;
             long tokens_before = lp.tokens;
-            double red_s = 0.0;
+            double red_s = 0.0, flops_before = flops;
             if (o->stop && *o->stop) {
                 rc = TRAIN_STOPPED;
                 goto out;
@@ -355,7 +357,8 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
             logged++;
             lp.pend[lp.npend++] = (struct pending){
                 .ms = {.step = step, .epoch = epoch, .lr = lr, .samples = (int64_t)in_step * W,
-                       .tokens = (int64_t)(lp.tokens - tokens_before) * W, .now = now_s()},
+                       .tokens = (int64_t)(lp.tokens - tokens_before) * W, .now = now_s(),
+                       .flops = flops - flops_before},
                 .red_s = red_s};
             bool log_now = step % o->log_interval == 0 || step == total;
             float norm = 0.0f;

@@ -272,6 +272,8 @@ static void test_obs(void)
     TEST_EQ_INT((int)sg.tokens_total, (int)sc.tokens_total);
     printf("obs: last loss %.6f (GPU: mean of steps 65..72; CPU run's %.6f)\n", sg.loss, tail);
     TEST_CHECK(close_rel(sg.loss, tail, 2e-3));
+    /* the GPU loop counts model FLOPs (/metrics' model FLOP/s); the CPU loop does not */
+    TEST_CHECK(isfinite(sg.flops_per_s) && sg.flops_per_s > 0 && isnan(sc.flops_per_s));
     obs_close(obc, true), obs_close(obg, true);
     model_cleanup(&mcpu), model_cleanup(&mgpu);
     fclose(fc);
