@@ -23,7 +23,7 @@
 #      its gantry-worker starts 2 ranks (one per GPU, NCCL between them through /dev/shm), a pod
 #      deleted mid-run resumes on the GPUs from its checkpoint, Succeeded; then 2 pods x 2 GPUs,
 #      4 ranks in one communicator; the worker image is gantry-worker-emu (the CUDA emulator,
-#      kernels/emu/), from a build without CUDA
+#      kernels/emu/), from a build without CUDA; last 2 CPU pods x nprocPerNode 2
 #   6  helm uninstall leaves no operator objects
 # On any failure: operator and worker logs, events, describe output in $ARTIFACTS (default
 # ./artifacts/e2e-<UTC time>). The last line is 'N passed, N failed'; exit 0 only with 0 failed.
@@ -300,7 +300,7 @@ for n in $ONLY; do
         4) run_scenario 4 "invalid manifests and a config the worker rejects" ;;
         5) run_scenario 5 "suspend, resume, delete" ;;
         6) run_scenario 6 "helm uninstall" ;;
-        7) run_scenario 7 "GPU pods (gpusPerReplica 2) on emulated GPUs" ;;
+        7) run_scenario 7 "several ranks per pod: gpusPerReplica 2 on emulated GPUs, nprocPerNode 2 on CPUs" ;;
         *) echo "unknown scenario $n" >&2 ;;
     esac
 done

@@ -1,5 +1,6 @@
 #include "kernels/cpu.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,17 @@ void cpu_set_threads(int n)
         omp_set_num_threads(n);
 #endif
     openblas_set_num_threads(1);
+}
+
+int cpu_available(void)
+{
+    cpu_set_t set;
+    long n;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 int cpu_threads(void)

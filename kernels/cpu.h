@@ -67,6 +67,8 @@ void cpu_blas_single(void);
 
 /* Threads for the CPU kernels (0: OpenMP's default, all cores). Keeps OpenBLAS at one thread. */
 void cpu_set_threads(int n);
+/* The CPUs this process may run on (its affinity mask; the container's cpuset), >= 1. */
+int cpu_available(void);
 int cpu_threads(void);
 
 /* The OpenBLAS kernel family in use ("SkylakeX", "Haswell", ...), for logs and benchmarks. */

@@ -240,12 +240,14 @@ static bool render_worker(const struct tj *tj, json_t *c, int index, int restart
                         "readOnly", 1));
     put_named(mounts, CKPT_VOLUME,
               json_pack("{s:s, s:s}", "name", CKPT_VOLUME, "mountPath", tj->ckpt_path));
-    if (tj->gpus <= 0)
+    if (tj->gpus > 0)
+        json_object_set_new(want_object(want_object(c, "resources"), "limits"), "nvidia.com/gpu",
+                            json_integer(tj->gpus));
+    else if (tj_nproc(tj) <= 1)
         return false;
-    json_object_set_new(want_object(want_object(c, "resources"), "limits"), "nvidia.com/gpu",
-                        json_integer(tj->gpus));
-    /* NCCL's intra-node transport lives in /dev/shm; a container gets 64 MB, too little for
-     * several GPUs (NCCL fails with "unhandled system error" on a full shm). */
+    /* NCCL's intra-node transport and the CPU ranks' shared-memory all-reduce live in /dev/shm;
+     * a container gets 64 MB, too little for several GPUs (NCCL fails with "unhandled system
+     * error" on a full shm) or a large model's gradients. */
     if (mounts_dev_shm(mounts))
         return false;
     put_named(mounts, SHM_VOLUME,
@@ -301,7 +303,7 @@ json_t *render_pod(const struct tj *tj, int index, int restarts)
     if (shm) {
         char size[32];
 
-        snprintf(size, sizeof(size), "%dGi", tj->gpus * RENDER_SHM_GIB_PER_GPU);
+        snprintf(size, sizeof(size), "%dGi", tj_nproc(tj) * RENDER_SHM_GIB_PER_GPU);
         put_named(vols, SHM_VOLUME,
                   json_pack("{s:s, s:{s:s, s:s}}", "name", SHM_VOLUME, "emptyDir", "medium",
                             "Memory", "sizeLimit", size));

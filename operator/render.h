@@ -11,7 +11,8 @@
  *                                                     publishes not-ready addresses)
  *   MASTER_PORT     spec.port (29500)
  *   NNODES          replicas                 NODE_RANK   the pod's index i
- *   NPROC_PER_NODE  gpusPerReplica, or 1     WORLD_SIZE  replicas * NPROC_PER_NODE (processes)
+ *   NPROC_PER_NODE  nprocPerNode, else gpusPerReplica, else 1
+ *                                           WORLD_SIZE  replicas * NPROC_PER_NODE (processes)
  *   RANK            i * NPROC_PER_NODE: the global rank of the pod's first process
  *   GANTRY_JOB, GANTRY_NAMESPACE, GANTRY_RESTART_COUNT, GANTRY_CHECKPOINT_DIR (<path>/<job>),
  *   GANTRY_CONFIG (/etc/gantry/config.json), GANTRY_RDZV_TOKEN (from the Secret, key "token"),
@@ -44,8 +45,9 @@
  * containerPort 9090 named "metrics", and passed as GANTRY_METRICS_PORT. */
 #define RENDER_METRICS_PORT 9090
 #define RENDER_METRICS_PORT_NAME "metrics"
-/* gpusPerReplica > 0: an in-memory emptyDir at /dev/shm for NCCL, this many GiB per GPU, unless
- * the template's worker container already mounts something there. */
+/* gpusPerReplica > 0 or several processes per pod: an in-memory emptyDir at /dev/shm (NCCL's
+ * transport; the CPU ranks' shared-memory all-reduce), this many GiB per process, unless the
+ * template's worker container already mounts something there. */
 #define RENDER_SHM_GIB_PER_GPU 1
 #define RENDER_NAME_MAX 80 /* <= 63 after validation; room for the suffixes */
 

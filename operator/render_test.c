@@ -187,6 +187,41 @@ static void test_gpu_ranks_and_limit(void)
     tj_cleanup(&tj);
 }
 
+/* nprocPerNode on CPUs: N ranks per pod, no GPU limit, a Memory /dev/shm of N GiB for their
+ * shared-memory all-reduce; in the config too. */
+static void test_cpu_nproc(void)
+{
+    struct tj tj;
+    json_t *pod, *vols;
+    char *cfg;
+
+    TEST_EQ_INT(load_job("{\"replicas\":3,\"nprocPerNode\":4}", &tj), 0);
+    TEST_EQ_INT(tj_nproc(&tj), 4);
+    pod = render_pod(&tj, 2, 0);
+    TEST_EQ_STR(env(pod, "WORLD_SIZE"), "12");
+    TEST_EQ_STR(env(pod, "RANK"), "8");
+    TEST_EQ_STR(env(pod, "NODE_RANK"), "2");
+    TEST_EQ_STR(env(pod, "NPROC_PER_NODE"), "4");
+    TEST_CHECK(json_object_get(json_object_get(container(pod, "worker"), "resources"), "limits") ==
+               NULL);
+    vols = json_object_get(json_object_get(pod, "spec"), "volumes");
+    TEST_EQ_STR(str_at(named(vols, "gantry-shm"), "emptyDir.medium"), "Memory");
+    TEST_EQ_STR(str_at(named(vols, "gantry-shm"), "emptyDir.sizeLimit"), "4Gi");
+    TEST_EQ_STR(str_at(named(json_object_get(container(pod, "worker"), "volumeMounts"),
+                             "gantry-shm"),
+                       "mountPath"),
+                "/dev/shm");
+    cfg = render_config_json(&tj);
+    TEST_CHECK(strstr(cfg, "\"nprocPerNode\": 4") && strstr(cfg, "\"worldSize\": 12"));
+    free(cfg);
+    json_decref(pod);
+    tj_cleanup(&tj);
+    /* equal to the GPUs: as without it */
+    TEST_EQ_INT(load_job("{\"gpusPerReplica\":2,\"nprocPerNode\":2}", &tj), 0);
+    TEST_EQ_INT(tj_nproc(&tj), 2);
+    tj_cleanup(&tj);
+}
+
 static void test_template_merge(void)
 {
     struct tj tj;
@@ -285,6 +320,7 @@ int main(void)
 {
     TEST_RUN(test_pod_contract);
     TEST_RUN(test_gpu_ranks_and_limit);
+    TEST_RUN(test_cpu_nproc);
     TEST_RUN(test_template_merge);
     TEST_RUN(test_service_configmap_secret);
     TEST_RUN(test_config_is_stable);

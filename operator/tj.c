@@ -153,7 +153,7 @@ int tj_name_max(int replicas)
 
 int tj_nproc(const struct tj *tj)
 {
-    return tj->gpus > 0 ? tj->gpus : 1;
+    return tj->nproc > 0 ? tj->nproc : tj->gpus > 0 ? tj->gpus : 1;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -457,6 +457,10 @@ static void parse_spec(struct tj *tj, const json_t *spec, struct errs *e)
 
     tj->replicas = (int)get_int(spec, "spec", "replicas", 1, 1, TJ_REPLICAS_MAX, e);
     tj->gpus = (int)get_int(spec, "spec", "gpusPerReplica", 0, 0, TJ_GPUS_MAX, e);
+    tj->nproc = (int)get_int(spec, "spec", "nprocPerNode", 0, 1, TJ_NPROC_MAX, e);
+    if (tj->nproc > 0 && tj->gpus > 0 && tj->nproc != tj->gpus)
+        errf(e, "spec.nprocPerNode: must equal spec.gpusPerReplica when the pods have GPUs (one "
+                "process per GPU; got %d for %d GPUs); leave it unset", tj->nproc, tj->gpus);
     tj->port = (int)get_int(spec, "spec", "port", TJ_DEFAULT_PORT, 1024, 65535, e);
     get_str(spec, "spec", "image", TJ_DEFAULT_IMAGE, tj->image, sizeof(tj->image), e);
     n = strlen(tj->image);

@@ -31,6 +31,7 @@
 #define TJ_CLAIM_MAX 253
 #define TJ_REPLICAS_MAX 1000 /* also bounds the name: see tj_name_max() */
 #define TJ_GPUS_MAX 16
+#define TJ_NPROC_MAX 64
 #define TJ_ERR_MAX 1024      /* a useful size for the err buffer of tj_parse() */
 
 /* Defaults, the same as the CRD's. */
@@ -69,6 +70,7 @@ struct tj {
 
     int replicas;
     int gpus; /* gpusPerReplica */
+    int nproc; /* nprocPerNode; 0: unset (tj_nproc decides) */
     int port;
     char image[TJ_IMAGE_MAX + 1];
     char pull_policy[16];
@@ -104,7 +106,7 @@ void tj_cleanup(struct tj *tj);
  * be a 63-character DNS label, so 55 minus the digits of replicas-1. */
 int tj_name_max(int replicas);
 
-/* Processes per pod: gpusPerReplica, or 1 on CPUs. */
+/* Processes per pod: nprocPerNode when set, else gpusPerReplica, or 1 on CPUs. */
 int tj_nproc(const struct tj *tj);
 
 const char *tj_phase_str(enum tj_phase p); /* "" for TJ_PHASE_NONE */

@@ -8,6 +8,7 @@
 #            rank's status, not the sibling's 143 from being stopped
 #   sigterm  SIGTERM to a node's process reaches its ranks: it exits 143 (retryable) within 5 s
 #   env      a RANK that does not fit (RANK 3 + 2 ranks > WORLD_SIZE 4): exit 64 naming RANK
+#   threads  threads 0: each rank takes CPUs / NPROC_PER_NODE threads; OMP_NUM_THREADS wins
 #   run      the same job outside Kubernetes: gantry-run --nproc 2 --nnodes 2 --node-rank 0|1 on
 #            two "hosts" ends with the same parameters; without the shared token: exit 64
 # Usage: node_launch_test.sh /path/to/gantry-worker /path/to/worker/testdata /path/to/gantry-run
@@ -113,6 +114,23 @@ if [ "$rc" = 64 ] && grep -q 'ranks 3..4 do not fit WORLD_SIZE=4' "$tmp/env.err"
 else
     bad "env: exit $rc (want 64)"
     cat "$tmp/env.err"
+fi
+
+# threads: with threads 0 each of a node's ranks takes its share of the CPUs; OMP_NUM_THREADS wins
+share=$(($(nproc) / 2))
+[ "$share" -ge 1 ] || share=1
+port=$(free_port)
+MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 NODE_RANK=0 NPROC_PER_NODE=2 \
+    GANTRY_RDZV_TOKEN=n0de "$bin" --config "$tmp/cfg.json" --threads 0 --max-steps 1 \
+    >/dev/null 2>"$tmp/t1.err" || true
+port=$(free_port)
+OMP_NUM_THREADS=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=0 NODE_RANK=0 \
+    NPROC_PER_NODE=2 GANTRY_RDZV_TOKEN=n0de "$bin" --config "$tmp/cfg.json" --threads 0 \
+    --max-steps 1 >/dev/null 2>"$tmp/t2.err" || true
+if grep -q "gantry-worker: $share threads," "$tmp/t1.err" && grep -q "gantry-worker: 3 threads," "$tmp/t2.err"; then
+    ok "threads: 2 ranks on $(nproc) CPUs take $share thread(s) each; OMP_NUM_THREADS=3 gives 3"
+else
+    bad "threads: want $share and 3: $(grep -h ' threads,' "$tmp/t1.err" "$tmp/t2.err" | tr '\n' ' ')"
 fi
 
 # run: gantry-run as the two nodes' launcher (torchrun's --nnodes/--node-rank)

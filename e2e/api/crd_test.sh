@@ -74,6 +74,11 @@ if out=$(k apply -f "$here/testdata/valid-name-max.yaml" 2>&1); then
 else
     bad "valid-name-max.yaml refused: $out"
 fi
+if out=$(k apply -f "$here/testdata/valid-nproc.yaml" 2>&1); then
+    ok "nprocPerNode 4 on CPU pods, and 2 with 2 GPUs, are accepted"
+else
+    bad "valid-nproc.yaml refused: $out"
+fi
 
 # replicas is immutable while the job runs, and can change once it is suspended.
 k patch tj spam --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null

@@ -10,6 +10,7 @@
 # final parameters on both ranks and a useful accuracy. Then (local tier) 2 pods x 2 GPUs: 4
 # ranks, RANK 0 and 2 per pod, one NCCL communicator across the pods (the emulated NCCL goes
 # through /dev/shm, so both pods mount one host folder there; a real one would use the network).
+# Last, the same on CPUs: nprocPerNode 2 with the shipped image.
 
 E2E_GPU_MIN_ACCURACY=${E2E_GPU_MIN_ACCURACY:-0.90}
 
@@ -19,7 +20,8 @@ scenario_7() {
     node=$(kc get nodes -o 'jsonpath={.items[0].metadata.name}')
     have=$(kc get node "$node" -o 'jsonpath={.status.capacity.nvidia\.com/gpu}')
     if [ -n "$have" ]; then
-        note "skipped: node $node already has $have nvidia.com/gpu (real GPUs; this scenario emulates them)"
+        note "GPU parts skipped: node $node already has $have nvidia.com/gpu (real GPUs; this scenario emulates them)"
+        scenario_7_cpu_nproc
         return 0
     fi
     check "node $node advertises 4 nvidia.com/gpu (status patch: emulated GPUs)" gpu_node_patch "$node" 4 || return 0
@@ -63,6 +65,7 @@ scenario_7() {
         python3 -c "import sys; sys.exit(0 if float('${acc:-0}') >= $E2E_GPU_MIN_ACCURACY else 1)"
     check "kubectl delete tj $job" kc -n "$NS" delete tj "$job" --wait=true --timeout=60s
     scenario_7_two_pods "$image"
+    scenario_7_cpu_nproc
     check "the node's emulated GPUs are removed again" gpu_node_unpatch "$node" && GPU_NODE=''
 }
 
@@ -90,6 +93,31 @@ scenario_7_two_pods() { # IMAGE
         "$(kc -n "$NS" get pod "$job-worker-0" -o 'jsonpath={.spec.volumes[?(@.name=="gantry-shm")].name}')"
     s=$(grep -oE 'rank [0-3] final parameters fnv1a64 [0-9a-f]+ \(step 30\)' <<<"$logs" | awk '{print $6}' | sort | uniq -c)
     note "final parameters: $(tr -s ' \n' ' ' <<<"$s")"
+    check "all 4 ranks end at step 30 with the same parameters" test "$(awk '$1 == 4' <<<"$s" | wc -l)" = 1
+    world=$(json_field "$(rank0_report "$NS" "$job")" 'r["train"]["world_size"]')
+    check "the report says world size 4 (got ${world:-none})" test "${world:-0}" = 4
+    check "kubectl delete tj $job" kc -n "$NS" delete tj "$job" --wait=true --timeout=60s
+}
+
+# nprocPerNode on CPU pods: 2 pods x 2 ranks of the shipped (CPU) image, the ranks of a pod on a
+# memory-backed /dev/shm (their shared-memory all-reduce), each with half of the CPUs.
+scenario_7_cpu_nproc() {
+    local job=spam-nproc f=$ARTIFACTS/spam-nproc.yaml logs s i world
+    spam_job "$job" replicas=2 nproc=2 maxSteps=30 interval=100 >"$f"
+    check "kubectl apply -f spam-nproc.yaml (CPU, 2 pods x nprocPerNode 2)" kc -n "$NS" apply -f "$f" || return 0
+    check "tj/$job reaches Succeeded" wait_tj_phase "$NS" "$job" Succeeded "$E2E_TRAIN_TIMEOUT"
+    check "its pods get a 2Gi memory-backed /dev/shm and no GPU limit" test \
+        "$(kc -n "$NS" get pod "$job-worker-1" -o 'jsonpath={.spec.volumes[?(@.name=="gantry-shm")].emptyDir.sizeLimit} {.spec.containers[?(@.name=="worker")].resources.limits.nvidia\.com/gpu}')" \
+        = "2Gi "
+    logs=''
+    for i in 0 1; do
+        s=$(kc -n "$NS" logs "$job-worker-$i" -c worker 2>&1)
+        printf '%s\n' "$s" >"$ARTIFACTS/spam-nproc-worker-$i.txt"
+        check "pod $i's gantry-worker started ranks $((2 * i))..$((2 * i + 1)) of 4" \
+            grep -q "node $i: starting ranks $((2 * i))\.\.$((2 * i + 1)) of 4" <<<"$s"
+        logs+=$s$'\n'
+    done
+    s=$(grep -oE 'rank [0-3] final parameters fnv1a64 [0-9a-f]+ \(step 30\)' <<<"$logs" | awk '{print $6}' | sort | uniq -c)
     check "all 4 ranks end at step 30 with the same parameters" test "$(awk '$1 == 4' <<<"$s" | wc -l)" = 1
     world=$(json_field "$(rank0_report "$NS" "$job")" 'r["train"]["world_size"]')
     check "the report says world size 4 (got ${world:-none})" test "${world:-0}" = 4
