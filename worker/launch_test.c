@@ -7,6 +7,7 @@
 #include "worker/launch.h"
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +24,26 @@ static int run(int nproc, const char *script)
     return launch_run(&o);
 }
 
+/* The line a rank wrote to DIR/<i>, into line; removes the file. False (a failed check) when
+ * there is none. */
+static bool take_line(const char *dir, int i, char *line, size_t n)
+{
+    char path[256];
+    bool ok;
+
+    snprintf(path, sizeof(path), "%s/%d", dir, i);
+    FILE *f = fopen(path, "r");
+    if (!TEST_CHECK(f != NULL))
+        return false;
+    ok = TEST_CHECK(fgets(line, (int)n, f) != NULL);
+    fclose(f);
+    unlink(path);
+    return ok;
+}
+
 static void test_env(void)
 {
-    char dir[] = "/tmp/launch_test.XXXXXX", path[256], line[512];
+    char dir[] = "/tmp/launch_test.XXXXXX", line[512];
 
     TEST_CHECK(mkdtemp(dir) != NULL);
     setenv("LT_DIR", dir, 1);
@@ -38,13 +56,8 @@ static void test_env(void)
     for (int r = 0; r < 3; r++) {
         int rank, lrank, world, node, nproc, port, toklen;
         char addr[64], tok[128];
-        snprintf(path, sizeof(path), "%s/%d", dir, r);
-        FILE *f = fopen(path, "r");
-        TEST_CHECK(f != NULL);
-        if (!f)
+        if (!take_line(dir, r, line, sizeof(line)))
             continue;
-        TEST_CHECK(fgets(line, sizeof(line), f) != NULL);
-        fclose(f);
         TEST_EQ_INT(sscanf(line, "%d %d %d %d %d %63s %d %d %127s", &rank, &lrank, &world, &node,
                            &nproc, addr, &port, &toklen, tok),
                     9);
@@ -59,7 +72,6 @@ static void test_env(void)
         if (r == 0)
             snprintf(tok0, sizeof(tok0), "%s", tok);
         TEST_EQ_STR(tok, tok0); /* one token per launch */
-        unlink(path);
     }
     rmdir(dir);
 }
@@ -67,7 +79,7 @@ static void test_env(void)
 /* Node mode: node 1 of a 5-rank job runs ranks 3 and 4 with the job's store and token. */
 static void test_node_env(void)
 {
-    char dir[] = "/tmp/launch_test.XXXXXX", path[256], line[512];
+    char dir[] = "/tmp/launch_test.XXXXXX", line[512];
     char *argv[] = {"sh", "-c",
                     "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $NODE_RANK $NPROC_PER_NODE "
                     "$LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $GANTRY_RDZV_TOKEN\" > "
@@ -89,13 +101,8 @@ static void test_node_env(void)
     for (int l = 0; l < 2; l++) {
         int rank, lrank, world, node, nproc, lworld, port;
         char addr[64], tok[128];
-        snprintf(path, sizeof(path), "%s/%d", dir, l);
-        FILE *f = fopen(path, "r");
-        TEST_CHECK(f != NULL);
-        if (!f)
+        if (!take_line(dir, l, line, sizeof(line)))
             continue;
-        TEST_CHECK(fgets(line, sizeof(line), f) != NULL);
-        fclose(f);
         TEST_EQ_INT(sscanf(line, "%d %d %d %d %d %d %63s %d %127s", &rank, &lrank, &world, &node,
                            &nproc, &lworld, addr, &port, tok),
                     9);
@@ -108,7 +115,6 @@ static void test_node_env(void)
         TEST_EQ_STR(addr, "10.0.0.7"); /* never connected to: the script only prints it */
         TEST_EQ_INT(port, 29400);
         TEST_EQ_STR(tok, "the-jobs-token"); /* the job's, not a new one */
-        unlink(path);
     }
     rmdir(dir);
     unsetenv("GANTRY_RDZV_TOKEN");

@@ -69,9 +69,28 @@ scenario_7() {
     check "the node's emulated GPUs are removed again" gpu_node_unpatch "$node" && GPU_NODE=''
 }
 
+# What a job of 2 pods x 2 ranks that ran to step 30 must show: each pod's gantry-worker started
+# its ranks, all 4 ranks ended with the same parameters, the report counts 4. Then deletes it.
+check_two_by_two() { # JOB
+    local job=$1 logs='' s i world
+    for i in 0 1; do
+        s=$(kc -n "$NS" logs "$job-worker-$i" -c worker 2>&1)
+        printf '%s\n' "$s" >"$ARTIFACTS/$job-worker-$i.txt"
+        check "pod $i's gantry-worker started ranks $((2 * i))..$((2 * i + 1)) of 4" \
+            grep -q "node $i: starting ranks $((2 * i))\.\.$((2 * i + 1)) of 4" <<<"$s"
+        logs+=$s$'\n'
+    done
+    s=$(grep -oE 'rank [0-3] final parameters fnv1a64 [0-9a-f]+ \(step 30\)' <<<"$logs" | awk '{print $6}' | sort | uniq -c)
+    note "final parameters: $(tr -s ' \n' ' ' <<<"$s")"
+    check "all 4 ranks end at step 30 with the same parameters" test "$(awk '$1 == 4' <<<"$s" | wc -l)" = 1
+    world=$(json_field "$(rank0_report "$NS" "$job")" 'r["train"]["world_size"]')
+    check "the report says world size 4 (got ${world:-none})" test "${world:-0}" = 4
+    check "kubectl delete tj $job" kc -n "$NS" delete tj "$job" --wait=true --timeout=60s
+}
+
 # 2 pods x 2 emulated GPUs: one job of 4 ranks, every rank ending with the same parameters.
 scenario_7_two_pods() { # IMAGE
-    local job=spam-gpu4 f=$ARTIFACTS/spam-gpu4.yaml logs s i world
+    local job=spam-gpu4 f=$ARTIFACTS/spam-gpu4.yaml
     if [ "$LOCAL_TIER" != 1 ]; then
         note "2 pods x 2 GPUs skipped: needs the local tier (a host folder shared as /dev/shm)"
         return 0
@@ -81,45 +100,20 @@ scenario_7_two_pods() { # IMAGE
         "shmHostPath=$VOLDIR/shm" >"$f"
     check "kubectl apply -f spam-gpu4.yaml (2 pods x gpusPerReplica 2)" kc -n "$NS" apply -f "$f" || return 0
     check "tj/$job reaches Succeeded" wait_tj_phase "$NS" "$job" Succeeded "$E2E_TRAIN_TIMEOUT"
-    logs=''
-    for i in 0 1; do
-        s=$(kc -n "$NS" logs "$job-worker-$i" -c worker 2>&1)
-        printf '%s\n' "$s" >"$ARTIFACTS/spam-gpu4-worker-$i.txt"
-        check "pod $i's gantry-worker started ranks $((2 * i))..$((2 * i + 1)) of 4" \
-            grep -q "node $i: starting ranks $((2 * i))\.\.$((2 * i + 1)) of 4" <<<"$s"
-        logs+=$s$'\n'
-    done
     check "the template's own /dev/shm is kept (no gantry-shm volume added)" test -z \
         "$(kc -n "$NS" get pod "$job-worker-0" -o 'jsonpath={.spec.volumes[?(@.name=="gantry-shm")].name}')"
-    s=$(grep -oE 'rank [0-3] final parameters fnv1a64 [0-9a-f]+ \(step 30\)' <<<"$logs" | awk '{print $6}' | sort | uniq -c)
-    note "final parameters: $(tr -s ' \n' ' ' <<<"$s")"
-    check "all 4 ranks end at step 30 with the same parameters" test "$(awk '$1 == 4' <<<"$s" | wc -l)" = 1
-    world=$(json_field "$(rank0_report "$NS" "$job")" 'r["train"]["world_size"]')
-    check "the report says world size 4 (got ${world:-none})" test "${world:-0}" = 4
-    check "kubectl delete tj $job" kc -n "$NS" delete tj "$job" --wait=true --timeout=60s
+    check_two_by_two "$job"
 }
 
 # nprocPerNode on CPU pods: 2 pods x 2 ranks of the shipped (CPU) image, the ranks of a pod on a
 # memory-backed /dev/shm (their shared-memory all-reduce), each with half of the CPUs.
 scenario_7_cpu_nproc() {
-    local job=spam-nproc f=$ARTIFACTS/spam-nproc.yaml logs s i world
+    local job=spam-nproc f=$ARTIFACTS/spam-nproc.yaml
     spam_job "$job" replicas=2 nproc=2 maxSteps=30 interval=100 >"$f"
     check "kubectl apply -f spam-nproc.yaml (CPU, 2 pods x nprocPerNode 2)" kc -n "$NS" apply -f "$f" || return 0
     check "tj/$job reaches Succeeded" wait_tj_phase "$NS" "$job" Succeeded "$E2E_TRAIN_TIMEOUT"
     check "its pods get a 2Gi memory-backed /dev/shm and no GPU limit" test \
         "$(kc -n "$NS" get pod "$job-worker-1" -o 'jsonpath={.spec.volumes[?(@.name=="gantry-shm")].emptyDir.sizeLimit} {.spec.containers[?(@.name=="worker")].resources.limits.nvidia\.com/gpu}')" \
         = "2Gi "
-    logs=''
-    for i in 0 1; do
-        s=$(kc -n "$NS" logs "$job-worker-$i" -c worker 2>&1)
-        printf '%s\n' "$s" >"$ARTIFACTS/spam-nproc-worker-$i.txt"
-        check "pod $i's gantry-worker started ranks $((2 * i))..$((2 * i + 1)) of 4" \
-            grep -q "node $i: starting ranks $((2 * i))\.\.$((2 * i + 1)) of 4" <<<"$s"
-        logs+=$s$'\n'
-    done
-    s=$(grep -oE 'rank [0-3] final parameters fnv1a64 [0-9a-f]+ \(step 30\)' <<<"$logs" | awk '{print $6}' | sort | uniq -c)
-    check "all 4 ranks end at step 30 with the same parameters" test "$(awk '$1 == 4' <<<"$s" | wc -l)" = 1
-    world=$(json_field "$(rank0_report "$NS" "$job")" 'r["train"]["world_size"]')
-    check "the report says world size 4 (got ${world:-none})" test "${world:-0}" = 4
-    check "kubectl delete tj $job" kc -n "$NS" delete tj "$job" --wait=true --timeout=60s
+    check_two_by_two "$job"
 }
