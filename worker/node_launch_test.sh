@@ -39,6 +39,26 @@ start_node() {
     pids+=($!)
 }
 
+# start_training_pair TAG: nodes 0 and 1 (pids p0, p1) training for a long time, once rank 0
+# has logged a step; stop_pair: waits for node 1 (after the caller hit it; its status in rc1,
+# the time from the hit in t1 - t0), then stops node 0
+start_training_pair() {
+    local port
+    port=$(free_port)
+    start_node "$port" 0 0 "${1}0" --epochs 100000
+    p0=$node_pid
+    start_node "$port" 2 1 "${1}1" --epochs 100000
+    p1=$node_pid
+    for _ in $(seq 100); do grep -q '^step' "$tmp/${1}0.err" && break; sleep 0.2; done
+    t0=$(ms)
+}
+stop_pair() {
+    wait_rc "$p1"; rc1=$WRC
+    t1=$(ms)
+    kill -TERM "$p0" 2>/dev/null || true
+    wait_rc "$p0"
+}
+
 # train: 2 nodes x 2 ranks; then the same job as 4 separately started ranks
 port=$(free_port)
 start_node "$port" 0 0 n0
@@ -64,19 +84,10 @@ fi
 
 # fail: rank 3 (node 1's second child) killed with SIGKILL mid-training: node 1 stops rank 2
 # and exits 137, the killed rank's status (not rank 2's 143 from being stopped)
-port=$(free_port)
-start_node "$port" 0 0 f0 --epochs 100000
-p0=$node_pid
-start_node "$port" 2 1 f1 --epochs 100000
-p1=$node_pid
-for _ in $(seq 100); do grep -q '^step' "$tmp/f0.err" && break; sleep 0.2; done
+start_training_pair f
 victim=$(pgrep -P "$p1" | sort -n | tail -1)
 kill -KILL "$victim"
-t0=$(ms)
-wait_rc "$p1"; rc1=$WRC
-t1=$(ms)
-kill -TERM "$p0" 2>/dev/null || true
-wait_rc "$p0"
+stop_pair
 if [ "$rc1" = 137 ] && grep -q 'rank 3 (pid [0-9]*) exited with status 137; stopping the other 1' "$tmp/f1.err" &&
     [ -z "$(pgrep -P "$p1")" ]; then
     ok "fail: rank 3 killed (-9): node 1 stopped rank 2 and exited 137 in $((t1 - t0)) ms"
@@ -86,18 +97,9 @@ else
 fi
 
 # sigterm: a node's process forwards SIGTERM to its ranks and exits 143
-port=$(free_port)
-start_node "$port" 0 0 s0 --epochs 100000
-p0=$node_pid
-start_node "$port" 2 1 s1 --epochs 100000
-p1=$node_pid
-for _ in $(seq 100); do grep -q '^step' "$tmp/s0.err" && break; sleep 0.2; done
-t0=$(ms)
+start_training_pair s
 kill -TERM "$p1"
-wait_rc "$p1"; rc1=$WRC
-t1=$(ms)
-kill -TERM "$p0" 2>/dev/null || true
-wait_rc "$p0"
+stop_pair
 if [ "$rc1" = 143 ] && [ $((t1 - t0)) -lt 5000 ] && grep -q 'forwarding it to 2 rank' "$tmp/s1.err"; then
     ok "sigterm: node 1 forwarded SIGTERM to its 2 ranks and exited 143 in $((t1 - t0)) ms"
 else
