@@ -247,12 +247,15 @@ train_gpu() {
   "logInterval": 20, "seed": 42, "device": "cuda", "report": "$sd/report.json"}}
 JSON
     if timeout 150 "$w_worker" --config "$sd/config.json" >"$sd/progress.jsonl" 2>"$sd/log.txt"; then
-        python3 - "$sd/report.json" <<'PY' | tee "$sd/line"
+        python3 - "$sd/report.json" "$sd/progress.jsonl" <<'PY' | tee "$sd/line"
 import json, sys
 r = json.load(open(sys.argv[1])); t = r["train"]
+steps = [json.loads(l) for l in open(sys.argv[2]) if l.startswith('{"step"')]
+last = steps[-1] if steps else {}
 print(f"spam device cuda: accuracy {r['accuracy']:.4f} macro_f1 {r.get('macro_f1', float('nan')):.4f} "
       f"steps {t['steps']} train {t['seconds']:.1f} s tokens/s {t['tokens_per_s']:.0f} "
-      f"samples/s {t['samples_per_s']:.0f} final_loss {t['final_loss']:.4f}")
+      f"samples/s {t['samples_per_s']:.0f} final_loss {t['final_loss']:.4f} "
+      f"last interval {last.get('tflops', float('nan')):.3g} TFLOP/s MFU {100 * last.get('mfu', float('nan')):.2f}%")
 PY
     else
         rc=1; echo "spam device cuda: FAILED"
