@@ -11,12 +11,12 @@ E2E_IMAGE=${E2E_IMAGE:-gantry-worker:0.1.0}
 
 # A TrainingJob on the SpamAssassin data with checkpoints on the shared claim.
 #   spam_job NAME [KEY=VALUE...]: epochs, maxSteps, interval, replicas, maxSeqLen, backoff,
-#   gpus (gpusPerReplica), nproc (nprocPerNode), image, emuDevices (GANTRY_EMU_DEVICES in the worker: emulated GPUs),
+#   gpus (gpusPerReplica), nproc (nprocPerNode), cpuLimit (the worker's CPU limit), image, emuDevices (GANTRY_EMU_DEVICES in the worker: emulated GPUs),
 #   shmHostPath (a host folder mounted at /dev/shm instead of the operator's memory volume: pods
 #   on one node then share it, as the emulated NCCL needs across pods)
 spam_job() {
     local name=$1 epochs=3 maxsteps=0 interval=40 replicas=$E2E_REPLICAS seqlen=128 backoff=2 kv
-    local gpus=0 nproc='' image=$E2E_IMAGE env='' shm=''
+    local gpus=0 nproc='' image=$E2E_IMAGE env='' shm='' cpu=''
     shift
     for kv in "$@"; do
         case $kv in
@@ -28,6 +28,7 @@ spam_job() {
             backoff=*) backoff=${kv#*=} ;;
             gpus=*) gpus=${kv#*=} ;;
             nproc=*) nproc="nprocPerNode: ${kv#*=}" ;;
+            cpuLimit=*) cpu=", cpu: \"${kv#*=}\"" ;;
             image=*) image=${kv#*=} ;;
             shmHostPath=*) shm=${kv#*=} ;;
             emuDevices=*) env="env: [{name: GANTRY_EMU_DEVICES, value: \"${kv#*=}\"}]" ;;
@@ -70,7 +71,7 @@ spec:
           ${env:+$env}
           resources:
             requests: {cpu: 100m, memory: 256Mi}
-            limits: {memory: 2Gi}
+            limits: {memory: 2Gi${cpu}}
           volumeMounts: [{name: data, mountPath: /data, readOnly: true}${shm:+, {name: shm, mountPath: /dev/shm\}}]
       volumes:
         - name: data

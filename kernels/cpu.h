@@ -67,8 +67,14 @@ void cpu_blas_single(void);
 
 /* Threads for the CPU kernels (0: OpenMP's default, all cores). Keeps OpenBLAS at one thread. */
 void cpu_set_threads(int n);
-/* The CPUs this process may run on (its affinity mask; the container's cpuset), >= 1. */
+/* The CPUs this process may use, >= 1: its affinity mask (the container's cpuset), capped by its
+ * cgroup's CPU quota (a pod's CPU limit: cgroup v2 cpu.max, v1 cpu.cfs_quota_us / period,
+ * rounded up), which the affinity mask does not show. */
 int cpu_available(void);
+/* The quota parts, for tests: CPUs allowed by a cgroup v2 cpu.max text ("max 100000": 0, no
+ * limit; "150000 100000": 2), or by v1's quota and period texts ("-1": 0); 0 for unreadable. */
+int cpu_quota_v2(const char *cpu_max);
+int cpu_quota_v1(const char *quota_us, const char *period_us);
 int cpu_threads(void);
 
 /* The OpenBLAS kernel family in use ("SkylakeX", "Haswell", ...), for logs and benchmarks. */

@@ -33,6 +33,23 @@ static void test_tanhf_matches_libm(void)
     TEST_CHECK(cpu_tanhf(100.0f) == 1.0f && cpu_tanhf(-100.0f) == -1.0f);
 }
 
+/* A pod's CPU limit, as its cgroup shows it: CPUs rounded up; no limit or bad text: 0. */
+static void test_cpu_quota(void)
+{
+    TEST_EQ_INT(cpu_quota_v2("max 100000\n"), 0);
+    TEST_EQ_INT(cpu_quota_v2("100000 100000\n"), 1);
+    TEST_EQ_INT(cpu_quota_v2("150000 100000\n"), 2); /* 1.5 CPUs: 2 threads */
+    TEST_EQ_INT(cpu_quota_v2("800000 100000"), 8);
+    TEST_EQ_INT(cpu_quota_v2(""), 0);
+    TEST_EQ_INT(cpu_quota_v2("garbage"), 0);
+    TEST_EQ_INT(cpu_quota_v2("100000 0"), 0);
+    TEST_EQ_INT(cpu_quota_v1("-1\n", "100000\n"), 0);
+    TEST_EQ_INT(cpu_quota_v1("50000\n", "100000\n"), 1); /* 500m */
+    TEST_EQ_INT(cpu_quota_v1("400000", "100000"), 4);
+    TEST_EQ_INT(cpu_quota_v1("", "100000"), 0);
+    TEST_CHECK(cpu_available() >= 1);
+}
+
 static void test_blas_setup(void)
 {
     cpu_blas_single();
@@ -44,6 +61,7 @@ int main(void)
 {
     TEST_RUN(test_expf_matches_libm);
     TEST_RUN(test_tanhf_matches_libm);
+    TEST_RUN(test_cpu_quota);
     TEST_RUN(test_blas_setup);
     return test_summary();
 }

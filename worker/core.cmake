@@ -39,6 +39,11 @@ add_test(NAME gantry_worker_node_launch_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/node_launch_test.sh $<TARGET_FILE:gantry-worker>
                  ${CMAKE_CURRENT_SOURCE_DIR}/testdata $<TARGET_FILE:gantry-run>)
 set_tests_properties(gantry_worker_node_launch_test PROPERTIES TIMEOUT 120)
+# threads 0 under a CPU quota (a pod's CPU limit): real cgroups, so root only (else skipped).
+add_test(NAME gantry_worker_cpu_quota_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cpu_quota_test.sh $<TARGET_FILE:gantry-worker>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/testdata)
+set_tests_properties(gantry_worker_cpu_quota_test PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
 
 # --device cuda end to end: trains on a GPU, or exits 78 naming training.device without one.
 add_test(NAME train_gpu_cli_test

@@ -587,9 +587,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "gantry-worker: training.%s\n", w.err);
         return DIST_EXIT_CONFIG;
     }
-    /* Several ranks in one pod or host share its CPUs: threads 0 then means this rank's share
-     * (torchrun would give each 1; OMP_NUM_THREADS, when set, still decides). */
-    if (w.cfg.threads == 0 && w.env.nproc_per_node > 1 && !getenv("OMP_NUM_THREADS")) {
+    /* threads 0: the CPUs this process may use (a pod's CPU limit included, which OpenMP does
+     * not see), shared by the ranks of one pod or host (torchrun would give each 1);
+     * OMP_NUM_THREADS, when set, still decides. */
+    if (w.cfg.threads == 0 && !getenv("OMP_NUM_THREADS")) {
         int share = cpu_available() / w.env.nproc_per_node;
         cpu_set_threads(share > 1 ? share : 1);
     } else {

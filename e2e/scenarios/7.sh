@@ -106,7 +106,8 @@ scenario_7_two_pods() { # IMAGE
 }
 
 # nprocPerNode on CPU pods: 2 pods x 2 ranks of the shipped (CPU) image, the ranks of a pod on a
-# memory-backed /dev/shm (their shared-memory all-reduce), each with half of the CPUs.
+# memory-backed /dev/shm (their shared-memory all-reduce), each with half of the CPUs; then one
+# rank under a CPU limit of 1, which its default thread count follows.
 scenario_7_cpu_nproc() {
     local job=spam-nproc f=$ARTIFACTS/spam-nproc.yaml
     spam_job "$job" replicas=2 nproc=2 maxSteps=30 interval=100 >"$f"
@@ -116,4 +117,16 @@ scenario_7_cpu_nproc() {
         "$(kc -n "$NS" get pod "$job-worker-1" -o 'jsonpath={.spec.volumes[?(@.name=="gantry-shm")].emptyDir.sizeLimit} {.spec.containers[?(@.name=="worker")].resources.limits.nvidia\.com/gpu}')" \
         = "2Gi "
     check_two_by_two "$job"
+    # one rank under a CPU limit of 1 on a node with more: training.threads 0 follows the limit
+    job=spam-quota f=$ARTIFACTS/spam-quota.yaml
+    if [ "$(kc get node "$(kc get nodes -o 'jsonpath={.items[0].metadata.name}')" -o 'jsonpath={.status.capacity.cpu}')" -lt 2 ]; then
+        note "CPU limit part skipped: the node has one CPU"
+        return 0
+    fi
+    spam_job "$job" replicas=1 maxSteps=5 interval=100 cpuLimit=1 >"$f"
+    check "kubectl apply -f spam-quota.yaml (1 rank, limits.cpu 1)" kc -n "$NS" apply -f "$f" || return 0
+    check "tj/$job reaches Succeeded" wait_tj_phase "$NS" "$job" Succeeded "$E2E_TRAIN_TIMEOUT"
+    check "its worker trains with 1 thread, as its CPU limit allows ('gantry-worker: 1 threads')" \
+        grep -q '^gantry-worker: 1 threads,' <<<"$(kc -n "$NS" logs "$job-worker-0" -c worker 2>&1)"
+    check "kubectl delete tj $job" kc -n "$NS" delete tj "$job" --wait=true --timeout=60s
 }
