@@ -525,8 +525,8 @@ static void worker_cleanup(struct worker *w, bool ok)
     label_map_cleanup(&w->labels);
 }
 
-/* A pod of a job with NPROC_PER_NODE = G > 1 (gpusPerReplica: G, one process per GPU) starts
- * one gantry-worker: it becomes the node's agent, like torchrun's, and runs this same program as
+/* A pod of a job with NPROC_PER_NODE = G > 1 (gpusPerReplica: G, one process per GPU, or
+ * nprocPerNode: G on CPUs) starts one gantry-worker: it becomes the node's agent, like torchrun's, and runs this same program as
  * the node's G ranks (RANK = the node's first rank + LOCAL_RANK), forwards signals to them, stops
  * them all when one fails and exits with the failure that caused it (a permanent 64-78 before a
  * retryable one). The ranks find it set LOCAL_RANK and train. */
