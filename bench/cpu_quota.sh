@@ -24,25 +24,16 @@ while [ $# -gt 0 ]; do
     *) echo "cpu_quota.sh: unknown argument $1 (try --help)" >&2; exit 64 ;;
     esac
 done
-[ "$(id -u)" = 0 ] || { echo "cpu_quota.sh: needs root (it makes a cgroup)" >&2; exit 77; }
 [ -x "$bin" ] || { echo "cpu_quota.sh: $bin not built (make build)" >&2; exit 66; }
 host=$(nproc)
 [ "$host" -gt "$cpus" ] || { echo "cpu_quota.sh: $host CPUs, a quota of $cpus changes nothing" >&2; exit 77; }
-quota=$((cpus * 100000))
-if [ -d /sys/fs/cgroup/cpu ] && [ -w /sys/fs/cgroup/cpu ]; then
-    g=/sys/fs/cgroup/cpu/gantry-cpu-quota-bench.$$
-    mkdir "$g"; echo 100000 >"$g/cpu.cfs_period_us"; echo "$quota" >"$g/cpu.cfs_quota_us"
-    join=tasks
-else
-    echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
-    g=/sys/fs/cgroup/gantry-cpu-quota-bench.$$
-    mkdir "$g"; echo "$quota 100000" >"$g/cpu.max"
-    join=cgroup.procs
-fi
-trap 'rmdir "$g" 2>/dev/null || true' EXIT
+# shellcheck source=hack/cpu_quota_lib.sh
+. "$here/../hack/cpu_quota_lib.sh"
+quota_cgroup_make gantry-cpu-quota-bench || exit 77
+quota_cgroup_set $((cpus * 100000))
 data=$("$here/../hack/spam-data.sh" | tail -1)
 run() { # OMP_NUM_THREADS ('' = gantry's default): samples/s of the last progress line
-    bash -c "echo \$\$ >$g/$join; exec env ${1:+OMP_NUM_THREADS=$1} \"\$0\" \"\$@\"" "$bin" \
+    quota_cgroup_exec env -u OMP_NUM_THREADS ${1:+OMP_NUM_THREADS=$1} "$bin" \
         --model-layers 1 --model-hidden 64 --model-heads 4 --model-max-seq-len 128 \
         --data-train "$data/train.jsonl" --epochs 1 --max-steps "$steps" --batch-size 16 \
         --seed 42 --log-interval "$steps" 2>&1 | sed -n 's/^step .* \([0-9]*\) samples\/s .*/\1/p' | tail -1

@@ -116,9 +116,10 @@ static void read_small(const char *path, char *out, size_t n)
 /* The CPU quota of this process's cgroup: its path from /proc/self/cgroup under the mount
  * (a host, or a container with a cgroup namespace), else the mount's root (a v1 container, where
  * runc mounts the container's own cgroup there but /proc shows the host's path). v2 first. */
-static int cgroup_quota(char *a, char *b, size_t n)
+static int cgroup_quota(void)
 {
-    char line[512], path[700], v2[256] = "", v1[256] = "";
+    char line[512], path[700], v2[256] = "", v1[256] = "", a[64], b[64];
+    const size_t n = sizeof(a);
     FILE *f = fopen("/proc/self/cgroup", "r");
 
     while (f && fgets(line, sizeof(line), f)) {
@@ -151,7 +152,6 @@ static int cgroup_quota(char *a, char *b, size_t n)
 int cpu_available(void)
 {
     cpu_set_t set;
-    char a[64], b[64];
     long n;
     int quota;
 
@@ -161,7 +161,7 @@ int cpu_available(void)
         n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1)
         n = 1;
-    quota = cgroup_quota(a, b, sizeof(a));
+    quota = cgroup_quota();
     return quota > 0 && quota < n ? quota : (int)n;
 }
 

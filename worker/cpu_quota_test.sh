@@ -7,28 +7,14 @@
 set -euo pipefail
 bin=$1 data=$2
 cpus=$(nproc)
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root to make a cgroup"; exit 77; }
 [ "$cpus" -ge 2 ] || { echo "SKIP: one CPU: a 1-CPU quota changes nothing"; exit 77; }
-if [ -d /sys/fs/cgroup/cpu ] && [ -w /sys/fs/cgroup/cpu ]; then
-    g=/sys/fs/cgroup/cpu/gantry-quota-test.$$
-    mkdir "$g"
-    set_quota() { echo 100000 >"$g/cpu.cfs_period_us"; echo "$1" >"$g/cpu.cfs_quota_us"; }
-    join=tasks
-elif [ -f /sys/fs/cgroup/cgroup.subtree_control ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
-    echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
-    g=/sys/fs/cgroup/gantry-quota-test.$$
-    mkdir "$g"
-    [ -f "$g/cpu.max" ] || { rmdir "$g"; echo "SKIP: the cpu controller is not delegated"; exit 77; }
-    set_quota() { echo "$1 100000" >"$g/cpu.max"; }
-    join=cgroup.procs
-else
-    echo "SKIP: no writable cgroup cpu controller"; exit 77
-fi
-trap 'rmdir "$g" 2>/dev/null || true' EXIT
-threads() { # QUOTA: the worker's thread count in the cgroup with that quota (or none: "")
-    if [ -n "$1" ]; then set_quota "$1"; fi
-    OMP_NUM_THREADS='' bash -c "${1:+echo \$\$ >$g/$join;} unset OMP_NUM_THREADS; exec \"\$0\" \"\$@\"" \
-        "$bin" --data-train "$data/tiny.jsonl" --data-min-freq 1 --model-hidden 16 \
+# shellcheck source=hack/cpu_quota_lib.sh
+. "$(dirname "$0")/../hack/cpu_quota_lib.sh"
+quota_cgroup_make gantry-quota-test || { echo "SKIP: no cgroup with a CPU quota here (above)"; exit 77; }
+threads() { # QUOTA (none: ""): the worker's thread count in the cgroup with that quota
+    local run=(env -u OMP_NUM_THREADS)
+    if [ -n "$1" ]; then quota_cgroup_set "$1"; run=(quota_cgroup_exec "${run[@]}"); fi
+    "${run[@]}" "$bin" --data-train "$data/tiny.jsonl" --data-min-freq 1 --model-hidden 16 \
         --model-heads 2 --model-layers 1 --epochs 1 --batch-size 2 --threads 0 2>&1 |
         sed -n 's/^gantry-worker: \([0-9]*\) threads,.*/\1/p'
 }
