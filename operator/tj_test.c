@@ -191,6 +191,10 @@ static void test_errors_name_the_field(void)
          "spec.training.precision: bf16 needs device: cuda"},
         {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cpu\",\"precision\":\"bf16\"}}",
          "spec.training.precision: bf16 needs device: cuda"},
+        {"{\"training\":{\"evalInterval\":100}}",
+         "spec.training.evalInterval: 100, but spec.training.data.eval is not set"},
+        {"{\"training\":{\"evalInterval\":100,\"data\":{\"eval\":\"\"}}}",
+         "spec.training.evalInterval: 100, but spec.training.data.eval is not set"},
         {"{\"training\":{\"attention\":\"fused\"}}",
          "spec.training.attention: fused is a GPU kernel and needs device: cuda"},
         {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"fused\",\"model\":{\"hidden\":512,"

@@ -49,6 +49,9 @@ static const struct field fields[] = {
     {"maxSteps", F_INT, S(max_steps), 0, 1 << 30, NULL, "stop after this many steps; 0 = none"},
     {"batchSize", F_INT, S(batch_size), 1, 65536, NULL, "examples per step, per process"},
     {"evalBatchSize", F_INT, S(eval_batch_size), 0, 65536, NULL, "0 = batchSize"},
+    {"evalInterval", F_INT, S(eval_interval), 0, 1 << 30, NULL,
+     "steps between evaluations on data.eval during training (every rank takes a share); "
+     "0 = only after training"},
     {"gradAccumSteps", F_INT, S(grad_accum_steps), 1, 65536, NULL,
      "micro-batches accumulated per optimizer step"},
     {"learningRate", F_DBL, S(learning_rate), 1e-9, 10, NULL, "peak learning rate (per process)"},
@@ -394,6 +397,12 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
         snprintf(err, errlen, "training.attention: fused takes head sizes (model.hidden / "
                               "model.heads) up to %d, got %d; use more heads or attention: unfused",
                  ATTENTION_FUSED_MAX_HS, c->hidden / c->heads);
+        return CFG_EBAD;
+    }
+    if (c->eval_interval > 0 && !c->eval[0]) {
+        snprintf(err, errlen, "training.evalInterval: %d, but data.eval is not set; give the "
+                              "evaluation file as data.eval, or set evalInterval: 0",
+                 c->eval_interval);
         return CFG_EBAD;
     }
     if (c->cls_sep && c->max_seq_len < 2) {

@@ -46,6 +46,7 @@ struct cfg {
     bool strict, cls_sep;
     /* optimisation */
     int epochs, max_steps, batch_size, eval_batch_size, grad_accum_steps;
+    int eval_interval; /* steps between evaluations during training; 0 = only at the end */
     double learning_rate;
     bool scale_learning_rate;
     int warmup_steps;    /* -1: warmup_ratio of the total steps */

@@ -162,6 +162,23 @@ static void test_attention(void)
                "got 256");
 }
 
+/* training.evalInterval: 0 (only after training) by default; needs data.eval */
+static void test_eval_interval(void)
+{
+    struct cfg c;
+    char err[512];
+    const char *argv[] = {"w", "--data-train", "t", "--data-eval", "e", "--eval-interval", "50"};
+    unsetenv("GANTRY_EVAL_INTERVAL");
+    cfg_defaults(&c);
+    TEST_EQ_INT(c.eval_interval, 0);
+    TEST_EQ_INT(cfg_load(&c, 7, (char **)argv, NULL, err, sizeof(err)), CFG_OK);
+    TEST_EQ_INT(c.eval_interval, 50);
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"evalInterval\": 100}",
+               "training.evalInterval: 100, but data.eval is not set");
+    expect_bad("{\"data\": {\"train\": \"t\", \"eval\": \"e\"}, \"evalInterval\": -1}",
+               "training.evalInterval: -1 is out of range");
+}
+
 /* training.gradBucketMB: default TRAIN_BUCKET_MB (4); file, env GANTRY_GRAD_BUCKET_MB (the
  * acronym one word) and --grad-bucket-mb in precedence; 0 allowed; out of range refused naming
  * the field and its range. */
@@ -261,6 +278,7 @@ int main(void)
     TEST_RUN(test_checkpoint_section);
     TEST_RUN(test_precision);
     TEST_RUN(test_attention);
+    TEST_RUN(test_eval_interval);
     TEST_RUN(test_grad_bucket_mb);
     unlink(path);
     rmdir(dir);

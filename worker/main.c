@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,7 @@ struct worker {
     int64_t pending_step; /* the write in flight, -1 none */
     bool retired_newer;   /* step dirs numbered above our first written one are gone */
     double pending_t0;
+    json_t *evals; /* rank 0: the evaluations during training, [{step, loss, accuracy, ...}] */
     char err[2048];
 };
 
@@ -217,6 +219,47 @@ static struct train_data data_view(const struct dataset_encoded *e)
     return (struct train_data){e->ids, e->len, e->labels, e->n, (int)e->max_len};
 }
 
+/* One evaluation's line for people (stderr) and for programs (stdout, HF Trainer's eval_*
+ * names), its metrics to /metrics, /progress and TensorBoard, and its entry in the report's
+ * history. Rank 0 only. */
+static void eval_log(struct worker *w, long step, int epoch, const struct eval_counts *e,
+                     double seconds, bool final)
+{
+    struct eval_metrics em;
+    eval_compute(e, &em);
+    fprintf(stderr, "%s step %ld | loss %.4f | accuracy %.2f%% | macro-F1 %.4f | %llu examples "
+                    "| %.2f s\n",
+            final ? "final eval" : "eval", step, em.loss, 100.0 * em.accuracy, em.macro_f1,
+            (unsigned long long)em.total, seconds);
+    if (!final) {
+        printf("{\"eval_step\":%ld,\"epoch\":%d,\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,"
+               "\"eval_macro_f1\":%.6f,\"eval_examples\":%llu,\"eval_seconds\":%.3f}\n",
+               step, epoch, em.loss, em.accuracy, em.macro_f1, (unsigned long long)em.total,
+               seconds);
+        fflush(stdout);
+    }
+    obs_eval(w->obs, step, "accuracy", em.accuracy);
+    obs_eval(w->obs, step, "macro_f1", em.macro_f1);
+    obs_eval(w->obs, step, "loss", em.loss);
+    if (!w->evals)
+        w->evals = json_array();
+    json_array_append_new(w->evals, json_pack("{s:I, s:f, s:f, s:f, s:I}", "step",
+                                              (json_int_t)step, "loss", isfinite(em.loss) ?
+                                              em.loss : 0.0, "accuracy", em.accuracy,
+                                              "macro_f1", em.macro_f1, "examples",
+                                              (json_int_t)em.total));
+    eval_metrics_cleanup(&em);
+}
+
+/* train_opts.on_eval: every rank gets the job's counts; rank 0 reports them. */
+static int on_eval(void *ctx, long step, int epoch, const struct eval_counts *e, double seconds)
+{
+    struct worker *w = ctx;
+    if (w->env.rank == 0)
+        eval_log(w, step, epoch, e, seconds, false);
+    return 0;
+}
+
 /* The final report: the evaluation metrics plus how training went. On a GPU (go) the evaluation
  * runs there too. */
 static int write_report(struct worker *w, const struct train_result *r, double setup_s,
@@ -235,6 +278,7 @@ static int write_report(struct worker *w, const struct train_result *r, double s
     if (w->eval_enc.n) {
         struct train_data ev = data_view(&w->eval_enc);
         int eb = w->cfg.eval_batch_size ? w->cfg.eval_batch_size : w->cfg.batch_size;
+        double t0 = now_s();
         if (w->gpu < 0)
             train_evaluate(&w->model, &ev, eb, &ec);
         else if (train_gpu_evaluate(&w->model, &ev, eb, go, &ec) < 0) {
@@ -242,12 +286,18 @@ static int write_report(struct worker *w, const struct train_result *r, double s
             return DIST_EXIT_CONFIG;
         }
         rep = eval_report_json(&ec, names);
-        struct eval_metrics em;
-        eval_compute(&ec, &em);
-        obs_eval(w->obs, r->steps, "accuracy", em.accuracy);
-        obs_eval(w->obs, r->steps, "macro_f1", em.macro_f1);
-        obs_eval(w->obs, r->steps, "loss", em.loss);
-        eval_metrics_cleanup(&em);
+        if (w->cfg.eval_interval > 0) /* the history's last entry; its line closes the series */
+            eval_log(w, r->steps, -1, &ec, now_s() - t0, true);
+        else {
+            struct eval_metrics em;
+            eval_compute(&ec, &em);
+            obs_eval(w->obs, r->steps, "accuracy", em.accuracy);
+            obs_eval(w->obs, r->steps, "macro_f1", em.macro_f1);
+            obs_eval(w->obs, r->steps, "loss", em.loss);
+            eval_metrics_cleanup(&em);
+        }
+        if (w->evals)
+            json_object_set(rep, "evals", w->evals);
     } else {
         rep = json_object();
     }
@@ -523,6 +573,7 @@ static void worker_cleanup(struct worker *w, bool ok)
     dataset_cleanup(&w->train);
     dataset_cleanup(&w->eval);
     label_map_cleanup(&w->labels);
+    json_decref(w->evals);
 }
 
 /* A pod of a job with NPROC_PER_NODE = G > 1 (gpusPerReplica: G, one process per GPU, or
@@ -637,6 +688,14 @@ int main(int argc, char **argv)
     to.stop = &g_stop;
     if ((rc = resume(&w, &opt, &to.start_step)))
         goto out;
+    struct train_data ed = data_view(&w.eval_enc);
+    if (w.cfg.eval_interval > 0 && ed.n) {
+        to.eval = &ed;
+        to.eval_batch = w.cfg.eval_batch_size ? w.cfg.eval_batch_size : w.cfg.batch_size;
+        to.eval_interval = w.cfg.eval_interval;
+        to.on_eval = on_eval;
+        to.eval_ctx = &w;
+    }
     if (w.cfg.checkpoint_dir[0]) {
         to.checkpoint = save_checkpoint;
         to.checkpoint_ctx = &w;

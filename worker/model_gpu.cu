@@ -481,6 +481,26 @@ extern "C" float *model_gpu_grads(struct model_gpu *g)
     return g->g;
 }
 
+extern "C" void model_gpu_grads_put(struct model_gpu *g, const float *src, size_t n)
+{
+    if (n > g->n + 2) {
+        fprintf(stderr, "model_gpu_grads_put: %zu floats, the buffer holds %zu\n", n, g->n + 2);
+        abort();
+    }
+    CUDA_CHECK(cudaMemcpyAsync(g->g, src, n * sizeof(float), cudaMemcpyHostToDevice, g->s));
+    CUDA_CHECK(cudaStreamSynchronize(g->s));
+}
+
+extern "C" void model_gpu_grads_get(struct model_gpu *g, float *dst, size_t n)
+{
+    if (n > g->n + 2) {
+        fprintf(stderr, "model_gpu_grads_get: %zu floats, the buffer holds %zu\n", n, g->n + 2);
+        abort();
+    }
+    CUDA_CHECK(cudaMemcpyAsync(dst, g->g, n * sizeof(float), cudaMemcpyDeviceToHost, g->s));
+    CUDA_CHECK(cudaStreamSynchronize(g->s));
+}
+
 extern "C" void model_gpu_scale_grads(struct model_gpu *g, float s)
 {
     int blocks = (int)CEIL_DIV(g->n, (size_t)256);

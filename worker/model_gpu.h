@@ -79,6 +79,10 @@ void model_gpu_forward(struct model_gpu *g);
 void model_gpu_backward(struct model_gpu *g, float loss_scale);
 /* The gradient buffer (device): n_params floats, then the 2 statistics floats. */
 float *model_gpu_grads(struct model_gpu *g);
+/* Host <-> the gradient buffer's first n floats (n <= n_params + 2), returning with the copy
+ * done: scratch for small sums between an optimizer step and the next zero_grad. */
+void model_gpu_grads_put(struct model_gpu *g, const float *src, size_t n);
+void model_gpu_grads_get(struct model_gpu *g, float *dst, size_t n);
 /* grads[0..n_params) *= s (after a sum over ranks). */
 void model_gpu_scale_grads(struct model_gpu *g, float s);
 /* Clip by global norm (c->grad_clip) and one AdamW step at lr; t = the step number after

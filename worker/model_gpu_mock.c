@@ -182,6 +182,17 @@ float *model_gpu_grads(struct model_gpu *g)
     return g->gbuf;
 }
 
+void model_gpu_grads_put(struct model_gpu *g, const float *src, size_t n)
+{
+    memcpy(g->gbuf, src, n * sizeof(float));
+    g->gbuf_live = 1;
+}
+
+void model_gpu_grads_get(struct model_gpu *g, float *dst, size_t n)
+{
+    memcpy(dst, g->gbuf, n * sizeof(float));
+}
+
 void model_gpu_scale_grads(struct model_gpu *g, float s)
 {
     for (size_t i = 0; i < g->n; i++)

@@ -113,6 +113,10 @@ long train_schedule(const struct train_opts *o, long total, struct optim_config 
     return total;
 }
 
+static float cpu_eval_forward(void *ctx, const int *tok, const int *len, const int *lab, int B,
+                              int T, const float **logits);
+static int host_sum(float *buf, size_t n, void *ctx);
+
 /* Scratch and counters of one train_run. */
 struct loop {
     size_t *perm, *idx;
@@ -288,6 +292,14 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
                 (step % o->checkpoint_interval == 0 || step == total) &&
                 (rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
                 goto out;
+            if (train_eval_due(o, step, total)) {
+                double es;
+                int eb = o->eval_batch > 0 ? o->eval_batch : o->batch;
+                if ((rc = train_eval_during(o, m->cfg.classes, step, epoch, eb, cpu_eval_forward,
+                                            m, W > 1 ? host_sum : NULL, &ow, &es)))
+                    goto out;
+                tlog += es; /* the progress lines' rates are training's */
+            }
         }
     }
 out:
@@ -304,26 +316,86 @@ out:
     return rc;
 }
 
-void train_evaluate_fn(const struct train_data *d, int batch, train_eval_fn fn, void *ctx,
-                       struct eval_counts *e)
+void train_evaluate_shard(const struct train_data *d, int batch, int rank, int world,
+                          train_eval_fn fn, void *ctx, struct eval_counts *e)
 {
     int *tok = xmallocarray((size_t)batch * d->max_len, sizeof(int));
     int *len = xmallocarray((size_t)batch, sizeof(int));
     int *lab = xmallocarray((size_t)batch, sizeof(int));
     size_t *idx = xmallocarray((size_t)batch, sizeof(size_t));
+    size_t W = world > 0 ? (size_t)world : 1, r = rank > 0 ? (size_t)rank : 0;
+    size_t mine = d->n > r ? (d->n - r + W - 1) / W : 0; /* rank, rank + W, ... below n */
     long ntok = 0;
 
-    for (size_t start = 0; start < d->n; start += (size_t)batch) {
-        int B = (int)(d->n - start < (size_t)batch ? d->n - start : (size_t)batch);
+    for (size_t start = 0; start < mine; start += (size_t)batch) {
+        int B = (int)(mine - start < (size_t)batch ? mine - start : (size_t)batch);
         for (int b = 0; b < B; b++)
-            idx[b] = start + (size_t)b;
+            idx[b] = (start + (size_t)b) * W + r;
         int T = train_gather(d, idx, B, tok, len, lab, &ntok);
         const float *logits = NULL;
         float l = fn(ctx, tok, len, lab, B, T, &logits);
-        eval_add_logits(e, d->labels + start, logits, (size_t)B);
+        eval_add_logits(e, lab, logits, (size_t)B); /* lab: the gathered labels (int32) */
         eval_add_loss(e, (double)l * B, (uint64_t)B);
     }
     free(tok), free(len), free(lab), free(idx);
+}
+
+void train_evaluate_fn(const struct train_data *d, int batch, train_eval_fn fn, void *ctx,
+                       struct eval_counts *e)
+{
+    train_evaluate_shard(d, batch, 0, 1, fn, ctx, e);
+}
+
+int train_eval_due(const struct train_opts *o, long step, long total)
+{
+    return o->eval && o->on_eval && o->eval_interval > 0 && step % o->eval_interval == 0 &&
+           step < total;
+}
+
+int train_eval_during(const struct train_opts *o, int classes, long step, int epoch, int batch,
+                      train_eval_fn fn, void *fn_ctx, train_reduce_fn sum, void *sum_ctx,
+                      double *seconds)
+{
+    struct eval_counts ec;
+    double t0 = now_s();
+    int rc = 0;
+
+    if (eval_init(&ec, classes))
+        return -1;
+    train_evaluate_shard(o->eval, batch, o->rank, o->world_size, fn, fn_ctx, &ec);
+    if (sum && o->world_size > 1) { /* every rank's counts, summed */
+        size_t n = eval_counts_flat_len(&ec);
+        double *v = eval_counts_flat(&ec);
+        float *f = xmallocarray(n, sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            f[i] = (float)v[i];
+        rc = sum(f, n, sum_ctx);
+        for (size_t i = 0; i < n && !rc; i++)
+            v[i] = (double)f[i];
+        free(f);
+    }
+    double dt = now_s() - t0;
+    if (!rc)
+        rc = o->on_eval(o->eval_ctx, step, epoch, &ec, dt);
+    if (seconds)
+        *seconds = dt;
+    eval_cleanup(&ec);
+    return rc;
+}
+
+/* The CPU loop's sum for train_eval_during: the reduce hook, else one bucket pushed and waited
+ * for (the bucketer holds nothing between steps). */
+static int host_sum(float *buf, size_t n, void *ctx)
+{
+    const struct train_opts *o = ctx;
+    int rc;
+    if (o->reduce)
+        return o->reduce(buf, n, o->reduce_ctx);
+    if (!o->reduce_push || !o->reduce_wait)
+        return 0;
+    rc = o->reduce_push(buf, n, o->bucket_ctx);
+    int wrc = o->reduce_wait(o->bucket_ctx); /* always: buf is borrowed until then */
+    return rc ? rc : wrc;
 }
 
 static float cpu_eval_forward(void *ctx, const int *tok, const int *len, const int *lab, int B,

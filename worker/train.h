@@ -95,6 +95,19 @@ struct train_opts {
      * and moments): a checkpoint that borrowed them (ckpt_snapshot_borrow) is fenced here, so
      * its copy overlaps the next forward and backward. NULL: nothing. */
     void (*before_update)(void *ctx);
+    /* Evaluation during training (training.evalInterval): after every eval_interval-th step
+     * but the last (the caller's final evaluation covers that one), every rank runs the forward
+     * over its share of *eval (examples rank, rank + W, ...: each once) in batches of up to
+     * eval_batch (<= the model's max_batch; the GPU loop caps it at batch), the counts are
+     * summed over ranks by the reduce hook (as floats: exact while a count stays below 2^24),
+     * and on_eval gets the job's counts, on every rank, with the seconds the evaluation took
+     * (left out of the progress lines' rates). The parameters and optimizer state are only read:
+     * a run with evaluations ends bit-identical to one without. A non-zero on_eval result stops
+     * training with it. eval NULL or eval_interval 0: none. */
+    const struct train_data *eval;
+    int eval_batch, eval_interval;
+    int (*on_eval)(void *ctx, long step, int epoch, const struct eval_counts *e, double seconds);
+    void *eval_ctx;
     /* When set and *stop becomes non-zero (a signal handler), train_run returns TRAIN_STOPPED
      * at the next step boundary, without a checkpoint. */
     const volatile sig_atomic_t *stop;
@@ -147,5 +160,17 @@ typedef float (*train_eval_fn)(void *ctx, const int *tok, const int *len, const 
                                int T, const float **logits);
 void train_evaluate_fn(const struct train_data *d, int batch, train_eval_fn fn, void *ctx,
                        struct eval_counts *e);
+/* train_evaluate_fn over examples rank, rank + world, ... of d only. */
+void train_evaluate_shard(const struct train_data *d, int batch, int rank, int world,
+                          train_eval_fn fn, void *ctx, struct eval_counts *e);
+/* One evaluation during training (train_opts.eval ...): this rank's share through fn, the counts
+ * summed over ranks by sum (host floats; NULL or one rank: none), then o->on_eval. Returns 0, a
+ * sum error, or on_eval's result; *seconds (may be NULL) gets the time it took. The GPU loop's
+ * entry; the CPU loop calls it with the model's forward and the reduce hook. */
+int train_eval_during(const struct train_opts *o, int classes, long step, int epoch, int batch,
+                      train_eval_fn fn, void *fn_ctx, train_reduce_fn sum, void *sum_ctx,
+                      double *seconds);
+/* Whether step (just taken, of total) is one for train_eval_during. */
+int train_eval_due(const struct train_opts *o, long step, long total);
 
 #endif /* GANTRY_TRAIN_H */

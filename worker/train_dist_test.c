@@ -13,6 +13,10 @@
  *     push), and every push comes before the wait; reduce-after-backward fails this.
  *   - 3 ranks: identical on every rank after every step; against reducing after backward within
  *     a tolerance (the ring cuts a bucket differently, so sums run in another order).
+ *   - evaluation during training (train_opts.eval_interval) in the runs reducing after backward:
+ *     each rank evaluates its share of 37 examples (uneven at 2 and 3 ranks), the summed counts
+ *     reach every rank and equal a full evaluation of the same parameters on one rank; the
+ *     bucketed runs without evaluations end bit-identical to them.
  */
 #include <math.h>
 #include <stdint.h>
@@ -45,6 +49,8 @@ struct report {
     int pushes, waits;
     int early;       /* steps whose embedding gradients changed between first and last push */
     int empty_waits; /* waits with nothing pushed during the backward before them */
+    int evals, eval_bad;  /* on_eval calls; calls whose counts differed from a full evaluation */
+    long eval_steps;      /* the steps evaluated, as a decimal string of digits (3, 6: 36) */
     float params[MAXP];
 };
 
@@ -53,7 +59,35 @@ struct run {
     int shm; /* coll_opts.shm: 0 auto (shared memory on one host), -1 the tcp ring */
     size_t bucket_bytes;
     struct report *rep; /* [world] */
+    int eval;           /* evaluate every EVAL_EVERY steps */
 };
+
+enum { EVAL_N = 37, EVAL_EVERY = 3 };
+
+struct eval_spy {
+    struct report *rep;
+    struct model *m;
+    const struct train_data *ev;
+};
+
+/* on_eval: the job's counts against this rank evaluating all EVAL_N examples itself. */
+static int check_eval(void *ctx, long step, int epoch, const struct eval_counts *e, double s)
+{
+    struct eval_spy *sp = ctx;
+    struct eval_counts all;
+    (void)epoch, (void)s;
+    eval_init(&all, 2);
+    train_evaluate(sp->m, sp->ev, 4, &all);
+    const double *a = eval_counts_flat(&all), *b = eval_counts_flat((struct eval_counts *)e);
+    int bad = fabs(a[0] - b[0]) > 1e-3 * fabs(a[0]) || a[1] != b[1] || b[1] != EVAL_N;
+    for (size_t i = 2; i < eval_counts_flat_len(&all); i++)
+        bad |= a[i] != b[i];
+    sp->rep->eval_bad += bad;
+    sp->rep->evals++;
+    sp->rep->eval_steps = sp->rep->eval_steps * 10 + step;
+    eval_cleanup(&all);
+    return 0;
+}
 
 /* The checkpoint hook, every step: the parameters' hash. */
 static int record_step(void *ctx, long step, int epoch, const struct model *m,
@@ -124,6 +158,8 @@ static int rank_main(int rank, void *arg)
     struct train_opts o;
     struct train_result res;
     struct spy spy = {0};
+    struct train_data ev = d;
+    struct eval_spy esp = {rep, &m, &ev};
     char err[256];
     int rc;
 
@@ -144,6 +180,11 @@ static int rank_main(int rank, void *arg)
     o.warmup_steps = 2, o.seed = 5, o.log_interval = 1000;
     o.rank = rank, o.world_size = run->world;
     o.checkpoint = record_step, o.checkpoint_ctx = rep, o.checkpoint_interval = 1;
+    ev.n = EVAL_N;
+    if (run->eval) {
+        o.eval = &ev, o.eval_batch = 5, o.eval_interval = EVAL_EVERY;
+        o.on_eval = check_eval, o.eval_ctx = &esp;
+    }
     train_coll_init(&tc, c, run->bucket_bytes, &o);
     if (o.reduce_push) {
         const struct model_tensor *t = model_find_tensor(&m, "wte");
@@ -169,7 +210,7 @@ out:
 /* Runs world ranks with the bucket size; the reports land in rep[0..world). */
 static void run_ranks(int world, int shm, size_t bucket_bytes, struct report *rep)
 {
-    struct run run = {world, tu_free_port(), shm, bucket_bytes, rep};
+    struct run run = {world, tu_free_port(), shm, bucket_bytes, rep, bucket_bytes == 0};
     pid_t pids[MAXR];
 
     memset(rep, 0, (size_t)world * sizeof(*rep));
@@ -207,6 +248,8 @@ static void same_on_every_rank(const struct report *rep, int world, int steps)
     int bad = 0;
     for (int r = 0; r < world; r++) {
         TEST_EQ_INT(rep[r].steps, steps);
+        TEST_EQ_INT(rep[r].eval_bad, 0);
+        TEST_EQ_INT(rep[r].evals, rep[0].evals);
         for (int s = 0; s < steps && s < MAXSTEPS; s++)
             bad += rep[r].hash[s] != rep[0].hash[s];
     }
@@ -223,6 +266,8 @@ static void test_two_ranks_bit_identical(void)
     run_ranks(2, 0, 0, base);
     same_on_every_rank(base, 2, STEPS);
     TEST_EQ_INT(base[0].pushes, 0);
+    TEST_EQ_INT(base[0].evals, 2); /* after steps 3 and 6 of 8 */
+    TEST_EQ_INT(base[0].eval_steps, 36);
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         int per = pushes_per_step(sizes[k]);
         run_ranks(2, 0, sizes[k], b);
@@ -255,6 +300,8 @@ static void test_three_ranks(void)
     TEST_CHECK(steps > 0);
     same_on_every_rank(base, 3, steps);
     same_on_every_rank(b, 3, steps);
+    TEST_EQ_INT(base[0].evals, (steps - 1) / EVAL_EVERY);
+    TEST_EQ_INT(b[0].evals, 0);
     for (int r = 0; r < 3; r++)
         TEST_EQ_INT(b[r].early, steps);
     double s2 = 0.0, mx = 0.0;

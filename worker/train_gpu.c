@@ -220,6 +220,63 @@ static void enq_free(struct enq *q)
     free(q);
 }
 
+/* ---- evaluation on the device ---- */
+
+struct gpu_eval {
+    struct model_gpu *g;
+    float *logits; /* (batch, classes) on the host */
+};
+
+static float gpu_eval_forward(void *ctx, const int *tok, const int *len, const int *lab, int B,
+                              int T, const float **logits)
+{
+    struct gpu_eval *ge = ctx;
+    model_gpu_batch(ge->g, tok, len, lab, B, T);
+    model_gpu_forward(ge->g);
+    model_gpu_read_logits(ge->g, ge->logits);
+    *logits = ge->logits;
+    return model_gpu_last_loss(ge->g);
+}
+
+/* train_eval_during's sum on the GPU: the reduce hook sums device memory, so the host floats go
+ * through the gradient buffer (dead between an optimizer step and the next zero_grad), in
+ * pieces of its size. */
+struct dev_sum {
+    const struct train_opts *o;
+    struct model_gpu *g;
+    size_t cap; /* floats in the gradient buffer */
+};
+
+static int dev_sum(float *buf, size_t n, void *ctx)
+{
+    struct dev_sum *ds = ctx;
+    float *dev = model_gpu_grads(ds->g);
+    int rc = 0;
+    for (size_t off = 0; off < n && !rc; off += ds->cap) {
+        size_t k = n - off < ds->cap ? n - off : ds->cap;
+        model_gpu_grads_put(ds->g, buf + off, k); /* returns with the copy done */
+        rc = ds->o->reduce(dev, k, ds->o->reduce_ctx);
+        if (!rc)
+            model_gpu_grads_get(ds->g, buf + off, k);
+    }
+    return rc;
+}
+
+/* An evaluation during training on the loop's own device model (its activations are free
+ * between steps; the parameters are only read). */
+static int eval_during_gpu(const struct train_opts *o, const struct model *m, struct model_gpu *g,
+                           long step, int epoch, double *seconds)
+{
+    int eb = o->eval_batch > 0 && o->eval_batch < o->batch ? o->eval_batch : o->batch;
+    struct gpu_eval ge = {g, xmallocarray((size_t)eb * m->cfg.classes, sizeof(float))};
+    struct dev_sum ds = {o, g, m->n_params + 2};
+    bool many = o->world_size > 1 && o->reduce;
+    int rc = train_eval_during(o, m->cfg.classes, step, epoch, eb, gpu_eval_forward, &ge,
+                               many ? dev_sum : NULL, &ds, seconds);
+    free(ge.logits);
+    return rc;
+}
+
 /* ---- the loop ---- */
 
 struct pending { /* a finished step not yet given to obs (its loss is read later) */
@@ -386,6 +443,12 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                 if ((rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
                     goto out;
             }
+            if (train_eval_due(o, step, total)) {
+                double es;
+                if ((rc = eval_during_gpu(o, m, lp.g, step, epoch, &es)))
+                    goto out;
+                tlog += es; /* the progress lines' rates are training's */
+            }
         }
     }
 out:
@@ -406,24 +469,6 @@ out:
     model_gpu_free(lp.g);
     free(lp.perm), free(lp.idx), free(lp.tok), free(lp.len), free(lp.lab);
     return rc;
-}
-
-/* ---- evaluation on the device ---- */
-
-struct gpu_eval {
-    struct model_gpu *g;
-    float *logits; /* (batch, classes) on the host */
-};
-
-static float gpu_eval_forward(void *ctx, const int *tok, const int *len, const int *lab, int B,
-                              int T, const float **logits)
-{
-    struct gpu_eval *ge = ctx;
-    model_gpu_batch(ge->g, tok, len, lab, B, T);
-    model_gpu_forward(ge->g);
-    model_gpu_read_logits(ge->g, ge->logits);
-    *logits = ge->logits;
-    return model_gpu_last_loss(ge->g);
 }
 
 int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,

@@ -590,6 +590,91 @@ static void test_evaluate(void)
     fclose(f);
 }
 
+/* Evaluation during training on the GPU loop's own device model: after steps 4 and 8 of 12,
+ * the counts equal train_gpu_evaluate's on the same parameters (downloaded by the checkpoint
+ * hook just before); the run ends bit-identical to one without evaluations. With world_size 2
+ * the counts go through the device gradient buffer to the reduce hook and back (the mock's hook
+ * sums "two ranks": twice rank 0's 45 examples). */
+struct gev {
+    struct model *m;
+    const struct train_data *d;
+    int n, bad;
+    long steps[4];
+    double total;
+};
+
+static int ckpt_nop(void *ctx, long step, int epoch, const struct model *m,
+                    const struct adamw *opt)
+{
+    (void)ctx, (void)step, (void)epoch, (void)m, (void)opt;
+    return 0;
+}
+
+static int gpu_on_eval(void *ctx, long step, int epoch, const struct eval_counts *e, double s)
+{
+    struct gev *g = ctx;
+    struct eval_counts ref;
+    const double *v = eval_counts_flat((struct eval_counts *)e);
+    (void)epoch, (void)s;
+    if (g->n < 4)
+        g->steps[g->n] = step;
+    g->n++;
+    g->total = v[1];
+    if (g->d) { /* one rank: against a fresh device model on the host model's parameters */
+        TEST_EQ_INT(eval_init(&ref, 2), 0);
+        TEST_EQ_INT(train_gpu_evaluate(g->m, g->d, 8, NULL, &ref), 0);
+        for (int t = 0; t < 2; t++)
+            for (int p = 0; p < 2; p++)
+                g->bad += eval_cm(e, t, p) != eval_cm(&ref, t, p);
+        g->bad += !close_rel(v[0], eval_counts_flat(&ref)[0], 1e-5);
+        eval_cleanup(&ref);
+    }
+    return 0;
+}
+
+static void test_eval_during(void)
+{
+    struct train_data d = toy();
+    struct model a, b;
+    struct train_result r;
+    struct calls c = {0};
+    char err[256];
+    FILE *f = tmpfile();
+    TEST_CHECK(f != NULL);
+    struct gev g = {.m = &a, .d = &d};
+    struct train_opts o = opts(f);
+    TEST_EQ_INT(model_init(&a, &mc, 8, 11, err, sizeof(err)), 0);
+    TEST_EQ_INT(model_init(&b, &mc, 8, 11, err, sizeof(err)), 0);
+    o.checkpoint = ckpt_nop, o.checkpoint_interval = 4; /* downloads the parameters to a */
+    o.eval = &d, o.eval_batch = 64, o.eval_interval = 4, o.on_eval = gpu_on_eval;
+    o.eval_ctx = &g;
+    TEST_EQ_INT(train_gpu_run(&a, &d, &o, &r), 0);
+    TEST_EQ_INT(r.steps, 12);
+    TEST_EQ_INT(g.n, 2);
+    TEST_EQ_INT(g.steps[0], 4);
+    TEST_EQ_INT(g.steps[1], 8);
+    TEST_EQ_INT((int)g.total, N);
+    TEST_EQ_INT(g.bad, 0);
+    o = opts(f);
+    TEST_EQ_INT(train_gpu_run(&b, &d, &o, &r), 0);
+    TEST_CHECK(memcmp(a.params, b.params, a.n_params * sizeof(float)) == 0);
+
+    /* "rank 0 of 2": its 45 examples, summed by the reduce hook through device memory */
+    model_cleanup(&a);
+    TEST_EQ_INT(model_init(&a, &mc, 8, 11, err, sizeof(err)), 0);
+    g = (struct gev){.m = &a};
+    o = opts(f);
+    c.twice = strcmp(model_gpu_backend(), "cpu-mock") == 0;
+    o.world_size = 2, o.reduce = record, o.reduce_ctx = &c;
+    o.eval = &d, o.eval_batch = 5, o.eval_interval = 2, o.on_eval = gpu_on_eval;
+    o.eval_ctx = &g;
+    TEST_EQ_INT(train_gpu_run(&a, &d, &o, &r), 0);
+    TEST_EQ_INT(g.n, 2); /* 6 steps: after 2 and 4 */
+    TEST_EQ_INT((int)g.total, c.twice ? 2 * (N / 2) : N / 2);
+    model_cleanup(&a), model_cleanup(&b);
+    fclose(f);
+}
+
 int main(void)
 {
     char err[256];
@@ -609,5 +694,6 @@ int main(void)
     TEST_RUN(test_bf16_follows_fp32);
     TEST_RUN(test_fused_attention);
     TEST_RUN(test_evaluate);
+    TEST_RUN(test_eval_during);
     return test_summary();
 }

@@ -186,6 +186,109 @@ static void test_stop_flag(void)
     model_cleanup(&a);
 }
 
+static float cpu_forward(void *ctx, const int *tok, const int *len, const int *lab, int B, int T,
+                         const float **logits)
+{
+    struct model *m = ctx;
+    float l = model_forward(m, tok, len, lab, B, T);
+    *logits = m->logits;
+    return l;
+}
+
+/* Evaluation during training: on_eval after every eval_interval-th step but the last, with the
+ * counts of the whole eval set on the parameters of that moment (the same as evaluating the
+ * live model there); the run's parameters are those of a run without it; a non-zero on_eval
+ * result stops training with it. */
+struct evals {
+    struct model *m;          /* the model being trained */
+    const struct train_data *d;
+    long steps[8];
+    int n, mismatches, fail_at;
+    double seconds;
+};
+
+static int on_eval(void *ctx, long step, int epoch, const struct eval_counts *e, double seconds)
+{
+    struct evals *ev = ctx;
+    struct eval_counts ref;
+    (void)epoch;
+    if (ev->n < 8)
+        ev->steps[ev->n] = step;
+    ev->n++;
+    ev->seconds += seconds;
+    eval_init(&ref, 2);
+    train_evaluate(ev->m, ev->d, 5, &ref); /* another batch size: the same predictions */
+    for (int t = 0; t < 2; t++)
+        for (int p = 0; p < 2; p++)
+            ev->mismatches += eval_cm(e, t, p) != eval_cm(&ref, t, p);
+    ev->mismatches += eval_counts_flat((struct eval_counts *)e)[1] != (double)ev->d->n;
+    ev->mismatches += fabs(eval_counts_flat((struct eval_counts *)e)[0] -
+                           eval_counts_flat(&ref)[0]) > 1e-4;
+    eval_cleanup(&ref);
+    return step == ev->fail_at ? -7 : 0;
+}
+
+static void test_eval_during_training(void)
+{
+    struct model a, b;
+    struct train_result r;
+    char err[256];
+    struct train_data d = toy();
+    struct evals ev = {.m = &a, .d = &d};
+    struct train_opts o = opts(8, 1, 2); /* 16 steps */
+    model_init(&a, &mc, 8, 1, err, sizeof(err));
+    o.eval = &d, o.eval_batch = 3, o.eval_interval = 4, o.on_eval = on_eval, o.eval_ctx = &ev;
+    TEST_EQ_INT(train_run(&a, &d, &o, &r), 0);
+    TEST_EQ_INT(r.steps, 16);
+    TEST_EQ_INT(ev.n, 3); /* 4, 8, 12; not 16: the caller's final evaluation */
+    TEST_EQ_INT(ev.steps[0], 4);
+    TEST_EQ_INT(ev.steps[1], 8);
+    TEST_EQ_INT(ev.steps[2], 12);
+    TEST_EQ_INT(ev.mismatches, 0);
+    TEST_CHECK(ev.seconds > 0);
+    run(&b, 8, 1, 2, 5); /* the same run without evaluations */
+    TEST_CHECK(memcmp(a.params, b.params, a.n_params * sizeof(float)) == 0);
+    model_cleanup(&a);
+
+    ev = (struct evals){.m = &a, .d = &d, .fail_at = 8};
+    model_init(&a, &mc, 8, 1, err, sizeof(err));
+    TEST_EQ_INT(train_run(&a, &d, &o, &r), -7);
+    TEST_EQ_INT(r.steps, 8);
+    TEST_EQ_INT(ev.n, 2);
+    model_cleanup(&a), model_cleanup(&b);
+}
+
+/* train_evaluate_shard: the shards of W ranks cover every example once. */
+static void test_eval_shards(void)
+{
+    struct model m;
+    struct eval_counts all, part;
+    char err[256];
+    struct train_data d = toy();
+    model_init(&m, &mc, 8, 1, err, sizeof(err));
+    eval_init(&all, 2), eval_init(&part, 2);
+    train_evaluate(&m, &d, 8, &all);
+    for (int W = 1; W <= 5; W++) {
+        struct eval_counts one;
+        eval_reset(&part);
+        for (int r = 0; r < W; r++) {
+            eval_init(&one, 2);
+            train_evaluate_shard(&d, 8, r, W, cpu_forward, &m, &one);
+            TEST_EQ_INT((int)eval_counts_flat(&one)[1], (N - r + W - 1) / W);
+            eval_merge(&part, &one);
+            eval_cleanup(&one);
+        }
+        int bad = 0;
+        for (int t = 0; t < 2; t++)
+            for (int p = 0; p < 2; p++)
+                bad += eval_cm(&part, t, p) != eval_cm(&all, t, p);
+        TEST_EQ_INT(bad, 0);
+        TEST_CHECK(fabs(eval_counts_flat(&part)[0] - eval_counts_flat(&all)[0]) < 1e-4);
+    }
+    eval_cleanup(&all), eval_cleanup(&part);
+    model_cleanup(&m);
+}
+
 static void test_schedule_and_clip(void)
 {
     struct optim_config c;
@@ -222,6 +325,8 @@ int main(void)
     TEST_RUN(test_accumulation_matches_big_batch);
     TEST_RUN(test_resume_is_bit_identical);
     TEST_RUN(test_stop_flag);
+    TEST_RUN(test_eval_during_training);
+    TEST_RUN(test_eval_shards);
     TEST_RUN(test_schedule_and_clip);
     TEST_RUN(test_steps_per_epoch);
     return test_summary();
