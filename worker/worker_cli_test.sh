@@ -75,5 +75,28 @@ PY
     else
         echo "FAIL bucketed all-reduce: [$bucketed] vs [$after]"; fail=1
     fi
+    # evaluation during training, each rank on its share: eval lines after steps 2 and 4 (not
+    # 6: the final evaluation), the report's history, the same parameters as without
+    check "2 ranks, evalInterval 2" 0 "$run" --nproc 2 -- "$bin" "${common[@]}" \
+        --batch-size 3 --grad-bucket-mb 0 --eval-interval 2 --report "$tmp/re.json"
+    with_eval=$(fnv)
+    [ "$with_eval" = "$after" ] || { echo "FAIL evaluations changed training: [$with_eval] vs [$after]"; fail=1; }
+    python3 - "$tmp/out" "$tmp/err" "$tmp/re.json" <<'PY' || fail=1
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"eval_step"')]
+assert [l["eval_step"] for l in lines] == [2, 4], lines
+assert all(l["eval_examples"] == 6 and 0 <= l["eval_accuracy"] <= 1 for l in lines), lines
+human = [l for l in open(sys.argv[2]) if l.startswith("eval step ")]
+assert len(human) == 2 and "| 6 examples |" in human[0], human
+assert sum(l.startswith("final eval step 6 |") for l in open(sys.argv[2])) == 1
+r = json.load(open(sys.argv[3]))
+assert [e["step"] for e in r["evals"]] == [2, 4, 6], r["evals"]
+assert r["evals"][-1]["accuracy"] == r["accuracy"], (r["evals"], r["accuracy"])
+print("ok   eval lines at steps 2, 4; history %s" % [round(e["accuracy"], 3) for e in r["evals"]])
+PY
 fi
+check "evalInterval without data.eval" 78 "$bin" --config "$tmp/cfg.json" --data-eval "" \
+    --eval-interval 10
+grep -q 'training.evalInterval: 10, but data.eval is not set' "$tmp/err" ||
+    { echo "FAIL evalInterval message"; fail=1; }
 exit $fail
