@@ -11,12 +11,12 @@ E2E_IMAGE=${E2E_IMAGE:-gantry-worker:0.1.0}
 
 # A TrainingJob on the SpamAssassin data with checkpoints on the shared claim.
 #   spam_job NAME [KEY=VALUE...]: epochs, maxSteps, interval, replicas, maxSeqLen, backoff,
-#   gpus (gpusPerReplica), nproc (nprocPerNode), cpuLimit (the worker's CPU limit), image, emuDevices (GANTRY_EMU_DEVICES in the worker: emulated GPUs),
+#   evalInterval (evaluations during training), gpus (gpusPerReplica), nproc (nprocPerNode), cpuLimit (the worker's CPU limit), image, emuDevices (GANTRY_EMU_DEVICES in the worker: emulated GPUs),
 #   shmHostPath (a host folder mounted at /dev/shm instead of the operator's memory volume: pods
 #   on one node then share it, as the emulated NCCL needs across pods)
 spam_job() {
     local name=$1 epochs=3 maxsteps=0 interval=40 replicas=$E2E_REPLICAS seqlen=128 backoff=2 kv
-    local gpus=0 nproc='' image=$E2E_IMAGE env='' shm='' cpu=''
+    local gpus=0 nproc='' image=$E2E_IMAGE env='' shm='' cpu='' evals=0
     shift
     for kv in "$@"; do
         case $kv in
@@ -26,6 +26,7 @@ spam_job() {
             replicas=*) replicas=${kv#*=} ;;
             maxSeqLen=*) seqlen=${kv#*=} ;;
             backoff=*) backoff=${kv#*=} ;;
+            evalInterval=*) evals=${kv#*=} ;;
             gpus=*) gpus=${kv#*=} ;;
             nproc=*) nproc="nprocPerNode: ${kv#*=}" ;;
             cpuLimit=*) cpu=", cpu: \"${kv#*=}\"" ;;
@@ -53,6 +54,7 @@ spec:
     data: {train: /data/train.jsonl, eval: /data/eval.jsonl}
     epochs: $epochs
     maxSteps: $maxsteps
+    evalInterval: $evals
     batchSize: 16
     learningRate: 1e-3
     scaleLearningRate: false

@@ -153,8 +153,8 @@ echo "    helm install $RELEASE charts/gantry -n $RELEASE_NS --create-namespace 
 helm_install >/dev/null || die "helm install failed; see $DEMO_OUT/helm-install.txt"
 kc -n "$RELEASE_NS" get deployment,pods -l app.kubernetes.io/instance="$RELEASE" | sed 's/^/    /'
 
-step "Train: kubectl apply -f $DEMO_OUT/spam.yaml ($E2E_REPLICAS workers, checkpoints every 40 steps)"
-spam_job "$JOB" >"$DEMO_OUT/spam.yaml"
+step "Train: kubectl apply -f $DEMO_OUT/spam.yaml ($E2E_REPLICAS workers, checkpoints every 40 steps, evaluations every 100)"
+spam_job "$JOB" evalInterval=100 >"$DEMO_OUT/spam.yaml"
 kc -n "$NS" apply -f "$DEMO_OUT/spam.yaml" | sed 's/^/    /'
 echo "    following: kubectl -n $NS get tj $JOB -w, and rank 0's progress (kubectl logs $JOB-worker-0)"
 last_tj='' last_log='' killed=0 deadline=$((SECONDS + ${DEMO_TIMEOUT:-1800})) phase=''
@@ -162,7 +162,7 @@ while [ $SECONDS -lt $deadline ]; do
     tjline=$(tj_get "$NS" "$JOB" '{.status.phase}  ready {.status.replicas.ready}/{.spec.replicas}  restarts {.status.restarts}  checkpoint {.status.lastCheckpoint.step}')
     phase=${tjline%% *}
     [ "$tjline" = "$last_tj" ] || { printf '    %s  tj/%s  %s\n' "$(stamp)" "$JOB" "$tjline"; last_tj=$tjline; }
-    logline=$(kc -n "$NS" logs "$JOB-worker-0" -c worker --tail=40 2>/dev/null | grep -E '^step [0-9]+|resum' | tail -1)
+    logline=$(kc -n "$NS" logs "$JOB-worker-0" -c worker --tail=40 2>/dev/null | grep -E '^step [0-9]+|^eval step|resum' | tail -1)
     [ -z "$logline" ] || [ "$logline" = "$last_log" ] || { printf '    %s  worker-0: %s\n' "$(stamp)" "$logline"; last_log=$logline; }
     case $phase in Succeeded|Failed) break ;; esac
     # A worker dies once a checkpoint exists (or half way): the gang restarts and resumes.
@@ -189,6 +189,8 @@ if [ -n "$report" ]; then
     printf '%s\n' "$report" >"$DEMO_OUT/report.json"
     echo "    evaluation on the 1,209 held-out e-mails (from kubectl logs $JOB-worker-0):"
     sed -n '/^eval |/,/^spam /p' <<<"$logs" | sed 's/^/      /'
+    hist=$(json_field "$report" '", ".join("step %d %.2f %%" % (e["step"], 100 * e["accuracy"]) for e in r.get("evals", []))')
+    [ -z "$hist" ] || echo "    accuracy during training (since the last start; every rank evaluates its share): $hist"
     acc=$(json_field "$report" 'round(100 * r["accuracy"], 2)')
     f1=$(json_field "$report" 'round(r["macro_f1"], 4)')
     echo "    accuracy $acc %, macro-F1 $f1; report: $DEMO_OUT/report.json"

@@ -3,7 +3,8 @@
 #   kill9     2 ranks checkpoint every 100 steps; rank 1 is killed (-9) mid-run: rank 0 exits
 #             non-zero within the peer timeout; rerunning the job resumes from a step S > 0 and
 #             ends with parameters bit-identical (fnv1a64 of the buffer) to an uninterrupted run,
-#             the same on both ranks; step-<N> dirs verify with sha256sum; report.json is there
+#             the same on both ranks; step-<N> dirs verify with sha256sum; report.json is there,
+#             with every evaluation (every 500 steps) of both runs, the one before the kill too
 #   world     the killed job's checkpoints resumed at world size 1 complete; 1 -> 2 ranks: the
 #             W=1 checkpoints (numbered higher) are retired, a restart resumes the W=2 progress
 #   sigterm   SIGTERM mid-training: exit 143 (retryable) within 3 s, no new checkpoint after it;
@@ -18,6 +19,7 @@ cat >"$tmp/cfg.json" <<JSON
 {"training": {"model": {"hidden": 16, "heads": 2, "layers": 1, "maxSeqLen": 24},
   "data": {"train": "$data/tiny.jsonl", "eval": "$data/tiny.jsonl", "minFreq": 1},
   "epochs": 3000, "batchSize": 3, "learningRate": "3e-3", "logInterval": 500, "threads": 1,
+  "evalInterval": 500,
   "scaleLearningRate": false},
  "checkpoint": {"path": "$tmp", "dir": "$tmp/unused", "intervalSteps": 100, "keep": 3}}
 JSON
@@ -46,9 +48,9 @@ run_kill9() {
     [ -n "$h_ref" ] && [ "$h_ref" = "$(hash_of "$tmp/ref.1.err")" ] &&
         ok "uninterrupted: parameters identical on both ranks ($h_ref)" ||
         bad "uninterrupted: rank hashes differ or missing: $h_ref / $(hash_of "$tmp/ref.1.err")"
-    # interrupted: kill -9 rank 1 once step-300 exists
+    # interrupted: kill -9 rank 1 once step-600 exists (after the evaluation at step 500)
     start_ranks "$tmp/job" 2 a
-    wait_ckpt "$tmp/job" 300 || bad "no checkpoint step >= 300 appeared"
+    wait_ckpt "$tmp/job" 600 || bad "no checkpoint step >= 600 appeared"
     kill -9 "${rank_pid[1]}"
     t0=$(ms)
     wait_rc "${rank_pid[0]}"; rc0=$WRC
@@ -84,6 +86,9 @@ run_kill9() {
         bad "checkpoints: $n kept (want 3), manifests rc $rc"
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['train']['world_size']==2 and r['accuracy']>=0.99, r" \
         "$tmp/job/report.json" && ok "report.json on the volume" || bad "report.json"
+    python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['evals']; assert [x['step'] for x in e]==list(range(500,3001,500)) and all(x['examples']==6 for x in e), e" \
+        "$tmp/job/report.json" && ok "report.json's evals: steps 500..3000, the one before the kill kept" ||
+        bad "report.json evals: $(python3 -c "import json,sys; print([x['step'] for x in json.load(open(sys.argv[1])).get('evals',[])])" "$tmp/job/report.json")"
 }
 
 run_world() {

@@ -431,6 +431,9 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
     /* The data order is derived from (seed, epoch): no other RNG state to keep. */
     json_object_set_new(snap->extra, "adamw_t", json_integer((json_int_t)opt->t));
     json_object_set_new(snap->extra, "seed", json_integer((json_int_t)w->cfg.seed));
+    if (w->evals) /* the evaluations so far: a resumed run's report keeps them (a copy: the writer
+                   * serialises it in the background while the list grows) */
+        json_object_set_new(snap->extra, "evals", json_deep_copy(w->evals));
     w->pending_step = step;
     w->pending_t0 = now_s();
     return ckpt_writer_save(w->writer, snap);
@@ -519,6 +522,11 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
         if (in_epoch > w->spe)
             in_epoch = w->spe;
         *start_step = (long)s->meta.sampler.epoch * w->spe + in_epoch;
+    }
+    json_t *ev = json_object_get(s->extra, "evals");
+    if (w->env.rank == 0 && json_is_array(ev) && s->meta.world_size == w->env.world_size) {
+        json_decref(w->evals); /* steps count alike only at the same world size */
+        w->evals = json_deep_copy(ev);
     }
     fprintf(stderr, "gantry-worker: rank %d resumed from step %lld (checkpoint %s)\n",
             w->env.rank, (long long)s->meta.step, dir);

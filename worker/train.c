@@ -284,14 +284,7 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
                 loss_sum = 0.0;
                 tlog = t;
             }
-            if (o->stop && *o->stop) { /* no new checkpoint once asked to stop */
-                rc = TRAIN_STOPPED;
-                goto out;
-            }
-            if (o->checkpoint && o->checkpoint_interval > 0 &&
-                (step % o->checkpoint_interval == 0 || step == total) &&
-                (rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
-                goto out;
+            /* before the checkpoint, whose state may record the result */
             if (train_eval_due(o, step, total)) {
                 double es;
                 int eb = o->eval_batch > 0 ? o->eval_batch : o->batch;
@@ -300,6 +293,14 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
                     goto out;
                 tlog += es; /* the progress lines' rates are training's */
             }
+            if (o->stop && *o->stop) { /* no new checkpoint once asked to stop */
+                rc = TRAIN_STOPPED;
+                goto out;
+            }
+            if (o->checkpoint && o->checkpoint_interval > 0 &&
+                (step % o->checkpoint_interval == 0 || step == total) &&
+                (rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
+                goto out;
         }
     }
 out:

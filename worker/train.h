@@ -103,7 +103,8 @@ struct train_opts {
      * and on_eval gets the job's counts, on every rank, with the seconds the evaluation took
      * (left out of the progress lines' rates). The parameters and optimizer state are only read:
      * a run with evaluations ends bit-identical to one without. A non-zero on_eval result stops
-     * training with it. eval NULL or eval_interval 0: none. */
+     * training with it. It comes before that step's checkpoint (whose state may record it).
+     * eval NULL or eval_interval 0: none. */
     const struct train_data *eval;
     int eval_batch, eval_interval;
     int (*on_eval)(void *ctx, long step, int epoch, const struct eval_counts *e, double seconds);

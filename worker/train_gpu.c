@@ -431,6 +431,13 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                 lp.loss_sum = flops = 0.0;
                 tlog = t;
             }
+            /* before the checkpoint, whose state may record the result */
+            if (train_eval_due(o, step, total)) {
+                double es;
+                if ((rc = eval_during_gpu(o, m, lp.g, step, epoch, &es)))
+                    goto out;
+                tlog += es; /* the progress lines' rates are training's */
+            }
             if (o->stop && *o->stop) {
                 rc = TRAIN_STOPPED;
                 goto out;
@@ -442,12 +449,6 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                 model_gpu_download(lp.g, m->params, opt->m, opt->v);
                 if ((rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
                     goto out;
-            }
-            if (train_eval_due(o, step, total)) {
-                double es;
-                if ((rc = eval_during_gpu(o, m, lp.g, step, epoch, &es)))
-                    goto out;
-                tlog += es; /* the progress lines' rates are training's */
             }
         }
     }

@@ -1,11 +1,12 @@
 # shellcheck shell=bash
-# Scenario 1: the SpamAssassin job (3 workers, shared checkpoint claim) trains to Succeeded; the
-# eval report in rank 0's log shows >= E2E_MIN_ACCURACY; checkpoints (with valid SHA-256
-# manifests) and the report are on the volume.
+# Scenario 1: the SpamAssassin job (3 workers, shared checkpoint claim, evaluations every 100
+# steps) trains to Succeeded; the eval report in rank 0's log shows >= E2E_MIN_ACCURACY and the
+# evaluations during training (every rank's share summed: all 1,209 examples); checkpoints (with
+# valid SHA-256 manifests) and the report are on the volume.
 
 scenario_1() {
-    local job=spam f=$ARTIFACTS/spam.yaml report acc ws vol step t
-    spam_job "$job" >"$f"
+    local job=spam f=$ARTIFACTS/spam.yaml report acc ws vol step t evals
+    spam_job "$job" evalInterval=100 >"$f"
     check "kubectl apply -f spam.yaml" kc -n "$NS" apply -f "$f" || return 0
     t=$SECONDS
     check "tj/$job reaches Running" wait_tj_phase "$NS" "$job" "Running Succeeded" 300 || return 0
@@ -24,6 +25,12 @@ scenario_1() {
     note "eval: accuracy ${acc:-?}, macro-F1 $(json_field "$report" 'round(r["macro_f1"], 4)'), steps $(json_field "$report" 'r["train"]["steps"]'), $(json_field "$report" 'round(r["train"]["seconds"])')s training, world size ${ws:-?}"
     check "accuracy ${acc:-?} >= $E2E_MIN_ACCURACY" python3 -c "import sys; sys.exit(0 if float('${acc:-0}') >= $E2E_MIN_ACCURACY else 1)"
     check "the report says all $E2E_REPLICAS workers trained (train.world_size)" test "${ws:-}" = "$E2E_REPLICAS"
+    evals=$(json_field "$report" '" ".join("%d:%d:%.4f" % (e["step"], e["examples"], e["accuracy"]) for e in r["evals"])')
+    note "evaluations during training (step:examples:accuracy): ${evals:-none}"
+    check "the report's evals: steps 100, 200, ..., then the final one, each on all 1209 examples" \
+        python3 -c "import json,sys; r=json.loads(sys.argv[1]); e=r['evals']; s=[x['step'] for x in e]; sys.exit(0 if len(e) >= 3 and s[:-1] == list(range(100, 100 * len(e), 100)) and s[-1] == r['train']['steps'] and all(x['examples'] == 1209 for x in e) and e[-1]['accuracy'] == r['accuracy'] else 1)" "$report"
+    check "rank 0's log has the line of the evaluation at step 100" \
+        bash -c "'$KUBECTL' -n '$NS' logs '$job-worker-0' -c worker | grep -q '^eval step 100 | loss [0-9.]* | accuracy [0-9.]*% | macro-F1 [0-9.]* | 1209 examples'"
 
     step=$(tj_get "$NS" "$job" '{.status.lastCheckpoint.step}')
     check "status.lastCheckpoint.step (${step:-none}) > 0" test "${step:-0}" -gt 0 2>/dev/null
