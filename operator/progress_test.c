@@ -82,7 +82,8 @@ static void test_status(void)
         "\"tokens_per_second\":12800,\"steps_per_second\":2,\"eta_seconds\":189,"
         "\"last_checkpoint_step\":40,\"start_step\":0,\"samples_total\":2688,"
         "\"tokens_total\":268800,\"elapsed_seconds\":21,\"last_step_unix\":1796022612.07,"
-        "\"seconds_since_last_step\":0.68,\"eval\":{\"accuracy\":0.5}}",
+        "\"seconds_since_last_step\":0.68,\"eval_step\":40,\"eval\":{\"accuracy\":0.5,"
+        "\"macro_f1\":0.25}}",
         0, NULL);
     json_t *st = progress_status(w, 1796022612);
     json_t *early, *none;
@@ -99,6 +100,9 @@ static void test_status(void)
     TEST_EQ_STR(json_string_value(json_object_get(st, "lastProgressTime")),
                 "2026-11-30T07:10:12Z");
     TEST_CHECK(json_object_get(st, "seconds_since_last_step") == NULL); /* changes every read */
+    TEST_EQ_INT(json_integer_value(json_object_get(st, "evalStep")), 40);
+    TEST_NEAR(json_number_value(json_object_get(st, "evalAccuracy")), 0.5, 1e-12);
+    TEST_NEAR(json_number_value(json_object_get(st, "evalMacroF1")), 0.25, 1e-12);
     json_decref(st);
 
     /* before the first step: nulls are left out, no percent */
@@ -111,6 +115,7 @@ static void test_status(void)
     TEST_CHECK(json_object_get(st, "eta") == NULL);
     TEST_CHECK(json_object_get(st, "percent") == NULL);
     TEST_CHECK(json_object_get(st, "lastProgressTime") == NULL);
+    TEST_CHECK(json_object_get(st, "evalAccuracy") == NULL); /* not evaluated yet */
     json_decref(st);
 
     none = json_loads("{\"state\":\"running\"}", 0, NULL);

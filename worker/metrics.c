@@ -90,6 +90,8 @@ struct metrics *metrics_new(void)
     m->f.s.loss = m->f.s.lr = NAN;
     m->f.s.last_step_unix = NAN;
     m->f.s.last_checkpoint_step = -1;
+    m->f.s.eval_step = -1;
+    m->f.s.eval_accuracy = m->f.s.eval_macro_f1 = NAN;
     m->f.checkpoint_s = NAN;
     return m;
 }
@@ -225,10 +227,21 @@ void metrics_eval(struct metrics *m, const char *name, double value)
     }
     if (i < m->f.n_eval)
         m->f.eval[i].value = value;
+    if (strcmp(name, "accuracy") == 0)
+        m->f.s.eval_accuracy = value;
+    else if (strcmp(name, "macro_f1") == 0)
+        m->f.s.eval_macro_f1 = value;
     pthread_mutex_unlock(&m->mu);
     if (i == METRICS_MAX_EVAL)
         fprintf(stderr, "metrics: eval metric \"%s\" dropped: already %d names\n", name,
                 METRICS_MAX_EVAL);
+}
+
+void metrics_eval_step(struct metrics *m, int64_t step)
+{
+    pthread_mutex_lock(&m->mu);
+    m->f.s.eval_step = step;
+    pthread_mutex_unlock(&m->mu);
 }
 
 void metrics_set_peak_flops(struct metrics *m, double peak)
@@ -434,6 +447,10 @@ int metrics_render_prometheus(struct metrics *m, struct buf *b)
     metric_f(&o, "gantry_train_checkpoint_duration_seconds", "gauge",
              "How long writing the last checkpoint took.", f.checkpoint_s);
     render_allreduce(&o, &f);
+    if (f.s.eval_step >= 0) {
+        family(&o, "gantry_train_eval_step", "gauge", "The step of the last evaluation.");
+        emit(&o, "gantry_train_eval_step %lld\n", (long long)f.s.eval_step);
+    }
     if (f.n_eval > 0)
         family(&o, "gantry_train_eval", "gauge", "Last evaluation result, by metric.");
     for (int i = 0; i < f.n_eval; i++)
@@ -472,6 +489,10 @@ int metrics_render_progress(struct metrics *m, struct buf *b)
          (long long)s->start_step, (long long)s->samples_total, (long long)s->tokens_total);
     emit(&o, "\"elapsed_seconds\":%s,\"last_step_unix\":%s,\"seconds_since_last_step\":%s,",
          json_num(t1, s->elapsed_s), json_num(t2, s->last_step_unix), json_num(t3, since));
+    if (s->eval_step >= 0)
+        emit(&o, "\"eval_step\":%lld,", (long long)s->eval_step);
+    else
+        emit(&o, "\"eval_step\":null,");
     emit(&o, "\"eval\":{");
     for (int i = 0; i < f.n_eval; i++)
         emit(&o, "%s\"%s\":%s", i ? "," : "", f.eval[i].name, json_num(t1, f.eval[i].value));

@@ -69,6 +69,8 @@ struct metrics_snapshot {
     int64_t last_checkpoint_step;        /* -1 before the first checkpoint */
     double last_step_unix;               /* wall-clock time of the last step; NAN before it */
     double elapsed_s;                    /* since metrics_begin */
+    int64_t eval_step;                   /* the last evaluation's step; -1 before one */
+    double eval_accuracy, eval_macro_f1; /* its "accuracy" and "macro_f1"; NAN when not given */
 };
 
 /* A new, empty recorder in state "starting" (free with metrics_free()). */
@@ -100,6 +102,8 @@ void metrics_allreduce(struct metrics *m, double seconds);
 void metrics_checkpoint(struct metrics *m, int64_t step, double seconds);
 /* Sets an evaluation result, e.g. ("accuracy", 0.91) or ("macro_f1", 0.88); name: [a-z0-9_]. */
 void metrics_eval(struct metrics *m, const char *name, double value);
+/* The step the evaluation results are from (/progress eval_step, gantry_train_eval_step). */
+void metrics_eval_step(struct metrics *m, int64_t step);
 /* Training ended; state becomes "succeeded" or "failed". */
 void metrics_finish(struct metrics *m, bool succeeded);
 /* The device's peak FLOP/s (kernels/gpu.h gpu_peak_flops), the denominator of mfu; <= 0:

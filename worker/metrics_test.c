@@ -264,6 +264,16 @@ static void test_histogram_checkpoint_eval(void)
     metrics_eval(m, "macro_f1", 0.25);
     metrics_eval(m, "accuracy", 0.75);
     metrics_eval(m, "Bad-Name", 1); /* dropped with a warning */
+    {
+        struct metrics_snapshot sn;
+        metrics_get(m, &sn);
+        TEST_EQ_INT(sn.eval_step, -1); /* no step given yet */
+        metrics_eval_step(m, 380);
+        metrics_get(m, &sn);
+        TEST_EQ_INT(sn.eval_step, 380);
+        TEST_NEAR(sn.eval_accuracy, 0.75, 0);
+        TEST_NEAR(sn.eval_macro_f1, 0.25, 0);
+    }
     metrics_finish(m, false);
 
     char *t = prom(m);
@@ -288,6 +298,7 @@ static void test_histogram_checkpoint_eval(void)
     TEST_CHECK(has_line(t, "gantry_train_checkpoint_duration_seconds 2.25"));
     TEST_CHECK(has_line(t, "gantry_train_eval{metric=\"accuracy\"} 0.75"));
     TEST_CHECK(has_line(t, "gantry_train_eval{metric=\"macro_f1\"} 0.25"));
+    TEST_CHECK(has_line(t, "gantry_train_eval_step 380"));
     TEST_CHECK(strstr(t, "Bad-Name") == NULL);
     TEST_CHECK(has_line(t, "gantry_train_state{state=\"failed\"} 1"));
     check_exposition_format(t);
@@ -297,6 +308,7 @@ static void test_histogram_checkpoint_eval(void)
     json_t *ev = json_object_get(j, "eval");
     TEST_EQ_INT(json_object_size(ev), 2);
     TEST_NEAR(json_number_value(json_object_get(ev, "accuracy")), 0.75, 0);
+    TEST_EQ_INT(json_integer_value(json_object_get(j, "eval_step")), 380);
     TEST_EQ_INT(json_integer_value(json_object_get(j, "last_checkpoint_step")), 400);
     TEST_EQ_STR(json_string_value(json_object_get(j, "state")), "failed");
     json_decref(j);

@@ -112,6 +112,7 @@ void obs_eval(struct obs *o, int64_t step, const char *name, double value)
     char tag[METRICS_MAX_EVAL_NAME + 8];
 
     metrics_eval(o->m, name, value);
+    metrics_eval_step(o->m, step);
     snprintf(tag, sizeof(tag), "eval/%s", name);
     tb_scalar(o, tag, step, value);
     if (o->tb && tbevent_flush(o->tb) != 0)
@@ -140,7 +141,7 @@ static const char *num(char tmp[32], double v)
 static void write_final(struct obs *o)
 {
     struct metrics_snapshot s;
-    char line[OBS_TERMINATION_MAX], t1[32], t2[32], t3[32], t4[32], ck[32];
+    char line[OBS_TERMINATION_MAX], t1[32], t2[32], t3[32], t4[32], ck[32], ev[128] = "";
     int n, fd;
 
     metrics_get(o->m, &s);
@@ -148,13 +149,16 @@ static void write_final(struct obs *o)
         snprintf(ck, sizeof(ck), "%lld", (long long)s.last_checkpoint_step);
     else
         snprintf(ck, sizeof(ck), "null");
+    if (s.eval_step >= 0) /* the last evaluation (the final one, after training) */
+        snprintf(ev, sizeof(ev), ",\"eval_step\":%lld,\"eval\":{\"accuracy\":%s,\"macro_f1\":%s}",
+                 (long long)s.eval_step, num(t1, s.eval_accuracy), num(t2, s.eval_macro_f1));
     n = snprintf(line, sizeof(line),
                  "{\"state\":\"%s\",\"step\":%lld,\"total_steps\":%lld,\"percent\":%s,"
                  "\"epoch\":%d,\"epochs\":%d,\"world_size\":%d,\"loss\":%s,"
-                 "\"samples_per_second\":%s,\"eta_seconds\":%s,\"last_checkpoint_step\":%s}\n",
+                 "\"samples_per_second\":%s,\"eta_seconds\":%s,\"last_checkpoint_step\":%s%s}\n",
                  s.state, (long long)s.step, (long long)s.total_steps, num(t1, s.percent), s.epoch,
                  s.epochs, s.world_size, num(t2, s.loss), num(t3, s.samples_per_s),
-                 num(t4, s.eta_s), ck);
+                 num(t4, s.eta_s), ck, ev);
     if (n < 0 || (size_t)n >= sizeof(line))
         return; /* cannot happen with these fields; never write a cut line */
     fd = open(o->term_path, O_WRONLY | O_TRUNC | O_CLOEXEC); /* no O_CREAT: see obs.h */

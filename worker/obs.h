@@ -64,7 +64,8 @@ struct metrics *obs_metrics(struct obs *o);
 /* Marks the end of training, flushes and closes the event file, stops the server, frees.
  * On rank 0, when `succeeded`, also writes the final progress as one JSON line (the /progress
  * fields the operator reads: state, step, total_steps, percent, epoch, loss, samples_per_second,
- * eta_seconds, last_checkpoint_step; under OBS_TERMINATION_MAX bytes) into the termination
+ * eta_seconds, last_checkpoint_step, and once evaluated eval_step with eval's accuracy and
+ * macro_f1; under OBS_TERMINATION_MAX bytes) into the termination
  * message file, so a job that ends between two reads of /progress still gets status.progress
  * and status.lastCheckpoint (operator/progress.h). The file is only written when it exists:
  * the kubelet creates it in a container; elsewhere nothing is created. NULL is a no-op. */

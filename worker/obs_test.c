@@ -274,6 +274,8 @@ static void test_termination_message(void)
     memset(logged, 0, sizeof(logged));
     run_steps(o, 5, 20, logged);
     obs_checkpoint(o, 20, 0.1);
+    obs_eval(o, 20, "accuracy", 0.875); /* the final evaluation */
+    obs_eval(o, 20, "macro_f1", 0.5);
     obs_close(o, true);
     f = fopen(term, "r");
     if (!TEST_CHECK(f != NULL))
@@ -296,6 +298,11 @@ static void test_termination_message(void)
     TEST_NEAR(json_number_value(json_object_get(j, "loss")), 20.0, 1e-9); /* the last step's */
     TEST_NEAR(json_number_value(json_object_get(j, "percent")), 100.0, 1e-9);
     TEST_CHECK(json_is_number(json_object_get(j, "samples_per_second")));
+    TEST_EQ_INT(json_integer_value(json_object_get(j, "eval_step")), 20);
+    TEST_NEAR(json_number_value(json_object_get(json_object_get(j, "eval"), "accuracy")), 0.875,
+              1e-9);
+    TEST_NEAR(json_number_value(json_object_get(json_object_get(j, "eval"), "macro_f1")), 0.5,
+              1e-9);
     json_decref(j);
 
     remove(term);

@@ -52,7 +52,7 @@ if [ "$got" = "$want" ]; then ok "defaults: $got"; else bad "defaults: got '$got
 # Short name and printer columns.
 header=$(k get tj 2>&1) || true # no `| head`: with pipefail a SIGPIPE would end the test
 header=${header%%$'\n'*}
-if [[ $header =~ NAME[[:space:]]+PHASE[[:space:]]+READY[[:space:]]+RESTARTS[[:space:]]+PROGRESS[[:space:]]+ETA[[:space:]]+AGE ]]; then
+if [[ $header =~ NAME[[:space:]]+PHASE[[:space:]]+READY[[:space:]]+RESTARTS[[:space:]]+PROGRESS[[:space:]]+ETA[[:space:]]+ACCURACY[[:space:]]+AGE ]]; then
     ok "kubectl get tj columns: $header"
 else
     bad "kubectl get tj columns: '$header'"

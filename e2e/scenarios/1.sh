@@ -5,7 +5,7 @@
 # valid SHA-256 manifests) and the report are on the volume.
 
 scenario_1() {
-    local job=spam f=$ARTIFACTS/spam.yaml report acc ws vol step t evals
+    local job=spam f=$ARTIFACTS/spam.yaml report acc ws vol step t evals ea
     spam_job "$job" evalInterval=100 >"$f"
     check "kubectl apply -f spam.yaml" kc -n "$NS" apply -f "$f" || return 0
     t=$SECONDS
@@ -29,6 +29,9 @@ scenario_1() {
     note "evaluations during training (step:examples:accuracy): ${evals:-none}"
     check "the report's evals: steps 100, 200, ..., then the final one, each on all 1209 examples" \
         python3 -c "import json,sys; r=json.loads(sys.argv[1]); e=r['evals']; s=[x['step'] for x in e]; sys.exit(0 if len(e) >= 3 and s[:-1] == list(range(100, 100 * len(e), 100)) and s[-1] == r['train']['steps'] and all(x['examples'] == 1209 for x in e) and e[-1]['accuracy'] == r['accuracy'] else 1)" "$report"
+    ea=$(tj_get "$NS" "$job" '{.status.progress.evalAccuracy}')
+    check "status.progress.evalAccuracy (${ea:-none}; kubectl get tj's ACCURACY) is the final evaluation's" \
+        python3 -c "import sys; sys.exit(0 if abs(float('${ea:-nan}') - float('${acc:-0}')) < 1e-6 else 1)"
     check "rank 0's log has the line of the evaluation at step 100" \
         bash -c "'$KUBECTL' -n '$NS' logs '$job-worker-0' -c worker | grep -q '^eval step 100 | loss [0-9.]* | accuracy [0-9.]*% | macro-F1 [0-9.]* | 1209 examples'"
 
