@@ -197,6 +197,9 @@ static const struct train_field train_fields[] = {
     {"batchSize", FK_INT, 1, 65536, NULL, "32"},
     {"evalBatchSize", FK_INT, 0, 65536, NULL, NULL},
     {"evalInterval", FK_INT, 0, TJ_2_30, NULL, NULL},
+    {"bestMetric", FK_ENUM, 0, 0, "loss|accuracy|macro_f1", NULL},
+    {"earlyStoppingPatience", FK_INT, 0, 1000000, NULL, NULL},
+    {"earlyStoppingThreshold", FK_NUM, 0, 1e9, NULL, NULL},
     {"gradAccumSteps", FK_INT, 1, 65536, NULL, NULL},
     {"learningRate", FK_NUM, 1e-9, 10, NULL, "0.0003"},
     {"scaleLearningRate", FK_BOOL, 0, 0, NULL, "true"},
@@ -312,7 +315,7 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
 {
     const json_t *in = json_object_get(spec, "training");
     json_t *t, *model, *data;
-    long long hidden = 0, heads = 0, seq = 0, eval_every = 0;
+    long long hidden = 0, heads = 0, seq = 0, eval_every = 0, patience = 0;
     const char *type, *device, *precision, *attention;
 
     if (in && !json_is_null(in) && !json_is_object(in)) {
@@ -383,6 +386,11 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     if (eval_every > 0 && (!eval_file || !eval_file[0]))
         errf(e, "spec.training.evalInterval: %lld, but spec.training.data.eval is not set; give "
                 "the evaluation file as data.eval, or set evalInterval: 0", eval_every);
+    as_int(json_object_get(t, "earlyStoppingPatience"), &patience);
+    if (patience > 0 && eval_every == 0)
+        errf(e, "spec.training.earlyStoppingPatience: %lld, but evalInterval is 0 (no evaluations "
+                "during training); set evalInterval, e.g. 100, or earlyStoppingPatience: 0",
+             patience);
     if (seq == 1 && !json_is_false(json_object_get(data, "clsSep")))
         errf(e, "spec.training.model.maxSeqLen: 1 leaves no room for [CLS] and [SEP]; use at "
                 "least 2, or set spec.training.data.clsSep: false");

@@ -52,6 +52,14 @@ static const struct field fields[] = {
     {"evalInterval", F_INT, S(eval_interval), 0, 1 << 30, NULL,
      "steps between evaluations on data.eval during training (every rank takes a share); "
      "0 = only after training"},
+    {"bestMetric", F_ENUM, S(best_metric), 0, 0, "loss|accuracy|macro_f1",
+     "the evaluation metric that decides the best evaluation and early stopping (loss: lower "
+     "is better)"},
+    {"earlyStoppingPatience", F_INT, S(early_stopping_patience), 0, 1000000, NULL,
+     "stop training after this many evaluations without improvement of bestMetric (needs "
+     "evalInterval); 0 = never"},
+    {"earlyStoppingThreshold", F_DBL, S(early_stopping_threshold), 0, 1e9, NULL,
+     "the least change of bestMetric that counts as an improvement"},
     {"gradAccumSteps", F_INT, S(grad_accum_steps), 1, 65536, NULL,
      "micro-batches accumulated per optimizer step"},
     {"learningRate", F_DBL, S(learning_rate), 1e-9, 10, NULL, "peak learning rate (per process)"},
@@ -111,6 +119,7 @@ void cfg_defaults(struct cfg *c)
     c->scale_learning_rate = true;
     c->warmup_steps = -1, c->warmup_ratio = 0.06;
     snprintf(c->lr_decay, sizeof(c->lr_decay), "cosine");
+    snprintf(c->best_metric, sizeof(c->best_metric), "loss");
     snprintf(c->device, sizeof(c->device), "cpu");
     snprintf(c->precision, sizeof(c->precision), "fp32");
     snprintf(c->attention, sizeof(c->attention), "unfused");
@@ -397,6 +406,12 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
         snprintf(err, errlen, "training.attention: fused takes head sizes (model.hidden / "
                               "model.heads) up to %d, got %d; use more heads or attention: unfused",
                  ATTENTION_FUSED_MAX_HS, c->hidden / c->heads);
+        return CFG_EBAD;
+    }
+    if (c->early_stopping_patience > 0 && c->eval_interval == 0) {
+        snprintf(err, errlen, "training.earlyStoppingPatience: %d, but evalInterval is 0 (no "
+                              "evaluations during training); set evalInterval, e.g. 100, or "
+                              "earlyStoppingPatience: 0", c->early_stopping_patience);
         return CFG_EBAD;
     }
     if (c->eval_interval > 0 && !c->eval[0]) {

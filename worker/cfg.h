@@ -47,6 +47,9 @@ struct cfg {
     /* optimisation */
     int epochs, max_steps, batch_size, eval_batch_size, grad_accum_steps;
     int eval_interval; /* steps between evaluations during training; 0 = only at the end */
+    char best_metric[12];        /* loss | accuracy | macro_f1 */
+    int early_stopping_patience; /* evaluations without improvement before stopping; 0 = off */
+    double early_stopping_threshold;
     double learning_rate;
     bool scale_learning_rate;
     int warmup_steps;    /* -1: warmup_ratio of the total steps */

@@ -177,6 +177,19 @@ static void test_eval_interval(void)
                "training.evalInterval: 100, but data.eval is not set");
     expect_bad("{\"data\": {\"train\": \"t\", \"eval\": \"e\"}, \"evalInterval\": -1}",
                "training.evalInterval: -1 is out of range");
+    /* early stopping: needs evaluations; bestMetric one of the report's metrics */
+    TEST_EQ_STR(c.best_metric, "loss");
+    expect_bad("{\"data\": {\"train\": \"t\", \"eval\": \"e\"}, \"earlyStoppingPatience\": 3}",
+               "training.earlyStoppingPatience: 3, but evalInterval is 0");
+    expect_bad("{\"data\": {\"train\": \"t\", \"eval\": \"e\"}, \"bestMetric\": \"f1\"}",
+               "training.bestMetric: \"f1\"");
+    const char *ok[] = {"w", "--data-train", "t", "--data-eval", "e", "--eval-interval", "5",
+                        "--early-stopping-patience", "3", "--best-metric", "macro_f1",
+                        "--early-stopping-threshold", "0.001"};
+    TEST_EQ_INT(cfg_load(&c, 13, (char **)ok, NULL, err, sizeof(err)), CFG_OK);
+    TEST_EQ_INT(c.early_stopping_patience, 3);
+    TEST_EQ_STR(c.best_metric, "macro_f1");
+    TEST_CHECK(c.early_stopping_threshold == 0.001);
 }
 
 /* training.gradBucketMB: default TRAIN_BUCKET_MB (4); file, env GANTRY_GRAD_BUCKET_MB (the

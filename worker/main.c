@@ -219,45 +219,87 @@ static struct train_data data_view(const struct dataset_encoded *e)
     return (struct train_data){e->ids, e->len, e->labels, e->n, (int)e->max_len};
 }
 
-/* One evaluation's line for people (stderr) and for programs (stdout, HF Trainer's eval_*
- * names), its metrics to /metrics, /progress and TensorBoard, and its entry in the report's
- * history. Rank 0 only. */
-static void eval_log(struct worker *w, long step, int epoch, const struct eval_counts *e,
-                     double seconds, bool final)
+/* Appends an evaluation to the history (every rank keeps it: early stopping decides from it on
+ * every rank alike, and checkpoints carry it over restarts). */
+static void eval_append(struct worker *w, long step, const struct eval_metrics *em)
 {
-    struct eval_metrics em;
-    eval_compute(e, &em);
-    fprintf(stderr, "%s step %ld | loss %.4f | accuracy %.2f%% | macro-F1 %.4f | %llu examples "
-                    "| %.2f s\n",
-            final ? "final eval" : "eval", step, em.loss, 100.0 * em.accuracy, em.macro_f1,
-            (unsigned long long)em.total, seconds);
-    if (!final) {
-        printf("{\"eval_step\":%ld,\"epoch\":%d,\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,"
-               "\"eval_macro_f1\":%.6f,\"eval_examples\":%llu,\"eval_seconds\":%.3f}\n",
-               step, epoch, em.loss, em.accuracy, em.macro_f1, (unsigned long long)em.total,
-               seconds);
-        fflush(stdout);
-    }
-    obs_eval(w->obs, step, "accuracy", em.accuracy);
-    obs_eval(w->obs, step, "macro_f1", em.macro_f1);
-    obs_eval(w->obs, step, "loss", em.loss);
     if (!w->evals)
         w->evals = json_array();
     json_array_append_new(w->evals, json_pack("{s:I, s:f, s:f, s:f, s:I}", "step",
-                                              (json_int_t)step, "loss", isfinite(em.loss) ?
-                                              em.loss : 0.0, "accuracy", em.accuracy,
-                                              "macro_f1", em.macro_f1, "examples",
-                                              (json_int_t)em.total));
-    eval_metrics_cleanup(&em);
+                                              (json_int_t)step, "loss", isfinite(em->loss) ?
+                                              em->loss : 0.0, "accuracy", em->accuracy,
+                                              "macro_f1", em->macro_f1, "examples",
+                                              (json_int_t)em->total));
 }
 
-/* train_opts.on_eval: every rank gets the job's counts; rank 0 reports them. */
+/* One evaluation's line for people (stderr) and for programs (stdout, HF Trainer's eval_*
+ * names), and its metrics to /metrics, /progress and TensorBoard. Rank 0 only. */
+static void eval_log(struct worker *w, long step, int epoch, const struct eval_metrics *em,
+                     double seconds, bool final)
+{
+    fprintf(stderr, "%s step %ld | loss %.4f | accuracy %.2f%% | macro-F1 %.4f | %llu examples "
+                    "| %.2f s\n",
+            final ? "final eval" : "eval", step, em->loss, 100.0 * em->accuracy, em->macro_f1,
+            (unsigned long long)em->total, seconds);
+    if (!final) {
+        printf("{\"eval_step\":%ld,\"epoch\":%d,\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,"
+               "\"eval_macro_f1\":%.6f,\"eval_examples\":%llu,\"eval_seconds\":%.3f}\n",
+               step, epoch, em->loss, em->accuracy, em->macro_f1, (unsigned long long)em->total,
+               seconds);
+        fflush(stdout);
+    }
+    obs_eval(w->obs, step, "accuracy", em->accuracy);
+    obs_eval(w->obs, step, "macro_f1", em->macro_f1);
+    obs_eval(w->obs, step, "loss", em->loss);
+}
+
+/* The best evaluation of the history by training.bestMetric (the first of equals), and how many
+ * evaluations came after it: the best improves on an earlier one only by more than
+ * earlyStoppingThreshold. Returns its index, -1 for an empty history. */
+static long eval_best(const struct worker *w, long *since)
+{
+    const bool lower = strcmp(w->cfg.best_metric, "loss") == 0;
+    const double thr = w->cfg.early_stopping_threshold;
+    size_t n = json_array_size(w->evals);
+    long best = -1;
+    double bv = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double v = json_number_value(json_object_get(json_array_get(w->evals, i),
+                                                     w->cfg.best_metric));
+        if (best < 0 || (lower ? v < bv - thr : v > bv + thr))
+            best = (long)i, bv = v;
+    }
+    *since = best < 0 ? 0 : (long)n - 1 - best;
+    return best;
+}
+
+/* train_opts.on_eval: every rank gets the job's counts (and decides early stopping alike);
+ * rank 0 reports them. */
 static int on_eval(void *ctx, long step, int epoch, const struct eval_counts *e, double seconds)
 {
     struct worker *w = ctx;
+    struct eval_metrics em;
+    long since = 0, best;
+    eval_compute(e, &em);
+    eval_append(w, step, &em);
     if (w->env.rank == 0)
-        eval_log(w, step, epoch, e, seconds, false);
-    return 0;
+        eval_log(w, step, epoch, &em, seconds, false);
+    eval_metrics_cleanup(&em);
+    best = eval_best(w, &since);
+    if (w->cfg.early_stopping_patience <= 0 || since < w->cfg.early_stopping_patience)
+        return 0;
+    if (w->env.rank == 0) {
+        json_t *b = json_array_get(w->evals, (size_t)best);
+        fprintf(stderr, "gantry-worker: early stopping at step %ld: %s has not improved by more "
+                        "than %g in %ld evaluations since its best, %.6g at step %lld "
+                        "(earlyStoppingPatience %d)\n",
+                step, w->cfg.best_metric, w->cfg.early_stopping_threshold, since,
+                json_number_value(json_object_get(b, w->cfg.best_metric)),
+                (long long)json_integer_value(json_object_get(b, "step")),
+                w->cfg.early_stopping_patience);
+    }
+    metrics_set_total_steps(obs_metrics(w->obs), step);
+    return TRAIN_EARLY_STOP;
 }
 
 /* The final report: the evaluation metrics plus how training went. On a GPU (go) the evaluation
@@ -286,18 +328,26 @@ static int write_report(struct worker *w, const struct train_result *r, double s
             return DIST_EXIT_CONFIG;
         }
         rep = eval_report_json(&ec, names);
-        if (w->cfg.eval_interval > 0) /* the history's last entry; its line closes the series */
-            eval_log(w, r->steps, -1, &ec, now_s() - t0, true);
-        else {
-            struct eval_metrics em;
-            eval_compute(&ec, &em);
+        struct eval_metrics em;
+        eval_compute(&ec, &em);
+        if (w->cfg.eval_interval > 0) { /* the history's last entry; its line closes the series */
+            json_t *last = json_array_get(w->evals, json_array_size(w->evals) - 1);
+            if (json_integer_value(json_object_get(last, "step")) != r->steps) /* early stop: */
+                eval_append(w, r->steps, &em); /* the last step's evaluation is there already */
+            eval_log(w, r->steps, -1, &em, now_s() - t0, true);
+        } else {
             obs_eval(w->obs, r->steps, "accuracy", em.accuracy);
             obs_eval(w->obs, r->steps, "macro_f1", em.macro_f1);
             obs_eval(w->obs, r->steps, "loss", em.loss);
-            eval_metrics_cleanup(&em);
         }
-        if (w->evals)
+        eval_metrics_cleanup(&em);
+        if (w->evals) {
+            long since, best = eval_best(w, &since);
+            json_t *b = json_deep_copy(json_array_get(w->evals, (size_t)best));
+            json_object_set_new(b, "metric", json_string(w->cfg.best_metric));
             json_object_set(rep, "evals", w->evals);
+            json_object_set_new(rep, "best_eval", b);
+        }
     } else {
         rep = json_object();
     }
@@ -307,6 +357,8 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         "tokens_per_s", r->tokens_per_s, "examples", (json_int_t)w->train_enc.n,
         "parameters", (json_int_t)w->model.n_params, "vocab", vocab_size(w->vocab),
         "world_size", w->env.world_size));
+    json_object_set_new(json_object_get(rep, "train"), "early_stopped",
+                        json_boolean(r->early_stopped));
     json_object_set_new(rep, "config", cfg_to_json(&w->cfg));
     {
         char *line = json_dumps(rep, JSON_COMPACT);
@@ -431,7 +483,7 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
     /* The data order is derived from (seed, epoch): no other RNG state to keep. */
     json_object_set_new(snap->extra, "adamw_t", json_integer((json_int_t)opt->t));
     json_object_set_new(snap->extra, "seed", json_integer((json_int_t)w->cfg.seed));
-    if (w->evals) /* the evaluations so far: a resumed run's report keeps them (a copy: the writer
+    if (w->evals) /* the evaluations so far: a resumed run keeps them (a copy: the writer
                    * serialises it in the background while the list grows) */
         json_object_set_new(snap->extra, "evals", json_deep_copy(w->evals));
     w->pending_step = step;
@@ -524,7 +576,7 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
         *start_step = (long)s->meta.sampler.epoch * w->spe + in_epoch;
     }
     json_t *ev = json_object_get(s->extra, "evals");
-    if (w->env.rank == 0 && json_is_array(ev) && s->meta.world_size == w->env.world_size) {
+    if (json_is_array(ev) && s->meta.world_size == w->env.world_size) {
         json_decref(w->evals); /* steps count alike only at the same world size */
         w->evals = json_deep_copy(ev);
     }

@@ -237,6 +237,13 @@ void metrics_eval(struct metrics *m, const char *name, double value)
                 METRICS_MAX_EVAL);
 }
 
+void metrics_set_total_steps(struct metrics *m, int64_t total)
+{
+    pthread_mutex_lock(&m->mu);
+    m->f.s.total_steps = total;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_eval_step(struct metrics *m, int64_t step)
 {
     pthread_mutex_lock(&m->mu);

@@ -102,6 +102,8 @@ void metrics_allreduce(struct metrics *m, double seconds);
 void metrics_checkpoint(struct metrics *m, int64_t step, double seconds);
 /* Sets an evaluation result, e.g. ("accuracy", 0.91) or ("macro_f1", 0.88); name: [a-z0-9_]. */
 void metrics_eval(struct metrics *m, const char *name, double value);
+/* Training ends at step total (early stopping) instead of the total given to metrics_begin. */
+void metrics_set_total_steps(struct metrics *m, int64_t total);
 /* The step the evaluation results are from (/progress eval_step, gantry_train_eval_step). */
 void metrics_eval_step(struct metrics *m, int64_t step);
 /* Training ended; state becomes "succeeded" or "failed". */

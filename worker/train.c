@@ -288,8 +288,11 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
             if (train_eval_due(o, step, total)) {
                 double es;
                 int eb = o->eval_batch > 0 ? o->eval_batch : o->batch;
-                if ((rc = train_eval_during(o, m->cfg.classes, step, epoch, eb, cpu_eval_forward,
-                                            m, W > 1 ? host_sum : NULL, &ow, &es)))
+                rc = train_eval_during(o, m->cfg.classes, step, epoch, eb, cpu_eval_forward, m,
+                                       W > 1 ? host_sum : NULL, &ow, &es);
+                if (rc == TRAIN_EARLY_STOP) /* this step is the last: its checkpoint is final */
+                    total = step, res->early_stopped = 1, rc = 0;
+                if (rc)
                     goto out;
                 tlog += es; /* the progress lines' rates are training's */
             }

@@ -102,8 +102,10 @@ struct train_opts {
      * summed over ranks by the reduce hook (as floats: exact while a count stays below 2^24),
      * and on_eval gets the job's counts, on every rank, with the seconds the evaluation took
      * (left out of the progress lines' rates). The parameters and optimizer state are only read:
-     * a run with evaluations ends bit-identical to one without. A non-zero on_eval result stops
-     * training with it. It comes before that step's checkpoint (whose state may record it).
+     * a run with evaluations ends bit-identical to one without. on_eval returning
+     * TRAIN_EARLY_STOP ends training after this step as if it were the last (its checkpoint is
+     * the final one; train_result.early_stopped); any other non-zero result stops training
+     * with it. It comes before that step's checkpoint (whose state may record it).
      * eval NULL or eval_interval 0: none. */
     const struct train_data *eval;
     int eval_batch, eval_interval;
@@ -115,6 +117,7 @@ struct train_opts {
 };
 
 #define TRAIN_STOPPED 1 /* train_run's result when *o->stop was raised */
+#define TRAIN_EARLY_STOP 2 /* on_eval's answer: this step is the last (early stopping) */
 
 struct train_result {
     long steps;
@@ -122,6 +125,7 @@ struct train_result {
     double last_loss;      /* mean loss of the last log interval */
     double samples_per_s;  /* over the whole run, this process */
     double tokens_per_s;   /* non-padding tokens */
+    int early_stopped;     /* on_eval ended training early (at steps) */
 };
 
 /* Optimizer steps an epoch takes on each rank: ceil(ceil(n / world) / (batch * accum)). */

@@ -434,7 +434,10 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
             /* before the checkpoint, whose state may record the result */
             if (train_eval_due(o, step, total)) {
                 double es;
-                if ((rc = eval_during_gpu(o, m, lp.g, step, epoch, &es)))
+                rc = eval_during_gpu(o, m, lp.g, step, epoch, &es);
+                if (rc == TRAIN_EARLY_STOP) /* this step is the last: its checkpoint is final */
+                    total = step, res->early_stopped = 1, rc = 0;
+                if (rc)
                     goto out;
                 tlog += es; /* the progress lines' rates are training's */
             }

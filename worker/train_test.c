@@ -203,7 +203,7 @@ struct evals {
     struct model *m;          /* the model being trained */
     const struct train_data *d;
     long steps[8];
-    int n, mismatches, fail_at;
+    int n, mismatches, fail_at, fail_rc; /* on_eval answers fail_rc (else -7) at step fail_at */
     double seconds;
 };
 
@@ -225,7 +225,16 @@ static int on_eval(void *ctx, long step, int epoch, const struct eval_counts *e,
     ev->mismatches += fabs(eval_counts_flat((struct eval_counts *)e)[0] -
                            eval_counts_flat(&ref)[0]) > 1e-4;
     eval_cleanup(&ref);
-    return step == ev->fail_at ? -7 : 0;
+    return step == ev->fail_at ? (ev->fail_rc ? ev->fail_rc : -7) : 0;
+}
+
+static int count_ckpt(void *ctx, long step, int epoch, const struct model *m,
+                      const struct adamw *opt)
+{
+    int *at = ctx;
+    (void)epoch, (void)m, (void)opt;
+    *at = *at ? -1 : (int)step; /* -1: called twice */
+    return 0;
 }
 
 static void test_eval_during_training(void)
@@ -250,11 +259,24 @@ static void test_eval_during_training(void)
     TEST_CHECK(memcmp(a.params, b.params, a.n_params * sizeof(float)) == 0);
     model_cleanup(&a);
 
+    /* TRAIN_EARLY_STOP after step 8: step 8 is the last, its checkpoint the final one */
+    int ck = 0;
+    ev = (struct evals){.m = &a, .d = &d, .fail_at = 8, .fail_rc = TRAIN_EARLY_STOP};
+    model_init(&a, &mc, 8, 1, err, sizeof(err));
+    o.checkpoint = count_ckpt, o.checkpoint_ctx = &ck, o.checkpoint_interval = 100;
+    TEST_EQ_INT(train_run(&a, &d, &o, &r), 0);
+    TEST_EQ_INT(r.steps, 8);
+    TEST_EQ_INT(r.early_stopped, 1);
+    TEST_EQ_INT(ck, 8); /* called once, at step 8 (step == the new total) */
+    model_cleanup(&a);
+    o.checkpoint = NULL;
+
     ev = (struct evals){.m = &a, .d = &d, .fail_at = 8};
     model_init(&a, &mc, 8, 1, err, sizeof(err));
     TEST_EQ_INT(train_run(&a, &d, &o, &r), -7);
     TEST_EQ_INT(r.steps, 8);
     TEST_EQ_INT(ev.n, 2);
+    TEST_EQ_INT(r.early_stopped, 0);
     model_cleanup(&a), model_cleanup(&b);
 }
 

@@ -95,6 +95,26 @@ assert r["evals"][-1]["accuracy"] == r["accuracy"], (r["evals"], r["accuracy"])
 print("ok   eval lines at steps 2, 4; history %s" % [round(e["accuracy"], 3) for e in r["evals"]])
 PY
 fi
+# early stopping: accuracy on the 6 memorised examples stops improving; 3 evaluations later the
+# run ends, with its report saying so and the progress total cut to the last step
+check "early stopping" 0 "$bin" --config "$tmp/cfg.json" --eval-interval 2 \
+    --best-metric accuracy --early-stopping-patience 3 --report "$tmp/es.json"
+python3 - "$tmp/es.json" "$tmp/err" <<'PY' || fail=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+t, e, b = r["train"], r["evals"], r["best_eval"]
+assert t["early_stopped"] is True and t["steps"] < 80 and t["steps"] % 2 == 0, t
+assert b["metric"] == "accuracy" and b["accuracy"] == max(x["accuracy"] for x in e), b
+best = [x["step"] for x in e].index(b["step"])
+assert len(e) - 1 - best == 3 and e[-1]["step"] == t["steps"], (best, [(x["step"], x["accuracy"]) for x in e])
+log = open(sys.argv[2]).read()
+assert "early stopping at step %d: accuracy has not improved by more than 0 in 3 evaluations" % t["steps"] in log, log[-600:]
+print("ok   early stopping at step %d of 80 (best accuracy %.3f at step %d)" % (t["steps"], b["accuracy"], b["step"]))
+PY
+check "earlyStoppingPatience without evalInterval" 78 "$bin" --config "$tmp/cfg.json" \
+    --early-stopping-patience 3
+grep -q 'training.earlyStoppingPatience: 3, but evalInterval is 0' "$tmp/err" ||
+    { echo "FAIL earlyStoppingPatience message"; fail=1; }
 check "evalInterval without data.eval" 78 "$bin" --config "$tmp/cfg.json" --data-eval "" \
     --eval-interval 10
 grep -q 'training.evalInterval: 10, but data.eval is not set' "$tmp/err" ||
