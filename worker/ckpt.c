@@ -46,6 +46,7 @@ struct ckpt_snapshot *ckpt_snapshot_new(const struct ckpt_meta *meta)
     if (meta)
         s->meta = *meta;
     s->extra = json_object();
+    s->keep_also = -1;
     return s;
 }
 
@@ -395,8 +396,9 @@ size_t ckpt_list_steps_(const char *jobdir, int64_t **out)
     return n;
 }
 
-/* Keeps the newest `keep` step directories and drops stale temporary ones (a writer that died). */
-static void prune(const char *jobdir, int keep, const char *mine)
+/* Keeps the newest `keep` step directories (and step-<keep_also>) and drops stale temporary
+ * ones (a writer that died). */
+static void prune(const char *jobdir, int keep, int64_t keep_also, const char *mine)
 {
     char path[JOBDIR_MAX + 300];
     int64_t *steps;
@@ -405,6 +407,8 @@ static void prune(const char *jobdir, int keep, const char *mine)
     struct dirent *e;
 
     for (size_t i = keep > 0 ? (size_t)keep : n; i < n; i++) {
+        if (steps[i] == keep_also)
+            continue;
         snprintf(path, sizeof(path), "%s/step-%" PRId64, jobdir, steps[i]);
         if (ckpt_rm_rf_(path) != 0)
             dist_log("Could not remove old checkpoint %s: %s", path, strerror(errno));
@@ -475,7 +479,7 @@ int ckpt_write(const char *root, const char *job, int keep, const struct ckpt_sn
     }
     if ((rc = ckpt_fsync_dir_(jobdir)))
         goto out;
-    prune(jobdir, keep, name);
+    prune(jobdir, keep, s->keep_also, name);
 out:
     if (rc)
         (void)ckpt_rm_rf_(tmp);

@@ -12,7 +12,9 @@
  *
  * Writing is crash-safe: files go to <root>/<job>/.tmp-step-<N>.<pid>/, each is fsynced, the
  * manifest is written last, the directory is fsynced, renamed to step-<N>, and the parent is
- * fsynced. Then only the newest `keep` step directories stay (and stale .tmp-* are removed).
+ * fsynced. Then only the newest `keep` step directories stay, and the snapshot's keep_also (the
+ * best evaluation's step, which Hugging Face's save_total_limit keeps too); stale .tmp-* are
+ * removed.
  * The writer copies everything into a snapshot first (fast, memcpy) and writes it on a
  * background thread, so training continues while the disk works.
  *
@@ -79,6 +81,8 @@ struct ckpt_snapshot {
     struct ckpt_tensor *t[2]; /* [CKPT_WEIGHTS], [CKPT_OPTIM] */
     size_t n[2];
     json_t *extra; /* object for the caller's state (RNG, LR scheduler, ...); owned */
+    int64_t keep_also; /* writing it, a step directory kept beside the newest `keep` (the best
+                        * evaluation's); -1 (ckpt_snapshot_new's) none */
 };
 
 /* A new, empty snapshot (extra = {}); free with ckpt_snapshot_free(). */

@@ -113,6 +113,17 @@ static void test_keep_last(void)
     snprintf(cmd, sizeof(cmd), "test \"$(ls '%s/job' | tr '\\n' ' ')\" = 'step-40 step-50 '",
              root);
     TEST_EQ_INT(system(cmd), 0);
+    /* keep_also (the best evaluation's step) survives beside the newest 2, while it is named */
+    for (int64_t st = 6; st <= 8; st++) {
+        struct ckpt_snapshot *s = make_snap(st * 10, (float)st);
+        s->keep_also = st < 8 ? 50 : -1;
+        TEST_EQ_INT(ckpt_write(root, "job", 2, s), 0);
+        ckpt_snapshot_free(s);
+        snprintf(cmd, sizeof(cmd), "test \"$(ls '%s/job' | tr '\\n' ' ')\" = '%s'", root,
+                 st == 6 ? "step-50 step-60 " : st == 7 ? "step-50 step-60 step-70 "
+                                                     : "step-70 step-80 ");
+        TEST_EQ_INT(system(cmd), 0);
+    }
     rm_root();
 }
 

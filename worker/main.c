@@ -345,6 +345,11 @@ static int write_report(struct worker *w, const struct train_result *r, double s
             long since, best = eval_best(w, &since);
             json_t *b = json_deep_copy(json_array_get(w->evals, (size_t)best));
             json_object_set_new(b, "metric", json_string(w->cfg.best_metric));
+            char dir[CFG_MAX_PATH + 32];
+            snprintf(dir, sizeof(dir), "%s/step-%lld", w->cfg.checkpoint_dir,
+                     (long long)json_integer_value(json_object_get(b, "step")));
+            if (w->cfg.checkpoint_dir[0] && access(dir, F_OK) == 0) /* checkpointed at that step */
+                json_object_set_new(b, "checkpoint", json_string(dir));
             json_object_set(rep, "evals", w->evals);
             json_object_set_new(rep, "best_eval", b);
         }
@@ -483,6 +488,10 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
     /* The data order is derived from (seed, epoch): no other RNG state to keep. */
     json_object_set_new(snap->extra, "adamw_t", json_integer((json_int_t)opt->t));
     json_object_set_new(snap->extra, "seed", json_integer((json_int_t)w->cfg.seed));
+    long since, best = eval_best(w, &since);
+    if (best >= 0) /* the best evaluation's checkpoint, if one was written, is kept too */
+        snap->keep_also = json_integer_value(json_object_get(json_array_get(w->evals, best),
+                                                             "step"));
     if (w->evals) /* the evaluations so far: a resumed run keeps them (a copy: the writer
                    * serialises it in the background while the list grows) */
         json_object_set_new(snap->extra, "evals", json_deep_copy(w->evals));

@@ -97,9 +97,11 @@ PY
 fi
 # early stopping: accuracy on the 6 memorised examples stops improving; 3 evaluations later the
 # run ends, with its report saying so and the progress total cut to the last step
+# (checkpoints every 2 steps, keep 1: the newest, and the best evaluation's)
 check "early stopping" 0 "$bin" --config "$tmp/cfg.json" --eval-interval 2 \
-    --best-metric accuracy --early-stopping-patience 3 --report "$tmp/es.json"
-python3 - "$tmp/es.json" "$tmp/err" <<'PY' || fail=1
+    --best-metric accuracy --early-stopping-patience 3 --report "$tmp/es.json" \
+    --checkpoint-dir "$tmp/es/job" --checkpoint-interval-steps 2 --checkpoint-keep 1
+python3 - "$tmp/es.json" "$tmp/err" "$tmp/es/job" <<'PY' || fail=1
 import json, sys
 r = json.load(open(sys.argv[1]))
 t, e, b = r["train"], r["evals"], r["best_eval"]
@@ -109,7 +111,11 @@ best = [x["step"] for x in e].index(b["step"])
 assert len(e) - 1 - best == 3 and e[-1]["step"] == t["steps"], (best, [(x["step"], x["accuracy"]) for x in e])
 log = open(sys.argv[2]).read()
 assert "early stopping at step %d: accuracy has not improved by more than 0 in 3 evaluations" % t["steps"] in log, log[-600:]
-print("ok   early stopping at step %d of 80 (best accuracy %.3f at step %d)" % (t["steps"], b["accuracy"], b["step"]))
+import os
+kept = sorted(d for d in os.listdir(sys.argv[3]) if d.startswith("step-"))
+assert kept == sorted(["step-%d" % b["step"], "step-%d" % t["steps"]]), kept
+assert b["checkpoint"] == "%s/step-%d" % (sys.argv[3], b["step"]), b
+print("ok   early stopping at step %d of 80 (best accuracy %.3f at step %d); kept %s" % (t["steps"], b["accuracy"], b["step"], kept))
 PY
 check "earlyStoppingPatience without evalInterval" 78 "$bin" --config "$tmp/cfg.json" \
     --early-stopping-patience 3
