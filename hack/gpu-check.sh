@@ -244,7 +244,8 @@ train_gpu() {
   "model": {"type": "transformer", "layers": 2, "hidden": 128, "heads": 4, "maxSeqLen": 256},
   "data": {"train": "$sdata/train.jsonl", "eval": "$sdata/eval.jsonl", "minFreq": 2},
   "epochs": 3, "batchSize": 32, "learningRate": "1e-3", "weightDecay": 0.01,
-  "logInterval": 20, "seed": 42, "device": "cuda", "report": "$sd/report.json"}}
+  "logInterval": 20, "evalInterval": 100, "seed": 42, "device": "cuda",
+  "report": "$sd/report.json"}}
 JSON
     if timeout 150 "$w_worker" --config "$sd/config.json" >"$sd/progress.jsonl" 2>"$sd/log.txt"; then
         python3 - "$sd/report.json" "$sd/progress.jsonl" <<'PY' | tee "$sd/line"
@@ -255,7 +256,8 @@ last = steps[-1] if steps else {}
 print(f"spam device cuda: accuracy {r['accuracy']:.4f} macro_f1 {r.get('macro_f1', float('nan')):.4f} "
       f"steps {t['steps']} train {t['seconds']:.1f} s tokens/s {t['tokens_per_s']:.0f} "
       f"samples/s {t['samples_per_s']:.0f} final_loss {t['final_loss']:.4f} "
-      f"last interval {last.get('tflops', float('nan')):.3g} TFLOP/s MFU {100 * last.get('mfu', float('nan')):.2f}%")
+      f"last interval {last.get('tflops', float('nan')):.3g} TFLOP/s MFU {100 * last.get('mfu', float('nan')):.2f}% "
+      f"evals {' '.join('%d:%.4f' % (e['step'], e['accuracy']) for e in r.get('evals', []))}")
 PY
     else
         rc=1; echo "spam device cuda: FAILED"
