@@ -131,6 +131,8 @@ json_t *progress_status(const json_t *w, time_t since)
     copy_num(st, "samplesPerSecond", w, "samples_per_second");
     copy_num(st, "etaSeconds", w, "eta_seconds");
     copy_num(st, "lastCheckpointStep", w, "last_checkpoint_step");
+    if (json_is_true(json_object_get(w, "early_stopped")))
+        json_object_set_new(st, "earlyStopped", json_true());
     if (json_is_integer(json_object_get(w, "eval_step"))) { /* the last evaluation's results */
         const json_t *ev = json_object_get(w, "eval");
         copy_num(st, "evalStep", w, "eval_step");

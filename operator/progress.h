@@ -60,7 +60,8 @@ int progress_url(const char *tmpl, const char *ns, const char *job, const char *
 /* status.progress (new object) from a worker's /progress JSON (borrowed): step, totalSteps,
  * percent, epoch, loss, samplesPerSecond, etaSeconds, eta ("1h2m3s"), summary ("42/420 (10%)"),
  * lastCheckpointStep, state, lastProgressTime (since), and after an evaluation evalStep,
- * evalAccuracy, evalMacroF1 (from eval_step, eval.accuracy, eval.macro_f1). Fields the worker
+ * evalAccuracy, evalMacroF1 (from eval_step, eval.accuracy, eval.macro_f1), earlyStopped
+ * (true when the worker says early_stopped). Fields the worker
  * reports as null or not
  * at all are left out. NULL when w has no integer "step". */
 json_t *progress_status(const json_t *w, time_t since);

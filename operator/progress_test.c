@@ -116,7 +116,16 @@ static void test_status(void)
     TEST_CHECK(json_object_get(st, "percent") == NULL);
     TEST_CHECK(json_object_get(st, "lastProgressTime") == NULL);
     TEST_CHECK(json_object_get(st, "evalAccuracy") == NULL); /* not evaluated yet */
+    TEST_CHECK(json_object_get(st, "earlyStopped") == NULL);
     json_decref(st);
+
+    json_t *es = json_loads("{\"state\":\"succeeded\",\"step\":250,\"total_steps\":250,"
+                            "\"early_stopped\":true}", 0, NULL);
+    st = progress_status(es, 0);
+    TEST_CHECK(json_is_true(json_object_get(st, "earlyStopped")));
+    TEST_EQ_STR(json_string_value(json_object_get(st, "summary")), "250/250 (100%)");
+    json_decref(st);
+    json_decref(es);
 
     none = json_loads("{\"state\":\"running\"}", 0, NULL);
     TEST_CHECK(progress_status(none, 5) == NULL);

@@ -440,8 +440,14 @@ static bool judge(struct pass *p)
     for (size_t i = 0; i < p->in->npods; i++) {
         const struct rec_pod *pod = &p->in->pods[i];
         if (current(p, pod) && pod->index == 0 && pod->phase == REC_POD_SUCCEEDED) {
-            snprintf(msg, sizeof(msg), "Worker 0 (%s) completed successfully after %d restarts",
-                     pod->name, r);
+            const json_t *pr = p->in->progress ? p->in->progress
+                                               : json_object_get(p->tj->status_raw, "progress");
+            int n = snprintf(msg, sizeof(msg), "Worker 0 (%s) completed successfully after %d "
+                                               "restarts", pod->name, r);
+            if (json_is_true(json_object_get(pr, "earlyStopped")) && n > 0 &&
+                (size_t)n < sizeof(msg))
+                snprintf(msg + n, sizeof(msg) - (size_t)n, " (early stopping at step %lld)",
+                         (long long)json_integer_value(json_object_get(pr, "step")));
             finish(p, true, "Succeeded", msg);
             return true;
         }

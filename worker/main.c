@@ -298,7 +298,7 @@ static int on_eval(void *ctx, long step, int epoch, const struct eval_counts *e,
                 (long long)json_integer_value(json_object_get(b, "step")),
                 w->cfg.early_stopping_patience);
     }
-    metrics_set_total_steps(obs_metrics(w->obs), step);
+    metrics_stop_early(obs_metrics(w->obs), step);
     return TRAIN_EARLY_STOP;
 }
 

@@ -237,10 +237,11 @@ void metrics_eval(struct metrics *m, const char *name, double value)
                 METRICS_MAX_EVAL);
 }
 
-void metrics_set_total_steps(struct metrics *m, int64_t total)
+void metrics_stop_early(struct metrics *m, int64_t step)
 {
     pthread_mutex_lock(&m->mu);
-    m->f.s.total_steps = total;
+    m->f.s.total_steps = step;
+    m->f.s.early_stopped = true;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -496,6 +497,8 @@ int metrics_render_progress(struct metrics *m, struct buf *b)
          (long long)s->start_step, (long long)s->samples_total, (long long)s->tokens_total);
     emit(&o, "\"elapsed_seconds\":%s,\"last_step_unix\":%s,\"seconds_since_last_step\":%s,",
          json_num(t1, s->elapsed_s), json_num(t2, s->last_step_unix), json_num(t3, since));
+    if (s->early_stopped)
+        emit(&o, "\"early_stopped\":true,");
     if (s->eval_step >= 0)
         emit(&o, "\"eval_step\":%lld,", (long long)s->eval_step);
     else

@@ -70,6 +70,7 @@ struct metrics_snapshot {
     double last_step_unix;               /* wall-clock time of the last step; NAN before it */
     double elapsed_s;                    /* since metrics_begin */
     int64_t eval_step;                   /* the last evaluation's step; -1 before one */
+    bool early_stopped;                  /* metrics_stop_early was called */
     double eval_accuracy, eval_macro_f1; /* its "accuracy" and "macro_f1"; NAN when not given */
 };
 
@@ -102,8 +103,9 @@ void metrics_allreduce(struct metrics *m, double seconds);
 void metrics_checkpoint(struct metrics *m, int64_t step, double seconds);
 /* Sets an evaluation result, e.g. ("accuracy", 0.91) or ("macro_f1", 0.88); name: [a-z0-9_]. */
 void metrics_eval(struct metrics *m, const char *name, double value);
-/* Training ends at step total (early stopping) instead of the total given to metrics_begin. */
-void metrics_set_total_steps(struct metrics *m, int64_t total);
+/* Early stopping: training ends at step instead of the total given to metrics_begin
+ * (total_steps becomes step; /progress and the final line say "early_stopped": true). */
+void metrics_stop_early(struct metrics *m, int64_t step);
 /* The step the evaluation results are from (/progress eval_step, gantry_train_eval_step). */
 void metrics_eval_step(struct metrics *m, int64_t step);
 /* Training ended; state becomes "succeeded" or "failed". */

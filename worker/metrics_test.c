@@ -273,6 +273,11 @@ static void test_histogram_checkpoint_eval(void)
         TEST_EQ_INT(sn.eval_step, 380);
         TEST_NEAR(sn.eval_accuracy, 0.75, 0);
         TEST_NEAR(sn.eval_macro_f1, 0.25, 0);
+        TEST_CHECK(!sn.early_stopped);
+        metrics_stop_early(m, 380);
+        metrics_get(m, &sn);
+        TEST_CHECK(sn.early_stopped);
+        TEST_EQ_INT(sn.total_steps, 380);
     }
     metrics_finish(m, false);
 
@@ -309,6 +314,8 @@ static void test_histogram_checkpoint_eval(void)
     TEST_EQ_INT(json_object_size(ev), 2);
     TEST_NEAR(json_number_value(json_object_get(ev, "accuracy")), 0.75, 0);
     TEST_EQ_INT(json_integer_value(json_object_get(j, "eval_step")), 380);
+    TEST_CHECK(json_is_true(json_object_get(j, "early_stopped")));
+    TEST_EQ_INT(json_integer_value(json_object_get(j, "total_steps")), 380);
     TEST_EQ_INT(json_integer_value(json_object_get(j, "last_checkpoint_step")), 400);
     TEST_EQ_STR(json_string_value(json_object_get(j, "state")), "failed");
     json_decref(j);

@@ -141,7 +141,7 @@ static const char *num(char tmp[32], double v)
 static void write_final(struct obs *o)
 {
     struct metrics_snapshot s;
-    char line[OBS_TERMINATION_MAX], t1[32], t2[32], t3[32], t4[32], ck[32], ev[128] = "";
+    char line[OBS_TERMINATION_MAX], t1[32], t2[32], t3[32], t4[32], ck[32], ev[160] = "";
     int n, fd;
 
     metrics_get(o->m, &s);
@@ -150,7 +150,8 @@ static void write_final(struct obs *o)
     else
         snprintf(ck, sizeof(ck), "null");
     if (s.eval_step >= 0) /* the last evaluation (the final one, after training) */
-        snprintf(ev, sizeof(ev), ",\"eval_step\":%lld,\"eval\":{\"accuracy\":%s,\"macro_f1\":%s}",
+        snprintf(ev, sizeof(ev), ",%s\"eval_step\":%lld,\"eval\":{\"accuracy\":%s,"
+                 "\"macro_f1\":%s}", s.early_stopped ? "\"early_stopped\":true," : "",
                  (long long)s.eval_step, num(t1, s.eval_accuracy), num(t2, s.eval_macro_f1));
     n = snprintf(line, sizeof(line),
                  "{\"state\":\"%s\",\"step\":%lld,\"total_steps\":%lld,\"percent\":%s,"

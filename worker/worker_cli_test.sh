@@ -98,10 +98,11 @@ fi
 # early stopping: accuracy on the 6 memorised examples stops improving; 3 evaluations later the
 # run ends, with its report saying so and the progress total cut to the last step
 # (checkpoints every 2 steps, keep 1: the newest, and the best evaluation's)
-check "early stopping" 0 "$bin" --config "$tmp/cfg.json" --eval-interval 2 \
+: >"$tmp/term" # the kubelet's termination message file: the final progress line goes there
+check "early stopping" 0 env GANTRY_TERMINATION_LOG="$tmp/term" "$bin" --config "$tmp/cfg.json" --eval-interval 2 \
     --best-metric accuracy --early-stopping-patience 3 --report "$tmp/es.json" \
     --checkpoint-dir "$tmp/es/job" --checkpoint-interval-steps 2 --checkpoint-keep 1
-python3 - "$tmp/es.json" "$tmp/err" "$tmp/es/job" <<'PY' || fail=1
+python3 - "$tmp/es.json" "$tmp/err" "$tmp/es/job" "$tmp/term" <<'PY' || fail=1
 import json, sys
 r = json.load(open(sys.argv[1]))
 t, e, b = r["train"], r["evals"], r["best_eval"]
@@ -115,6 +116,9 @@ import os
 kept = sorted(d for d in os.listdir(sys.argv[3]) if d.startswith("step-"))
 assert kept == sorted(["step-%d" % b["step"], "step-%d" % t["steps"]]), kept
 assert b["checkpoint"] == "%s/step-%d" % (sys.argv[3], b["step"]), b
+term = json.load(open(sys.argv[4]))  # what the operator reads: stopped early, total = the stop step
+assert term["early_stopped"] is True and term["step"] == term["total_steps"] == t["steps"], term
+assert term["eval_step"] == t["steps"] and abs(term["eval"]["accuracy"] - r["accuracy"]) < 1e-6, term
 print("ok   early stopping at step %d of 80 (best accuracy %.3f at step %d); kept %s" % (t["steps"], b["accuracy"], b["step"], kept))
 PY
 check "earlyStoppingPatience without evalInterval" 78 "$bin" --config "$tmp/cfg.json" \
