@@ -11,12 +11,13 @@ E2E_IMAGE=${E2E_IMAGE:-gantry-worker:0.1.0}
 
 # A TrainingJob on the SpamAssassin data with checkpoints on the shared claim.
 #   spam_job NAME [KEY=VALUE...]: epochs, maxSteps, interval, replicas, maxSeqLen, backoff,
-#   evalInterval (evaluations during training), gpus (gpusPerReplica), nproc (nprocPerNode), cpuLimit (the worker's CPU limit), image, emuDevices (GANTRY_EMU_DEVICES in the worker: emulated GPUs),
+#   evalInterval (evaluations during training), patience, threshold, bestMetric (early stopping:
+#   training.earlyStoppingPatience, earlyStoppingThreshold, bestMetric), keep (checkpoint.keep), gpus (gpusPerReplica), nproc (nprocPerNode), cpuLimit (the worker's CPU limit), image, emuDevices (GANTRY_EMU_DEVICES in the worker: emulated GPUs),
 #   shmHostPath (a host folder mounted at /dev/shm instead of the operator's memory volume: pods
 #   on one node then share it, as the emulated NCCL needs across pods)
 spam_job() {
     local name=$1 epochs=3 maxsteps=0 interval=40 replicas=$E2E_REPLICAS seqlen=128 backoff=2 kv
-    local gpus=0 nproc='' image=$E2E_IMAGE env='' shm='' cpu='' evals=0
+    local gpus=0 nproc='' image=$E2E_IMAGE env='' shm='' cpu='' evals=0 keep=3 stop=''
     shift
     for kv in "$@"; do
         case $kv in
@@ -27,6 +28,13 @@ spam_job() {
             maxSeqLen=*) seqlen=${kv#*=} ;;
             backoff=*) backoff=${kv#*=} ;;
             evalInterval=*) evals=${kv#*=} ;;
+            patience=*) stop="$stop
+    earlyStoppingPatience: ${kv#*=}" ;;
+            threshold=*) stop="$stop
+    earlyStoppingThreshold: ${kv#*=}" ;;
+            bestMetric=*) stop="$stop
+    bestMetric: ${kv#*=}" ;;
+            keep=*) keep=${kv#*=} ;;
             gpus=*) gpus=${kv#*=} ;;
             nproc=*) nproc="nprocPerNode: ${kv#*=}" ;;
             cpuLimit=*) cpu=", cpu: \"${kv#*=}\"" ;;
@@ -54,13 +62,13 @@ spec:
     data: {train: /data/train.jsonl, eval: /data/eval.jsonl}
     epochs: $epochs
     maxSteps: $maxsteps
-    evalInterval: $evals
+    evalInterval: $evals$stop
     batchSize: 16
     learningRate: 1e-3
     scaleLearningRate: false
     warmupSteps: 20
     seed: 42
-  checkpoint: {claimName: spam-ckpt, path: /checkpoints, intervalSteps: $interval, keep: 3}
+  checkpoint: {claimName: spam-ckpt, path: /checkpoints, intervalSteps: $interval, keep: $keep}
   runPolicy:
     backoffLimit: $backoff
     activeDeadlineSeconds: 3600

@@ -44,7 +44,7 @@ E2E=$ROOT/e2e
 # shellcheck source=e2e/jobs.sh
 . "$E2E/jobs.sh"
 
-KEEP=0 BUILD=1 ONLY="4 1 2 3 7 5 6"
+KEEP=0 BUILD=1 ONLY="4 1 8 2 3 7 5 6"
 while [ $# -gt 0 ]; do
     case $1 in
         --keep) KEEP=1; shift ;;
@@ -301,6 +301,7 @@ for n in $ONLY; do
         5) run_scenario 5 "suspend, resume, delete" ;;
         6) run_scenario 6 "helm uninstall" ;;
         7) run_scenario 7 "several ranks per pod: gpusPerReplica 2 on emulated GPUs, nprocPerNode 2 on CPUs" ;;
+        8) run_scenario 8 "evaluation during training and early stopping" ;;
         *) echo "unknown scenario $n" >&2 ;;
     esac
 done
