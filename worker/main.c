@@ -302,6 +302,38 @@ static int on_eval(void *ctx, long step, int epoch, const struct eval_counts *e,
     return TRAIN_EARLY_STOP;
 }
 
+/* The final evaluation (of the last step) in the history and on /metrics, and the history with
+ * its best entry (and that step's checkpoint directory, when kept) into the report rep. */
+static void report_evals(struct worker *w, long steps, const struct eval_counts *ec,
+                         double seconds, json_t *rep)
+{
+    struct eval_metrics em;
+    eval_compute(ec, &em);
+    if (w->cfg.eval_interval > 0) { /* the history's last entry; its line closes the series */
+        json_t *last = json_array_get(w->evals, json_array_size(w->evals) - 1);
+        if (json_integer_value(json_object_get(last, "step")) != steps) /* early stop: the */
+            eval_append(w, steps, &em); /* last step's evaluation is there already */
+        eval_log(w, steps, -1, &em, seconds, true);
+    } else {
+        obs_eval(w->obs, steps, "accuracy", em.accuracy);
+        obs_eval(w->obs, steps, "macro_f1", em.macro_f1);
+        obs_eval(w->obs, steps, "loss", em.loss);
+    }
+    eval_metrics_cleanup(&em);
+    if (!w->evals)
+        return;
+    long since, best = eval_best(w, &since);
+    json_t *b = json_deep_copy(json_array_get(w->evals, (size_t)best));
+    char dir[CFG_MAX_PATH + 32];
+    json_object_set_new(b, "metric", json_string(w->cfg.best_metric));
+    snprintf(dir, sizeof(dir), "%s/step-%lld", w->cfg.checkpoint_dir,
+             (long long)json_integer_value(json_object_get(b, "step")));
+    if (w->cfg.checkpoint_dir[0] && access(dir, F_OK) == 0) /* checkpointed at that step */
+        json_object_set_new(b, "checkpoint", json_string(dir));
+    json_object_set(rep, "evals", w->evals);
+    json_object_set_new(rep, "best_eval", b);
+}
+
 /* The final report: the evaluation metrics plus how training went. On a GPU (go) the evaluation
  * runs there too. */
 static int write_report(struct worker *w, const struct train_result *r, double setup_s,
@@ -328,31 +360,7 @@ static int write_report(struct worker *w, const struct train_result *r, double s
             return DIST_EXIT_CONFIG;
         }
         rep = eval_report_json(&ec, names);
-        struct eval_metrics em;
-        eval_compute(&ec, &em);
-        if (w->cfg.eval_interval > 0) { /* the history's last entry; its line closes the series */
-            json_t *last = json_array_get(w->evals, json_array_size(w->evals) - 1);
-            if (json_integer_value(json_object_get(last, "step")) != r->steps) /* early stop: */
-                eval_append(w, r->steps, &em); /* the last step's evaluation is there already */
-            eval_log(w, r->steps, -1, &em, now_s() - t0, true);
-        } else {
-            obs_eval(w->obs, r->steps, "accuracy", em.accuracy);
-            obs_eval(w->obs, r->steps, "macro_f1", em.macro_f1);
-            obs_eval(w->obs, r->steps, "loss", em.loss);
-        }
-        eval_metrics_cleanup(&em);
-        if (w->evals) {
-            long since, best = eval_best(w, &since);
-            json_t *b = json_deep_copy(json_array_get(w->evals, (size_t)best));
-            json_object_set_new(b, "metric", json_string(w->cfg.best_metric));
-            char dir[CFG_MAX_PATH + 32];
-            snprintf(dir, sizeof(dir), "%s/step-%lld", w->cfg.checkpoint_dir,
-                     (long long)json_integer_value(json_object_get(b, "step")));
-            if (w->cfg.checkpoint_dir[0] && access(dir, F_OK) == 0) /* checkpointed at that step */
-                json_object_set_new(b, "checkpoint", json_string(dir));
-            json_object_set(rep, "evals", w->evals);
-            json_object_set_new(rep, "best_eval", b);
-        }
+        report_evals(w, r->steps, &ec, now_s() - t0, rep);
     } else {
         rep = json_object();
     }
