@@ -81,9 +81,16 @@ run_kill9() {
         bad "final model.safetensors differ (or are missing)"
     rc=0
     (cd "$tmp/job" && for d in step-*; do (cd "$d" && sha256sum -c --quiet MANIFEST.sha256) || exit 1; done) || rc=1
-    n=$(ls -1d "$tmp"/job/step-* | wc -l)
-    [ $rc = 0 ] && [ "$n" = 3 ] && ok "$n step-<N> checkpoints kept, manifests verify" ||
-        bad "checkpoints: $n kept (want 3), manifests rc $rc"
+    # the newest 3 (checkpoint.keep) and the best evaluation's during training (by loss: the one
+    # the last checkpoint knew; the final evaluation comes after it), when not among them
+    kept=$(cd "$tmp/job" && ls -1d step-* | sort -t- -k2 -n | tr '\n' ' ')
+    want=$(python3 -c "
+import json, sys
+e = json.load(open(sys.argv[1]))['evals'][:-1]
+b = min(e, key=lambda x: x['loss'])['step']
+print(' '.join('step-%d' % s for s in sorted({2800, 2900, 3000, b})) + ' ')" "$tmp/job/report.json")
+    [ $rc = 0 ] && [ "$kept" = "$want" ] && ok "checkpoints kept: $kept(the newest 3 and the best evaluation's), manifests verify" ||
+        bad "checkpoints: kept $kept, want $want; manifests rc $rc"
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['train']['world_size']==2 and r['accuracy']>=0.99, r" \
         "$tmp/job/report.json" && ok "report.json on the volume" || bad "report.json"
     python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['evals']; assert [x['step'] for x in e]==list(range(500,3001,500)) and all(x['examples']==6 for x in e), e" \
