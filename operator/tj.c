@@ -186,6 +186,7 @@ static const struct train_field train_fields[] = {
     {"model.buckets", FK_INT, 1, 67108864, NULL, NULL},
     {"data.train", FK_STR, 0, 0, NULL, NULL},
     {"data.eval", FK_STR, 0, 0, NULL, NULL},
+    {"data.evalFraction", FK_NUM, 0, 0.5, NULL, NULL},
     {"data.vocab", FK_STR, 0, 0, NULL, NULL},
     {"data.vocabSize", FK_INT, 5, 4194304, NULL, NULL},
     {"data.minFreq", FK_INT, 1, TJ_2_30, NULL, NULL},
@@ -382,10 +383,16 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
         errf(e, "spec.training.attention: fused takes head sizes (model.hidden / model.heads) up "
                 "to 128, got %lld; use more heads or attention: unfused", hidden / heads);
     const char *eval_file = json_string_value(json_object_get(data, "eval"));
+    const json_t *frac = json_object_get(data, "evalFraction");
+    bool held_out = json_is_number(frac) && json_number_value(frac) > 0;
     as_int(json_object_get(t, "evalInterval"), &eval_every);
-    if (eval_every > 0 && (!eval_file || !eval_file[0]))
+    if (held_out && eval_file)
+        errf(e, "spec.training.data.evalFraction: hold out part of data.train (evalFraction) or "
+                "give an evaluation file (eval), not both");
+    if (eval_every > 0 && (!eval_file || !eval_file[0]) && !held_out)
         errf(e, "spec.training.evalInterval: %lld, but spec.training.data.eval is not set; give "
-                "the evaluation file as data.eval, or set evalInterval: 0", eval_every);
+                "the evaluation file as data.eval (or hold out data.evalFraction of data.train), "
+                "or set evalInterval: 0", eval_every);
     as_int(json_object_get(t, "earlyStoppingPatience"), &patience);
     if (patience > 0 && eval_every == 0)
         errf(e, "spec.training.earlyStoppingPatience: %lld, but evalInterval is 0 (no evaluations "

@@ -195,6 +195,11 @@ static void test_errors_name_the_field(void)
          "spec.training.earlyStoppingPatience: 3, but evalInterval is 0"},
         {"{\"training\":{\"bestMetric\":\"f1\"}}",
          "spec.training.bestMetric: unsupported value \"f1\"; use one of loss|accuracy|macro_f1"},
+        {"{\"training\":{\"data\":{\"eval\":\"e\",\"evalFraction\":0.1}}}",
+         "spec.training.data.evalFraction: hold out part of data.train (evalFraction) or give an "
+         "evaluation file (eval), not both"},
+        {"{\"training\":{\"data\":{\"evalFraction\":0.6}}}",
+         "spec.training.data.evalFraction"},
         {"{\"training\":{\"evalInterval\":100}}",
          "spec.training.evalInterval: 100, but spec.training.data.eval is not set"},
         {"{\"training\":{\"evalInterval\":100,\"data\":{\"eval\":\"\"}}}",

@@ -38,6 +38,9 @@ static const struct field fields[] = {
     {"model.buckets", F_INT, S(buckets), 1, 1 << 26, NULL, "n-gram: hashed bigram buckets"},
     {"data.train", F_STR, S(train), 0, 0, NULL, "training data (.jsonl or .tsv: text, label)"},
     {"data.eval", F_STR, S(eval), 0, 0, NULL, "evaluation data; empty = no evaluation"},
+    {"data.evalFraction", F_DBL, S(eval_fraction), 0, 0.5, NULL,
+     "without data.eval: hold out this share of data.train (stratified, seeded by seed) for "
+     "evaluation; 0 = none"},
     {"data.vocab", F_STR, S(vocab), 0, 0, NULL,
      "WordPiece vocab.txt; empty = build one from the training data"},
     {"data.vocabSize", F_INT, S(vocab_size), 5, 1 << 22, NULL, "built vocab: maximum size"},
@@ -414,9 +417,16 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
                               "earlyStoppingPatience: 0", c->early_stopping_patience);
         return CFG_EBAD;
     }
-    if (c->eval_interval > 0 && !c->eval[0]) {
+    if (c->eval_fraction > 0 && c->eval[0]) {
+        snprintf(err, errlen, "training.data.evalFraction: %g, but data.eval is set too; hold "
+                              "out part of data.train (evalFraction) or give an evaluation file "
+                              "(eval), not both", c->eval_fraction);
+        return CFG_EBAD;
+    }
+    if (c->eval_interval > 0 && !c->eval[0] && !(c->eval_fraction > 0)) {
         snprintf(err, errlen, "training.evalInterval: %d, but data.eval is not set; give the "
-                              "evaluation file as data.eval, or set evalInterval: 0",
+                              "evaluation file as data.eval (or hold out data.evalFraction of "
+                              "data.train), or set evalInterval: 0",
                  c->eval_interval);
         return CFG_EBAD;
     }

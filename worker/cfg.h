@@ -41,6 +41,7 @@ struct cfg {
     char pooling[8]; /* mean | cls */
     /* data */
     char train[CFG_MAX_PATH], eval[CFG_MAX_PATH], vocab[CFG_MAX_PATH];
+    double eval_fraction; /* without eval: the share of train held out for evaluation */
     int vocab_size, min_freq;
     char format[8]; /* auto | jsonl | tsv */
     bool strict, cls_sep;

@@ -177,6 +177,15 @@ static void test_eval_interval(void)
                "training.evalInterval: 100, but data.eval is not set");
     expect_bad("{\"data\": {\"train\": \"t\", \"eval\": \"e\"}, \"evalInterval\": -1}",
                "training.evalInterval: -1 is out of range");
+    /* data.evalFraction: instead of data.eval, not with it; enough for evalInterval */
+    expect_bad("{\"data\": {\"train\": \"t\", \"eval\": \"e\", \"evalFraction\": 0.1}}",
+               "training.data.evalFraction: 0.1, but data.eval is set too");
+    expect_bad("{\"data\": {\"train\": \"t\", \"evalFraction\": 0.7}}",
+               "training.data.evalFraction: 0.7 is out of range");
+    const char *held[] = {"w", "--data-train", "t", "--data-eval-fraction", "0.1",
+                          "--eval-interval", "5"};
+    TEST_EQ_INT(cfg_load(&c, 7, (char **)held, NULL, err, sizeof(err)), CFG_OK);
+    TEST_CHECK(c.eval_fraction == 0.1);
     /* early stopping: needs evaluations; bestMetric one of the report's metrics */
     TEST_EQ_STR(c.best_metric, "loss");
     expect_bad("{\"data\": {\"train\": \"t\", \"eval\": \"e\"}, \"earlyStoppingPatience\": 3}",

@@ -93,6 +93,53 @@ void dataset_remap_labels(struct dataset *ds, const int *remap)
         ds->ex[i].label = remap[ds->ex[i].label];
 }
 
+static void push_example(struct dataset *ds, char *text, size_t len, int label);
+
+static uint64_t split_mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL); /* splitmix64 */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+size_t dataset_split(struct dataset *ds, double fraction, uint64_t seed, struct dataset *out)
+{
+    size_t n = ds->n, moved = 0, kept = 0;
+    int32_t maxl = -1;
+    if (n == 0 || !(fraction > 0.0) || fraction >= 1.0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        maxl = ds->ex[i].label > maxl ? ds->ex[i].label : maxl;
+    bool *hold = xcalloc(n, sizeof(bool));
+    size_t *of = xmallocarray(n, sizeof(size_t));
+    for (int32_t l = 0; l <= maxl; l++) { /* per label: a seeded partial Fisher-Yates */
+        size_t k = 0;
+        uint64_t st = seed ^ (0x5851F42D4C957F2DULL * (uint64_t)(l + 1));
+        for (size_t i = 0; i < n; i++)
+            if (ds->ex[i].label == l)
+                of[k++] = i;
+        size_t take = (size_t)((double)k * fraction + 0.5); /* rounded */
+        for (size_t j = 0; j < take; j++) {
+            size_t r = j + (size_t)(split_mix(&st) % (uint64_t)(k - j));
+            size_t t = of[j];
+            of[j] = of[r], of[r] = t;
+            hold[of[j]] = true;
+        }
+    }
+    for (size_t i = 0; i < n; i++) { /* both sides keep the file order */
+        if (hold[i]) {
+            push_example(out, ds->ex[i].text, ds->ex[i].text_len, ds->ex[i].label);
+            moved++;
+        } else {
+            ds->ex[kept++] = ds->ex[i];
+        }
+    }
+    ds->n = kept;
+    free(hold), free(of);
+    return moved;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Line parsing
  */

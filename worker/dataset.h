@@ -105,6 +105,13 @@ int dataset_parse_line(enum dataset_format fmt, const struct dataset_opts *o, co
 /* Rewrites every example's label through remap[old] (as filled by label_map_sort). */
 void dataset_remap_labels(struct dataset *ds, const int *remap);
 
+/* Holds out a stratified, seeded share of ds (data.evalFraction): of each label's examples,
+ * round(count * fraction) chosen by a generator seeded from seed move to out (appended, in
+ * their file order), the rest stay in ds in their order. The same (ds, fraction, seed) gives the
+ * same split on every rank and every run. fraction in [0, 1); out must be initialised. Returns
+ * the examples moved. */
+size_t dataset_split(struct dataset *ds, double fraction, uint64_t seed, struct dataset *out);
+
 /* Fixed-length encoding of a dataset for the model: row i of ids holds
  * [CLS] piece... [SEP] [PAD]... (CLS/SEP only when add_cls_sep and the vocab has them), cut to
  * max_len; len[i] counts the non-pad ids (>= 1: an empty text is [CLS][SEP], or one [UNK]

@@ -337,6 +337,67 @@ static void test_encode(void)
     vocab_free(v);
 }
 
+/* dataset_split: stratified counts, disjoint and complete, file order on both sides, the same
+ * split for the same seed and another for another seed. */
+static void split_fill(struct dataset *ds, int n)
+{
+    char path[] = "/tmp/dataset_split_XXXXXX.jsonl", err[256];
+    struct dataset_opts o;
+    struct label_map lm;
+    int fd = mkstemps(path, 6);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < n; i++) /* labels a (3 in 4) and b (1 in 4) */
+        fprintf(f, "{\"text\": \"text %d\", \"label\": \"%s\"}\n", i, i % 4 == 3 ? "b" : "a");
+    fclose(f);
+    dataset_init(ds);
+    dataset_opts_default(&o);
+    label_map_init(&lm);
+    TEST_EQ_INT(dataset_load(ds, path, &o, &lm, err, sizeof(err)), 0);
+    label_map_cleanup(&lm);
+    unlink(path);
+}
+
+static void test_split(void)
+{
+    struct dataset a, ev, b, evb, c, evc;
+    int order_ok = 1, seen[400] = {0};
+    split_fill(&a, 400), dataset_init(&ev);
+    TEST_EQ_INT((int)dataset_split(&a, 0.1, 42, &ev), 40);
+    TEST_EQ_INT((int)a.n, 360);
+    int l1 = 0;
+    for (size_t i = 0; i < ev.n; i++)
+        l1 += ev.ex[i].label == 1;
+    TEST_EQ_INT(l1, 10); /* 10 % of the 100 of label 1; 30 of label 0's 300 */
+    for (struct dataset *d = &a; d; d = d == &a ? &ev : NULL) {
+        int prev = -1;
+        for (size_t i = 0; i < d->n; i++) {
+            int k = atoi(d->ex[i].text + 5);
+            order_ok &= k > prev;
+            prev = k;
+            seen[k]++;
+        }
+    }
+    TEST_CHECK(order_ok);
+    int once = 1;
+    for (int k = 0; k < 400; k++)
+        once &= seen[k] == 1;
+    TEST_CHECK(once);
+    split_fill(&b, 400), dataset_init(&evb);
+    split_fill(&c, 400), dataset_init(&evc);
+    dataset_split(&b, 0.1, 42, &evb);
+    dataset_split(&c, 0.1, 43, &evc);
+    int same = 1, differ = 0;
+    for (size_t i = 0; i < ev.n; i++) {
+        same &= strcmp(ev.ex[i].text, evb.ex[i].text) == 0;
+        differ += strcmp(ev.ex[i].text, evc.ex[i].text) != 0;
+    }
+    TEST_CHECK(same);
+    TEST_CHECK(differ > 0);
+    TEST_EQ_INT((int)dataset_split(&b, 0.0, 42, &evb), 0); /* nothing held out */
+    dataset_cleanup(&a), dataset_cleanup(&ev), dataset_cleanup(&b), dataset_cleanup(&evb);
+    dataset_cleanup(&c), dataset_cleanup(&evc);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/gantry-dataset-XXXXXX");
@@ -351,6 +412,7 @@ int main(void)
     TEST_RUN(test_load_overlong);
     TEST_RUN(test_fixtures);
     TEST_RUN(test_encode);
+    TEST_RUN(test_split);
     {
         char cmd[128];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

@@ -152,6 +152,14 @@ static int load_data(struct worker *w)
         fprintf(stderr, "gantry-worker: evaluation data: %s\n", w->err);
         return EXIT_DATAERR;
     }
+    if (c->eval_fraction > 0) { /* before the vocab: held-out texts do not shape it */
+        size_t all = w->train.n, held = dataset_split(&w->train, c->eval_fraction,
+                                                      (uint64_t)c->seed, &w->eval);
+        if (w->env.rank == 0)
+            fprintf(stderr, "gantry-worker: data.evalFraction %g: %zu of the %zu training "
+                            "examples held out for evaluation (stratified, seed %lld)\n",
+                    c->eval_fraction, held, all, (long long)c->seed);
+    }
     if (c->vocab[0]) {
         if (!(w->vocab = vocab_load(c->vocab, w->err, sizeof(w->err)))) {
             fprintf(stderr, "gantry-worker: data.vocab: %s\n", w->err);
@@ -165,7 +173,7 @@ static int load_data(struct worker *w)
     }
     dataset_encode(&w->train, w->vocab, &w->topts, (size_t)c->max_seq_len, c->cls_sep,
                    &w->train_enc);
-    if (c->eval[0])
+    if (w->eval.n)
         dataset_encode(&w->eval, w->vocab, &w->topts, (size_t)c->max_seq_len, c->cls_sep,
                        &w->eval_enc);
     return 0;

@@ -125,6 +125,13 @@ check "earlyStoppingPatience without evalInterval" 78 "$bin" --config "$tmp/cfg.
     --early-stopping-patience 3
 grep -q 'training.earlyStoppingPatience: 3, but evalInterval is 0' "$tmp/err" ||
     { echo "FAIL earlyStoppingPatience message"; fail=1; }
+# data.evalFraction instead of data.eval: a stratified share of the training file held out
+check "evalFraction holds out part of data.train" 0 "$bin" --config "$tmp/cfg.json" --data-eval "" \
+    --data-eval-fraction 0.34 --eval-interval 20 --epochs 20 --report "$tmp/ef.json"
+grep -q 'data.evalFraction 0.34: 2 of the 6 training examples held out for evaluation' "$tmp/err" ||
+    { echo "FAIL evalFraction log line"; fail=1; }
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['examples'] == 2 and r['train']['examples'] == 4 and [(e['step'], e['examples']) for e in r['evals']] == [(20, 2), (40, 2)], r" \
+    "$tmp/ef.json" && echo "ok   evalFraction: 4 train, 2 eval, evaluations on the 2" || { echo "FAIL evalFraction report"; fail=1; }
 check "evalInterval without data.eval" 78 "$bin" --config "$tmp/cfg.json" --data-eval "" \
     --eval-interval 10
 grep -q 'training.evalInterval: 10, but data.eval is not set' "$tmp/err" ||

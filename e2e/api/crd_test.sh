@@ -79,6 +79,11 @@ if out=$(k apply -f "$here/testdata/valid-nproc.yaml" 2>&1); then
 else
     bad "valid-nproc.yaml refused: $out"
 fi
+if out=$(k apply -f "$here/testdata/valid-eval.yaml" 2>&1); then
+    ok "evalInterval on data.evalFraction with early stopping on macro_f1 is accepted"
+else
+    bad "valid-eval.yaml refused: $out"
+fi
 
 # replicas is immutable while the job runs, and can change once it is suspended.
 k patch tj spam --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
