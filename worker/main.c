@@ -80,7 +80,9 @@ struct worker {
     int64_t pending_step; /* the write in flight, -1 none */
     bool retired_newer;   /* step dirs numbered above our first written one are gone */
     double pending_t0;
-    json_t *evals; /* rank 0: the evaluations during training, [{step, loss, accuracy, ...}] */
+    json_t *evals; /* the evaluations during training, [{step, loss, accuracy, ...}] */
+    bool stopped_early; /* on_eval ended training early: this run's last checkpoint says so */
+    int64_t resumed_stopped; /* the checkpoint resumed from ended an early-stopped run; -1 not */
     char err[2048];
 };
 
@@ -307,6 +309,7 @@ static int on_eval(void *ctx, long step, int epoch, const struct eval_counts *e,
                 w->cfg.early_stopping_patience);
     }
     metrics_stop_early(obs_metrics(w->obs), step);
+    w->stopped_early = true; /* the final checkpoint, next, records it */
     return TRAIN_EARLY_STOP;
 }
 
@@ -508,6 +511,8 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
     if (best >= 0) /* the best evaluation's checkpoint, if one was written, is kept too */
         snap->keep_also = json_integer_value(json_object_get(json_array_get(w->evals, best),
                                                              "step"));
+    if (w->stopped_early) /* a gang restarted before it exits ends here too, not later */
+        json_object_set_new(snap->extra, "early_stopped", json_true());
     if (w->evals) /* the evaluations so far: a resumed run keeps them (a copy: the writer
                    * serialises it in the background while the list grows) */
         json_object_set_new(snap->extra, "evals", json_deep_copy(w->evals));
@@ -600,6 +605,9 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
             in_epoch = w->spe;
         *start_step = (long)s->meta.sampler.epoch * w->spe + in_epoch;
     }
+    if (json_is_true(json_object_get(s->extra, "early_stopped")) &&
+        s->meta.world_size == w->env.world_size)
+        w->resumed_stopped = (int64_t)s->meta.step;
     json_t *ev = json_object_get(s->extra, "evals");
     if (json_is_array(ev) && s->meta.world_size == w->env.world_size) {
         json_decref(w->evals); /* steps count alike only at the same world size */
@@ -698,6 +706,7 @@ int main(int argc, char **argv)
 
     install_signals();
     w.pending_step = -1;
+    w.resumed_stopped = -1;
     label_map_init(&w.labels);
     dataset_init(&w.train);
     dataset_init(&w.eval);
@@ -773,6 +782,13 @@ int main(int argc, char **argv)
     to.stop = &g_stop;
     if ((rc = resume(&w, &opt, &to.start_step)))
         goto out;
+    if (w.resumed_stopped >= 0) { /* training had stopped early there: nothing left to train */
+        to.max_steps = to.start_step;
+        if (w.env.rank == 0)
+            fprintf(stderr, "gantry-worker: the checkpoint of step %lld ended an early-stopped "
+                            "run: no more training, the final evaluation only\n",
+                    (long long)w.resumed_stopped);
+    }
     struct train_data ed = data_view(&w.eval_enc);
     if (w.cfg.eval_interval > 0 && ed.n) {
         to.eval = &ed;
@@ -815,6 +831,8 @@ int main(int argc, char **argv)
         goto out;
     }
     to.obs = w.obs;
+    if (w.resumed_stopped >= 0)
+        metrics_stop_early(obs_metrics(w.obs), w.resumed_stopped);
     train_gpu_opts_default(&go);
     go.bf16 = strcmp(w.cfg.precision, "bf16") == 0;
     go.fused_attention = strcmp(w.cfg.attention, "fused") == 0;
@@ -833,6 +851,7 @@ int main(int argc, char **argv)
         rc = dist_exit_code(rc);
         goto out;
     }
+    tr.early_stopped |= w.resumed_stopped >= 0;
     if ((rc = ckpt_settle(&w))) {
         rc = dist_exit_code(rc);
         goto out;

@@ -121,6 +121,19 @@ assert term["early_stopped"] is True and term["step"] == term["total_steps"] == 
 assert term["eval_step"] == t["steps"] and abs(term["eval"]["accuracy"] - r["accuracy"]) < 1e-6, term
 print("ok   early stopping at step %d of 80 (best accuracy %.3f at step %d); kept %s" % (t["steps"], b["accuracy"], b["step"], kept))
 PY
+# the same job started again (a gang restarted after the stop, before its pods exited): it
+# resumes from the stop's checkpoint and ends there, with the same report, not later
+check "early-stopped job started again" 0 "$bin" --config "$tmp/cfg.json" --eval-interval 2 \
+    --best-metric accuracy --early-stopping-patience 3 --report "$tmp/es2.json" \
+    --checkpoint-dir "$tmp/es/job" --checkpoint-interval-steps 2 --checkpoint-keep 1
+grep -q 'ended an early-stopped run: no more training' "$tmp/err" || { echo "FAIL no early-stopped resume line"; fail=1; }
+python3 -c "
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert b['train']['early_stopped'] is True and b['train']['steps'] == a['train']['steps'], b['train']
+assert b['evals'] == a['evals'] and b['best_eval'] == a['best_eval'] and b['accuracy'] == a['accuracy']
+print('ok   started again: ends at step %d with the same evaluations' % b['train']['steps'])" \
+    "$tmp/es.json" "$tmp/es2.json" || fail=1
 check "earlyStoppingPatience without evalInterval" 78 "$bin" --config "$tmp/cfg.json" \
     --early-stopping-patience 3
 grep -q 'training.earlyStoppingPatience: 3, but evalInterval is 0' "$tmp/err" ||
