@@ -288,8 +288,9 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
             if (train_eval_due(o, step, total)) {
                 double es;
                 int eb = o->eval_batch > 0 ? o->eval_batch : o->batch;
+                bool can_sum = o->reduce || (o->reduce_push && o->reduce_wait);
                 rc = train_eval_during(o, m->cfg.classes, step, epoch, eb, cpu_eval_forward, m,
-                                       W > 1 ? host_sum : NULL, &ow, &es);
+                                       W > 1 && can_sum ? host_sum : NULL, &ow, &es);
                 if (rc == TRAIN_EARLY_STOP) /* this step is the last: its checkpoint is final */
                     total = step, res->early_stopped = 1, rc = 0;
                 if (rc)
@@ -366,8 +367,11 @@ int train_eval_during(const struct train_opts *o, int classes, long step, int ep
 
     if (eval_init(&ec, classes))
         return -1;
-    train_evaluate_shard(o->eval, batch, o->rank, o->world_size, fn, fn_ctx, &ec);
-    if (sum && o->world_size > 1) { /* every rank's counts, summed */
+    if (sum && o->world_size > 1) /* a share each, then every rank's counts summed */
+        train_evaluate_shard(o->eval, batch, o->rank, o->world_size, fn, fn_ctx, &ec);
+    else /* nothing to sum with: all of it here */
+        train_evaluate_fn(o->eval, batch, fn, fn_ctx, &ec);
+    if (sum && o->world_size > 1) {
         size_t n = eval_counts_flat_len(&ec);
         double *v = eval_counts_flat(&ec);
         float *f = xmallocarray(n, sizeof(float));
@@ -395,8 +399,6 @@ static int host_sum(float *buf, size_t n, void *ctx)
     int rc;
     if (o->reduce)
         return o->reduce(buf, n, o->reduce_ctx);
-    if (!o->reduce_push || !o->reduce_wait)
-        return 0;
     rc = o->reduce_push(buf, n, o->bucket_ctx);
     int wrc = o->reduce_wait(o->bucket_ctx); /* always: buf is borrowed until then */
     return rc ? rc : wrc;

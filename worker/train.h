@@ -169,7 +169,8 @@ void train_evaluate_fn(const struct train_data *d, int batch, train_eval_fn fn, 
 void train_evaluate_shard(const struct train_data *d, int batch, int rank, int world,
                           train_eval_fn fn, void *ctx, struct eval_counts *e);
 /* One evaluation during training (train_opts.eval ...): this rank's share through fn, the counts
- * summed over ranks by sum (host floats; NULL or one rank: none), then o->on_eval. Returns 0, a
+ * summed over ranks by sum (host floats; NULL or one rank: all of the eval set here, no sum),
+ * then o->on_eval. Returns 0, a
  * sum error, or on_eval's result; *seconds (may be NULL) gets the time it took. The GPU loop's
  * entry; the CPU loop calls it with the model's forward and the reduce hook. */
 int train_eval_during(const struct train_opts *o, int classes, long step, int epoch, int batch,
