@@ -26,7 +26,7 @@
  * ------------------------------------------------------------------------------------------- */
 
 void progress_clock_observe(struct progress_clock *c, const char *uid, int restart,
-                            long long step, time_t now)
+                            long long step, bool busy, time_t now)
 {
     if (!c->uid[0] || strcmp(c->uid, uid) != 0 || c->restart != restart) {
         memset(c, 0, sizeof(*c));
@@ -41,6 +41,8 @@ void progress_clock_observe(struct progress_clock *c, const char *uid, int resta
             c->advanced = true; /* the first reading only sets the baseline */
         c->step = step;
         c->since = now;
+    } else if (busy && step >= 0) {
+        c->since = now; /* evaluating: alive, though the step stands */
     }
 }
 
@@ -448,8 +450,10 @@ static void apply(struct progress *p, struct target *t, time_t now)
         strmap_put(&p->jobs, t->key, e);
     }
     e->seen = true;
+    const char *state = json_string_value(json_object_get(t->w, "state"));
     progress_clock_observe(&e->clock, t->uid, t->restart,
-                           json_is_integer(step) ? json_integer_value(step) : -1, now);
+                           json_is_integer(step) ? json_integer_value(step) : -1,
+                           state && strcmp(state, "evaluating") == 0, now);
     if (t->w)
         ps = progress_status(t->w, e->clock.since);
     if (ps && (text = json_dumps(ps, JSON_COMPACT)) && (!e->status || strcmp(text, e->status))) {

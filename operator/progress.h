@@ -49,9 +49,12 @@ struct progress_clock {
     bool advanced;         /* the step advanced at least once in this gang */
 };
 
-/* One observation of rank 0 (uid, restart) at now; step -1 when the read failed. */
+/* One observation of rank 0 (uid, restart) at now; step -1 when the read failed. busy: rank 0
+ * says it is evaluating (state "evaluating"), which counts as progress while the step stands
+ * (an evaluation of a large set can outlast progressDeadlineSeconds; a hang in it still ends
+ * in the workers' own collective timeout). */
 void progress_clock_observe(struct progress_clock *c, const char *uid, int restart,
-                            long long step, time_t now);
+                            long long step, bool busy, time_t now);
 
 /* Expands tmpl into out (n bytes); 0, or -1 when it does not fit or a {...} is unknown. */
 int progress_url(const char *tmpl, const char *ns, const char *job, const char *pod,

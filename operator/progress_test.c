@@ -10,32 +10,39 @@ static void test_clock(void)
 {
     struct progress_clock c = {0};
 
-    progress_clock_observe(&c, "u1", 0, -1, 100); /* rank 0 seen, read failed: clock starts */
+    progress_clock_observe(&c, "u1", 0, -1, false, 100); /* rank 0 seen, read failed: clock starts */
     TEST_EQ_STR(c.uid, "u1");
     TEST_EQ_INT(c.since, 100);
     TEST_CHECK(!c.advanced);
-    progress_clock_observe(&c, "u1", 0, 5, 110); /* first reading: baseline, not an advance */
+    progress_clock_observe(&c, "u1", 0, 5, false, 110); /* first reading: baseline, not an advance */
     TEST_EQ_INT(c.since, 110);
     TEST_EQ_INT(c.step, 5);
     TEST_CHECK(!c.advanced);
-    progress_clock_observe(&c, "u1", 0, 5, 120); /* same step: the clock stands */
+    progress_clock_observe(&c, "u1", 0, 5, false, 120); /* same step: the clock stands */
     TEST_EQ_INT(c.since, 110);
-    progress_clock_observe(&c, "u1", 0, -1, 130); /* timeout (SIGSTOP): the clock stands */
+    progress_clock_observe(&c, "u1", 0, -1, false, 130); /* timeout (SIGSTOP): the clock stands */
     TEST_EQ_INT(c.since, 110);
     TEST_EQ_INT(c.step, 5);
-    progress_clock_observe(&c, "u1", 0, 4, 135); /* a lower step is no progress */
+    progress_clock_observe(&c, "u1", 0, 4, false, 135); /* a lower step is no progress */
     TEST_EQ_INT(c.since, 110);
-    progress_clock_observe(&c, "u1", 0, 6, 140);
+    progress_clock_observe(&c, "u1", 0, 6, false, 140);
     TEST_EQ_INT(c.since, 140);
     TEST_CHECK(c.advanced);
-    progress_clock_observe(&c, "u2", 1, 6, 150); /* new gang: a new clock */
+    progress_clock_observe(&c, "u2", 1, 6, false, 150); /* new gang: a new clock */
     TEST_EQ_STR(c.uid, "u2");
     TEST_EQ_INT(c.restart, 1);
     TEST_EQ_INT(c.since, 150);
     TEST_CHECK(!c.advanced);
-    progress_clock_observe(&c, "u2", 2, 9, 160); /* same uid, other restart label: new clock */
+    progress_clock_observe(&c, "u2", 2, 9, false, 160); /* same uid, other restart label: new clock */
     TEST_EQ_INT(c.restart, 2);
     TEST_EQ_INT(c.since, 160);
+    progress_clock_observe(&c, "u2", 2, 9, true, 170); /* evaluating: alive, step stands */
+    TEST_EQ_INT(c.since, 170);
+    TEST_EQ_INT(c.step, 9);
+    progress_clock_observe(&c, "u2", 2, 9, false, 180); /* back to training: the clock stands */
+    TEST_EQ_INT(c.since, 170);
+    progress_clock_observe(&c, "u2", 2, -1, true, 190); /* a failed read proves nothing */
+    TEST_EQ_INT(c.since, 170);
 }
 
 static void test_url(void)

@@ -237,6 +237,16 @@ void metrics_eval(struct metrics *m, const char *name, double value)
                 METRICS_MAX_EVAL);
 }
 
+void metrics_evaluating(struct metrics *m, bool on)
+{
+    pthread_mutex_lock(&m->mu);
+    if (on && strcmp(m->f.s.state, "running") == 0)
+        m->f.s.state = "evaluating";
+    else if (!on && strcmp(m->f.s.state, "evaluating") == 0)
+        m->f.s.state = "running";
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_stop_early(struct metrics *m, int64_t step)
 {
     pthread_mutex_lock(&m->mu);
@@ -375,7 +385,8 @@ static void metric_i(struct out *o, const char *name, const char *type, const ch
 
 static void render_state(struct out *o, const char *state)
 {
-    static const char *const states[] = {"starting", "running", "succeeded", "failed"};
+    static const char *const states[] = {"starting", "running", "evaluating", "succeeded",
+                                         "failed"};
 
     family(o, "gantry_train_state", "gauge",
            "Current state of training: 1 for it, 0 for the others.");

@@ -56,7 +56,8 @@ struct metrics_step {
 
 /* What /progress shows, for the log line and for tests. NAN where not known yet. */
 struct metrics_snapshot {
-    const char *state; /* "starting", "running", "succeeded", "failed" (static strings) */
+    const char *state; /* "starting", "running", "evaluating" (during training), "succeeded",
+                        * "failed" (static strings) */
     int64_t step, total_steps, start_step;
     int epoch, epochs, world_size;
     double loss, lr;
@@ -106,6 +107,8 @@ void metrics_eval(struct metrics *m, const char *name, double value);
 /* Early stopping: training ends at step instead of the total given to metrics_begin
  * (total_steps becomes step; /progress and the final line say "early_stopped": true). */
 void metrics_stop_early(struct metrics *m, int64_t step);
+/* While training runs: state "evaluating" (on) or "running" again (off). */
+void metrics_evaluating(struct metrics *m, bool on);
 /* The step the evaluation results are from (/progress eval_step, gantry_train_eval_step). */
 void metrics_eval_step(struct metrics *m, int64_t step);
 /* Training ended; state becomes "succeeded" or "failed". */

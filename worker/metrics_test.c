@@ -137,7 +137,21 @@ static void test_rates_and_eta(void)
     struct metrics *m = metrics_new();
     struct metrics_snapshot s;
 
+    metrics_evaluating(m, true); /* not training yet: stays "starting" */
+    metrics_get(m, &s);
+    TEST_EQ_STR(s.state, "starting");
     metrics_begin(m, 100, 1100, 3, 4, 1000.0);
+    metrics_get(m, &s);
+    TEST_EQ_STR(s.state, "running");
+    metrics_evaluating(m, true);
+    metrics_get(m, &s);
+    TEST_EQ_STR(s.state, "evaluating");
+    {
+        json_t *j = progress(m);
+        TEST_EQ_STR(json_string_value(json_object_get(j, "state")), "evaluating");
+        json_decref(j);
+    }
+    metrics_evaluating(m, false);
     metrics_get(m, &s);
     TEST_EQ_STR(s.state, "running");
     TEST_CHECK(isnan(s.samples_per_s) && isnan(s.eta_s)); /* no step yet */

@@ -119,6 +119,12 @@ void obs_eval(struct obs *o, int64_t step, const char *name, double value)
         tb_failed(o);
 }
 
+void obs_evaluating(struct obs *o, bool on)
+{
+    if (o)
+        metrics_evaluating(o->m, on);
+}
+
 void obs_checkpoint(struct obs *o, int64_t step, double seconds)
 {
     metrics_checkpoint(o->m, step, seconds);

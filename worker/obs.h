@@ -54,6 +54,9 @@ bool obs_step(struct obs *o, const struct metrics_step *s, double allreduce_seco
 
 /* An evaluation result at `step`: /metrics gantry_train_eval{metric=name}, tag eval/<name>. */
 void obs_eval(struct obs *o, int64_t step, const char *name, double value);
+/* An evaluation during training begins (on) or ends: /progress state "evaluating", which the
+ * operator's hang detection counts as progress while the step stands. NULL is a no-op. */
+void obs_evaluating(struct obs *o, bool on);
 
 /* A checkpoint was written at `step`, taking `seconds`. */
 void obs_checkpoint(struct obs *o, int64_t step, double seconds);

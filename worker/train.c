@@ -367,6 +367,7 @@ int train_eval_during(const struct train_opts *o, int classes, long step, int ep
 
     if (eval_init(&ec, classes))
         return -1;
+    obs_evaluating(o->obs, true);
     if (sum && o->world_size > 1) /* a share each, then every rank's counts summed */
         train_evaluate_shard(o->eval, batch, o->rank, o->world_size, fn, fn_ctx, &ec);
     else /* nothing to sum with: all of it here */
@@ -383,6 +384,7 @@ int train_eval_during(const struct train_opts *o, int classes, long step, int ep
         free(f);
     }
     double dt = now_s() - t0;
+    obs_evaluating(o->obs, false);
     if (!rc)
         rc = o->on_eval(o->eval_ctx, step, epoch, &ec, dt);
     if (seconds)
