@@ -190,7 +190,7 @@ if [ -n "$report" ]; then
     echo "    evaluation on the 1,209 held-out e-mails (from kubectl logs $JOB-worker-0):"
     sed -n '/^eval |/,/^spam /p' <<<"$logs" | sed 's/^/      /'
     hist=$(json_field "$report" '", ".join("step %d %.2f %%" % (e["step"], 100 * e["accuracy"]) for e in r.get("evals", []))')
-    [ -z "$hist" ] || echo "    accuracy during training (since the last start; every rank evaluates its share): $hist"
+    [ -z "$hist" ] || echo "    accuracy during training (every rank evaluates its share; checkpoints keep the history over restarts): $hist"
     acc=$(json_field "$report" 'round(100 * r["accuracy"], 2)')
     f1=$(json_field "$report" 'round(r["macro_f1"], 4)')
     echo "    accuracy $acc %, macro-F1 $f1; report: $DEMO_OUT/report.json"
