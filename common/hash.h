@@ -17,4 +17,15 @@ uint64_t hash_fnv1a64(const void *p, size_t n);
  * as 32 hex digits: short fixed-size keys for long texts. */
 void hash_text_digest(const char *s, char out[HASH_DIGEST_HEX]);
 
+/* splitmix64 (Steele, Lea, Flood): advances *state and returns its next well-mixed 64 bits.
+ * The one generator behind every seeded choice (weight init, shuffles, the held-out split,
+ * n-gram buckets), so all draw the same numbers on every platform; hack/torch_ref.py has it too. */
+static inline uint64_t hash_splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
 #endif /* GANTRY_HASH_H */

@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "common/buf.h"
+#include "common/hash.h"
 #include "common/xalloc.h"
 
 /* Bytes read per fread(); the fuzz build makes it tiny so lines straddle reads. */
@@ -95,14 +96,6 @@ void dataset_remap_labels(struct dataset *ds, const int *remap)
 
 static void push_example(struct dataset *ds, char *text, size_t len, int label);
 
-static uint64_t split_mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL); /* splitmix64 */
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 size_t dataset_split(struct dataset *ds, double fraction, uint64_t seed, struct dataset *out)
 {
     size_t n = ds->n, moved = 0, kept = 0;
@@ -121,7 +114,7 @@ size_t dataset_split(struct dataset *ds, double fraction, uint64_t seed, struct 
                 of[k++] = i;
         size_t take = (size_t)((double)k * fraction + 0.5); /* rounded */
         for (size_t j = 0; j < take; j++) {
-            size_t r = j + (size_t)(split_mix(&st) % (uint64_t)(k - j));
+            size_t r = j + (size_t)(hash_splitmix64(&st) % (uint64_t)(k - j));
             size_t t = of[j];
             of[j] = of[r], of[r] = t;
             hold[of[j]] = true;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "common/xalloc.h"
 #include "kernels/attention.h"
 #include "kernels/cpu.h"
@@ -37,17 +38,9 @@ struct model_acts {
  * Deterministic initialisation: splitmix64 -> uniform in (0,1] -> Box-Muller (cos branch only).
  * hack/torch_ref.py has the same three functions, so both sides draw identical weights.
  * ------------------------------------------------------------------------------------------- */
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 static double rng_uniform(uint64_t *s) /* (0, 1] */
 {
-    return ((double)(splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    return ((double)(hash_splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
 }
 
 static double rng_normal(uint64_t *s)
@@ -59,7 +52,7 @@ static double rng_normal(uint64_t *s)
 uint64_t model_bigram_hash(int a, int b)
 {
     uint64_t s = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    return splitmix64(&s);
+    return hash_splitmix64(&s);
 }
 
 /* ---------------------------------------------------------------------------------------------

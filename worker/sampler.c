@@ -5,16 +5,8 @@
 
 #include <stdlib.h>
 
+#include "common/hash.h"
 #include "common/xalloc.h"
-
-/* splitmix64: seeds and drives the shuffle; fast, and the same on every platform. */
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* Uniform in [0, bound) without modulo bias (rejection). */
 static uint64_t below(uint64_t *st, uint64_t bound)
@@ -22,7 +14,7 @@ static uint64_t below(uint64_t *st, uint64_t bound)
     uint64_t limit = UINT64_MAX - UINT64_MAX % bound, r;
 
     do
-        r = splitmix64(st);
+        r = hash_splitmix64(st);
     while (r >= limit);
     return r % bound;
 }

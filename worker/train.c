@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/hash.h"
 #include "common/xalloc.h"
 #include "worker/obs.h"
 #include "worker/train_plan.h"
@@ -16,21 +17,13 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t mix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 void train_shuffle(size_t *perm, size_t n, uint64_t seed, int epoch)
 {
     uint64_t s = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(epoch + 1));
     for (size_t i = 0; i < n; i++)
         perm[i] = i;
     for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(mix64(&s) % i);
+        size_t j = (size_t)(hash_splitmix64(&s) % i);
         size_t t = perm[i - 1];
         perm[i - 1] = perm[j];
         perm[j] = t;
