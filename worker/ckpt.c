@@ -60,8 +60,48 @@ void ckpt_snapshot_free(struct ckpt_snapshot *s)
                 free(s->t[p][i].data);
         free(s->t[p]);
     }
+    for (size_t i = 0; i < s->n_files; i++)
+        free(s->files[i].data);
+    free(s->files);
     json_decref(s->extra);
     free(s);
+}
+
+bool ckpt_side_name_ok_(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= CKPT_MAX_NAME || name[0] == '.' || !strcmp(name, CKPT_MANIFEST))
+        return false;
+    for (int i = 0; i < CKPT_NFILES; i++)
+        if (!strcmp(name, ckpt_files_[i]))
+            return false;
+    for (const char *c = name; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '.' || *c == '_' || *c == '-'))
+            return false;
+    return true;
+}
+
+int ckpt_snapshot_add_file(struct ckpt_snapshot *s, const char *name, const void *data, size_t len)
+{
+    if (!ckpt_side_name_ok_(name) || s->n_files >= CKPT_MAX_FILES || len > CKPT_MAX_FILE_BYTES) {
+        dist_log("Checkpoint side file '%s' (%zu bytes) refused: a plain file name, at most %d "
+                 "files of %u bytes each", name, len, CKPT_MAX_FILES, CKPT_MAX_FILE_BYTES);
+        return DIST_EUSAGE;
+    }
+    for (size_t i = 0; i < s->n_files; i++)
+        if (!strcmp(s->files[i].name, name)) {
+            dist_log("Checkpoint side file '%s' added twice", name);
+            return DIST_EUSAGE;
+        }
+    s->files = xrealloc(s->files, (s->n_files + 1) * sizeof(*s->files));
+    struct ckpt_file *f = &s->files[s->n_files++];
+    snprintf(f->name, sizeof(f->name), "%s", name);
+    f->data = xmalloc(len ? len : 1);
+    if (len)
+        memcpy(f->data, data, len);
+    f->len = len;
+    return 0;
 }
 
 const struct ckpt_tensor *ckpt_snapshot_find(const struct ckpt_snapshot *s, enum ckpt_part part,
@@ -312,7 +352,7 @@ out:
 
 #define JOBDIR_MAX 2048 /* <root>/<job>; everything else fits around it */
 
-static int write_manifest(const char *dir, char hex[][65])
+static int write_manifest(const char *dir, char hex[][65], const struct ckpt_snapshot *s)
 {
     char path[JOBDIR_MAX + 400];
     struct hfile h;
@@ -325,6 +365,11 @@ static int write_manifest(const char *dir, char hex[][65])
     for (int i = 0; !rc && i < CKPT_NFILES; i++) {
         char line[128];
         int n = snprintf(line, sizeof(line), "%s  %s\n", hex[i], ckpt_files_[i]);
+        rc = hf_write(&h, line, (size_t)n);
+    }
+    for (size_t i = 0; !rc && i < s->n_files; i++) {
+        char line[CKPT_MAX_NAME + 80];
+        int n = snprintf(line, sizeof(line), "%s  %s\n", hex[CKPT_NFILES + i], s->files[i].name);
         rc = hf_write(&h, line, (size_t)n);
     }
     int crc = hf_close(&h, unused);
@@ -428,10 +473,12 @@ static void prune(const char *jobdir, int keep, int64_t keep_also, const char *m
 int ckpt_write(const char *root, const char *job, int keep, const struct ckpt_snapshot *s)
 {
     char jobdir[JOBDIR_MAX], tmp[JOBDIR_MAX + 100], fin[JOBDIR_MAX + 100],
-        path[JOBDIR_MAX + 200], name[64];
-    char hex[CKPT_NFILES][65];
+        path[JOBDIR_MAX + 100 + CKPT_MAX_NAME + 8], name[64];
+    char hex[CKPT_NFILES + CKPT_MAX_FILES][65];
     int rc;
 
+    if (s->n_files > CKPT_MAX_FILES)
+        return DIST_EUSAGE;
     int jl = snprintf(jobdir, sizeof(jobdir), "%s/%s", root, job);
     if (jl < 0 || (size_t)jl >= sizeof(jobdir)) {
         dist_log("Checkpoint path %s/%s is too long", root, job);
@@ -464,7 +511,17 @@ int ckpt_write(const char *root, const char *job, int keep, const struct ckpt_sn
     snprintf(path, sizeof(path), "%s/%s", tmp, ckpt_files_[2]);
     if ((rc = write_safetensors(path, s->t[CKPT_OPTIM], s->n[CKPT_OPTIM], hex[2])))
         goto out;
-    if ((rc = write_manifest(tmp, hex)) || (rc = ckpt_fsync_dir_(tmp)))
+    for (size_t i = 0; i < s->n_files; i++) {
+        struct hfile h;
+        snprintf(path, sizeof(path), "%s/%s", tmp, s->files[i].name);
+        if ((rc = hf_open(&h, path)))
+            goto out;
+        rc = hf_write(&h, s->files[i].data, s->files[i].len);
+        int crc = hf_close(&h, hex[CKPT_NFILES + i]);
+        if ((rc = rc ? rc : crc))
+            goto out;
+    }
+    if ((rc = write_manifest(tmp, hex, s)) || (rc = ckpt_fsync_dir_(tmp)))
         goto out;
     /* The same step written again (a resumed job reaching it again): replace it. */
     if (access(fin, F_OK) == 0 && ckpt_rm_rf_(fin) != 0) {

@@ -8,6 +8,9 @@
  *   optimizer.safetensors  optimiser state (e.g. AdamW m and v), same format
  *   state.json             {"format":"gantry-ckpt-v1","step","epoch","sampler":{"epoch",
  *                          "consumed"},"world_size","config_hash","extra":{...caller's: RNG...}}
+ *   <side files>           the caller's small files (ckpt_snapshot_add_file): the worker's
+ *                          config.json and vocab.txt, which make a step directory a model that
+ *                          gantry-predict can load on its own
  *   MANIFEST.sha256        "<sha256>  <file>" per file (`sha256sum -c MANIFEST.sha256` works)
  *
  * Writing is crash-safe: files go to <root>/<job>/.tmp-step-<N>.<pid>/, each is fsynced, the
@@ -54,6 +57,9 @@ extern "C" {
 
 enum ckpt_dtype { CKPT_F32, CKPT_F16, CKPT_BF16, CKPT_I32, CKPT_I64, CKPT_U8 };
 
+#define CKPT_MAX_FILES 8            /* side files per checkpoint */
+#define CKPT_MAX_FILE_BYTES (64u << 20) /* one side file */
+
 /* Which file a tensor belongs to. */
 enum ckpt_part { CKPT_WEIGHTS, CKPT_OPTIM };
 
@@ -75,12 +81,21 @@ struct ckpt_meta {
     char config_hash[CKPT_MAX_HASH + 1];
 };
 
+/* A side file: written beside the tensors and listed in the manifest. */
+struct ckpt_file {
+    char name[CKPT_MAX_NAME]; /* a plain file name: [A-Za-z0-9._-], not starting with '.' */
+    void *data;               /* owned */
+    size_t len;
+};
+
 /* Everything one checkpoint holds, in memory. */
 struct ckpt_snapshot {
     struct ckpt_meta meta;
     struct ckpt_tensor *t[2]; /* [CKPT_WEIGHTS], [CKPT_OPTIM] */
     size_t n[2];
     json_t *extra; /* object for the caller's state (RNG, LR scheduler, ...); owned */
+    struct ckpt_file *files; /* side files, n_files of them (at most CKPT_MAX_FILES) */
+    size_t n_files;
     int64_t keep_also; /* writing it, a step directory kept beside the newest `keep` (the best
                         * evaluation's); -1 (ckpt_snapshot_new's) none */
 };
@@ -100,6 +115,12 @@ int ckpt_snapshot_add(struct ckpt_snapshot *s, enum ckpt_part part, const char *
  * ckpt_write and ckpt_snapshot_free do not need it staged). 0 or DIST_EUSAGE. */
 int ckpt_snapshot_borrow(struct ckpt_snapshot *s, enum ckpt_part part, const char *name,
                          enum ckpt_dtype dtype, int ndim, const int64_t *shape, const void *data)
+    __attribute__((warn_unused_result));
+
+/* Copies len bytes as side file `name` (a plain file name other than the checkpoint's own
+ * files, unique, at most CKPT_MAX_FILE_BYTES; at most CKPT_MAX_FILES per snapshot). 0 or
+ * DIST_EUSAGE. */
+int ckpt_snapshot_add_file(struct ckpt_snapshot *s, const char *name, const void *data, size_t len)
     __attribute__((warn_unused_result));
 
 /* Borrowed tensor by name, or NULL. */
@@ -150,6 +171,14 @@ int ckpt_find_latest(const char *root, const char *job, int64_t *step, char *dir
 
 /* Loads a verified step directory. *out is new: ckpt_snapshot_free(). */
 int ckpt_load(const char *dir, struct ckpt_snapshot **out) __attribute__((warn_unused_result));
+
+/* Reads side file `name` of step directory dir into a new NUL-terminated buffer (*len bytes, the
+ * NUL not counted; free()) and checks its bytes against the manifest's SHA-256, so what it
+ * returns is what was written. NULL with *why saying what is wrong: DIST_ENOENT in *rc when the
+ * manifest does not list it (a checkpoint written without it), DIST_ECORRUPT when it is
+ * missing, too large or does not match. */
+char *ckpt_read_file(const char *dir, const char *name, size_t *len, int *rc, char *why,
+                     size_t why_len);
 
 /* Reads one safetensors file into part CKPT_WEIGHTS of a new snapshot (meta zeroed); for tools
  * and tests. */

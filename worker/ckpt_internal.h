@@ -4,6 +4,7 @@
 #ifndef GANTRY_CKPT_INTERNAL_H
 #define GANTRY_CKPT_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,9 @@
 extern const char *const ckpt_files_[CKPT_NFILES];
 
 const char *ckpt_dtype_name_(enum ckpt_dtype d);
+/* A side file's name is a plain file name: 1..CKPT_MAX_NAME-1 bytes of [A-Za-z0-9._-], not
+ * starting with '.', and none of the checkpoint's own files (nor the manifest). */
+bool ckpt_side_name_ok_(const char *name);
 /* Appends a tensor that takes ownership of data (`bytes` long). */
 void ckpt_snapshot_push_(struct ckpt_snapshot *s, enum ckpt_part part, const char *name,
                          enum ckpt_dtype dtype, int ndim, const int64_t *shape, void *data,

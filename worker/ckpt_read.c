@@ -269,40 +269,52 @@ out:
 
 /* ---- verify, find, load ------------------------------------------------------------------- */
 
-/* Checks that MANIFEST.sha256 lists exactly the checkpoint files, with matching hashes. */
-static int check_manifest(const char *dir, char *why, size_t why_len)
+/* MANIFEST.sha256's lines: the three files every checkpoint has (each once) and side files
+ * (plain names, each once). */
+struct manifest {
+    size_t n;
+    char name[CKPT_NFILES + CKPT_MAX_FILES][CKPT_MAX_NAME];
+    char hex[CKPT_NFILES + CKPT_MAX_FILES][65];
+};
+
+/* Reads and checks the manifest's shape (not the hashes). 0 or DIST_ECORRUPT with *why. */
+static int read_manifest(const char *dir, struct manifest *mf, char *why, size_t why_len)
 {
     char path[4096 + 64], *txt, *line, *save = NULL;
     bool seen[CKPT_NFILES] = {false};
     size_t len;
     int rc = 0;
 
+    mf->n = 0;
     snprintf(path, sizeof(path), "%s/%s", dir, CKPT_MANIFEST);
     if (!(txt = slurp(path, CKPT_MAX_MANIFEST, &len))) {
         WHY("no %s (an interrupted write?)", CKPT_MANIFEST);
         return DIST_ECORRUPT;
     }
     for (line = strtok_r(txt, "\n", &save); line && !rc; line = strtok_r(NULL, "\n", &save)) {
-        char want[65], name[256], got[65];
+        char want[65], name[256];
         int i;
-        if (sscanf(line, "%64s %255s", want, name) != 2 || strlen(want) != 64) {
+        if (sscanf(line, "%64s %255s", want, name) != 2 || strlen(want) != 64 ||
+            strspn(want, "0123456789abcdef") != 64) {
             WHY("malformed manifest line");
             rc = DIST_ECORRUPT;
             break;
         }
         for (i = 0; i < CKPT_NFILES && strcmp(name, ckpt_files_[i]) != 0; i++)
             ;
-        if (i == CKPT_NFILES) {
-            WHY("manifest names an unknown file '%s'", name);
+        bool dup = i < CKPT_NFILES && seen[i];
+        for (size_t k = 0; i == CKPT_NFILES && k < mf->n; k++)
+            dup |= !strcmp(mf->name[k], name);
+        if (dup || (i == CKPT_NFILES && !ckpt_side_name_ok_(name)) ||
+            mf->n == CKPT_NFILES + CKPT_MAX_FILES) {
+            WHY(dup ? "manifest names '%s' twice" : "manifest names an unexpected file '%s'", name);
             rc = DIST_ECORRUPT;
             break;
         }
-        seen[i] = true;
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
-        if (sha256_file(path, got) != 0 || strcmp(got, want) != 0) {
-            WHY("%s is missing or its SHA-256 does not match the manifest", name);
-            rc = DIST_ECORRUPT;
-        }
+        if (i < CKPT_NFILES)
+            seen[i] = true;
+        memcpy(mf->name[mf->n], name, strlen(name) + 1); /* checked: < CKPT_MAX_NAME */
+        memcpy(mf->hex[mf->n++], want, 65);
     }
     for (int i = 0; !rc && i < CKPT_NFILES; i++)
         if (!seen[i]) {
@@ -311,6 +323,71 @@ static int check_manifest(const char *dir, char *why, size_t why_len)
         }
     free(txt);
     return rc;
+}
+
+/* Checks that MANIFEST.sha256 lists the checkpoint files (and side files), with matching
+ * hashes. */
+static int check_manifest(const char *dir, char *why, size_t why_len)
+{
+    struct manifest *mf = xmalloc(sizeof(*mf));
+    char path[4096 + 64], got[65];
+    int rc = read_manifest(dir, mf, why, why_len);
+
+    for (size_t k = 0; !rc && k < mf->n; k++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, mf->name[k]);
+        if (sha256_file(path, got) != 0 || strcmp(got, mf->hex[k]) != 0) {
+            WHY("%s is missing or its SHA-256 does not match the manifest", mf->name[k]);
+            rc = DIST_ECORRUPT;
+        }
+    }
+    free(mf);
+    return rc;
+}
+
+char *ckpt_read_file(const char *dir, const char *name, size_t *len, int *rc, char *why,
+                     size_t why_len)
+{
+    struct manifest *mf = xmalloc(sizeof(*mf));
+    char path[4096 + 64], hex[65];
+    unsigned char d[32];
+    unsigned int dl = 32;
+    char *buf = NULL;
+    size_t k;
+
+    if ((*rc = read_manifest(dir, mf, why, why_len)))
+        goto out;
+    for (k = 0; k < mf->n && strcmp(mf->name[k], name) != 0; k++)
+        ;
+    if (k == mf->n) {
+        WHY("%s/%s: not in the checkpoint's manifest", dir, name);
+        *rc = DIST_ENOENT;
+        goto out;
+    }
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    struct stat st;
+    if (stat(path, &st) != 0 || st.st_size > (off_t)CKPT_MAX_FILE_BYTES ||
+        !(buf = slurp(path, (size_t)st.st_size, len))) {
+        WHY("%s: missing, unreadable or over %u bytes", path, CKPT_MAX_FILE_BYTES);
+        *rc = DIST_ECORRUPT;
+        goto out;
+    }
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1)
+        abort();
+    EVP_DigestUpdate(md, buf, *len);
+    EVP_DigestFinal_ex(md, d, &dl);
+    EVP_MD_CTX_free(md);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    if (strcmp(hex, mf->hex[k]) != 0) {
+        WHY("%s: its SHA-256 does not match the manifest (corrupted)", path);
+        *rc = DIST_ECORRUPT;
+        free(buf);
+        buf = NULL;
+    }
+out:
+    free(mf);
+    return buf;
 }
 
 int ckpt_verify(const char *dir, char *why, size_t why_len)

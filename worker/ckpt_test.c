@@ -312,6 +312,55 @@ static void test_skip_corrupt(void)
     rm_root();
 }
 
+/* Side files (config.json, vocab.txt): written, in the manifest (sha256sum agrees), read back
+ * only when their bytes match it; bad names refused; a manifest naming a path refused. */
+static void test_side_files(void)
+{
+    struct ckpt_snapshot *s = make_snap(70, 0.0f);
+    char dir[4096], path[4200], cmd[4400], why[512] = "", *got;
+    size_t len = 0;
+    int rc = 0;
+
+    make_root();
+    TEST_EQ_INT(ckpt_snapshot_add_file(s, "config.json", "{\"a\":1}\n", 8), 0);
+    TEST_EQ_INT(ckpt_snapshot_add_file(s, "vocab.txt", "[PAD]\n[UNK]\n", 12), 0);
+    TEST_EQ_INT(ckpt_snapshot_add_file(s, "empty", "", 0), 0);
+    /* refused: a path, a hidden name, the checkpoint's own files, a duplicate */
+    TEST_EQ_INT(ckpt_snapshot_add_file(s, "../x", "y", 1), DIST_EUSAGE);
+    TEST_EQ_INT(ckpt_snapshot_add_file(s, ".hidden", "y", 1), DIST_EUSAGE);
+    TEST_EQ_INT(ckpt_snapshot_add_file(s, "state.json", "y", 1), DIST_EUSAGE);
+    TEST_EQ_INT(ckpt_snapshot_add_file(s, "MANIFEST.sha256", "y", 1), DIST_EUSAGE);
+    TEST_EQ_INT(ckpt_snapshot_add_file(s, "vocab.txt", "y", 1), DIST_EUSAGE);
+    TEST_EQ_INT(ckpt_write(root, "job", 0, s), 0);
+    snprintf(dir, sizeof(dir), "%s/job/step-70", root);
+    TEST_EQ_INT(ckpt_verify(dir, why, sizeof(why)), 0);
+    snprintf(cmd, sizeof(cmd), "cd '%s' && sha256sum --quiet -c MANIFEST.sha256 && "
+                               "test $(wc -l < MANIFEST.sha256) = 6", dir);
+    TEST_EQ_INT(system(cmd), 0);
+    got = ckpt_read_file(dir, "vocab.txt", &len, &rc, why, sizeof(why));
+    TEST_CHECK(got && len == 12 && !strcmp(got, "[PAD]\n[UNK]\n") && rc == 0);
+    free(got);
+    got = ckpt_read_file(dir, "empty", &len, &rc, why, sizeof(why));
+    TEST_CHECK(got && len == 0 && rc == 0);
+    free(got);
+    got = ckpt_read_file(dir, "tokenizer.json", &len, &rc, why, sizeof(why));
+    TEST_CHECK(!got && rc == DIST_ENOENT && strstr(why, "tokenizer.json"));
+    /* A changed byte: reading it fails, and the checkpoint no longer verifies. */
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    flip_bit(path, 3);
+    got = ckpt_read_file(dir, "config.json", &len, &rc, why, sizeof(why));
+    TEST_CHECK(!got && rc == DIST_ECORRUPT && strstr(why, "config.json"));
+    TEST_EQ_INT(ckpt_verify(dir, why, sizeof(why)), DIST_ECORRUPT);
+    TEST_CHECK(strstr(why, "config.json") != NULL);
+    /* A manifest naming something outside the directory is refused, whatever its hash. */
+    snprintf(cmd, sizeof(cmd), "cd '%s' && sed -i 's#  empty$#  ../empty#' MANIFEST.sha256", dir);
+    TEST_EQ_INT(system(cmd), 0);
+    TEST_EQ_INT(ckpt_verify(dir, why, sizeof(why)), DIST_ECORRUPT);
+    TEST_CHECK(strstr(why, "../empty") != NULL);
+    ckpt_snapshot_free(s);
+    rm_root();
+}
+
 static void test_none(void)
 {
     char dir[256];
@@ -361,6 +410,7 @@ int main(void)
     TEST_RUN(test_staged_writer);
     TEST_RUN(test_writer_error);
     TEST_RUN(test_skip_corrupt);
+    TEST_RUN(test_side_files);
     TEST_RUN(test_none);
     TEST_RUN(test_bad_safetensors);
     return test_summary();

@@ -297,6 +297,23 @@ fail:
     return NULL;
 }
 
+char *vocab_dump(const struct vocab *v, size_t *len)
+{
+    size_t n = 0, at = 0;
+    for (int32_t i = 0; i < v->n; i++)
+        n += strlen(v->tok[i]) + 1;
+    char *out = xmalloc(n + 1);
+    for (int32_t i = 0; i < v->n; i++) {
+        size_t l = strlen(v->tok[i]);
+        memcpy(out + at, v->tok[i], l);
+        out[at + l] = '\n';
+        at += l + 1;
+    }
+    out[at] = '\0';
+    *len = at;
+    return out;
+}
+
 int vocab_save(const struct vocab *v, const char *path, char *err, size_t errlen)
 {
     size_t plen = strlen(path);
@@ -312,9 +329,11 @@ int vocab_save(const struct vocab *v, const char *path, char *err, size_t errlen
             close(fd);
         goto fail;
     }
-    for (int32_t i = 0; i < v->n; i++)
-        fprintf(f, "%s\n", v->tok[i]);
-    if (fflush(f) || fsync(fileno(f)) || ferror(f)) {
+    size_t n;
+    char *txt = vocab_dump(v, &n);
+    size_t wrote = fwrite(txt, 1, n, f);
+    free(txt);
+    if (wrote != n || fflush(f) || fsync(fileno(f)) || ferror(f)) {
         snprintf(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
         fclose(f);
         goto fail_unlink;

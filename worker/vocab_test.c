@@ -208,6 +208,18 @@ static void test_build_and_roundtrip(void)
             TEST_EQ_STR(vocab_token(w, i), vocab_token(v, i));
         vocab_free(w);
     }
+    { /* vocab_dump is the file's bytes: the checkpoint's vocab.txt */
+        size_t n;
+        char *txt = vocab_dump(v, &n), file[512] = "";
+        FILE *f = fopen(path, "rb");
+        size_t got = f ? fread(file, 1, sizeof(file) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        TEST_EQ_INT((long)n, (long)got);
+        TEST_CHECK(n > 0 && memcmp(txt, file, n) == 0 && txt[n] == '\0');
+        TEST_CHECK(strncmp(txt, "[PAD]\n[UNK]\n[CLS]\n", 18) == 0);
+        free(txt);
+    }
     TEST_CHECK(vocab_save(v, "/nonexistent/dir/v.txt", err, sizeof(err)) != 0);
     TEST_CHECK(strstr(err, "/nonexistent/dir/v.txt") != NULL);
     unlink(path);
