@@ -5,12 +5,13 @@ add_library(gantry_data STATIC
     ${CMAKE_CURRENT_LIST_DIR}/text.c
     ${CMAKE_CURRENT_LIST_DIR}/vocab.c
     ${CMAKE_CURRENT_LIST_DIR}/dataset.c
-    ${CMAKE_CURRENT_LIST_DIR}/eval.c)
+    ${CMAKE_CURRENT_LIST_DIR}/eval.c
+    ${CMAKE_CURRENT_LIST_DIR}/card.c)
 target_include_directories(gantry_data PUBLIC "${CMAKE_CURRENT_LIST_DIR}/..")
 target_link_libraries(gantry_data PUBLIC gantry_common PkgConfig::JANSSON m)
 
 # Unit tests; fixtures live in worker/testdata.
-foreach(t text vocab dataset eval)
+foreach(t text vocab dataset eval card)
     if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/${t}_test.c)
         gantry_test(${t}_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}_test.c LIBS gantry_data)
         target_compile_definitions(${t}_test PRIVATE GANTRY_TESTDATA="${CMAKE_CURRENT_LIST_DIR}/testdata")
@@ -26,7 +27,8 @@ endforeach()
 set(GANTRY_FUZZ AUTO CACHE STRING "Build and run libFuzzer targets with clang: AUTO|ON|OFF")
 set(GANTRY_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer ctest runs")
 set(_data_srcs ${CMAKE_CURRENT_LIST_DIR}/text.c ${CMAKE_CURRENT_LIST_DIR}/vocab.c
-    ${CMAKE_CURRENT_LIST_DIR}/dataset.c ${CMAKE_CURRENT_LIST_DIR}/../common/buf.c
+    ${CMAKE_CURRENT_LIST_DIR}/dataset.c ${CMAKE_CURRENT_LIST_DIR}/card.c
+    ${CMAKE_CURRENT_LIST_DIR}/../common/buf.c
     ${CMAKE_CURRENT_LIST_DIR}/../common/xalloc.c)
 if(NOT GANTRY_FUZZ STREQUAL "OFF")
     find_program(GANTRY_CLANG NAMES clang clang-16 clang-15 clang-14)
@@ -34,7 +36,7 @@ if(NOT GANTRY_FUZZ STREQUAL "OFF")
         message(FATAL_ERROR "GANTRY_FUZZ=ON but no clang found; apt-get install clang")
     endif()
 endif()
-foreach(f dataset text reader)
+foreach(f dataset text reader card)
     set(_seeds ${CMAKE_CURRENT_LIST_DIR}/testdata/fuzz/${f})
     # The reader target reads files through a 7-byte window so lines straddle reads.
     set(_defs "")

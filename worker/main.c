@@ -40,6 +40,7 @@
 #include "kernels/cpu.h"
 
 #include "worker/cfg.h"
+#include "worker/card.h"
 #include "worker/ckpt.h"
 #include "worker/coll.h"
 #include "worker/coll_nccl.h"
@@ -74,6 +75,9 @@ struct worker {
     /* checkpoints */
     char ck_root[CFG_MAX_PATH], ck_job[CKPT_MAX_NAME];
     struct ckpt_writer *writer; /* rank 0 with checkpoint.dir */
+    char *card;                 /* with the writer: config.json and vocab.txt for every checkpoint */
+    char *vocab_txt;
+    size_t vocab_len;
     char hash[17];
     long spe;       /* steps per epoch at this world size */
     int per_step;   /* examples per step per rank */
@@ -500,7 +504,9 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
     snap = ckpt_snapshot_new(&meta);
     if (ckpt_snapshot_borrow(snap, CKPT_WEIGHTS, "params", CKPT_F32, 1, &n, m->params) ||
         ckpt_snapshot_borrow(snap, CKPT_OPTIM, "adamw.m", CKPT_F32, 1, &n, opt->m) ||
-        ckpt_snapshot_borrow(snap, CKPT_OPTIM, "adamw.v", CKPT_F32, 1, &n, opt->v)) {
+        ckpt_snapshot_borrow(snap, CKPT_OPTIM, "adamw.v", CKPT_F32, 1, &n, opt->v) ||
+        ckpt_snapshot_add_file(snap, CARD_FILE, w->card, strlen(w->card)) ||
+        ckpt_snapshot_add_file(snap, CARD_VOCAB_FILE, w->vocab_txt, w->vocab_len)) {
         ckpt_snapshot_free(snap);
         return DIST_EUSAGE;
     }
@@ -519,6 +525,30 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
     w->pending_step = step;
     w->pending_t0 = now_s();
     return ckpt_writer_save(w->writer, snap);
+}
+
+/* The model card (card.h) and vocab.txt that every checkpoint carries, so that a step directory
+ * is a model gantry-predict can load by itself. */
+static void make_card(struct worker *w)
+{
+    struct model_card c;
+    const struct model_config *mc = &w->model.cfg;
+
+    card_init(&c);
+    snprintf(c.type, sizeof(c.type), "%s", mc->kind == MODEL_NGRAM ? "ngram" : "transformer");
+    snprintf(c.pooling, sizeof(c.pooling), "%s", mc->pool == MODEL_POOL_CLS ? "cls" : "mean");
+    c.layers = mc->layers, c.hidden = mc->hidden, c.heads = mc->heads, c.ffn = mc->ffn;
+    c.max_seq_len = mc->max_seq_len, c.buckets = mc->buckets, c.vocab_size = mc->vocab;
+    c.text = w->topts;
+    c.text.stop = NULL;
+    c.cls_sep = w->cfg.cls_sep;
+    for (int i = 0; i < w->labels.n; i++) {
+        const char *name = label_map_name(&w->labels, i);
+        label_map_add(&c.labels, name, strlen(name));
+    }
+    w->card = card_dump(&c);
+    card_cleanup(&c);
+    w->vocab_txt = vocab_dump(w->vocab, &w->vocab_len);
 }
 
 /* Splits checkpoint.dir into the library's (root, job). 0 or an exit status. */
@@ -654,6 +684,8 @@ static int join(struct worker *w)
 static void worker_cleanup(struct worker *w, bool ok)
 {
     ckpt_writer_free(w->writer);
+    free(w->card);
+    free(w->vocab_txt);
     obs_close(w->obs, ok);
     train_coll_cleanup(&w->tc);
     coll_free(w->coll);
@@ -807,6 +839,8 @@ int main(int argc, char **argv)
             goto out;
         }
         to.before_update = fence_checkpoint;
+        if (w.writer)
+            make_card(&w);
         /* params + two moments; pre-faulted now, so a checkpoint's copy runs at memory speed */
         if (w.writer && ckpt_writer_reserve(w.writer, 3 * w.model.n_params * sizeof(float))) {
             fprintf(stderr, "gantry-worker: out of memory for the checkpoint buffers (%zu MiB); "

@@ -245,13 +245,23 @@ struct vocab *vocab_load(const char *path, char *err, size_t errlen)
 {
     struct buf b;
     struct vocab *v = NULL;
-    const char *p, *end;
+
+    if (slurp(path, VOCAB_MAX_FILE, &b, err, errlen) == 0)
+        v = vocab_parse(buf_ptr(&b), buf_len(&b), path, err, errlen);
+    buf_cleanup(&b);
+    return v;
+}
+
+struct vocab *vocab_parse(const char *text, size_t n, const char *path, char *err, size_t errlen)
+{
+    struct vocab *v = NULL;
+    const char *p = text, *end = text + n;
     size_t lineno = 0, lines = 0;
 
-    if (slurp(path, VOCAB_MAX_FILE, &b, err, errlen))
-        goto fail;
-    p = buf_ptr(&b);
-    end = p + buf_len(&b);
+    if (n > VOCAB_MAX_FILE) {
+        snprintf(err, errlen, "%s: larger than %d bytes", path, VOCAB_MAX_FILE);
+        return NULL;
+    }
     for (const char *q = p; q < end; q++)
         lines += *q == '\n';
     v = vocab_alloc(lines + 1);
@@ -289,11 +299,9 @@ struct vocab *vocab_load(const char *path, char *err, size_t errlen)
                  v->unk < 0 ? "[UNK]" : "[PAD]", v->unk < 0 ? "[UNK]" : "[PAD]");
         goto fail;
     }
-    buf_cleanup(&b);
     return v;
 fail:
     vocab_free(v);
-    buf_cleanup(&b);
     return NULL;
 }
 

@@ -40,6 +40,8 @@ struct vocab_builder;
 /* Loads a vocab.txt. Returns a new vocab, or NULL with "path:line: why" in err. Duplicate
  * tokens, empty lines, NUL bytes and invalid UTF-8 are errors (they would make ids ambiguous). */
 struct vocab *vocab_load(const char *path, char *err, size_t errlen);
+/* Like vocab_load, on text[0..n) already in memory (path names it in messages). */
+struct vocab *vocab_parse(const char *text, size_t n, const char *path, char *err, size_t errlen);
 /* v as vocab.txt text, one token per line (what vocab_save writes): a new NUL-terminated
  * buffer of *len bytes (the NUL not counted); free(). */
 char *vocab_dump(const struct vocab *v, size_t *len);

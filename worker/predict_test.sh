@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# gantry-predict end to end: gantry-worker trains on a generated 3-class corpus with checkpoints;
+# gantry-predict, given only the checkpoint, must reproduce the worker's own final evaluation
+# (same confusion matrix, same accuracy, same loss to rounding), from a step or a job directory,
+# from JSONL, TSV and plain text; skip a corrupt newest checkpoint; refuse a checkpoint without
+# or with a bad model card, naming the problem; and exit with the documented codes.
+# Usage: predict_test.sh /path/to/gantry-worker /path/to/gantry-predict
+set -euo pipefail
+worker=$1 predict=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { # name, expected exit, command... (stdout to $tmp/out, stderr to $tmp/err)
+    local name=$1 want=$2 got=0
+    shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err" || got=$?
+    if [ "$got" != "$want" ]; then
+        echo "FAIL $name: exit $got, want $want"; sed 's/^/  /' "$tmp/err" | tail -5; fail=1
+    else
+        echo "ok   $name"
+    fi
+}
+says() { # name, fixed string expected in $tmp/err
+    grep -qF -- "$2" "$tmp/err" || { echo "FAIL $1: stderr lacks \"$2\""; sed 's/^/  /' "$tmp/err" | tail -3; fail=1; }
+}
+
+# Three topics with shared and noisy words, so the model is good but not perfect.
+awk -v seed=7 'BEGIN {
+    srand(seed)
+    split("goal match team score league coach player season stadium referee", w1)
+    split("recipe oven flour sauce garlic simmer bake butter pepper dough", w2)
+    split("server kernel compile network cache thread bug deploy module patch", w3)
+    split("the a today new great very some about with and report week", c)
+    split("sports cooking tech", lab)
+    for (i = 0; i < 420; i++) {
+        k = int(rand() * 3) + 1; t = ""
+        for (j = 0; j < 6 + int(rand() * 10); j++) {
+            r = rand(); kk = r < 0.45 ? k : (r < 0.6 ? int(rand() * 3) + 1 : 0)
+            word = kk == 0 ? c[int(rand() * 12) + 1] : (kk == 1 ? w1[int(rand() * 10) + 1] : (kk == 2 ? w2[int(rand() * 10) + 1] : w3[int(rand() * 10) + 1]))
+            t = t (j ? " " : "") word
+        }
+        if (i % 5 == 0) t = toupper(substr(t, 1, 1)) substr(t, 2) "!"
+        printf "{\"text\": \"%s\", \"label\": \"%s\"}\n", t, lab[k] > (i < 300 ? "/dev/stdout" : "/dev/stderr")
+    }
+}' >"$tmp/train.jsonl" 2>"$tmp/eval.jsonl"
+n_eval=$(wc -l <"$tmp/eval.jsonl")
+
+cat >"$tmp/cfg.json" <<JSON
+{"training": {"model": {"hidden": 16, "heads": 2, "layers": 1, "maxSeqLen": 24},
+  "data": {"train": "$tmp/train.jsonl", "eval": "$tmp/eval.jsonl", "minFreq": 1},
+  "maxSteps": 40, "batchSize": 16, "learningRate": "3e-3", "logInterval": 20, "threads": 1,
+  "report": "$tmp/report.json"},
+ "checkpoint": {"dir": "$tmp/ck/job", "intervalSteps": 20, "keep": 3}}
+JSON
+check "worker trains with checkpoints" 0 "$worker" --config "$tmp/cfg.json"
+for f in config.json vocab.txt; do
+    grep -q "  $f\$" "$tmp/ck/job/step-40/MANIFEST.sha256" || { echo "FAIL $f not in the manifest"; fail=1; }
+done
+
+# The worker's final evaluation, reproduced from the checkpoint alone.
+compare() { # name, worker report, predict report, examples
+    python3 - "$@" <<'PY' || fail=1
+import json, sys
+name, a, b, n = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3])), int(sys.argv[4])
+assert b["examples"] == n, (name, b["examples"], n)
+assert b["confusion_matrix"] == a["confusion_matrix"], (name, a["confusion_matrix"], b["confusion_matrix"])
+assert b["accuracy"] == a["accuracy"] and b["labels"] == a["labels"], name
+assert abs(b["loss"] - a["loss"]) <= 1e-5 * max(1.0, a["loss"]), (name, a["loss"], b["loss"])
+assert 0.5 < a["accuracy"] < 1.0, a["accuracy"]   # learned something, not trivially perfect
+print(f"ok   {name}: accuracy {b['accuracy']:.4f}, loss {b['loss']:.5f} (worker {a['loss']:.5f})")
+PY
+}
+check "predict from the job directory" 0 "$predict" --model "$tmp/ck/job" "$tmp/eval.jsonl" \
+    --report "$tmp/p1.json" --batch 7
+cp "$tmp/out" "$tmp/pred_job.jsonl"
+says "uses the newest step" "step-40 (step 40)"
+compare "same evaluation as the worker" "$tmp/report.json" "$tmp/p1.json" "$n_eval"
+python3 - "$tmp/pred_job.jsonl" "$n_eval" <<'PY' || fail=1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["line"] for r in rows] == list(range(1, int(sys.argv[2]) + 1)), "line numbers"
+assert all(r["label"] in ("cooking", "sports", "tech") and 1 / 3 <= r["score"] <= 1 for r in rows)
+print("ok   one prediction per line, in order")
+PY
+check "predict from the step directory" 0 "$predict" -m "$tmp/ck/job/step-40" -q "$tmp/eval.jsonl"
+cmp -s "$tmp/out" "$tmp/pred_job.jsonl" || { echo "FAIL step dir and job dir differ"; fail=1; }
+[ ! -s "$tmp/err" ] || { echo "FAIL --quiet wrote to stderr"; fail=1; }
+
+# The same documents as TSV and as plain text (stdin): the same predictions.
+python3 - "$tmp/eval.jsonl" "$tmp/eval.tsv" "$tmp/eval.txt" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+open(sys.argv[2], "w").write("text\tlabel\n" + "".join(f"{r['text']}\t{r['label']}\n" for r in rows))
+open(sys.argv[3], "w").write("".join(r["text"] + "\n" for r in rows))
+PY
+check "TSV input" 0 "$predict" -m "$tmp/ck/job" "$tmp/eval.tsv" --report "$tmp/p2.json"
+compare "TSV: same evaluation" "$tmp/report.json" "$tmp/p2.json" "$n_eval"
+check "text on stdin" 0 "$predict" -m "$tmp/ck/job" <"$tmp/eval.txt"
+python3 - "$tmp/pred_job.jsonl" "$tmp/out" <<'PY' || fail=1
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+assert [(r["line"], r["label"], r["score"]) for r in a] == [(r["line"], r["label"], r["score"]) for r in b]
+print("ok   plain text gives the same predictions")
+PY
+
+check "top-k" 0 "$predict" -m "$tmp/ck/job" -k 3 "$tmp/eval.jsonl"
+python3 - "$tmp/out" <<'PY' || fail=1
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l); s = [t["score"] for t in r["top"]]
+    assert len(r["top"]) == 3 and s == sorted(s, reverse=True) and abs(sum(s) - 1) < 1e-4, r
+    assert r["top"][0]["label"] == r["label"] and len({t["label"] for t in r["top"]}) == 3, r
+print("ok   top-k: 3 distinct labels, by score, summing to 1")
+PY
+
+# Bad lines are skipped with file:line, the rest keep their line numbers; --strict stops.
+{ head -n 3 "$tmp/eval.jsonl"; echo '{"text": 5}'; echo 'not json'; echo '';
+  echo '{"text": "coach goal match", "label": "weather"}'; sed -n 4p "$tmp/eval.jsonl"; } >"$tmp/bad.jsonl"
+check "malformed lines skipped" 0 "$predict" -m "$tmp/ck/job" "$tmp/bad.jsonl" --report "$tmp/p3.json"
+says "line of a bad field" "bad.jsonl:4: no string field \"text\""
+says "line of bad JSON" "bad.jsonl:5: not a JSON object"
+says "unknown label" "bad.jsonl:7: label \"weather\" is not one of the model's"
+[ "$(python3 -c 'import json,sys; print([json.loads(l)["line"] for l in open(sys.argv[1])])' "$tmp/out")" = "[1, 2, 3, 7, 8]" ] ||
+    { echo "FAIL line numbers after skipped lines: $(cat "$tmp/out")"; fail=1; }
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["examples"] == 4 and r["unknown_labels"] == 1 and r["malformed_lines"] == 2, r' "$tmp/p3.json" ||
+    { echo "FAIL report counts"; fail=1; }
+check "strict mode" 65 "$predict" -m "$tmp/ck/job" --strict "$tmp/bad.jsonl"
+check "several files name each" 0 "$predict" -m "$tmp/ck/job" "$tmp/eval.jsonl" "$tmp/eval.tsv"
+grep -q '^{"file":".*eval.tsv","line":2,' "$tmp/out" || { echo "FAIL no file field"; fail=1; }
+
+# A corrupt newest checkpoint is skipped from the job directory and refused by name.
+cp -r "$tmp/ck/job" "$tmp/ck/bad"
+printf '\xff' | dd of="$tmp/ck/bad/step-40/model.safetensors" bs=1 seek=200 conv=notrunc status=none
+check "corrupt newest skipped" 0 "$predict" -m "$tmp/ck/bad" -q "$tmp/eval.jsonl"
+check "corrupt newest skipped (stderr)" 0 "$predict" -m "$tmp/ck/bad" "$tmp/eval.jsonl"
+says "falls back to step 20" "step-20 (step 20)"
+check "corrupt step directory refused" 65 "$predict" -m "$tmp/ck/bad/step-40" "$tmp/eval.jsonl"
+says "names the file" "model.safetensors"
+
+# Model cards: missing (an older checkpoint) or wrong, with the manifest made to match.
+rehash() { (cd "$1" && sha256sum state.json model.safetensors optimizer.safetensors \
+    $(ls | grep -E '^(config.json|vocab.txt)$') >MANIFEST.sha256); }
+mk() { rm -rf "$tmp/ck/$1"; mkdir -p "$tmp/ck/$1"; cp -r "$tmp/ck/job/step-40" "$tmp/ck/$1/"; echo "$tmp/ck/$1/step-40"; }
+d=$(mk old); rm "$d/config.json"; rehash "$d"
+check "checkpoint without a card" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
+says "says what is missing" "has no config.json"
+d=$(mk vs); sed -i 's/"vocabSize": [0-9]*/"vocabSize": 7/' "$d/config.json"; rehash "$d"
+check "card disagrees with vocab.txt" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
+says "names vocabSize" "says model.vocabSize 7"
+d=$(mk hid); sed -i 's/"hidden": 16/"hidden": 24/' "$d/config.json"; rehash "$d"
+check "card disagrees with the weights" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
+says "names the parameters" "parameters config.json describes"
+d=$(mk typ); sed -i 's/"transformer"/"lstm"/' "$d/config.json"; rehash "$d"
+check "card with a bad field" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
+says "names model.type" "model.type: must be"
+d=$(mk tam); sed -i 's/"hidden": 16/"hidden": 24/' "$d/config.json"
+check "card changed after writing" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
+says "hash mismatch" "config.json"
+
+# The n-gram model goes through the same card.
+check "n-gram trains" 0 "$worker" --config "$tmp/cfg.json" --model-type ngram --model-buckets 256 \
+    --checkpoint-dir "$tmp/ck/ngram" --report "$tmp/rn.json"
+check "n-gram predicts" 0 "$predict" -m "$tmp/ck/ngram" "$tmp/eval.jsonl" --report "$tmp/pn.json"
+compare "n-gram: same evaluation" "$tmp/rn.json" "$tmp/pn.json" "$n_eval"
+
+check "no --model" 64 "$predict" "$tmp/eval.jsonl"
+check "bad --top-k" 64 "$predict" -m "$tmp/ck/job" -k 0 "$tmp/eval.jsonl"
+check "bad --format" 64 "$predict" -m "$tmp/ck/job" --format csv "$tmp/eval.jsonl"
+check "no such model" 66 "$predict" -m "$tmp/nope" "$tmp/eval.jsonl"
+check "empty job directory" 66 "$predict" -m "$tmp" "$tmp/eval.jsonl"
+check "no such input" 66 "$predict" -m "$tmp/ck/job" "$tmp/none.jsonl"
+check "unwritable output" 73 "$predict" -m "$tmp/ck/job" -o "$tmp/no/dir/p.jsonl" "$tmp/eval.jsonl"
+check "help" 0 "$predict" --help
+grep -q 'Usage: gantry-predict --model DIR' "$tmp/out" || { echo "FAIL help text"; fail=1; }
+exit $fail
