@@ -11,7 +11,7 @@
 # never latest, so the Helm chart's default image and the samples' gantry-worker:0.1.0 find them:
 #
 #   gantry-operator:<v>      /usr/bin/gantry-operator, user 65532
-#   gantry-worker:<v>        /usr/bin/gantry-worker and gantry-run (CPU), user 65532
+#   gantry-worker:<v>        /usr/bin/gantry-worker, gantry-run and gantry-predict (CPU), user 65532
 #   gantry-worker-cuda:<v>   the same from a GANTRY_CUDA=ON build (--cuda-build-dir), with the
 #                            CUDA runtime, cuBLAS and NCCL it links; the driver (libcuda) is left
 #                            to the NVIDIA container runtime
@@ -47,8 +47,8 @@ done
 version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$ROOT/charts/gantry/Chart.yaml")
 [ -n "$version" ] || die "no appVersion in charts/gantry/Chart.yaml"
 op=$build/operator/gantry-operator
-for b in "$op" "$build/worker/gantry-worker" "$build/worker/gantry-run"; do
-    [ -x "$b" ] || die "$b not built: cmake --build $build --target gantry-operator gantry-worker gantry-run" 66
+for b in "$op" "$build/worker/gantry-worker" "$build/worker/gantry-run" "$build/worker/gantry-predict"; do
+    [ -x "$b" ] || die "$b not built: cmake --build $build --target gantry-operator gantry-worker gantry-run gantry-predict" 66
 done
 # The image tag claims a version: the binary must agree with the chart.
 opv=$("$op" --version | awk '{print $2}')
@@ -77,6 +77,7 @@ image() { # NAME ENTRYPOINT ROOTFS-ARGS... -- IMAGE-ARGS...
 
 image gantry-operator /usr/bin/gantry-operator "$op"
 image gantry-worker /usr/bin/gantry-worker "$build/worker/gantry-worker" "$build/worker/gantry-run" \
+    "$build/worker/gantry-predict" \
     -- --env OMP_WAIT_POLICY=passive
 if [ -n "$cuda_build" ]; then
     cw=$cuda_build/worker/gantry-worker
@@ -84,7 +85,7 @@ if [ -n "$cuda_build" ]; then
     ldd "$cw" | grep -q 'libcudart\|libnccl' || die "$cw does not link CUDA; configure with -DGANTRY_CUDA=ON"
     # libcuda.so.1 and libnvidia-*: the driver's, mounted by the NVIDIA container runtime.
     image gantry-worker-cuda /usr/bin/gantry-worker --exclude '(^|/)lib(cuda|nvidia-[a-z-]*)\.so' \
-        "$cw" "$cuda_build/worker/gantry-run" \
+        "$cw" "$cuda_build/worker/gantry-run" "$cuda_build/worker/gantry-predict" \
         -- --env OMP_WAIT_POLICY=passive --env NVIDIA_VISIBLE_DEVICES=all \
         --env NVIDIA_DRIVER_CAPABILITIES=compute,utility
 fi

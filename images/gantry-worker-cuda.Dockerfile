@@ -26,10 +26,10 @@ COPY . /src
 WORKDIR /src
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGANTRY_CUDA=ON \
       -DGANTRY_CUDA_ROOT=/usr/local/cuda \
- && cmake --build /build --target gantry-worker gantry-run \
+ && cmake --build /build --target gantry-worker gantry-run gantry-predict \
  && images/rootfs.sh --out /rootfs \
       --exclude '(^|/)(ld-linux[^/]*|lib(c|m|dl|rt|pthread|gcc_s|stdc\+\+|cuda|cudart|cublas|cublasLt|nccl|nvidia-[a-z-]*)\.so[^/]*)$' \
-      /build/worker/gantry-worker /build/worker/gantry-run \
+      /build/worker/gantry-worker /build/worker/gantry-run /build/worker/gantry-predict \
  && rm -rf /rootfs/lib /rootfs/bin /rootfs/lib64 /rootfs/etc/nsswitch.conf /rootfs/etc/ssl \
       /rootfs/proc /rootfs/sys /rootfs/dev /rootfs/tmp /rootfs/var
 

@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1.7
-# gantry-worker (CPU): the training runtime (gantry-worker, gantry-run) on an empty base.
+# gantry-worker (CPU): the training runtime (gantry-worker, gantry-run, gantry-predict) on an empty base.
 #
 #   docker build -f images/gantry-worker.Dockerfile -t registry.example.com/gantry-worker:0.1.0 .
 #
@@ -16,8 +16,9 @@ RUN /src/hack/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . /src
 WORKDIR /src
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGANTRY_CUDA=OFF \
- && cmake --build /build --target gantry-worker gantry-run \
- && images/rootfs.sh --out /rootfs /build/worker/gantry-worker /build/worker/gantry-run
+ && cmake --build /build --target gantry-worker gantry-run gantry-predict \
+ && images/rootfs.sh --out /rootfs /build/worker/gantry-worker /build/worker/gantry-run \
+      /build/worker/gantry-predict
 
 FROM scratch
 COPY --from=build /rootfs/ /

@@ -6,7 +6,8 @@
 # as 65532:65532 with the right entrypoint; the layer has no /bin/sh; unpacked, every binary
 # runs inside it (chroot as uid 65532: its libraries are all there); a second build gives the
 # same manifest digests; the worker image trains on worker/testdata/tiny.jsonl with a read-only
-# root, as uid 65532, the config and data mounted where a pod has them. Needs root (chroot,
+# root, as uid 65532, the config and data mounted where a pod has them, and gantry-predict
+# classifies with the checkpoint it wrote. Needs root (chroot,
 # unshare -m): exits 77 (skipped) otherwise.
 set -euo pipefail
 
@@ -71,7 +72,8 @@ check_image() { # NAME ENTRYPOINT CMD-TO-RUN...
 }
 
 check_image gantry-operator /usr/bin/gantry-operator "/usr/bin/gantry-operator --version"
-check_image gantry-worker /usr/bin/gantry-worker "/usr/bin/gantry-worker --help" "/usr/bin/gantry-run --help"
+check_image gantry-worker /usr/bin/gantry-worker "/usr/bin/gantry-worker --help" "/usr/bin/gantry-run --help" \
+    "/usr/bin/gantry-predict --help"
 # The operator names its version; the tag must agree (hack/images.sh refuses otherwise).
 v=$(chroot --userspec=65532:65532 "$tmp/rootfs-gantry-operator" /usr/bin/gantry-operator --version)
 [ "$v" = "gantry-operator $version" ] && ok "operator version $v matches the tag" || bad "operator says '$v', tag $version"
@@ -86,7 +88,8 @@ cat >"$tmp/vol/config/config.json" <<'JSON'
 {"training": {"model": {"hidden": 16, "heads": 2, "layers": 1, "maxSeqLen": 24},
   "data": {"train": "/data/tiny.jsonl", "eval": "/data/tiny.jsonl", "minFreq": 1},
   "epochs": 4, "batchSize": 3, "learningRate": "3e-3", "logInterval": 4,
-  "report": "/tmp/report.json"}}
+  "report": "/tmp/report.json"},
+ "checkpoint": {"dir": "/tmp/ck/tiny", "intervalSteps": 4}}
 JSON
 mkdir -p "$w/etc/gantry" "$w/data"
 if out=$(env -i OMP_WAIT_POLICY=passive unshare -m bash -c '
@@ -95,11 +98,18 @@ if out=$(env -i OMP_WAIT_POLICY=passive unshare -m bash -c '
         mount -t tmpfs -o size=16m,mode=1777 tmpfs "$r/tmp" && mount -t proc proc "$r/proc" &&
         mount --bind "$v/config" "$r/etc/gantry" && mount --bind "$v/data" "$r/data" &&
         chroot --userspec=65532:65532 "$r" /usr/bin/gantry-worker --config /etc/gantry/config.json &&
-        cat "$r/tmp/report.json"' _ "$w" "$tmp/vol" 2>&1); then
+        cat "$r/tmp/report.json" && echo &&
+        chroot --userspec=65532:65532 "$r" /usr/bin/gantry-predict -q -m /tmp/ck/tiny \
+            --format jsonl /data/tiny.jsonl' _ "$w" "$tmp/vol" 2>&1); then
     if grep -q '"accuracy"' <<<"$out"; then
         ok "gantry-worker image trains on the tiny fixture (read-only root, uid 65532) and reports"
     else
         bad "gantry-worker image: no report: $(tail -3 <<<"$out")"
+    fi
+    if [ "$(grep -c '^{"line":[0-9]*,"label":"\(ham\|spam\)","score":' <<<"$out")" = 6 ]; then
+        ok "gantry-predict in the image classifies the 6 documents with the checkpoint it wrote"
+    else
+        bad "gantry-predict in the image: $(tail -3 <<<"$out")"
     fi
 else
     bad "gantry-worker image could not train: $(tail -5 <<<"$out")"
