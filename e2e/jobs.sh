@@ -133,6 +133,45 @@ YAML
     done
 }
 
+# Batch prediction as users run it (manifests/examples/spam-predict.yaml): a batch/v1 Job with
+# the worker image runs gantry-predict on JOB's checkpoints (spam-ckpt) and data/eval.jsonl,
+# writing predictions and the evaluation report to /checkpoints/JOB/. Waits for it; prints the
+# pod's log (the summary and the report) and returns non-zero when it did not complete.
+#   predict_job NS JOB
+predict_job() {
+    local ns=$1 job=$2 name=$2-predict rc=0
+    kc -n "$ns" delete job "$name" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+    kc -n "$ns" apply -f - >/dev/null <<YAML || return 1
+apiVersion: batch/v1
+kind: Job
+metadata: {name: $name, labels: {app.kubernetes.io/part-of: gantry-e2e}}
+spec:
+  backoffLimit: 0
+  template:
+    metadata: {labels: {app.kubernetes.io/part-of: gantry-e2e}}
+    spec:
+      restartPolicy: Never
+      securityContext: {runAsNonRoot: true, fsGroup: 65532}
+      containers:
+        - name: predict
+          image: $E2E_IMAGE
+          imagePullPolicy: IfNotPresent
+          command: [/usr/bin/gantry-predict]
+          args: [--model, /checkpoints/$job, --output, /checkpoints/$job/predictions.jsonl,
+                 --report, /checkpoints/$job/predict-report.json, /data/eval.jsonl]
+          resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 1Gi}}
+          securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true}
+          volumeMounts: [{name: data, mountPath: /data, readOnly: true}, {name: ckpt, mountPath: /checkpoints}]
+      volumes:
+        - {name: data, persistentVolumeClaim: {claimName: spam-data, readOnly: true}}
+        - {name: ckpt, persistentVolumeClaim: {claimName: spam-ckpt}}
+YAML
+    kc -n "$ns" wait --for=condition=complete "job/$name" --timeout=180s >/dev/null 2>&1 || rc=1
+    kc -n "$ns" logs "job/$name" 2>&1
+    kc -n "$ns" delete job "$name" --wait=false >/dev/null 2>&1 || true
+    return $rc
+}
+
 # A one-shot busybox pod that mounts a claim read-only and runs a shell command; prints its log.
 volume_exec() { # NS CLAIM MOUNT COMMAND
     local ns=$1 claim=$2 mnt=$3 cmd=$4 pod=inspect-$RANDOM

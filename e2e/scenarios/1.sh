@@ -2,7 +2,8 @@
 # Scenario 1: the SpamAssassin job (3 workers, shared checkpoint claim, evaluations every 100
 # steps) trains to Succeeded; the eval report in rank 0's log shows >= E2E_MIN_ACCURACY and the
 # evaluations during training (every rank's share summed: all 1,209 examples); checkpoints (with
-# valid SHA-256 manifests) and the report are on the volume.
+# valid SHA-256 manifests) and the report are on the volume; a batch/v1 Job with gantry-predict,
+# given only the checkpoint, reproduces the worker's final evaluation exactly.
 
 scenario_1() {
     local job=spam f=$ARTIFACTS/spam.yaml report acc ws vol step t evals ea
@@ -44,4 +45,17 @@ scenario_1() {
     check "checkpoints /checkpoints/$job/step-<N> are on the shared volume" grep -q '^step-[0-9]' <<<"$vol"
     check "every checkpoint's MANIFEST.sha256 verifies" grep -q '^valid step-' <<<"$vol"
     check "the eval report is on the volume (/checkpoints/$job/*.json)" grep -q '\.json$' <<<"$vol"
+
+    # Batch prediction with the trained model: a Job runs gantry-predict on the checkpoint alone.
+    local plog prep prc=0
+    plog=$(predict_job "$NS" "$job" 2>&1) || prc=$?
+    printf '%s\n' "$plog" >"$ARTIFACTS/spam-predict.log"
+    check "a batch/v1 Job runs gantry-predict on the checkpoint (Complete)" test "$prc" = 0
+    note "gantry-predict: $(grep -m1 'documents in' <<<"$plog")"
+    prep=$(volume_exec "$NS" spam-ckpt /checkpoints "cat /checkpoints/$job/predict-report.json; echo; wc -l < /checkpoints/$job/predictions.jsonl")
+    printf '%s\n' "$prep" >"$ARTIFACTS/spam-predict-report.txt"
+    check "it used the final checkpoint (step ${step:-?})" grep -q "(step ${step:-x})" <<<"$plog"
+    check "1209 predictions, one per eval document, written to the volume" test "$(tail -n1 <<<"$prep" | tr -d ' ')" = 1209
+    check "its evaluation equals the worker's final one (confusion matrix, accuracy, loss)" \
+        python3 -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2].rsplit(chr(10), 1)[0]); sys.exit(0 if b['confusion_matrix'] == a['confusion_matrix'] and b['accuracy'] == a['accuracy'] and abs(b['loss'] - a['loss']) < 1e-5 and b['examples'] == 1209 else 1)" "$report" "$prep"
 }
