@@ -121,8 +121,8 @@ build_binaries() {
             cmake -S "$ROOT" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGANTRY_CUDA=OFF \
                 >"$ARTIFACTS/cmake-configure.log" 2>&1 || die "cmake configure failed ($ARTIFACTS/cmake-configure.log)"
         fi
-        cmake --build "$b" --target gantry-operator gantry-worker gantry-run >"$ARTIFACTS/build.log" 2>&1 ||
-            { tail -20 "$ARTIFACTS/build.log"; die "building gantry-operator, gantry-worker, gantry-run failed"; }
+        cmake --build "$b" --target gantry-operator gantry-worker gantry-run gantry-predict >"$ARTIFACTS/build.log" 2>&1 ||
+            { tail -20 "$ARTIFACTS/build.log"; die "building gantry-operator, gantry-worker, gantry-run, gantry-predict failed"; }
     fi
     [[ " $ONLY " == *" 7 "* ]] || return 0
     # Scenario 7's worker: gantry-worker-emu exists only in builds without CUDA (model.cmake).

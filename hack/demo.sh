@@ -45,7 +45,7 @@ RELEASE=gantry RELEASE_NS=gantry-system NS=gantry-demo JOB=spam
 CLUSTER_RUN=${GANTRY_RUN:-/tmp/gantry-cluster}
 OWN_CLUSTER=0 INSTALLED=0 CRD_EXISTED=1 VOLDIR=''
 T0=$SECONDS
-STEP=0 STEPS=7
+STEP=0 STEPS=8
 
 step() { STEP=$((STEP + 1)); printf '\n\033[1m[%d/%d] %s\033[0m  (%s, %ds so far)\n' "$STEP" "$STEPS" "$*" "$(stamp)" "$((SECONDS - T0))"; }
 die() { printf '\ndemo: %s\n' "$*" >&2; cleanup; exit 1; }
@@ -117,7 +117,7 @@ if [ ! -f "$B/build.ninja" ]; then
     cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGANTRY_CUDA=OFF >"$DEMO_OUT/cmake.log" 2>&1 ||
         die "cmake failed ($DEMO_OUT/cmake.log)"
 fi
-cmake --build "$B" --target gantry-operator gantry-worker gantry-run 2>&1 | grep -E '^\[[0-9]+/[0-9]+\] Linking|FAILED|error' | sed 's/^/    /'
+cmake --build "$B" --target gantry-operator gantry-worker gantry-run gantry-predict 2>&1 | grep -E '^\[[0-9]+/[0-9]+\] Linking|FAILED|error' | sed 's/^/    /'
 [ "${PIPESTATUS[0]}" = 0 ] || die "the build failed (cmake --build $B)"
 if [ $LOCAL_TIER = 1 ]; then
     GANTRY_RUN=$CLUSTER_RUN "$ROOT/hack/images.sh" --build-dir "$B" --import | sed 's/^/    /'
@@ -202,6 +202,12 @@ if [ -n "$VOLDIR" ] && [ -d "$VOLDIR/ckpt/$JOB" ]; then
     ls -1 "$VOLDIR/ckpt/$JOB" | sed "s#^#      /checkpoints/$JOB/#"
     newest=$(ls -1d "$VOLDIR/ckpt/$JOB"/step-* 2>/dev/null | sort -t- -k2 -n | tail -1)
     [ -z "$newest" ] || { cp -r "$newest" "$DEMO_OUT/"; echo "    newest checkpoint copied to $DEMO_OUT/$(basename "$newest")"; }
+    if [ -n "$newest" ]; then # the checkpoint is a complete model: classify two new e-mails with it
+        step "Use the model: gantry-predict --model $DEMO_OUT/$(basename "$newest") (the checkpoint alone: weights, config.json, vocab.txt)"
+        printf '%s\n' 'Subject: Re: meeting notes - see the attached agenda for Thursday, thanks' \
+            'Subject: URGENT!!! You have WON $1,000,000 - click here to claim your FREE prize now' |
+            "$B/worker/gantry-predict" --model "$DEMO_OUT/$(basename "$newest")" --top-k 2 2>&1 | sed 's/^/    /'
+    fi
 else
     echo "    no checkpoints on the volume"
 fi
