@@ -8,7 +8,7 @@
 #
 #   hack/gpu-check.sh --prepare   HERE (with apt, CUDA wheels): the OpenBLAS .debs into
 #                                 .carry/gpu-debs; the CUDA build of gantry-worker, gantry-run,
-#                                 train_gpu_test and train_gpu_device_test with their non-CUDA
+#                                 gantry-predict, train_gpu_test and train_gpu_device_test with their non-CUDA
 #                                 shared libraries into
 #                                 .carry/gpu-bin; the SpamAssassin split into .carry/gpu-data
 #   hack/gpu-check.sh [--quick]   ON THE GPU MACHINE: build, test, check, train, benchmark
@@ -44,20 +44,20 @@ case "${1:-}" in
     cmake -S "$here" -B "$pb" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGANTRY_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
     nice -n 10 cmake --build "$pb" -j "${JOBS:-2}" --target gantry-worker gantry-run train_gpu_test \
-        train_gpu_device_test
+        train_gpu_device_test gantry-predict
     bin="$here/.carry/gpu-bin"
     rm -rf "$bin"; mkdir -p "$bin/lib"
     cp "$pb/worker/gantry-worker" "$pb/worker/gantry-run" "$pb/worker/train_gpu_test" \
-        "$pb/worker/train_gpu_device_test" "$bin/"
+        "$pb/worker/train_gpu_device_test" "$pb/worker/gantry-predict" "$bin/"
     cp "$here/worker/train_gpu_cli_test.sh" "$here/worker/train_gpu_nccl_test.sh" \
         "$here/worker/train_gpu_resume_test.sh" "$here/worker/ranks_testlib.sh" "$bin/"
     # (libstdc++ and libgcc_s stay the GPU machine's own: newer ones run older programs, and
     # its cuBLAS may need them)
-    ldd "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" "$bin/train_gpu_device_test" | awk '$3 ~ /^\// {print $3}' |
+    ldd "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" "$bin/train_gpu_device_test" "$bin/gantry-predict" | awk '$3 ~ /^\// {print $3}' |
         sort -u | grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libnccl|libopenblas|libgfortran|libquadmath|libstdc\+\+|libgcc_s)\.so' |
         while read -r l; do cp -L "$l" "$bin/lib/"; done
     strip --strip-debug "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" \
-        "$bin/train_gpu_device_test"
+        "$bin/train_gpu_device_test" "$bin/gantry-predict"
     du -sh "$bin" "$bin"/* "$bin/lib"
     data=$("$here/hack/spam-data.sh" | awk '/^\//{print; exit}')
     [ -f "$data/train.jsonl" ] || data=${GANTRY_CACHE:-$HOME/.cache/gantry}/data/spam-0.2.3-seed42
@@ -201,10 +201,12 @@ wlog="$out/worker.log"
 # the carried binaries, or (make gpu-check on a machine with every dependency) make build's
 cbin="$here/.carry/gpu-bin"
 w_worker=$cbin/gantry-worker w_run=$cbin/gantry-run w_test=$cbin/train_gpu_test w_sh=$cbin
+w_predict=$cbin/gantry-predict
 w_dev=$cbin/train_gpu_device_test
 if [ ! -x "$w_worker" ] && [ -x "$here/build/worker/train_gpu_test" ]; then
     w_worker=$here/build/worker/gantry-worker w_run=$here/build/worker/gantry-run
     w_test=$here/build/worker/train_gpu_test w_sh=$here/worker
+    w_predict=$here/build/worker/gantry-predict
     w_dev=$here/build/worker/train_gpu_device_test
 fi
 train_gpu() {
@@ -245,7 +247,8 @@ train_gpu() {
   "data": {"train": "$sdata/train.jsonl", "eval": "$sdata/eval.jsonl", "minFreq": 2},
   "epochs": 3, "batchSize": 32, "learningRate": "1e-3", "weightDecay": 0.01,
   "logInterval": 20, "evalInterval": 100, "seed": 42, "device": "cuda",
-  "report": "$sd/report.json"}}
+  "report": "$sd/report.json"},
+ "checkpoint": {"dir": "$sd/ck/spam", "intervalSteps": 100000}}
 JSON
     if timeout 150 "$w_worker" --config "$sd/config.json" >"$sd/progress.jsonl" 2>"$sd/log.txt"; then
         python3 - "$sd/report.json" "$sd/progress.jsonl" <<'PY' | tee "$sd/line"
@@ -263,6 +266,23 @@ PY
         rc=1; echo "spam device cuda: FAILED"
     fi
     tail -n 25 "$sd/log.txt"
+    # The GPU run's final checkpoint, classified on the CPU by gantry-predict: the model card,
+    # vocab and fp32 weights a GPU wrote give the GPU's own final evaluation on the CPU.
+    if [ -f "$sd/report.json" ] && [ -x "$w_predict" ] &&
+        "$w_predict" --model "$sd/ck/spam" "$sdata/eval.jsonl" --report "$sd/predict.json" \
+            -o "$sd/predictions.jsonl" 2>"$sd/predict.txt"; then
+        python3 - "$sd/report.json" "$sd/predict.json" <<'PY' | tee -a "$sd/line" || rc=1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+same = b["confusion_matrix"] == a["confusion_matrix"]
+print(f"spam GPU checkpoint on the CPU (gantry-predict): accuracy {b['accuracy']:.4f} (the GPU's "
+      f"{a['accuracy']:.4f}), loss {b['loss']:.5f} ({a['loss']:.5f}), confusion "
+      f"{'identical' if same else 'differs: %s vs %s' % (b['confusion_matrix'], a['confusion_matrix'])}")
+sys.exit(0 if abs(b["accuracy"] - a["accuracy"]) <= 0.005 else 1)
+PY
+    else
+        rc=1; echo "spam GPU checkpoint on the CPU (gantry-predict): FAILED"; tail -n 5 "$sd/predict.txt"
+    fi
     # two ranks over NCCL, one GPU each, when this machine has two
     local ngpu
     ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
