@@ -449,6 +449,35 @@ static int parse(struct pred *p, enum fmt f, char *s, size_t n, char **text, siz
     return rc;
 }
 
+/* The next line of in into *buf (without its newline; NUL-terminated; NUL bytes inside are
+ * kept and counted), holding at most max bytes: the rest of a longer line is read and dropped,
+ * and max + 1 returned. The length, or -1 at the end of the input. Memory stays bounded. */
+static ssize_t read_line(FILE *in, char **buf, size_t *cap, size_t max)
+{
+    size_t n = 0;
+    bool any = false, over = false;
+    int c;
+
+    if (!*buf)
+        *buf = xmalloc(*cap = 4096);
+    while ((c = getc_unlocked(in)) != EOF) {
+        any = true;
+        if (c == '\n')
+            break;
+        if (n == max) {
+            over = true;
+            continue;
+        }
+        if (n + 1 >= *cap)
+            *buf = xrealloc(*buf, *cap *= 2);
+        (*buf)[n++] = (char)c;
+    }
+    if (!any)
+        return -1;
+    (*buf)[n] = '\0';
+    return (ssize_t)(over ? max + 1 : n);
+}
+
 /* Reads one input; documents go into batches. 0 or an exit status. */
 static int run_file(struct pred *p, const char *path)
 {
@@ -465,14 +494,12 @@ static int run_file(struct pred *p, const char *path)
         return EXIT_NOINPUT;
     }
     p->file = path;
-    while (!rc && (got = getline(&buf, &cap, in)) >= 0) {
+    while (!rc && (got = read_line(in, &buf, &cap, MAX_LINE)) >= 0) {
         size_t n = (size_t)got;
         char *text = NULL;
         size_t tlen = 0;
         lineno++;
-        if (n && buf[n - 1] == '\n')
-            n--;
-        if (n && buf[n - 1] == '\r')
+        if (n && n <= MAX_LINE && buf[n - 1] == '\r')
             n--;
         int pr = n > MAX_LINE ? (snprintf(why, sizeof(why), "line longer than %u bytes",
                                           MAX_LINE), -1)

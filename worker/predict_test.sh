@@ -125,6 +125,13 @@ says "unknown label" "bad.jsonl:7: label \"weather\" is not one of the model's"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["examples"] == 4 and r["unknown_labels"] == 1 and r["malformed_lines"] == 2, r' "$tmp/p3.json" ||
     { echo "FAIL report counts"; fail=1; }
 check "strict mode" 65 "$predict" -m "$tmp/ck/job" --strict "$tmp/bad.jsonl"
+# A 9 MiB line (over the 8 MiB limit) is refused and skipped; memory stays bounded; NUL bytes in
+# plain text are refused; the lines after keep their numbers.
+python3 -c 'import sys; sys.stdout.write("x" * (9 << 20) + "\nsecond line\nbad\0nul\nfourth\n")' >"$tmp/long.txt"
+check "overlong line" 0 "$predict" -m "$tmp/ck/job" "$tmp/long.txt"
+says "overlong line named" "long.txt:1: line longer than 8388608 bytes"
+says "NUL named" "long.txt:3: NUL byte"
+[ "$(cut -c1-10 "$tmp/out" | tr '\n' ' ')" = '{"line":2, {"line":4, ' ] || { echo "FAIL after the long line: $(cut -c1-40 "$tmp/out")"; fail=1; }
 check "several files name each" 0 "$predict" -m "$tmp/ck/job" "$tmp/eval.jsonl" "$tmp/eval.tsv"
 grep -q '^{"file":".*eval.tsv","line":2,' "$tmp/out" || { echo "FAIL no file field"; fail=1; }
 

@@ -51,7 +51,7 @@ scenario_1() {
     plog=$(predict_job "$NS" "$job" 2>&1) || prc=$?
     printf '%s\n' "$plog" >"$ARTIFACTS/spam-predict.log"
     check "a batch/v1 Job runs gantry-predict on the checkpoint (Complete)" test "$prc" = 0
-    note "gantry-predict: $(grep -m1 'documents in' <<<"$plog")"
+    note "$(grep -m1 'documents in' <<<"$plog")"
     prep=$(volume_exec "$NS" spam-ckpt /checkpoints "cat /checkpoints/$job/predict-report.json; echo; wc -l < /checkpoints/$job/predictions.jsonl")
     printf '%s\n' "$prep" >"$ARTIFACTS/spam-predict-report.txt"
     check "it used the final checkpoint (step ${step:-?})" grep -q "(step ${step:-x})" <<<"$plog"
