@@ -172,6 +172,11 @@ int ckpt_find_latest(const char *root, const char *job, int64_t *step, char *dir
 /* Loads a verified step directory. *out is new: ckpt_snapshot_free(). */
 int ckpt_load(const char *dir, struct ckpt_snapshot **out) __attribute__((warn_unused_result));
 
+/* Checks one file of step directory dir against the manifest (listed, SHA-256 matching): for
+ * readers that need only some of the files (gantry-predict: the weights, not the optimizer
+ * state). 0, DIST_ENOENT (not listed) or DIST_ECORRUPT, with *why. */
+int ckpt_verify_file(const char *dir, const char *name, char *why, size_t why_len);
+
 /* Reads side file `name` of step directory dir into a new NUL-terminated buffer (*len bytes, the
  * NUL not counted; free()) and checks its bytes against the manifest's SHA-256, so what it
  * returns is what was written. NULL with *why saying what is wrong: DIST_ENOENT in *rc when the

@@ -344,6 +344,28 @@ static int check_manifest(const char *dir, char *why, size_t why_len)
     return rc;
 }
 
+int ckpt_verify_file(const char *dir, const char *name, char *why, size_t why_len)
+{
+    struct manifest *mf = xmalloc(sizeof(*mf));
+    char path[4096 + 64], got[65];
+    size_t k;
+    int rc = read_manifest(dir, mf, why, why_len);
+
+    for (k = 0; !rc && k < mf->n && strcmp(mf->name[k], name) != 0; k++)
+        ;
+    if (!rc && k == mf->n) {
+        WHY("%s/%s: not in the checkpoint's manifest", dir, name);
+        rc = DIST_ENOENT;
+    }
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (!rc && (sha256_file(path, got) != 0 || strcmp(got, mf->hex[k]) != 0)) {
+        WHY("%s is missing or its SHA-256 does not match the manifest", path);
+        rc = DIST_ECORRUPT;
+    }
+    free(mf);
+    return rc;
+}
+
 char *ckpt_read_file(const char *dir, const char *name, size_t *len, int *rc, char *why,
                      size_t why_len)
 {

@@ -352,6 +352,11 @@ static void test_side_files(void)
     TEST_CHECK(!got && rc == DIST_ECORRUPT && strstr(why, "config.json"));
     TEST_EQ_INT(ckpt_verify(dir, why, sizeof(why)), DIST_ECORRUPT);
     TEST_CHECK(strstr(why, "config.json") != NULL);
+    /* One file at a time (gantry-predict checks only what it reads). */
+    TEST_EQ_INT(ckpt_verify_file(dir, "config.json", why, sizeof(why)), DIST_ECORRUPT);
+    TEST_EQ_INT(ckpt_verify_file(dir, "vocab.txt", why, sizeof(why)), 0);
+    TEST_EQ_INT(ckpt_verify_file(dir, "model.safetensors", why, sizeof(why)), 0);
+    TEST_EQ_INT(ckpt_verify_file(dir, "tokenizer.json", why, sizeof(why)), DIST_ENOENT);
     /* A manifest naming something outside the directory is refused, whatever its hash. */
     snprintf(cmd, sizeof(cmd), "cd '%s' && sed -i 's#  empty$#  ../empty#' MANIFEST.sha256", dir);
     TEST_EQ_INT(system(cmd), 0);

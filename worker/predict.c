@@ -189,13 +189,18 @@ static int find_model(struct pred *p)
         if (strlen(arg) >= sizeof(p->dir))
             return DIST_EXIT_USAGE;
         snprintf(p->dir, sizeof(p->dir), "%s", arg);
-        int rc = ckpt_verify(p->dir, why, sizeof(why));
+        /* only what prediction reads is checked (not the optimizer state): the weights here,
+         * config.json and vocab.txt as they are read */
+        int rc = ckpt_verify_file(p->dir, "model.safetensors", why, sizeof(why));
         if (rc) {
             fprintf(stderr, "gantry-predict: checkpoint %s is not usable: %s\n", p->dir, why);
             return EXIT_DATAERR;
         }
-        const char *base = strrchr(p->dir, '/');
-        p->step = strtol(strstr(base ? base : p->dir, "step-") + 5, NULL, 10);
+        /* the step from state.json (the directory may have been copied under another name) */
+        json_t *sj = json_load_file(path, 0, NULL);
+        json_t *sv = json_object_get(sj, "step");
+        p->step = json_is_integer(sv) ? (long)json_integer_value(sv) : -1;
+        json_decref(sj);
         return 0;
     }
     snprintf(root, sizeof(root), "%s", arg); /* a job directory: <root>/<job> */

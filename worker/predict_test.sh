@@ -141,6 +141,11 @@ printf '\xff' | dd of="$tmp/ck/bad/step-40/model.safetensors" bs=1 seek=200 conv
 check "corrupt newest skipped" 0 "$predict" -m "$tmp/ck/bad" -q "$tmp/eval.jsonl"
 check "corrupt newest skipped (stderr)" 0 "$predict" -m "$tmp/ck/bad" "$tmp/eval.jsonl"
 says "falls back to step 20" "step-20 (step 20)"
+cp -r "$tmp/ck/job/step-40" "$tmp/my-model"   # a step directory copied under another name
+printf '\xff' | dd of="$tmp/my-model/optimizer.safetensors" bs=1 seek=200 conv=notrunc status=none
+check "a copied step directory (optimizer state not needed)" 0 "$predict" -m "$tmp/my-model" "$tmp/eval.jsonl"
+says "its step from state.json" "my-model (step 40)"
+cmp -s "$tmp/out" "$tmp/pred_job.jsonl" || { echo "FAIL copied model predicts differently"; fail=1; }
 check "corrupt step directory refused" 65 "$predict" -m "$tmp/ck/bad/step-40" "$tmp/eval.jsonl"
 says "names the file" "model.safetensors"
 
