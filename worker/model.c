@@ -224,6 +224,15 @@ static size_t carve_acts(struct model_acts *a, const struct model_config *c, int
 int model_init(struct model *m, const struct model_config *cfg, int max_batch, uint64_t seed,
                char *err, size_t errlen)
 {
+    if (model_alloc(m, cfg, max_batch, err, errlen))
+        return -1;
+    model_init_params(m, seed);
+    return 0;
+}
+
+int model_alloc(struct model *m, const struct model_config *cfg, int max_batch, char *err,
+                size_t errlen)
+{
     memset(m, 0, sizeof(*m));
     if (model_config_check(cfg, err, errlen))
         return -1;
@@ -248,7 +257,6 @@ int model_init(struct model *m, const struct model_config *cfg, int max_batch, u
         m->ngram_ids = xcalloc((size_t)max_batch * 2 * cfg->max_seq_len, sizeof(int));
         m->ngram_count = xcalloc((size_t)max_batch, sizeof(int));
     }
-    model_init_params(m, seed);
     cpu_blas_single(); /* before the forward calls kernels from inside its parallel loops */
     return 0;
 }

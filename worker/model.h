@@ -106,6 +106,10 @@ double model_step_flops(const struct model_config *cfg, int B, int T);
  * frees everything; the model is not usable after a failed init (cleanup is still safe). */
 int model_init(struct model *m, const struct model_config *cfg, int max_batch, uint64_t seed,
                char *err, size_t errlen);
+/* Like model_init, but the parameters are left zero: for loading them (gantry-predict), which
+ * skips drawing millions of random numbers only to overwrite them. */
+int model_alloc(struct model *m, const struct model_config *cfg, int max_batch, char *err,
+                size_t errlen);
 void model_cleanup(struct model *m);
 
 /* Re-draws all parameters from seed (the same values model_init gives for that seed). */

@@ -277,7 +277,7 @@ static int load_model(struct pred *p)
         .heads = p->card.heads, .ffn = p->card.ffn,
         .pool = !strcmp(p->card.pooling, "cls") ? MODEL_POOL_CLS : MODEL_POOL_MEAN,
         .buckets = p->card.buckets};
-    if (model_init(&p->model, &mc, p->o.batch, 0, why, sizeof(why))) {
+    if (model_alloc(&p->model, &mc, p->o.batch, why, sizeof(why))) {
         fprintf(stderr, "gantry-predict: %s/%s: model.%s\n", p->dir, CARD_FILE, why);
         return EXIT_DATAERR;
     }
