@@ -436,10 +436,47 @@ def fasttext(vals, out_png):
     return summary, section
 
 
+def predict(vals, out_png):
+    impls = [i for i in ("gantry-ngram", "gantry-transformer", "fasttext", "fasttext-predict",
+                         "fasttext-tokenize") if vals.get((i, "docs_per_s", 1.0))]
+    label = {"gantry-ngram": "Gantry n-gram", "gantry-transformer": "Gantry Transformer",
+             "fasttext": "fastText (tokenize + predict)", "fasttext-predict": "fasttext predict",
+             "fasttext-tokenize": "tokenizing for fastText"}
+    vs = [vals[(i, "docs_per_s", 1.0)] for i in impls]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    m, e = errbars(vs)
+    ax.barh([label[i] for i in impls], m, xerr=e, capsize=5, alpha=0.8,
+            color=["tab:blue" if i.startswith("gantry") else "tab:orange" for i in impls])
+    ax.set_xscale("log")
+    ax.set_xlabel("documents per second, 1 thread (log)")
+    ax.set_title("Prediction throughput on SpamAssassin e-mails")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    g = vals.get(("gantry-ngram", "docs_per_s", 1.0), [])
+    f = vals.get(("fasttext", "docs_per_s", 1.0), [])
+    ratio = med(g) / med(f) if g and f else float("nan")
+    acc = lambda i: med(vals.get((i, "accuracy", 1.0), [])) if vals.get((i, "accuracy", 1.0)) else float("nan")
+    summary = [{"bench": "Prediction throughput, n-gram vs fastText (documents/s, 1 thread)",
+                "ours": spread(g), "peer": "fastText " + spread(f), "ratio": ratio,
+                "target": ">= 1x", "ok": ratio >= 1.0,
+                "note": "accuracy %.4f vs %.4f" % (acc("gantry-ngram"), acc("fasttext-predict"))}]
+    section = ["| impl | documents/s: median [min-max] n | wall s | CPU s | accuracy |",
+               "|---|---|---|---|---|"]
+    for i in impls:
+        section.append("| %s | %s | %.3f | %.3f | %s |" % (
+            label[i], spread(vals[(i, "docs_per_s", 1.0)]), med(vals.get((i, "wall_s", 1.0), [float("nan")])),
+            med(vals.get((i, "cpu_s", 1.0), [float("nan")])),
+            "%.4f" % acc(i) if acc(i) == acc(i) else ""))
+    return summary, section
+
+
 BENCHES = [
     ("allreduce", "All-reduce bandwidth: Gantry (shared memory, TCP ring) vs Gloo vs raw TCP", allreduce),
     ("cpu_train", "CPU training throughput: Gantry vs PyTorch", cpu_train),
     ("fasttext", "Time to accuracy on SpamAssassin: Gantry vs fastText", fasttext),
+    ("predict", "Prediction throughput: gantry-predict vs fastText", predict),
     ("ckpt", "Checkpoint: training blocked vs write time vs dd", ckpt),
     ("operator", "Operator: N TrainingJobs to N pods, vs Kubeflow training-operator", operator),
     ("kube", "Kubernetes client: create, list vs kubectl, watch, informer memory", kube),

@@ -4,7 +4,7 @@
 #
 #   bench/run.sh [--quick] [--build DIR] [--out DIR] [--doc FILE] [--only "NAMES"] [--skip "NAMES"]
 #
-# NAMES: allreduce cpu_train fasttext ckpt operator (default: all). Benchmarks and their peers:
+# NAMES: allreduce cpu_train fasttext predict ckpt operator (default: all). Benchmarks and their peers:
 #   allreduce  bench/allreduce.sh: shared memory, tcp ring (fp32, bf16 wire) vs Gloo vs PyTorch gloo vs raw TCP, 2 and 4 ranks,
 #              4 KiB..64 MiB, 2 rounds, each a sweep plus an interleaved 64 MiB run (--quick:
 #              2 ranks, 1..64 MiB); target 2x Gloo busbw at 64 MiB
@@ -15,6 +15,10 @@
 #              (later ones stop at 0.98), plus the Transformer for 1 epoch once (quick: 1 round,
 #              shorter ladders, no Transformer); ratio reported; target: n-gram final accuracy
 #              >= fastText's
+#   predict    bench/predict.sh: prediction throughput on SpamAssassin x 10 (12,090 e-mails),
+#              gantry-predict (n-gram, Transformer) vs `fasttext predict` with its input
+#              tokenized, 1 thread each, 3 rounds (quick: x 5, 1 round, no Transformer); target:
+#              the n-gram >= fastText's documents/s end to end
 #   ckpt       bench/ckpt_bench.sh: blocked vs write vs dd, 192 MiB x 5 (quick: 48 MiB x 3);
 #              blocked <= 10 % of the write
 #   operator   bench/operator_bench.sh: N = 100 and 1000 jobs -> pods and RSS vs Kubeflow's
@@ -35,7 +39,7 @@ quick=0
 build=$root/build
 out=$root/bench/results
 doc=$root/docs/benchmarks.md
-only="allreduce cpu_train fasttext ckpt operator"
+only="allreduce cpu_train fasttext predict ckpt operator"
 skip=
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -203,10 +207,9 @@ if want cpu_train; then
     fi
 fi
 
-# ---- time to accuracy vs fastText ---------------------------------------------------------------
-if want fasttext; then
-    sect fasttext
-    log "time to accuracy on SpamAssassin vs fastText"
+# fasttext_data (fastText's input, tokenized by Gantry) into $ftd: from the build, else compiled
+fasttext_tool() {
+    [ -z "${ftd:-}" ] || return 0
     ftd=$(find_bin fasttext_data)
     if [ -z "$ftd" ] && [ -f "$build/worker/libgantry_data.a" ]; then
         ftd=$work/bin/fasttext_data
@@ -215,6 +218,13 @@ if want fasttext; then
         cc -std=c11 -O2 -D_GNU_SOURCE -I"$root" -o "$ftd" "$root/bench/fasttext_data.c" \
             "$build/worker/libgantry_data.a" "$build/common/libgantry_common.a" -ljansson -lm >&2 || ftd=
     fi
+}
+
+# ---- time to accuracy vs fastText ---------------------------------------------------------------
+if want fasttext; then
+    sect fasttext
+    log "time to accuracy on SpamAssassin vs fastText"
+    fasttext_tool
     command -v fasttext >/dev/null || "$root/hack/install-deps.sh" >&2 || true
     if ! command -v fasttext >/dev/null; then
         m skipped fasttext "fasttext is not installed (hack/install-deps.sh installs Debian's fasttext as root)"
@@ -226,6 +236,24 @@ if want fasttext; then
         m notes fasttext "time to accuracy: $(sed -n 's/^# data: [^:]*: //p' "$out/fasttext.log" | head -1). Each rung of a ladder is a training from scratch for that many epochs (schedule complete); a threshold's time is the training time of the first rung reaching it, fastText's the wall time of writing its tokenized input plus \`fasttext supervised\` (read, dictionary, train, save), Gantry's its setup (read, tokenize, vocab, encode) + training seconds from its report (final evaluation excluded). Both sides read the same tokens (gantry-worker's tokenizer, first 256 words; bench/fasttext_data.c); fastText with its tutorial settings (lr 1.0, bigrams), dim 64 and 131072 buckets as Gantry's n-gram (lr 3e-2, batch 32, AdamW). 2 threads each; rounds alternate which side starts; after the first round a ladder stops at the first rung reaching the highest threshold, so the last rungs (final accuracy) mostly have n=1 (Gantry is seeded: its accuracies repeat exactly; fastText's threads race, so its vary). CPU seconds are shown too: the 2 cores are shared with other jobs."
     else
         m skipped fasttext "gantry-worker or fasttext_data is not built in $build"
+    fi
+fi
+
+# ---- prediction throughput vs fastText --------------------------------------------------------------
+if want predict; then
+    sect predict
+    log "prediction throughput vs fastText"
+    fasttext_tool
+    command -v fasttext >/dev/null || "$root/hack/install-deps.sh" >&2 || true
+    if ! command -v fasttext >/dev/null; then
+        m skipped predict "fasttext is not installed (hack/install-deps.sh installs Debian's fasttext as root)"
+    elif b=$(find_bin gantry-worker) && [ -n "$b" ] && p=$(find_bin gantry-predict) && [ -n "$p" ] && [ -n "${ftd:-}" ]; then
+        if [ $quick = 1 ]; then px=(--rounds 1 --copies 5 --no-transformer); else px=(--rounds 3 --copies 10); fi
+        runlog predict "$root/bench/predict.sh" --worker "$b" --predict "$p" --tool "$ftd" --threads 1 "${px[@]}" --csv "$out/predict.csv" \
+            || { rm -f "$out/predict.csv"; m skipped predict "bench/predict.sh failed (see bench/results/predict.log)"; }
+        m notes predict "prediction: $(sed -n 's/^# //p' "$out/predict.log" | head -1). fastText's time is bench/fasttext_data writing its input (Gantry's reader and tokenizer, first 256 words: fastText has no tokenizer for raw text) plus \`fasttext predict\` (one thread, model load included); gantry-predict's covers verifying and loading the checkpoint, reading JSONL, tokenizing, WordPiece, the forward pass and writing JSON lines, with --threads 1. Models: fastText 5 epochs (lr 1.0, bigrams, dim 64, 131072 buckets), the Gantry n-gram 3 epochs with the same sizes, the Transformer (2 layers, 128 wide, 256 tokens) 1 epoch; rounds alternate the order."
+    else
+        m skipped predict "gantry-worker, gantry-predict or fasttext_data is not built in $build"
     fi
 fi
 
@@ -276,7 +304,7 @@ fi
 
 # ---- report -------------------------------------------------------------------------------------------
 sect report
-for name in allreduce cpu_train fasttext ckpt operator kube; do
+for name in allreduce cpu_train fasttext predict ckpt operator kube; do
     want "${name/kube/operator}" && continue
     rm -f "$out/$name.csv" "$out/$name.png" "$out/$name.log" # no stale results from another run
     m skipped "$name" "not selected in this run (--only/--skip)"
