@@ -15,7 +15,7 @@
 #   make images   OCI image tars from build/ without Docker (IMPORT=1 imports into the full cluster)
 #   make docker-images  the CPU Dockerfiles built with a private dockerd and a stand-in base image
 #   make gpu-check on a GPU machine: CUDA build, GPU tests against the CPU, GPU benchmark
-#   make bench    benchmarks against peers: all-reduce, CPU training, fastText, checkpoint, operator
+#   make bench    benchmarks against peers: all-reduce, CPU training, fastText, prediction, checkpoint, operator
 #                 (bench/run.sh; QUICK=1 for a short run)
 #   make format   clang-format every C/CUDA source in place
 #   make clean    remove the build trees
