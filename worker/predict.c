@@ -179,9 +179,10 @@ static int find_model(struct pred *p)
     struct stat st;
     int64_t step = -1;
 
-    if (stat(arg, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    int e = stat(arg, &st) != 0 ? errno : 0;
+    if (e || !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "gantry-predict: --model %s: %s\n", arg,
-                errno == ENOENT ? "no such directory" : "not a directory");
+                e == ENOENT ? "no such directory" : e ? strerror(e) : "not a directory");
         return EXIT_NOINPUT;
     }
     snprintf(path, sizeof(path), "%s/state.json", arg);
