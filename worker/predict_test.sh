@@ -9,20 +9,7 @@ set -euo pipefail
 worker=$1 predict=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { # name, expected exit, command... (stdout to $tmp/out, stderr to $tmp/err)
-    local name=$1 want=$2 got=0
-    shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err" || got=$?
-    if [ "$got" != "$want" ]; then
-        echo "FAIL $name: exit $got, want $want"; sed 's/^/  /' "$tmp/err" | tail -5; fail=1
-    else
-        echo "ok   $name"
-    fi
-}
-says() { # name, fixed string expected in $tmp/err
-    grep -qF -- "$2" "$tmp/err" || { echo "FAIL $1: stderr lacks \"$2\""; sed 's/^/  /' "$tmp/err" | tail -3; fail=1; }
-}
+. "$(dirname "$0")/cli_testlib.sh"
 
 # Three topics with shared and noisy words, so the model is good but not perfect.
 awk -v seed=7 'BEGIN {

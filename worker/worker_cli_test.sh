@@ -8,17 +8,7 @@ set -euo pipefail
 bin=$1 data=$2 run=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { # name, expected exit, command...
-    local name=$1 want=$2 got=0
-    shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err" || got=$?
-    if [ "$got" != "$want" ]; then
-        echo "FAIL $name: exit $got, want $want"; sed 's/^/  /' "$tmp/err" | tail -5; fail=1
-    else
-        echo "ok   $name"
-    fi
-}
+. "$(dirname "$0")/cli_testlib.sh"
 cat >"$tmp/cfg.json" <<JSON
 {"training": {"model": {"hidden": 16, "heads": 2, "layers": 1, "maxSeqLen": 24},
   "data": {"train": "$data/tiny.jsonl", "eval": "$data/tiny.jsonl", "minFreq": 1},
