@@ -156,6 +156,59 @@ d=$(mk tam); sed -i 's/"hidden": 16/"hidden": 24/' "$d/config.json"
 check "card changed after writing" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
 says "hash mismatch" "config.json"
 
+# --serve: the same predictions over HTTP (KServe's V1 protocol), refusals with 4xx, SIGTERM.
+check "--serve takes no files" 64 "$predict" -m "$tmp/ck/job" --serve 0 "$tmp/eval.jsonl"
+check "--serve with a bad --bind" 64 "$predict" -m "$tmp/ck/job" --serve 0 --bind localhost
+"$predict" -m "$tmp/ck/job" --serve 0 --bind 127.0.0.1 --batch 5 2>"$tmp/serve.err" &
+spid=$!
+for _ in $(seq 100); do grep -q 'serving job on' "$tmp/serve.err" && break; sleep 0.1; done
+port=$(sed -n 's/.*serving job on 127.0.0.1:\([0-9]*\):.*/\1/p' "$tmp/serve.err")
+if [ -z "$port" ]; then
+    echo "FAIL the server did not start: $(cat "$tmp/serve.err")"; fail=1
+else
+    python3 - "$port" "$tmp/eval.jsonl" "$tmp/pred_job.jsonl" <<'PY' || fail=1
+import json, sys, urllib.request, urllib.error
+port, texts = sys.argv[1], [json.loads(l)["text"] for l in open(sys.argv[2])][:40]
+want = [json.loads(l) for l in open(sys.argv[3])][:40]
+base = f"http://127.0.0.1:{port}"
+def call(path, body=None, raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(base + path, data=data), timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+st, b = call("/v1/models/job:predict", {"instances": texts[:20] + [{"text": t} for t in texts[20:]]})
+got = json.loads(b)["predictions"] if st == 200 else []
+assert st == 200 and json.loads(b)["model"] == "job", (st, b[:200])
+assert [(g["label"], g["score"]) for g in got] == [(w["label"], w["score"]) for w in want], "server != file mode"
+st, b = call("/predict", {"instances": texts[:3], "top_k": 3})
+assert st == 200 and all(len(p["top"]) == 3 for p in json.loads(b)["predictions"]), b
+st, b = call("/v1/models/job")
+assert st == 200 and json.loads(b)["ready"] is True and json.loads(b)["labels"] == ["cooking", "sports", "tech"], b
+for body, raw, code, text in [
+        (None, b"{not json", 400, "JSON object"), ({"instances": []}, None, 400, "instances"),
+        ({"instances": [5]}, None, 400, "instances[0]"), ({"instances": ["a", {"txt": "b"}]}, None, 400, "instances[1]"),
+        ({"instances": ["a"], "top_k": 0}, None, 400, "top_k"),
+        (None, b'{"instances": ["' + b"x" * (17 << 20) + b'"]}', 413, "16777216 bytes")]:
+    st, b = call("/v1/models/job:predict", body, raw)
+    assert st == code and text in json.loads(b)["error"], (code, text, st, b[:200])
+st, b = call("/v1/models/job:predict")
+assert st == 405, st
+st, b = call("/v1/models/other:predict", {"instances": ["a"]})
+assert st == 404, st
+st, b = call("/metrics")
+m = dict(l.rsplit(" ", 1) for l in b.splitlines() if not l.startswith("#"))
+assert m['gantry_predict_requests_total{outcome="ok"}'] == "2" and m["gantry_predict_documents_total"] == "43", m
+assert int(m['gantry_predict_requests_total{outcome="error"}']) == 8, m
+print("ok   --serve: same predictions as file mode; 400/404/405/413 with the reason; /v1/models/job, /metrics")
+PY
+fi
+kill -TERM "$spid" 2>/dev/null || true
+src=0; wait "$spid" || src=$?
+[ "$src" = 0 ] && grep -q 'Terminated: stopped after 2 requests (8 refused), 43 documents' "$tmp/serve.err" &&
+    echo "ok   --serve stops on SIGTERM with exit 0" || { echo "FAIL --serve on SIGTERM: exit $src: $(tail -2 "$tmp/serve.err")"; fail=1; }
+
 # The n-gram model goes through the same card.
 check "n-gram trains" 0 "$worker" --config "$tmp/cfg.json" --model-type ngram --model-buckets 256 \
     --checkpoint-dir "$tmp/ck/ngram" --report "$tmp/rn.json"
