@@ -172,6 +172,57 @@ YAML
     return $rc
 }
 
+# Online prediction as users run it (manifests/examples/spam-serve.yaml): a Deployment with
+# gantry-predict --serve on JOB's checkpoints behind a Service; once it is Available, a busybox
+# pod POSTs the first N e-mails of data/eval.jsonl to http://JOB-serve/v1/models/JOB:predict
+# (cluster DNS, the Service, kube-proxy) and prints the response. Returns non-zero when the
+# Deployment did not become Available.
+#   serve_job NS JOB N
+serve_job() {
+    local ns=$1 job=$2 n=$3 name=$2-serve rc=0
+    kc -n "$ns" apply -f - >/dev/null <<YAML || return 1
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: $name, labels: {app.kubernetes.io/part-of: gantry-e2e}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app.kubernetes.io/name: $name}}
+  template:
+    metadata: {labels: {app.kubernetes.io/name: $name, app.kubernetes.io/part-of: gantry-e2e}}
+    spec:
+      securityContext: {runAsNonRoot: true}
+      containers:
+        - name: predict
+          image: $E2E_IMAGE
+          imagePullPolicy: IfNotPresent
+          command: [/usr/bin/gantry-predict]
+          args: [--model, /checkpoints/$job, --serve, "8080", --name, $job, --threads, "1"]
+          ports: [{name: http, containerPort: 8080}]
+          readinessProbe: {httpGet: {path: /v1/models/$job, port: http}, periodSeconds: 2}
+          resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 1Gi}}
+          securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true}
+          volumeMounts: [{name: ckpt, mountPath: /checkpoints, readOnly: true}]
+      volumes: [{name: ckpt, persistentVolumeClaim: {claimName: spam-ckpt, readOnly: true}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: $name, labels: {app.kubernetes.io/part-of: gantry-e2e}}
+spec:
+  selector: {app.kubernetes.io/name: $name}
+  ports: [{name: http, port: 80, targetPort: http}]
+YAML
+    kc -n "$ns" rollout status "deployment/$name" --timeout=180s >/dev/null 2>&1 || rc=1
+    if [ $rc = 0 ]; then
+        volume_exec "$ns" spam-data /data \
+            "{ printf '{\"instances\": ['; head -n $n /data/eval.jsonl | tr '\\n' ',' | sed 's/,\$//'; printf ']}'; } >/tmp/body && wget -q -O- --header 'Content-Type: application/json' --post-file /tmp/body http://$name/v1/models/$job:predict"
+    else
+        kc -n "$ns" describe deployment "$name" | tail -10
+        kc -n "$ns" logs "deployment/$name" 2>&1 | tail -5
+    fi
+    kc -n "$ns" delete deployment,service "$name" --wait=false >/dev/null 2>&1 || true
+    return $rc
+}
+
 # A one-shot busybox pod that mounts a claim read-only and runs a shell command; prints its log.
 volume_exec() { # NS CLAIM MOUNT COMMAND
     local ns=$1 claim=$2 mnt=$3 cmd=$4 pod=inspect-$RANDOM

@@ -3,7 +3,8 @@
 # steps) trains to Succeeded; the eval report in rank 0's log shows >= E2E_MIN_ACCURACY and the
 # evaluations during training (every rank's share summed: all 1,209 examples); checkpoints (with
 # valid SHA-256 manifests) and the report are on the volume; a batch/v1 Job with gantry-predict,
-# given only the checkpoint, reproduces the worker's final evaluation exactly.
+# given only the checkpoint, reproduces the worker's final evaluation exactly, and a Deployment
+# with gantry-predict --serve answers POSTs through its Service with the same predictions.
 
 scenario_1() {
     local job=spam f=$ARTIFACTS/spam.yaml report acc ws vol step t evals ea
@@ -47,15 +48,22 @@ scenario_1() {
     check "the eval report is on the volume (/checkpoints/$job/*.json)" grep -q '\.json$' <<<"$vol"
 
     # Batch prediction with the trained model: a Job runs gantry-predict on the checkpoint alone.
-    local plog prep prc=0
+    local plog prep plines prc=0
     plog=$(predict_job "$NS" "$job" 2>&1) || prc=$?
     printf '%s\n' "$plog" >"$ARTIFACTS/spam-predict.log"
     check "a batch/v1 Job runs gantry-predict on the checkpoint (Complete)" test "$prc" = 0
     note "$(grep -m1 'documents in' <<<"$plog")"
     prep=$(volume_exec "$NS" spam-ckpt /checkpoints "cat /checkpoints/$job/predict-report.json; echo; wc -l < /checkpoints/$job/predictions.jsonl")
+    plines=$(volume_exec "$NS" spam-ckpt /checkpoints "head -n 5 /checkpoints/$job/predictions.jsonl")
     printf '%s\n' "$prep" >"$ARTIFACTS/spam-predict-report.txt"
     check "it used the final checkpoint (step ${step:-?})" grep -q "(step ${step:-x})" <<<"$plog"
     check "1209 predictions, one per eval document, written to the volume" test "$(tail -n1 <<<"$prep" | tr -d ' ')" = 1209
+    local srv src=0
+    srv=$(serve_job "$NS" "$job" 5 2>&1) || src=$?
+    printf '%s\n' "$srv" >"$ARTIFACTS/spam-serve.log"
+    check "a Deployment runs gantry-predict --serve on the checkpoint (Available)" test "$src" = 0
+    check "POST /v1/models/$job:predict through its Service answers as the batch Job predicted" \
+        python3 -c "import json,sys; r=json.loads(sys.argv[1].strip().splitlines()[-1]); want=[json.loads(l) for l in sys.argv[2].splitlines()[:5]]; got=r['predictions']; sys.exit(0 if r['model'] == '$job' and [(p['label'], p['score']) for p in got] == [(w['label'], w['score']) for w in want] else 1)" "$srv" "$plines"
     check "its evaluation equals the worker's final one (confusion matrix, accuracy, loss)" \
         python3 -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2].rsplit(chr(10), 1)[0]); sys.exit(0 if b['confusion_matrix'] == a['confusion_matrix'] and b['accuracy'] == a['accuracy'] and abs(b['loss'] - a['loss']) < 1e-5 and b['examples'] == 1209 else 1)" "$report" "$prep"
 }
