@@ -204,7 +204,7 @@ if [ -n "$VOLDIR" ] && [ -d "$VOLDIR/ckpt/$JOB" ]; then
     [ -z "$newest" ] || { cp -r "$newest" "$DEMO_OUT/"; echo "    newest checkpoint copied to $DEMO_OUT/$(basename "$newest")"; }
     if [ -n "$newest" ]; then # the checkpoint is a complete model: classify two new e-mails with it
         step "Use the model: gantry-predict --model $DEMO_OUT/$(basename "$newest") (the checkpoint alone: weights, config.json, vocab.txt)"
-        printf '%s\n' 'Subject: Re: meeting notes - see the attached agenda for Thursday, thanks' \
+        printf '%s\n' 'Subject: Re: [SAtalk] spamassassin rules not matching after the upgrade to 2.50 - any ideas?' \
             'Subject: URGENT!!! You have WON $1,000,000 - click here to claim your FREE prize now' |
             "$B/worker/gantry-predict" --model "$DEMO_OUT/$(basename "$newest")" --top-k 2 2>&1 | sed 's/^/    /'
     fi
