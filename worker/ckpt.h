@@ -2,7 +2,8 @@
  * ckpt.h - checkpoints on the shared volume (DESIGN.md §4).
  *
  * Layout: <root>/<job>/step-<N>/ holding
- *   model.safetensors      weights (safetensors: 8-byte LE header length, JSON header with
+ *   model.safetensors      weights, one tensor per model tensor (model_io.h) (safetensors:
+ *                          8-byte LE header length, JSON header with
  *                          dtype/shape/data_offsets, raw little-endian data; loads with the
  *                          Python `safetensors` package)
  *   optimizer.safetensors  optimiser state (e.g. AdamW m and v), same format

@@ -18,16 +18,24 @@ gantry_test(cfg_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cfg_test.c LIBS gantry_
 
 # The binary. gantry_dist provides the launch environment (dist_env) and exit codes.
 add_executable(gantry-worker ${CMAKE_CURRENT_SOURCE_DIR}/main.c
-               ${CMAKE_CURRENT_SOURCE_DIR}/train_coll.c)
+               ${CMAKE_CURRENT_SOURCE_DIR}/train_coll.c ${CMAKE_CURRENT_SOURCE_DIR}/model_io.c)
 target_link_libraries(gantry-worker PRIVATE gantry_core gantry_dist)
 # gantry-predict: classifies text with a checkpoint (its config.json, vocab.txt and weights).
-add_executable(gantry-predict ${CMAKE_CURRENT_SOURCE_DIR}/predict.c)
+add_executable(gantry-predict ${CMAKE_CURRENT_SOURCE_DIR}/predict.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/model_io.c)
 target_link_libraries(gantry-predict PRIVATE gantry_core gantry_dist)
 add_test(NAME gantry_predict_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/predict_test.sh $<TARGET_FILE:gantry-worker>
                  $<TARGET_FILE:gantry-predict>)
 set_tests_properties(gantry_predict_test PROPERTIES TIMEOUT 120
     ENVIRONMENT "OMP_WAIT_POLICY=passive")
+# The checkpoint run by the PyTorch reference (hack/torch_ref.py) gives gantry-predict's
+# probabilities (the torch venv of hack/pyenv.sh; skipped without it).
+add_test(NAME gantry_predict_torch_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/predict_torch_test.sh $<TARGET_FILE:gantry-worker>
+                 $<TARGET_FILE:gantry-predict>)
+set_tests_properties(gantry_predict_torch_test PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1800
+    LABELS python ENVIRONMENT "OMP_WAIT_POLICY=passive")
 # train_run across real rank processes with the bucketed all-reduce (train_coll.c: the worker's glue).
 gantry_test(train_dist_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/train_dist_test.c
             ${CMAKE_CURRENT_SOURCE_DIR}/train_coll.c ${CMAKE_CURRENT_SOURCE_DIR}/train_testdata.c

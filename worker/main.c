@@ -49,6 +49,7 @@
 #include "worker/eval.h"
 #include "worker/launch.h"
 #include "worker/model.h"
+#include "worker/model_io.h"
 #include "worker/obs.h"
 #include "worker/train.h"
 #include "worker/train_coll.h"
@@ -502,7 +503,7 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
                             (uint64_t)w->env.world_size;
     snprintf(meta.config_hash, sizeof(meta.config_hash), "%s", w->hash);
     snap = ckpt_snapshot_new(&meta);
-    if (ckpt_snapshot_borrow(snap, CKPT_WEIGHTS, "params", CKPT_F32, 1, &n, m->params) ||
+    if (model_snapshot_params(m, snap) ||
         ckpt_snapshot_borrow(snap, CKPT_OPTIM, "adamw.m", CKPT_F32, 1, &n, opt->m) ||
         ckpt_snapshot_borrow(snap, CKPT_OPTIM, "adamw.v", CKPT_F32, 1, &n, opt->v) ||
         ckpt_snapshot_add_file(snap, CARD_FILE, w->card, strlen(w->card)) ||
@@ -609,20 +610,22 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
         fprintf(stderr, "gantry-worker: checkpoint %s: %s\n", dir, rc ? why : "");
         return DIST_EXIT_RETRY;
     }
-    const struct ckpt_tensor *p = ckpt_snapshot_find(s, CKPT_WEIGHTS, "params");
     const struct ckpt_tensor *m = ckpt_snapshot_find(s, CKPT_OPTIM, "adamw.m");
     const struct ckpt_tensor *v = ckpt_snapshot_find(s, CKPT_OPTIM, "adamw.v");
     size_t bytes = w->model.n_params * sizeof(float);
     json_t *t = json_object_get(s->extra, "adamw_t");
-    if (!p || !m || !v || p->dtype != CKPT_F32 || m->dtype != CKPT_F32 || v->dtype != CKPT_F32 ||
-        p->bytes != bytes || m->bytes != bytes || v->bytes != bytes || !json_is_integer(t)) {
-        fprintf(stderr, "gantry-worker: checkpoint %s does not match this model (%zu parameters); "
-                        "was the model or data changed? Move the old checkpoints away to start "
-                        "afresh\n", dir, w->model.n_params);
+    char bad[512] = "";
+    if (!m || !v || m->dtype != CKPT_F32 || v->dtype != CKPT_F32 || m->bytes != bytes ||
+        v->bytes != bytes || !json_is_integer(t))
+        snprintf(bad, sizeof(bad), "its optimizer state is not for %zu parameters",
+                 w->model.n_params);
+    if (bad[0] || model_load_params(&w->model, s, bad, sizeof(bad))) {
+        fprintf(stderr, "gantry-worker: checkpoint %s does not match this model (%zu parameters): "
+                        "%s. Was the model or data changed? Move the old checkpoints away to "
+                        "start afresh\n", dir, w->model.n_params, bad);
         ckpt_snapshot_free(s);
         return DIST_EXIT_CONFIG;
     }
-    memcpy(w->model.params, p->data, bytes);
     memcpy(opt->m, m->data, bytes);
     memcpy(opt->v, v->data, bytes);
     opt->t = (long)json_integer_value(t);

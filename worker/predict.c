@@ -37,6 +37,7 @@
 #include "worker/dist.h"
 #include "worker/eval.h"
 #include "worker/model.h"
+#include "worker/model_io.h"
 #include "worker/vocab.h"
 
 #define EXIT_DATAERR 65
@@ -315,14 +316,12 @@ static int load_model(struct pred *p)
         fprintf(stderr, "gantry-predict: %s: cannot be read (see above)\n", path);
         return EXIT_DATAERR;
     }
-    const struct ckpt_tensor *t = ckpt_snapshot_find(s, CKPT_WEIGHTS, "params");
-    if (!t || t->dtype != CKPT_F32 || t->bytes != p->model.n_params * sizeof(float)) {
-        fprintf(stderr, "gantry-predict: %s: no F32 tensor \"params\" of the %zu parameters %s "
-                        "describes\n", path, p->model.n_params, CARD_FILE);
+    if (model_load_params(&p->model, s, why, sizeof(why))) {
+        fprintf(stderr, "gantry-predict: %s: %s (the weights do not fit %s)\n", path, why,
+                CARD_FILE);
         ckpt_snapshot_free(s);
         return EXIT_DATAERR;
     }
-    memcpy(p->model.params, t->data, t->bytes);
     ckpt_snapshot_free(s);
     return 0;
 }

@@ -54,7 +54,8 @@ target_compile_definitions(train_gpu_device_emu_test PRIVATE GANTRY_HAVE_CUDA=1)
 # rendezvous store, the GPU loop, checkpoints) end to end, for the CLI tests below. Test-only:
 # the shipped gantry-worker of a build without CUDA still refuses device: cuda.
 add_executable(gantry-worker-emu ${PROJECT_SOURCE_DIR}/worker/main.c
-               ${PROJECT_SOURCE_DIR}/worker/train_coll.c ${PROJECT_SOURCE_DIR}/worker/train_gpu.c)
+               ${PROJECT_SOURCE_DIR}/worker/train_coll.c ${PROJECT_SOURCE_DIR}/worker/train_gpu.c
+               ${PROJECT_SOURCE_DIR}/worker/model_io.c)
 target_compile_definitions(gantry-worker-emu PRIVATE GANTRY_HAVE_CUDA=1)
 target_link_libraries(gantry-worker-emu PRIVATE gantry_model_gpu_emu gantry_emu_coll_nccl
                       gantry_core gantry_dist)
