@@ -22,7 +22,7 @@ add_executable(gantry-worker ${CMAKE_CURRENT_SOURCE_DIR}/main.c
 target_link_libraries(gantry-worker PRIVATE gantry_core gantry_dist)
 # gantry-predict: classifies text with a checkpoint (its config.json, vocab.txt and weights).
 add_executable(gantry-predict ${CMAKE_CURRENT_SOURCE_DIR}/predict.c
-               ${CMAKE_CURRENT_SOURCE_DIR}/model_io.c)
+               ${CMAKE_CURRENT_SOURCE_DIR}/predict_serve.c ${CMAKE_CURRENT_SOURCE_DIR}/model_io.c)
 target_link_libraries(gantry-predict PRIVATE gantry_core gantry_dist)
 add_test(NAME gantry_predict_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/predict_test.sh $<TARGET_FILE:gantry-worker>

@@ -17,17 +17,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <jansson.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <microhttpd.h>
-
-#include "common/buf.h"
-#include "common/httpd.h"
 
 #include "common/xalloc.h"
 #include "kernels/cpu.h"
@@ -38,53 +30,12 @@
 #include "worker/eval.h"
 #include "worker/model.h"
 #include "worker/model_io.h"
+#include "worker/predict.h"
 #include "worker/vocab.h"
 
-#define EXIT_DATAERR 65
-#define EXIT_NOINPUT 66
-#define EXIT_CANTCREAT 73
-#define EXIT_IOERR 74
 #define MAX_LINE DATASET_DEFAULT_MAX_LINE
 
-enum fmt { FMT_AUTO, FMT_JSONL, FMT_TSV, FMT_TEXT };
-
-struct opts {
-    const char *model, *output, *report, *text_field, *label_field, *bind, *name;
-    int serve; /* --serve PORT: -1 = no server */
-    enum fmt format;
-    int top_k, batch, threads;
-    bool strict, quiet;
-};
-
-/* The loaded model and the batch being filled. */
-struct pred {
-    struct opts o;
-    char dir[4096];
-    long step;
-    struct model_card card;
-    struct vocab *vocab;
-    struct model model;
-    char **quoted; /* each label as a JSON string literal */
-    const char **names;
-    int K, maxT;
-    struct text_tokens tok;
-    int32_t *rows; /* (batch, maxT) encoded documents */
-    int *x, *len;  /* the batch gathered to (B, T) */
-    long *line;
-    int32_t *label; /* -1: none given, -2: not one of the model's labels */
-    int *top;       /* (K) scratch for --top-k */
-    const char *file;
-    bool name_files;
-    bool array;     /* predictions as JSON array elements (the server's responses) */
-    size_t emitted; /* elements written to this array */
-    int n;
-    FILE *out;
-    struct eval_counts ec;
-    size_t docs, malformed, labelled, unknown_label, truncated;
-    double t0, last_note;
-};
-
-static double now_s(void)
+double predict_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -349,67 +300,92 @@ static int setup(struct pred *p)
     return eval_init(&p->ec, p->K) ? DIST_EXIT_USAGE : 0;
 }
 
-/* Runs the batch and writes its predictions. 0 or an exit status. */
-static int flush_batch(struct pred *p)
+int predict_add(struct pred *p, const char *text, size_t len, long line, int32_t label)
+{
+    bool cut = false;
+    int32_t *row = p->rows + (size_t)p->n * p->maxT;
+    p->len[p->n] = (int)dataset_encode_text(p->vocab, &p->card.text, text, len, (size_t)p->maxT,
+                                            p->card.cls_sep, &p->tok, row, &cut);
+    p->truncated += cut;
+    p->line[p->n] = line;
+    p->label[p->n] = label;
+    return ++p->n == p->o.batch ? predict_flush(p) : 0;
+}
+
+/* p->top[0..k): the k most likely classes of probabilities pr, by selection (k is small). */
+static void select_top(struct pred *p, const float *pr, int k)
+{
+    for (int i = 0; i < k; i++) {
+        int pick = -1;
+        for (int c = 0; c < p->K; c++) {
+            bool used = false;
+            for (int j = 0; j < i; j++)
+                used |= p->top[j] == c;
+            if (!used && (pick < 0 || pr[c] > pr[pick]))
+                pick = c;
+        }
+        p->top[i] = pick;
+    }
+}
+
+/* Writes document b's prediction: a JSON line ({"file"?, "line", "label", "score", "top"?}), or
+ * an array element without the line for the server. */
+static void emit(struct pred *p, int b, const float *pr, int k)
+{
+    int best = 0;
+    for (int c = 1; c < p->K; c++) /* the first of equals, as the evaluation counts it */
+        best = pr[c] > pr[best] ? c : best;
+    fprintf(p->out, "%s{", p->array && p->emitted++ ? "," : "");
+    if (p->name_files) {
+        json_t *f = json_string(p->file);
+        char *q = json_dumps(f, JSON_ENCODE_ANY);
+        fprintf(p->out, "\"file\":%s,", q ? q : "null");
+        free(q);
+        json_decref(f);
+    }
+    if (!p->array)
+        fprintf(p->out, "\"line\":%ld,", p->line[b]);
+    fprintf(p->out, "\"label\":%s,\"score\":%.6g", p->quoted[best], (double)pr[best]);
+    if (k > 1) {
+        select_top(p, pr, k);
+        fprintf(p->out, ",\"top\":[");
+        for (int i = 0; i < k; i++)
+            fprintf(p->out, "%s{\"label\":%s,\"score\":%.6g}", i ? "," : "",
+                    p->quoted[p->top[i]], (double)pr[p->top[i]]);
+        fprintf(p->out, "]");
+    }
+    fprintf(p->out, p->array ? "}" : "}\n");
+}
+
+/* Counts a labelled document in the evaluation: its prediction and cross-entropy (from logits,
+ * in double, as the worker's loss). */
+static void count_eval(struct pred *p, int b, const float *lg)
+{
+    double mx = lg[0], se = 0.0;
+    for (int c = 1; c < p->K; c++)
+        mx = lg[c] > mx ? lg[c] : mx;
+    for (int c = 0; c < p->K; c++)
+        se += exp((double)lg[c] - mx);
+    eval_add_logits(&p->ec, &p->label[b], lg, 1);
+    eval_add_loss(&p->ec, mx + log(se) - (double)lg[p->label[b]], 1);
+    p->labelled++;
+}
+
+int predict_flush(struct pred *p)
 {
     int B = p->n, T = 1, K = p->K, k = p->o.top_k < K ? p->o.top_k : K;
     if (B == 0)
         return 0;
     for (int b = 0; b < B; b++)
         T = p->len[b] > T ? p->len[b] : T;
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < B; b++) /* (B, maxT) rows to (B, T): no work on padding beyond T */
         for (int t = 0; t < T; t++)
             p->x[(size_t)b * T + t] = p->rows[(size_t)b * p->maxT + t];
     model_forward(&p->model, p->x, p->len, NULL, B, T);
     for (int b = 0; b < B; b++) {
-        const float *pr = p->model.probs + (size_t)b * K, *lg = p->model.logits + (size_t)b * K;
-        int *top = p->top, best = 0;
-        for (int c = 1; c < K; c++) /* the first of equals, as the evaluation counts it */
-            best = pr[c] > pr[best] ? c : best;
-        if (p->array) /* the server: elements of a JSON array, no line numbers */
-            fprintf(p->out, "%s{", p->emitted++ ? "," : "");
-        else
-            fprintf(p->out, "{");
-        if (p->name_files) {
-            json_t *f = json_string(p->file);
-            char *q = json_dumps(f, JSON_ENCODE_ANY);
-            fprintf(p->out, "\"file\":%s,", q ? q : "null");
-            free(q);
-            json_decref(f);
-        }
-        if (!p->array)
-            fprintf(p->out, "\"line\":%ld,", p->line[b]);
-        fprintf(p->out, "\"label\":%s,\"score\":%.6g", p->quoted[best], (double)pr[best]);
-        if (k > 1) { /* the k most likely, by selection (k is small) */
-            int m = k;
-            for (int i = 0; i < m; i++) {
-                int pick = -1;
-                for (int c = 0; c < K; c++) {
-                    bool used = false;
-                    for (int j = 0; j < i; j++)
-                        used |= top[j] == c;
-                    if (!used && (pick < 0 || pr[c] > pr[pick]))
-                        pick = c;
-                }
-                top[i] = pick;
-            }
-            fprintf(p->out, ",\"top\":[");
-            for (int i = 0; i < m; i++)
-                fprintf(p->out, "%s{\"label\":%s,\"score\":%.6g}", i ? "," : "",
-                        p->quoted[top[i]], (double)pr[top[i]]);
-            fprintf(p->out, "]");
-        }
-        fprintf(p->out, p->array ? "}" : "}\n");
-        if (p->label[b] >= 0) { /* the evaluation: counts, and the cross-entropy from logits */
-            double mx = lg[0], se = 0.0;
-            for (int c = 1; c < K; c++)
-                mx = lg[c] > mx ? lg[c] : mx;
-            for (int c = 0; c < K; c++)
-                se += exp((double)lg[c] - mx);
-            eval_add_logits(&p->ec, &p->label[b], lg, 1);
-            eval_add_loss(&p->ec, mx + log(se) - (double)lg[p->label[b]], 1);
-            p->labelled++;
-        }
+        emit(p, b, p->model.probs + (size_t)b * K, k);
+        if (p->label[b] >= 0)
+            count_eval(p, b, p->model.logits + (size_t)b * K);
     }
     p->docs += (size_t)B;
     p->n = 0;
@@ -417,7 +393,7 @@ static int flush_batch(struct pred *p)
         fprintf(stderr, "gantry-predict: writing the predictions: %s\n", strerror(errno));
         return EXIT_IOERR;
     }
-    double now = now_s();
+    double now = predict_now();
     if (!p->o.quiet && !p->array && now - p->last_note >= 10.0) {
         fprintf(stderr, "gantry-predict: %zu documents, %.0f/s\n", p->docs,
                 (double)p->docs / (now - p->t0));
@@ -550,31 +526,22 @@ static int run_file(struct pred *p, const char *path)
                 rc = EXIT_DATAERR;
             continue;
         }
-        bool cut = false;
-        int32_t *row = p->rows + (size_t)p->n * p->maxT;
-        p->len[p->n] = (int)dataset_encode_text(p->vocab, &p->card.text, text, tlen,
-                                                (size_t)p->maxT, p->card.cls_sep, &p->tok, row,
-                                                &cut);
-        free(text);
-        p->truncated += cut;
-        p->line[p->n] = lineno;
-        p->label[p->n] = -1;
-        if (label[0] && (p->label[p->n] = label_map_find(&p->card.labels, label,
-                                                         strlen(label))) < 0) {
-            p->label[p->n] = -2;
+        int32_t li = -1;
+        if (label[0] && (li = label_map_find(&p->card.labels, label, strlen(label))) < 0) {
+            li = -2;
             if (++p->unknown_label <= DATASET_MAX_REPORTED)
                 fprintf(stderr, "%s:%ld: label \"%.64s\" is not one of the model's; predicted, "
                                 "not counted in the evaluation\n", path, lineno, label);
         }
-        if (++p->n == p->o.batch)
-            rc = flush_batch(p);
+        rc = predict_add(p, text, tlen, lineno, li);
+        free(text);
     }
     if (!rc && ferror(in)) {
         fprintf(stderr, "gantry-predict: %s: read error: %s\n", path, strerror(errno));
         rc = EXIT_IOERR;
     }
     if (!rc)
-        rc = flush_batch(p);
+        rc = predict_flush(p);
     free(buf);
     if (in != stdin)
         fclose(in);
@@ -583,7 +550,7 @@ static int run_file(struct pred *p, const char *path)
 
 static int finish(struct pred *p)
 {
-    double dt = now_s() - p->t0;
+    double dt = predict_now() - p->t0;
     int rc = 0;
 
     if (!p->o.quiet)
@@ -632,309 +599,6 @@ static void cleanup(struct pred *p)
         fclose(p->out);
 }
 
-/* ---- the HTTP server (--serve) ---------------------------------------------------------------- */
-
-#define SERVE_MAX_BODY (16u << 20)  /* request bytes */
-#define HTTP_TOO_LARGE 413
-#define SERVE_MAX_INSTANCES 10000   /* documents per request */
-#define SERVE_MAX_REPLY (64u << 20) /* response bytes */
-
-struct server {
-    struct pred *p;
-    char name[256];
-    char path_model[300], path_predict[320];
-    /* counters for /metrics (the daemon's one thread updates and reads them) */
-    unsigned long long req_ok, req_bad, docs;
-    double seconds;
-};
-
-/* One request's body as it arrives. */
-struct upload {
-    struct buf body;
-    bool too_big;
-};
-
-/* {"error": why} with status. */
-static enum MHD_Result reply_error(struct MHD_Connection *conn, struct server *sv, unsigned status,
-                                   const char *why)
-{
-    struct buf b;
-    json_t *j = json_pack("{s:s}", "error", why);
-    char *t = json_dumps(j, JSON_COMPACT);
-    buf_init(&b, SERVE_MAX_REPLY);
-    if (!t || buf_puts(&b, t) || buf_puts(&b, "\n"))
-        buf_reset(&b);
-    free(t);
-    json_decref(j);
-    sv->req_bad++;
-    enum MHD_Result r = httpd_reply(conn, status, "application/json", &b);
-    buf_cleanup(&b);
-    return r;
-}
-
-/* Classifies the request's instances into body ({"model", "predictions": [...]}). 0, or an HTTP
- * status with why. */
-static unsigned serve_predict(struct server *sv, const char *req, size_t n, struct buf *body,
-                              char *why, size_t whylen)
-{
-    struct pred *p = sv->p;
-    json_error_t je;
-    json_t *j = json_loadb(req, n, 0, &je), *inst, *tk;
-    unsigned status = 0;
-    int saved_k = p->o.top_k;
-    char *out = NULL;
-    size_t outlen = 0;
-
-    if (!json_is_object(j)) {
-        snprintf(why, whylen, "the body must be a JSON object {\"instances\": [...]}%s%s",
-                 j ? "" : ": ", j ? "" : je.text);
-        status = MHD_HTTP_BAD_REQUEST;
-        goto out;
-    }
-    if (!json_is_array(inst = json_object_get(j, "instances")) || json_array_size(inst) == 0) {
-        snprintf(why, whylen, "instances: must be a non-empty array of texts or {\"text\": ...} "
-                              "objects");
-        status = MHD_HTTP_BAD_REQUEST;
-        goto out;
-    }
-    if (json_array_size(inst) > SERVE_MAX_INSTANCES) {
-        snprintf(why, whylen, "instances: %zu of them; at most %d per request",
-                 json_array_size(inst), SERVE_MAX_INSTANCES);
-        status = HTTP_TOO_LARGE;
-        goto out;
-    }
-    if ((tk = json_object_get(j, "top_k"))) {
-        if (!json_is_integer(tk) || json_integer_value(tk) < 1 ||
-            json_integer_value(tk) > 65536) {
-            snprintf(why, whylen, "top_k: must be a whole number from 1");
-            status = MHD_HTTP_BAD_REQUEST;
-            goto out;
-        }
-        p->o.top_k = (int)json_integer_value(tk);
-    }
-    const char *tf = p->o.text_field ? p->o.text_field : "text";
-    for (size_t i = 0; i < json_array_size(inst); i++) { /* all checked before any is run */
-        json_t *v = json_array_get(inst, i);
-        if (json_is_object(v))
-            v = json_object_get(v, tf);
-        if (!json_is_string(v)) {
-            snprintf(why, whylen, "instances[%zu]: must be a string or an object with a string "
-                                  "field \"%s\"", i, tf);
-            status = MHD_HTTP_BAD_REQUEST;
-            goto out;
-        }
-    }
-    FILE *f = open_memstream(&out, &outlen);
-    if (!f)
-        abort();
-    p->out = f, p->array = true, p->emitted = 0, p->name_files = false;
-    fprintf(f, "{\"model\":");
-    json_t *nm = json_string(sv->name);
-    char *q = json_dumps(nm, JSON_ENCODE_ANY);
-    fprintf(f, "%s,\"predictions\":[", q ? q : "\"\"");
-    free(q);
-    json_decref(nm);
-    for (size_t i = 0; i < json_array_size(inst) && !status; i++) {
-        json_t *v = json_array_get(inst, i);
-        if (json_is_object(v))
-            v = json_object_get(v, tf);
-        int32_t *row = p->rows + (size_t)p->n * p->maxT;
-        bool cut = false;
-        p->len[p->n] = (int)dataset_encode_text(p->vocab, &p->card.text, json_string_value(v),
-                                                json_string_length(v), (size_t)p->maxT,
-                                                p->card.cls_sep, &p->tok, row, &cut);
-        p->line[p->n] = (long)i + 1, p->label[p->n] = -1;
-        if (++p->n == p->o.batch && flush_batch(p))
-            status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-    }
-    if (!status && flush_batch(p))
-        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-    p->n = 0;
-    fprintf(f, "]}\n");
-    fclose(f);
-    p->out = NULL, p->array = false;
-    if (status)
-        snprintf(why, whylen, "could not write the predictions");
-    else if (buf_append(body, out, outlen)) {
-        snprintf(why, whylen, "the response would exceed %u bytes; send fewer instances",
-                 SERVE_MAX_REPLY);
-        status = HTTP_TOO_LARGE;
-    } else
-        sv->docs += json_array_size(inst);
-out:
-    free(out);
-    p->o.top_k = saved_k;
-    json_decref(j);
-    return status;
-}
-
-static enum MHD_Result serve_handle(void *cls, struct MHD_Connection *conn, const char *url,
-                                    const char *method, const char *version,
-                                    const char *upload_data, size_t *upload_data_size,
-                                    void **req_cls)
-{
-    struct server *sv = cls;
-    struct upload *up = *req_cls;
-    struct buf body;
-    char why[1024];
-    enum MHD_Result r;
-    bool post = !strcmp(method, "POST");
-
-    (void)version;
-    if (post && !up) { /* the first call: only the headers */
-        up = xcalloc(1, sizeof(*up));
-        buf_init(&up->body, SERVE_MAX_BODY);
-        *req_cls = up;
-        return MHD_YES;
-    }
-    if (post && *upload_data_size) { /* a piece of the body */
-        if (!up->too_big && buf_append(&up->body, upload_data, *upload_data_size))
-            up->too_big = true;
-        *upload_data_size = 0;
-        return MHD_YES;
-    }
-    buf_init(&body, SERVE_MAX_REPLY);
-    if (!strcmp(url, sv->path_predict) || !strcmp(url, "/predict")) {
-        if (!post) {
-            buf_cleanup(&body);
-            return reply_error(conn, sv, MHD_HTTP_METHOD_NOT_ALLOWED, "use POST");
-        }
-        if (up->too_big) {
-            buf_cleanup(&body);
-            snprintf(why, sizeof(why), "the body is over %u bytes; send fewer instances",
-                     SERVE_MAX_BODY);
-            return reply_error(conn, sv, HTTP_TOO_LARGE, why);
-        }
-        double t0 = now_s();
-        unsigned st = serve_predict(sv, buf_ptr(&up->body), buf_len(&up->body), &body, why,
-                                    sizeof(why));
-        if (st) {
-            buf_cleanup(&body);
-            return reply_error(conn, sv, st, why);
-        }
-        sv->seconds += now_s() - t0;
-        sv->req_ok++;
-        r = httpd_reply(conn, MHD_HTTP_OK, "application/json", &body);
-    } else if (post) {
-        buf_cleanup(&body);
-        snprintf(why, sizeof(why), "no such endpoint; POST to %s", sv->path_predict);
-        return reply_error(conn, sv, MHD_HTTP_NOT_FOUND, why);
-    } else if (!strcmp(url, "/healthz")) {
-        r = buf_puts(&body, "ok\n") ? MHD_NO : httpd_reply(conn, MHD_HTTP_OK, "text/plain", &body);
-    } else if (!strcmp(url, sv->path_model)) {
-        json_t *j = json_pack("{s:s, s:b, s:I, s:o}", "name", sv->name, "ready", 1, "step",
-                              (json_int_t)sv->p->step, "labels", json_array());
-        for (int i = 0; i < sv->p->K; i++)
-            json_array_append_new(json_object_get(j, "labels"), json_string(sv->p->names[i]));
-        char *t = json_dumps(j, JSON_COMPACT);
-        json_decref(j);
-        r = (!t || buf_puts(&body, t) || buf_puts(&body, "\n"))
-                ? MHD_NO
-                : httpd_reply(conn, MHD_HTTP_OK, "application/json", &body);
-        free(t);
-    } else if (!strcmp(url, "/metrics")) {
-        int e = buf_printf(&body,
-                           "# HELP gantry_predict_requests_total Prediction requests, by outcome.\n"
-                           "# TYPE gantry_predict_requests_total counter\n"
-                           "gantry_predict_requests_total{outcome=\"ok\"} %llu\n"
-                           "gantry_predict_requests_total{outcome=\"error\"} %llu\n"
-                           "# HELP gantry_predict_documents_total Documents classified.\n"
-                           "# TYPE gantry_predict_documents_total counter\n"
-                           "gantry_predict_documents_total %llu\n"
-                           "# HELP gantry_predict_seconds_total Time spent classifying.\n"
-                           "# TYPE gantry_predict_seconds_total counter\n"
-                           "gantry_predict_seconds_total %.6f\n",
-                           sv->req_ok, sv->req_bad, sv->docs, sv->seconds);
-        r = e ? MHD_NO
-              : httpd_reply(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", &body);
-    } else {
-        buf_cleanup(&body);
-        snprintf(why, sizeof(why), "not found; try POST %s, GET %s, /healthz or /metrics",
-                 sv->path_predict, sv->path_model);
-        return reply_error(conn, sv, MHD_HTTP_NOT_FOUND, why);
-    }
-    buf_cleanup(&body);
-    return r;
-}
-
-static void serve_done(void *cls, struct MHD_Connection *conn, void **req_cls,
-                       enum MHD_RequestTerminationCode code)
-{
-    struct upload *up = *req_cls;
-    (void)cls, (void)conn, (void)code;
-    if (up) {
-        buf_cleanup(&up->body);
-        free(up);
-        *req_cls = NULL;
-    }
-}
-
-/* Serves until SIGTERM or SIGINT. 0 or an exit status. */
-static int serve(struct pred *p)
-{
-    struct server sv = {.p = p};
-    struct sockaddr_in sa;
-    sigset_t stop;
-    int sig = 0;
-
-    if (p->o.name) {
-        snprintf(sv.name, sizeof(sv.name), "%s", p->o.name);
-    } else { /* the job directory's name: <job>/step-N, or the directory itself */
-        char d[4096];
-        snprintf(d, sizeof(d), "%s", p->dir);
-        char *b = strrchr(d, '/');
-        if (b && !strncmp(b + 1, "step-", 5) && b != d) {
-            *b = '\0';
-            b = strrchr(d, '/');
-        }
-        const char *nm = b ? b + 1 : d;
-        if (strlen(nm) >= sizeof(sv.name)) {
-            fprintf(stderr, "gantry-predict: the model's name is too long; give --name\n");
-            return DIST_EXIT_USAGE;
-        }
-        memcpy(sv.name, nm, strlen(nm) + 1);
-    }
-    if (!sv.name[0] || strpbrk(sv.name, "/?#: ")) {
-        fprintf(stderr, "gantry-predict: --name \"%s\": give a name without '/', '?', '#', ':' or "
-                        "spaces\n", sv.name);
-        return DIST_EXIT_USAGE;
-    }
-    snprintf(sv.path_model, sizeof(sv.path_model), "/v1/models/%s", sv.name);
-    snprintf(sv.path_predict, sizeof(sv.path_predict), "/v1/models/%s:predict", sv.name);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)p->o.serve);
-    if (inet_pton(AF_INET, p->o.bind, &sa.sin_addr) != 1) {
-        fprintf(stderr, "gantry-predict: --bind %s: give a numeric IPv4 address such as 0.0.0.0\n",
-                p->o.bind);
-        return DIST_EXIT_USAGE;
-    }
-    /* SIGTERM/SIGINT are waited for here: blocked before the daemon's thread starts */
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGTERM);
-    sigaddset(&stop, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)p->o.serve, NULL, NULL,
-        serve_handle, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_NOTIFY_COMPLETED, serve_done, &sv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
-    if (!d) {
-        fprintf(stderr, "gantry-predict: could not listen on %s:%d (is the port in use?); pick "
-                        "another with --serve\n", p->o.bind, p->o.serve);
-        return DIST_EXIT_UNAVAIL;
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "gantry-predict: serving %s on %s:%u: POST %s, GET %s, /healthz, /metrics\n",
-            sv.name, p->o.bind, info ? info->port : (unsigned)p->o.serve, sv.path_predict,
-            sv.path_model);
-    sigwait(&stop, &sig);
-    MHD_stop_daemon(d);
-    fprintf(stderr, "gantry-predict: %s: stopped after %llu requests (%llu refused), %llu "
-                    "documents\n", strsignal(sig), sv.req_ok, sv.req_bad, sv.docs);
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     struct pred p;
@@ -959,7 +623,7 @@ int main(int argc, char **argv)
                                                    : p.o.output ? "--output" : "--report");
             rc = DIST_EXIT_USAGE;
         } else {
-            rc = serve(&p);
+            rc = predict_serve(&p);
         }
         goto out;
     }
@@ -969,7 +633,7 @@ int main(int argc, char **argv)
         rc = EXIT_CANTCREAT;
         goto out;
     }
-    p.t0 = p.last_note = now_s();
+    p.t0 = p.last_note = predict_now();
     p.name_files = argc - optind > 1;
     if (optind == argc)
         rc = run_file(&p, "-");

@@ -1,0 +1,359 @@
+/*
+ * predict_serve.c - gantry-predict --serve: the model over HTTP with KServe's V1 protocol
+ * (libmicrohttpd, one thread: requests are classified one at a time).
+ *
+ *   POST /v1/models/NAME:predict (or /predict)  {"instances": ["text", {"text": "..."}, ...],
+ *                                                "top_k": K}
+ *        -> 200 {"model": NAME, "predictions": [{"label", "score", "top"?}, ...]}
+ *   GET  /v1/models/NAME  -> {"name", "ready": true, "step", "labels"}   GET /healthz, /metrics
+ * Refusals are {"error": why}: 400 (malformed, naming the field), 404, 405, 413 (over
+ * SERVE_MAX_BODY bytes or SERVE_MAX_INSTANCES documents).
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "common/buf.h"
+#include "common/httpd.h"
+#include "common/xalloc.h"
+#include "worker/dist.h"
+#include "worker/predict.h"
+
+#define SERVE_MAX_BODY (16u << 20)  /* request bytes */
+#define HTTP_TOO_LARGE 413
+#define SERVE_MAX_INSTANCES 10000   /* documents per request */
+#define SERVE_MAX_REPLY (64u << 20) /* response bytes */
+
+struct server {
+    struct pred *p;
+    char name[256];
+    char path_model[300], path_predict[320];
+    char *quoted_name; /* name as a JSON string literal */
+    /* counters for /metrics (the daemon's one thread updates and reads them) */
+    unsigned long long req_ok, req_bad, docs;
+    double seconds;
+};
+
+/* One request's body as it arrives. */
+struct upload {
+    struct buf body;
+    bool too_big;
+};
+
+/* {"error": why} with status. */
+static enum MHD_Result reply_error(struct MHD_Connection *conn, struct server *sv, unsigned status,
+                                   const char *why)
+{
+    struct buf b;
+    json_t *j = json_pack("{s:s}", "error", why);
+    char *t = json_dumps(j, JSON_COMPACT);
+    buf_init(&b, SERVE_MAX_REPLY);
+    if (!t || buf_puts(&b, t) || buf_puts(&b, "\n"))
+        buf_reset(&b);
+    free(t);
+    json_decref(j);
+    sv->req_bad++;
+    enum MHD_Result r = httpd_reply(conn, status, "application/json", &b);
+    buf_cleanup(&b);
+    return r;
+}
+
+/* The request's instances (an array of strings or {"text": ...}) and top_k, checked: 0, or an
+ * HTTP status with why naming the field. */
+static unsigned parse_request(const json_t *j, const char *tf, const json_t **inst, int *top_k,
+                              char *why, size_t whylen)
+{
+    const json_t *tk;
+    if (!json_is_array(*inst = json_object_get(j, "instances")) || json_array_size(*inst) == 0) {
+        snprintf(why, whylen, "instances: must be a non-empty array of texts or {\"%s\": ...} "
+                              "objects", tf);
+        return MHD_HTTP_BAD_REQUEST;
+    }
+    if (json_array_size(*inst) > SERVE_MAX_INSTANCES) {
+        snprintf(why, whylen, "instances: %zu of them; at most %d per request",
+                 json_array_size(*inst), SERVE_MAX_INSTANCES);
+        return HTTP_TOO_LARGE;
+    }
+    if ((tk = json_object_get(j, "top_k")) &&
+        (!json_is_integer(tk) || json_integer_value(tk) < 1 || json_integer_value(tk) > 65536)) {
+        snprintf(why, whylen, "top_k: must be a whole number from 1");
+        return MHD_HTTP_BAD_REQUEST;
+    }
+    *top_k = tk ? (int)json_integer_value(tk) : 0;
+    for (size_t i = 0; i < json_array_size(*inst); i++) { /* all checked before any is run */
+        const json_t *v = json_array_get(*inst, i);
+        if (json_is_object(v))
+            v = json_object_get(v, tf);
+        if (!json_is_string(v)) {
+            snprintf(why, whylen, "instances[%zu]: must be a string or an object with a string "
+                                  "field \"%s\"", i, tf);
+            return MHD_HTTP_BAD_REQUEST;
+        }
+    }
+    return 0;
+}
+
+/* Classifies the request body's instances into body ({"model", "predictions": [...]}). 0, or
+ * an HTTP status with why. */
+static unsigned serve_predict(struct server *sv, const char *req, size_t n, struct buf *body,
+                              char *why, size_t whylen)
+{
+    struct pred *p = sv->p;
+    const char *tf = p->o.text_field ? p->o.text_field : "text";
+    json_error_t je;
+    json_t *j = json_loadb(req, n, 0, &je);
+    const json_t *inst = NULL;
+    int top_k = 0, saved_k = p->o.top_k, rc = 0;
+    unsigned status;
+    char *out = NULL;
+    size_t outlen = 0;
+
+    if (!json_is_object(j)) {
+        snprintf(why, whylen, "the body must be a JSON object {\"instances\": [...]}%s%s",
+                 j ? "" : ": ", j ? "" : je.text);
+        json_decref(j);
+        return MHD_HTTP_BAD_REQUEST;
+    }
+    if ((status = parse_request(j, tf, &inst, &top_k, why, whylen))) {
+        json_decref(j);
+        return status;
+    }
+    p->o.top_k = top_k ? top_k : saved_k;
+    if (!(p->out = open_memstream(&out, &outlen)))
+        abort();
+    p->array = true, p->emitted = 0, p->name_files = false;
+    fprintf(p->out, "{\"model\":%s,\"predictions\":[", sv->quoted_name);
+    for (size_t i = 0; i < json_array_size(inst) && !rc; i++) {
+        const json_t *v = json_array_get(inst, i);
+        if (json_is_object(v))
+            v = json_object_get(v, tf);
+        rc = predict_add(p, json_string_value(v), json_string_length(v), (long)i + 1, -1);
+    }
+    if (!rc)
+        rc = predict_flush(p);
+    p->n = 0;
+    fprintf(p->out, "]}\n");
+    fclose(p->out);
+    p->out = NULL, p->array = false, p->o.top_k = saved_k;
+    if (rc) {
+        snprintf(why, whylen, "could not write the predictions");
+        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+    } else if (buf_append(body, out, outlen)) {
+        snprintf(why, whylen, "the response would exceed %u bytes; send fewer instances",
+                 SERVE_MAX_REPLY);
+        status = HTTP_TOO_LARGE;
+    } else {
+        sv->docs += json_array_size(inst);
+    }
+    free(out);
+    json_decref(j);
+    return status;
+}
+
+/* GET /v1/models/NAME: the model's name, readiness, step and labels. */
+static unsigned model_info(const struct server *sv, struct buf *body)
+{
+    json_t *labels = json_array();
+    for (int i = 0; i < sv->p->K; i++)
+        json_array_append_new(labels, json_string(sv->p->names[i]));
+    json_t *j = json_pack("{s:s, s:b, s:I, s:o}", "name", sv->name, "ready", 1, "step",
+                          (json_int_t)sv->p->step, "labels", labels);
+    char *t = json_dumps(j, JSON_COMPACT);
+    int e = !t || buf_puts(body, t) || buf_puts(body, "\n");
+    free(t);
+    json_decref(j);
+    return e ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_OK;
+}
+
+/* GET /metrics: Prometheus text. */
+static unsigned render_metrics(const struct server *sv, struct buf *body)
+{
+    return buf_printf(body,
+                      "# HELP gantry_predict_requests_total Prediction requests, by outcome.\n"
+                      "# TYPE gantry_predict_requests_total counter\n"
+                      "gantry_predict_requests_total{outcome=\"ok\"} %llu\n"
+                      "gantry_predict_requests_total{outcome=\"error\"} %llu\n"
+                      "# HELP gantry_predict_documents_total Documents classified.\n"
+                      "# TYPE gantry_predict_documents_total counter\n"
+                      "gantry_predict_documents_total %llu\n"
+                      "# HELP gantry_predict_seconds_total Time spent classifying.\n"
+                      "# TYPE gantry_predict_seconds_total counter\n"
+                      "gantry_predict_seconds_total %.6f\n",
+                      sv->req_ok, sv->req_bad, sv->docs, sv->seconds)
+               ? MHD_HTTP_INTERNAL_SERVER_ERROR
+               : MHD_HTTP_OK;
+}
+
+/* One request's answer: the status and, for 200, *type and body; for an error, why. */
+static unsigned route(struct server *sv, const char *url, bool post, const struct upload *up,
+                      struct buf *body, const char **type, char *why, size_t whylen)
+{
+    *type = "application/json";
+    if (!strcmp(url, sv->path_predict) || !strcmp(url, "/predict")) {
+        if (!post) {
+            snprintf(why, whylen, "use POST");
+            return MHD_HTTP_METHOD_NOT_ALLOWED;
+        }
+        if (up->too_big) {
+            snprintf(why, whylen, "the body is over %u bytes; send fewer instances",
+                     SERVE_MAX_BODY);
+            return HTTP_TOO_LARGE;
+        }
+        double t0 = predict_now();
+        unsigned st = serve_predict(sv, buf_ptr(&up->body), buf_len(&up->body), body, why,
+                                    whylen);
+        if (st)
+            return st;
+        sv->seconds += predict_now() - t0;
+        sv->req_ok++;
+        return MHD_HTTP_OK;
+    }
+    if (!post && !strcmp(url, "/healthz")) {
+        *type = "text/plain";
+        return buf_puts(body, "ok\n") ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_OK;
+    }
+    if (!post && !strcmp(url, sv->path_model))
+        return model_info(sv, body);
+    if (!post && !strcmp(url, "/metrics")) {
+        *type = "text/plain; version=0.0.4; charset=utf-8";
+        return render_metrics(sv, body);
+    }
+    snprintf(why, whylen, "not found; try POST %s, GET %s, /healthz or /metrics",
+             sv->path_predict, sv->path_model);
+    return MHD_HTTP_NOT_FOUND;
+}
+
+static enum MHD_Result serve_handle(void *cls, struct MHD_Connection *conn, const char *url,
+                                    const char *method, const char *version,
+                                    const char *upload_data, size_t *upload_data_size,
+                                    void **req_cls)
+{
+    struct server *sv = cls;
+    struct upload *up = *req_cls;
+    struct buf body;
+    const char *type;
+    char why[1024] = "";
+    bool post = !strcmp(method, "POST");
+
+    (void)version;
+    if (post && !up) { /* the first call: only the headers */
+        up = xcalloc(1, sizeof(*up));
+        buf_init(&up->body, SERVE_MAX_BODY);
+        *req_cls = up;
+        return MHD_YES;
+    }
+    if (post && *upload_data_size) { /* a piece of the body: kept up to the limit */
+        if (!up->too_big && buf_append(&up->body, upload_data, *upload_data_size))
+            up->too_big = true;
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    buf_init(&body, SERVE_MAX_REPLY);
+    unsigned st = route(sv, url, post, up, &body, &type, why, sizeof(why));
+    enum MHD_Result r = st == MHD_HTTP_OK ? httpd_reply(conn, st, type, &body)
+                                          : reply_error(conn, sv, st, why);
+    buf_cleanup(&body);
+    return r;
+}
+
+static void serve_done(void *cls, struct MHD_Connection *conn, void **req_cls,
+                       enum MHD_RequestTerminationCode code)
+{
+    struct upload *up = *req_cls;
+    (void)cls, (void)conn, (void)code;
+    if (up) {
+        buf_cleanup(&up->body);
+        free(up);
+        *req_cls = NULL;
+    }
+}
+
+/* sv's name (--name, else the job directory's: <job>/step-N, or the directory itself), its JSON
+ * literal and the two paths. 0 or an exit status. */
+static int name_model(struct server *sv, const struct pred *p)
+{
+    char d[4096];
+    const char *nm = p->o.name;
+    if (!nm) {
+        snprintf(d, sizeof(d), "%s", p->dir);
+        char *b = strrchr(d, '/');
+        if (b && !strncmp(b + 1, "step-", 5) && b != d) {
+            *b = '\0';
+            b = strrchr(d, '/');
+        }
+        nm = b ? b + 1 : d;
+    }
+    json_t *qn = json_string(nm);
+    sv->quoted_name = qn ? json_dumps(qn, JSON_ENCODE_ANY) : NULL;
+    json_decref(qn);
+    if (!*nm || strlen(nm) >= sizeof(sv->name) || strpbrk(nm, "/?#: ") || !sv->quoted_name) {
+        fprintf(stderr, "gantry-predict: the model's name \"%.64s\": give --name, UTF-8 without "
+                        "'/', '?', '#', ':' or spaces, at most %zu bytes\n", nm,
+                sizeof(sv->name) - 1);
+        return DIST_EXIT_USAGE;
+    }
+    memcpy(sv->name, nm, strlen(nm) + 1);
+    snprintf(sv->path_model, sizeof(sv->path_model), "/v1/models/%s", sv->name);
+    snprintf(sv->path_predict, sizeof(sv->path_predict), "/v1/models/%s:predict", sv->name);
+    return 0;
+}
+
+/* Starts the daemon on --bind:--serve. NULL after saying why (*rc the exit status). */
+static struct MHD_Daemon *start(struct server *sv, const struct pred *p, int *rc)
+{
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)p->o.serve);
+    if (inet_pton(AF_INET, p->o.bind, &sa.sin_addr) != 1) {
+        fprintf(stderr, "gantry-predict: --bind %s: give a numeric IPv4 address such as 0.0.0.0\n",
+                p->o.bind);
+        *rc = DIST_EXIT_USAGE;
+        return NULL;
+    }
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)p->o.serve, NULL, NULL,
+        serve_handle, sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        MHD_OPTION_NOTIFY_COMPLETED, serve_done, sv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
+    if (!d) {
+        fprintf(stderr, "gantry-predict: could not listen on %s:%d (is the port in use?); pick "
+                        "another with --serve\n", p->o.bind, p->o.serve);
+        *rc = DIST_EXIT_UNAVAIL;
+    }
+    return d;
+}
+
+int predict_serve(struct pred *p)
+{
+    struct server sv = {.p = p};
+    struct MHD_Daemon *d = NULL;
+    sigset_t stop;
+    int sig = 0, rc;
+
+    /* SIGTERM/SIGINT are waited for here: blocked before the daemon's thread starts */
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    if (!(rc = name_model(&sv, p)) && (d = start(&sv, p, &rc))) {
+        const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+        fprintf(stderr, "gantry-predict: serving %s on %s:%u: POST %s, GET %s, /healthz, "
+                        "/metrics\n", sv.name, p->o.bind,
+                info ? info->port : (unsigned)p->o.serve, sv.path_predict, sv.path_model);
+        sigwait(&stop, &sig);
+        MHD_stop_daemon(d);
+        fprintf(stderr, "gantry-predict: %s: stopped after %llu requests (%llu refused), %llu "
+                        "documents\n", strsignal(sig), sv.req_ok, sv.req_bad, sv.docs);
+    }
+    free(sv.quoted_name);
+    return rc;
+}
+
