@@ -50,7 +50,8 @@ case "${1:-}" in
     cp "$pb/worker/gantry-worker" "$pb/worker/gantry-run" "$pb/worker/train_gpu_test" \
         "$pb/worker/train_gpu_device_test" "$pb/worker/gantry-predict" "$bin/"
     cp "$here/worker/train_gpu_cli_test.sh" "$here/worker/train_gpu_nccl_test.sh" \
-        "$here/worker/train_gpu_resume_test.sh" "$here/worker/ranks_testlib.sh" "$bin/"
+        "$here/worker/train_gpu_resume_test.sh" "$here/worker/ranks_testlib.sh" \
+        "$here/worker/predict_gpu_test.sh" "$here/worker/cli_testlib.sh" "$bin/"
     # (libstdc++ and libgcc_s stay the GPU machine's own: newer ones run older programs, and
     # its cuBLAS may need them)
     ldd "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" "$bin/train_gpu_device_test" "$bin/gantry-predict" | awk '$3 ~ /^\// {print $3}' |
@@ -236,6 +237,10 @@ train_gpu() {
     r=0
     timeout 120 bash "$w_sh/train_gpu_resume_test.sh" "$w_worker" "$here/worker/testdata" || r=$?
     [ "$r" = 0 ] || [ "$r" = 77 ] || rc=1
+    echo "== predict_gpu_test.sh (gantry-predict --device cuda = the CPU's predictions, fp32 and bf16)"
+    r=0
+    timeout 120 bash "$w_sh/predict_gpu_test.sh" "$w_worker" "$w_predict" "$here/worker/testdata" || r=$?
+    [ "$r" = 0 ] || rc=1
     echo "== SpamAssassin, device cuda (bench/cpu_train_spam.sh's configuration)"
     local sd=/tmp/gantry-gpu-spam sdata=$here/.carry/gpu-data
     [ -f "$sdata/train.jsonl" ] || sdata=$HOME/.cache/gantry/data/spam-0.2.3-seed42 # hack/spam-data.sh's

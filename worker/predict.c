@@ -31,6 +31,7 @@
 #include "worker/model.h"
 #include "worker/model_io.h"
 #include "worker/predict.h"
+#include "worker/train_gpu.h"
 #include "worker/vocab.h"
 
 #define MAX_LINE DATASET_DEFAULT_MAX_LINE
@@ -76,10 +77,14 @@ static void usage(FILE *f)
         "                           SIGTERM. Port 0: any free one (printed)\n"
         "      --bind ADDR          the server's IPv4 address (default 0.0.0.0)\n"
         "      --name NAME          the model's name in the URLs (default: the job directory's)\n"
+        "      --device cpu|cuda    where the model runs (default cpu; cuda: the Transformer on\n"
+        "                           the first visible GPU, in a build with CUDA)\n"
+        "      --precision fp32|bf16  on the GPU: bf16 mixed precision (default fp32)\n"
         "  -h, --help               this text\n"
         "\n"
         "Exit codes: 0 done; 64 bad usage; 65 bad data or a checkpoint without a model card\n"
-        "or that is corrupt; 66 model or input not found; 73/74 output not writable.\n");
+        "or that is corrupt; 66 model or input not found; 73/74 output not writable; 78\n"
+        "--device cuda impossible here (no CUDA build, no GPU, or the n-gram model).\n");
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -92,7 +97,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"label-field", required_argument, 0, 'L'}, {"strict", no_argument, 0, 'S'},
         {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
         {"serve", required_argument, 0, 's'},  {"bind", required_argument, 0, 'B'},
-        {"name", required_argument, 0, 'N'},
+        {"name", required_argument, 0, 'N'},   {"device", required_argument, 0, 'D'},
+        {"precision", required_argument, 0, 'P'},
         {0, 0, 0, 0}};
     int c;
 
@@ -124,6 +130,17 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 's': o->serve = (int)v; break;
         case 'B': o->bind = optarg; break;
         case 'N': o->name = optarg; break;
+        case 'D':
+        case 'P': {
+            const char *yes = c == 'D' ? "cuda" : "bf16", *no = c == 'D' ? "cpu" : "fp32";
+            if (strcmp(optarg, yes) != 0 && strcmp(optarg, no) != 0) {
+                fprintf(stderr, "gantry-predict: --%s %s: use %s or %s\n",
+                        c == 'D' ? "device" : "precision", optarg, no, yes);
+                return DIST_EXIT_USAGE;
+            }
+            *(c == 'D' ? &o->cuda : &o->bf16) = !strcmp(optarg, yes);
+            break;
+        }
         case 'q': o->quiet = true; break;
         case 'h': usage(stdout); exit(0);
         case 'f':
@@ -141,6 +158,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
             fprintf(stderr, "gantry-predict: see --help for the options\n");
             return DIST_EXIT_USAGE;
         }
+    }
+    if (o->bf16 && !o->cuda) {
+        fprintf(stderr, "gantry-predict: --precision bf16 needs --device cuda (the CPU model is "
+                        "fp32)\n");
+        return DIST_EXIT_USAGE;
     }
     if (!o->model) {
         fprintf(stderr, "gantry-predict: --model DIR is required: a checkpoint step directory "
@@ -277,6 +299,31 @@ static int load_model(struct pred *p)
     return 0;
 }
 
+/* --device cuda: the device model (train_gpu.h), and host buffers for its logits and
+ * probabilities. 0 or 78 with the reason. */
+static int setup_gpu(struct pred *p)
+{
+    struct train_gpu_opts go;
+    char err[512];
+#ifndef GANTRY_HAVE_CUDA
+    fprintf(stderr, "gantry-predict: --device cuda: this gantry-predict was built without CUDA; "
+                    "use --device cpu, or a build with GANTRY_CUDA=ON (the gantry-worker-cuda "
+                    "image)\n");
+    return DIST_EXIT_CONFIG;
+#endif
+    train_gpu_opts_default(&go);
+    go.bf16 = p->o.bf16;
+    if (train_gpu_check(p->card.type, err, sizeof(err)) ||
+        train_gpu_select(0, err, sizeof(err)) < 0 ||
+        !(p->gpu = train_gpu_infer_new(&p->model, p->o.batch, &go, err, sizeof(err)))) {
+        fprintf(stderr, "gantry-predict: --device cuda: %s\n", err);
+        return DIST_EXIT_CONFIG;
+    }
+    p->logits = xmallocarray((size_t)p->o.batch * p->K, sizeof(float));
+    p->probs = xmallocarray((size_t)p->o.batch * p->K, sizeof(float));
+    return 0;
+}
+
 static int setup(struct pred *p)
 {
     p->K = p->card.labels.n;
@@ -297,7 +344,9 @@ static int setup(struct pred *p)
     p->line = xmallocarray(B, sizeof(long));
     p->label = xmallocarray(B, sizeof(int32_t));
     p->top = xmallocarray((size_t)p->K, sizeof(int));
-    return eval_init(&p->ec, p->K) ? DIST_EXIT_USAGE : 0;
+    if (eval_init(&p->ec, p->K))
+        return DIST_EXIT_USAGE;
+    return p->o.cuda ? setup_gpu(p) : 0;
 }
 
 int predict_add(struct pred *p, const char *text, size_t len, long line, int32_t label)
@@ -371,6 +420,17 @@ static void count_eval(struct pred *p, int b, const float *lg)
     p->labelled++;
 }
 
+static void softmax_row(const float *lg, float *pr, int K)
+{
+    double mx = lg[0], se = 0.0;
+    for (int c = 1; c < K; c++)
+        mx = lg[c] > mx ? lg[c] : mx;
+    for (int c = 0; c < K; c++)
+        se += exp((double)lg[c] - mx);
+    for (int c = 0; c < K; c++)
+        pr[c] = (float)(exp((double)lg[c] - mx) / se);
+}
+
 int predict_flush(struct pred *p)
 {
     int B = p->n, T = 1, K = p->K, k = p->o.top_k < K ? p->o.top_k : K;
@@ -381,11 +441,19 @@ int predict_flush(struct pred *p)
     for (int b = 0; b < B; b++) /* (B, maxT) rows to (B, T): no work on padding beyond T */
         for (int t = 0; t < T; t++)
             p->x[(size_t)b * T + t] = p->rows[(size_t)b * p->maxT + t];
-    model_forward(&p->model, p->x, p->len, NULL, B, T);
+    const float *probs = p->probs, *logits = p->logits;
+    if (p->gpu) {
+        train_gpu_infer_logits(p->gpu, p->x, p->len, B, T, p->logits);
+        for (int b = 0; b < B; b++) /* softmax per row, in double */
+            softmax_row(p->logits + (size_t)b * K, p->probs + (size_t)b * K, K);
+    } else {
+        model_forward(&p->model, p->x, p->len, NULL, B, T); /* sets model.probs and .logits */
+        probs = p->model.probs, logits = p->model.logits;
+    }
     for (int b = 0; b < B; b++) {
-        emit(p, b, p->model.probs + (size_t)b * K, k);
+        emit(p, b, probs + (size_t)b * K, k);
         if (p->label[b] >= 0)
-            count_eval(p, b, p->model.logits + (size_t)b * K);
+            count_eval(p, b, logits + (size_t)b * K);
     }
     p->docs += (size_t)B;
     p->n = 0;
@@ -592,6 +660,8 @@ static void cleanup(struct pred *p)
     free(p->rows), free(p->x), free(p->len), free(p->line), free(p->label), free(p->top);
     text_tokens_cleanup(&p->tok);
     eval_cleanup(&p->ec);
+    train_gpu_infer_free(p->gpu);
+    free(p->logits), free(p->probs);
     model_cleanup(&p->model);
     vocab_free(p->vocab);
     card_cleanup(&p->card);

@@ -16,6 +16,8 @@
 #include "worker/text.h"
 #include "worker/vocab.h"
 
+struct train_gpu_infer;
+
 #define EXIT_DATAERR 65
 #define EXIT_NOINPUT 66
 #define EXIT_CANTCREAT 73
@@ -29,6 +31,7 @@ struct opts {
     enum fmt format;
     int top_k, batch, threads;
     bool strict, quiet;
+    bool cuda, bf16; /* --device cuda, --precision bf16 */
 };
 
 /* The loaded model and the batch being filled. */
@@ -48,6 +51,8 @@ struct pred {
     long *line;
     int32_t *label; /* -1: none given, -2: not one of the model's labels */
     int *top;       /* (K) scratch for --top-k */
+    struct train_gpu_infer *gpu; /* --device cuda: the device model; NULL on the CPU */
+    float *logits, *probs;       /* (batch, K) its outputs on the host */
     const char *file;
     bool name_files;
     bool array;     /* predictions as JSON array elements (the server's responses) */

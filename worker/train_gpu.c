@@ -475,6 +475,45 @@ out:
     return rc;
 }
 
+struct train_gpu_infer {
+    struct model_gpu *g;
+};
+
+struct train_gpu_infer *train_gpu_infer_new(const struct model *m, int batch,
+                                            const struct train_gpu_opts *go, char *err,
+                                            size_t errlen)
+{
+    struct train_gpu_opts gdef;
+    struct model_gpu *g;
+    if (!go) {
+        train_gpu_opts_default(&gdef);
+        go = &gdef;
+    }
+    unsigned flags = (go->bf16 ? MODEL_GPU_BF16 : 0) |
+                     (go->fused_attention ? MODEL_GPU_FUSED_ATTENTION : 0);
+    if (!(g = model_gpu_new(m, batch, flags, err, errlen)))
+        return NULL;
+    struct train_gpu_infer *gi = xmalloc(sizeof(*gi));
+    gi->g = g;
+    return gi;
+}
+
+void train_gpu_infer_logits(struct train_gpu_infer *gi, const int *tok, const int *len, int B,
+                            int T, float *logits)
+{
+    model_gpu_batch(gi->g, tok, len, NULL, B, T);
+    model_gpu_forward(gi->g);
+    model_gpu_read_logits(gi->g, logits);
+}
+
+void train_gpu_infer_free(struct train_gpu_infer *gi)
+{
+    if (gi) {
+        model_gpu_free(gi->g);
+        free(gi);
+    }
+}
+
 int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,
                        const struct train_gpu_opts *go, struct eval_counts *e)
 {

@@ -59,6 +59,8 @@ struct train_gpu_opts {
     struct coll *nccl;
 };
 
+struct train_gpu_infer; /* opaque: a device model for inference */
+
 #ifdef GANTRY_HAVE_CUDA
 /* Defaults: fp32 and TRAIN_BUCKET_MB (gantry-worker sets both from the config:
  * training.precision and training.gradBucketMB). */
@@ -82,6 +84,16 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
  * a message on stderr when the device model cannot be built. */
 int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,
                        const struct train_gpu_opts *go, struct eval_counts *e);
+/* Forward-only inference on the selected GPU (gantry-predict --device cuda): m's parameters
+ * uploaded to a device model for batches of up to `batch` with go's precision and attention
+ * (NULL: the defaults). NULL with err set when the device model cannot be built. */
+struct train_gpu_infer *train_gpu_infer_new(const struct model *m, int batch,
+                                            const struct train_gpu_opts *go, char *err,
+                                            size_t errlen);
+/* The logits (B x classes, host) of tokens (B,T) with len (B), as model_forward's. */
+void train_gpu_infer_logits(struct train_gpu_infer *gi, const int *tok, const int *len, int B,
+                            int T, float *logits);
+void train_gpu_infer_free(struct train_gpu_infer *gi);
 #else
 static inline int train_gpu_check(const char *model_type, char *err, size_t errlen)
 {
@@ -120,6 +132,23 @@ static inline int train_gpu_evaluate(struct model *m, const struct train_data *d
 {
     (void)m, (void)d, (void)batch, (void)go, (void)e;
     return -1;
+}
+static inline struct train_gpu_infer *train_gpu_infer_new(const struct model *m, int batch,
+                                                          const struct train_gpu_opts *go,
+                                                          char *err, size_t errlen)
+{
+    (void)m, (void)batch, (void)go;
+    train_gpu_check(NULL, err, errlen);
+    return NULL;
+}
+static inline void train_gpu_infer_logits(struct train_gpu_infer *gi, const int *tok,
+                                          const int *len, int B, int T, float *logits)
+{
+    (void)gi, (void)tok, (void)len, (void)B, (void)T, (void)logits;
+}
+static inline void train_gpu_infer_free(struct train_gpu_infer *gi)
+{
+    (void)gi;
 }
 #endif
 

@@ -59,6 +59,22 @@ add_executable(gantry-worker-emu ${PROJECT_SOURCE_DIR}/worker/main.c
 target_compile_definitions(gantry-worker-emu PRIVATE GANTRY_HAVE_CUDA=1)
 target_link_libraries(gantry-worker-emu PRIVATE gantry_model_gpu_emu gantry_emu_coll_nccl
                       gantry_core gantry_dist)
+# gantry-predict with --device cuda on the emulated GPU: the same predictions as on the CPU.
+add_executable(gantry-predict-emu ${PROJECT_SOURCE_DIR}/worker/predict.c
+               ${PROJECT_SOURCE_DIR}/worker/predict_serve.c ${PROJECT_SOURCE_DIR}/worker/model_io.c
+               ${PROJECT_SOURCE_DIR}/worker/train_gpu.c)
+target_compile_definitions(gantry-predict-emu PRIVATE GANTRY_HAVE_CUDA=1)
+target_link_libraries(gantry-predict-emu PRIVATE gantry_model_gpu_emu gantry_emu_coll_nccl
+                      gantry_core gantry_dist)
+add_test(NAME predict_gpu_emu_test
+         COMMAND bash ${PROJECT_SOURCE_DIR}/worker/predict_gpu_test.sh
+                 $<TARGET_FILE:gantry-worker> $<TARGET_FILE:gantry-predict-emu>
+                 ${PROJECT_SOURCE_DIR}/worker/testdata)
+set_tests_properties(predict_gpu_emu_test PROPERTIES LABELS emu TIMEOUT 300 SKIP_RETURN_CODE 77)
+gantry_emu_defer_test(predict_gpu_emu_test
+    COMMAND bash ${PROJECT_SOURCE_DIR}/worker/predict_gpu_test.sh
+            $<TARGET_FILE:gantry-worker> $<TARGET_FILE:gantry-predict-emu>
+            ${PROJECT_SOURCE_DIR}/worker/testdata)
 add_test(NAME train_gpu_cli_emu_test
          COMMAND bash ${PROJECT_SOURCE_DIR}/worker/train_gpu_cli_test.sh
                  $<TARGET_FILE:gantry-worker-emu> ${PROJECT_SOURCE_DIR}/worker/testdata)

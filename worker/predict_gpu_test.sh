@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# gantry-predict --device cuda: a Transformer trained on the CPU classifies the same texts on the
+# GPU (in CI, the CUDA emulator's gantry-predict-emu; on a GPU machine, a CUDA build's
+# gantry-predict) as on the CPU: same labels, probabilities to 1e-4 in fp32; in bf16 to 3e-2
+# with at most 2 % of labels different. The n-gram model is refused on the GPU (exit 78).
+# Usage: predict_gpu_test.sh /path/to/gantry-worker /path/to/gantry-predict-with-cuda
+#        /path/to/worker/testdata
+# Exits 77 (skipped) when the binary finds no GPU.
+set -euo pipefail
+worker=$1 predict=$2 data=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/cli_testlib.sh"
+
+for i in $(seq 20); do cat "$data/tiny.jsonl"; done >"$tmp/docs.jsonl"
+check "train (CPU)" 0 "$worker" --data-train "$data/tiny.jsonl" --data-eval "$data/tiny.jsonl" \
+    --data-min-freq 1 --model-hidden 32 --model-heads 2 --model-layers 2 --model-max-seq-len 24 \
+    --max-steps 20 --batch-size 3 --learning-rate 3e-3 --threads 1 --log-interval 100 \
+    --checkpoint-dir "$tmp/ck/tf" --checkpoint-interval-steps 20
+check "predict on the CPU" 0 "$predict" -m "$tmp/ck/tf" -k 2 -q --batch 7 "$tmp/docs.jsonl"
+cp "$tmp/out" "$tmp/cpu.jsonl"
+"$predict" -m "$tmp/ck/tf" -k 2 -q --device cuda "$tmp/docs.jsonl" >"$tmp/gpu.jsonl" 2>"$tmp/err" || {
+    rc=$?
+    if [ "$rc" = 78 ] && grep -q 'no CUDA device is visible' "$tmp/err"; then
+        echo "SKIP: no GPU: $(tail -1 "$tmp/err")"; exit 77
+    fi
+    echo "FAIL predict --device cuda: exit $rc"; tail -5 "$tmp/err"; exit 1
+}
+echo "ok   predict on the GPU (fp32)"
+check "predict on the GPU (bf16)" 0 "$predict" -m "$tmp/ck/tf" -k 2 -q --device cuda \
+    --precision bf16 --batch 5 "$tmp/docs.jsonl"
+cp "$tmp/out" "$tmp/bf16.jsonl"
+python3 - "$tmp/cpu.jsonl" "$tmp/gpu.jsonl" "$tmp/bf16.jsonl" <<'PY' || fail=1
+import json, sys
+cpu, gpu, bf = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+def diff(a, b):
+    return max(abs({t["label"]: t["score"] for t in x["top"]}[k] - {t["label"]: t["score"] for t in y["top"]}[k])
+               for x, y in zip(a, b) for k in ("ham", "spam"))
+assert len(cpu) == len(gpu) == len(bf) == 120
+assert [r["label"] for r in gpu] == [r["label"] for r in cpu], "fp32 labels differ"
+d32, d16 = diff(cpu, gpu), diff(cpu, bf)
+changed = sum(a["label"] != b["label"] for a, b in zip(cpu, bf))
+assert d32 < 1e-4 and d16 < 3e-2 and changed <= 2, (d32, d16, changed)
+print(f"ok   GPU = CPU: fp32 probabilities within {d32:.1e}, bf16 within {d16:.1e} ({changed} labels differ)")
+PY
+check "n-gram train" 0 "$worker" --data-train "$data/tiny.jsonl" --data-min-freq 1 --model-type ngram \
+    --model-buckets 64 --max-steps 4 --threads 1 --checkpoint-dir "$tmp/ck/ng" --checkpoint-interval-steps 4
+check "n-gram refused on the GPU" 78 "$predict" -m "$tmp/ck/ng" --device cuda "$tmp/docs.jsonl"
+says "names model.type" "model.type"
+exit $fail
