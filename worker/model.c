@@ -221,6 +221,17 @@ static size_t carve_acts(struct model_acts *a, const struct model_config *c, int
     return off;
 }
 
+size_t model_param_count(const struct model_config *cfg)
+{
+    struct model *m = xcalloc(1, sizeof(*m)); /* the tensor table only: nothing allocated */
+    m->cfg = *cfg;
+    if (cfg->kind == MODEL_NGRAM)
+        m->cfg.layers = m->cfg.heads = m->cfg.ffn = 0;
+    size_t n = build_table(m);
+    free(m);
+    return n;
+}
+
 int model_init(struct model *m, const struct model_config *cfg, int max_batch, uint64_t seed,
                char *err, size_t errlen)
 {

@@ -106,6 +106,9 @@ double model_step_flops(const struct model_config *cfg, int B, int T);
  * frees everything; the model is not usable after a failed init (cleanup is still safe). */
 int model_init(struct model *m, const struct model_config *cfg, int max_batch, uint64_t seed,
                char *err, size_t errlen);
+/* The number of parameters cfg (checked by model_config_check) has, without allocating them. */
+size_t model_param_count(const struct model_config *cfg);
+
 /* Like model_init, but the parameters are left zero: for loading them (gantry-predict), which
  * skips drawing millions of random numbers only to overwrite them. */
 int model_alloc(struct model *m, const struct model_config *cfg, int max_batch, char *err,

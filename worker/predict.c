@@ -279,14 +279,28 @@ static int load_model(struct pred *p)
         .heads = p->card.heads, .ffn = p->card.ffn,
         .pool = !strcmp(p->card.pooling, "cls") ? MODEL_POOL_CLS : MODEL_POOL_MEAN,
         .buckets = p->card.buckets};
-    if (model_alloc(&p->model, &mc, p->o.batch, why, sizeof(why))) {
-        fprintf(stderr, "gantry-predict: %s/%s: model.%s\n", p->dir, CARD_FILE, why);
-        return EXIT_DATAERR;
-    }
     struct ckpt_snapshot *s = NULL;
     snprintf(path, sizeof(path), "%s/model.safetensors", p->dir);
     if (ckpt_read_safetensors(path, &s) != 0) {
         fprintf(stderr, "gantry-predict: %s: cannot be read (see above)\n", path);
+        return EXIT_DATAERR;
+    }
+    size_t have = 0; /* the card must describe the weights before anything is sized by it */
+    for (size_t i = 0; i < s->n[CKPT_WEIGHTS]; i++)
+        have += s->t[CKPT_WEIGHTS][i].bytes / sizeof(float);
+    bool ok = false;
+    why[0] = '\0';
+    if (model_config_check(&mc, why, sizeof(why)) == 0) {
+        size_t want = model_param_count(&mc);
+        if (want != have)
+            snprintf(why, sizeof(why), "describes %zu parameters, model.safetensors holds %zu",
+                     want, have);
+        else
+            ok = model_alloc(&p->model, &mc, p->o.batch, why, sizeof(why)) == 0;
+    }
+    if (!ok) {
+        fprintf(stderr, "gantry-predict: %s/%s: model: %s\n", p->dir, CARD_FILE, why);
+        ckpt_snapshot_free(s);
         return EXIT_DATAERR;
     }
     if (model_load_params(&p->model, s, why, sizeof(why))) {

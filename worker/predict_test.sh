@@ -148,7 +148,10 @@ check "card disagrees with vocab.txt" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
 says "names vocabSize" "says model.vocabSize 7"
 d=$(mk hid); sed -i 's/"hidden": 16/"hidden": 24/' "$d/config.json"; rehash "$d"
 check "card disagrees with the weights" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
-says "names the tensor" 'tensor "wte" is [48,16], this model needs F32 [48,24]'
+says "counts the parameters" "describes 7507 parameters, model.safetensors holds 4515"
+d=$(mk huge); sed -i 's/"hidden": 16/"hidden": 8192/; s/"layers": 1,/"layers": 64,/; s/"ffn": 64/"ffn": 32768/' "$d/config.json"; rehash "$d"
+check "a card sized to exhaust memory is refused, not allocated" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
+says "says why" "model.safetensors holds 4515"
 # A checkpoint from before named tensors (one flat "params") still loads, to the same predictions.
 d=$(mk flat)
 python3 - "$d/model.safetensors" <<'PY'
