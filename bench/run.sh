@@ -16,7 +16,7 @@
 #              shorter ladders, no Transformer); ratio reported; target: n-gram final accuracy
 #              >= fastText's
 #   predict    bench/predict.sh: prediction throughput on SpamAssassin x 10 (12,090 e-mails),
-#              gantry-predict (n-gram, Transformer) vs `fasttext predict` with its input
+#              gantry-predict (n-gram; the Transformer on the 1,209 once) vs `fasttext predict` with its input
 #              tokenized, 1 thread each, 3 rounds (quick: x 5, 1 round, no Transformer); target:
 #              the n-gram >= fastText's documents/s end to end
 #   ckpt       bench/ckpt_bench.sh: blocked vs write vs dd, 192 MiB x 5 (quick: 48 MiB x 3);
