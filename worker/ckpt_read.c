@@ -21,6 +21,12 @@
 
 #define WHY(...) (why ? (void)snprintf(why, why_len, __VA_ARGS__) : (void)0)
 
+static void digest_hex(const unsigned char d[32], char hex[65])
+{
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}
+
 static int sha256_file(const char *path, char hex[65])
 {
     FILE *f = fopen(path, "rb");
@@ -40,8 +46,7 @@ static int sha256_file(const char *path, char hex[65])
     fclose(f);
     EVP_DigestFinal_ex(md, d, &dl);
     EVP_MD_CTX_free(md);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    digest_hex(d, hex);
     return err ? DIST_EIO : 0;
 }
 
@@ -393,14 +398,9 @@ char *ckpt_read_file(const char *dir, const char *name, size_t *len, int *rc, ch
         *rc = DIST_ECORRUPT;
         goto out;
     }
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1)
+    if (EVP_Digest(buf, *len, d, &dl, EVP_sha256(), NULL) != 1) /* one-shot: the bytes read */
         abort();
-    EVP_DigestUpdate(md, buf, *len);
-    EVP_DigestFinal_ex(md, d, &dl);
-    EVP_MD_CTX_free(md);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    digest_hex(d, hex);
     if (strcmp(hex, mf->hex[k]) != 0) {
         WHY("%s: its SHA-256 does not match the manifest (corrupted)", path);
         *rc = DIST_ECORRUPT;

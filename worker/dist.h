@@ -50,7 +50,11 @@ enum {
 /* Exit statuses the worker uses. 64-78 are permanent by the operator's contract. */
 #define DIST_EXIT_RETRY 3   /* a retryable failure: the gang should restart */
 #define DIST_EXIT_USAGE 64  /* EX_USAGE */
+#define DIST_EXIT_DATAERR 65 /* EX_DATAERR: bad input data (or a checkpoint that is not a model) */
+#define DIST_EXIT_NOINPUT 66 /* EX_NOINPUT: an input file or directory is missing */
 #define DIST_EXIT_UNAVAIL 69 /* EX_UNAVAILABLE */
+#define DIST_EXIT_CANTCREAT 73 /* EX_CANTCREAT: an output file cannot be created */
+#define DIST_EXIT_IOERR 74  /* EX_IOERR */
 #define DIST_EXIT_NOPERM 77 /* EX_NOPERM */
 #define DIST_EXIT_CONFIG 78 /* EX_CONFIG */
 

@@ -56,7 +56,6 @@
 #include "worker/train_gpu.h"
 #include "worker/vocab.h"
 
-#define EXIT_DATAERR 65
 
 /* Everything the run owns, in one place (freed by worker_cleanup). */
 struct worker {
@@ -143,13 +142,13 @@ static int load_data(struct worker *w)
     w->topts.max_tokens = (size_t)c->max_seq_len; /* words beyond what the model sees */
     if (dataset_load(&w->train, c->train, &dopts, &w->labels, w->err, sizeof(w->err))) {
         fprintf(stderr, "gantry-worker: training data: %s\n", w->err);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     if (w->train.n == 0 || w->labels.n < 2) {
         fprintf(stderr, "gantry-worker: training data %s: %zu examples with %d distinct labels; "
                         "need at least one example of two classes (fields text and label)\n",
                 c->train, w->train.n, w->labels.n);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     label_map_sort(&w->labels, remap); /* label ids independent of file order */
     dataset_remap_labels(&w->train, remap);
@@ -157,7 +156,7 @@ static int load_data(struct worker *w)
     if (c->eval[0] && dataset_load(&w->eval, c->eval, &dopts, &w->labels, w->err,
                                    sizeof(w->err))) {
         fprintf(stderr, "gantry-worker: evaluation data: %s\n", w->err);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     if (c->eval_fraction > 0) { /* before the vocab: held-out texts do not shape it */
         size_t all = w->train.n, held = dataset_split(&w->train, c->eval_fraction,
@@ -170,7 +169,7 @@ static int load_data(struct worker *w)
     if (c->vocab[0]) {
         if (!(w->vocab = vocab_load(c->vocab, w->err, sizeof(w->err)))) {
             fprintf(stderr, "gantry-worker: data.vocab: %s\n", w->err);
-            return EXIT_DATAERR;
+            return DIST_EXIT_DATAERR;
         }
     } else {
         struct vocab_builder *b = vocab_builder_new();

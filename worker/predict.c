@@ -184,7 +184,7 @@ static int find_model(struct pred *p)
     if (e || !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "gantry-predict: --model %s: %s\n", arg,
                 e == ENOENT ? "no such directory" : e ? strerror(e) : "not a directory");
-        return EXIT_NOINPUT;
+        return DIST_EXIT_NOINPUT;
     }
     snprintf(path, sizeof(path), "%s/state.json", arg);
     if (access(path, F_OK) == 0) { /* a step directory */
@@ -196,7 +196,7 @@ static int find_model(struct pred *p)
         int rc = ckpt_verify_file(p->dir, "model.safetensors", why, sizeof(why));
         if (rc) {
             fprintf(stderr, "gantry-predict: checkpoint %s is not usable: %s\n", p->dir, why);
-            return EXIT_DATAERR;
+            return DIST_EXIT_DATAERR;
         }
         /* the step from state.json (the directory may have been copied under another name) */
         json_t *sj = json_load_file(path, 0, NULL);
@@ -226,7 +226,7 @@ static int find_model(struct pred *p)
     if (ckpt_find_latest(root, jobname, &step, p->dir, sizeof(p->dir)) != 0) {
         fprintf(stderr, "gantry-predict: --model %s: no valid checkpoint (step-<N> directory) "
                         "in it; pass a step directory or the job's checkpoint.dir\n", arg);
-        return EXIT_NOINPUT;
+        return DIST_EXIT_NOINPUT;
     }
     p->step = (long)step;
     return 0;
@@ -248,29 +248,29 @@ static int load_model(struct pred *p)
                             "retrain\n", p->dir, CARD_FILE);
         else
             fprintf(stderr, "gantry-predict: %s\n", why);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     if (card_parse(txt, n, &p->card, why, sizeof(why))) {
         fprintf(stderr, "gantry-predict: %s/%s: %s\n", p->dir, CARD_FILE, why);
         free(txt);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     free(txt);
     if (!(txt = ckpt_read_file(p->dir, p->card.vocab_file, &n, &rc, why, sizeof(why)))) {
         fprintf(stderr, "gantry-predict: %s\n", why);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     snprintf(path, sizeof(path), "%s/%s", p->dir, p->card.vocab_file);
     p->vocab = vocab_parse(txt, n, path, why, sizeof(why));
     free(txt);
     if (!p->vocab) {
         fprintf(stderr, "gantry-predict: %s\n", why);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     if (vocab_size(p->vocab) != p->card.vocab_size) {
         fprintf(stderr, "gantry-predict: %s: %d tokens, but %s says model.vocabSize %d\n", path,
                 vocab_size(p->vocab), CARD_FILE, p->card.vocab_size);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     struct model_config mc = {
         .kind = !strcmp(p->card.type, "ngram") ? MODEL_NGRAM : MODEL_TRANSFORMER,
@@ -283,7 +283,7 @@ static int load_model(struct pred *p)
     snprintf(path, sizeof(path), "%s/model.safetensors", p->dir);
     if (ckpt_read_safetensors(path, &s) != 0) {
         fprintf(stderr, "gantry-predict: %s: cannot be read (see above)\n", path);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     size_t have = 0; /* the card must describe the weights before anything is sized by it */
     for (size_t i = 0; i < s->n[CKPT_WEIGHTS]; i++)
@@ -301,13 +301,13 @@ static int load_model(struct pred *p)
     if (!ok) {
         fprintf(stderr, "gantry-predict: %s/%s: model: %s\n", p->dir, CARD_FILE, why);
         ckpt_snapshot_free(s);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     if (model_load_params(&p->model, s, why, sizeof(why))) {
         fprintf(stderr, "gantry-predict: %s: %s (the weights do not fit %s)\n", path, why,
                 CARD_FILE);
         ckpt_snapshot_free(s);
-        return EXIT_DATAERR;
+        return DIST_EXIT_DATAERR;
     }
     ckpt_snapshot_free(s);
     return 0;
@@ -319,12 +319,12 @@ static int setup_gpu(struct pred *p)
 {
     struct train_gpu_opts go;
     char err[512];
-#ifndef GANTRY_HAVE_CUDA
-    fprintf(stderr, "gantry-predict: --device cuda: this gantry-predict was built without CUDA; "
-                    "use --device cpu, or a build with GANTRY_CUDA=ON (the gantry-worker-cuda "
-                    "image)\n");
-    return DIST_EXIT_CONFIG;
-#endif
+    if (!train_gpu_built()) {
+        fprintf(stderr, "gantry-predict: --device cuda: this gantry-predict was built without "
+                        "CUDA; use --device cpu, or a build with GANTRY_CUDA=ON (the "
+                        "gantry-worker-cuda image)\n");
+        return DIST_EXIT_CONFIG;
+    }
     train_gpu_opts_default(&go);
     go.bf16 = p->o.bf16;
     if (train_gpu_check(p->card.type, err, sizeof(err)) ||
@@ -422,13 +422,21 @@ static void emit(struct pred *p, int b, const float *pr, int k)
 
 /* Counts a labelled document in the evaluation: its prediction and cross-entropy (from logits,
  * in double, as the worker's loss). */
+/* The largest of K logits in *mx, and the sum of exp(logit - *mx): softmax's parts, in double. */
+static double sum_exp(const float *lg, int K, double *mx)
+{
+    double se = 0.0;
+    *mx = lg[0];
+    for (int c = 1; c < K; c++)
+        *mx = lg[c] > *mx ? lg[c] : *mx;
+    for (int c = 0; c < K; c++)
+        se += exp((double)lg[c] - *mx);
+    return se;
+}
+
 static void count_eval(struct pred *p, int b, const float *lg)
 {
-    double mx = lg[0], se = 0.0;
-    for (int c = 1; c < p->K; c++)
-        mx = lg[c] > mx ? lg[c] : mx;
-    for (int c = 0; c < p->K; c++)
-        se += exp((double)lg[c] - mx);
+    double mx, se = sum_exp(lg, p->K, &mx);
     eval_add_logits(&p->ec, &p->label[b], lg, 1);
     eval_add_loss(&p->ec, mx + log(se) - (double)lg[p->label[b]], 1);
     p->labelled++;
@@ -436,11 +444,7 @@ static void count_eval(struct pred *p, int b, const float *lg)
 
 static void softmax_row(const float *lg, float *pr, int K)
 {
-    double mx = lg[0], se = 0.0;
-    for (int c = 1; c < K; c++)
-        mx = lg[c] > mx ? lg[c] : mx;
-    for (int c = 0; c < K; c++)
-        se += exp((double)lg[c] - mx);
+    double mx, se = sum_exp(lg, K, &mx);
     for (int c = 0; c < K; c++)
         pr[c] = (float)(exp((double)lg[c] - mx) / se);
 }
@@ -473,7 +477,7 @@ int predict_flush(struct pred *p)
     p->n = 0;
     if (fflush(p->out) != 0 || ferror(p->out)) {
         fprintf(stderr, "gantry-predict: writing the predictions: %s\n", strerror(errno));
-        return EXIT_IOERR;
+        return DIST_EXIT_IOERR;
     }
     double now = predict_now();
     if (!p->o.quiet && !p->array && now - p->last_note >= 10.0) {
@@ -585,7 +589,7 @@ static int run_file(struct pred *p, const char *path)
 
     if (!in) {
         fprintf(stderr, "gantry-predict: %s: %s\n", path, strerror(errno));
-        return EXIT_NOINPUT;
+        return DIST_EXIT_NOINPUT;
     }
     p->file = path;
     while (!rc && (got = read_line(in, &buf, &cap, MAX_LINE)) >= 0) {
@@ -605,7 +609,7 @@ static int run_file(struct pred *p, const char *path)
             if (++p->malformed <= DATASET_MAX_REPORTED)
                 fprintf(stderr, "%s:%ld: %s; skipped\n", path, lineno, why);
             if (p->o.strict)
-                rc = EXIT_DATAERR;
+                rc = DIST_EXIT_DATAERR;
             continue;
         }
         int32_t li = -1;
@@ -620,7 +624,7 @@ static int run_file(struct pred *p, const char *path)
     }
     if (!rc && ferror(in)) {
         fprintf(stderr, "gantry-predict: %s: read error: %s\n", path, strerror(errno));
-        rc = EXIT_IOERR;
+        rc = DIST_EXIT_IOERR;
     }
     if (!rc)
         rc = predict_flush(p);
@@ -658,7 +662,7 @@ static int finish(struct pred *p)
         if (json_dump_file(rep, p->o.report, JSON_INDENT(2))) {
             fprintf(stderr, "gantry-predict: --report %s: cannot write it: %s\n", p->o.report,
                     strerror(errno));
-            rc = EXIT_CANTCREAT;
+            rc = DIST_EXIT_CANTCREAT;
         }
         json_decref(rep);
     }
@@ -714,7 +718,7 @@ int main(int argc, char **argv)
     p.out = stdout;
     if (p.o.output && !(p.out = fopen(p.o.output, "w"))) {
         fprintf(stderr, "gantry-predict: --output %s: %s\n", p.o.output, strerror(errno));
-        rc = EXIT_CANTCREAT;
+        rc = DIST_EXIT_CANTCREAT;
         goto out;
     }
     p.t0 = p.last_note = predict_now();

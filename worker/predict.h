@@ -18,10 +18,6 @@
 
 struct train_gpu_infer;
 
-#define EXIT_DATAERR 65
-#define EXIT_NOINPUT 66
-#define EXIT_CANTCREAT 73
-#define EXIT_IOERR 74
 
 enum fmt { FMT_AUTO, FMT_JSONL, FMT_TSV, FMT_TEXT };
 

@@ -39,6 +39,7 @@
 #ifndef GANTRY_TRAIN_GPU_H
 #define GANTRY_TRAIN_GPU_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "worker/train.h"
@@ -62,6 +63,11 @@ struct train_gpu_opts {
 struct train_gpu_infer; /* opaque: a device model for inference */
 
 #ifdef GANTRY_HAVE_CUDA
+/* Whether this binary has the GPU path (false: the stubs below, every call refuses). */
+static inline bool train_gpu_built(void)
+{
+    return true;
+}
 /* Defaults: fp32 and TRAIN_BUCKET_MB (gantry-worker sets both from the config:
  * training.precision and training.gradBucketMB). */
 void train_gpu_opts_default(struct train_gpu_opts *go);
@@ -95,6 +101,10 @@ void train_gpu_infer_logits(struct train_gpu_infer *gi, const int *tok, const in
                             int T, float *logits);
 void train_gpu_infer_free(struct train_gpu_infer *gi);
 #else
+static inline bool train_gpu_built(void)
+{
+    return false;
+}
 static inline int train_gpu_check(const char *model_type, char *err, size_t errlen)
 {
     (void)model_type;
