@@ -207,7 +207,10 @@ static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t le
         snprintf(why, whylen, "%s field \"%s\"", jt ? "non-string" : "missing", tf);
         goto out;
     }
-    if (json_is_string(jl)) {
+    if (o && o->label_optional && (!jl || json_is_null(jl) ||
+                                   (json_is_string(jl) && json_string_length(jl) == 0))) {
+        label[0] = '\0';
+    } else if (json_is_string(jl)) {
         if (set_label(json_string_value(jl), json_string_length(jl), label, why, whylen))
             goto out;
     } else if (json_is_integer(jl)) {

@@ -65,6 +65,8 @@ struct dataset_opts {
     bool quiet;                 /* do not print malformed lines to stderr (tests) */
     const char *text_field;     /* JSONL field names; NULL: "text" and "label" */
     const char *label_field;
+    bool label_optional;        /* JSONL: a missing, null or empty label is no label (label[0]
+                                 * == 0), for classifying unlabelled text (gantry-predict) */
 };
 
 void dataset_opts_default(struct dataset_opts *o);

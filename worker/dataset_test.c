@@ -70,6 +70,45 @@ static void test_parse_jsonl(void)
     g_text = NULL;
 }
 
+/* label_optional (gantry-predict): no label, null or "" is an unlabelled line; other labels and
+ * the text are checked as in training; the field names come from the options. */
+static void test_parse_label_optional(void)
+{
+    struct dataset_opts o;
+    const char *lines[] = {"{\"body\": \"a\"}", "{\"body\": \"a\", \"y\": null}",
+                           "{\"body\": \"a\", \"y\": \"\"}"};
+
+    dataset_opts_default(&o);
+    o.text_field = "body";
+    o.label_field = "y";
+    o.label_optional = true;
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        g_label[0] = 'x';
+        TEST_EQ_INT(dataset_parse_line(DATASET_JSONL, &o, lines[i], strlen(lines[i]), &g_text,
+                                       &g_len, g_label, g_why, sizeof(g_why)), 0);
+        TEST_EQ_STR(g_text, "a");
+        TEST_EQ_STR(g_label, "");
+        free(g_text);
+    }
+    const char *ok = "{\"body\": \"b\", \"y\": 7}";
+    TEST_EQ_INT(dataset_parse_line(DATASET_JSONL, &o, ok, strlen(ok), &g_text, &g_len, g_label,
+                                   g_why, sizeof(g_why)), 0);
+    TEST_EQ_STR(g_label, "7");
+    free(g_text);
+    g_text = NULL;
+    const char *bad[] = {"{\"body\": \"a\", \"y\": [1]}", "{\"text\": \"a\"}"};
+    const char *want[] = {"non-string field \"y\"", "missing field \"body\""};
+    for (size_t i = 0; i < 2; i++) {
+        TEST_EQ_INT(dataset_parse_line(DATASET_JSONL, &o, bad[i], strlen(bad[i]), &g_text, &g_len,
+                                       g_label, g_why, sizeof(g_why)), -1);
+        TEST_EQ_STR(g_why, want[i]);
+    }
+    o.label_optional = false;
+    TEST_EQ_INT(dataset_parse_line(DATASET_JSONL, &o, lines[0], strlen(lines[0]), &g_text, &g_len,
+                                   g_label, g_why, sizeof(g_why)), -1);
+    TEST_EQ_STR(g_why, "missing field \"y\"");
+}
+
 static void test_parse_tsv(void)
 {
     TEST_EQ_INT(PARSE(DATASET_TSV, "hello\tworld\tham"), 0); /* last field is the label */
@@ -406,6 +445,7 @@ int main(void)
         return 1;
     }
     TEST_RUN(test_parse_jsonl);
+    TEST_RUN(test_parse_label_optional);
     TEST_RUN(test_parse_tsv);
     TEST_RUN(test_label_map);
     TEST_RUN(test_load_malformed);

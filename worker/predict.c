@@ -500,10 +500,13 @@ static enum fmt format_of(const char *path, enum fmt want)
     return FMT_TEXT;
 }
 
-/* One line to (text, label). 0 ok (*text new), 1 skip silently, -1 malformed (why). */
+/* One line to (text, label): the worker's parser for JSONL and TSV, with the label optional
+ * in JSONL. 0 ok (*text new), 1 skip silently, -1 malformed (why). */
 static int parse(struct pred *p, enum fmt f, char *s, size_t n, char **text, size_t *tlen,
                  char label[DATASET_MAX_LABEL_BYTES + 1], char *why, size_t whylen)
 {
+    struct dataset_opts o;
+
     label[0] = '\0';
     if (f == FMT_TEXT) {
         if (memchr(s, '\0', n)) {
@@ -513,38 +516,12 @@ static int parse(struct pred *p, enum fmt f, char *s, size_t n, char **text, siz
         *text = xstrndup(s, n), *tlen = n;
         return 0;
     }
-    if (f == FMT_TSV) {
-        struct dataset_opts o;
-        dataset_opts_default(&o);
-        return dataset_parse_line(DATASET_TSV, &o, s, n, text, tlen, label, why, whylen);
-    }
-    json_error_t je;
-    json_t *j = json_loadb(s, n, 0, &je), *t, *l;
-    const char *tf = p->o.text_field ? p->o.text_field : "text";
-    const char *lf = p->o.label_field ? p->o.label_field : "label";
-    int rc = -1;
-    if (!json_is_object(j)) {
-        snprintf(why, whylen, "not a JSON object%s%s", j ? "" : ": ", j ? "" : je.text);
-    } else if (!json_is_string(t = json_object_get(j, tf))) {
-        snprintf(why, whylen, "no string field \"%s\"", tf);
-    } else if ((l = json_object_get(j, lf)) && !json_is_string(l) && !json_is_integer(l) &&
-               !json_is_null(l)) {
-        snprintf(why, whylen, "field \"%s\" must be a string or an integer", lf);
-    } else if (json_is_string(l) && json_string_length(l) > DATASET_MAX_LABEL_BYTES) {
-        snprintf(why, whylen, "label longer than %d bytes", DATASET_MAX_LABEL_BYTES);
-    } else {
-        if (json_is_string(l))
-            snprintf(label, DATASET_MAX_LABEL_BYTES + 1, "%s", json_string_value(l));
-        else if (json_is_integer(l))
-            snprintf(label, DATASET_MAX_LABEL_BYTES + 1, "%lld",
-                     (long long)json_integer_value(l));
-        *tlen = json_string_length(t);
-        *text = xmalloc(*tlen + 1);
-        memcpy(*text, json_string_value(t), *tlen + 1);
-        rc = 0;
-    }
-    json_decref(j);
-    return rc;
+    dataset_opts_default(&o);
+    o.text_field = p->o.text_field;
+    o.label_field = p->o.label_field;
+    o.label_optional = true;
+    return dataset_parse_line(f == FMT_TSV ? DATASET_TSV : DATASET_JSONL, &o, s, n, text, tlen,
+                              label, why, whylen);
 }
 
 /* The next line of in into *buf (without its newline; NUL-terminated; NUL bytes inside are

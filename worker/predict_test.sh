@@ -104,14 +104,26 @@ PY
 { head -n 3 "$tmp/eval.jsonl"; echo '{"text": 5}'; echo 'not json'; echo '';
   echo '{"text": "coach goal match", "label": "weather"}'; sed -n 4p "$tmp/eval.jsonl"; } >"$tmp/bad.jsonl"
 check "malformed lines skipped" 0 "$predict" -m "$tmp/ck/job" "$tmp/bad.jsonl" --report "$tmp/p3.json"
-says "line of a bad field" "bad.jsonl:4: no string field \"text\""
-says "line of bad JSON" "bad.jsonl:5: not a JSON object"
+says "line of a bad field" "bad.jsonl:4: non-string field \"text\""
+says "line of bad JSON" "bad.jsonl:5: bad JSON at column"
 says "unknown label" "bad.jsonl:7: label \"weather\" is not one of the model's"
 [ "$(python3 -c 'import json,sys; print([json.loads(l)["line"] for l in open(sys.argv[1])])' "$tmp/out")" = "[1, 2, 3, 7, 8]" ] ||
     { echo "FAIL line numbers after skipped lines: $(cat "$tmp/out")"; fail=1; }
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["examples"] == 4 and r["unknown_labels"] == 1 and r["malformed_lines"] == 2, r' "$tmp/p3.json" ||
     { echo "FAIL report counts"; fail=1; }
 check "strict mode" 65 "$predict" -m "$tmp/ck/job" --strict "$tmp/bad.jsonl"
+# Unlabelled JSONL (no label, null, ""; other field names) is classified, not evaluated.
+python3 - "$tmp/eval.jsonl" "$tmp/unl.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][:3]
+with open(sys.argv[2], "w") as f:
+    for r, lab in zip(rows, ({}, {"y": None}, {"y": ""})):
+        f.write(json.dumps({"body": r["text"], **lab}) + "\n")
+PY
+check "unlabelled JSONL" 0 "$predict" -m "$tmp/ck/job" --text-field body --label-field y "$tmp/unl.jsonl" --report "$tmp/p4.json"
+says "unlabelled: nothing to evaluate" "no labels to evaluate against"
+[ "$(cut -c1-10 "$tmp/out" | tr '\n' ' ')" = '{"line":1, {"line":2, {"line":3, ' ] && [ ! -e "$tmp/p4.json" ] ||
+    { echo "FAIL unlabelled lines: $(cut -c1-40 "$tmp/out")"; fail=1; }
 # A 9 MiB line (over the 8 MiB limit) is refused and skipped; memory stays bounded; NUL bytes in
 # plain text are refused; the lines after keep their numbers.
 python3 -c 'import sys; sys.stdout.write("x" * (9 << 20) + "\nsecond line\nbad\0nul\nfourth\n")' >"$tmp/long.txt"
