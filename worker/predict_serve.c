@@ -1,6 +1,8 @@
 /*
  * predict_serve.c - gantry-predict --serve: the model over HTTP with KServe's V1 protocol
- * (libmicrohttpd, one thread: requests are classified one at a time).
+ * (libmicrohttpd, a thread per connection). Requests are classified one at a time (the model's
+ * buffers are shared; --threads parallelises within a batch); the rest are answered while one
+ * is classified, so a long request does not fail the liveness probe on /healthz.
  *
  *   POST /v1/models/NAME:predict (or /predict)  {"instances": ["text", {"text": "..."}, ...],
  *                                                "top_k": K}
@@ -16,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -36,9 +40,13 @@ struct server {
     char name[256];
     char path_model[300], path_predict[320];
     char *quoted_name; /* name as a JSON string literal */
-    /* counters for /metrics (the daemon's one thread updates and reads them) */
+    pthread_mutex_t model_mu; /* one classification at a time: p's batch and output */
+    pthread_mutex_t stats_mu; /* the counters for /metrics, below */
     unsigned long long req_ok, req_bad, docs;
+    unsigned in_flight; /* prediction requests waiting for the model or being classified */
     double seconds;
+    const char *hold; /* tests: GANTRY_PREDICT_TEST_HOLD, a file; while it exists, a
+                       * classification waits (holding the model) */
 };
 
 /* One request's body as it arrives. */
@@ -59,7 +67,9 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, struct server *s
         buf_reset(&b);
     free(t);
     json_decref(j);
+    pthread_mutex_lock(&sv->stats_mu);
     sv->req_bad++;
+    pthread_mutex_unlock(&sv->stats_mu);
     enum MHD_Result r = httpd_reply(conn, status, "application/json", &b);
     buf_cleanup(&b);
     return r;
@@ -103,7 +113,7 @@ static unsigned parse_request(const json_t *j, const char *tf, const json_t **in
 /* Classifies the request body's instances into body ({"model", "predictions": [...]}). 0, or
  * an HTTP status with why. */
 static unsigned serve_predict(struct server *sv, const char *req, size_t n, struct buf *body,
-                              char *why, size_t whylen)
+                              size_t *docs, char *why, size_t whylen)
 {
     struct pred *p = sv->p;
     const char *tf = p->o.text_field ? p->o.text_field : "text";
@@ -150,7 +160,7 @@ static unsigned serve_predict(struct server *sv, const char *req, size_t n, stru
                  SERVE_MAX_REPLY);
         status = HTTP_TOO_LARGE;
     } else {
-        sv->docs += json_array_size(inst);
+        *docs = json_array_size(inst);
     }
     free(out);
     json_decref(j);
@@ -173,9 +183,10 @@ static unsigned model_info(const struct server *sv, struct buf *body)
 }
 
 /* GET /metrics: Prometheus text. */
-static unsigned render_metrics(const struct server *sv, struct buf *body)
+static unsigned render_metrics(struct server *sv, struct buf *body)
 {
-    return buf_printf(body,
+    pthread_mutex_lock(&sv->stats_mu);
+    int e = buf_printf(body,
                       "# HELP gantry_predict_requests_total Prediction requests, by outcome.\n"
                       "# TYPE gantry_predict_requests_total counter\n"
                       "gantry_predict_requests_total{outcome=\"ok\"} %llu\n"
@@ -185,10 +196,49 @@ static unsigned render_metrics(const struct server *sv, struct buf *body)
                       "gantry_predict_documents_total %llu\n"
                       "# HELP gantry_predict_seconds_total Time spent classifying.\n"
                       "# TYPE gantry_predict_seconds_total counter\n"
-                      "gantry_predict_seconds_total %.6f\n",
-                      sv->req_ok, sv->req_bad, sv->docs, sv->seconds)
-               ? MHD_HTTP_INTERNAL_SERVER_ERROR
-               : MHD_HTTP_OK;
+                      "gantry_predict_seconds_total %.6f\n"
+                      "# HELP gantry_predict_requests_in_flight Prediction requests waiting for "
+                      "the model or being classified.\n"
+                      "# TYPE gantry_predict_requests_in_flight gauge\n"
+                      "gantry_predict_requests_in_flight %u\n",
+                      sv->req_ok, sv->req_bad, sv->docs, sv->seconds, sv->in_flight);
+    pthread_mutex_unlock(&sv->stats_mu);
+    return e ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_OK;
+}
+
+/* Tests only: waits while the file sv->hold exists. */
+static void hold_for_test(const struct server *sv)
+{
+    struct stat st;
+    const struct timespec tick = {0, 10 * 1000 * 1000};
+    while (sv->hold && stat(sv->hold, &st) == 0)
+        nanosleep(&tick, NULL);
+}
+
+/* A prediction request: waits for the model, classifies; the counters. 0 or a status. */
+static unsigned predict_request(struct server *sv, const struct upload *up, struct buf *body,
+                                char *why, size_t whylen)
+{
+    pthread_mutex_lock(&sv->stats_mu);
+    sv->in_flight++;
+    pthread_mutex_unlock(&sv->stats_mu);
+    pthread_mutex_lock(&sv->model_mu);
+    hold_for_test(sv);
+    double t0 = predict_now();
+    size_t docs = 0;
+    unsigned st = serve_predict(sv, buf_ptr(&up->body), buf_len(&up->body), body, &docs, why,
+                                whylen);
+    double dt = predict_now() - t0;
+    pthread_mutex_unlock(&sv->model_mu);
+    pthread_mutex_lock(&sv->stats_mu);
+    sv->in_flight--;
+    if (!st) {
+        sv->req_ok++;
+        sv->docs += docs;
+        sv->seconds += dt;
+    }
+    pthread_mutex_unlock(&sv->stats_mu);
+    return st;
 }
 
 /* One request's answer: the status and, for 200, *type and body; for an error, why. */
@@ -206,14 +256,8 @@ static unsigned route(struct server *sv, const char *url, bool post, const struc
                      SERVE_MAX_BODY);
             return HTTP_TOO_LARGE;
         }
-        double t0 = predict_now();
-        unsigned st = serve_predict(sv, buf_ptr(&up->body), buf_len(&up->body), body, why,
-                                    whylen);
-        if (st)
-            return st;
-        sv->seconds += predict_now() - t0;
-        sv->req_ok++;
-        return MHD_HTTP_OK;
+        unsigned st = predict_request(sv, up, body, why, whylen);
+        return st ? st : MHD_HTTP_OK;
     }
     if (!post && !strcmp(url, "/healthz")) {
         *type = "text/plain";
@@ -319,7 +363,8 @@ static struct MHD_Daemon *start(struct server *sv, const struct pred *p, int *rc
         return NULL;
     }
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)p->o.serve, NULL, NULL,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO |
+            MHD_USE_ERROR_LOG, (uint16_t)p->o.serve, NULL, NULL,
         serve_handle, sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_NOTIFY_COMPLETED, serve_done, sv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
@@ -333,7 +378,7 @@ static struct MHD_Daemon *start(struct server *sv, const struct pred *p, int *rc
 
 int predict_serve(struct pred *p)
 {
-    struct server sv = {.p = p};
+    struct server sv = {.p = p, .hold = getenv("GANTRY_PREDICT_TEST_HOLD")};
     struct MHD_Daemon *d = NULL;
     sigset_t stop;
     int sig = 0, rc;
@@ -343,6 +388,8 @@ int predict_serve(struct pred *p)
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    pthread_mutex_init(&sv.model_mu, NULL);
+    pthread_mutex_init(&sv.stats_mu, NULL);
     if (!(rc = name_model(&sv, p)) && (d = start(&sv, p, &rc))) {
         const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
         fprintf(stderr, "gantry-predict: serving %s on %s:%u: POST %s, GET %s, /healthz, "
@@ -354,6 +401,8 @@ int predict_serve(struct pred *p)
                         "documents\n", strsignal(sig), sv.req_ok, sv.req_bad, sv.docs);
     }
     free(sv.quoted_name);
+    pthread_mutex_destroy(&sv.model_mu);
+    pthread_mutex_destroy(&sv.stats_mu);
     return rc;
 }
 

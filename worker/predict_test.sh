@@ -191,15 +191,15 @@ says "hash mismatch" "config.json"
 # --serve: the same predictions over HTTP (KServe's V1 protocol), refusals with 4xx, SIGTERM.
 check "--serve takes no files" 64 "$predict" -m "$tmp/ck/job" --serve 0 "$tmp/eval.jsonl"
 check "--serve with a bad --bind" 64 "$predict" -m "$tmp/ck/job" --serve 0 --bind localhost
-"$predict" -m "$tmp/ck/job" --serve 0 --bind 127.0.0.1 --batch 5 2>"$tmp/serve.err" &
+GANTRY_PREDICT_TEST_HOLD="$tmp/hold" "$predict" -m "$tmp/ck/job" --serve 0 --bind 127.0.0.1 --batch 5 2>"$tmp/serve.err" &
 spid=$!
 for _ in $(seq 100); do grep -q 'serving job on' "$tmp/serve.err" && break; sleep 0.1; done
 port=$(sed -n 's/.*serving job on 127.0.0.1:\([0-9]*\):.*/\1/p' "$tmp/serve.err")
 if [ -z "$port" ]; then
     echo "FAIL the server did not start: $(cat "$tmp/serve.err")"; fail=1
 else
-    python3 - "$port" "$tmp/eval.jsonl" "$tmp/pred_job.jsonl" <<'PY' || fail=1
-import json, sys, urllib.request, urllib.error
+    python3 - "$port" "$tmp/eval.jsonl" "$tmp/pred_job.jsonl" "$tmp/hold" <<'PY' || fail=1
+import json, os, sys, threading, time, urllib.request, urllib.error
 port, texts = sys.argv[1], [json.loads(l)["text"] for l in open(sys.argv[2])][:40]
 want = [json.loads(l) for l in open(sys.argv[3])][:40]
 base = f"http://127.0.0.1:{port}"
@@ -234,11 +234,41 @@ m = dict(l.rsplit(" ", 1) for l in b.splitlines() if not l.startswith("#"))
 assert m['gantry_predict_requests_total{outcome="ok"}'] == "2" and m["gantry_predict_documents_total"] == "43", m
 assert int(m['gantry_predict_requests_total{outcome="error"}']) == 8, m
 print("ok   --serve: same predictions as file mode; 400/404/405/413 with the reason; /v1/models/job, /metrics")
+
+# While a classification holds the model (the test hook: until the hold file goes), /healthz,
+# the model's page and /metrics answer, and a second request waits for its turn.
+def in_flight():
+    st, b = call("/metrics")
+    return int(dict(l.rsplit(" ", 1) for l in b.splitlines() if not l.startswith("#"))["gantry_predict_requests_in_flight"])
+def wait_for(n):
+    for _ in range(3000):
+        if in_flight() == n:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"in_flight never reached {n}")
+open(sys.argv[4], "w").close()
+res = {}
+def post(k, docs):
+    res[k] = call("/v1/models/job:predict", {"instances": docs})
+t1 = threading.Thread(target=post, args=(1, texts[:10])); t1.start()
+wait_for(1)
+assert call("/healthz") == (200, "ok\n") and call("/v1/models/job")[0] == 200
+t2 = threading.Thread(target=post, args=(2, texts[10:40])); t2.start()
+wait_for(2)
+assert t1.is_alive() and t2.is_alive()
+os.unlink(sys.argv[4])
+t1.join(60); t2.join(60)
+for k, sl in ((1, slice(0, 10)), (2, slice(10, 40))):
+    st, b = res[k]
+    assert st == 200 and [(g["label"], g["score"]) for g in json.loads(b)["predictions"]] == \
+        [(w["label"], w["score"]) for w in want[sl]], (k, st, b[:200])
+assert in_flight() == 0
+print("ok   --serve: /healthz and /metrics answer while a request is classified; requests queue")
 PY
 fi
 kill -TERM "$spid" 2>/dev/null || true
 src=0; wait "$spid" || src=$?
-[ "$src" = 0 ] && grep -q 'Terminated: stopped after 2 requests (8 refused), 43 documents' "$tmp/serve.err" &&
+[ "$src" = 0 ] && grep -q 'Terminated: stopped after 4 requests (8 refused), 83 documents' "$tmp/serve.err" &&
     echo "ok   --serve stops on SIGTERM with exit 0" || { echo "FAIL --serve on SIGTERM: exit $src: $(tail -2 "$tmp/serve.err")"; fail=1; }
 
 # The n-gram model goes through the same card.
