@@ -2,7 +2,8 @@
  * predict_serve.c - gantry-predict --serve: the model over HTTP with KServe's V1 protocol
  * (libmicrohttpd, a thread per connection). Requests are classified one at a time (the model's
  * buffers are shared; --threads parallelises within a batch); the rest are answered while one
- * is classified, so a long request does not fail the liveness probe on /healthz.
+ * is classified, so a long request does not fail the liveness probe on /healthz. SIGTERM or
+ * SIGINT: stop listening, answer the requests already received (drain), exit 0.
  *
  *   POST /v1/models/NAME:predict (or /predict)  {"instances": ["text", {"text": "..."}, ...],
  *                                                "top_k": K}
@@ -20,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -34,6 +36,7 @@
 #define HTTP_TOO_LARGE 413
 #define SERVE_MAX_INSTANCES 10000   /* documents per request */
 #define SERVE_MAX_REPLY (64u << 20) /* response bytes */
+#define SERVE_DRAIN_S 25            /* after SIGTERM, seconds to finish requests */
 
 struct server {
     struct pred *p;
@@ -43,7 +46,7 @@ struct server {
     pthread_mutex_t model_mu; /* one classification at a time: p's batch and output */
     pthread_mutex_t stats_mu; /* the counters for /metrics, below */
     unsigned long long req_ok, req_bad, docs;
-    unsigned in_flight; /* prediction requests waiting for the model or being classified */
+    unsigned in_flight; /* POST requests from their headers until their answer is sent */
     double seconds;
     const char *hold; /* tests: GANTRY_PREDICT_TEST_HOLD, a file; while it exists, a
                        * classification waits (holding the model) */
@@ -197,8 +200,8 @@ static unsigned render_metrics(struct server *sv, struct buf *body)
                       "# HELP gantry_predict_seconds_total Time spent classifying.\n"
                       "# TYPE gantry_predict_seconds_total counter\n"
                       "gantry_predict_seconds_total %.6f\n"
-                      "# HELP gantry_predict_requests_in_flight Prediction requests waiting for "
-                      "the model or being classified.\n"
+                      "# HELP gantry_predict_requests_in_flight Prediction requests being "
+                      "received, waiting for the model, classified or answered.\n"
                       "# TYPE gantry_predict_requests_in_flight gauge\n"
                       "gantry_predict_requests_in_flight %u\n",
                       sv->req_ok, sv->req_bad, sv->docs, sv->seconds, sv->in_flight);
@@ -219,9 +222,6 @@ static void hold_for_test(const struct server *sv)
 static unsigned predict_request(struct server *sv, const struct upload *up, struct buf *body,
                                 char *why, size_t whylen)
 {
-    pthread_mutex_lock(&sv->stats_mu);
-    sv->in_flight++;
-    pthread_mutex_unlock(&sv->stats_mu);
     pthread_mutex_lock(&sv->model_mu);
     hold_for_test(sv);
     double t0 = predict_now();
@@ -231,7 +231,6 @@ static unsigned predict_request(struct server *sv, const struct upload *up, stru
     double dt = predict_now() - t0;
     pthread_mutex_unlock(&sv->model_mu);
     pthread_mutex_lock(&sv->stats_mu);
-    sv->in_flight--;
     if (!st) {
         sv->req_ok++;
         sv->docs += docs;
@@ -291,6 +290,9 @@ static enum MHD_Result serve_handle(void *cls, struct MHD_Connection *conn, cons
         up = xcalloc(1, sizeof(*up));
         buf_init(&up->body, SERVE_MAX_BODY);
         *req_cls = up;
+        pthread_mutex_lock(&sv->stats_mu);
+        sv->in_flight++; /* until serve_done */
+        pthread_mutex_unlock(&sv->stats_mu);
         return MHD_YES;
     }
     if (post && *upload_data_size) { /* a piece of the body: kept up to the limit */
@@ -310,13 +312,38 @@ static enum MHD_Result serve_handle(void *cls, struct MHD_Connection *conn, cons
 static void serve_done(void *cls, struct MHD_Connection *conn, void **req_cls,
                        enum MHD_RequestTerminationCode code)
 {
+    struct server *sv = cls;
     struct upload *up = *req_cls;
-    (void)cls, (void)conn, (void)code;
+    (void)conn, (void)code;
     if (up) {
         buf_cleanup(&up->body);
         free(up);
         *req_cls = NULL;
+        pthread_mutex_lock(&sv->stats_mu);
+        sv->in_flight--;
+        pthread_mutex_unlock(&sv->stats_mu);
     }
+}
+
+/* After SIGTERM: no new connections (the listening socket is closed: a Service sends new
+ * requests to other replicas), the requests already received are answered; up to
+ * SERVE_DRAIN_S, within Kubernetes' default 30 s grace period. */
+static void drain(struct MHD_Daemon *d, struct server *sv)
+{
+    const struct timespec tick = {0, 10 * 1000 * 1000};
+    MHD_socket ls = MHD_quiesce_daemon(d);
+    unsigned left = 0;
+    if (ls != MHD_INVALID_SOCKET)
+        close(ls);
+    for (int i = 0; i < SERVE_DRAIN_S * 100; i++, nanosleep(&tick, NULL)) {
+        pthread_mutex_lock(&sv->stats_mu);
+        left = sv->in_flight;
+        pthread_mutex_unlock(&sv->stats_mu);
+        if (!left)
+            return;
+    }
+    fprintf(stderr, "gantry-predict: %u requests still unanswered after %d s; stopping\n", left,
+            SERVE_DRAIN_S);
 }
 
 /* sv's name (--name, else the job directory's: <job>/step-N, or the directory itself), its JSON
@@ -364,7 +391,7 @@ static struct MHD_Daemon *start(struct server *sv, const struct pred *p, int *rc
     }
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO |
-            MHD_USE_ERROR_LOG, (uint16_t)p->o.serve, NULL, NULL,
+            MHD_USE_ITC | MHD_USE_ERROR_LOG, (uint16_t)p->o.serve, NULL, NULL,
         serve_handle, sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_NOTIFY_COMPLETED, serve_done, sv, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_END);
@@ -396,6 +423,7 @@ int predict_serve(struct pred *p)
                         "/metrics\n", sv.name, p->o.bind,
                 info ? info->port : (unsigned)p->o.serve, sv.path_predict, sv.path_model);
         sigwait(&stop, &sig);
+        drain(d, &sv);
         MHD_stop_daemon(d);
         fprintf(stderr, "gantry-predict: %s: stopped after %llu requests (%llu refused), %llu "
                         "documents\n", strsignal(sig), sv.req_ok, sv.req_bad, sv.docs);

@@ -198,8 +198,8 @@ port=$(sed -n 's/.*serving job on 127.0.0.1:\([0-9]*\):.*/\1/p' "$tmp/serve.err"
 if [ -z "$port" ]; then
     echo "FAIL the server did not start: $(cat "$tmp/serve.err")"; fail=1
 else
-    python3 - "$port" "$tmp/eval.jsonl" "$tmp/pred_job.jsonl" "$tmp/hold" <<'PY' || fail=1
-import json, os, sys, threading, time, urllib.request, urllib.error
+    python3 - "$port" "$tmp/eval.jsonl" "$tmp/pred_job.jsonl" "$tmp/hold" "$spid" <<'PY' || fail=1
+import json, os, signal, sys, threading, time, urllib.request, urllib.error
 port, texts = sys.argv[1], [json.loads(l)["text"] for l in open(sys.argv[2])][:40]
 want = [json.loads(l) for l in open(sys.argv[3])][:40]
 base = f"http://127.0.0.1:{port}"
@@ -262,13 +262,40 @@ for k, sl in ((1, slice(0, 10)), (2, slice(10, 40))):
     st, b = res[k]
     assert st == 200 and [(g["label"], g["score"]) for g in json.loads(b)["predictions"]] == \
         [(w["label"], w["score"]) for w in want[sl]], (k, st, b[:200])
-assert in_flight() == 0
+wait_for(0)
 print("ok   --serve: /healthz and /metrics answer while a request is classified; requests queue")
+
+# SIGTERM while a request's body is still arriving: no new connections, and that request is
+# still read and answered (drain).
+import socket
+body = json.dumps({"instances": texts[:5]}).encode()
+sk = socket.create_connection(("127.0.0.1", int(port)), timeout=60)
+sk.sendall(b"POST /v1/models/job:predict HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:10])
+wait_for(1)
+os.kill(int(sys.argv[5]), signal.SIGTERM)
+for _ in range(1000):
+    try:
+        call("/healthz")
+        time.sleep(0.01)
+    except urllib.error.URLError as e:
+        assert isinstance(e.reason, ConnectionRefusedError), e
+        break
+else:
+    raise AssertionError("still accepting connections after SIGTERM")
+sk.sendall(body[10:])
+reply = b""
+while chunk := sk.recv(65536):
+    reply += chunk
+head, _, rb = reply.partition(b"\r\n\r\n")
+assert head.startswith(b"HTTP/1.1 200"), reply[:200]
+assert [g["label"] for g in json.loads(rb)["predictions"]] == [w["label"] for w in want[:5]], rb[:200]
+print("ok   --serve: SIGTERM stops listening and still answers the request it was receiving")
 PY
 fi
-kill -TERM "$spid" 2>/dev/null || true
+kill -TERM "$spid" 2>/dev/null || true   # sent by the script above; again if it failed
 src=0; wait "$spid" || src=$?
-[ "$src" = 0 ] && grep -q 'Terminated: stopped after 4 requests (8 refused), 83 documents' "$tmp/serve.err" &&
+[ "$src" = 0 ] && grep -q 'Terminated: stopped after 5 requests (8 refused), 88 documents' "$tmp/serve.err" &&
     echo "ok   --serve stops on SIGTERM with exit 0" || { echo "FAIL --serve on SIGTERM: exit $src: $(tail -2 "$tmp/serve.err")"; fail=1; }
 
 # The n-gram model goes through the same card.
