@@ -1,10 +1,11 @@
 /*
  * dataset_fuzz.c - libFuzzer target for the JSONL/TSV line parser and the label map.
  *
- * Input: byte 0 picks the format (even: JSONL, odd: TSV) and an alternate field name; the rest
- * is one line of any bytes. Checks invariants the reader relies on: success means a NUL-terminated
- * text of the stated length and a non-empty label within DATASET_MAX_LABEL_BYTES; failure means
- * a non-empty reason and nothing allocated. Built with clang -fsanitize=fuzzer,address,undefined
+ * Input: byte 0 picks the format (even: JSONL, odd: TSV), an alternate field name and an
+ * optional label (gantry-predict's reading); the rest is one line of any bytes. Checks invariants
+ * the reader relies on: success means a NUL-terminated text of the stated length and a label
+ * within DATASET_MAX_LABEL_BYTES, non-empty unless optional; failure means a non-empty reason
+ * and nothing allocated. Built with clang -fsanitize=fuzzer,address,undefined
  * (data.cmake) and as a plain replay executable (replay_fuzz.c) that ctest runs on the seeds.
  */
 #include <stdint.h>
@@ -33,6 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         o.text_field = "body";
         o.label_field = "y";
     }
+    o.label_optional = (data[0] & 4) != 0;
     why[0] = '\0';
     rc = dataset_parse_line(fmt, &o, (const char *)data + 1, size - 1, &text, &text_len, label, why,
                             sizeof(why));
@@ -40,7 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t llen = strlen(label);
         FUZZ_CHECK(text != NULL);
         FUZZ_CHECK(text[text_len] == '\0');
-        FUZZ_CHECK(llen > 0 && llen <= DATASET_MAX_LABEL_BYTES);
+        FUZZ_CHECK(llen <= DATASET_MAX_LABEL_BYTES && (llen > 0 || o.label_optional));
+        if (llen == 0) {
+            free(text);
+            return 0;
+        }
         label_map_init(&m);
         FUZZ_CHECK(label_map_add(&m, label, llen) == 0);
         FUZZ_CHECK(label_map_find(&m, label, llen) == 0);
