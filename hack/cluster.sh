@@ -46,7 +46,8 @@ usage() {
 Usage: hack/cluster.sh COMMAND [options]
 
 Commands:
-  build [--tier api|full]  Build the pinned components into \$GANTRY_CACHE (default: full).
+  build [--tier api|full]  Build the pinned components into \$GANTRY_CACHE (default: full;
+                           api: etcd, kube-apiserver, kube-controller-manager, kubectl, helm).
                            Skips whatever is already built: a second run takes seconds.
   up --tier api            Start etcd, kube-apiserver and kube-controller-manager on 127.0.0.1
                            with their own PKI, RBAC on; waits until the API server is ready.
@@ -176,7 +177,7 @@ cmd_build() {
         flock 9
     fi
     case $tier in
-        api) build_etcd; build_k8s "${API_COMPONENTS[@]}" ;;
+        api) build_etcd; build_k8s "${API_COMPONENTS[@]}"; full_build_helm ;; # the chart's tests
         full) build_etcd; build_k8s "${FULL_COMPONENTS[@]}"; full_build ;;
         *) die "build: --tier must be api or full, not '$tier'" ;;
     esac
@@ -587,7 +588,7 @@ cmd_bin() {
         kube-*|kubectl|kubelet) p=$K8S_BIN/$name ;;
         *) die "bin: unknown binary '$name'" ;;
     esac
-    [ -x "$p" ] || die "$p is not built; run 'hack/cluster.sh build' (helm, crictl, coredns and the node components need --tier full)"
+    [ -x "$p" ] || die "$p is not built; run 'hack/cluster.sh build' (crictl, coredns and the node components need --tier full)"
     echo "$p"
 }
 

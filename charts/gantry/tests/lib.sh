@@ -6,9 +6,9 @@
 api_require_cluster
 export KUBECONFIG=$GANTRY_TEST_KUBECONFIG
 api_find_kubectl
-helm=${GANTRY_HELM:-$("$root/hack/cluster.sh" bin helm 2>/dev/null | tail -1)}
+helm=${GANTRY_HELM:-$("$root/hack/cluster.sh" bin helm 2>/dev/null | tail -1 || true)}
 [ -x "${helm:-}" ] || helm=$(command -v helm) || {
-    echo "FAIL: no helm: set GANTRY_HELM or run hack/cluster.sh build --tier full"; exit 69; }
+    echo "FAIL: no helm: set GANTRY_HELM or run hack/cluster.sh build --tier api"; exit 69; }
 # shellcheck disable=SC2034  # used by the sourcing test
 id=pk$$r$RANDOM
 summary() { api_summary; }
