@@ -16,7 +16,7 @@
 #                                   Deployment, metrics Service
 #
 # Tools: helm ($GANTRY_HELM, else $GANTRY_CACHE/helm-<pinned>/bin/helm from
-# `hack/cluster.sh build --tier full`, else PATH) and kubectl ($GANTRY_KUBECTL, else the pinned
+# `hack/cluster.sh build --tier api`, else PATH) and kubectl ($GANTRY_KUBECTL, else the pinned
 # build from `hack/cluster.sh build --tier api`, else PATH). Exit 69 when one is missing.
 set -euo pipefail
 
@@ -34,7 +34,7 @@ find_helm() {
     for c in "${GANTRY_HELM:-}" "$CACHE/helm-$v/bin/helm" "$(command -v helm || true)"; do
         [ -n "$c" ] && [ -x "$c" ] && { printf '%s' "$c"; return; }
     done
-    die "helm not found: run 'hack/cluster.sh build --tier full' (pinned helm $v) or set GANTRY_HELM" 69
+    die "helm not found: run 'hack/cluster.sh build --tier api' (pinned helm $v) or set GANTRY_HELM" 69
 }
 
 find_kubectl() {

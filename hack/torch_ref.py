@@ -74,7 +74,7 @@ def build_model(cfg, seed):
     return params
 
 
-def forward(p, cfg, tokens, lens, labels=None):
+def forward(p, cfg, tokens, lens, labels=None, smoothing=0.0):
     """Logits (B,K) and the mean cross-entropy (when labels is given)."""
     B, T = tokens.shape
     C, NH, L = cfg["C"], cfg["NH"], cfg["L"]
@@ -100,7 +100,8 @@ def forward(p, cfg, tokens, lens, labels=None):
         w = key_ok.to(x.dtype)[:, :, None]
         pooled = (x * w).sum(1) / lens[:, None].to(x.dtype)
     logits = pooled @ p["clsw"].T + p["clsb"]
-    loss = F.cross_entropy(logits, labels) if labels is not None else None
+    loss = (F.cross_entropy(logits, labels, label_smoothing=smoothing)
+            if labels is not None else None)
     return logits, loss
 
 
@@ -140,6 +141,12 @@ def main():
     loss.backward()
     grads = torch.cat([p[n].grad.reshape(-1) for n, _, _ in tensor_table(cfg)])
 
+    # The same batch with label smoothing 0.1 (training.labelSmoothing).
+    ps = build_model(cfg, seed)
+    _, sloss = forward(ps, cfg, tokens, lens, labels, smoothing=0.1)
+    sloss.backward()
+    sgrads = torch.cat([ps[n].grad.reshape(-1) for n, _, _ in tensor_table(cfg)])
+
     # 10 AdamW steps on the same batch (decay on matrices/embeddings only, like model.c).
     q = build_model(cfg, seed)
     decay = [q[n] for n, _, d in tensor_table(cfg) if d]
@@ -174,6 +181,9 @@ def main():
                 opt["beta2"], opt["eps"], opt["clip"], opt["warmup"], opt["steps"],
                 opt["min_ratio"]))
         f.write("losses %d %s\n" % (len(losses), fmt(losses)))
+        f.write("smoothing 0.1\n")
+        f.write("smoothed_loss %.9g\n" % sloss.item())
+        f.write("smoothed_grads %d %s\n" % (sgrads.numel(), fmt(sgrads.tolist())))
     print("wrote %s: loss %.6f, %d gradients, step-10 loss %.6f"
           % (args.out, loss.item(), grads.numel(), losses[-1]))
 

@@ -4,7 +4,8 @@
 #include "kernels/gpu_internal.h"
 
 static __global__ void crossentropy_forward_kernel(float *losses, float *probs,
-                                                   const float *logits, const int *labels, int K)
+                                                   const float *logits, const int *labels,
+                                                   float smoothing, int K)
 {
     int b = blockIdx.x;
     const float *z = logits + (size_t)b * K;
@@ -13,48 +14,59 @@ static __global__ void crossentropy_forward_kernel(float *losses, float *probs,
     for (int k = threadIdx.x; k < K; k += blockDim.x)
         mx = fmaxf(mx, z[k]);
     mx = block_max(mx);
-    float s = 0.0f;
+    float s = 0.0f, zs = 0.0f;
     for (int k = threadIdx.x; k < K; k += blockDim.x) {
         float e = expf(z[k] - mx);
         p[k] = e;
         s += e;
+        zs += z[k];
     }
     s = block_sum(s);
+    if (smoothing > 0.0f)
+        zs = block_sum(zs);
     float inv = 1.0f / s;
     for (int k = threadIdx.x; k < K; k += blockDim.x)
         p[k] *= inv;
-    if (threadIdx.x == 0)
-        losses[b] = logf(s) + mx - z[labels[b]];
+    if (threadIdx.x == 0) {
+        float lse = logf(s) + mx;
+        losses[b] = smoothing > 0.0f ? (1.0f - smoothing) * (lse - z[labels[b]]) +
+                                           smoothing * (lse - zs / (float)K)
+                                     : lse - z[labels[b]];
+    }
 }
 
 static __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
-                                                    const int *labels, float scale, int K,
-                                                    size_t total)
+                                                    const int *labels, float smoothing,
+                                                    float scale, int K, size_t total)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total)
         return;
     int b = (int)(i / K), k = (int)(i % K);
-    dlogits[i] += (probs[i] - (k == labels[b] ? 1.0f : 0.0f)) * scale;
+    float off = smoothing / (float)K, on = 1.0f - smoothing + off;
+    dlogits[i] += (probs[i] - (k == labels[b] ? on : off)) * scale;
 }
 
 extern "C" void crossentropy_forward(float *losses, float *probs, const float *logits,
-                                     const int *labels, int B, int K, struct CUstream_st *stream)
+                                     const int *labels, float smoothing, int B, int K,
+                                     struct CUstream_st *stream)
 {
     if (B == 0)
         return;
     int threads = K >= 1024 ? 1024 : (K <= 32 ? 32 : CEIL_DIV(K, 32) * 32);
-    crossentropy_forward_kernel<<<B, threads, 0, stream>>>(losses, probs, logits, labels, K);
+    crossentropy_forward_kernel<<<B, threads, 0, stream>>>(losses, probs, logits, labels,
+                                                                smoothing, K);
     GPU_LAUNCH_CHECK();
 }
 
 extern "C" void crossentropy_backward(float *dlogits, const float *probs, const int *labels,
-                                      float scale, int B, int K, struct CUstream_st *stream)
+                                      float smoothing, float scale, int B, int K,
+                                      struct CUstream_st *stream)
 {
     size_t total = (size_t)B * K;
     if (total == 0)
         return;
     crossentropy_backward_kernel<<<(unsigned)CEIL_DIV(total, 256), 256, 0, stream>>>(
-        dlogits, probs, labels, scale, K, total);
+        dlogits, probs, labels, smoothing, scale, K, total);
     GPU_LAUNCH_CHECK();
 }

@@ -1,9 +1,10 @@
 // Fused softmax cross-entropy on the GPU against kernels/crossentropy_cpu.c: 2 classes (the
-// classifier), a vocabulary-sized row (several warps, block reductions), and large logits.
+// classifier), a vocabulary-sized row (several warps, block reductions), and large logits;
+// without and with label smoothing.
 #include "kernels/crossentropy.h"
 #include "kernels/gpu_testutil.h"
 
-static void check(int B, int K, float scale_logits, uint64_t seed)
+static void check(int B, int K, float scale_logits, uint64_t seed, float smoothing)
 {
     uint64_t s = seed;
     size_t n = (size_t)B * K;
@@ -16,13 +17,14 @@ static void check(int B, int K, float scale_logits, uint64_t seed)
     float *d_logits = GT_UPF(logits, n), *d_probs = GT_UPF(probs, n), *d_losses = GT_UPF(losses, B);
     float *d_dlogits = GT_UPF(dlogits, n);
 
-    printf("crossentropy B=%d K=%d logits in +-%g\n", B, K, (double)scale_logits);
-    crossentropy_forward_cpu(losses, probs, logits, labels, B, K);
-    crossentropy_forward(d_losses, d_probs, d_logits, d_labels, B, K, 0);
+    printf("crossentropy B=%d K=%d logits in +-%g smoothing %g\n", B, K, (double)scale_logits,
+           (double)smoothing);
+    crossentropy_forward_cpu(losses, probs, logits, labels, smoothing, B, K);
+    crossentropy_forward(d_losses, d_probs, d_logits, d_labels, smoothing, B, K, 0);
     gt_compare("crossentropy losses", d_losses, losses, B, GT_F32_ATOL, GT_F32_RTOL);
     gt_compare("crossentropy probs", d_probs, probs, n, 1e-7, GT_F32_RTOL);
-    crossentropy_backward_cpu(dlogits, probs, labels, 1.0f / B, B, K);
-    crossentropy_backward(d_dlogits, d_probs, d_labels, 1.0f / B, B, K, 0);
+    crossentropy_backward_cpu(dlogits, probs, labels, smoothing, 1.0f / B, B, K);
+    crossentropy_backward(d_dlogits, d_probs, d_labels, smoothing, 1.0f / B, B, K, 0);
     gt_compare("crossentropy dlogits", d_dlogits, dlogits, n, GT_F32_ATOL, GT_F32_RTOL);
     cudaFree(d_labels), cudaFree(d_logits), cudaFree(d_probs), cudaFree(d_losses);
     cudaFree(d_dlogits);
@@ -32,8 +34,11 @@ static void check(int B, int K, float scale_logits, uint64_t seed)
 int main(void)
 {
     gt_require_device("crossentropy_gpu_test");
-    check(64, 2, 4, 1);
-    check(8, 50257, 8, 2);
-    check(16, 1000, 80, 3); /* exp would overflow without the max shift */
+    check(64, 2, 4, 1, 0.0f);
+    check(8, 50257, 8, 2, 0.0f);
+    check(16, 1000, 80, 3, 0.0f); /* exp would overflow without the max shift */
+    check(64, 2, 4, 4, 0.1f);
+    check(8, 50257, 8, 5, 0.1f);
+    check(16, 1000, 80, 6, 0.2f);
     return gt_summary("crossentropy_gpu_test");
 }

@@ -162,6 +162,8 @@ static void test_errors_name_the_field(void)
          "spec.training.model.layers: must be <= 128 (got 129)"},
         {"{\"training\":{\"lrDecay\":\"step\"}}",
          "spec.training.lrDecay: unsupported value \"step\"; use one of cosine|linear|constant"},
+        {"{\"training\":{\"labelSmoothing\":1}}",
+         "spec.training.labelSmoothing: must be <= 0.99 (got 1)"},
         {"{\"training\":{\"lossScale\":1024}}",
          "spec.training.lossScale: unknown field (gantry-worker would refuse it)"},
         {"{\"training\":{\"model\":{\"hiden\":64}}}", "spec.training.model.hiden: unknown field"},

@@ -74,6 +74,9 @@ static const struct field fields[] = {
     {"minLrRatio", F_DBL, S(min_lr_ratio), 0, 1, NULL, "final lr = learningRate * minLrRatio"},
     {"weightDecay", F_DBL, S(weight_decay), 0, 10, NULL, "AdamW decoupled weight decay"},
     {"gradClip", F_DBL, S(grad_clip), 0, 1e9, NULL, "max global gradient norm; 0 = off"},
+    {"labelSmoothing", F_DBL, S(label_smoothing), 0, 0.99, NULL,
+     "label smoothing of the training loss (PyTorch's label_smoothing); evaluation reports the "
+     "plain cross-entropy; 0 = off"},
     {"adamBeta1", F_DBL, S(beta1), 0, 0.999999, NULL, "AdamW beta1"},
     {"adamBeta2", F_DBL, S(beta2), 0, 0.999999999, NULL, "AdamW beta2"},
     {"adamEps", F_DBL, S(eps), 1e-30, 1, NULL, "AdamW epsilon"},

@@ -57,6 +57,7 @@ struct cfg {
     double warmup_ratio;
     char lr_decay[12];   /* cosine | linear | constant */
     double min_lr_ratio, weight_decay, grad_clip, beta1, beta2, eps;
+    double label_smoothing; /* the training loss's target: (1 - e) one-hot + e / classes */
     int64_t seed;
     /* run */
     int log_interval, threads;

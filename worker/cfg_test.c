@@ -173,6 +173,12 @@ static void test_eval_interval(void)
     TEST_EQ_INT(c.eval_interval, 0);
     TEST_EQ_INT(cfg_load(&c, 7, (char **)argv, NULL, err, sizeof(err)), CFG_OK);
     TEST_EQ_INT(c.eval_interval, 50);
+    /* labelSmoothing: JSON or flag, [0, 0.99] */
+    const char *ls[] = {"w", "--data-train", "t", "--label-smoothing", "0.1"};
+    TEST_EQ_INT(cfg_load(&c, 5, (char **)ls, NULL, err, sizeof(err)), CFG_OK);
+    TEST_CHECK(c.label_smoothing == 0.1);
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"labelSmoothing\": 1}",
+               "training.labelSmoothing: 1 is out of range; use 0..0.99");
     expect_bad("{\"data\": {\"train\": \"t\"}, \"evalInterval\": 100}",
                "training.evalInterval: 100, but data.eval is not set");
     expect_bad("{\"data\": {\"train\": \"t\", \"eval\": \"e\"}, \"evalInterval\": -1}",

@@ -214,6 +214,7 @@ static void train_opts_from(const struct worker *w, struct train_opts *o)
     o->optim.eps = (float)c->eps;
     o->optim.weight_decay = (float)c->weight_decay;
     o->optim.grad_clip = (float)c->grad_clip;
+    o->label_smoothing = (float)c->label_smoothing;
     o->optim.min_lr_ratio = (float)c->min_lr_ratio;
     o->optim.decay = !strcmp(c->lr_decay, "linear")     ? OPTIM_LINEAR
                      : !strcmp(c->lr_decay, "constant") ? OPTIM_CONSTANT

@@ -87,6 +87,9 @@ struct model {
     float *probs;                     /* (B,K) softmax of logits */
     float *losses;                    /* (B) per example; only with labels */
     int *ngram_ids, *ngram_count;     /* n-gram bags (B, 2*maxT) and counts (B) */
+    /* Label smoothing of the loss that model_forward with labels computes and model_backward
+     * differentiates (the training loops set it; 0, the default: plain cross-entropy). */
+    float label_smoothing;
     model_ready_fn ready;             /* armed for the next model_backward (model_arm_ready) */
     void *ready_ctx;
     bool ready_each_layer;

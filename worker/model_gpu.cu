@@ -23,6 +23,7 @@ struct model_gpu {
     uint16_t *p16;
     int *tokens, *len, *labels;
     int B, T, have_labels;
+    float smoothing; /* label smoothing of the loss (model_gpu_label_smoothing) */
     float *lse; /* fused attention: (L, B, NH, T) row log-sum-exps in place of att */
     float *x0, *ln1, *ln1m, *ln1r, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2m, *ln2r, *fch,
         *fchg, *fcproj, *res3, *lnf, *lnfm, *lnfr, *pooled, *logits, *probs, *losses;
@@ -201,7 +202,7 @@ extern "C" void model_gpu_forward(struct model_gpu *g)
         meanpool_forward(g->pooled, g->lnf, g->len, B, T, C, s);
     matmul_forward(g->logits, g->pooled, P("clsw"), P("clsb"), B, C, K, s); /* tiny: fp32 */
     if (g->have_labels) {
-        crossentropy_forward(g->losses, g->probs, g->logits, g->labels, B, K, s);
+        crossentropy_forward(g->losses, g->probs, g->logits, g->labels, g->smoothing, B, K, s);
         loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
         CUDA_CHECK(cudaGetLastError());
     }
@@ -227,7 +228,7 @@ extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
     g->ready = NULL;
 
     CUDA_CHECK(cudaMemsetAsync(g->dlogits, 0, (size_t)B * K * sizeof(float), s));
-    crossentropy_backward(g->dlogits, g->probs, g->labels, loss_scale, B, K, s);
+    crossentropy_backward(g->dlogits, g->probs, g->labels, g->smoothing, loss_scale, B, K, s);
     CUDA_CHECK(cudaMemsetAsync(g->dpooled, 0, (size_t)B * C * sizeof(float), s));
     matmul_backward(g->dpooled, G("clsw"), G("clsb"), g->dlogits, g->pooled, P("clsw"), B, C, K,
                     s);
@@ -469,6 +470,11 @@ extern "C" void model_gpu_batch(struct model_gpu *g, const int *tokens, const in
     CUDA_CHECK(cudaEventRecord(g->staged[g->slot], g->s));
     g->slot = (g->slot + 1) % STAGE_SLOTS;
     g->B = B, g->T = T, g->have_labels = labels != NULL;
+}
+
+extern "C" void model_gpu_label_smoothing(struct model_gpu *g, float smoothing)
+{
+    g->smoothing = smoothing;
 }
 
 extern "C" void model_gpu_zero_grad(struct model_gpu *g)

@@ -115,6 +115,11 @@ void model_gpu_batch(struct model_gpu *g, const int *tokens, const int *len, con
     g->dm.B = B, g->dm.T = T;
 }
 
+void model_gpu_label_smoothing(struct model_gpu *g, float smoothing)
+{
+    g->dm.label_smoothing = smoothing;
+}
+
 void model_gpu_zero_grad(struct model_gpu *g)
 {
     model_zero_grad(&g->dm);

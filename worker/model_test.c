@@ -110,12 +110,13 @@ static double fd_loss(void *p)
     return model_forward(p, tokens, lens, labels, B, T);
 }
 
-static void gradcheck_model(const struct model_config *cfg, const char *what)
+static void gradcheck_model(const struct model_config *cfg, const char *what, float smoothing)
 {
     struct model m;
     char err[256];
     uint64_t s = 99;
     TEST_EQ_INT(model_init(&m, cfg, B, 7, err, sizeof(err)), 0);
+    m.label_smoothing = smoothing;
     /* Larger weights than the init's 0.02, so every path carries a measurable gradient. */
     gc_fill(m.params, m.n_params, &s, -0.5f, 0.5f);
     model_zero_grad(&m);
@@ -131,21 +132,30 @@ static void gradcheck_model(const struct model_config *cfg, const char *what)
     model_cleanup(&m);
 }
 
-static void test_transformer_gradcheck(void) { gradcheck_model(&tiny, "mean"); }
+static void test_transformer_gradcheck(void) { gradcheck_model(&tiny, "mean", 0.0f); }
 
 static void test_transformer_cls_gradcheck(void)
 {
     struct model_config c = tiny;
     c.pool = MODEL_POOL_CLS;
     c.layers = 1;
-    gradcheck_model(&c, "cls");
+    gradcheck_model(&c, "cls", 0.0f);
 }
 
 static void test_ngram_gradcheck(void)
 {
     struct model_config c = {.kind = MODEL_NGRAM, .vocab = 20, .classes = 3, .max_seq_len = 6,
                              .hidden = 5, .buckets = 11};
-    gradcheck_model(&c, "ngram");
+    gradcheck_model(&c, "ngram", 0.0f);
+    gradcheck_model(&c, "ngram smoothed", 0.3f);
+}
+
+/* Label smoothing (training.labelSmoothing): the loss's gradient through the whole model. */
+static void test_smoothed_gradcheck(void)
+{
+    struct model_config c = tiny;
+    c.layers = 1;
+    gradcheck_model(&c, "smoothed", 0.2f);
 }
 
 /* Two half batches, each scaled 1/(2*half), give the gradient of one full batch. */
@@ -385,6 +395,27 @@ static void test_matches_pytorch(void)
     printf("  vs PyTorch: loss diff %.2g, max logit diff %.2g, max grad diff %.2g\n",
            fabs(got - loss), worst_logit, worst);
 
+    /* With label smoothing: PyTorch's cross_entropy(label_smoothing=0.1) on the same batch. */
+    float eps, sloss;
+    TEST_EQ_INT(read_floats(f, "smoothing", &eps, 1), 1);
+    TEST_EQ_INT(read_floats(f, "smoothed_loss", &sloss, 1), 1);
+    TEST_EQ_INT(read_floats(f, "smoothed_grads", ref, 0), (int)m.n_params);
+    model_zero_grad(&m);
+    m.label_smoothing = eps;
+    got = model_forward(&m, tokens, lens, labels, B, T);
+    model_backward(&m, 1.0f / B);
+    TEST_NEAR(got, sloss, 2e-5);
+    TEST_CHECK(fabsf(sloss - loss) > 1e-5f); /* the fixture's smoothing changes the loss */
+    bad = 0, worst = 0;
+    for (size_t i = 0; i < m.n_params; i++) {
+        worst = fmax(worst, fabs(m.grads[i] - ref[i]));
+        bad += !(fabsf(m.grads[i] - ref[i]) <= 1e-5f + 1e-3f * fabsf(ref[i]));
+    }
+    TEST_EQ_INT(bad, 0);
+    printf("  vs PyTorch, label smoothing %g: loss %.7f (PyTorch %.7f), max grad diff %.2g\n",
+           (double)eps, (double)got, (double)sloss, worst);
+    m.label_smoothing = 0.0f;
+
     /* 10 AdamW steps: lr wd beta1 beta2 eps clip warmup steps min_ratio */
     float h[9], want[10];
     TEST_EQ_INT(read_floats(f, "adamw", h, 9), 9);
@@ -441,6 +472,7 @@ int main(void)
     TEST_RUN(test_transformer_gradcheck);
     TEST_RUN(test_transformer_cls_gradcheck);
     TEST_RUN(test_ngram_gradcheck);
+    TEST_RUN(test_smoothed_gradcheck);
     TEST_RUN(test_gradient_accumulation);
     TEST_RUN(test_grouped_backward);
     TEST_RUN(test_ready_hook);
