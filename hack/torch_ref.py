@@ -74,7 +74,7 @@ def build_model(cfg, seed):
     return params
 
 
-def forward(p, cfg, tokens, lens, labels=None, smoothing=0.0):
+def forward(p, cfg, tokens, lens, labels=None, smoothing=0.0, class_weight=None):
     """Logits (B,K) and the mean cross-entropy (when labels is given)."""
     B, T = tokens.shape
     C, NH, L = cfg["C"], cfg["NH"], cfg["L"]
@@ -100,8 +100,14 @@ def forward(p, cfg, tokens, lens, labels=None, smoothing=0.0):
         w = key_ok.to(x.dtype)[:, :, None]
         pooled = (x * w).sum(1) / lens[:, None].to(x.dtype)
     logits = pooled @ p["clsw"].T + p["clsb"]
-    loss = (F.cross_entropy(logits, labels, label_smoothing=smoothing)
-            if labels is not None else None)
+    if labels is None:
+        return logits, None
+    if class_weight is None:
+        return logits, F.cross_entropy(logits, labels, label_smoothing=smoothing)
+    # class weights as Keras' class_weight (model.c): each example's loss times its label's
+    # weight, the mean over examples
+    per = F.cross_entropy(logits, labels, label_smoothing=smoothing, reduction="none")
+    loss = (per * class_weight[labels]).mean()
     return logits, loss
 
 
@@ -147,6 +153,13 @@ def main():
     sloss.backward()
     sgrads = torch.cat([ps[n].grad.reshape(-1) for n, _, _ in tensor_table(cfg)])
 
+    # With class weights too (training.classWeight).
+    cw = torch.tensor([0.5, 2.0, 1.25])
+    pw = build_model(cfg, seed)
+    _, wloss = forward(pw, cfg, tokens, lens, labels, smoothing=0.1, class_weight=cw)
+    wloss.backward()
+    wgrads = torch.cat([pw[n].grad.reshape(-1) for n, _, _ in tensor_table(cfg)])
+
     # 10 AdamW steps on the same batch (decay on matrices/embeddings only, like model.c).
     q = build_model(cfg, seed)
     decay = [q[n] for n, _, d in tensor_table(cfg) if d]
@@ -184,6 +197,9 @@ def main():
         f.write("smoothing 0.1\n")
         f.write("smoothed_loss %.9g\n" % sloss.item())
         f.write("smoothed_grads %d %s\n" % (sgrads.numel(), fmt(sgrads.tolist())))
+        f.write("class_weight %s\n" % fmt(cw.tolist()))
+        f.write("weighted_loss %.9g\n" % wloss.item())
+        f.write("weighted_grads %d %s\n" % (wgrads.numel(), fmt(wgrads.tolist())))
     print("wrote %s: loss %.6f, %d gradients, step-10 loss %.6f"
           % (args.out, loss.item(), grads.numel(), losses[-1]))
 

@@ -5,7 +5,7 @@
 
 static __global__ void crossentropy_forward_kernel(float *losses, float *probs,
                                                    const float *logits, const int *labels,
-                                                   float smoothing, int K)
+                                                   float smoothing, const float *weights, int K)
 {
     int b = blockIdx.x;
     const float *z = logits + (size_t)b * K;
@@ -32,41 +32,45 @@ static __global__ void crossentropy_forward_kernel(float *losses, float *probs,
         losses[b] = smoothing > 0.0f ? (1.0f - smoothing) * (lse - z[labels[b]]) +
                                            smoothing * (lse - zs / (float)K)
                                      : lse - z[labels[b]];
+        if (weights)
+            losses[b] *= weights[labels[b]];
     }
 }
 
 static __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
                                                     const int *labels, float smoothing,
-                                                    float scale, int K, size_t total)
+                                                    const float *weights, float scale, int K,
+                                                    size_t total)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total)
         return;
     int b = (int)(i / K), k = (int)(i % K);
     float off = smoothing / (float)K, on = 1.0f - smoothing + off;
-    dlogits[i] += (probs[i] - (k == labels[b] ? on : off)) * scale;
+    float s = weights ? scale * weights[labels[b]] : scale;
+    dlogits[i] += (probs[i] - (k == labels[b] ? on : off)) * s;
 }
 
 extern "C" void crossentropy_forward(float *losses, float *probs, const float *logits,
-                                     const int *labels, float smoothing, int B, int K,
-                                     struct CUstream_st *stream)
+                                     const int *labels, float smoothing, const float *weights,
+                                     int B, int K, struct CUstream_st *stream)
 {
     if (B == 0)
         return;
     int threads = K >= 1024 ? 1024 : (K <= 32 ? 32 : CEIL_DIV(K, 32) * 32);
     crossentropy_forward_kernel<<<B, threads, 0, stream>>>(losses, probs, logits, labels,
-                                                                smoothing, K);
+                                                                smoothing, weights, K);
     GPU_LAUNCH_CHECK();
 }
 
 extern "C" void crossentropy_backward(float *dlogits, const float *probs, const int *labels,
-                                      float smoothing, float scale, int B, int K,
-                                      struct CUstream_st *stream)
+                                      float smoothing, const float *weights, float scale, int B,
+                                      int K, struct CUstream_st *stream)
 {
     size_t total = (size_t)B * K;
     if (total == 0)
         return;
     crossentropy_backward_kernel<<<(unsigned)CEIL_DIV(total, 256), 256, 0, stream>>>(
-        dlogits, probs, labels, smoothing, scale, K, total);
+        dlogits, probs, labels, smoothing, weights, scale, K, total);
     GPU_LAUNCH_CHECK();
 }

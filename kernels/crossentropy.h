@@ -4,10 +4,12 @@
  * logits (B,K), labels (B) in [0,K). The forward writes probs (B,K) (softmax, kept for the
  * backward) and losses (B) = -sum_k q[k] log probs[b, k] against the target distribution
  * q = (1 - smoothing) onehot(labels[b]) + smoothing / K (label smoothing, PyTorch's
- * cross_entropy(label_smoothing=)); with smoothing 0, -log probs[b, labels[b]]. Computed from the
- * log-sum-exp so a large logit cannot overflow. The backward accumulates
- * dlogits += (probs - q) * scale: scale is d(total loss)/d(loss_b), e.g. 1/(B * accumulation
- * steps) for a mean over the batch.
+ * cross_entropy(label_smoothing=)); with smoothing 0, -log probs[b, labels[b]]. With weights (K
+ * floats, NULL: none) each example's loss is multiplied by weights[labels[b]] (class weights as
+ * Keras' class_weight: a mean over the batch then counts examples, not weights). Computed from
+ * the log-sum-exp so a large logit cannot overflow. The backward accumulates
+ * dlogits += weights[labels[b]] (probs - q) * scale: scale is d(total loss)/d(loss_b), e.g.
+ * 1/(B * accumulation steps) for a mean over the batch. On the GPU, weights is device memory.
  */
 #ifndef GANTRY_CROSSENTROPY_H
 #define GANTRY_CROSSENTROPY_H
@@ -17,9 +19,9 @@ extern "C" {
 #endif
 
 void crossentropy_forward_cpu(float *losses, float *probs, const float *logits, const int *labels,
-                              float smoothing, int B, int K);
+                              float smoothing, const float *weights, int B, int K);
 void crossentropy_backward_cpu(float *dlogits, const float *probs, const int *labels,
-                               float smoothing, float scale, int B, int K);
+                               float smoothing, const float *weights, float scale, int B, int K);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,7 @@
 #include <stddef.h>
 
 void crossentropy_forward_cpu(float *losses, float *probs, const float *logits, const int *labels,
-                              float smoothing, int B, int K)
+                              float smoothing, const float *weights, int B, int K)
 {
     for (int b = 0; b < B; b++) {
         const float *z = logits + (size_t)b * K;
@@ -23,17 +23,20 @@ void crossentropy_forward_cpu(float *losses, float *probs, const float *logits, 
         losses[b] = smoothing > 0.0f ? (1.0f - smoothing) * (lse - z[labels[b]]) +
                                            smoothing * (lse - zsum / (float)K)
                                      : lse - z[labels[b]];
+        if (weights)
+            losses[b] *= weights[labels[b]];
     }
 }
 
 void crossentropy_backward_cpu(float *dlogits, const float *probs, const int *labels,
-                               float smoothing, float scale, int B, int K)
+                               float smoothing, const float *weights, float scale, int B, int K)
 {
     const float off = smoothing / (float)K, on = 1.0f - smoothing + off;
     for (int b = 0; b < B; b++) {
+        float s = weights ? scale * weights[labels[b]] : scale;
         for (int k = 0; k < K; k++) {
             float g = probs[(size_t)b * K + k] - (k == labels[b] ? on : off);
-            dlogits[(size_t)b * K + k] += g * scale;
+            dlogits[(size_t)b * K + k] += g * s;
         }
     }
 }

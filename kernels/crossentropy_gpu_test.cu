@@ -4,7 +4,7 @@
 #include "kernels/crossentropy.h"
 #include "kernels/gpu_testutil.h"
 
-static void check(int B, int K, float scale_logits, uint64_t seed, float smoothing)
+static void check(int B, int K, float scale_logits, uint64_t seed, float smoothing, int weighted)
 {
     uint64_t s = seed;
     size_t n = (size_t)B * K;
@@ -16,29 +16,34 @@ static void check(int B, int K, float scale_logits, uint64_t seed, float smoothi
     int *d_labels = GT_UPI(labels, B);
     float *d_logits = GT_UPF(logits, n), *d_probs = GT_UPF(probs, n), *d_losses = GT_UPF(losses, B);
     float *d_dlogits = GT_UPF(dlogits, n);
+    float *w = weighted ? gt_randv((size_t)K, &s, 0.2f, 3.0f) : NULL;
+    float *d_w = weighted ? GT_UPF(w, (size_t)K) : NULL;
 
-    printf("crossentropy B=%d K=%d logits in +-%g smoothing %g\n", B, K, (double)scale_logits,
-           (double)smoothing);
-    crossentropy_forward_cpu(losses, probs, logits, labels, smoothing, B, K);
-    crossentropy_forward(d_losses, d_probs, d_logits, d_labels, smoothing, B, K, 0);
+    printf("crossentropy B=%d K=%d logits in +-%g smoothing %g%s\n", B, K, (double)scale_logits,
+           (double)smoothing, weighted ? " class weights" : "");
+    crossentropy_forward_cpu(losses, probs, logits, labels, smoothing, w, B, K);
+    crossentropy_forward(d_losses, d_probs, d_logits, d_labels, smoothing, d_w, B, K, 0);
     gt_compare("crossentropy losses", d_losses, losses, B, GT_F32_ATOL, GT_F32_RTOL);
     gt_compare("crossentropy probs", d_probs, probs, n, 1e-7, GT_F32_RTOL);
-    crossentropy_backward_cpu(dlogits, probs, labels, smoothing, 1.0f / B, B, K);
-    crossentropy_backward(d_dlogits, d_probs, d_labels, smoothing, 1.0f / B, B, K, 0);
+    crossentropy_backward_cpu(dlogits, probs, labels, smoothing, w, 1.0f / B, B, K);
+    crossentropy_backward(d_dlogits, d_probs, d_labels, smoothing, d_w, 1.0f / B, B, K, 0);
     gt_compare("crossentropy dlogits", d_dlogits, dlogits, n, GT_F32_ATOL, GT_F32_RTOL);
     cudaFree(d_labels), cudaFree(d_logits), cudaFree(d_probs), cudaFree(d_losses);
-    cudaFree(d_dlogits);
+    cudaFree(d_dlogits), cudaFree(d_w);
+    free(w);
     free(labels), free(logits), free(probs), free(losses), free(dlogits);
 }
 
 int main(void)
 {
     gt_require_device("crossentropy_gpu_test");
-    check(64, 2, 4, 1, 0.0f);
-    check(8, 50257, 8, 2, 0.0f);
-    check(16, 1000, 80, 3, 0.0f); /* exp would overflow without the max shift */
-    check(64, 2, 4, 4, 0.1f);
-    check(8, 50257, 8, 5, 0.1f);
-    check(16, 1000, 80, 6, 0.2f);
+    check(64, 2, 4, 1, 0.0f, 0);
+    check(8, 50257, 8, 2, 0.0f, 0);
+    check(16, 1000, 80, 3, 0.0f, 0); /* exp would overflow without the max shift */
+    check(64, 2, 4, 4, 0.1f, 0);
+    check(8, 50257, 8, 5, 0.1f, 0);
+    check(16, 1000, 80, 6, 0.2f, 0);
+    check(64, 2, 4, 7, 0.0f, 1);
+    check(16, 1000, 8, 8, 0.1f, 1);
     return gt_summary("crossentropy_gpu_test");
 }

@@ -13,13 +13,15 @@ struct ctx {
     float z[B * K], probs[B * K], losses[B];
     int labels[B];
     float smoothing;
+    const float *weights;
 };
 
 static double loss(void *p)
 {
     struct ctx *c = p;
     double s = 0;
-    crossentropy_forward_cpu(c->losses, c->probs, c->z, c->labels, c->smoothing, B, K);
+    crossentropy_forward_cpu(c->losses, c->probs, c->z, c->labels, c->smoothing, c->weights, B,
+                             K);
     for (int b = 0; b < B; b++)
         s += c->losses[b];
     return s / B;
@@ -30,22 +32,27 @@ static void test_known_values(void)
     /* PyTorch: F.cross_entropy(torch.tensor([[1., 2., 3.]]), torch.tensor([0])) = 2.40760596 */
     float z[3] = {1, 2, 3}, p[3], l;
     int y = 0;
-    crossentropy_forward_cpu(&l, p, z, &y, 0.0f, 1, 3);
+    crossentropy_forward_cpu(&l, p, z, &y, 0.0f, NULL, 1, 3);
     TEST_NEAR(l, 2.40760596, 1e-6);
     TEST_NEAR(p[2], 0.66524096, 1e-6);
     /* F.cross_entropy(..., label_smoothing=0.1) = 2.30760598: 0.9 x 2.4076 + 0.1 x (lse - 2) */
-    crossentropy_forward_cpu(&l, p, z, &y, 0.1f, 1, 3);
+    crossentropy_forward_cpu(&l, p, z, &y, 0.1f, NULL, 1, 3);
     TEST_NEAR(l, 2.30760598, 1e-6);
     TEST_NEAR(p[2], 0.66524096, 1e-6); /* the probabilities do not change */
     float big[2] = {1000.0f, -1000.0f};
     y = 1;
-    crossentropy_forward_cpu(&l, p, big, &y, 0.0f, 1, 2);
+    crossentropy_forward_cpu(&l, p, big, &y, 0.0f, NULL, 1, 2);
     TEST_NEAR(l, 2000.0, 1e-3);
-    crossentropy_forward_cpu(&l, p, big, &y, 0.2f, 1, 2); /* 0.8 x 2000 + 0.2 x 1000 */
+    crossentropy_forward_cpu(&l, p, big, &y, 0.2f, NULL, 1, 2); /* 0.8 x 2000 + 0.2 x 1000 */
     TEST_NEAR(l, 1800.0, 1e-3);
+    /* class weights scale each example's loss by its label's weight */
+    const float w[3] = {2.5f, 1.0f, 0.5f};
+    y = 0;
+    crossentropy_forward_cpu(&l, p, z, &y, 0.1f, w, 1, 3);
+    TEST_NEAR(l, 2.5 * 2.30760598, 1e-5);
 }
 
-static void backward_check(float smoothing)
+static void backward_check(float smoothing, const float *weights)
 {
     static struct ctx c;
     float dz[B * K];
@@ -54,18 +61,22 @@ static void backward_check(float smoothing)
     for (int b = 0; b < B; b++)
         c.labels[b] = b % K;
     c.smoothing = smoothing;
+    c.weights = weights;
     for (int i = 0; i < B * K; i++)
         dz[i] = 0.0f;
     loss(&c);
-    crossentropy_backward_cpu(dz, c.probs, c.labels, smoothing, 1.0f / B, B, K);
+    crossentropy_backward_cpu(dz, c.probs, c.labels, smoothing, weights, 1.0f / B, B, K);
     gc_check("dlogits", c.z, dz, B * K, 1, loss, &c, 1e-2f, 1e-4, 1e-3);
 }
 
 static void test_backward_matches_finite_differences(void)
 {
-    backward_check(0.0f);
-    backward_check(0.1f);
-    backward_check(0.6f);
+    static const float w[K] = {0.4f, 1.7f, 1.0f};
+    backward_check(0.0f, NULL);
+    backward_check(0.1f, NULL);
+    backward_check(0.6f, NULL);
+    backward_check(0.0f, w);
+    backward_check(0.2f, w);
 }
 
 int main(void)

@@ -153,9 +153,11 @@ void clspool_backward(float *dinp, const float *dout, int B, int T, int C,
 
 /* ---- crossentropy.h: one block per row, fused max / sum-exp / normalise / loss ---- */
 void crossentropy_forward(float *losses, float *probs, const float *logits, const int *labels,
-                          float smoothing, int B, int K, struct CUstream_st *stream);
+                          float smoothing, const float *weights, int B, int K,
+                          struct CUstream_st *stream);
 void crossentropy_backward(float *dlogits, const float *probs, const int *labels, float smoothing,
-                           float scale, int B, int K, struct CUstream_st *stream);
+                           const float *weights, float scale, int B, int K,
+                           struct CUstream_st *stream);
 
 /* ---- worker/optim.h's AdamW and clipping, on the device, with no host synchronisation ---- */
 

@@ -898,14 +898,14 @@ static void case_crossentropy(uint64_t *r)
     float *d_logits = IN_F(logits, n), *d_probs = OUT_F(NULL, n), *d_losses = OUT_F(NULL, B);
     float *d_dlogits = OUT_F(dlogits, n);
 
-    crossentropy_forward_cpu(losses, probs, logits, labels, 0.1f, B, K);
-    crossentropy_forward(d_losses, d_probs, d_logits, d_labels, 0.1f, B, K, 0);
+    crossentropy_forward_cpu(losses, probs, logits, labels, 0.1f, NULL, B, K);
+    crossentropy_forward(d_losses, d_probs, d_logits, d_labels, 0.1f, NULL, B, K, 0);
     launched("crossentropy_forward");
     check("crossentropy_forward", "losses", d_losses, losses, B, GT_F32_ATOL, GT_F32_RTOL);
     check("crossentropy_forward", "probs", d_probs, probs, n, 1e-7, GT_F32_RTOL);
     reset(d_probs, probs, n * sizeof(float));
-    crossentropy_backward_cpu(dlogits, probs, labels, 0.1f, 1.0f / B, B, K);
-    crossentropy_backward(d_dlogits, d_probs, d_labels, 0.1f, 1.0f / B, B, K, 0);
+    crossentropy_backward_cpu(dlogits, probs, labels, 0.1f, NULL, 1.0f / B, B, K);
+    crossentropy_backward(d_dlogits, d_probs, d_labels, 0.1f, NULL, 1.0f / B, B, K, 0);
     launched("crossentropy_backward");
     check("crossentropy_backward", "dlogits", d_dlogits, dlogits, n, GT_F32_ATOL, GT_F32_RTOL);
     free_all();

@@ -211,6 +211,7 @@ static const struct train_field train_fields[] = {
     {"weightDecay", FK_NUM, 0, 10, NULL, NULL},
     {"gradClip", FK_NUM, 0, 1e9, NULL, NULL},
     {"labelSmoothing", FK_NUM, 0, 0.99, NULL, NULL},
+    {"classWeight", FK_ENUM, 0, 0, "none|balanced", NULL},
     {"adamBeta1", FK_NUM, 0, 0.999999, NULL, NULL},
     {"adamBeta2", FK_NUM, 0, 0.999999999, NULL, NULL},
     {"adamEps", FK_NUM, 1e-30, 1, NULL, NULL},

@@ -162,6 +162,8 @@ static void test_errors_name_the_field(void)
          "spec.training.model.layers: must be <= 128 (got 129)"},
         {"{\"training\":{\"lrDecay\":\"step\"}}",
          "spec.training.lrDecay: unsupported value \"step\"; use one of cosine|linear|constant"},
+        {"{\"training\":{\"classWeight\":\"inverse\"}}",
+         "spec.training.classWeight: unsupported value \"inverse\"; use one of none|balanced"},
         {"{\"training\":{\"labelSmoothing\":1}}",
          "spec.training.labelSmoothing: must be <= 0.99 (got 1)"},
         {"{\"training\":{\"lossScale\":1024}}",

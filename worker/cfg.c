@@ -77,6 +77,9 @@ static const struct field fields[] = {
     {"labelSmoothing", F_DBL, S(label_smoothing), 0, 0.99, NULL,
      "label smoothing of the training loss (PyTorch's label_smoothing); evaluation reports the "
      "plain cross-entropy; 0 = off"},
+    {"classWeight", F_ENUM, S(class_weight), 0, 0, "none|balanced",
+     "weigh the training loss by class: balanced = examples / (classes x the class's examples) "
+     "in data.train, as scikit-learn's; evaluation reports the plain cross-entropy"},
     {"adamBeta1", F_DBL, S(beta1), 0, 0.999999, NULL, "AdamW beta1"},
     {"adamBeta2", F_DBL, S(beta2), 0, 0.999999999, NULL, "AdamW beta2"},
     {"adamEps", F_DBL, S(eps), 1e-30, 1, NULL, "AdamW epsilon"},
@@ -125,6 +128,7 @@ void cfg_defaults(struct cfg *c)
     c->scale_learning_rate = true;
     c->warmup_steps = -1, c->warmup_ratio = 0.06;
     snprintf(c->lr_decay, sizeof(c->lr_decay), "cosine");
+    snprintf(c->class_weight, sizeof(c->class_weight), "none");
     snprintf(c->best_metric, sizeof(c->best_metric), "loss");
     snprintf(c->device, sizeof(c->device), "cpu");
     snprintf(c->precision, sizeof(c->precision), "fp32");

@@ -58,6 +58,7 @@ struct cfg {
     char lr_decay[12];   /* cosine | linear | constant */
     double min_lr_ratio, weight_decay, grad_clip, beta1, beta2, eps;
     double label_smoothing; /* the training loss's target: (1 - e) one-hot + e / classes */
+    char class_weight[12];  /* none | balanced: the training loss weighs each class */
     int64_t seed;
     /* run */
     int log_interval, threads;

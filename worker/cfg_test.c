@@ -179,6 +179,10 @@ static void test_eval_interval(void)
     TEST_CHECK(c.label_smoothing == 0.1);
     expect_bad("{\"data\": {\"train\": \"t\"}, \"labelSmoothing\": 1}",
                "training.labelSmoothing: 1 is out of range; use 0..0.99");
+    /* classWeight: none (default) or balanced */
+    TEST_EQ_STR(c.class_weight, "none");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"classWeight\": \"inverse\"}",
+               "training.classWeight");
     expect_bad("{\"data\": {\"train\": \"t\"}, \"evalInterval\": 100}",
                "training.evalInterval: 100, but data.eval is not set");
     expect_bad("{\"data\": {\"train\": \"t\", \"eval\": \"e\"}, \"evalInterval\": -1}",

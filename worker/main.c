@@ -37,6 +37,7 @@
 #include <jansson.h>
 
 #include "common/hash.h"
+#include "common/xalloc.h"
 #include "kernels/cpu.h"
 
 #include "worker/cfg.h"
@@ -84,6 +85,7 @@ struct worker {
     int64_t pending_step; /* the write in flight, -1 none */
     bool retired_newer;   /* step dirs numbered above our first written one are gone */
     double pending_t0;
+    float *class_weight; /* training.classWeight balanced: one per label; NULL: none */
     json_t *evals; /* the evaluations during training, [{step, loss, accuracy, ...}] */
     bool stopped_early; /* on_eval ended training early: this run's last checkpoint says so */
     int64_t resumed_stopped; /* the checkpoint resumed from ended an early-stopped run; -1 not */
@@ -198,6 +200,28 @@ static void model_config_from(const struct cfg *c, int vocab, int classes, struc
     mc->ffn = c->ffn ? c->ffn : 4 * c->hidden;
     mc->pool = !strcmp(c->pooling, "cls") ? MODEL_POOL_CLS : MODEL_POOL_MEAN;
     mc->buckets = c->buckets;
+}
+
+/* training.classWeight balanced: n / (K x n_k) for the n training examples, n_k of label k
+ * (scikit-learn's); a label without training examples gets 1 (never used in training). Every
+ * rank loads the whole training set, so all compute the same weights; rank 0 logs them. */
+static float *balanced_weights(const struct worker *w)
+{
+    int K = w->labels.n;
+    size_t *count = xcalloc((size_t)K, sizeof(size_t));
+    float *cw = xcalloc((size_t)K, sizeof(float));
+    for (size_t i = 0; i < w->train_enc.n; i++)
+        count[w->train_enc.labels[i]]++;
+    for (int k = 0; k < K; k++)
+        cw[k] = count[k] ? (float)((double)w->train_enc.n / ((double)K * (double)count[k])) : 1.0f;
+    if (w->env.rank == 0) {
+        fprintf(stderr, "gantry-worker: class weights (balanced):");
+        for (int k = 0; k < K; k++)
+            fprintf(stderr, " %s %.4g (%zu)", label_map_name(&w->labels, k), cw[k], count[k]);
+        fprintf(stderr, "\n");
+    }
+    free(count);
+    return cw;
 }
 
 static void train_opts_from(const struct worker *w, struct train_opts *o)
@@ -388,6 +412,12 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         "world_size", w->env.world_size));
     json_object_set_new(json_object_get(rep, "train"), "early_stopped",
                         json_boolean(r->early_stopped));
+    if (w->class_weight) {
+        json_t *cw = json_object();
+        for (int k = 0; k < K; k++)
+            json_object_set_new(cw, names[k], json_real(w->class_weight[k]));
+        json_object_set_new(json_object_get(rep, "train"), "class_weight", cw);
+    }
     json_object_set_new(rep, "config", cfg_to_json(&w->cfg));
     {
         char *line = json_dumps(rep, JSON_COMPACT);
@@ -689,6 +719,7 @@ static void worker_cleanup(struct worker *w, bool ok)
     ckpt_writer_free(w->writer);
     free(w->card);
     free(w->vocab_txt);
+    free(w->class_weight);
     obs_close(w->obs, ok);
     train_coll_cleanup(&w->tc);
     coll_free(w->coll);
@@ -804,6 +835,8 @@ int main(int argc, char **argv)
     if ((rc = join(&w)))
         goto out;
     train_opts_from(&w, &to);
+    if (!strcmp(w.cfg.class_weight, "balanced"))
+        to.class_weight = w.class_weight = balanced_weights(&w);
     /* Gradient buckets: the CPU loop pushes them to the bucketer (train_coll.h); the GPU loop
      * reduces device memory from its own comm thread (go.bucket_bytes below). */
     size_t bucket_bytes = (size_t)(w.cfg.grad_bucket_mb * 1048576.0);

@@ -404,8 +404,8 @@ float model_forward(struct model *m, const int *tokens, const int *len, const in
     matmul_forward_cpu(a->logits, a->pooled, m->p.clsw, m->p.clsb, B, C, K);
     m->logits = a->logits, m->probs = a->probs, m->losses = a->losses;
     if (labels) {
-        crossentropy_forward_cpu(a->losses, a->probs, a->logits, labels, m->label_smoothing, B,
-                                 K);
+        crossentropy_forward_cpu(a->losses, a->probs, a->logits, labels, m->label_smoothing,
+                                 m->class_weight, B, K);
         double s = 0.0;
         for (int b = 0; b < B; b++)
             s += a->losses[b];
@@ -415,7 +415,7 @@ float model_forward(struct model *m, const int *tokens, const int *len, const in
         static const int zero[1] = {0};
         for (int b = 0; b < B; b++)
             crossentropy_forward_cpu(a->losses + b, a->probs + (size_t)b * K,
-                                     a->logits + (size_t)b * K, zero, 0.0f, 1, K);
+                                     a->logits + (size_t)b * K, zero, 0.0f, NULL, 1, K);
     }
     return loss;
 }
@@ -606,8 +606,8 @@ void model_backward(struct model *m, float loss_scale)
 
     m->ready = NULL;
     memset(a->dlogits, 0, (size_t)B * K * sizeof(float));
-    crossentropy_backward_cpu(a->dlogits, a->probs, m->labels, m->label_smoothing, loss_scale, B,
-                              K);
+    crossentropy_backward_cpu(a->dlogits, a->probs, m->labels, m->label_smoothing,
+                              m->class_weight, loss_scale, B, K);
     memset(a->dpooled, 0, (size_t)B * C * sizeof(float));
     matmul_backward_cpu(a->dpooled, m->g.clsw, m->g.clsb, a->dlogits, a->pooled, m->p.clsw, B, C,
                         K);

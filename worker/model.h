@@ -87,9 +87,12 @@ struct model {
     float *probs;                     /* (B,K) softmax of logits */
     float *losses;                    /* (B) per example; only with labels */
     int *ngram_ids, *ngram_count;     /* n-gram bags (B, 2*maxT) and counts (B) */
-    /* Label smoothing of the loss that model_forward with labels computes and model_backward
-     * differentiates (the training loops set it; 0, the default: plain cross-entropy). */
+    /* The loss that model_forward with labels computes and model_backward differentiates (the
+     * training loops set them; 0 and NULL, the defaults: the plain cross-entropy): label
+     * smoothing, and class weights (classes floats, borrowed) multiplying each example's loss
+     * (kernels/crossentropy.h). */
     float label_smoothing;
+    const float *class_weight;
     model_ready_fn ready;             /* armed for the next model_backward (model_arm_ready) */
     void *ready_ctx;
     bool ready_each_layer;

@@ -23,7 +23,9 @@ struct model_gpu {
     uint16_t *p16;
     int *tokens, *len, *labels;
     int B, T, have_labels;
-    float smoothing; /* label smoothing of the loss (model_gpu_label_smoothing) */
+    float smoothing;    /* label smoothing of the loss (model_gpu_loss) */
+    float *cw, *cw_host; /* class weights (classes floats) on the device, and what they hold */
+    int use_cw, cw_set;  /* the loss weighs by cw (model_gpu_loss); cw holds cw_host */
     float *lse; /* fused attention: (L, B, NH, T) row log-sum-exps in place of att */
     float *x0, *ln1, *ln1m, *ln1r, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2m, *ln2r, *fch,
         *fchg, *fcproj, *res3, *lnf, *lnfm, *lnfr, *pooled, *logits, *probs, *losses;
@@ -202,7 +204,8 @@ extern "C" void model_gpu_forward(struct model_gpu *g)
         meanpool_forward(g->pooled, g->lnf, g->len, B, T, C, s);
     matmul_forward(g->logits, g->pooled, P("clsw"), P("clsb"), B, C, K, s); /* tiny: fp32 */
     if (g->have_labels) {
-        crossentropy_forward(g->losses, g->probs, g->logits, g->labels, g->smoothing, B, K, s);
+        crossentropy_forward(g->losses, g->probs, g->logits, g->labels, g->smoothing,
+                             g->use_cw ? g->cw : NULL, B, K, s);
         loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
         CUDA_CHECK(cudaGetLastError());
     }
@@ -228,7 +231,8 @@ extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
     g->ready = NULL;
 
     CUDA_CHECK(cudaMemsetAsync(g->dlogits, 0, (size_t)B * K * sizeof(float), s));
-    crossentropy_backward(g->dlogits, g->probs, g->labels, g->smoothing, loss_scale, B, K, s);
+    crossentropy_backward(g->dlogits, g->probs, g->labels, g->smoothing,
+                          g->use_cw ? g->cw : NULL, loss_scale, B, K, s);
     CUDA_CHECK(cudaMemsetAsync(g->dpooled, 0, (size_t)B * C * sizeof(float), s));
     matmul_backward(g->dpooled, G("clsw"), G("clsb"), g->dlogits, g->pooled, P("clsw"), B, C, K,
                     s);
@@ -356,6 +360,8 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C), g->lnfm = dalloc(N), g->lnfr = dalloc(N);
     g->pooled = dalloc(B * C), g->logits = dalloc(B * c->classes);
     g->probs = dalloc(B * c->classes), g->losses = dalloc(B);
+    g->cw = dalloc(c->classes);
+    g->cw_host = (float *)calloc((size_t)c->classes, sizeof(float));
     g->dres = dalloc(N * C), g->dln = dalloc(N * C), g->dfchg = dalloc(N * F);
     g->dfch = dalloc(N * F), g->datty = dalloc(N * C), g->dqkv = dalloc(3 * N * C);
     g->dpooled = dalloc(B * C), g->dlogits = dalloc(B * c->classes);
@@ -403,7 +409,7 @@ extern "C" void model_gpu_free(struct model_gpu *g)
                      g->lnfr, g->pooled, g->logits, g->probs, g->losses, g->dres, g->dln,
                      g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,
                      g->coef, (float *)g->s16a, (float *)g->ln1h, (float *)g->attyh,
-                     (float *)g->ln2h, (float *)g->fchgh};
+                     (float *)g->ln2h, (float *)g->fchgh, g->cw};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]); /* NULL is a no-op */
     for (int i = 0; i < STAGE_SLOTS; i++) {
@@ -413,6 +419,7 @@ extern "C" void model_gpu_free(struct model_gpu *g)
     for (int u = 0; g->unit_done && u < MODEL_GPU_UNITS(g->m->cfg.layers); u++)
         cudaEventDestroy(g->unit_done[u]);
     free(g->unit_done);
+    free(g->cw_host);
     cudaStreamDestroy(g->s);
     free(g);
 }
@@ -472,9 +479,19 @@ extern "C" void model_gpu_batch(struct model_gpu *g, const int *tokens, const in
     g->B = B, g->T = T, g->have_labels = labels != NULL;
 }
 
-extern "C" void model_gpu_label_smoothing(struct model_gpu *g, float smoothing)
+extern "C" void model_gpu_loss(struct model_gpu *g, float smoothing, const float *class_weight)
 {
+    size_t K = (size_t)g->m->cfg.classes;
     g->smoothing = smoothing;
+    g->use_cw = class_weight != NULL;
+    /* uploaded when they change: the loop passes the same weights every micro-batch */
+    if (class_weight && (!g->cw_set || memcmp(class_weight, g->cw_host, K * sizeof(float)))) {
+        memcpy(g->cw_host, class_weight, K * sizeof(float));
+        g->cw_set = 1;
+        CUDA_CHECK(cudaMemcpyAsync(g->cw, g->cw_host, K * sizeof(float), cudaMemcpyHostToDevice,
+                                   g->s));
+        CUDA_CHECK(cudaStreamSynchronize(g->s)); /* cw_host is pageable: once per change */
+    }
 }
 
 extern "C" void model_gpu_zero_grad(struct model_gpu *g)

@@ -71,9 +71,10 @@ void model_gpu_download(struct model_gpu *g, float *params, float *am, float *av
  * forward/backward. B <= max_batch, T <= max_seq_len. The host arrays may be reused at return. */
 void model_gpu_batch(struct model_gpu *g, const int *tokens, const int *len, const int *labels,
                      int B, int T);
-/* Label smoothing of the loss of the next forwards and backwards (struct model's
- * label_smoothing; 0 at model_gpu_new: plain cross-entropy). */
-void model_gpu_label_smoothing(struct model_gpu *g, float smoothing);
+/* The loss of the next forwards and backwards: label smoothing and class weights (classes
+ * floats, copied; NULL: none), as struct model's label_smoothing and class_weight. At
+ * model_gpu_new: 0 and NULL, the plain cross-entropy. */
+void model_gpu_loss(struct model_gpu *g, float smoothing, const float *class_weight);
 /* Zeroes the gradients and the loss statistics. */
 void model_gpu_zero_grad(struct model_gpu *g);
 /* Forward of the last batch: per-example losses (with labels) added to the statistics. */

@@ -115,9 +115,10 @@ void model_gpu_batch(struct model_gpu *g, const int *tokens, const int *len, con
     g->dm.B = B, g->dm.T = T;
 }
 
-void model_gpu_label_smoothing(struct model_gpu *g, float smoothing)
+void model_gpu_loss(struct model_gpu *g, float smoothing, const float *class_weight)
 {
     g->dm.label_smoothing = smoothing;
+    g->dm.class_weight = class_weight; /* borrowed: the caller keeps them while it trains */
 }
 
 void model_gpu_zero_grad(struct model_gpu *g)

@@ -110,13 +110,14 @@ static double fd_loss(void *p)
     return model_forward(p, tokens, lens, labels, B, T);
 }
 
-static void gradcheck_model(const struct model_config *cfg, const char *what, float smoothing)
+static void gradcheck_model(const struct model_config *cfg, const char *what, float smoothing,
+                            const float *class_weight)
 {
     struct model m;
     char err[256];
     uint64_t s = 99;
     TEST_EQ_INT(model_init(&m, cfg, B, 7, err, sizeof(err)), 0);
-    m.label_smoothing = smoothing;
+    m.label_smoothing = smoothing, m.class_weight = class_weight;
     /* Larger weights than the init's 0.02, so every path carries a measurable gradient. */
     gc_fill(m.params, m.n_params, &s, -0.5f, 0.5f);
     model_zero_grad(&m);
@@ -132,30 +133,35 @@ static void gradcheck_model(const struct model_config *cfg, const char *what, fl
     model_cleanup(&m);
 }
 
-static void test_transformer_gradcheck(void) { gradcheck_model(&tiny, "mean", 0.0f); }
+static void test_transformer_gradcheck(void) { gradcheck_model(&tiny, "mean", 0.0f, NULL); }
 
 static void test_transformer_cls_gradcheck(void)
 {
     struct model_config c = tiny;
     c.pool = MODEL_POOL_CLS;
     c.layers = 1;
-    gradcheck_model(&c, "cls", 0.0f);
+    gradcheck_model(&c, "cls", 0.0f, NULL);
 }
 
 static void test_ngram_gradcheck(void)
 {
     struct model_config c = {.kind = MODEL_NGRAM, .vocab = 20, .classes = 3, .max_seq_len = 6,
                              .hidden = 5, .buckets = 11};
-    gradcheck_model(&c, "ngram", 0.0f);
-    gradcheck_model(&c, "ngram smoothed", 0.3f);
+    static const float cw[3] = {0.6f, 1.9f, 1.1f};
+    gradcheck_model(&c, "ngram", 0.0f, NULL);
+    gradcheck_model(&c, "ngram smoothed", 0.3f, NULL);
+    gradcheck_model(&c, "ngram class-weighted", 0.0f, cw);
 }
 
-/* Label smoothing (training.labelSmoothing): the loss's gradient through the whole model. */
+/* Label smoothing (training.labelSmoothing) and class weights (training.classWeight): the
+ * loss's gradient through the whole model. */
 static void test_smoothed_gradcheck(void)
 {
+    static const float cw[3] = {1.5f, 0.5f, 0.8f};
     struct model_config c = tiny;
     c.layers = 1;
-    gradcheck_model(&c, "smoothed", 0.2f);
+    gradcheck_model(&c, "smoothed", 0.2f, NULL);
+    gradcheck_model(&c, "smoothed class-weighted", 0.2f, cw);
 }
 
 /* Two half batches, each scaled 1/(2*half), give the gradient of one full batch. */
@@ -414,7 +420,27 @@ static void test_matches_pytorch(void)
     TEST_EQ_INT(bad, 0);
     printf("  vs PyTorch, label smoothing %g: loss %.7f (PyTorch %.7f), max grad diff %.2g\n",
            (double)eps, (double)got, (double)sloss, worst);
-    m.label_smoothing = 0.0f;
+
+    /* And class weights: each example's smoothed loss times its label's weight, the mean. */
+    float cw[3], wloss;
+    TEST_EQ_INT(read_floats(f, "class_weight", cw, 3), 3);
+    TEST_EQ_INT(read_floats(f, "weighted_loss", &wloss, 1), 1);
+    TEST_EQ_INT(read_floats(f, "weighted_grads", ref, 0), (int)m.n_params);
+    model_zero_grad(&m);
+    m.class_weight = cw;
+    got = model_forward(&m, tokens, lens, labels, B, T);
+    model_backward(&m, 1.0f / B);
+    TEST_NEAR(got, wloss, 2e-5);
+    bad = 0, worst = 0;
+    for (size_t i = 0; i < m.n_params; i++) {
+        worst = fmax(worst, fabs(m.grads[i] - ref[i]));
+        bad += !(fabsf(m.grads[i] - ref[i]) <= 1e-5f + 1e-3f * fabsf(ref[i]));
+    }
+    TEST_EQ_INT(bad, 0);
+    printf("  vs PyTorch, class weights %g %g %g too: loss %.7f (PyTorch %.7f), max grad diff "
+           "%.2g\n", (double)cw[0], (double)cw[1], (double)cw[2], (double)got, (double)wloss,
+           worst);
+    m.label_smoothing = 0.0f, m.class_weight = NULL;
 
     /* 10 AdamW steps: lr wd beta1 beta2 eps clip warmup steps min_ratio */
     float h[9], want[10];

@@ -305,14 +305,24 @@ check "n-gram trains" 0 "$worker" --config "$tmp/cfg.json" --model-type ngram --
     --checkpoint-dir "$tmp/ck/ngram" --report "$tmp/rn.json"
 check "n-gram predicts" 0 "$predict" -m "$tmp/ck/ngram" "$tmp/eval.jsonl" --report "$tmp/pn.json"
 compare "n-gram: same evaluation" "$tmp/rn.json" "$tmp/pn.json" "$n_eval"
-# Label smoothing changes training, not the evaluation's loss: the worker reports the plain
-# cross-entropy, as gantry-predict (which knows nothing of the smoothing) computes it.
-check "n-gram trains with label smoothing" 0 "$worker" --config "$tmp/cfg.json" --model-type ngram \
-    --model-buckets 256 --label-smoothing 0.3 --checkpoint-dir "$tmp/ck/smooth" --report "$tmp/rs.json"
+# Label smoothing and class weights change training, not the evaluation's loss: the worker
+# reports the plain cross-entropy, as gantry-predict (which knows of neither) computes it.
+check "n-gram trains with label smoothing and class weights" 0 "$worker" --config "$tmp/cfg.json" \
+    --model-type ngram --model-buckets 256 --label-smoothing 0.3 --class-weight balanced \
+    --checkpoint-dir "$tmp/ck/smooth" --report "$tmp/rs.json"
+says "class weights logged" "class weights (balanced):"
+python3 - "$tmp/train.jsonl" "$tmp/rs.json" <<'PY' || fail=1
+import collections, json, sys
+n = collections.Counter(json.loads(l)["label"] for l in open(sys.argv[1]))
+got = json.load(open(sys.argv[2]))["train"]["class_weight"]
+want = {k: sum(n.values()) / (len(n) * c) for k, c in n.items()}
+assert got.keys() == want.keys() and all(abs(got[k] - want[k]) < 1e-5 for k in want), (got, want)
+print("ok   report's class weights: n / (K n_k) of data.train:", {k: round(v, 4) for k, v in got.items()})
+PY
 check "smoothed model predicts" 0 "$predict" -m "$tmp/ck/smooth" "$tmp/eval.jsonl" --report "$tmp/ps.json"
-compare "label smoothing: same evaluation" "$tmp/rs.json" "$tmp/ps.json" "$n_eval"
+compare "smoothing and weights: same evaluation" "$tmp/rs.json" "$tmp/ps.json" "$n_eval"
 python3 -c 'import json,sys; a,b=(json.load(open(p))["train"]["final_loss"] for p in sys.argv[1:]); assert abs(a-b) > 1e-3, (a, b)' "$tmp/rn.json" "$tmp/rs.json" &&
-    echo "ok   label smoothing changed the training loss" || { echo "FAIL label smoothing did not reach training"; fail=1; }
+    echo "ok   smoothing and weights changed the training loss" || { echo "FAIL smoothing and weights did not reach training"; fail=1; }
 
 check "no --model" 64 "$predict" "$tmp/eval.jsonl"
 check "bad --top-k" 64 "$predict" -m "$tmp/ck/job" -k 0 "$tmp/eval.jsonl"

@@ -169,7 +169,7 @@ static int step_grads(struct model *m, const struct train_data *d, const struct 
     for (size_t mb = 0; mb < in_step; mb += o->batch) {
         int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
         int T = train_gather(d, idx + mb, B, lp->tok, lp->len, lp->lab, &lp->tokens);
-        m->label_smoothing = o->label_smoothing;
+        m->label_smoothing = o->label_smoothing, m->class_weight = o->class_weight;
         sum += (double)model_forward(m, lp->tok, lp->len, lp->lab, B, T) * B;
         ls[0] = (float)sum, ls[1] = (float)in_step;
         if (lp->bucketed && mb + (size_t)o->batch >= in_step) { /* the last: buckets final */
@@ -404,7 +404,7 @@ static float cpu_eval_forward(void *ctx, const int *tok, const int *len, const i
                               int T, const float **logits)
 {
     struct model *m = ctx;
-    m->label_smoothing = 0.0f; /* the evaluation loss is the plain cross-entropy */
+    m->label_smoothing = 0.0f, m->class_weight = NULL; /* evaluation: the plain cross-entropy */
     float l = model_forward(m, tok, len, lab, B, T);
     *logits = m->logits;
     return l;

@@ -63,6 +63,8 @@ struct train_opts {
     int batch;      /* micro-batch, <= the model's max_batch */
     int accum;      /* micro-batches per optimizer step */
     float label_smoothing; /* of the training loss (struct model's); evaluations use none */
+    const float *class_weight; /* the training loss's class weights (classes floats); NULL: none;
+                                * evaluations use none */
     struct optim_config optim; /* lr already scaled; total_steps/warmup filled by train_run when 0 */
     int warmup_steps;          /* -1: warmup_ratio * total steps */
     double warmup_ratio;

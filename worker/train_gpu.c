@@ -232,7 +232,7 @@ static float gpu_eval_forward(void *ctx, const int *tok, const int *len, const i
 {
     struct gpu_eval *ge = ctx;
     model_gpu_batch(ge->g, tok, len, lab, B, T);
-    model_gpu_label_smoothing(ge->g, 0.0f); /* the evaluation loss is the plain cross-entropy */
+    model_gpu_loss(ge->g, 0.0f, NULL); /* the evaluation loss is the plain cross-entropy */
     model_gpu_forward(ge->g);
     model_gpu_read_logits(ge->g, ge->logits);
     *logits = ge->logits;
@@ -383,7 +383,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                 int T = train_gather(d, ix, B, lp.tok, lp.len, lp.lab, &lp.tokens);
                 flops += model_step_flops(&m->cfg, B, T);
                 model_gpu_batch(lp.g, lp.tok, lp.len, lp.lab, B, T);
-                model_gpu_label_smoothing(lp.g, o->label_smoothing);
+                model_gpu_loss(lp.g, o->label_smoothing, o->class_weight);
                 model_gpu_forward(lp.g);
                 if (mb + (size_t)o->batch >= in_step) { /* the last: buckets final */
                     if (comm)

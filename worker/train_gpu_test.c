@@ -80,8 +80,9 @@ static int close_rel(double gpu, double cpu, double tol)
     return fabs(gpu - cpu) <= tol * fmax(1.0, fabs(cpu));
 }
 
-/* Both loops on the same data and init, with label smoothing e; returns the first step's loss. */
-static double follows_cpu(float e)
+/* Both loops on the same data and init, with label smoothing e and class weights cw (NULL:
+ * none); returns the first step's loss. */
+static double follows_cpu(float e, const float *cw)
 {
     struct train_data d = toy();
     struct model mcpu, mgpu;
@@ -95,7 +96,8 @@ static double follows_cpu(float e)
     TEST_EQ_INT(model_init(&mgpu, &mc, 8, 11, err, sizeof(err)), 0);
     struct train_opts oc = opts(fc), og = opts(fg);
     oc.label_smoothing = og.label_smoothing = e;
-    printf("label smoothing %g\n", (double)e);
+    oc.class_weight = og.class_weight = cw;
+    printf("label smoothing %g, class weights %s\n", (double)e, cw ? "on" : "off");
     TEST_EQ_INT(train_run(&mcpu, &d, &oc, &rc), 0);
     TEST_EQ_INT(train_gpu_run(&mgpu, &d, &og, &rg), 0);
     int nc = values(fc, "\"loss\":", lc), ng = values(fg, "\"loss\":", lg);
@@ -125,9 +127,12 @@ static double follows_cpu(float e)
 
 static void test_gpu_follows_cpu(void)
 {
-    double plain = follows_cpu(0.0f), smoothed = follows_cpu(0.2f);
-    /* the same first batch and parameters: only the smoothing changes the first loss */
+    static const float cw[2] = {0.7f, 1.6f};
+    double plain = follows_cpu(0.0f, NULL), smoothed = follows_cpu(0.2f, NULL);
+    double weighted = follows_cpu(0.0f, cw);
+    /* the same first batch and parameters: only the smoothing (the weights) change the loss */
     TEST_CHECK(fabs(smoothed - plain) > 1e-4);
+    TEST_CHECK(fabs(weighted - plain) > 1e-4);
 }
 
 /* ---- checkpoints across devices ---- */
