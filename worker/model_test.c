@@ -366,6 +366,20 @@ static FILE *open_fixture(void)
     return f;
 }
 
+/* Gradients off PyTorch's ref by more than 1e-5 + 1e-3 |ref| (the first few printed); the
+ * largest difference in *worst. */
+static int grads_off(const float *got, const float *ref, size_t n, double *worst)
+{
+    int bad = 0;
+    *worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        *worst = fmax(*worst, fabs(got[i] - ref[i]));
+        if (!(fabsf(got[i] - ref[i]) <= 1e-5f + 1e-3f * fabsf(ref[i])) && bad++ < 5)
+            fprintf(stderr, "  grad[%zu]: got %.7g, PyTorch %.7g\n", i, got[i], ref[i]);
+    }
+    return bad;
+}
+
 static void test_matches_pytorch(void)
 {
     struct model m;
@@ -386,18 +400,10 @@ static void test_matches_pytorch(void)
     TEST_NEAR(got, loss, 2e-5);
     for (int i = 0; i < B * 3; i++)
         TEST_NEAR(m.logits[i], logits[i], 2e-5);
-    int bad = 0;
     double worst = 0, worst_logit = 0;
     for (int i = 0; i < B * 3; i++)
         worst_logit = fmax(worst_logit, fabs(m.logits[i] - logits[i]));
-    for (size_t i = 0; i < m.n_params; i++) {
-        worst = fmax(worst, fabs(m.grads[i] - ref[i]));
-        if (!(fabsf(m.grads[i] - ref[i]) <= 1e-5f + 1e-3f * fabsf(ref[i]))) {
-            if (bad++ < 5)
-                fprintf(stderr, "  grad[%zu]: got %.7g, PyTorch %.7g\n", i, m.grads[i], ref[i]);
-        }
-    }
-    TEST_EQ_INT(bad, 0);
+    TEST_EQ_INT(grads_off(m.grads, ref, m.n_params, &worst), 0);
     printf("  vs PyTorch: loss diff %.2g, max logit diff %.2g, max grad diff %.2g\n",
            fabs(got - loss), worst_logit, worst);
 
@@ -412,12 +418,7 @@ static void test_matches_pytorch(void)
     model_backward(&m, 1.0f / B);
     TEST_NEAR(got, sloss, 2e-5);
     TEST_CHECK(fabsf(sloss - loss) > 1e-5f); /* the fixture's smoothing changes the loss */
-    bad = 0, worst = 0;
-    for (size_t i = 0; i < m.n_params; i++) {
-        worst = fmax(worst, fabs(m.grads[i] - ref[i]));
-        bad += !(fabsf(m.grads[i] - ref[i]) <= 1e-5f + 1e-3f * fabsf(ref[i]));
-    }
-    TEST_EQ_INT(bad, 0);
+    TEST_EQ_INT(grads_off(m.grads, ref, m.n_params, &worst), 0);
     printf("  vs PyTorch, label smoothing %g: loss %.7f (PyTorch %.7f), max grad diff %.2g\n",
            (double)eps, (double)got, (double)sloss, worst);
 
@@ -431,12 +432,7 @@ static void test_matches_pytorch(void)
     got = model_forward(&m, tokens, lens, labels, B, T);
     model_backward(&m, 1.0f / B);
     TEST_NEAR(got, wloss, 2e-5);
-    bad = 0, worst = 0;
-    for (size_t i = 0; i < m.n_params; i++) {
-        worst = fmax(worst, fabs(m.grads[i] - ref[i]));
-        bad += !(fabsf(m.grads[i] - ref[i]) <= 1e-5f + 1e-3f * fabsf(ref[i]));
-    }
-    TEST_EQ_INT(bad, 0);
+    TEST_EQ_INT(grads_off(m.grads, ref, m.n_params, &worst), 0);
     printf("  vs PyTorch, class weights %g %g %g too: loss %.7f (PyTorch %.7f), max grad diff "
            "%.2g\n", (double)cw[0], (double)cw[1], (double)cw[2], (double)got, (double)wloss,
            worst);
