@@ -57,7 +57,6 @@
 #include "worker/train_gpu.h"
 #include "worker/vocab.h"
 
-
 /* Everything the run owns, in one place (freed by worker_cleanup). */
 struct worker {
     struct cfg cfg;

@@ -380,6 +380,15 @@ static int grads_off(const float *got, const float *ref, size_t n, double *worst
     return bad;
 }
 
+/* The fixture batch's mean loss, with its gradients in m->grads (zeroed first). */
+static float fwd_bwd(struct model *m)
+{
+    model_zero_grad(m);
+    float l = model_forward(m, tokens, lens, labels, B, T);
+    model_backward(m, 1.0f / B);
+    return l;
+}
+
 static void test_matches_pytorch(void)
 {
     struct model m;
@@ -394,9 +403,7 @@ static void test_matches_pytorch(void)
     TEST_EQ_INT(read_floats(f, "loss", &loss, 1), 1);
     TEST_EQ_INT(read_floats(f, "grads", ref, 0), (int)m.n_params);
 
-    model_zero_grad(&m);
-    float got = model_forward(&m, tokens, lens, labels, B, T);
-    model_backward(&m, 1.0f / B);
+    float got = fwd_bwd(&m);
     TEST_NEAR(got, loss, 2e-5);
     for (int i = 0; i < B * 3; i++)
         TEST_NEAR(m.logits[i], logits[i], 2e-5);
@@ -412,10 +419,8 @@ static void test_matches_pytorch(void)
     TEST_EQ_INT(read_floats(f, "smoothing", &eps, 1), 1);
     TEST_EQ_INT(read_floats(f, "smoothed_loss", &sloss, 1), 1);
     TEST_EQ_INT(read_floats(f, "smoothed_grads", ref, 0), (int)m.n_params);
-    model_zero_grad(&m);
     m.label_smoothing = eps;
-    got = model_forward(&m, tokens, lens, labels, B, T);
-    model_backward(&m, 1.0f / B);
+    got = fwd_bwd(&m);
     TEST_NEAR(got, sloss, 2e-5);
     TEST_CHECK(fabsf(sloss - loss) > 1e-5f); /* the fixture's smoothing changes the loss */
     TEST_EQ_INT(grads_off(m.grads, ref, m.n_params, &worst), 0);
@@ -427,10 +432,8 @@ static void test_matches_pytorch(void)
     TEST_EQ_INT(read_floats(f, "class_weight", cw, 3), 3);
     TEST_EQ_INT(read_floats(f, "weighted_loss", &wloss, 1), 1);
     TEST_EQ_INT(read_floats(f, "weighted_grads", ref, 0), (int)m.n_params);
-    model_zero_grad(&m);
     m.class_weight = cw;
-    got = model_forward(&m, tokens, lens, labels, B, T);
-    model_backward(&m, 1.0f / B);
+    got = fwd_bwd(&m);
     TEST_NEAR(got, wloss, 2e-5);
     TEST_EQ_INT(grads_off(m.grads, ref, m.n_params, &worst), 0);
     printf("  vs PyTorch, class weights %g %g %g too: loss %.7f (PyTorch %.7f), max grad diff "
