@@ -278,6 +278,8 @@ for _ in range(1000):
     try:
         call("/healthz")
         time.sleep(0.01)
+    except ConnectionResetError:  # queued in the backlog as the listening socket closed
+        time.sleep(0.01)          # (not served either): poll until refused
     except urllib.error.URLError as e:
         assert isinstance(e.reason, ConnectionRefusedError), e
         break
