@@ -163,7 +163,7 @@ int tj_nproc(const struct tj *tj)
  * the others, when absent, take the worker's own default.
  * ------------------------------------------------------------------------------------------- */
 
-enum fkind { FK_INT, FK_NUM, FK_BOOL, FK_STR, FK_ENUM };
+enum fkind { FK_INT, FK_NUM, FK_BOOL, FK_STR, FK_ENUM, FK_WEIGHTS /* {label: number} */ };
 
 struct train_field {
     const char *path; /* "epochs", "model.hidden", "data.train" */
@@ -212,6 +212,7 @@ static const struct train_field train_fields[] = {
     {"gradClip", FK_NUM, 0, 1e9, NULL, NULL},
     {"labelSmoothing", FK_NUM, 0, 0.99, NULL, NULL},
     {"classWeight", FK_ENUM, 0, 0, "none|balanced", NULL},
+    {"classWeights", FK_WEIGHTS, 0, 1e6, NULL, NULL},
     {"adamBeta1", FK_NUM, 0, 0.999999, NULL, NULL},
     {"adamBeta2", FK_NUM, 0, 0.999999999, NULL, NULL},
     {"adamEps", FK_NUM, 1e-30, 1, NULL, NULL},
@@ -226,6 +227,7 @@ static const struct train_field train_fields[] = {
 };
 #define NTRAIN (sizeof(train_fields) / sizeof(train_fields[0]))
 #define TJ_TRAIN_STR_MAX 1023 /* the worker's CFG_MAX_PATH - 1 */
+#define TJ_WEIGHTS_MAX 8191   /* the worker's CFG_MAX_CLASS_WEIGHTS - 1: bytes as compact JSON */
 
 static bool in_choices(const char *choices, const char *v)
 {
@@ -279,6 +281,34 @@ static void check_field(const struct train_field *f, const json_t *v, struct err
         if (!json_is_boolean(v))
             errf(e, "spec.training.%s: must be true or false", f->path);
         break;
+    case FK_WEIGHTS: {
+        const char *label;
+        json_t *w;
+        char *text;
+
+        if (!json_is_object(v)) {
+            errf(e, "spec.training.%s: must be an object of label: weight, e.g. {spam: 3}",
+                 f->path);
+            break;
+        }
+        json_object_foreach((json_t *)v, label, w) {
+            x = json_number_value(w);
+            if (!*label)
+                errf(e, "spec.training.%s: a label must not be empty", f->path);
+            else if (!json_is_number(w))
+                errf(e, "spec.training.%s.%s: must be a number", f->path, label);
+            else if (!(x >= f->min))
+                errf(e, "spec.training.%s.%s: must be >= %g (got %g)", f->path, label, f->min, x);
+            else if (x > f->max)
+                errf(e, "spec.training.%s.%s: must be <= %g (got %g)", f->path, label, f->max, x);
+        }
+        text = json_dumps(v, JSON_COMPACT);
+        if (text && strlen(text) > TJ_WEIGHTS_MAX)
+            errf(e, "spec.training.%s: at most %d bytes as JSON; fewer or shorter labels", f->path,
+                 TJ_WEIGHTS_MAX);
+        free(text);
+        break;
+    }
     case FK_STR:
     case FK_ENUM:
         if (!json_is_string(v))
@@ -395,6 +425,10 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
         errf(e, "spec.training.evalInterval: %lld, but spec.training.data.eval is not set; give "
                 "the evaluation file as data.eval (or hold out data.evalFraction of data.train), "
                 "or set evalInterval: 0", eval_every);
+    const char *cw = json_string_value(json_object_get(t, "classWeight"));
+    if (json_object_size(json_object_get(t, "classWeights")) > 0 && cw && strcmp(cw, "none"))
+        errf(e, "spec.training.classWeights: set, and classWeight is %s too; give your own "
+                "weights (classWeights) or computed ones (classWeight), not both", cw);
     as_int(json_object_get(t, "earlyStoppingPatience"), &patience);
     if (patience > 0 && eval_every == 0)
         errf(e, "spec.training.earlyStoppingPatience: %lld, but evalInterval is 0 (no evaluations "

@@ -277,6 +277,12 @@ static void walk(const struct tj *defaults, const json_t *props, const char **pa
         check_bounds(path, depth + 1, node);
         check_enum(path, depth + 1, node);
         check_default(defaults, path, depth + 1, node);
+        /* a map's values (classWeights): the bounds of one entry, under a label */
+        const json_t *each = json_object_get(node, "additionalProperties");
+        if (json_is_object(each) && depth + 1 < 8) {
+            path[depth + 1] = "spam";
+            check_bounds(path, depth + 2, each);
+        }
         if (json_object_get(node, "properties"))
             walk(defaults, json_object_get(node, "properties"), path, depth + 1);
     }

@@ -12,7 +12,9 @@
 #include "kernels/gpu.h" /* ATTENTION_FUSED_MAX_HS */
 #include "worker/train_plan.h"
 
-enum ftype { F_STR, F_INT, F_I64, F_DBL, F_BOOL, F_ENUM };
+/* F_WEIGHTS: a map label -> weight, stored as compact JSON text ("" = none); from JSON an
+ * object, from env and flags the same JSON or "label=weight,label=weight". */
+enum ftype { F_STR, F_INT, F_I64, F_DBL, F_BOOL, F_ENUM, F_WEIGHTS };
 
 struct field {
     const char *path; /* JSON path inside the training object */
@@ -80,6 +82,9 @@ static const struct field fields[] = {
     {"classWeight", F_ENUM, S(class_weight), 0, 0, "none|balanced",
      "weigh the training loss by class: balanced = examples / (classes x the class's examples) "
      "in data.train, as scikit-learn's; evaluation reports the plain cross-entropy"},
+    {"classWeights", F_WEIGHTS, S(class_weights), 0, CFG_MAX_CLASS_WEIGHT, NULL,
+     "weigh the training loss by class with your own weights, label: weight (0..1e6); labels "
+     "not named weigh 1; not with classWeight: balanced"},
     {"adamBeta1", F_DBL, S(beta1), 0, 0.999999, NULL, "AdamW beta1"},
     {"adamBeta2", F_DBL, S(beta2), 0, 0.999999999, NULL, "AdamW beta2"},
     {"adamEps", F_DBL, S(eps), 1e-30, 1, NULL, "AdamW epsilon"},
@@ -196,6 +201,92 @@ static bool in_choices(const char *choices, const char *v)
     return false;
 }
 
+/* Checks a label -> weight object and stores it compact in f's slot. 0, or -1 with a message. */
+static int set_weights(struct cfg *c, const struct field *f, const json_t *obj, const char *src,
+                       char *err, size_t errlen)
+{
+    char hint[256];
+    const char *key;
+    json_t *val;
+    forms(f, hint, sizeof(hint));
+    if (!json_is_object(obj)) {
+        snprintf(err, errlen, "%s%s (from %s): expected an object of label: weight, e.g. {\"spam\": "
+                              "3} (%s)", section(f->path), f->path, src, hint);
+        return -1;
+    }
+    json_object_foreach((json_t *)obj, key, val)
+    {
+        double w = json_number_value(val);
+        if (!*key) {
+            snprintf(err, errlen, "%s%s (from %s): an empty label; name the label as it is in "
+                                  "data.train", section(f->path), f->path, src);
+            return -1;
+        }
+        if (!json_is_number(val) || !isfinite(w) || w < f->min || w > f->max) {
+            snprintf(err, errlen, "%s%s.%.64s (from %s): the weight must be a number in %g..%g "
+                                  "(%s)", section(f->path), f->path, key, src, f->min, f->max,
+                     hint);
+            return -1;
+        }
+    }
+    char *text = json_object_size(obj) ? json_dumps(obj, JSON_COMPACT) : NULL;
+    if (text && strlen(text) >= f->size) {
+        snprintf(err, errlen, "%s%s (from %s): longer than %zu bytes as JSON; fewer or shorter "
+                              "labels (%s)", section(f->path), f->path, src, f->size - 1, hint);
+        free(text);
+        return -1;
+    }
+    snprintf(slot(c, f), f->size, "%s", text ? text : "");
+    free(text);
+    return 0;
+}
+
+/* F_WEIGHTS from text: the JSON object, or label=weight[,label=weight...] (the last '=' of an
+ * item splits it, so labels may contain '='; a label with ',' needs the JSON form). */
+static int set_weights_text(struct cfg *c, const struct field *f, const char *v, const char *src,
+                            char *err, size_t errlen)
+{
+    json_t *obj;
+    int rc;
+    while (isspace((unsigned char)*v))
+        v++;
+    if (*v == '{') {
+        json_error_t je;
+        if (!(obj = json_loads(v, JSON_REJECT_DUPLICATES, &je))) {
+            snprintf(err, errlen, "%s%s (from %s): bad JSON at column %d: %s", section(f->path),
+                     f->path, src, je.column, je.text);
+            return -1;
+        }
+    } else {
+        obj = json_object();
+        for (const char *p = v; *p;) {
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            char item[512], *eq, *end;
+            snprintf(item, sizeof(item), "%.*s", (int)(len < sizeof(item) ? len : sizeof(item) - 1),
+                     p);
+            eq = strrchr(item, '=');
+            errno = 0;
+            double w = eq ? strtod(eq + 1, &end) : 0;
+            bool ok = len < sizeof(item) && eq && !errno && eq != item && end != eq + 1 && !*end;
+            if (ok)
+                *eq = '\0';
+            if (!ok || json_object_get(obj, item)) {
+                snprintf(err, errlen, "%s%s (from %s): \"%.64s%s\" is not label=weight (e.g. "
+                                      "spam=3,ham=1; each label once)", section(f->path), f->path,
+                         src, item, ok ? "=..." : "");
+                json_decref(obj);
+                return -1;
+            }
+            json_object_set_new(obj, item, json_real(w));
+            p = comma ? comma + 1 : p + len;
+        }
+    }
+    rc = set_weights(c, f, obj, src, err, errlen);
+    json_decref(obj);
+    return rc;
+}
+
 /* Parses text for field f into c. 0, or -1 with a message naming the field and the source. */
 static int set_from_string(struct cfg *c, const struct field *f, const char *v, const char *src,
                            char *err, size_t errlen)
@@ -248,6 +339,8 @@ static int set_from_string(struct cfg *c, const struct field *f, const char *v, 
         }
         memcpy(slot(c, f), v, strlen(v) + 1);
         return 0;
+    case F_WEIGHTS:
+        return set_weights_text(c, f, v, src, err, errlen);
     }
 bad:
     snprintf(err, errlen, "%s%s: \"%.64s\" (from %s) is not a valid %s (%s)",
@@ -264,6 +357,8 @@ static int set_from_json(struct cfg *c, const struct field *f, const json_t *v, 
                          char *err, size_t errlen)
 {
     char buf[64];
+    if (f->type == F_WEIGHTS && !json_is_string(v))
+        return set_weights(c, f, v, src, err, errlen);
     if (json_is_string(v))
         return set_from_string(c, f, json_string_value(v), src, err, errlen);
     if (json_is_boolean(v) && f->type == F_BOOL)
@@ -402,6 +497,12 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
                  c->heads, c->hidden);
         return CFG_EBAD;
     }
+    if (c->class_weights[0] && strcmp(c->class_weight, "none")) {
+        snprintf(err, errlen, "training.classWeights: set, and classWeight is %s too; give your "
+                              "own weights (classWeights) or computed ones (classWeight), not both",
+                 c->class_weight);
+        return CFG_EBAD;
+    }
     if (!strcmp(c->precision, "bf16") && strcmp(c->device, "cuda")) {
         snprintf(err, errlen, "training.precision: bf16 needs device: cuda (the CPU trains in fp32 "
                               "only); set device: cuda, or precision: fp32");
@@ -456,6 +557,9 @@ static void value_text(const struct cfg *c, const struct field *f, char *out, si
     case F_BOOL:
         snprintf(out, n, "%s", *(const bool *)cslot(c, f) ? "true" : "false");
         break;
+    case F_WEIGHTS:
+        snprintf(out, n, "%s", *(const char *)cslot(c, f) ? (const char *)cslot(c, f) : "none");
+        break;
     default:
         snprintf(out, n, "%g", num(c, f));
     }
@@ -483,6 +587,7 @@ void cfg_usage(FILE *f, const char *prog)
                  fields[i].type == F_ENUM ? fields[i].choices
                  : fields[i].type == F_BOOL ? "true|false"
                  : fields[i].type == F_STR  ? "PATH"
+                 : fields[i].type == F_WEIGHTS ? "LABEL=W,..."
                                             : "N");
         fprintf(f, "  %-33s %s (default %s)\n  %-33s   %s, JSON %s\n", left, fields[i].help, def,
                 "", en, fields[i].path);
@@ -504,6 +609,10 @@ json_t *cfg_to_json(const struct cfg *c)
             break;
         case F_BOOL:
             v = json_boolean(*(const bool *)cslot(c, f));
+            break;
+        case F_WEIGHTS:
+            v = *(const char *)cslot(c, f) ? json_loads(cslot(c, f), 0, NULL) : NULL;
+            v = v ? v : json_object();
             break;
         case F_DBL:
             v = json_real(num(c, f));

@@ -27,6 +27,8 @@
 #define CFG_MAX_PATH 1024
 #define CFG_DEFAULT_FILE "/etc/gantry/config.json"
 #define CFG_MAX_FILE (1 << 20) /* bytes of config JSON accepted */
+#define CFG_MAX_CLASS_WEIGHTS 8192 /* bytes of classWeights as compact JSON */
+#define CFG_MAX_CLASS_WEIGHT 1e6   /* the largest weight accepted */
 
 #define CFG_OK 0
 #define CFG_EBAD (-1)  /* bad configuration: exit 78 */
@@ -59,6 +61,7 @@ struct cfg {
     double min_lr_ratio, weight_decay, grad_clip, beta1, beta2, eps;
     double label_smoothing; /* the training loss's target: (1 - e) one-hot + e / classes */
     char class_weight[12];  /* none | balanced: the training loss weighs each class */
+    char class_weights[CFG_MAX_CLASS_WEIGHTS]; /* your own: {"label": weight} compact; "" = none */
     int64_t seed;
     /* run */
     int log_interval, threads;

@@ -183,6 +183,48 @@ static void test_eval_interval(void)
     TEST_EQ_STR(c.class_weight, "none");
     expect_bad("{\"data\": {\"train\": \"t\"}, \"classWeight\": \"inverse\"}",
                "training.classWeight");
+    /* classWeights: an object in JSON; JSON or label=weight,... from env and flags */
+    TEST_EQ_STR(c.class_weights, "");
+    write_config("{\"training\": {\"data\": {\"train\": \"t\"}, \"classWeights\": {\"spam\": 3, "
+                 "\"a=b\": 0.5}}}");
+    const char *cwf[] = {"w", "--config", path};
+    TEST_EQ_INT(cfg_load(&c, 3, (char **)cwf, NULL, err, sizeof(err)), CFG_OK);
+    TEST_EQ_STR(c.class_weights, "{\"spam\":3,\"a=b\":0.5}");
+    json_t *back = cfg_to_json(&c);
+    TEST_CHECK(json_number_value(json_object_get(json_object_get(back, "classWeights"), "a=b")) == 0.5);
+    json_decref(back);
+    const char *cwl[] = {"w", "--data-train", "t", "--class-weights", " ham=1, a=b=2.5"};
+    TEST_EQ_INT(cfg_load(&c, 5, (char **)cwl, NULL, err, sizeof(err)), CFG_OK);
+    TEST_EQ_STR(c.class_weights, "{\"ham\":1.0,\" a=b\":2.5}");
+    const char *cwe[] = {"w", "--data-train", "t", "--class-weights", ""};
+    TEST_EQ_INT(cfg_load(&c, 5, (char **)cwe, NULL, err, sizeof(err)), CFG_OK);
+    TEST_EQ_STR(c.class_weights, "");
+    const char *bad_cw[][2] = {
+        {"spam", "\"spam\" is not label=weight"},
+        {"spam=", "\"spam=\" is not label=weight"},
+        {"=3", "\"=3\" is not label=weight"},
+        {"spam=1,spam=2", "\"spam=...\" is not label=weight"},
+        {"spam=1e400", "is not label=weight"},
+        {"spam=-1", "training.classWeights.spam (from --class-weights): the weight must be a "
+                    "number in 0..1e+06"},
+        {"{\"spam\": \"3\"}", "training.classWeights.spam (from --class-weights): the weight"},
+        {"{\"spam\": 3", "training.classWeights (from --class-weights): bad JSON at column"},
+        {"{\"\": 3}", "training.classWeights (from --class-weights): an empty label"},
+    };
+    for (size_t i = 0; i < sizeof(bad_cw) / sizeof(bad_cw[0]); i++) {
+        const char *a[] = {"w", "--data-train", "t", "--class-weights", bad_cw[i][0]};
+        TEST_EQ_INT(cfg_load(&c, 5, (char **)a, NULL, err, sizeof(err)), CFG_EBAD);
+        TEST_CHECK(strstr(err, bad_cw[i][1]) != NULL);
+        if (!strstr(err, bad_cw[i][1]))
+            fprintf(stderr, "  %s -> %s\n", bad_cw[i][0], err);
+    }
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"classWeights\": [3]}",
+               "training.classWeights (from ");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"classWeights\": {\"spam\": 2e6}}",
+               "training.classWeights.spam (from ");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"classWeights\": {\"spam\": 2}, "
+               "\"classWeight\": \"balanced\"}",
+               "training.classWeights: set, and classWeight is balanced too");
     expect_bad("{\"data\": {\"train\": \"t\"}, \"evalInterval\": 100}",
                "training.evalInterval: 100, but data.eval is not set");
     expect_bad("{\"data\": {\"train\": \"t\", \"eval\": \"e\"}, \"evalInterval\": -1}",

@@ -84,7 +84,7 @@ struct worker {
     int64_t pending_step; /* the write in flight, -1 none */
     bool retired_newer;   /* step dirs numbered above our first written one are gone */
     double pending_t0;
-    float *class_weight; /* training.classWeight balanced: one per label; NULL: none */
+    float *class_weight; /* classWeight balanced or classWeights: one per label; NULL: none */
     json_t *evals; /* the evaluations during training, [{step, loss, accuracy, ...}] */
     bool stopped_early; /* on_eval ended training early: this run's last checkpoint says so */
     int64_t resumed_stopped; /* the checkpoint resumed from ended an early-stopped run; -1 not */
@@ -220,6 +220,49 @@ static float *balanced_weights(const struct worker *w)
         fprintf(stderr, "\n");
     }
     free(count);
+    return cw;
+}
+
+/* training.classWeights: the user's weight per label (1 for labels not named). NULL with w->err
+ * set when a name is not one of data.train's labels (a typo would otherwise weigh nothing). */
+static float *given_weights(struct worker *w)
+{
+    int K = w->labels.n;
+    json_t *obj = json_loads(w->cfg.class_weights, 0, NULL), *val;
+    const char *key;
+    float *cw = xcalloc((size_t)K, sizeof(float));
+    double sum = 0;
+    for (int k = 0; k < K; k++)
+        cw[k] = 1.0f;
+    json_object_foreach(obj, key, val)
+    {
+        int k = label_map_find(&w->labels, key, strlen(key));
+        if (k < 0) {
+            size_t n = (size_t)snprintf(w->err, sizeof(w->err), "training.classWeights: label "
+                                        "\"%.64s\" is not in data.train; its labels:", key);
+            for (int j = 0; j < K && n < sizeof(w->err); j++)
+                n += (size_t)snprintf(w->err + n, sizeof(w->err) - n, "%s %s", j ? "," : "",
+                                      label_map_name(&w->labels, j));
+            free(cw), cw = NULL;
+            break;
+        }
+        cw[k] = (float)json_number_value(val);
+    }
+    json_decref(obj);
+    for (int k = 0; cw && k < K; k++)
+        sum += cw[k];
+    if (cw && !(sum > 0)) {
+        snprintf(w->err, sizeof(w->err), "training.classWeights: every label of data.train "
+                                         "weighs 0, so nothing would be learned; give some "
+                                         "label a positive weight");
+        free(cw), cw = NULL;
+    }
+    if (cw && w->env.rank == 0) {
+        fprintf(stderr, "gantry-worker: class weights (classWeights):");
+        for (int k = 0; k < K; k++)
+            fprintf(stderr, " %s %.4g", label_map_name(&w->labels, k), cw[k]);
+        fprintf(stderr, "\n");
+    }
     return cw;
 }
 
@@ -829,13 +872,19 @@ int main(int argc, char **argv)
         free(line);
         json_decref(eff);
     }
+    if (!strcmp(w.cfg.class_weight, "balanced")) {
+        w.class_weight = balanced_weights(&w);
+    } else if (w.cfg.class_weights[0] && !(w.class_weight = given_weights(&w))) {
+        fprintf(stderr, "gantry-worker: %s\n", w.err);
+        rc = DIST_EXIT_CONFIG;
+        goto out;
+    }
     if (w.cfg.checkpoint_dir[0] && (rc = ckpt_paths(&w)))
         goto out;
     if ((rc = join(&w)))
         goto out;
     train_opts_from(&w, &to);
-    if (!strcmp(w.cfg.class_weight, "balanced"))
-        to.class_weight = w.class_weight = balanced_weights(&w);
+    to.class_weight = w.class_weight;
     /* Gradient buckets: the CPU loop pushes them to the bucketer (train_coll.h); the GPU loop
      * reduces device memory from its own comm thread (go.bucket_bytes below). */
     size_t bucket_bytes = (size_t)(w.cfg.grad_bucket_mb * 1048576.0);

@@ -139,4 +139,34 @@ check "evalInterval without data.eval" 78 "$bin" --config "$tmp/cfg.json" --data
     --eval-interval 10
 grep -q 'training.evalInterval: 10, but data.eval is not set' "$tmp/err" ||
     { echo "FAIL evalInterval message"; fail=1; }
+# classWeights, your own weights per label: the same weights as classWeight: balanced computed
+# train bit for bit alike (so they reach the loss under the right labels); all 1 is no weights;
+# a label not in data.train is refused, naming the labels there
+fnv0() { grep -o 'rank 0 final parameters fnv1a64 [0-9a-f]*' "$tmp/err"; }
+{ cat "$data/tiny.jsonl"; grep '"ham"' "$data/tiny.jsonl" | head -2; } >"$tmp/unbalanced.jsonl" # 5 ham, 3 spam
+cw=(--config "$tmp/cfg.json" --data-train "$tmp/unbalanced.jsonl" --epochs 2 --eval-interval 0
+    --data-eval "" --threads 1)
+check "classWeight balanced" 0 "$bin" "${cw[@]}" --class-weight balanced --report "$tmp/cb.json"
+balanced=$(fnv0)
+given=$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['train']['class_weight']))" "$tmp/cb.json")
+check "classWeights = the balanced ones (env, JSON form)" 0 env GANTRY_CLASS_WEIGHTS="$given" "$bin" "${cw[@]}" \
+    --report "$tmp/cg.json"
+says "classWeights logged" "class weights (classWeights): ham"
+[ -n "$balanced" ] && [ "$(fnv0)" = "$balanced" ] && echo "ok   classWeights $given trains as balanced" ||
+    { echo "FAIL classWeights $given: $(fnv0) vs balanced $balanced"; fail=1; }
+swapped=$(python3 -c "import json,sys; w=json.loads(sys.argv[1]); print('ham=%r,spam=%r' % (w['spam'], w['ham']))" "$given")
+check "classWeights swapped" 0 "$bin" "${cw[@]}" --class-weights "$swapped"
+[ "$(fnv0)" != "$balanced" ] && echo "ok   swapped weights $swapped train differently" ||
+    { echo "FAIL swapped weights train as balanced"; fail=1; }
+check "no class weights" 0 "$bin" "${cw[@]}"
+plain=$(fnv0)
+check "classWeights all 1 (flag form)" 0 "$bin" "${cw[@]}" --class-weights ham=1,spam=1
+[ "$(fnv0)" = "$plain" ] && echo "ok   weights of 1 train as none" || { echo "FAIL weights of 1 differ"; fail=1; }
+check "classWeights spam=3" 0 "$bin" "${cw[@]}" --class-weights spam=3 --report "$tmp/c3.json"
+[ "$(fnv0)" != "$plain" ] && python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['train']['class_weight'] == {'ham': 1.0, 'spam': 3.0}" "$tmp/c3.json" &&
+    echo "ok   spam=3 changes training; report {ham: 1, spam: 3}" || { echo "FAIL spam=3"; fail=1; }
+check "classWeights names an unknown label" 78 "$bin" "${cw[@]}" --class-weights spma=3
+says "unknown label message" 'training.classWeights: label "spma" is not in data.train; its labels: ham, spam'
+check "classWeights with classWeight balanced" 78 "$bin" "${cw[@]}" --class-weights spam=3 --class-weight balanced
+says "both message" "training.classWeights: set, and classWeight is balanced too"
 exit $fail

@@ -80,7 +80,7 @@ else
     bad "valid-nproc.yaml refused: $out"
 fi
 if out=$(k apply -f "$here/testdata/valid-eval.yaml" 2>&1); then
-    ok "evalInterval on data.evalFraction with early stopping on macro_f1 is accepted"
+    ok "evalInterval on data.evalFraction with early stopping on macro_f1, and classWeights, are accepted"
 else
     bad "valid-eval.yaml refused: $out"
 fi
