@@ -5,8 +5,9 @@
 #             ends with parameters bit-identical (fnv1a64 of the buffer) to an uninterrupted run,
 #             the same on both ranks; step-<N> dirs verify with sha256sum; report.json is there,
 #             with every evaluation (every 500 steps) of both runs, the one before the kill too
-#   world     the killed job's checkpoints resumed at world size 1 complete; 1 -> 2 ranks: the
-#             W=1 checkpoints (numbered higher) are retired, a restart resumes the W=2 progress
+#   world     the killed job's checkpoints resumed at world size 1 complete, the W=2 evaluation
+#             kept in the report's history; 1 -> 2 ranks: the W=1 checkpoints (numbered higher)
+#             are retired, and so marked in the history; a restart resumes the W=2 progress
 #   sigterm   SIGTERM mid-training: exit 143 (retryable) within 3 s, no new checkpoint after it;
 #             with the peer stopped (rank 0 blocked in the all-reduce) within the 2 s grace
 # Usage: ckpt_resume_test.sh /path/to/gantry-worker /path/to/worker/testdata [kill9|world|sigterm]
@@ -111,6 +112,19 @@ run_world() {
     fi
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['train']['world_size']==1 and r['train']['steps']==6000, r['train']" \
         "$tmp/job-w1/report.json" && ok "2 -> 1 ranks: report (6000 steps at world size 1)" || bad "world 1 report"
+    # the evaluations at world size 2 stay in the history: the one at 500 (before the kill),
+    # then this run's every 500 of its own steps; the best's checkpoint is the one written then
+    python3 - "$tmp/job-w1/report.json" "$tmp/w.0.err" <<'PY' && ok "2 -> 1 ranks: the history keeps the W=2 evaluation" || bad "2 -> 1 ranks: evals"
+import json, os, re, sys
+r = json.load(open(sys.argv[1]))
+s = int(re.search(r"continuing at this world's step (\d+)", open(sys.argv[2]).read()).group(1))
+e = [(x["step"], x["world_size"], x.get("checkpoint_retired", False)) for x in r["evals"]]
+want = [(500, 2, False)] + [(k, 1, False) for k in range(500, 6001, 500) if k > s]
+assert e == want, (e, want)
+b = r["best_eval"]
+assert "checkpoint" not in b or json.load(open(os.path.join(b["checkpoint"], "state.json")))["world_size"] == b["world_size"], b
+print("     evals", e, "best", b["step"], b["world_size"], b.get("checkpoint"))
+PY
 }
 
 # wait_log FILE ERE: until a line matches (or 60 s)
@@ -147,6 +161,21 @@ run_scaleup() {
     else
         bad "restart after 1 -> 2: exits $rc0 $rc1, resumed from ${s:-none}"; grep -E 'resum|saved at' "$tmp"/z.0.err
     fi
+    # the W=1 evaluations stay in the history; those numbered after the W=2 run's start lost
+    # their checkpoints (retired), so none of them is the best's checkpoint
+    python3 - "$tmp/up/report.json" "$tmp/y.0.err" <<'PY' && ok "1 -> 2 ranks: the history keeps the W=1 evaluations, retired ones marked" || bad "1 -> 2 ranks: evals"
+import json, os, re, sys
+r = json.load(open(sys.argv[1]))
+start = int(re.search(r"continuing at this world's step (\d+)", open(sys.argv[2]).read()).group(1))
+e = [(x["step"], x["world_size"], x.get("checkpoint_retired", False)) for x in r["evals"]]
+w1 = [x for x in e if x[1] == 1]
+assert w1 and [x[0] for x in w1] == list(range(500, 500 * len(w1) + 1, 500)), e
+assert all(x[2] == (x[0] > start) for x in w1) and any(x[2] for x in w1), (e, start)
+assert [x for x in e if x[1] == 2] == [(k, 2, False) for k in range(500, 3001, 500) if k > start], (e, start)
+b = r["best_eval"]
+assert "checkpoint" not in b or json.load(open(os.path.join(b["checkpoint"], "state.json")))["world_size"] == b["world_size"], b
+print("     W=2 from step", start, "evals", e, "best", b["step"], b["world_size"], b.get("checkpoint"))
+PY
 }
 
 run_sigterm() {

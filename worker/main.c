@@ -306,11 +306,21 @@ static void eval_append(struct worker *w, long step, const struct eval_metrics *
 {
     if (!w->evals)
         w->evals = json_array();
-    json_array_append_new(w->evals, json_pack("{s:I, s:f, s:f, s:f, s:I}", "step",
+    json_array_append_new(w->evals, json_pack("{s:I, s:f, s:f, s:f, s:I, s:i}", "step",
                                               (json_int_t)step, "loss", isfinite(em->loss) ?
                                               em->loss : 0.0, "accuracy", em->accuracy,
                                               "macro_f1", em->macro_f1, "examples",
-                                              (json_int_t)em->total));
+                                              (json_int_t)em->total, "world_size",
+                                              w->env.world_size));
+}
+
+/* The step-<N> directory an evaluation's checkpoint would have, or -1: none (its directory was
+ * retired at a change of world size, and a later one of that number is another world's). */
+static long long eval_ckpt_step(const json_t *e)
+{
+    if (!e || json_is_true(json_object_get(e, "checkpoint_retired")))
+        return -1;
+    return (long long)json_integer_value(json_object_get(e, "step"));
 }
 
 /* One evaluation's line for people (stderr) and for programs (stdout, HF Trainer's eval_*
@@ -407,10 +417,10 @@ static void report_evals(struct worker *w, long steps, const struct eval_counts 
     long since, best = eval_best(w, &since);
     json_t *b = json_deep_copy(json_array_get(w->evals, (size_t)best));
     char dir[CFG_MAX_PATH + 32];
+    long long at = eval_ckpt_step(b);
     json_object_set_new(b, "metric", json_string(w->cfg.best_metric));
-    snprintf(dir, sizeof(dir), "%s/step-%lld", w->cfg.checkpoint_dir,
-             (long long)json_integer_value(json_object_get(b, "step")));
-    if (w->cfg.checkpoint_dir[0] && access(dir, F_OK) == 0) /* checkpointed at that step */
+    snprintf(dir, sizeof(dir), "%s/step-%lld", w->cfg.checkpoint_dir, at);
+    if (w->cfg.checkpoint_dir[0] && at >= 0 && access(dir, F_OK) == 0) /* checkpointed then */
         json_object_set_new(b, "checkpoint", json_string(dir));
     json_object_set(rep, "evals", w->evals);
     json_object_set_new(rep, "best_eval", b);
@@ -588,8 +598,7 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
     json_object_set_new(snap->extra, "seed", json_integer((json_int_t)w->cfg.seed));
     long since, best = eval_best(w, &since);
     if (best >= 0) /* the best evaluation's checkpoint, if one was written, is kept too */
-        snap->keep_also = json_integer_value(json_object_get(json_array_get(w->evals, best),
-                                                             "step"));
+        snap->keep_also = eval_ckpt_step(json_array_get(w->evals, (size_t)best));
     if (w->stopped_early) /* a gang restarted before it exits ends here too, not later */
         json_object_set_new(snap->extra, "early_stopped", json_true());
     if (w->evals) /* the evaluations so far: a resumed run keeps them (a copy: the writer
@@ -713,10 +722,30 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
     if (json_is_true(json_object_get(s->extra, "early_stopped")) &&
         s->meta.world_size == w->env.world_size)
         w->resumed_stopped = (int64_t)s->meta.step;
-    json_t *ev = json_object_get(s->extra, "evals");
-    if (json_is_array(ev) && s->meta.world_size == w->env.world_size) {
-        json_decref(w->evals); /* steps count alike only at the same world size */
+    json_t *ev = json_object_get(s->extra, "evals"), *e;
+    if (json_is_array(ev)) { /* the history goes on, at any world size */
+        size_t i, retired = 0;
+        json_decref(w->evals);
         w->evals = json_deep_copy(ev);
+        json_array_foreach(w->evals, i, e)
+        {
+            if (!json_object_get(e, "world_size")) /* from before entries named it */
+                json_object_set_new(e, "world_size", json_integer(s->meta.world_size));
+            /* Steps count differently at another world size: this run numbers its steps from
+             * *start_step on, and once its first checkpoint is written the directories numbered
+             * above that are retired (retire_newer), so those evaluations lose theirs. */
+            if (s->meta.world_size != w->env.world_size &&
+                json_integer_value(json_object_get(e, "step")) > *start_step &&
+                !json_is_true(json_object_get(e, "checkpoint_retired"))) {
+                json_object_set_new(e, "checkpoint_retired", json_true());
+                retired++;
+            }
+        }
+        if (s->meta.world_size != w->env.world_size && w->env.rank == 0)
+            fprintf(stderr, "gantry-worker: the %zu evaluations before (their steps counted at "
+                            "world size %d) stay in the history; %zu of their checkpoints are "
+                            "numbered after step %ld and will be retired\n",
+                    json_array_size(w->evals), s->meta.world_size, retired, *start_step);
     }
     fprintf(stderr, "gantry-worker: rank %d resumed from step %lld (checkpoint %s)\n",
             w->env.rank, (long long)s->meta.step, dir);
