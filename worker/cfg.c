@@ -278,7 +278,12 @@ static int set_weights_text(struct cfg *c, const struct field *f, const char *v,
                 json_decref(obj);
                 return -1;
             }
-            json_object_set_new(obj, item, json_real(w));
+            if (json_object_set_new(obj, item, json_real(w))) { /* a key must be UTF-8 */
+                snprintf(err, errlen, "%s%s (from %s): a label is not valid UTF-8",
+                         section(f->path), f->path, src);
+                json_decref(obj);
+                return -1;
+            }
             p = comma ? comma + 1 : p + len;
         }
     }
@@ -331,7 +336,14 @@ static int set_from_string(struct cfg *c, const struct field *f, const char *v, 
             return -1;
         }
         __attribute__((fallthrough)); /* stored like a string */
-    case F_STR:
+    case F_STR: {
+        json_t *utf8 = json_string(v); /* NULL: not UTF-8, which the report's JSON could not hold */
+        json_decref(utf8);
+        if (!utf8) {
+            snprintf(err, errlen, "%s%s: the value (from %s) is not valid UTF-8 (%s)",
+                     section(f->path), f->path, src, hint);
+            return -1;
+        }
         if (strlen(v) >= f->size) {
             snprintf(err, errlen, "%s%s: value (from %s) is longer than %zu bytes (%s)",
                      section(f->path), f->path, src, f->size - 1, hint);
@@ -339,6 +351,7 @@ static int set_from_string(struct cfg *c, const struct field *f, const char *v, 
         }
         memcpy(slot(c, f), v, strlen(v) + 1);
         return 0;
+    }
     case F_WEIGHTS:
         return set_weights_text(c, f, v, src, err, errlen);
     }

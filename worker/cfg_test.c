@@ -218,6 +218,13 @@ static void test_eval_interval(void)
         if (!strstr(err, bad_cw[i][1]))
             fprintf(stderr, "  %s -> %s\n", bad_cw[i][0], err);
     }
+    /* text from env and flags must be UTF-8: the report and the config hash are JSON */
+    const char *latin1[] = {"w", "--data-train", "t\xe9.jsonl"};
+    TEST_EQ_INT(cfg_load(&c, 3, (char **)latin1, NULL, err, sizeof(err)), CFG_EBAD);
+    TEST_CHECK(strstr(err, "training.data.train: the value (from --data-train) is not valid UTF-8") != NULL);
+    const char *latin1_cw[] = {"w", "--data-train", "t", "--class-weights", "caf\xe9=2"};
+    TEST_EQ_INT(cfg_load(&c, 5, (char **)latin1_cw, NULL, err, sizeof(err)), CFG_EBAD);
+    TEST_CHECK(strstr(err, "training.classWeights (from --class-weights): a label is not valid UTF-8") != NULL);
     expect_bad("{\"data\": {\"train\": \"t\"}, \"classWeights\": [3]}",
                "training.classWeights (from ");
     expect_bad("{\"data\": {\"train\": \"t\"}, \"classWeights\": {\"spam\": 2e6}}",

@@ -1,4 +1,5 @@
-# Data and evaluation: tokenizer, vocab, JSONL/TSV readers, metrics (worker/text|vocab|dataset|eval).
+# Data and evaluation: tokenizer, vocab, JSONL/TSV readers, metrics (worker/text|vocab|dataset|eval);
+# the fuzz targets below also cover the config parser (worker/cfg.c).
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 
 add_library(gantry_data STATIC
@@ -28,6 +29,7 @@ set(GANTRY_FUZZ AUTO CACHE STRING "Build and run libFuzzer targets with clang: A
 set(GANTRY_FUZZ_SECONDS 20 CACHE STRING "Seconds each libFuzzer ctest runs")
 set(_data_srcs ${CMAKE_CURRENT_LIST_DIR}/text.c ${CMAKE_CURRENT_LIST_DIR}/vocab.c
     ${CMAKE_CURRENT_LIST_DIR}/dataset.c ${CMAKE_CURRENT_LIST_DIR}/card.c
+    ${CMAKE_CURRENT_LIST_DIR}/cfg.c
     ${CMAKE_CURRENT_LIST_DIR}/../common/buf.c
     ${CMAKE_CURRENT_LIST_DIR}/../common/xalloc.c)
 if(NOT GANTRY_FUZZ STREQUAL "OFF")
@@ -36,7 +38,7 @@ if(NOT GANTRY_FUZZ STREQUAL "OFF")
         message(FATAL_ERROR "GANTRY_FUZZ=ON but no clang found; apt-get install clang")
     endif()
 endif()
-foreach(f dataset text reader card)
+foreach(f dataset text reader card cfg)
     set(_seeds ${CMAKE_CURRENT_LIST_DIR}/testdata/fuzz/${f})
     # The reader target reads files through a 7-byte window so lines straddle reads.
     set(_defs "")
