@@ -193,6 +193,7 @@ static const struct train_field train_fields[] = {
     {"data.format", FK_ENUM, 0, 0, "auto|jsonl|tsv", NULL},
     {"data.strict", FK_BOOL, 0, 0, NULL, NULL},
     {"data.clsSep", FK_BOOL, 0, 0, NULL, NULL},
+    {"initFrom", FK_STR, 0, 0, NULL, NULL},
     {"epochs", FK_INT, 1, 1000000, NULL, "3"},
     {"maxSteps", FK_INT, 0, TJ_2_30, NULL, NULL},
     {"batchSize", FK_INT, 1, 65536, NULL, "32"},
@@ -425,6 +426,9 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
         errf(e, "spec.training.evalInterval: %lld, but spec.training.data.eval is not set; give "
                 "the evaluation file as data.eval (or hold out data.evalFraction of data.train), "
                 "or set evalInterval: 0", eval_every);
+    if (json_object_get(t, "initFrom") && json_object_get(data, "vocab"))
+        errf(e, "spec.training.data.vocab: set, and initFrom brings its model's own vocab; remove "
+                "data.vocab");
     const char *cw = json_string_value(json_object_get(t, "classWeight"));
     if (json_object_size(json_object_get(t, "classWeights")) > 0 && cw && strcmp(cw, "none"))
         errf(e, "spec.training.classWeights: set, and classWeight is %s too; give your own "

@@ -50,6 +50,11 @@ static const struct field fields[] = {
     {"data.format", F_ENUM, S(format), 0, 0, "auto|jsonl|tsv", "file format (auto: by extension)"},
     {"data.strict", F_BOOL, S(strict), 0, 0, NULL, "a malformed line is fatal (else skipped)"},
     {"data.clsSep", F_BOOL, S(cls_sep), 0, 0, NULL, "wrap each text in [CLS] ... [SEP]"},
+    {"initFrom", F_STR, S(init_from), 0, 0, NULL,
+     "start from a trained model: a checkpoint's step directory, or a job's checkpoint.dir (its "
+     "newest); its model settings, vocab and weights replace model.* and data.vocab, its "
+     "classifier too when the labels are the same (else a new one); a job resuming its own "
+     "checkpoint ignores it"},
     {"epochs", F_INT, S(epochs), 1, 1000000, NULL, "passes over the training data"},
     {"maxSteps", F_INT, S(max_steps), 0, 1 << 30, NULL, "stop after this many steps; 0 = none"},
     {"batchSize", F_INT, S(batch_size), 1, 65536, NULL, "examples per step, per process"},
@@ -508,6 +513,11 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
         snprintf(err, errlen, "training.model.heads: %d does not divide model.hidden (%d); choose "
                               "heads so that hidden / heads is whole, e.g. hidden 128, heads 4",
                  c->heads, c->hidden);
+        return CFG_EBAD;
+    }
+    if (c->init_from[0] && c->vocab[0]) {
+        snprintf(err, errlen, "training.data.vocab: set, and initFrom brings its model's own vocab "
+                              "(the embeddings are its tokens'); remove data.vocab");
         return CFG_EBAD;
     }
     if (c->class_weights[0] && strcmp(c->class_weight, "none")) {

@@ -47,6 +47,7 @@ struct cfg {
     int vocab_size, min_freq;
     char format[8]; /* auto | jsonl | tsv */
     bool strict, cls_sep;
+    char init_from[CFG_MAX_PATH]; /* a checkpoint (step or job dir) to start from; "" = none */
     /* optimisation */
     int epochs, max_steps, batch_size, eval_batch_size, grad_accum_steps;
     int eval_interval; /* steps between evaluations during training; 0 = only at the end */

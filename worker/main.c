@@ -88,6 +88,10 @@ struct worker {
     json_t *evals; /* the evaluations during training, [{step, loss, accuracy, ...}] */
     bool stopped_early; /* on_eval ended training early: this run's last checkpoint says so */
     int64_t resumed_stopped; /* the checkpoint resumed from ended an early-stopped run; -1 not */
+    bool resumed;            /* from this job's own checkpoint */
+    bool have_init;          /* training.initFrom: init holds its model */
+    struct model_dir init;
+    bool init_head;          /* initFrom's classifier was loaded (the same labels) */
     char err[2048];
 };
 
@@ -140,6 +144,8 @@ static int load_data(struct worker *w)
                    : !strcmp(c->format, "tsv") ? DATASET_TSV
                                                : DATASET_AUTO;
     text_opts_default(&w->topts);
+    if (w->have_init) /* tokens as the model learned them */
+        w->topts = w->init.card.text;
     w->topts.max_tokens = (size_t)c->max_seq_len; /* words beyond what the model sees */
     if (dataset_load(&w->train, c->train, &dopts, &w->labels, w->err, sizeof(w->err))) {
         fprintf(stderr, "gantry-worker: training data: %s\n", w->err);
@@ -167,7 +173,10 @@ static int load_data(struct worker *w)
                             "examples held out for evaluation (stratified, seed %lld)\n",
                     c->eval_fraction, held, all, (long long)c->seed);
     }
-    if (c->vocab[0]) {
+    if (w->have_init) {
+        w->vocab = w->init.vocab; /* ours now */
+        w->init.vocab = NULL;
+    } else if (c->vocab[0]) {
         if (!(w->vocab = vocab_load(c->vocab, w->err, sizeof(w->err)))) {
             fprintf(stderr, "gantry-worker: data.vocab: %s\n", w->err);
             return DIST_EXIT_DATAERR;
@@ -264,6 +273,67 @@ static float *given_weights(struct worker *w)
         fprintf(stderr, "\n");
     }
     return cw;
+}
+
+/* training.initFrom: opens the checkpoint, and its card's model settings replace the job's
+ * (model.*, data.clsSep): its weights fit only that model. 0 or an exit status. */
+static int open_init(struct worker *w)
+{
+    struct cfg *c = &w->cfg;
+    int rc = model_dir_open(c->init_from, &w->init, w->err, sizeof(w->err));
+    if (rc) {
+        fprintf(stderr, "gantry-worker: training.initFrom: %s\n", w->err);
+        model_dir_close(&w->init);
+        return rc;
+    }
+    w->have_init = true;
+    const struct model_card *k = &w->init.card;
+    snprintf(c->model_type, sizeof(c->model_type), "%s", k->type);
+    snprintf(c->pooling, sizeof(c->pooling), "%s", k->pooling);
+    c->layers = k->layers, c->hidden = k->hidden, c->heads = k->heads, c->ffn = k->ffn;
+    c->max_seq_len = k->max_seq_len, c->buckets = k->buckets ? k->buckets : c->buckets;
+    c->cls_sep = k->cls_sep;
+    if (w->env.rank == 0)
+        fprintf(stderr, "gantry-worker: initFrom %s (step %ld): a %s model, %d layers, hidden %d, "
+                        "%d heads, ffn %d, maxSeqLen %d, vocab %d; these replace the job's model "
+                        "settings\n", w->init.dir, w->init.step, k->type, k->layers, k->hidden,
+                k->heads, k->ffn, k->max_seq_len, k->vocab_size);
+    return 0;
+}
+
+/* A job without a checkpoint of its own starts from initFrom's weights: all of them when its
+ * labels are the data's (in the same order), else all but the classifier, which stays newly
+ * initialised (fine-tuning for other labels). 0 or an exit status. */
+static int apply_init(struct worker *w)
+{
+    const struct label_map *a = &w->init.card.labels, *b = &w->labels;
+    bool same = a->n == b->n;
+    for (int i = 0; same && i < a->n; i++)
+        same = !strcmp(label_map_name(a, i), label_map_name(b, i));
+    int rc = same ? model_load_params(&w->model, w->init.weights, w->err, sizeof(w->err))
+                  : model_load_body(&w->model, w->init.weights, w->err, sizeof(w->err));
+    if (rc) {
+        fprintf(stderr, "gantry-worker: training.initFrom %s: %s\n", w->init.dir, w->err);
+        return DIST_EXIT_DATAERR;
+    }
+    w->init_head = same;
+    if (w->env.rank == 0) {
+        fprintf(stderr, "gantry-worker: initialized from %s: %s", w->init.dir,
+                same ? "every tensor, the classifier too (the same labels)\n"
+                     : "every tensor but the classifier, new for this data's labels (");
+        for (int i = 0; !same && i < b->n; i++)
+            fprintf(stderr, "%s%s", i ? ", " : "", label_map_name(b, i));
+        for (int i = 0; !same && i < a->n; i++)
+            fprintf(stderr, "%s%s", i ? ", " : "; the checkpoint's: ", label_map_name(a, i));
+        if (!same)
+            fprintf(stderr, ")\n");
+        fprintf(stderr, "gantry-worker: initial parameters fnv1a64 %016llx\n",
+                (unsigned long long)hash_fnv1a64(w->model.params,
+                                                 w->model.n_params * sizeof(float)));
+    }
+    ckpt_snapshot_free(w->init.weights); /* not needed any more */
+    w->init.weights = NULL;
+    return 0;
 }
 
 static void train_opts_from(const struct worker *w, struct train_opts *o)
@@ -464,6 +534,11 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         "world_size", w->env.world_size));
     json_object_set_new(json_object_get(rep, "train"), "early_stopped",
                         json_boolean(r->early_stopped));
+    if (w->have_init)
+        json_object_set_new(json_object_get(rep, "train"), "init_from",
+                            json_pack("{s:s, s:I, s:s}", "dir", w->init.dir, "step",
+                                      (json_int_t)w->init.step, "classifier",
+                                      w->resumed ? "resumed" : w->init_head ? "loaded" : "new"));
     if (w->class_weight) {
         json_t *cw = json_object();
         for (int k = 0; k < K; k++)
@@ -747,6 +822,7 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
                             "numbered after step %ld and will be retired\n",
                     json_array_size(w->evals), s->meta.world_size, retired, *start_step);
     }
+    w->resumed = true;
     fprintf(stderr, "gantry-worker: rank %d resumed from step %lld (checkpoint %s)\n",
             w->env.rank, (long long)s->meta.step, dir);
     if (s->meta.world_size != w->env.world_size)
@@ -787,6 +863,8 @@ static int join(struct worker *w)
 
 static void worker_cleanup(struct worker *w, bool ok)
 {
+    if (w->have_init)
+        model_dir_close(&w->init);
     ckpt_writer_free(w->writer);
     free(w->card);
     free(w->vocab_txt);
@@ -858,6 +936,8 @@ int main(int argc, char **argv)
         return dist_exit_code(rc);
     if (w.env.nproc_per_node > 1 && !getenv("LOCAL_RANK"))
         return launch_node(&w.env, argv);
+    if (w.cfg.init_from[0] && (rc = open_init(&w)))
+        return rc;
     if (w.env.rank == 0 && getenv("GANTRY_GPU_BUCKET_MB")) /* read until 2026-11 */
         fprintf(stderr, "gantry-worker: GANTRY_GPU_BUCKET_MB is no longer read; the all-reduce "
                         "bucket size is training.gradBucketMB (GANTRY_GRAD_BUCKET_MB, "
@@ -927,6 +1007,11 @@ int main(int argc, char **argv)
     to.stop = &g_stop;
     if ((rc = resume(&w, &opt, &to.start_step)))
         goto out;
+    if (w.have_init && !w.resumed && (rc = apply_init(&w)))
+        goto out;
+    else if (w.have_init && w.resumed && w.env.rank == 0)
+        fprintf(stderr, "gantry-worker: training.initFrom ignored: the job resumed from its own "
+                        "checkpoint\n");
     if (w.resumed_stopped >= 0) { /* training had stopped early there: nothing left to train */
         to.max_steps = to.start_step;
         if (w.env.rank == 0)

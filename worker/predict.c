@@ -172,145 +172,31 @@ static int parse_args(int argc, char **argv, struct opts *o)
     return 0;
 }
 
-/* dir (in p->dir) and p->step from --model: a step directory, or a job's newest valid one. */
-static int find_model(struct pred *p)
-{
-    const char *arg = p->o.model;
-    char path[4200], why[512] = "", root[4096], *slash;
-    struct stat st;
-    int64_t step = -1;
-
-    int e = stat(arg, &st) != 0 ? errno : 0;
-    if (e || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "gantry-predict: --model %s: %s\n", arg,
-                e == ENOENT ? "no such directory" : e ? strerror(e) : "not a directory");
-        return DIST_EXIT_NOINPUT;
-    }
-    snprintf(path, sizeof(path), "%s/state.json", arg);
-    if (access(path, F_OK) == 0) { /* a step directory */
-        if (strlen(arg) >= sizeof(p->dir))
-            return DIST_EXIT_USAGE;
-        snprintf(p->dir, sizeof(p->dir), "%s", arg);
-        /* only what prediction reads is checked (not the optimizer state): the weights here,
-         * config.json and vocab.txt as they are read */
-        int rc = ckpt_verify_file(p->dir, "model.safetensors", why, sizeof(why));
-        if (rc) {
-            fprintf(stderr, "gantry-predict: checkpoint %s is not usable: %s\n", p->dir, why);
-            return DIST_EXIT_DATAERR;
-        }
-        /* the step from state.json (the directory may have been copied under another name) */
-        json_t *sj = json_load_file(path, 0, NULL);
-        json_t *sv = json_object_get(sj, "step");
-        p->step = json_is_integer(sv) ? (long)json_integer_value(sv) : -1;
-        json_decref(sj);
-        return 0;
-    }
-    snprintf(root, sizeof(root), "%s", arg); /* a job directory: <root>/<job> */
-    size_t n = strlen(root);
-    while (n > 1 && root[n - 1] == '/')
-        root[--n] = '\0';
-    slash = strrchr(root, '/');
-    const char *job = slash ? slash + 1 : root;
-    char jobname[CKPT_MAX_NAME];
-    if (strlen(job) >= sizeof(jobname)) {
-        fprintf(stderr, "gantry-predict: --model %s: the job directory's name is too long\n", arg);
-        return DIST_EXIT_USAGE;
-    }
-    memcpy(jobname, job, strlen(job) + 1);
-    if (!slash)
-        snprintf(root, sizeof(root), ".");
-    else if (slash == root)
-        root[1] = '\0';
-    else
-        *slash = '\0';
-    if (ckpt_find_latest(root, jobname, &step, p->dir, sizeof(p->dir)) != 0) {
-        fprintf(stderr, "gantry-predict: --model %s: no valid checkpoint (step-<N> directory) "
-                        "in it; pass a step directory or the job's checkpoint.dir\n", arg);
-        return DIST_EXIT_NOINPUT;
-    }
-    p->step = (long)step;
-    return 0;
-}
-
-/* The card, the vocab and the weights of p->dir. 0 or an exit status. */
+/* --model: the step directory (ckpt.h), its card, vocab and weights (model_io.h). 0 or an exit
+ * status. */
 static int load_model(struct pred *p)
 {
-    char why[1024] = "", path[4400];
-    size_t n = 0;
-    int rc = 0;
-    char *txt = ckpt_read_file(p->dir, CARD_FILE, &n, &rc, why, sizeof(why));
+    struct model_dir md;
+    char why[2048] = "";
+    int rc = model_dir_open(p->o.model, &md, why, sizeof(why));
 
-    if (!txt) {
-        if (rc == DIST_ENOENT)
-            fprintf(stderr, "gantry-predict: checkpoint %s has no %s (the model card): it was "
-                            "written by a gantry-worker from before checkpoints carried it. "
-                            "Resume the job with this version for one more checkpoint, or "
-                            "retrain\n", p->dir, CARD_FILE);
-        else
-            fprintf(stderr, "gantry-predict: %s\n", why);
-        return DIST_EXIT_DATAERR;
+    if (rc) {
+        fprintf(stderr, "gantry-predict: --model %s\n", why);
+        model_dir_close(&md);
+        return rc;
     }
-    if (card_parse(txt, n, &p->card, why, sizeof(why))) {
-        fprintf(stderr, "gantry-predict: %s/%s: %s\n", p->dir, CARD_FILE, why);
-        free(txt);
-        return DIST_EXIT_DATAERR;
-    }
-    free(txt);
-    if (!(txt = ckpt_read_file(p->dir, p->card.vocab_file, &n, &rc, why, sizeof(why)))) {
-        fprintf(stderr, "gantry-predict: %s\n", why);
-        return DIST_EXIT_DATAERR;
-    }
-    snprintf(path, sizeof(path), "%s/%s", p->dir, p->card.vocab_file);
-    p->vocab = vocab_parse(txt, n, path, why, sizeof(why));
-    free(txt);
-    if (!p->vocab) {
-        fprintf(stderr, "gantry-predict: %s\n", why);
-        return DIST_EXIT_DATAERR;
-    }
-    if (vocab_size(p->vocab) != p->card.vocab_size) {
-        fprintf(stderr, "gantry-predict: %s: %d tokens, but %s says model.vocabSize %d\n", path,
-                vocab_size(p->vocab), CARD_FILE, p->card.vocab_size);
-        return DIST_EXIT_DATAERR;
-    }
-    struct model_config mc = {
-        .kind = !strcmp(p->card.type, "ngram") ? MODEL_NGRAM : MODEL_TRANSFORMER,
-        .vocab = p->card.vocab_size, .classes = p->card.labels.n,
-        .max_seq_len = p->card.max_seq_len, .hidden = p->card.hidden, .layers = p->card.layers,
-        .heads = p->card.heads, .ffn = p->card.ffn,
-        .pool = !strcmp(p->card.pooling, "cls") ? MODEL_POOL_CLS : MODEL_POOL_MEAN,
-        .buckets = p->card.buckets};
-    struct ckpt_snapshot *s = NULL;
-    snprintf(path, sizeof(path), "%s/model.safetensors", p->dir);
-    if (ckpt_read_safetensors(path, &s) != 0) {
-        fprintf(stderr, "gantry-predict: %s: cannot be read (see above)\n", path);
-        return DIST_EXIT_DATAERR;
-    }
-    size_t have = 0; /* the card must describe the weights before anything is sized by it */
-    for (size_t i = 0; i < s->n[CKPT_WEIGHTS]; i++)
-        have += s->t[CKPT_WEIGHTS][i].bytes / sizeof(float);
-    bool ok = false;
-    why[0] = '\0';
-    if (model_config_check(&mc, why, sizeof(why)) == 0) {
-        size_t want = model_param_count(&mc);
-        if (want != have)
-            snprintf(why, sizeof(why), "describes %zu parameters, model.safetensors holds %zu",
-                     want, have);
-        else
-            ok = model_alloc(&p->model, &mc, p->o.batch, why, sizeof(why)) == 0;
-    }
-    if (!ok) {
-        fprintf(stderr, "gantry-predict: %s/%s: model: %s\n", p->dir, CARD_FILE, why);
-        ckpt_snapshot_free(s);
-        return DIST_EXIT_DATAERR;
-    }
-    if (model_load_params(&p->model, s, why, sizeof(why))) {
-        fprintf(stderr, "gantry-predict: %s: %s (the weights do not fit %s)\n", path, why,
-                CARD_FILE);
-        ckpt_snapshot_free(s);
-        return DIST_EXIT_DATAERR;
-    }
-    ckpt_snapshot_free(s);
-    return 0;
+    memcpy(p->dir, md.dir, sizeof(p->dir));
+    p->step = md.step;
+    p->card = md.card, p->vocab = md.vocab; /* theirs now */
+    card_init(&md.card);
+    md.vocab = NULL;
+    if (model_alloc(&p->model, &md.mc, p->o.batch, why, sizeof(why)) != 0)
+        fprintf(stderr, "gantry-predict: %s/%s: model: %s\n", p->dir, CARD_FILE, why), rc = 1;
+    else if (model_load_params(&p->model, md.weights, why, sizeof(why)))
+        fprintf(stderr, "gantry-predict: %s/model.safetensors: %s (the weights do not fit %s)\n",
+                p->dir, why, CARD_FILE), rc = 1;
+    model_dir_close(&md);
+    return rc ? DIST_EXIT_DATAERR : 0;
 }
 
 /* --device cuda: the device model (train_gpu.h), and host buffers for its logits and
@@ -674,7 +560,7 @@ int main(int argc, char **argv)
     if ((rc = parse_args(argc, argv, &p.o)))
         return rc;
     cpu_set_threads(p.o.threads > 0 ? p.o.threads : cpu_available());
-    if ((rc = find_model(&p)) || (rc = load_model(&p)) || (rc = setup(&p)))
+    if ((rc = load_model(&p)) || (rc = setup(&p)))
         goto out;
     if (!p.o.quiet)
         fprintf(stderr, "gantry-predict: model %s (step %ld): %s, %d labels, vocab %d, %zu "

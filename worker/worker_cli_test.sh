@@ -169,4 +169,30 @@ check "classWeights names an unknown label" 78 "$bin" "${cw[@]}" --class-weights
 says "unknown label message" 'training.classWeights: label "spma" is not in data.train; its labels: ham, spam'
 check "classWeights with classWeight balanced" 78 "$bin" "${cw[@]}" --class-weights spam=3 --class-weight balanced
 says "both message" "training.classWeights: set, and classWeight is balanced too"
+# initFrom: a job starts from another's checkpoint (fine-tuning): its model settings, vocab and
+# weights; the same labels keep its classifier (the initial parameters are the checkpoint's, bit
+# for bit), other labels get a new one; the job's own checkpoint, once it has one, wins
+check "initFrom: the source job" 0 "$bin" "${cw[@]}" --data-train "$data/tiny.jsonl" \
+    --data-eval "$data/tiny.jsonl" --checkpoint-dir "$tmp/src/job" --report "$tmp/src.json"
+src=$(grep -o 'rank 0 final parameters fnv1a64 [0-9a-f]*' "$tmp/err" | awk '{print $NF}')
+check "initFrom a job directory" 0 "$bin" "${cw[@]}" --data-train "$data/tiny.jsonl" \
+    --model-hidden 32 --init-from "$tmp/src/job" --checkpoint-dir "$tmp/ft/job" --report "$tmp/ft.json"
+says "model settings from the checkpoint" "initFrom $tmp/src/job/step-4 (step 4): a transformer model, 1 layers, hidden 16"
+says "classifier kept" "initialized from $tmp/src/job/step-4: every tensor, the classifier too"
+[ -n "$src" ] && grep -q "initial parameters fnv1a64 $src" "$tmp/err" &&
+    echo "ok   initial parameters = the source's final ones ($src)" || { echo "FAIL initial parameters differ from $src"; fail=1; }
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); i=r['train']['init_from']; assert i['step']==4 and i['classifier']=='loaded' and r['config']['model']['hidden']==16 and r['train']['vocab']==json.load(open(sys.argv[2]))['train']['vocab'], r['train']" \
+    "$tmp/ft.json" "$tmp/src.json" && echo "ok   report: init_from, the source's model and vocab" || { echo "FAIL init_from report"; fail=1; }
+check "initFrom ignored once the job has its own checkpoint" 0 "$bin" "${cw[@]}" --data-train "$data/tiny.jsonl" \
+    --init-from "$tmp/src/job" --checkpoint-dir "$tmp/ft/job" --epochs 3
+says "own checkpoint wins" "training.initFrom ignored: the job resumed from its own checkpoint"
+sed 's/"ham"/"good"/; s/"spam"/"bad"/' "$data/tiny.jsonl" >"$tmp/relabelled.jsonl"
+check "initFrom with other labels" 0 "$bin" "${cw[@]}" --data-train "$tmp/relabelled.jsonl" \
+    --init-from "$tmp/src/job/step-4"
+says "new classifier" "every tensor but the classifier, new for this data's labels (bad, good; the checkpoint's: ham, spam)"
+grep -q "initial parameters fnv1a64 $src" "$tmp/err" && { echo "FAIL a new classifier, yet the source's parameters"; fail=1; }
+check "initFrom a missing directory" 66 "$bin" "${cw[@]}" --init-from "$tmp/none"
+says "missing named" "training.initFrom: $tmp/none: no such directory"
+check "initFrom with data.vocab" 78 "$bin" "${cw[@]}" --init-from "$tmp/src/job" --data-vocab "$tmp/v.txt"
+says "vocab conflict named" "training.data.vocab: set, and initFrom brings its model's own vocab"
 exit $fail

@@ -85,6 +85,12 @@ else
     bad "valid-eval.yaml refused: $out"
 fi
 
+if out=$(k apply -f "$here/testdata/valid-init-from.yaml" 2>&1); then
+    ok "initFrom (fine-tuning from another job's checkpoints) is accepted"
+else
+    bad "valid-init-from.yaml refused: $out"
+fi
+
 # replicas is immutable while the job runs, and can change once it is suspended.
 k patch tj spam --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
 if out=$(k patch tj spam --type=merge -p '{"spec":{"replicas":8}}' 2>&1); then
