@@ -34,6 +34,8 @@ spam_job() {
     earlyStoppingThreshold: ${kv#*=}" ;;
             bestMetric=*) stop="$stop
     bestMetric: ${kv#*=}" ;;
+            initFrom=*) stop="$stop
+    initFrom: ${kv#*=}" ;;
             keep=*) keep=${kv#*=} ;;
             gpus=*) gpus=${kv#*=} ;;
             nproc=*) nproc="nprocPerNode: ${kv#*=}" ;;

@@ -4,7 +4,8 @@
 # evaluations during training (every rank's share summed: all 1,209 examples); checkpoints (with
 # valid SHA-256 manifests) and the report are on the volume; a batch/v1 Job with gantry-predict,
 # given only the checkpoint, reproduces the worker's final evaluation exactly, and a Deployment
-# with gantry-predict --serve answers POSTs through its Service with the same predictions.
+# with gantry-predict --serve answers POSTs through its Service with the same predictions; a job
+# with training.initFrom starts from the checkpoint (fine-tuning) near its accuracy.
 
 scenario_1() {
     local job=spam f=$ARTIFACTS/spam.yaml report acc ws vol step t evals ea
@@ -66,4 +67,20 @@ scenario_1() {
         python3 -c "import json,sys; r=json.loads(sys.argv[1].strip().splitlines()[-1]); want=[json.loads(l) for l in sys.argv[2].splitlines()[:5]]; got=r['predictions']; sys.exit(0 if r['model'] == '$job' and [(p['label'], p['score']) for p in got] == [(w['label'], w['score']) for w in want] else 1)" "$srv" "$plines"
     check "its evaluation equals the worker's final one (confusion matrix, accuracy, loss)" \
         python3 -c "import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2].rsplit(chr(10), 1)[0]); sys.exit(0 if b['confusion_matrix'] == a['confusion_matrix'] and b['accuracy'] == a['accuracy'] and abs(b['loss'] - a['loss']) < 1e-5 and b['examples'] == 1209 else 1)" "$report" "$prep"
+
+    # Fine-tuning: a one-worker job starts from this job's checkpoints (initFrom, on the same
+    # claim) and after 5 steps (warmup: tiny learning rates) evaluates near the trained model's
+    # accuracy; from scratch 5 steps give about the majority class (69 % ham).
+    local ft=spam-ft fr facc
+    spam_job "$ft" replicas=1 maxSteps=5 evalInterval=5 "initFrom=/checkpoints/$job" >"$ARTIFACTS/$ft.yaml"
+    check "kubectl apply -f $ft.yaml (training.initFrom: /checkpoints/$job)" kc -n "$NS" apply -f "$ARTIFACTS/$ft.yaml" || return 0
+    check "tj/$ft reaches Succeeded" wait_tj_phase "$NS" "$ft" Succeeded "$E2E_TRAIN_TIMEOUT"
+    fr=$(rank0_report "$NS" "$ft")
+    printf '%s\n' "$fr" >"$ARTIFACTS/$ft-report.json"
+    facc=$(json_field "$fr" 'r["accuracy"]')
+    note "fine-tuned from step ${step:-?}: $(json_field "$fr" 'r["train"]["init_from"]'), accuracy ${facc:-?} after $(json_field "$fr" 'r["train"]["steps"]') steps"
+    check "it started from $job's final checkpoint (step ${step:-?}) with its classifier" \
+        python3 -c "import json,sys; i=json.loads(sys.argv[1])['train']['init_from']; sys.exit(0 if i['step'] == int('${step:-0}') and i['classifier'] == 'loaded' and i['dir'] == '/checkpoints/$job/step-${step:-x}' else 1)" "$fr"
+    check "accuracy after 5 steps (${facc:-?}) is within 0.03 of the trained model's (${acc:-?})" \
+        python3 -c "import sys; sys.exit(0 if float('${facc:-0}') >= float('${acc:-1}') - 0.03 else 1)"
 }
