@@ -89,6 +89,11 @@ set_tests_properties(runtime_gpu_emu2_test PROPERTIES LABELS emu ENVIRONMENT "GA
 gantry_emu_sources(_emu_test_cc ${_emu}/emu_test.cu)
 gantry_test(emu_test SOURCES ${_emu_test_cc} LIBS gantry_emu_rt gantry_common LABELS emu)
 gantry_emu_target(emu_test)
+# Stream capture and graphs (stream.cc): replay, graph memory, what a capture refuses; at the call
+# and deferred (it switches itself).
+gantry_emu_sources(_graph_test_cc ${_emu}/graph_test.cu)
+gantry_test(emu_graph_test SOURCES ${_graph_test_cc} LIBS gantry_emu_rt gantry_common LABELS emu)
+gantry_emu_target(emu_graph_test)
 
 # Deferred (gantry_emu_defer_test above): the emulator's own test, the small op tests, and a
 # quarter of the shape sweep (every launcher, cuBLASLt and CUB included).

@@ -28,6 +28,16 @@ bool is_pinned(const void *p, size_t bytes);
 // Frees pinned allocation p now.
 void free_host_now(void *p);
 
+// Stream capture (stream.cc).
+// cudaSuccess, or cudaErrorStreamCaptureUnsupported (also the last error) when an active capture
+// forbids the calling thread fn, a call that may synchronise the device: Global and ThreadLocal
+// captures of this thread, Global captures of any thread. Those captures are invalidated, as on
+// CUDA, and the message says which call it was.
+cudaError_t capture_unsafe(const char *fn);
+// cudaMallocAsync's allocation p on s: when s is capturing, p becomes the graph's own memory
+// (freed with the graph; filled with NaN bits when each launch reaches the allocation).
+void capture_alloc(cudaStream_t s, void *p, size_t bytes);
+
 } // namespace emu
 
 #endif

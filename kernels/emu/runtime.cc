@@ -527,6 +527,18 @@ const char *cudaGetErrorString(cudaError_t err)
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureIsolation:
+        return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+        return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+        return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+        return "attempt to terminate a thread-local capture sequence from another thread";
     }
     return "unknown error";
 }
@@ -610,7 +622,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr att
 static std::mutex mem_mu;
 static std::map<uintptr_t, size_t> allocs, pinned;
 
-cudaError_t cudaMalloc(void **p, size_t bytes)
+static cudaError_t malloc_now(void **p, size_t bytes)
 {
     if (!p)
         return ret(cudaErrorInvalidValue);
@@ -625,6 +637,12 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     allocs[(uintptr_t)m] = bytes;
     *p = m;
     return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    cudaError_t e = emu::capture_unsafe("cudaMalloc");
+    return e != cudaSuccess ? e : malloc_now(p, bytes);
 }
 
 cudaError_t emu::free_now(void *p)
@@ -648,14 +666,20 @@ bool emu::is_device_alloc(const void *p)
     return allocs.count((uintptr_t)p) != 0;
 }
 
-// Allocation is immediate: the memory is not in use by any queued work yet.
+// Allocation is immediate: the memory is not in use by any queued work yet. Inside a stream
+// capture the memory becomes the graph's (an allocation node), as CUDA's graph memory nodes.
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s)
 {
-    return cudaMalloc(p, bytes);
+    cudaError_t e = malloc_now(p, bytes);
+    if (e == cudaSuccess)
+        emu::capture_alloc(s, *p, bytes);
+    return e;
 }
 
 cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
+    if (emu::capture_unsafe("cudaMallocHost") != cudaSuccess)
+        return cudaErrorStreamCaptureUnsupported;
     if (!p)
         return ret(cudaErrorInvalidValue);
     *p = malloc(bytes ? bytes : 1);

@@ -45,8 +45,10 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "kernels/emu/internal.h"
@@ -71,6 +73,33 @@ struct op {
     bool started;    // OP_EXTERNAL: its library began it
 };
 
+// A graph's work, in capture order (a single stream's capture is a chain). Shared by the graph
+// and its executables; the last of them frees the nodes' arguments and the graph's memory.
+enum gnode_kind { G_RUN, G_RECORD, G_ALLOC, G_FREE };
+
+struct gnode {
+    gnode_kind kind;
+    void (*run)(void *); // G_RUN: run(arg), any number of times
+    void (*drop)(void *);
+    void *arg;
+    cudaEvent_t ev; // G_RECORD
+    void *mem;      // G_ALLOC, G_FREE: the graph's memory
+    size_t bytes;
+};
+
+struct gdata {
+    std::vector<gnode> nodes;
+    std::vector<void *> mem; // cudaMallocAsync'd during the capture: the graph's own
+    ~gdata();
+};
+
+struct capture {
+    std::shared_ptr<gdata> g;
+    cudaStreamCaptureMode mode;
+    std::thread::id thread;
+    bool invalid;
+};
+
 } // namespace
 
 struct CUstream_st {
@@ -78,6 +107,7 @@ struct CUstream_st {
     int busy;          // at-call mode: external operations not ended
     uint64_t id;       // creation order (a deterministic order for the random picks)
     std::deque<op *> q; // deferred mode: queued, in stream order
+    capture *cap = nullptr; // between cudaStreamBeginCapture and cudaStreamEndCapture
 };
 
 struct CUevent_st {
@@ -87,6 +117,14 @@ struct CUevent_st {
     // deferred: the last record's stream and number while it has not run (rseq 0: none pending)
     CUstream_st *rs;
     uint64_t rseq;
+    const gdata *cap = nullptr; // last recorded inside the capture of this graph
+};
+
+struct CUgraph_st {
+    std::shared_ptr<gdata> g;
+};
+struct CUgraphExec_st {
+    std::shared_ptr<gdata> g;
 };
 
 static std::mutex mu;
@@ -379,11 +417,212 @@ static void sync_all()
     drive(g, roots_all(), -1, true);
 }
 
+// ---- stream capture (mu held unless said) ----------------------------------------------------
+
+static std::atomic<int> n_capturing{0}; // streams capturing now: the fast path skips the lock
+
+// The active capture of s, or nullptr.
+static capture *capturing(cudaStream_t st)
+{
+    CUstream_st *s = stream_of(st);
+    return streams.count(s) ? s->cap : nullptr;
+}
+
+// The capture of event e's last record while that capture is active, or nullptr.
+static capture *captured_event(cudaEvent_t e)
+{
+    if (!e->cap)
+        return nullptr;
+    for (CUstream_st *x : stream_list)
+        if (x->cap && x->cap->g.get() == e->cap)
+            return x->cap;
+    return nullptr;
+}
+
+// Invalidates s's capture and returns err (as the last error), naming the call.
+static cudaError_t capture_refuse(capture *c, cudaError_t err, const char *what)
+{
+    c->invalid = true;
+    fprintf(stderr, "gantry CUDA emulator: %s during a stream capture: %s (the capture is "
+                    "invalidated)\n", what, cudaGetErrorString(err));
+    return emu::set_error(err);
+}
+
+// The caller holds no lock. True when s is capturing: the operation became a node of its graph.
+static bool capture_take(cudaStream_t st, void (*run)(void *), void (*drop)(void *), void *arg)
+{
+    if (n_capturing.load() == 0)
+        return false;
+    std::lock_guard<std::mutex> g(mu);
+    capture *c = capturing(st);
+    if (!c)
+        return false;
+    c->g->nodes.push_back({G_RUN, run, drop, arg, nullptr, nullptr, 0});
+    return true;
+}
+
+gdata::~gdata()
+{
+    for (gnode &n : nodes)
+        if (n.kind == G_RUN && n.drop)
+            n.drop(n.arg);
+    for (void *p : mem)
+        emu::free_now(p);
+}
+
+cudaError_t emu::capture_unsafe(const char *fn)
+{
+    if (n_capturing.load() == 0)
+        return cudaSuccess;
+    std::lock_guard<std::mutex> g(mu);
+    capture *hit = nullptr;
+    for (CUstream_st *x : stream_list) {
+        capture *c = x->cap;
+        if (c && c->mode != cudaStreamCaptureModeRelaxed &&
+            (c->mode == cudaStreamCaptureModeGlobal || c->thread == std::this_thread::get_id())) {
+            c->invalid = true;
+            hit = c;
+        }
+    }
+    if (!hit)
+        return cudaSuccess;
+    fprintf(stderr, "gantry CUDA emulator: %s while a stream capture is active (a call that may "
+                    "synchronise the device; the capture is invalidated)\n", fn);
+    return emu::set_error(cudaErrorStreamCaptureUnsupported);
+}
+
+void emu::capture_alloc(cudaStream_t st, void *p, size_t bytes)
+{
+    if (n_capturing.load() == 0)
+        return;
+    std::lock_guard<std::mutex> g(mu);
+    if (capture *c = capturing(st)) {
+        c->g->mem.push_back(p);
+        c->g->nodes.push_back({G_ALLOC, nullptr, nullptr, nullptr, nullptr, p, bytes});
+    }
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t st, cudaStreamCaptureMode mode)
+{
+    enter();
+    if (st == nullptr || st == cudaStreamLegacy) // CUDA cannot capture the legacy stream
+        return emu::set_error(cudaErrorStreamCaptureUnsupported);
+    std::lock_guard<std::mutex> g(mu);
+    CUstream_st *s = stream_of(st);
+    if (!streams.count(s) || s->cap || mode < cudaStreamCaptureModeGlobal ||
+        mode > cudaStreamCaptureModeRelaxed)
+        return emu::set_error(cudaErrorInvalidValue);
+    s->cap = new capture{std::make_shared<gdata>(), mode, std::this_thread::get_id(), false};
+    n_capturing++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph)
+{
+    if (!graph)
+        return emu::set_error(cudaErrorInvalidValue);
+    *graph = nullptr;
+    std::lock_guard<std::mutex> g(mu);
+    capture *c = capturing(st);
+    if (!c)
+        return emu::set_error(cudaErrorStreamCaptureUnmatched);
+    if (c->mode != cudaStreamCaptureModeRelaxed && c->thread != std::this_thread::get_id())
+        return emu::set_error(cudaErrorStreamCaptureWrongThread);
+    stream_of(st)->cap = nullptr;
+    n_capturing--;
+    bool invalid = c->invalid;
+    if (!invalid)
+        *graph = new CUgraph_st{c->g};
+    delete c; // an invalid capture's nodes and memory go with it
+    return invalid ? emu::set_error(cudaErrorStreamCaptureInvalidated) : cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t st, cudaStreamCaptureStatus *status)
+{
+    if (!status)
+        return emu::set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> g(mu);
+    capture *c = capturing(st);
+    *status = !c ? cudaStreamCaptureStatusNone
+                 : c->invalid ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long)
+{
+    if (!exec || !graph)
+        return emu::set_error(cudaErrorInvalidValue);
+    *exec = new CUgraphExec_st{graph->g};
+    return cudaSuccess;
+}
+
+static void poison_run(void *a)
+{
+    const gnode *n = (const gnode *)a;
+    memset(n->mem, 0xff, n->bytes); // as fresh cudaMalloc memory: NaN bits
+}
+
+// Replays the graph's work on s, in capture order, as if it were called again now.
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st)
+{
+    if (!exec)
+        return emu::set_error(cudaErrorInvalidValue);
+    enter();
+    {
+        std::lock_guard<std::mutex> g(mu);
+        if (capturing(st))
+            emu::die("cudaGraphLaunch into a capturing stream (graphs inside graphs are not "
+                     "emulated)");
+    }
+    for (gnode &n : exec->g->nodes) {
+        if (n.kind == G_RUN)
+            emu_stream_submit(st, n.run, nullptr, n.arg); // the graph keeps the argument
+        else if (n.kind == G_RECORD)
+            cudaEventRecord(n.ev, st);
+        else
+            emu_stream_submit(st, poison_run, nullptr, &n);
+    }
+    return cudaSuccess;
+}
+
+// Launched work may still be queued (deferred mode) and uses the graph's arguments and memory.
+static void graph_release(std::shared_ptr<gdata> &g)
+{
+    if (g.use_count() == 1 && deferred())
+        sync_all();
+    g.reset();
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    if (!exec)
+        return emu::set_error(cudaErrorInvalidValue);
+    graph_release(exec->g);
+    delete exec;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    if (!graph)
+        return emu::set_error(cudaErrorInvalidValue);
+    graph_release(graph->g);
+    delete graph;
+    return cudaSuccess;
+}
+
+size_t emu_graph_nodes(cudaGraph_t graph)
+{
+    return graph ? graph->g->nodes.size() : 0;
+}
+
 // ---- the emulator's own entry points ---------------------------------------------------------
 
 void emu_stream_submit(cudaStream_t s, void (*run)(void *), void (*drop)(void *), void *arg)
 {
     enter();
+    if (capture_take(s, run, drop, arg))
+        return;
     if (!deferred()) {
         busy_drain(s, false);
         run(arg);
@@ -397,6 +636,11 @@ void emu_stream_submit(cudaStream_t s, void (*run)(void *), void (*drop)(void *)
 
 unsigned long long emu_stream_external_enqueue(cudaStream_t s)
 {
+    if (n_capturing.load()) {
+        std::lock_guard<std::mutex> g(mu);
+        if (capturing(s))
+            emu::die("an NCCL collective inside a stream capture (not emulated)");
+    }
     if (!deferred()) {
         busy_add(s, +1);
         return 1;
@@ -530,7 +774,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 {
     bool sd, dd;
     cudaError_t e = copy_sides(dst, src, bytes, kind, &sd, &dd, "cudaMemcpy");
-    if (e != cudaSuccess)
+    if (e != cudaSuccess || (e = emu::capture_unsafe("cudaMemcpy")) != cudaSuccess)
         return e;
     enter();
     if (!deferred()) {
@@ -564,6 +808,17 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     if (e != cudaSuccess)
         return e;
     enter();
+    if (n_capturing.load()) { // a copy node: device or pinned memory on both sides
+        std::unique_lock<std::mutex> g(mu);
+        if (capture *c = capturing(s)) {
+            if ((!sd && !emu::is_pinned(src, bytes)) || (!dd && !emu::is_pinned(dst, bytes)))
+                return capture_refuse(c, cudaErrorStreamCaptureUnsupported,
+                                      "cudaMemcpyAsync with pageable host memory");
+            c->g->nodes.push_back({G_RUN, copy_run, copy_drop,
+                                   new copy_job{dst, src, bytes, nullptr}, nullptr, nullptr, 0});
+            return cudaSuccess;
+        }
+    }
     if (!deferred()) {
         busy_drain(s, false);
         if (bytes)
@@ -611,6 +866,8 @@ cudaError_t cudaFree(void *p)
 {
     if (!p)
         return cudaSuccess;
+    if (emu::capture_unsafe("cudaFree") != cudaSuccess)
+        return cudaErrorStreamCaptureUnsupported;
     if (deferred())
         sync_all();
     return emu::free_now(p);
@@ -629,6 +886,21 @@ cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
         return cudaSuccess;
     if (!emu::is_device_alloc(p))
         return emu::set_error(cudaErrorInvalidValue);
+    if (n_capturing.load()) { // a free node: the memory stays the graph's
+        std::lock_guard<std::mutex> g(mu);
+        if (capture *c = capturing(s)) {
+            auto &mem = c->g->mem;
+            size_t bytes = 0;
+            if (std::find(mem.begin(), mem.end(), p) == mem.end())
+                emu::die("cudaFreeAsync(%p) inside a stream capture of memory allocated outside "
+                         "it (not emulated)", p);
+            for (const gnode &n : c->g->nodes)
+                if (n.kind == G_ALLOC && n.mem == p)
+                    bytes = n.bytes;
+            c->g->nodes.push_back({G_FREE, nullptr, nullptr, nullptr, nullptr, p, bytes});
+            return cudaSuccess;
+        }
+    }
     emu_stream_submit(s, free_run, nullptr, p);
     return cudaSuccess;
 }
@@ -637,6 +909,8 @@ cudaError_t cudaFreeHost(void *p)
 {
     if (!p)
         return cudaSuccess;
+    if (emu::capture_unsafe("cudaFreeHost") != cudaSuccess)
+        return cudaErrorStreamCaptureUnsupported;
     if (deferred())
         sync_all();
     emu::free_host_now(p);
@@ -647,6 +921,8 @@ cudaError_t cudaFreeHost(void *p)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    if (emu::capture_unsafe("cudaDeviceSynchronize") != cudaSuccess)
+        return cudaErrorStreamCaptureUnsupported;
     if (!deferred()) {
         busy_drain(nullptr, true);
         return cudaSuccess;
@@ -688,9 +964,21 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
     return cudaSuccess;
 }
 
+// Refuses s's work while s is capturing (synchronising or querying it), as CUDA does.
+static cudaError_t refuse_capturing(cudaStream_t s, const char *what)
+{
+    if (n_capturing.load() == 0)
+        return cudaSuccess;
+    std::lock_guard<std::mutex> g(mu);
+    capture *c = capturing(s);
+    return c ? capture_refuse(c, cudaErrorStreamCaptureUnsupported, what) : cudaSuccess;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     enter();
+    if (cudaError_t e = refuse_capturing(s, "cudaStreamSynchronize of the capturing stream"))
+        return e;
     if (!deferred()) {
         busy_drain(s, false);
         return cudaSuccess;
@@ -711,6 +999,8 @@ static long poll_budget()
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     enter();
+    if (cudaError_t e = refuse_capturing(s, "cudaStreamQuery of the capturing stream"))
+        return e;
     std::unique_lock<std::mutex> g(mu);
     if (!deferred())
         return stream_of(s)->busy ? cudaErrorNotReady : cudaSuccess;
@@ -722,6 +1012,18 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
     if (!e)
         return emu::set_error(cudaErrorInvalidValue);
+    if (n_capturing.load()) {
+        std::lock_guard<std::mutex> g(mu);
+        capture *c = capturing(s);
+        if (c && e->cap == c->g.get())
+            return cudaSuccess; // recorded earlier in the same single-stream capture: in order
+        if (c)
+            return capture_refuse(c, cudaErrorStreamCaptureIsolation,
+                                  "cudaStreamWaitEvent on an event recorded outside the capture");
+        if (captured_event(e))
+            emu::die("cudaStreamWaitEvent of another stream on an event recorded in a capture "
+                     "(captures that fork into other streams are not emulated)");
+    }
     if (!deferred())
         return cudaSuccess;
     std::lock_guard<std::mutex> g(mu);
@@ -763,6 +1065,15 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     if (!e)
         return emu::set_error(cudaErrorInvalidValue);
     enter();
+    if (n_capturing.load()) {
+        std::lock_guard<std::mutex> g(mu);
+        if (capture *c = capturing(s)) { // a record node; the event itself is not recorded now
+            c->g->nodes.push_back({G_RECORD, nullptr, nullptr, nullptr, e, nullptr, 0});
+            e->cap = c->g.get();
+            return cudaSuccess;
+        }
+    }
+    e->cap = nullptr;
     if (!deferred()) {
         busy_drain(s, false);
         e->t = now_ms();
@@ -777,10 +1088,25 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     return cudaSuccess;
 }
 
+// An event last recorded inside an active capture cannot be waited for or queried.
+static cudaError_t refuse_captured(cudaEvent_t e)
+{
+    if (n_capturing.load() == 0)
+        return cudaSuccess;
+    std::lock_guard<std::mutex> g(mu);
+    capture *c = captured_event(e);
+    return c ? capture_refuse(c, cudaErrorCapturedEvent, "waiting for a captured event")
+             : cudaSuccess;
+}
+
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     if (!e)
         return emu::set_error(cudaErrorInvalidValue);
+    if (cudaError_t err = refuse_captured(e))
+        return err;
+    if (emu::capture_unsafe("cudaEventSynchronize") != cudaSuccess)
+        return cudaErrorStreamCaptureUnsupported;
     if (!deferred())
         return cudaSuccess;
     enter();
@@ -794,6 +1120,8 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     if (!e)
         return emu::set_error(cudaErrorInvalidValue);
+    if (cudaError_t err = refuse_captured(e))
+        return err;
     if (!deferred())
         return cudaSuccess;
     enter();

@@ -44,6 +44,13 @@ typedef enum cudaError {
     cudaErrorNoDevice = 100,
     cudaErrorNotReady = 600,
     cudaErrorLaunchFailure = 719,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureUnmatched = 903,
+    cudaErrorStreamCaptureIsolation = 905,
+    cudaErrorStreamCaptureImplicit = 906,
+    cudaErrorCapturedEvent = 907,
+    cudaErrorStreamCaptureWrongThread = 908,
 } cudaError_t;
 
 typedef enum cudaMemcpyKind {
@@ -58,6 +65,20 @@ typedef struct CUstream_st *cudaStream_t;
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 typedef struct CUevent_st *cudaEvent_t;
 typedef struct CUmemPoolHandle_st *cudaMemPool_t;
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+
+/* Stream capture (CUDA graphs): what a capture forbids to the threads while it runs. */
+typedef enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2,
+} cudaStreamCaptureMode;
+typedef enum cudaStreamCaptureStatus {
+    cudaStreamCaptureStatusNone = 0,
+    cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2,
+} cudaStreamCaptureStatus;
 
 #define cudaStreamDefault 0x0
 #define cudaStreamNonBlocking 0x1
@@ -119,6 +140,29 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+
+/* CUDA graphs by stream capture (kernels/emu/stream.cc): one stream's work between Begin and
+ * EndCapture becomes a graph instead of running; a launch of its executable replays that work on
+ * any stream, with the arguments, pointers and shapes of the capture. Emulated: a single
+ * stream's capture (kernels, emulated library calls, copies to or from device or pinned memory,
+ * memsets, event records, cudaMallocAsync/cudaFreeAsync as the graph's own memory, filled with
+ * NaN bits at its allocation and its free in every launch). Refused as CUDA refuses them, and the
+ * capture invalidated: synchronising or querying the capturing stream, a copy with pageable host
+ * memory, an event wait from outside the capture, and, unless the mode is Relaxed, calls that
+ * may synchronise the device (cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost, cudaMemcpy,
+ * cudaDeviceSynchronize, cudaEventSynchronize) on the capturing thread (Global: any thread). Not
+ * emulated (the emulator exits saying so): captures that fork into other streams, NCCL inside a
+ * capture, graph launches inside a capture. */
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+/* Emulator only, for tests: the number of nodes of a graph (kernels, copies, ...). */
+size_t emu_graph_nodes(cudaGraph_t graph);
 
 /* Emulator only: 1 when p..p+bytes lies inside one live device allocation (cudaMalloc*). */
 int emu_is_device_range(const void *p, size_t bytes);
