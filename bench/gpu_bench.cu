@@ -11,6 +11,9 @@
 // kernel); activations stay fp32 and are cast around each GEMM, which costs bandwidth a fully bf16
 // activation path would not (docs/gpu.md). --attention fused uses the fused attention kernels
 // (fp32, a log-sum-exp per row instead of the T x T probabilities) in either precision.
+// --graphs replays the forward and the backward as CUDA graphs (training.cudaGraphs,
+// worker/model_gpu.h: captured on the second step, one launch each after); zeroing, clipping and
+// AdamW stay ordinary launches.
 //
 // MFU = model FLOPs per second / 989.4e12 (H100/H200 dense bf16, no sparsity), FLOPs counted by
 // model_step_flops (worker/model.h): 3 x forward (GEMMs 2*N*C*OC each, attention 4*B*T*T*C per
@@ -32,7 +35,7 @@ extern "C" { /* C headers without C++ guards */
 #define PEAK_BF16 989.4e12
 
 struct opts {
-    int B, T, C, L, NH, V, K, steps, warmup, varlen, bf16, check_cpu, fused;
+    int B, T, C, L, NH, V, K, steps, warmup, varlen, bf16, check_cpu, fused, graphs;
     const char *name;
 };
 
@@ -78,23 +81,24 @@ static void usage(const char *argv0)
 {
     printf("usage: %s [--preset gpt2|example] [--batch B] [--seq T] [--hidden C] [--layers L]\n"
            "          [--heads NH] [--vocab V] [--classes K] [--steps S] [--warmup W] [--varlen]\n"
-           "          [--bf16] [--attention unfused|fused] [--check-cpu]\n"
+           "          [--bf16] [--attention unfused|fused] [--graphs] [--check-cpu]\n"
            "  gpt2:    B=8 T=1024 C=768 L=12 NH=12 V=50257 K=2 (GPT-2 124M-sized encoder)\n"
            "  example: B=32 T=256 C=128 L=2 NH=4 V=20000 K=2 (bench/cpu_train's default model;\n"
            "           the default preset)\n"
            "  --check-cpu: also train worker/model.c on the CPU from the same weights and batch and\n"
            "           compare every step's loss (exit 1 when they differ beyond tolerance)\n"
            "  --attention: unfused (default: cuBLAS GEMMs + softmax) or fused\n"
-           "           (kernels/attention.cu; on tensor cores with --bf16)\n",
+           "           (kernels/attention.cu; on tensor cores with --bf16)\n"
+           "  --graphs: forward and backward replayed as CUDA graphs (training.cudaGraphs)\n",
            argv0);
 }
 
 static void preset(struct opts *o, const char *name)
 {
     if (strcmp(name, "gpt2") == 0)
-        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, "gpt2"};
+        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, "gpt2"};
     else if (strcmp(name, "example") == 0)
-        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, "example"};
+        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, "example"};
     else {
         fprintf(stderr, "gpu_bench: unknown preset '%s' (gpt2 or example)\n", name);
         exit(2);
@@ -107,15 +111,18 @@ static void parse(struct opts *o, int argc, char **argv)
         {"preset", 1, 0, 'p'}, {"batch", 1, 0, 'B'}, {"seq", 1, 0, 'T'}, {"hidden", 1, 0, 'C'},
         {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"vocab", 1, 0, 'V'}, {"classes", 1, 0, 'K'},
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"varlen", 0, 0, 'v'}, {"bf16", 0, 0, 'b'},
-        {"attention", 1, 0, 'a'}, {"check-cpu", 0, 0, 'c'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"attention", 1, 0, 'a'}, {"check-cpu", 0, 0, 'c'}, {"graphs", 0, 0, 'g'},
+        {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
     int ch;
     preset(o, "example");
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
         case 'p': {
             int bf16 = o->bf16, check = o->check_cpu, varlen = o->varlen, fused = o->fused;
+            int graphs = o->graphs;
             preset(o, optarg);
             o->bf16 = bf16, o->check_cpu = check, o->varlen = varlen, o->fused = fused;
+            o->graphs = graphs;
             break;
         }
         case 'B': o->B = atoi(optarg); break;
@@ -137,6 +144,7 @@ static void parse(struct opts *o, int argc, char **argv)
             o->fused = strcmp(optarg, "fused") == 0;
             break;
         case 'c': o->check_cpu = 1; break;
+        case 'g': o->graphs = 1; break;
         case 'h': usage(argv[0]); exit(0);
         default: usage(argv[0]); exit(2);
         }
@@ -168,9 +176,9 @@ static int check_cpu(struct model *m, struct model_gpu *g, const struct opts *o,
         bad += !ok;
     }
     adamw_cleanup(&opt);
-    printf("check-cpu (%s, %s attention, tol %.0e relative): %s\n",
-           o->bf16 ? "bf16 GEMMs" : "fp32", o->fused ? "fused" : "unfused", tol,
-           bad ? "FAILED" : "OK");
+    printf("check-cpu (%s, %s attention%s, tol %.0e relative): %s\n",
+           o->bf16 ? "bf16 GEMMs" : "fp32", o->fused ? "fused" : "unfused",
+           o->graphs ? ", CUDA graphs" : "", tol, bad ? "FAILED" : "OK");
     return bad;
 }
 
@@ -218,7 +226,8 @@ int main(int argc, char **argv)
         }
     }
     if (!(g = model_gpu_new(&m, o.B, (o.bf16 ? MODEL_GPU_BF16 : 0) |
-                                         (o.fused ? MODEL_GPU_FUSED_ATTENTION : 0),
+                                         (o.fused ? MODEL_GPU_FUSED_ATTENTION : 0) |
+                                         (o.graphs ? MODEL_GPU_GRAPHS : 0),
                             err, sizeof(err)))) {
         fprintf(stderr, "gpu_bench: %s\n", err);
         return 2;
@@ -244,19 +253,19 @@ int main(int argc, char **argv)
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         double sec = ms / 1e3 / o.steps, flops = model_step_flops(&cfg, o.B, o.T);
         double mfu = flops / sec / PEAK_BF16;
-        printf("gpu_bench %s on %s: %s, %s attention, B=%d T=%d C=%d L=%d NH=%d | %.2f ms/step | "
-               "%.0f tok/s (%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
+        printf("gpu_bench %s on %s: %s, %s attention%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
+               "ms/step | %.0f tok/s (%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
                o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.fused ? "fused" : "unfused",
-               o.B, o.T, o.C, o.L, o.NH,
+               o.graphs ? ", CUDA graphs" : "", o.B, o.T, o.C, o.L, o.NH,
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, 100 * mfu,
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
-               "\"attention\":\"%s\","
+               "\"attention\":\"%s\",\"graphs\":%s,"
                "\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,\"steps\":%d,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
                "\"tflops\":%.2f,\"mfu\":%.4f}\n",
-               o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused", o.B,
-               o.T, o.C, o.L, o.NH, o.steps,
+               o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
+               o.graphs ? "true" : "false", o.B, o.T, o.C, o.L, o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu);
     }
     phases(g, &oc, o.warmup + o.steps + 1, o.B);

@@ -2,11 +2,14 @@
 """PyTorch peer of bench/gpu_bench: the same Transformer classifier as bench/cpu_train_torch.py
 (bench/torch_model.py, the network hack/torch_ref.py checks against gantry's CPU path) trained on
 the same GPU, in eager mode and under torch.compile, fp32 and bf16 autocast, one optimizer step =
-zero_grad, forward, backward, clip_grad_norm_(1.0), fused AdamW. Prints one JSON line per variant
+zero_grad, forward, backward, clip_grad_norm_(1.0), fused AdamW. compile-graphs-bf16 is
+torch.compile(mode="reduce-overhead"): the compiled forward and backward replayed as CUDA graphs,
+the peer of gpu_bench --graphs. Prints one JSON line per variant
 with tokens/s and MFU computed exactly as gpu_bench computes them (3 x forward FLOPs, the full
 T x T attention, H100/H200 dense bf16 peak 989.4 TFLOP/s).
 
-  python3 bench/gpu_torch.py --preset gpt2 [--variants eager-fp32,eager-bf16,compile-bf16]
+  python3 bench/gpu_torch.py --preset gpt2 \
+      [--variants eager-fp32,eager-bf16,compile-bf16,compile-graphs-bf16]
 """
 import argparse
 import json
@@ -50,10 +53,13 @@ def run(a, variant):
     params = list(p.values())
     bf16 = variant.endswith("bf16")
     fwd = torch_model.forward
+    graphs = variant.startswith("compile-graphs")
     if variant.startswith("compile"):
-        fwd = torch.compile(fwd)
+        fwd = torch.compile(fwd, mode="reduce-overhead" if graphs else "default")
 
     def step():
+        if graphs:  # a new iteration: the last replay's outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         opt.zero_grad(set_to_none=False)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
             loss = fwd(p, cfg, tokens, key_ok, lens, labels)
@@ -88,7 +94,7 @@ def main():
     for name in PRESETS["example"]:
         ap.add_argument("--" + name, type=int, default=None)
     ap.add_argument("--varlen", action="store_true")
-    ap.add_argument("--variants", default="eager-fp32,eager-bf16,compile-bf16")
+    ap.add_argument("--variants", default="eager-fp32,eager-bf16,compile-bf16,compile-graphs-bf16")
     a = ap.parse_args()
     for k, v in PRESETS[a.preset].items():
         if getattr(a, k) is None:

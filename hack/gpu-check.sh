@@ -187,6 +187,8 @@ check_cpu() {
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen || rc=1
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --attention fused \
         --varlen || rc=1
+    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
+        --graphs || rc=1
     return $rc
 }
 check_cpu >"$out/check.log" 2>&1
@@ -323,7 +325,8 @@ fi
 # gantry first (fast, the numbers this is for), then PyTorch; each run has its own time limit so
 # one slow compile cannot eat the lease. bench.log keeps everything if the call is cut short.
 for preset in example gpt2; do
-    for prec in "" --bf16 "--bf16 --attention fused"; do
+    for prec in "" --bf16 "--bf16 --attention fused" "--bf16 --graphs" \
+        "--bf16 --attention fused --graphs"; do
         timeout 120 "$build/gpu_bench" --preset $preset $prec >>"$out/bench.log" 2>&1
     done
 done
@@ -335,14 +338,15 @@ grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
 python3 - "$out/bench.jsonl" <<'PY' | tee -a "$summary"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"{'preset':8} {'impl':24} {'prec':5} {'ms/step':>9} {'tok/s':>10} {'TFLOP/s':>8} {'MFU':>6}")
+print(f"{'preset':8} {'impl':30} {'prec':5} {'ms/step':>9} {'tok/s':>10} {'TFLOP/s':>8} {'MFU':>6}")
 for r in rows:
     if "error" in r:
-        print(f"{r.get('preset','?'):8} {r['impl']:24} error: {r['error'][:60]}")
+        print(f"{r.get('preset','?'):8} {r["impl"]:30} error: {r['error'][:60]}")
         continue
     prec = r.get("precision", r["impl"].split("-")[-1])
     impl = r["impl"] + ("-fused-attn" if r.get("attention") == "fused" else "")
-    print(f"{r['preset']:8} {impl:24} {prec:5} {r['ms_per_step']:9.2f} "
+    impl += "-graphs" if r.get("graphs") else ""
+    print(f"{r['preset']:8} {impl:30} {prec:5} {r['ms_per_step']:9.2f} "
           f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")
 PY
 exit $status

@@ -223,6 +223,7 @@ static const struct train_field train_fields[] = {
     {"device", FK_ENUM, 0, 0, "cpu|cuda", NULL},
     {"precision", FK_ENUM, 0, 0, "fp32|bf16", NULL},
     {"attention", FK_ENUM, 0, 0, "unfused|fused", NULL},
+    {"cudaGraphs", FK_BOOL, 0, 0, NULL, NULL},
     {"gradBucketMB", FK_NUM, 0, 4096, NULL, NULL},
     {"report", FK_STR, 0, 0, NULL, NULL},
 };
@@ -411,6 +412,9 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     if (attention && strcmp(attention, "fused") == 0 && device && strcmp(device, "cuda"))
         errf(e, "spec.training.attention: fused is a GPU kernel and needs device: cuda (GPUs: "
                 "spec.gpusPerReplica > 0); remove attention on the CPU");
+    if (json_is_true(json_object_get(t, "cudaGraphs")) && device && strcmp(device, "cuda"))
+        errf(e, "spec.training.cudaGraphs: true needs device: cuda (GPUs: spec.gpusPerReplica > "
+                "0); remove cudaGraphs on the CPU");
     /* the fused kernels' largest head (kernels/gpu.h ATTENTION_FUSED_MAX_HS) */
     if (attention && strcmp(attention, "fused") == 0 && heads > 0 && hidden / heads > 128)
         errf(e, "spec.training.attention: fused takes head sizes (model.hidden / model.heads) up "

@@ -124,7 +124,8 @@ static int try_value(const char *const *path, int depth, json_t *v, char *err, s
         if ((json_is_string(json_object_get(training, "precision")) &&
              strcmp(json_string_value(json_object_get(training, "precision")), "bf16") == 0) ||
             (json_is_string(json_object_get(training, "attention")) &&
-             strcmp(json_string_value(json_object_get(training, "attention")), "fused") == 0))
+             strcmp(json_string_value(json_object_get(training, "attention")), "fused") == 0) ||
+            json_is_true(json_object_get(training, "cudaGraphs")))
             json_object_set_new(json_object_get(job, "spec"), "gpusPerReplica", json_integer(1));
     }
     rc = tj_parse(job, &tj, err, n);

@@ -223,6 +223,12 @@ static void test_errors_name_the_field(void)
          "spec.training.evalInterval: 100, but spec.training.data.eval is not set"},
         {"{\"training\":{\"attention\":\"fused\"}}",
          "spec.training.attention: fused is a GPU kernel and needs device: cuda"},
+        {"{\"training\":{\"cudaGraphs\":true}}",
+         "spec.training.cudaGraphs: true needs device: cuda"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cpu\",\"cudaGraphs\":true}}",
+         "spec.training.cudaGraphs: true needs device: cuda"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"cudaGraphs\":\"yes\"}}",
+         "spec.training.cudaGraphs"},
         {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"fused\",\"model\":{\"hidden\":512,"
          "\"heads\":2}}}",
          "spec.training.attention: fused takes head sizes (model.hidden / model.heads) up to 128, "

@@ -104,6 +104,9 @@ static const struct field fields[] = {
     {"attention", F_ENUM, S(attention), 0, 0, "unfused|fused",
      "GPU attention: unfused (GEMMs + softmax, keeps the T x T probabilities) or fused (one "
      "pass, memory O(T); device: cuda)"},
+    {"cudaGraphs", F_BOOL, S(cuda_graphs), 0, 0, NULL,
+     "GPU: replay each batch shape's forward and backward as a CUDA graph (one launch instead of "
+     "hundreds; the same results bit for bit; device: cuda)"},
     {"gradBucketMB", F_DBL, S(grad_bucket_mb), 0, 4096, NULL,
      "all-reduce bucket in MiB: with 2+ ranks, gradients are summed bucket by bucket while "
      "backward still runs; 0 = one all-reduce after backward"},
@@ -534,6 +537,11 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
     if (!strcmp(c->attention, "fused") && strcmp(c->device, "cuda")) {
         snprintf(err, errlen, "training.attention: fused is a GPU kernel and needs device: cuda; "
                               "set device: cuda, or remove attention (the CPU has one attention)");
+        return CFG_EBAD;
+    }
+    if (c->cuda_graphs && strcmp(c->device, "cuda")) {
+        snprintf(err, errlen, "training.cudaGraphs: true needs device: cuda (CUDA graphs replay GPU "
+                              "work); set device: cuda, or remove cudaGraphs");
         return CFG_EBAD;
     }
     if (!strcmp(c->attention, "fused") && c->hidden / c->heads > ATTENTION_FUSED_MAX_HS) {

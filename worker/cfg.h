@@ -69,6 +69,7 @@ struct cfg {
     char device[8]; /* cpu | cuda (worker/train_gpu.h) */
     char precision[8]; /* fp32 | bf16 (bf16: device cuda only; worker/model_gpu.h) */
     char attention[8]; /* unfused | fused (fused: device cuda only; kernels/attention.cu) */
+    bool cuda_graphs;  /* replay forward/backward as CUDA graphs (device cuda only; model_gpu.h) */
     double grad_bucket_mb; /* all-reduce bucket size in MiB (worker/train_plan.h); 0: after backward */
     char report[CFG_MAX_PATH];
     int metrics_port;                   /* rank 0 serves /metrics and /progress; -1 = off */

@@ -162,6 +162,35 @@ static void test_attention(void)
                "got 256");
 }
 
+/* training.cudaGraphs: false by default; true from the file, GANTRY_CUDA_GRAPHS or a bare
+ * --cuda-graphs with device cuda (env over file, flag over env); true on the CPU refused naming
+ * the field, a non-boolean refused. */
+static void test_cuda_graphs(void)
+{
+    struct cfg c;
+    char err[512] = "";
+    const char *argv[] = {"gantry-worker", "--config", path, NULL};
+    const char *argv2[] = {"gantry-worker", "--config", path, "--cuda-graphs", NULL};
+    write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\"}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_CHECK(!c.cuda_graphs);
+    TEST_EQ_INT(load(&c, err, sizeof(err), 4, argv2), CFG_OK);
+    TEST_CHECK(c.cuda_graphs);
+    write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"cudaGraphs\": true}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_CHECK(c.cuda_graphs);
+    setenv("GANTRY_CUDA_GRAPHS", "false", 1);
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_CHECK(!c.cuda_graphs);
+    TEST_EQ_INT(load(&c, err, sizeof(err), 4, argv2), CFG_OK);
+    TEST_CHECK(c.cuda_graphs);
+    unsetenv("GANTRY_CUDA_GRAPHS");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"cudaGraphs\": true}",
+               "training.cudaGraphs: true needs device: cuda");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"cudaGraphs\": \"often\"}",
+               "training.cudaGraphs");
+}
+
 /* training.evalInterval: 0 (only after training) by default; needs data.eval */
 static void test_eval_interval(void)
 {
@@ -359,6 +388,7 @@ int main(void)
     TEST_RUN(test_checkpoint_section);
     TEST_RUN(test_precision);
     TEST_RUN(test_attention);
+    TEST_RUN(test_cuda_graphs);
     TEST_RUN(test_eval_interval);
     TEST_RUN(test_grad_bucket_mb);
     unlink(path);

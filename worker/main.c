@@ -1068,6 +1068,7 @@ int main(int argc, char **argv)
     train_gpu_opts_default(&go);
     go.bf16 = strcmp(w.cfg.precision, "bf16") == 0;
     go.fused_attention = strcmp(w.cfg.attention, "fused") == 0;
+    go.cuda_graphs = w.cfg.cuda_graphs;
     go.bucket_bytes = bucket_bytes;
     go.nccl = w.gpu >= 0 ? w.coll : NULL; /* NULL with one rank: nothing to reduce */
     rc = w.gpu >= 0 ? train_gpu_run_opts(&w.model, &td, &to, &go, &tr)

@@ -11,6 +11,16 @@
 #include "worker/model_gpu.h"
 
 #define STAGE_SLOTS 2 /* pinned upload slots: the host gathers batch i+1 while i uploads */
+#define GRAPH_SLOTS 16 /* MODEL_GPU_GRAPHS: forward and backward graphs kept, by shape */
+
+/* One captured forward (bwd 0) or backward (bwd 1) for a batch shape (and the backward's loss
+ * scale, a kernel argument); exec NULL until the shape comes a second time. */
+struct graph_slot {
+    int used, bwd, B, T, labels;
+    uint32_t scale; /* the float's bits */
+    cudaGraphExec_t exec;
+    unsigned long long tick; /* last use, for eviction */
+};
 
 struct model_gpu {
     const struct model *m;
@@ -41,6 +51,10 @@ struct model_gpu {
     model_gpu_ready_fn ready; /* armed for the next backward */
     void *ready_ctx;
     cudaEvent_t *unit_done; /* MODEL_GPU_UNITS(L): recorded behind each unit's last kernel */
+    int graphs;             /* MODEL_GPU_GRAPHS */
+    struct graph_slot gs[GRAPH_SLOTS];
+    unsigned long long gtick;
+    long graph_captures, graph_launches, graph_evictions;
 };
 
 static float *dalloc(size_t n)
@@ -130,7 +144,7 @@ static void fc_backward(struct model_gpu *g, float *dinp, const float *dout, con
                           OC, s);
 }
 
-extern "C" void model_gpu_forward(struct model_gpu *g)
+static void forward_body(struct model_gpu *g)
 {
     const struct model_config *c = &g->m->cfg;
     int B = g->B, T = g->T, C = c->hidden, NH = c->heads, F = c->ffn, N = B * T, K = c->classes;
@@ -220,7 +234,7 @@ static void unit_ready(struct model_gpu *g, model_gpu_ready_fn fn, int u)
     fn(g->ready_ctx, u);
 }
 
-extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
+static void backward_body(struct model_gpu *g, float loss_scale)
 {
     const struct model_config *c = &g->m->cfg;
     int B = g->B, T = g->T, C = c->hidden, NH = c->heads, F = c->ffn, N = B * T, K = c->classes;
@@ -290,6 +304,94 @@ extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
     unit_ready(g, ready, c->layers + 1);
 }
 
+/* ---- CUDA graphs (MODEL_GPU_GRAPHS) ----
+ * A forward or backward is a fixed sequence of launches for a given shape: the same kernels,
+ * grids, buffers and scalar arguments (B, T, the loss scale, smoothing), reading the batch from
+ * the same device buffers that model_gpu_batch fills. So it is captured once per shape and then
+ * replayed with one cudaGraphLaunch instead of ~10 launches per layer. The first time a shape
+ * comes it runs eagerly (which also warms what a capture must not do: cuBLASLt's first calls,
+ * the pool's growth, kernel attributes); the second time it is captured and launched; after that
+ * only launched. Scratch from gpu_scratch (cudaMallocAsync) becomes the graph's own memory.
+ * The results are the eager ones bit for bit (the same kernels on the same data). An armed
+ * backward (the overlapped all-reduce's hooks, which record events and enqueue NCCL behind each
+ * unit) runs eagerly. */
+
+static void graph_drop(struct graph_slot *sl)
+{
+    if (sl->exec)
+        CUDA_CHECK(cudaGraphExecDestroy(sl->exec)); /* in flight: freed once it is done */
+    memset(sl, 0, sizeof(*sl));
+}
+
+static void graph_drop_all(struct model_gpu *g)
+{
+    for (int i = 0; i < GRAPH_SLOTS; i++)
+        graph_drop(&g->gs[i]);
+}
+
+/* 1 when this forward (bwd 0) or backward ran as a graph, 0 when the caller runs it eagerly. */
+static int graph_run(struct model_gpu *g, int bwd, float scale)
+{
+    uint32_t sb = 0;
+    struct graph_slot *hit = NULL, *victim = NULL;
+    if (bwd)
+        memcpy(&sb, &scale, sizeof(sb));
+    for (int i = 0; i < GRAPH_SLOTS && !hit; i++) {
+        struct graph_slot *sl = &g->gs[i];
+        if (sl->used && sl->bwd == bwd && sl->B == g->B && sl->T == g->T &&
+            sl->labels == g->have_labels && sl->scale == sb)
+            hit = sl;
+        else if (!victim || (victim->used && (!sl->used || sl->tick < victim->tick)))
+            victim = sl;
+    }
+    if (!hit) { /* a new shape: eager this time */
+        if (victim->used)
+            g->graph_evictions++;
+        graph_drop(victim);
+        *victim = (struct graph_slot){1, bwd, g->B, g->T, g->have_labels, sb, NULL, ++g->gtick};
+        return 0;
+    }
+    hit->tick = ++g->gtick;
+    if (!hit->exec) {
+        cudaGraph_t graph;
+        CUDA_CHECK(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal));
+        if (bwd)
+            backward_body(g, scale);
+        else
+            forward_body(g);
+        CUDA_CHECK(cudaStreamEndCapture(g->s, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&hit->exec, graph, 0));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        g->graph_captures++;
+    }
+    CUDA_CHECK(cudaGraphLaunch(hit->exec, g->s));
+    g->graph_launches++;
+    return 1;
+}
+
+extern "C" void model_gpu_forward(struct model_gpu *g)
+{
+    if (!g->graphs || !graph_run(g, 0, 0.0f))
+        forward_body(g);
+}
+
+extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
+{
+    if (g->ready || !g->graphs || !graph_run(g, 1, loss_scale))
+        backward_body(g, loss_scale);
+}
+
+extern "C" void model_gpu_graph_stats(struct model_gpu *g, long *captures, long *launches,
+                                      long *evictions)
+{
+    if (captures)
+        *captures = g->graph_captures;
+    if (launches)
+        *launches = g->graph_launches;
+    if (evictions)
+        *evictions = g->graph_evictions;
+}
+
 /* ---- state ---- */
 
 extern "C" int model_gpu_device_count(void)
@@ -337,6 +439,7 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
 
     g->m = m, g->n = n, g->max_batch = max_batch, g->maxT = c->max_seq_len, g->bf16 = bf16;
     g->fused = fused;
+    g->graphs = (flags & MODEL_GPU_GRAPHS) != 0;
     gpu_init();
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
     g->nseg = m->n_tensors;
@@ -401,6 +504,7 @@ extern "C" void model_gpu_free(struct model_gpu *g)
     if (!g)
         return;
     cudaStreamSynchronize(g->s);
+    graph_drop_all(g);
     float *bufs[] = {g->p, g->g, g->am, g->av, (float *)g->p16, (float *)g->loss_acc,
                      (float *)g->tokens, (float *)g->len, (float *)g->labels, g->x0, g->ln1,
                      g->ln1m, g->ln1r, g->qkv, g->atty, g->att, g->lse,
@@ -482,6 +586,8 @@ extern "C" void model_gpu_batch(struct model_gpu *g, const int *tokens, const in
 extern "C" void model_gpu_loss(struct model_gpu *g, float smoothing, const float *class_weight)
 {
     size_t K = (size_t)g->m->cfg.classes;
+    if (smoothing != g->smoothing || (class_weight != NULL) != g->use_cw)
+        graph_drop_all(g); /* the graphs' cross-entropy kernels took the old settings */
     g->smoothing = smoothing;
     g->use_cw = class_weight != NULL;
     /* uploaded when they change: the loop passes the same weights every micro-batch */

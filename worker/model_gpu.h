@@ -52,6 +52,11 @@ int model_gpu_device_count(void);
 /* attention_*_fused (kernels/gpu.h): no (B,NH,T,T) probabilities kept per layer, a log-sum-exp
  * per row instead (training.attention: fused); head size <= ATTENTION_FUSED_MAX_HS */
 #define MODEL_GPU_FUSED_ATTENTION 2u
+/* CUDA graphs (training.cudaGraphs): each forward and (unarmed) backward shape is captured once,
+ * its second time, and replayed with one launch afterwards; the results are the eager ones bit
+ * for bit. Up to 16 shapes (B, T, labels; the backward's loss_scale) are kept, the least recently
+ * used evicted. Changing the loss settings (model_gpu_loss) drops them. */
+#define MODEL_GPU_GRAPHS 4u
 
 /* Device state for m's configuration (MODEL_TRANSFORMER only) with activations for up to
  * max_batch sequences of m->cfg.max_seq_len tokens. The parameters are uploaded from m->params,
@@ -101,6 +106,8 @@ void model_gpu_read_stats(struct model_gpu *g, double *loss_sum, float *grad_nor
 float model_gpu_last_loss(struct model_gpu *g);
 /* Device -> host: the last forward's logits, B x classes floats (waits). */
 void model_gpu_read_logits(struct model_gpu *g, float *logits);
+/* MODEL_GPU_GRAPHS: graphs captured, graph launches, and shapes evicted so far (NULL skips). */
+void model_gpu_graph_stats(struct model_gpu *g, long *captures, long *launches, long *evictions);
 /* Waits until everything enqueued so far is done. */
 void model_gpu_sync(struct model_gpu *g);
 struct CUstream_st *model_gpu_stream(struct model_gpu *g);

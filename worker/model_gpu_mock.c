@@ -241,6 +241,17 @@ float model_gpu_last_loss(struct model_gpu *g)
     return g->dm.B ? (float)(s / g->dm.B) : 0.0f;
 }
 
+void model_gpu_graph_stats(struct model_gpu *g, long *captures, long *launches, long *evictions)
+{
+    (void)g; /* the CPU model has no graphs: MODEL_GPU_GRAPHS changes nothing here */
+    if (captures)
+        *captures = 0;
+    if (launches)
+        *launches = 0;
+    if (evictions)
+        *evictions = 0;
+}
+
 void model_gpu_sync(struct model_gpu *g)
 {
     (void)g;

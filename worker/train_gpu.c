@@ -56,8 +56,16 @@ void train_gpu_opts_default(struct train_gpu_opts *go)
 {
     go->bf16 = 0; /* training.precision, .attention and .gradBucketMB: the caller's (cfg.c) */
     go->fused_attention = 0;
+    go->cuda_graphs = 0;
     go->bucket_bytes = (size_t)TRAIN_BUCKET_MB << 20;
     go->nccl = NULL;
+}
+
+/* model_gpu_new's flags for go's precision, attention and graphs. */
+static unsigned model_flags(const struct train_gpu_opts *go)
+{
+    return (go->bf16 ? MODEL_GPU_BF16 : 0) | (go->fused_attention ? MODEL_GPU_FUSED_ATTENTION : 0) |
+           (go->cuda_graphs ? MODEL_GPU_GRAPHS : 0);
 }
 
 /* The comm thread: reduces bucket after bucket as backward's ready hook (on the loop's thread)
@@ -342,8 +350,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     nccl = o->reduce ? go->nccl : NULL;
     memset(&lp, 0, sizeof(lp));
     memset(res, 0, sizeof(*res));
-    unsigned flags = (go->bf16 ? MODEL_GPU_BF16 : 0) |
-                     (go->fused_attention ? MODEL_GPU_FUSED_ATTENTION : 0);
+    unsigned flags = model_flags(go);
     if (!(lp.g = model_gpu_new(m, o->batch, flags, err, sizeof(err)))) {
         fprintf(stderr, "gantry-worker: %s\n", err);
         return -1;
@@ -472,6 +479,12 @@ out:
     res->tokens_per_s = all_tokens / res->seconds;
     if (!o->opt)
         adamw_cleanup(&own);
+    if (go->cuda_graphs && o->human_out) {
+        long cap, launches, ev;
+        model_gpu_graph_stats(lp.g, &cap, &launches, &ev);
+        fprintf(o->human_out, "cuda graphs: %ld captured, %ld launches, %ld shapes evicted\n",
+                cap, launches, ev);
+    }
     model_gpu_free(lp.g);
     free(lp.perm), free(lp.idx), free(lp.tok), free(lp.len), free(lp.lab);
     return rc;
@@ -491,8 +504,7 @@ struct train_gpu_infer *train_gpu_infer_new(const struct model *m, int batch,
         train_gpu_opts_default(&gdef);
         go = &gdef;
     }
-    unsigned flags = (go->bf16 ? MODEL_GPU_BF16 : 0) |
-                     (go->fused_attention ? MODEL_GPU_FUSED_ATTENTION : 0);
+    unsigned flags = model_flags(go);
     if (!(g = model_gpu_new(m, batch, flags, err, errlen)))
         return NULL;
     struct train_gpu_infer *gi = xmalloc(sizeof(*gi));
@@ -526,8 +538,7 @@ int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,
         train_gpu_opts_default(&gdef);
         go = &gdef;
     }
-    unsigned flags = (go->bf16 ? MODEL_GPU_BF16 : 0) |
-                     (go->fused_attention ? MODEL_GPU_FUSED_ATTENTION : 0);
+    unsigned flags = model_flags(go);
     if (!(ge.g = model_gpu_new(m, batch, flags, err, sizeof(err)))) {
         fprintf(stderr, "gantry-worker: evaluation on the GPU: %s\n", err);
         return -1;

@@ -7,7 +7,10 @@
 #     trains to the same final loss (1e-3 relative); progress lines carry model TFLOP/s, and MFU
 #     with GANTRY_PEAK_TFLOPS (mfu = tflops / peak);
 #     with 2+ GPUs, LOCAL_RANK past the last one is refused (78, says how many it sees);
-#   - in every build: attention fused with device cpu is refused (78, names training.attention).
+#     --cuda-graphs trains to the same final loss and accuracy exactly (graphs replay the same
+#     kernels) and says how many graphs it captured and launched;
+#   - in every build: attention fused and cudaGraphs with device cpu are refused (78, naming
+#     training.attention and training.cudaGraphs).
 # Usage: train_gpu_cli_test.sh /path/to/gantry-worker /path/to/worker/testdata
 set -euo pipefail
 bin=$1 data=$2
@@ -25,6 +28,11 @@ rc=0
 [ "$rc" = 78 ] && grep -q 'training.attention: fused is a GPU kernel' "$tmp/err" &&
     echo "ok   attention fused on the CPU refused (78)" ||
     { echo "FAIL attention fused on the CPU: exit $rc"; sed 's/^/  /' "$tmp/err"; fail=1; }
+rc=0
+"$bin" --config "$tmp/cfg.json" --device cpu --cuda-graphs >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" = 78 ] && grep -q 'training.cudaGraphs: true needs device: cuda' "$tmp/err" &&
+    echo "ok   cudaGraphs on the CPU refused (78)" ||
+    { echo "FAIL cudaGraphs on the CPU: exit $rc"; sed 's/^/  /' "$tmp/err"; fail=1; }
 rc=0
 "$bin" --config "$tmp/cfg.json" >"$tmp/out" 2>"$tmp/err" || rc=$?
 if [ "$rc" = 78 ]; then
@@ -78,6 +86,21 @@ print("ok   attention fused trains like unfused (final loss %.6f vs %.6f)" % (f,
 PY
 else
     echo "FAIL attention fused: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -20; fail=1
+fi
+rc=0
+"$bin" --config "$tmp/cfg.json" --cuda-graphs --report "$tmp/graphs.json" >/dev/null \
+    2>"$tmp/err" || rc=$?
+if [ "$rc" = 0 ] && grep -qE '^cuda graphs: [1-9][0-9]* captured, [1-9][0-9]* launches' "$tmp/err"; then
+    python3 - "$tmp/report.json" "$tmp/graphs.json" "$(grep '^cuda graphs:' "$tmp/err")" <<'PY' || fail=1
+import json, sys
+e, g = (json.load(open(p)) for p in sys.argv[1:3])
+assert g["train"]["final_loss"] == e["train"]["final_loss"], (e["train"], g["train"])
+assert g["accuracy"] == e["accuracy"] and g["train"]["steps"] == e["train"]["steps"]
+print("ok   --cuda-graphs trains exactly like eager (final loss %.6f; %s)"
+      % (g["train"]["final_loss"], sys.argv[3]))
+PY
+else
+    echo "FAIL --cuda-graphs: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -20; fail=1
 fi
 # a local rank past the visible GPUs (with 2 or more): refused before any NCCL "duplicate GPU"
 ngpu=${GANTRY_EMU_DEVICES:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
