@@ -122,6 +122,9 @@ static void batched(bool ta, bool tb, int M, int N, int K, float alpha, const vo
 {
     cublasHandle_t h = gpu_rt()->blas;
     CUBLAS_CHECK(cublasSetStream(h, stream));
+    /* our workspace, not the library's (cublasSetStream resets it): inside a CUDA graph capture
+     * cuBLAS would otherwise allocate a workspace of its own for every graph */
+    CUBLAS_CHECK(cublasSetWorkspace(h, gpu_rt()->workspace, GPU_WORKSPACE_BYTES));
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                             ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, Bm,
                                             ab, ldb, sb, A, ab, lda, sa, &beta, Cm, CUDA_R_32F, ldc,

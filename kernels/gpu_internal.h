@@ -20,7 +20,7 @@ struct gpu_rt {
     int ready;
     cublasHandle_t blas;
     cublasLtHandle_t lt;
-    void *workspace; /* GPU_WORKSPACE_BYTES, for cuBLASLt */
+    void *workspace; /* GPU_WORKSPACE_BYTES, for cuBLASLt and cuBLAS (one stream at a time) */
 };
 extern struct gpu_rt gpu_rt_;
 

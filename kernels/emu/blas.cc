@@ -44,6 +44,8 @@ struct cublasContext {
     uint32_t magic;
     cudaStream_t stream;
     cublasMath_t math;
+    void *workspace; /* cublasSetWorkspace's, until the next cublasSetStream (not used: the */
+    size_t workspace_bytes; /* emulated GEMMs need none; kept to check the call) */
 };
 
 struct cublasLtContext {
@@ -247,6 +249,7 @@ extern "C" cublasStatus_t cublasCreate(cublasHandle_t *handle)
         return CUBLAS_STATUS_ALLOC_FAILED;
     h->magic = BLAS_MAGIC;
     h->stream = NULL;
+    h->workspace = NULL, h->workspace_bytes = 0;
     h->math = CUBLAS_DEFAULT_MATH;
     *handle = h;
     return CUBLAS_STATUS_SUCCESS;
@@ -266,6 +269,22 @@ extern "C" cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t st
     if (handle == NULL || handle->magic != BLAS_MAGIC)
         return CUBLAS_STATUS_NOT_INITIALIZED;
     handle->stream = stream;
+    handle->workspace = NULL, handle->workspace_bytes = 0; /* back to the library's own */
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t bytes)
+{
+    if (handle == NULL || handle->magic != BLAS_MAGIC)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if ((bytes && workspace == NULL) || (uintptr_t)workspace % 256)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (bytes && emu_is_device_range && !emu_is_device_range(workspace, bytes)) {
+        fprintf(stderr, "gantry CUDA emulator: cublasSetWorkspace(%p, %zu): not inside one device "
+                        "allocation\n", workspace, bytes);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    handle->workspace = workspace, handle->workspace_bytes = bytes;
     return CUBLAS_STATUS_SUCCESS;
 }
 
