@@ -332,7 +332,13 @@ for preset in example gpt2; do
 done
 for preset in example gpt2; do
     PYTHONUNBUFFERED=1 timeout 240 python3 "$here/bench/gpu_torch.py" --preset $preset \
-        >>"$out/bench.log" 2>&1
+        --variants eager-fp32,eager-bf16,compile-bf16 >>"$out/bench.log" 2>&1
+done
+# PyTorch's CUDA graphs (torch.compile mode="reduce-overhead"), the peer of --graphs: last, so
+# that if the lease runs out only these are lost
+for preset in example gpt2; do
+    PYTHONUNBUFFERED=1 timeout 180 python3 "$here/bench/gpu_torch.py" --preset $preset \
+        --variants compile-graphs-bf16 >>"$out/bench.log" 2>&1
 done
 grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
 python3 - "$out/bench.jsonl" <<'PY' | tee -a "$summary"
