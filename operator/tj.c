@@ -399,9 +399,6 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     else if (device && strcmp(device, "cuda") == 0 && tj->gpus == 0)
         errf(e, "spec.training.device: cuda needs GPUs: set spec.gpusPerReplica > 0, or device: "
                 "cpu");
-    else if (device && strcmp(device, "cuda") == 0 && type && strcmp(type, "transformer"))
-        errf(e, "spec.training.device: cuda trains the transformer model only; use device: cpu "
-                "for model.type: %s", type);
     /* bf16 runs on the GPU only: the device as resolved above (set, or from the GPUs). */
     device = json_string_value(json_object_get(t, "device"));
     precision = json_string_value(json_object_get(t, "precision"));
@@ -415,6 +412,13 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     if (json_is_true(json_object_get(t, "cudaGraphs")) && device && strcmp(device, "cuda"))
         errf(e, "spec.training.cudaGraphs: true needs device: cuda (GPUs: spec.gpusPerReplica > "
                 "0); remove cudaGraphs on the CPU");
+    /* the n-gram model on the GPU: fp32, no attention (worker/model_gpu.cu) */
+    if (type && strcmp(type, "ngram") == 0 && precision && strcmp(precision, "bf16") == 0)
+        errf(e, "spec.training.precision: bf16 is for model.type transformer; the n-gram model "
+                "trains in fp32: remove precision");
+    if (type && strcmp(type, "ngram") == 0 && attention && strcmp(attention, "fused") == 0)
+        errf(e, "spec.training.attention: fused is for model.type transformer (the n-gram model "
+                "has no attention): remove attention");
     /* the fused kernels' largest head (kernels/gpu.h ATTENTION_FUSED_MAX_HS) */
     if (attention && strcmp(attention, "fused") == 0 && heads > 0 && hidden / heads > 128)
         errf(e, "spec.training.attention: fused takes head sizes (model.hidden / model.heads) up "

@@ -199,9 +199,12 @@ static void test_errors_name_the_field(void)
         {"{\"template\":7}", "spec.template: must be an object"},
         {"{\"training\":{\"device\":\"cuda\"}}",
          "spec.training.device: cuda needs GPUs: set spec.gpusPerReplica > 0"},
-        {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cuda\",\"model\":{\"type\":"
+        {"{\"gpusPerReplica\":1,\"training\":{\"precision\":\"bf16\",\"model\":{\"type\":"
          "\"ngram\"}}}",
-         "spec.training.device: cuda trains the transformer model only"},
+         "spec.training.precision: bf16 is for model.type transformer"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"fused\",\"model\":{\"type\":"
+         "\"ngram\"}}}",
+         "spec.training.attention: fused is for model.type transformer"},
         {"{\"training\":{\"device\":\"tpu\"}}",
          "spec.training.device: unsupported value \"tpu\"; use one of cpu|cuda"},
         {"{\"training\":{\"precision\":\"bf16\"}}",

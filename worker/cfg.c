@@ -539,9 +539,19 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
                               "set device: cuda, or remove attention (the CPU has one attention)");
         return CFG_EBAD;
     }
+    if (!strcmp(c->model_type, "ngram") && !strcmp(c->precision, "bf16")) {
+        snprintf(err, errlen, "training.precision: bf16 is for model.type transformer; the n-gram "
+                              "model trains in fp32: remove precision");
+        return CFG_EBAD;
+    }
+    if (!strcmp(c->model_type, "ngram") && !strcmp(c->attention, "fused")) {
+        snprintf(err, errlen, "training.attention: fused is for model.type transformer (the "
+                              "n-gram model has no attention): remove attention");
+        return CFG_EBAD;
+    }
     if (c->cuda_graphs && strcmp(c->device, "cuda")) {
-        snprintf(err, errlen, "training.cudaGraphs: true needs device: cuda (CUDA graphs replay GPU "
-                              "work); set device: cuda, or remove cudaGraphs");
+        snprintf(err, errlen, "training.cudaGraphs: true needs device: cuda (CUDA graphs replay "
+                              "GPU work); set device: cuda, or remove cudaGraphs");
         return CFG_EBAD;
     }
     if (!strcmp(c->attention, "fused") && c->hidden / c->heads > ATTENTION_FUSED_MAX_HS) {

@@ -148,6 +148,13 @@ static void test_precision(void)
     check_gpu_choice("precision", "GANTRY_PRECISION", "fp32", "bf16",
                      offsetof(struct cfg, precision),
                      "training.precision: bf16 needs device: cuda");
+    /* the n-gram model trains on the GPU in fp32, without attention */
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"precision\": \"bf16\", "
+               "\"model\": {\"type\": \"ngram\"}}",
+               "training.precision: bf16 is for model.type transformer");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"attention\": \"fused\", "
+               "\"model\": {\"type\": \"ngram\"}}",
+               "training.attention: fused is for model.type transformer");
 }
 
 /* training.attention: unfused | fused (fused on the GPU only) */

@@ -26,6 +26,8 @@ struct model_gpu {
     const struct model *m;
     size_t n; /* parameters */
     int max_batch, maxT, bf16, fused; /* fused: MODEL_GPU_FUSED_ATTENTION */
+    int ngram;                        /* MODEL_NGRAM: bags of n-grams, no Transformer */
+    int *bag_ids, *bag_count;         /* n-gram: (max_batch, 2 maxT) ids and their counts */
     cudaStream_t s;
     struct adamw_segment segs[ADAMW_GPU_MAX_SEGMENTS];
     int nseg;
@@ -144,10 +146,11 @@ static void fc_backward(struct model_gpu *g, float *dinp, const float *dout, con
                           OC, s);
 }
 
-static void forward_body(struct model_gpu *g)
+/* The Transformer's forward up to the pooled (B, C) features. */
+static void transformer_forward(struct model_gpu *g)
 {
     const struct model_config *c = &g->m->cfg;
-    int B = g->B, T = g->T, C = c->hidden, NH = c->heads, F = c->ffn, N = B * T, K = c->classes;
+    int B = g->B, T = g->T, C = c->hidden, NH = c->heads, F = c->ffn, N = B * T;
     size_t NC = (size_t)N * C, NF = (size_t)N * F, natt = (size_t)B * NH * T * T;
     size_t nlse = (size_t)B * NH * T;
     cudaStream_t s = g->s;
@@ -216,6 +219,18 @@ static void forward_body(struct model_gpu *g)
         clspool_forward(g->pooled, g->lnf, B, T, C, s);
     else
         meanpool_forward(g->pooled, g->lnf, g->len, B, T, C, s);
+}
+
+static void forward_body(struct model_gpu *g)
+{
+    const struct model_config *c = &g->m->cfg;
+    int B = g->B, C = c->hidden, K = c->classes;
+    cudaStream_t s = g->s;
+
+    if (g->ngram) /* the mean of each example's n-gram rows (worker/model.c's ngram_bags) */
+        embbag_forward(g->pooled, g->bag_ids, g->bag_count, P("emb"), B, 2 * g->maxT, C, s);
+    else
+        transformer_forward(g);
     matmul_forward(g->logits, g->pooled, P("clsw"), P("clsb"), B, C, K, s); /* tiny: fp32 */
     if (g->have_labels) {
         crossentropy_forward(g->losses, g->probs, g->logits, g->labels, g->smoothing,
@@ -250,6 +265,13 @@ static void backward_body(struct model_gpu *g, float loss_scale)
     CUDA_CHECK(cudaMemsetAsync(g->dpooled, 0, (size_t)B * C * sizeof(float), s));
     matmul_backward(g->dpooled, G("clsw"), G("clsb"), g->dlogits, g->pooled, P("clsw"), B, C, K,
                     s);
+    if (g->ngram) { /* units: the head (clsw, clsb), then the n-gram table */
+        unit_ready(g, ready, 0);
+        embbag_backward(G("emb"), g->dpooled, g->bag_ids, g->bag_count, B, 2 * g->maxT, C,
+                        c->vocab + c->buckets, s);
+        unit_ready(g, ready, 1);
+        return;
+    }
     CUDA_CHECK(cudaMemsetAsync(g->dln, 0, NC * sizeof(float), s));
     if (c->pool == MODEL_POOL_CLS)
         clspool_backward(g->dln, g->dpooled, B, T, C, s);
@@ -406,9 +428,16 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     const struct model_config *c = &m->cfg;
     const int bf16 = (flags & MODEL_GPU_BF16) != 0;
     const int fused = (flags & MODEL_GPU_FUSED_ATTENTION) != 0;
-    if (c->kind != MODEL_TRANSFORMER) {
-        snprintf(err, errlen, "model.type: ngram has no GPU implementation; use "
-                              "model.type transformer or device cpu");
+    const int ngram = c->kind == MODEL_NGRAM;
+    if (c->kind != MODEL_TRANSFORMER && !ngram) {
+        snprintf(err, errlen, "model.type: unknown model kind %d; use transformer or ngram",
+                 (int)c->kind);
+        return NULL;
+    }
+    if (ngram && (bf16 || fused)) { /* no GEMM big enough for bf16 to matter, no attention */
+        snprintf(err, errlen, "%s is for model.type transformer; the n-gram model trains in fp32 "
+                              "on the GPU: remove it", bf16 ? "training.precision: bf16"
+                                                            : "training.attention: fused");
         return NULL;
     }
     if (m->n_tensors > ADAMW_GPU_MAX_SEGMENTS) {
@@ -438,7 +467,7 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     size_t natt = B * c->heads * c->max_seq_len * c->max_seq_len;
 
     g->m = m, g->n = n, g->max_batch = max_batch, g->maxT = c->max_seq_len, g->bf16 = bf16;
-    g->fused = fused;
+    g->fused = fused, g->ngram = ngram;
     g->graphs = (flags & MODEL_GPU_GRAPHS) != 0;
     gpu_init();
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
@@ -450,37 +479,45 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     CUDA_CHECK(cudaMalloc(&g->p16, n * 2 + 16));
     CUDA_CHECK(cudaMalloc(&g->loss_acc, sizeof(double)));
     CUDA_CHECK(cudaMemset(g->loss_acc, 0, sizeof(double)));
-    g->tokens = (int *)dalloc(N), g->len = (int *)dalloc(B), g->labels = (int *)dalloc(B);
-    g->x0 = dalloc(N * C), g->qkv = dalloc(3 * L * N * C);
-    g->ln1m = dalloc(L * N), g->ln1r = dalloc(L * N), g->ln2m = dalloc(L * N);
-    g->ln2r = dalloc(L * N), g->atty = dalloc(L * N * C);
-    if (fused) /* O(T) per row instead of O(T^2) */
-        g->lse = dalloc(L * B * c->heads * c->max_seq_len);
-    else
-        g->att = dalloc(L * natt);
-    g->attproj = dalloc(N * C), g->res2 = dalloc(L * N * C);
-    g->fch = dalloc(L * N * F), g->fcproj = dalloc(N * C);
-    g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C), g->lnfm = dalloc(N), g->lnfr = dalloc(N);
+    g->len = (int *)dalloc(B), g->labels = (int *)dalloc(B);
     g->pooled = dalloc(B * C), g->logits = dalloc(B * c->classes);
     g->probs = dalloc(B * c->classes), g->losses = dalloc(B);
     g->cw = dalloc(c->classes);
     g->cw_host = (float *)calloc((size_t)c->classes, sizeof(float));
-    g->dres = dalloc(N * C), g->dln = dalloc(N * C), g->dfchg = dalloc(N * F);
-    g->dfch = dalloc(N * F), g->datty = dalloc(N * C), g->dqkv = dalloc(3 * N * C);
     g->dpooled = dalloc(B * C), g->dlogits = dalloc(B * c->classes);
     g->norm = dalloc(1), g->coef = dalloc(1);
-    if (bf16) { /* the saved GEMM inputs in bf16 only */
-        size_t big = N * (F > 3 * C ? F : 3 * C);
-        CUDA_CHECK(cudaMalloc(&g->s16a, big * 2));
-        CUDA_CHECK(cudaMalloc(&g->ln1h, L * N * C * 2));
-        CUDA_CHECK(cudaMalloc(&g->attyh, L * N * C * 2));
-        CUDA_CHECK(cudaMalloc(&g->ln2h, L * N * C * 2));
-        CUDA_CHECK(cudaMalloc(&g->fchgh, L * N * F * 2));
-    } else {
-        g->ln1 = dalloc(L * N * C), g->ln2 = dalloc(L * N * C), g->fchg = dalloc(L * N * F);
+    size_t stage = N + 2 * B; /* ints: tokens, len, labels; or the n-gram bags, counts, labels */
+    if (ngram) {
+        g->bag_ids = (int *)dalloc(2 * N), g->bag_count = (int *)dalloc(B);
+        stage = 2 * N + 2 * B;
+    } else { /* the Transformer's activations and their gradients */
+        g->tokens = (int *)dalloc(N);
+        g->x0 = dalloc(N * C), g->qkv = dalloc(3 * L * N * C);
+        g->ln1m = dalloc(L * N), g->ln1r = dalloc(L * N), g->ln2m = dalloc(L * N);
+        g->ln2r = dalloc(L * N), g->atty = dalloc(L * N * C);
+        if (fused) /* O(T) per row instead of O(T^2) */
+            g->lse = dalloc(L * B * c->heads * c->max_seq_len);
+        else
+            g->att = dalloc(L * natt);
+        g->attproj = dalloc(N * C), g->res2 = dalloc(L * N * C);
+        g->fch = dalloc(L * N * F), g->fcproj = dalloc(N * C);
+        g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C);
+        g->lnfm = dalloc(N), g->lnfr = dalloc(N);
+        g->dres = dalloc(N * C), g->dln = dalloc(N * C), g->dfchg = dalloc(N * F);
+        g->dfch = dalloc(N * F), g->datty = dalloc(N * C), g->dqkv = dalloc(3 * N * C);
+        if (bf16) { /* the saved GEMM inputs in bf16 only */
+            size_t big = N * (F > 3 * C ? F : 3 * C);
+            CUDA_CHECK(cudaMalloc(&g->s16a, big * 2));
+            CUDA_CHECK(cudaMalloc(&g->ln1h, L * N * C * 2));
+            CUDA_CHECK(cudaMalloc(&g->attyh, L * N * C * 2));
+            CUDA_CHECK(cudaMalloc(&g->ln2h, L * N * C * 2));
+            CUDA_CHECK(cudaMalloc(&g->fchgh, L * N * F * 2));
+        } else {
+            g->ln1 = dalloc(L * N * C), g->ln2 = dalloc(L * N * C), g->fchg = dalloc(L * N * F);
+        }
     }
     for (int i = 0; i < STAGE_SLOTS; i++) {
-        CUDA_CHECK(cudaMallocHost(&g->stage[i], (N + 2 * B) * sizeof(int)));
+        CUDA_CHECK(cudaMallocHost(&g->stage[i], stage * sizeof(int)));
         CUDA_CHECK(cudaEventCreateWithFlags(&g->staged[i], cudaEventDisableTiming));
     }
     CUDA_CHECK(cudaGetDevice(&g->device));
@@ -513,7 +550,8 @@ extern "C" void model_gpu_free(struct model_gpu *g)
                      g->lnfr, g->pooled, g->logits, g->probs, g->losses, g->dres, g->dln,
                      g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,
                      g->coef, (float *)g->s16a, (float *)g->ln1h, (float *)g->attyh,
-                     (float *)g->ln2h, (float *)g->fchgh, g->cw};
+                     (float *)g->ln2h, (float *)g->fchgh, g->cw, (float *)g->bag_ids,
+                     (float *)g->bag_count};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]); /* NULL is a no-op */
     for (int i = 0; i < STAGE_SLOTS; i++) {
@@ -557,6 +595,38 @@ extern "C" void model_gpu_download(struct model_gpu *g, float *params, float *am
     CUDA_CHECK(cudaStreamSynchronize(g->s));
 }
 
+/* model_gpu_batch for the n-gram model: the bags (unigram ids, then vocab + hash % buckets for
+ * each adjacent pair), built here as worker/model.c's ngram_bags builds them, staged in st and
+ * uploaded with their counts and the labels. */
+static void stage_bags(struct model_gpu *g, int *st, const int *tokens, const int *len,
+                       const int *labels, int B, int T)
+{
+    const struct model_config *c = &g->m->cfg;
+    size_t M = 2 * (size_t)g->maxT;
+    int *count = st + (size_t)B * M;
+    for (int b = 0; b < B; b++) {
+        const int *tok = tokens + (size_t)b * T;
+        int *ids = st + (size_t)b * M, n = 0;
+        for (int t = 0; t < len[b]; t++)
+            ids[n++] = tok[t];
+        for (int t = 0; t + 1 < len[b]; t++)
+            ids[n++] = c->vocab +
+                       (int)(model_bigram_hash(tok[t], tok[t + 1]) % (uint64_t)c->buckets);
+        for (size_t i = (size_t)n; i < M; i++)
+            ids[i] = 0; /* never read: the kernels stop at count */
+        count[b] = n;
+    }
+    if (labels)
+        memcpy(count + B, labels, (size_t)B * sizeof(int));
+    CUDA_CHECK(cudaMemcpyAsync(g->bag_ids, st, (size_t)B * M * sizeof(int),
+                               cudaMemcpyHostToDevice, g->s));
+    CUDA_CHECK(cudaMemcpyAsync(g->bag_count, count, (size_t)B * sizeof(int),
+                               cudaMemcpyHostToDevice, g->s));
+    if (labels)
+        CUDA_CHECK(cudaMemcpyAsync(g->labels, count + B, (size_t)B * sizeof(int),
+                                   cudaMemcpyHostToDevice, g->s));
+}
+
 extern "C" void model_gpu_batch(struct model_gpu *g, const int *tokens, const int *len,
                                 const int *labels, int B, int T)
 {
@@ -568,16 +638,20 @@ extern "C" void model_gpu_batch(struct model_gpu *g, const int *tokens, const in
     size_t N = (size_t)B * T;
     int *st = g->stage[g->slot];
     CUDA_CHECK(cudaEventSynchronize(g->staged[g->slot])); /* this slot's last upload left */
-    memcpy(st, tokens, N * sizeof(int));
-    memcpy(st + N, len, (size_t)B * sizeof(int));
-    if (labels)
-        memcpy(st + N + B, labels, (size_t)B * sizeof(int));
-    CUDA_CHECK(cudaMemcpyAsync(g->tokens, st, N * sizeof(int), cudaMemcpyHostToDevice, g->s));
-    CUDA_CHECK(cudaMemcpyAsync(g->len, st + N, (size_t)B * sizeof(int), cudaMemcpyHostToDevice,
-                               g->s));
-    if (labels)
-        CUDA_CHECK(cudaMemcpyAsync(g->labels, st + N + B, (size_t)B * sizeof(int),
-                                   cudaMemcpyHostToDevice, g->s));
+    if (g->ngram) {
+        stage_bags(g, st, tokens, len, labels, B, T);
+    } else {
+        memcpy(st, tokens, N * sizeof(int));
+        memcpy(st + N, len, (size_t)B * sizeof(int));
+        if (labels)
+            memcpy(st + N + B, labels, (size_t)B * sizeof(int));
+        CUDA_CHECK(cudaMemcpyAsync(g->tokens, st, N * sizeof(int), cudaMemcpyHostToDevice, g->s));
+        CUDA_CHECK(cudaMemcpyAsync(g->len, st + N, (size_t)B * sizeof(int), cudaMemcpyHostToDevice,
+                                   g->s));
+        if (labels)
+            CUDA_CHECK(cudaMemcpyAsync(g->labels, st + N + B, (size_t)B * sizeof(int),
+                                       cudaMemcpyHostToDevice, g->s));
+    }
     CUDA_CHECK(cudaEventRecord(g->staged[g->slot], g->s));
     g->slot = (g->slot + 1) % STAGE_SLOTS;
     g->B = B, g->T = T, g->have_labels = labels != NULL;

@@ -58,7 +58,9 @@ int model_gpu_device_count(void);
  * used evicted. Changing the loss settings (model_gpu_loss) drops them. */
 #define MODEL_GPU_GRAPHS 4u
 
-/* Device state for m's configuration (MODEL_TRANSFORMER only) with activations for up to
+/* Device state for m's configuration (the Transformer, or MODEL_NGRAM: the bags of n-grams are
+ * built on the host by model_gpu_batch, their mean, the head and the loss on the device; fp32,
+ * no MODEL_GPU_BF16 or MODEL_GPU_FUSED_ATTENTION) with activations for up to
  * max_batch sequences of m->cfg.max_seq_len tokens. The parameters are uploaded from m->params,
  * the moments start at zero. m is borrowed (its tensor table) until model_gpu_free(). NULL with
  * err set when the configuration is not supported on the GPU. flags: MODEL_GPU_*, or 0. */

@@ -2,7 +2,8 @@
 # gantry-predict --device cuda: a Transformer trained on the CPU classifies the same texts on the
 # GPU (in CI, the CUDA emulator's gantry-predict-emu; on a GPU machine, a CUDA build's
 # gantry-predict) as on the CPU: same labels, probabilities to 1e-4 in fp32; in bf16 to 3e-2
-# with at most 2 % of labels different. The n-gram model is refused on the GPU (exit 78).
+# with at most 2 % of labels different. The n-gram model too: same labels, probabilities to 1e-4;
+# with --precision bf16 it is refused (exit 78: the n-gram model runs in fp32).
 # Usage: predict_gpu_test.sh /path/to/gantry-worker /path/to/gantry-predict-with-cuda
 #        /path/to/worker/testdata
 # Exits 77 (skipped) when the binary finds no GPU.
@@ -46,6 +47,20 @@ print(f"ok   GPU = CPU: fp32 probabilities within {d32:.1e}, bf16 within {d16:.1
 PY
 check "n-gram train" 0 "$worker" --data-train "$data/tiny.jsonl" --data-min-freq 1 --model-type ngram \
     --model-buckets 64 --max-steps 4 --threads 1 --checkpoint-dir "$tmp/ck/ng" --checkpoint-interval-steps 4
-check "n-gram refused on the GPU" 78 "$predict" -m "$tmp/ck/ng" --device cuda "$tmp/docs.jsonl"
-says "names model.type" "model.type"
+check "n-gram predicts on the CPU" 0 "$predict" -m "$tmp/ck/ng" -k 2 -q "$tmp/docs.jsonl"
+cp "$tmp/out" "$tmp/ng-cpu.jsonl"
+check "n-gram predicts on the GPU" 0 "$predict" -m "$tmp/ck/ng" -k 2 -q --device cuda --batch 7 \
+    "$tmp/docs.jsonl"
+python3 - "$tmp/ng-cpu.jsonl" "$tmp/out" <<'PY' || fail=1
+import json, sys
+cpu, gpu = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+assert len(cpu) == len(gpu) == 120
+assert [r["label"] for r in gpu] == [r["label"] for r in cpu], "n-gram labels differ"
+d = max(abs(a["score"] - b["score"]) for x, y in zip(cpu, gpu) for a, b in zip(x["top"], y["top"]))
+assert d < 1e-4, d
+print(f"ok   n-gram GPU = CPU: probabilities within {d:.1e}")
+PY
+check "n-gram with bf16 refused on the GPU" 78 "$predict" -m "$tmp/ck/ng" --device cuda \
+    --precision bf16 "$tmp/docs.jsonl"
+says "names training.precision" "bf16 is for model.type transformer"
 exit $fail

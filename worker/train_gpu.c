@@ -42,9 +42,9 @@ int train_gpu_select(int local_rank, char *err, size_t errlen)
 
 int train_gpu_check(const char *model_type, char *err, size_t errlen)
 {
-    if (strcmp(model_type, "transformer")) {
-        snprintf(err, errlen, "device: \"cuda\" trains model.type transformer only; use device: "
-                              "cpu for model.type ngram");
+    if (strcmp(model_type, "transformer") && strcmp(model_type, "ngram")) {
+        snprintf(err, errlen, "model.type: \"%s\" has no GPU implementation; use transformer or "
+                              "ngram", model_type);
         return -1;
     }
     return 0;

@@ -17,7 +17,7 @@
  *   - the loss and grad norm are read from the device once per log interval (and at most every
  *     TRAIN_GPU_OBS_BATCH steps for o->obs, which gets each step of the interval with the
  *     interval's mean loss and the step's own time, samples and tokens).
- *   - model.type transformer only (train_gpu_check says so for others).
+ *   - model.type transformer or ngram (train_gpu_check refuses others).
  *   - precision (struct train_gpu_opts.bf16; config training.precision): fp32 follows the CPU
  *     loss curve within 2e-3 relative; bf16 is mixed precision with fp32 master weights,
  *     gradients, statistics and optimizer (model_gpu.h), within a looser tolerance (docs/gpu.md).

@@ -3,7 +3,8 @@
 #   - built without CUDA: exit 78, the message names training.device and says so;
 #   - built with CUDA, no device visible: exit 78, the message names training.device;
 #   - with a device: trains on it (progress lines say "device":"cuda"), memorises the 6 examples,
-#     and model.type ngram with device cuda is refused (78, names model.type); --attention fused
+#     model.type ngram trains on it too (memorises them, final loss within 1e-3 of the CPU's;
+#     precision bf16 with it refused, 78); --attention fused
 #     trains to the same final loss (1e-3 relative); progress lines carry model TFLOP/s, and MFU
 #     with GANTRY_PEAK_TFLOPS (mfu = tflops / peak);
 #     with 2+ GPUs, LOCAL_RANK past the last one is refused (78, says how many it sees);
@@ -111,7 +112,27 @@ if [ "${ngpu:-0}" -ge 2 ]; then
         echo "ok   LOCAL_RANK $ngpu with $ngpu GPUs refused (78)" ||
         { echo "FAIL LOCAL_RANK $ngpu with $ngpu GPUs: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -5; fail=1; }
 fi
-rc=0; "$bin" --config "$tmp/cfg.json" --model-type ngram >/dev/null 2>"$tmp/err" || rc=$?
-[ "$rc" = 78 ] && grep -q 'model.type' "$tmp/err" && echo "ok   ngram on cuda refused (78)" ||
-    { echo "FAIL ngram on cuda: exit $rc"; fail=1; }
+# the n-gram model on the GPU against the same run on the CPU
+ngram=(--model-type ngram --model-buckets 1024 --learning-rate 0.05)
+rc=0; "$bin" --config "$tmp/cfg.json" "${ngram[@]}" --report "$tmp/ngram.json" >"$tmp/out" \
+    2>"$tmp/err" || rc=$?
+rc2=0; "$bin" --config "$tmp/cfg.json" "${ngram[@]}" --device cpu --report "$tmp/ngram-cpu.json" \
+    >"$tmp/out-cpu" 2>&1 || rc2=$?
+if [ "$rc" = 0 ] && [ "$rc2" = 0 ] && grep -q '"device":"cuda"' "$tmp/out"; then
+    python3 - "$tmp/ngram.json" "$tmp/out" "$tmp/out-cpu" <<'PY' || fail=1
+import json, sys
+g = json.load(open(sys.argv[1]))
+assert g["config"]["model"]["type"] == "ngram" and g["accuracy"] == 1.0, g["accuracy"]
+gl, cl = ([json.loads(l)["loss"] for l in open(p) if l.startswith('{"step"')] for p in sys.argv[2:4])
+assert len(gl) == len(cl) == 4, (gl, cl)
+assert all(abs(a - b) <= 1e-4 + 2e-3 * abs(b) for a, b in zip(gl, cl)), (gl, cl)
+print("ok   ngram on cuda trains like the CPU (losses at steps 20..80 %s vs %s, accuracy %.2f)"
+      % (["%.5f" % x for x in gl], ["%.5f" % x for x in cl], g["accuracy"]))
+PY
+else
+    echo "FAIL ngram on cuda: exit $rc (cpu: $rc2)"; sed 's/^/  /' "$tmp/err" | tail -10; fail=1
+fi
+rc=0; "$bin" --config "$tmp/cfg.json" "${ngram[@]}" --precision bf16 >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" = 78 ] && grep -q 'training.precision: bf16 is for model.type transformer' "$tmp/err" &&
+    echo "ok   ngram with bf16 refused (78)" || { echo "FAIL ngram bf16: exit $rc"; fail=1; }
 exit $fail

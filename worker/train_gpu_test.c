@@ -702,8 +702,8 @@ static void test_eval_during(void)
     fclose(f);
 }
 
-/* training.cudaGraphs: the loop with forward and backward replayed as CUDA graphs ends bit-identical
- * to the eager loop from the same weights (every step's logged loss and grad norm equal, the
+/* training.cudaGraphs: the loop with forward and backward replayed as CUDA graphs ends
+ * bit-identical to the eager loop from the same weights (every step's logged loss and grad norm equal, the
  * parameters memcmp-equal), in fp32 and in bf16 with the fused attention, with label smoothing
  * on (a kernel argument the graphs capture); on the device model it captured and launched graphs
  * (its closing "cuda graphs:" line). The mock backend has no graphs (0 captured). */
@@ -738,7 +738,8 @@ static void test_cuda_graphs_loop(void)
         for (int i = 0; i < n; i++)
             differ += le[i] != lg[i] || ne[i] != ng[i];
         TEST_EQ_INT(differ, 0);
-        TEST_CHECK(memcmp(me.params, mg.params, me.n_params * sizeof(float)) == 0);
+        int same = memcmp(me.params, mg.params, me.n_params * sizeof(float)) == 0;
+        TEST_CHECK(same);
         long cap = -1, launches = -1, ev = -1;
         rewind(hg);
         while (fgets(line, sizeof(line), hg))
@@ -746,8 +747,7 @@ static void test_cuda_graphs_loop(void)
                    &launches, &ev);
         printf("cuda graphs (%s): %ld captured, %ld launches, %ld evicted; %d steps identical to "
                "eager, parameters %s\n", v ? "bf16, fused attention" : "fp32", cap, launches, ev,
-               n - differ, memcmp(me.params, mg.params, me.n_params * sizeof(float)) ? "DIFFER"
-                                                                                      : "identical");
+               n - differ, same ? "identical" : "DIFFER");
         if (real) {
             TEST_CHECK(cap > 0);
             TEST_CHECK(launches > cap); /* shapes come back: replays, not only captures */
@@ -830,6 +830,69 @@ static void test_graph_cache(void)
     model_cleanup(&m);
 }
 
+/* The n-gram model on the GPU (model.type ngram: bags built on the host, their mean, the head and
+ * the loss on the device) follows train_run from the same weights: every step's loss and grad
+ * norm within 2e-3 relative, the parameters within 5e-4 RMS, it learns; train_gpu_evaluate gives
+ * the CPU's confusion matrix; with CUDA graphs the run is bit-identical to the eager one. */
+static void test_ngram(void)
+{
+    static const struct model_config nc = {.kind = MODEL_NGRAM, .vocab = V, .classes = 2,
+                                           .max_seq_len = L, .hidden = 16, .buckets = 97,
+                                           .pool = MODEL_POOL_MEAN};
+    struct train_data d = toy();
+    struct model mc_, mg, mh;
+    struct train_result rc, rg, rh;
+    double lc[MAXLOG], lg[MAXLOG], ncn[MAXLOG], ngn[MAXLOG];
+    char err[256];
+    FILE *fc = tmpfile(), *fg = tmpfile(), *fh = tmpfile();
+    TEST_CHECK(fc && fg && fh);
+    TEST_EQ_INT(model_init(&mc_, &nc, 8, 11, err, sizeof(err)), 0);
+    TEST_EQ_INT(model_init(&mg, &nc, 8, 11, err, sizeof(err)), 0);
+    TEST_EQ_INT(model_init(&mh, &nc, 8, 11, err, sizeof(err)), 0);
+    struct train_opts oc = opts(fc), og = opts(fg), oh = opts(fh);
+    oc.optim.lr = og.optim.lr = oh.optim.lr = 3e-2f; /* the bag model learns slowly at 3e-3 */
+    const struct train_gpu_opts graphs = {.cuda_graphs = 1,
+                                          .bucket_bytes = (size_t)TRAIN_BUCKET_MB << 20};
+    TEST_EQ_INT(train_run(&mc_, &d, &oc, &rc), 0);
+    TEST_EQ_INT(train_gpu_run(&mg, &d, &og, &rg), 0);
+    TEST_EQ_INT(train_gpu_run_opts(&mh, &d, &oh, &graphs, &rh), 0);
+    int n = values(fc, "\"loss\":", lc);
+    TEST_EQ_INT(n, 12);
+    TEST_EQ_INT(values(fg, "\"loss\":", lg), n);
+    TEST_EQ_INT(values(fc, "\"grad_norm\":", ncn), n);
+    TEST_EQ_INT(values(fg, "\"grad_norm\":", ngn), n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        int ok = close_rel(lg[i], lc[i], 2e-3) && close_rel(ngn[i], ncn[i], 2e-3);
+        if (!ok || i < 2 || i == n - 1)
+            printf("ngram step %2d  cpu loss %.6f norm %.4f  gpu loss %.6f norm %.4f  %s\n", i + 1,
+                   lc[i], ncn[i], lg[i], ngn[i], ok ? "ok" : "MISMATCH");
+        bad += !ok;
+    }
+    TEST_EQ_INT(bad, 0);
+    double dp = rms_diff(mg.params, mc_.params, mc_.n_params);
+    printf("ngram: rms(param gpu - cpu) %.3g over %zu parameters; CUDA graphs run %s\n", dp,
+           mc_.n_params,
+           memcmp(mh.params, mg.params, mg.n_params * sizeof(float)) ? "DIFFERS" : "identical");
+    TEST_CHECK(dp < 5e-4);
+    TEST_CHECK(lg[n - 1] < lg[0]);
+    TEST_CHECK(memcmp(mh.params, mg.params, mg.n_params * sizeof(float)) == 0);
+    struct eval_counts ec, eg;
+    TEST_EQ_INT(eval_init(&ec, 2), 0);
+    TEST_EQ_INT(eval_init(&eg, 2), 0);
+    train_evaluate(&mc_, &d, 7, &ec);
+    TEST_EQ_INT(train_gpu_evaluate(&mc_, &d, 7, NULL, &eg), 0);
+    int same = 1;
+    for (int t = 0; t < 2; t++)
+        for (int p = 0; p < 2; p++)
+            same &= eval_cm(&eg, t, p) == eval_cm(&ec, t, p);
+    TEST_CHECK(same);
+    TEST_CHECK(close_rel(eval_counts_flat(&eg)[0], eval_counts_flat(&ec)[0], 1e-5));
+    eval_cleanup(&ec), eval_cleanup(&eg);
+    model_cleanup(&mc_), model_cleanup(&mg), model_cleanup(&mh);
+    fclose(fc), fclose(fg), fclose(fh);
+}
+
 /* Arguments: the names of the test cases to run (none: all). kernels/emu/model.cmake runs the
  * emulated build in parts this way, each within CTest's timeout under ASan; a new case must be
  * added to one of its lists. An unknown name is an error (exit 2), so a renamed case is noticed. */
@@ -837,7 +900,7 @@ static const char *const cases[] = {"test_gpu_follows_cpu", "test_checkpoint_acr
                                     "test_obs", "test_overlapped_allreduce",
                                     "test_bf16_follows_fp32", "test_fused_attention",
                                     "test_evaluate", "test_eval_during", "test_cuda_graphs_loop",
-                                    "test_graph_cache"};
+                                    "test_graph_cache", "test_ngram"};
 static int n_sel;
 static char *const *sel;
 
@@ -886,5 +949,6 @@ int main(int argc, char **argv)
     RUN(test_eval_during);
     RUN(test_cuda_graphs_loop);
     RUN(test_graph_cache);
+    RUN(test_ngram);
     return test_summary();
 }

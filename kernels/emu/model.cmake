@@ -23,7 +23,7 @@ target_include_directories(train_gpu_emu_test PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(train_gpu_emu_test PRIVATE gantry_model_gpu_emu gantry_core)
 target_compile_definitions(train_gpu_emu_test PRIVATE GANTRY_HAVE_CUDA=1)
 add_test(NAME train_gpu_emu_test COMMAND train_gpu_emu_test test_gpu_follows_cpu
-         test_checkpoint_across_devices test_obs)
+         test_checkpoint_across_devices test_obs test_ngram)
 add_test(NAME train_gpu_emu_test_2 COMMAND train_gpu_emu_test test_overlapped_allreduce
          test_bf16_follows_fp32 test_fused_attention test_evaluate)
 add_test(NAME train_gpu_emu_test_3 COMMAND train_gpu_emu_test test_eval_during
