@@ -702,6 +702,17 @@ static void test_eval_during(void)
     fclose(f);
 }
 
+/* The 12 logged steps' loss and grad norm of two runs' JSON logs a and b (checked: 12 each). */
+static int two_logs(FILE *a, FILE *b, double *la, double *lb, double *na, double *nb)
+{
+    int n = values(a, "\"loss\":", la);
+    TEST_EQ_INT(n, 12);
+    TEST_EQ_INT(values(b, "\"loss\":", lb), n);
+    TEST_EQ_INT(values(a, "\"grad_norm\":", na), n);
+    TEST_EQ_INT(values(b, "\"grad_norm\":", nb), n);
+    return n;
+}
+
 /* training.cudaGraphs: the loop with forward and backward replayed as CUDA graphs ends
  * bit-identical to the eager loop from the same weights (every step's logged loss and grad norm equal, the
  * parameters memcmp-equal), in fp32 and in bf16 with the fused attention, with label smoothing
@@ -729,11 +740,7 @@ static void test_cuda_graphs_loop(void)
         b.human_out = hg;
         TEST_EQ_INT(train_gpu_run_opts(&me, &d, &a, &eager, &re), 0);
         TEST_EQ_INT(train_gpu_run_opts(&mg, &d, &b, &graph, &rg), 0);
-        int n = values(fe, "\"loss\":", le);
-        TEST_EQ_INT(n, 12);
-        TEST_EQ_INT(values(fg, "\"loss\":", lg), n);
-        TEST_EQ_INT(values(fe, "\"grad_norm\":", ne), n);
-        TEST_EQ_INT(values(fg, "\"grad_norm\":", ng), n);
+        int n = two_logs(fe, fg, le, lg, ne, ng);
         int differ = 0;
         for (int i = 0; i < n; i++)
             differ += le[i] != lg[i] || ne[i] != ng[i];
@@ -856,11 +863,7 @@ static void test_ngram(void)
     TEST_EQ_INT(train_run(&mc_, &d, &oc, &rc), 0);
     TEST_EQ_INT(train_gpu_run(&mg, &d, &og, &rg), 0);
     TEST_EQ_INT(train_gpu_run_opts(&mh, &d, &oh, &graphs, &rh), 0);
-    int n = values(fc, "\"loss\":", lc);
-    TEST_EQ_INT(n, 12);
-    TEST_EQ_INT(values(fg, "\"loss\":", lg), n);
-    TEST_EQ_INT(values(fc, "\"grad_norm\":", ncn), n);
-    TEST_EQ_INT(values(fg, "\"grad_norm\":", ngn), n);
+    int n = two_logs(fc, fg, lc, lg, ncn, ngn);
     int bad = 0;
     for (int i = 0; i < n; i++) {
         int ok = close_rel(lg[i], lc[i], 2e-3) && close_rel(ngn[i], ncn[i], 2e-3);
