@@ -714,15 +714,15 @@ static int two_logs(FILE *a, FILE *b, double *la, double *lb, double *na, double
 }
 
 /* training.cudaGraphs: the loop with forward and backward replayed as CUDA graphs ends
- * bit-identical to the eager loop from the same weights (every step's logged loss and grad norm equal, the
- * parameters memcmp-equal), in fp32 and in bf16 with the fused attention, with label smoothing
- * on (a kernel argument the graphs capture); on the device model it captured and launched graphs
- * (its closing "cuda graphs:" line). The mock backend has no graphs (0 captured). */
-static void test_cuda_graphs_loop(void)
+ * bit-identical to the eager loop from the same weights (every step's logged loss and grad norm
+ * equal, the parameters memcmp-equal), with label smoothing on (a kernel argument the graphs
+ * capture); on the device model it captured and launched graphs (its closing "cuda graphs:"
+ * line). The mock backend has no graphs (0 captured). v 0: fp32; 1: bf16, fused attention. */
+static void graphs_loop(int v)
 {
     const size_t bb = (size_t)TRAIN_BUCKET_MB << 20;
     const int real = strcmp(model_gpu_backend(), "cuda") == 0;
-    for (int v = 0; v < 2; v++) {
+    {
         const struct train_gpu_opts eager = {.bf16 = v, .fused_attention = v, .bucket_bytes = bb},
                                     graph = {.bf16 = v, .fused_attention = v, .cuda_graphs = 1,
                                              .bucket_bytes = bb};
@@ -764,6 +764,16 @@ static void test_cuda_graphs_loop(void)
         model_cleanup(&me), model_cleanup(&mg);
         fclose(fe), fclose(fg), fclose(hg);
     }
+}
+
+static void test_cuda_graphs_loop(void)
+{
+    graphs_loop(0);
+}
+
+static void test_cuda_graphs_loop_bf16(void)
+{
+    graphs_loop(1);
 }
 
 /* The graph cache itself (model_gpu, device backend only): 20 batch lengths, each 3 times in a
@@ -903,7 +913,8 @@ static const char *const cases[] = {"test_gpu_follows_cpu", "test_checkpoint_acr
                                     "test_obs", "test_overlapped_allreduce",
                                     "test_bf16_follows_fp32", "test_fused_attention",
                                     "test_evaluate", "test_eval_during", "test_cuda_graphs_loop",
-                                    "test_graph_cache", "test_ngram"};
+                                    "test_graph_cache", "test_ngram",
+                                    "test_cuda_graphs_loop_bf16"};
 static int n_sel;
 static char *const *sel;
 
@@ -951,6 +962,7 @@ int main(int argc, char **argv)
     RUN(test_evaluate);
     RUN(test_eval_during);
     RUN(test_cuda_graphs_loop);
+    RUN(test_cuda_graphs_loop_bf16);
     RUN(test_graph_cache);
     RUN(test_ngram);
     return test_summary();
