@@ -18,7 +18,7 @@ target_link_libraries(gantry_model_gpu_emu PUBLIC gantry_kernels_emu gantry_core
 # under ASan on an idle 2-core machine, too near CTest's 300 s. In CI (ASan, ctest -j2) the CUDA
 # graphs loop alone took 193 s (fp32, then bf16 with the fused attention: four training runs), so
 # its two precisions are two parts; the others took 97, 159 and 50 s, so the fused attention's
-case (four runs) moved from the second to the third.
+# case (four runs) moved from the second to the third.
 add_executable(train_gpu_emu_test ${PROJECT_SOURCE_DIR}/worker/train_gpu_test.c
                ${PROJECT_SOURCE_DIR}/worker/train_testdata.c ${PROJECT_SOURCE_DIR}/worker/train_gpu.c)
 target_include_directories(train_gpu_emu_test PRIVATE ${PROJECT_SOURCE_DIR})
