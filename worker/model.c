@@ -370,19 +370,23 @@ static void transformer_forward(struct model *m, int B, int T)
         meanpool_forward_cpu(a->pooled, a->lnf, m->len, B, T, C);
 }
 
-/* Fills the bags: unigram ids, then vocab + hash(a, b) % buckets for each adjacent pair. */
+int model_ngram_bag(const struct model_config *c, const int *tok, int len, int *ids)
+{
+    int n = 0;
+    for (int t = 0; t < len; t++)
+        ids[n++] = tok[t];
+    for (int t = 0; t + 1 < len; t++)
+        ids[n++] = c->vocab + (int)(model_bigram_hash(tok[t], tok[t + 1]) % (uint64_t)c->buckets);
+    return n;
+}
+
+/* Fills the bags (model_ngram_bag), one row of 2 * max_seq_len ids per example. */
 static void ngram_bags(struct model *m, int B, int T)
 {
-    int V = m->cfg.vocab, M = 2 * m->cfg.max_seq_len;
-    for (int b = 0; b < B; b++) {
-        const int *tok = m->tokens + (size_t)b * T;
-        int *ids = m->ngram_ids + (size_t)b * M, n = 0;
-        for (int t = 0; t < m->len[b]; t++)
-            ids[n++] = tok[t];
-        for (int t = 0; t + 1 < m->len[b]; t++)
-            ids[n++] = V + (int)(model_bigram_hash(tok[t], tok[t + 1]) % (uint64_t)m->cfg.buckets);
-        m->ngram_count[b] = n;
-    }
+    int M = 2 * m->cfg.max_seq_len;
+    for (int b = 0; b < B; b++)
+        m->ngram_count[b] = model_ngram_bag(&m->cfg, m->tokens + (size_t)b * T, m->len[b],
+                                            m->ngram_ids + (size_t)b * M);
 }
 
 float model_forward(struct model *m, const int *tokens, const int *len, const int *labels, int B,

@@ -159,4 +159,9 @@ const struct model_tensor *model_find_tensor(const struct model *m, const char *
 /* 64-bit bigram hash used by the n-gram model (exposed for tests and the Python mirror). */
 uint64_t model_bigram_hash(int a, int b);
 
+/* The n-gram model's bag of one example of len tokens: the token ids, then vocab + hash % buckets
+ * of each adjacent pair, into ids (room for 2 * len); returns how many (2 * len - 1, or 0). The
+ * CPU model and the device model's upload (model_gpu.cu) both build their bags with it. */
+int model_ngram_bag(const struct model_config *c, const int *tok, int len, int *ids);
+
 #endif /* GANTRY_MODEL_H */

@@ -595,27 +595,16 @@ extern "C" void model_gpu_download(struct model_gpu *g, float *params, float *am
     CUDA_CHECK(cudaStreamSynchronize(g->s));
 }
 
-/* model_gpu_batch for the n-gram model: the bags (unigram ids, then vocab + hash % buckets for
- * each adjacent pair), built here as worker/model.c's ngram_bags builds them, staged in st and
- * uploaded with their counts and the labels. */
+/* model_gpu_batch for the n-gram model: the bags (worker/model.c's model_ngram_bag, as the CPU
+ * model builds them), staged in st and uploaded with their counts and the labels; the ids past
+ * each count are never read (the kernels stop at it). */
 static void stage_bags(struct model_gpu *g, int *st, const int *tokens, const int *len,
                        const int *labels, int B, int T)
 {
-    const struct model_config *c = &g->m->cfg;
     size_t M = 2 * (size_t)g->maxT;
     int *count = st + (size_t)B * M;
-    for (int b = 0; b < B; b++) {
-        const int *tok = tokens + (size_t)b * T;
-        int *ids = st + (size_t)b * M, n = 0;
-        for (int t = 0; t < len[b]; t++)
-            ids[n++] = tok[t];
-        for (int t = 0; t + 1 < len[b]; t++)
-            ids[n++] = c->vocab +
-                       (int)(model_bigram_hash(tok[t], tok[t + 1]) % (uint64_t)c->buckets);
-        for (size_t i = (size_t)n; i < M; i++)
-            ids[i] = 0; /* never read: the kernels stop at count */
-        count[b] = n;
-    }
+    for (int b = 0; b < B; b++)
+        count[b] = model_ngram_bag(&g->m->cfg, tokens + (size_t)b * T, len[b], st + (size_t)b * M);
     if (labels)
         memcpy(count + B, labels, (size_t)B * sizeof(int));
     CUDA_CHECK(cudaMemcpyAsync(g->bag_ids, st, (size_t)B * M * sizeof(int),
