@@ -14,8 +14,10 @@
 #include "kernels/attention.h"
 #include "kernels/gpu_internal.h"
 
+#include "kernels/tensorcore.h"
+
 #include <math.h>
-#include <mma.h>
+#include <string.h>
 
 template <typename T> static __device__ __forceinline__ T from_f32(float x);
 template <> __device__ __forceinline__ float from_f32<float>(float x)
@@ -564,43 +566,37 @@ extern "C" void attention_backward_fused(float *dqkv, const float *dout, const f
 
 /* ==== fused attention on tensor cores (bf16 operands, fp32 accumulation and softmax) ==========
  *
- * The same algorithm with the five matrix products of each tile on tensor cores through
- * nvcuda::wmma (16x16x16 bf16 tiles; the fragments' register layout is never assumed: scores and
- * accumulators go through shared memory, where rows are updated by ordinary code). A block has
- * TC_WARPS warps of 16 rows each: queries (forward, dQ) or keys (dK/dV); tiles of TC_BC keys (or
- * queries) are staged in shared memory as bf16 (q scaled first). Per warp and tile:
- *   forward   S = Q K^T; online softmax over S's rows (two lanes per row, fp32); P in bf16;
- *             O = O * exp(m_old - m_new) + P V, O in shared memory (fp32)
+ * The same algorithm with the five matrix products of each tile on tensor cores, FlashAttention-2's
+ * way: mma.sync m16n8k16 with the scores, probabilities and accumulators in registers
+ * (kernels/tensorcore.h gives the register layouts). A block has TC_WARPS warps of 16 rows each:
+ * queries (forward, dQ) or keys (dK/dV); the block's rows and each tile of TC_BC keys (or
+ * queries) are staged in shared memory as bf16 (q scaled first), and every operand that comes
+ * from there is read with ldmatrix (.trans where the tile is stored [k][n]). A product's fp32
+ * accumulators, rounded to bf16, are directly the A operand of the next (P in P V, dS in dS K),
+ * so nothing of size 16 x TC_BC goes through shared memory. Per warp and tile:
+ *   forward   S = Q K^T; online softmax over S's rows (the four lanes of a row reduce max and sum
+ *             with shuffles, fp32); O = O * exp(m_old - m_new) + P V
  *   dK, dV    S^T = K Q^T; P^T = exp(S^T - lse); dV += P^T dO; dP^T = V dO^T;
  *             dS^T = P^T (dP^T - D); dK += dS^T Q
  *   dQ        S = Q K^T; P; dP = dO V^T; dS = P (dP - D); dQ += dS K
  * Operands rounded to bf16: q, k, v, dO, P and dS, as attention_*_mixed rounds them; every sum is
- * fp32, every output element has one writer (deterministic). Dynamic shared memory: 70-170 KB
- * depending on the head size, so one or two blocks per SM on Hopper (228 KB). */
+ * fp32, every output element has one writer (deterministic). Shared memory: 3 (forward) or 4
+ * (backward) bf16 tiles of 64 rows, 15-70 KB by head size (was 70-170 KB with wmma through
+ * shared memory), so several blocks fit on an SM. Rows are padded by 16 bytes: ldmatrix's eight
+ * row addresses then fall on distinct banks. */
 #define TC_WARPS 4
 #define TC_BR (16 * TC_WARPS) /* rows of a block: queries (forward, dQ) or keys (dK/dV) */
 #define TC_BC 64              /* a tile: keys (forward, dQ) or queries (dK/dV) */
+#define TC_NB (TC_BC / 8)     /* 16x8 score accumulators per warp and tile */
 
-namespace wm = nvcuda::wmma;
-typedef wm::fragment<wm::matrix_a, 16, 16, 16, __nv_bfloat16, wm::row_major> tc_frag_a;
-typedef wm::fragment<wm::matrix_b, 16, 16, 16, __nv_bfloat16, wm::row_major> tc_frag_b_row;
-typedef wm::fragment<wm::matrix_b, 16, 16, 16, __nv_bfloat16, wm::col_major> tc_frag_b_col;
-typedef wm::fragment<wm::accumulator, 16, 16, 16, float> tc_frag_c;
-
-/* Shared-memory strides (elements): bf16 rows padded by 16 bytes, fp32 rows by 16 bytes, so
- * wmma's 32-byte aligned tile starts hold and consecutive rows fall on different banks. */
 template <int HSP> struct tc_dims {
-    static constexpr int LDH = HSP + 8;   /* bf16 (rows, HSP) */
-    static constexpr int LDS = TC_BC + 4; /* fp32 scores (16, TC_BC) */
-    static constexpr int LDP = TC_BC + 8; /* bf16 probabilities (16, TC_BC) */
-    static constexpr int LDO = HSP + 4;   /* fp32 accumulators (16, HSP) */
-    static constexpr size_t H = (size_t)TC_BR * LDH * 2; /* bytes of one (TC_BR, HSP) bf16 tile */
-    static constexpr size_t S = (size_t)TC_WARPS * 16 * LDS * 4;
-    static constexpr size_t P = (size_t)TC_WARPS * 16 * LDP * 2;
-    static constexpr size_t O = (size_t)TC_WARPS * 16 * LDO * 4;
-    static constexpr size_t fwd = 3 * H + S + P + O;
-    static constexpr size_t dkdv = 4 * H + S + 2 * P + 2 * O + 2 * TC_BC * 4;
-    static constexpr size_t dq = 4 * H + S + P + O;
+    static constexpr int LDH = HSP + 8; /* bf16 (rows, HSP) tiles */
+    static constexpr size_t H = (size_t)TC_BR * LDH * 2; /* bytes of one (64, HSP) bf16 tile */
+    static constexpr size_t fwd = 3 * H;
+    static constexpr size_t dkdv = 4 * H + 2 * TC_BC * 4;
+    static constexpr size_t dq = 4 * H;
+    static_assert(TC_BR == TC_BC, "one tile size for the block's rows and the walked tiles");
+    static_assert(HSP % 16 == 0, "head dims padded to whole 16-wide k steps");
 };
 
 /* dst (nrows, HSP) bf16 <- rows r0.. of a head's q, k, v (row stride ld = 3C floats) or dO
@@ -616,33 +612,43 @@ static __device__ void tc_stage(__nv_bfloat16 *dst, const float *src, size_t ld,
     }
 }
 
-/* One warp: C (16, N) fp32 = (acc ? C : 0) + A (16, K) bf16 row-major x B (K, N), where B is
- * row-major (B[k][n] = b[k * ldb + n]) or, with BT, stored as its transpose (B[k][n] =
- * b[n * ldb + k]: a row-major (N, K) tile such as K or V used as K^T, V^T). */
-template <int K, int N, bool BT>
-static __device__ void tc_warp_gemm(float *c, int ldc, const __nv_bfloat16 *a, int lda,
-                                    const __nv_bfloat16 *b, int ldb, bool acc)
+/* acc (16 x 8*NB) += A (16 x K, rows of a row-major tile in shared memory) x tile^T, where tile
+ * is stored [n][k] (rows n0.. of K, V, Q or dO): the scores S = Q K^T and their kin. */
+template <int K, int NB, int LD>
+static __device__ __forceinline__ void tc_rows_by_tile_t(float (*acc)[4], const __nv_bfloat16 *a,
+                                                         const __nv_bfloat16 *tile)
 {
-    for (int n = 0; n < N; n += 16) {
-        tc_frag_c fc;
-        if (acc)
-            wm::load_matrix_sync(fc, c + n, ldc, wm::mem_row_major);
-        else
-            wm::fill_fragment(fc, 0.0f);
-        for (int k = 0; k < K; k += 16) {
-            tc_frag_a fa;
-            wm::load_matrix_sync(fa, a + k, lda);
-            if constexpr (BT) {
-                tc_frag_b_col fb;
-                wm::load_matrix_sync(fb, b + (size_t)n * ldb + k, ldb);
-                wm::mma_sync(fc, fa, fb, fc);
-            } else {
-                tc_frag_b_row fb;
-                wm::load_matrix_sync(fb, b + (size_t)k * ldb + n, ldb);
-                wm::mma_sync(fc, fa, fb, fc);
-            }
+#pragma unroll
+    for (int k = 0; k < K; k += 16) {
+        uint32_t fa[4];
+        tc_load_a<LD>(fa, a, k);
+#pragma unroll
+        for (int n = 0; n < NB; n += 2) {
+            uint32_t fb[4];
+            tc_load_b_nk<LD>(fb, tile, n * 8, k);
+            tc_mma(acc[n], fa, fb);
+            tc_mma(acc[n + 1], fa, fb + 2);
         }
-        wm::store_matrix_sync(c + n, fc, ldc, wm::mem_row_major);
+    }
+}
+
+/* acc (16 x HSP) += P (16 x TC_BC, fp32 accumulators, rounded to bf16 here) x tile (TC_BC x HSP,
+ * stored [k][n]): O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K. */
+template <int HSP, int LD>
+static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const float (*p)[4],
+                                                      const __nv_bfloat16 *tile)
+{
+#pragma unroll
+    for (int kc = 0; kc < TC_NB / 2; kc++) {
+        uint32_t fa[4];
+        tc_pack_a(fa, p[2 * kc], p[2 * kc + 1]);
+#pragma unroll
+        for (int n = 0; n < HSP / 8; n += 2) {
+            uint32_t fb[4];
+            tc_load_b_kn<LD>(fb, tile, kc * 16, n * 8);
+            tc_mma(acc[n], fa, fb);
+            tc_mma(acc[n + 1], fa, fb + 2);
+        }
     }
 }
 
@@ -656,64 +662,89 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     char *sm = (char *)tc_smem;
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm, *Ks = (__nv_bfloat16 *)(sm + D::H);
     __nv_bfloat16 *Vs = (__nv_bfloat16 *)(sm + 2 * D::H);
-    float *Ss = (float *)(sm + 3 * D::H);
-    __nv_bfloat16 *Ps = (__nv_bfloat16 *)(sm + 3 * D::H + D::S);
-    float *Os = (float *)(sm + 3 * D::H + D::S + D::P);
 
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 2, half = lane % 2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int q0 = blockIdx.x * TC_BR, L = len[b];
     const size_t ld = 3 * (size_t)C;
     const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
-    float *Sw = Ss + warp * 16 * D::LDS, *Ow = Os + warp * 16 * D::LDO;
-    __nv_bfloat16 *Pw = Ps + warp * 16 * D::LDP, *Qw = Qs + warp * 16 * D::LDH;
-    const int i = q0 + warp * 16 + row; /* this lane's query (two lanes per row) */
+    const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH;
 
-    if (q0 < L) {
+    float o[HSP / 8][4];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* rows g, g + 8; l: this lane's */
+#pragma unroll
+    for (int n = 0; n < HSP / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    if (q0 < L) /* block-uniform: the barriers below are reached by all or none */
         tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs, scale);
-        for (int x = lane; x < 16 * D::LDO; x += 32)
-            Ow[x] = 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f; /* row's running max and sum (both lanes of the row) */
     for (int j0 = 0; q0 < L && j0 < L; j0 += TC_BC) {
         __syncthreads(); /* Q staged; the previous tile's K, V no longer read */
         tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs, 1.0f);
         tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs, 1.0f);
         __syncthreads();
-        tc_warp_gemm<HSP, TC_BC, true>(Sw, D::LDS, Qw, D::LDH, Ks, D::LDH, false);
-        __syncwarp();
-        float *srow = Sw + row * D::LDS + half * 32;
-        __nv_bfloat16 *prow = Pw + row * D::LDP + half * 32;
-        float mx = -INFINITY;
-        for (int c = 0; c < 32; c++)
-            if (j0 + half * 32 + c < L)
-                mx = fmaxf(mx, srow[c]);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float mn = fmaxf(m, mx); /* finite: key j0 < L is real */
-        float sum = 0.0f;
-        for (int c = 0; c < 32; c++) {
-            float p = j0 + half * 32 + c < L ? expf(srow[c] - mn) : 0.0f;
-            prow[c] = __float2bfloat16_rn(p);
-            sum += p;
+        float s[TC_NB][4];
+#pragma unroll
+        for (int n = 0; n < TC_NB; n++)
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(s, Qw, Ks);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < TC_NB; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (j0 + n * 8 + 2 * t + (e & 1) >= L)
+                    s[n][e] = -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+            }
+        float corr[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mn = fmaxf(m[r], mx[r]); /* finite: key j0 < L is real */
+            corr[r] = expf(m[r] - mn);           /* 0 on the first tile */
+            m[r] = mn;
         }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        const float corr = expf(m - mn); /* 0 on the first tile */
-        l = l * corr + sum, m = mn;
-        float *orow = Ow + row * D::LDO + half * (HSP / 2);
-        for (int c = 0; c < HSP / 2; c++)
-            orow[c] *= corr;
-        __syncwarp(); /* P and the rescaled O rows, before the warp's tensor-core product */
-        tc_warp_gemm<TC_BC, HSP, false>(Ow, D::LDO, Pw, D::LDP, Vs, D::LDH, true);
-        __syncwarp();
+#pragma unroll
+        for (int n = 0; n < TC_NB; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = expf(s[n][e] - m[e >> 1]); /* masked keys: exp(-inf) = 0 */
+                sum[e >> 1] += s[n][e];
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            l[r] = l[r] * corr[r] + sum[r];
+#pragma unroll
+        for (int n = 0; n < HSP / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                o[n][e] *= corr[e >> 1];
+        tc_acc_by_tile<HSP, D::LDH>(o, s, Vs);
     }
-    if (i >= T)
-        return;
-    const bool valid = i < L;
-    float *dst = out + ((size_t)b * T + i) * C + (size_t)h * hs;
-    for (int d = half; d < hs; d += 2)
-        dst[d] = valid ? Ow[row * D::LDO + d] / l : 0.0f;
-    if (half == 0)
-        lse[(size_t)bh * T + i] = valid ? m + logf(l) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; r++) { /* the row's sum over its four lanes */
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = q0 + warp * 16 + g + 8 * r;
+        if (i >= T)
+            continue;
+        const bool valid = i < L;
+        float *dst = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+#pragma unroll
+        for (int n = 0; n < HSP / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = n * 8 + 2 * t + e;
+                if (d < hs)
+                    dst[d] = valid ? o[n][2 * r + e] / l[r] : 0.0f;
+            }
+        if (t == 0)
+            lse[(size_t)bh * T + i] = valid ? m[r] + logf(l[r]) : 0.0f;
+    }
 }
 
 template <int HSP>
@@ -726,32 +757,28 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     char *sm = (char *)tc_smem;
     __nv_bfloat16 *Ks = (__nv_bfloat16 *)sm, *Vs = (__nv_bfloat16 *)(sm + D::H);
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)(sm + 2 * D::H), *dOs = (__nv_bfloat16 *)(sm + 3 * D::H);
-    float *Ss = (float *)(sm + 4 * D::H);
-    __nv_bfloat16 *Ps = (__nv_bfloat16 *)(sm + 4 * D::H + D::S);
-    __nv_bfloat16 *dSs = (__nv_bfloat16 *)(sm + 4 * D::H + D::S + D::P);
-    float *dKs = (float *)(sm + 4 * D::H + D::S + 2 * D::P);
-    float *dVs = (float *)(sm + 4 * D::H + D::S + 2 * D::P + D::O);
-    float *lse_s = (float *)(sm + 4 * D::H + D::S + 2 * D::P + 2 * D::O), *D_s = lse_s + TC_BC;
+    float *lse_s = (float *)(sm + 4 * D::H), *D_s = lse_s + TC_BC;
 
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 2, half = lane % 2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int k0 = blockIdx.x * TC_BR, L = len[b];
     const size_t ld = 3 * (size_t)C;
     const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
     if (k0 >= L) /* keys of padding only: no gradient */
         return;
-    float *Sw = Ss + warp * 16 * D::LDS, *dKw = dKs + warp * 16 * D::LDO;
-    float *dVw = dVs + warp * 16 * D::LDO;
-    __nv_bfloat16 *Pw = Ps + warp * 16 * D::LDP, *dSw = dSs + warp * 16 * D::LDP;
     const __nv_bfloat16 *Kw = Ks + warp * 16 * D::LDH, *Vw = Vs + warp * 16 * D::LDH;
 
     tc_stage<HSP>(Ks, base + C, ld, k0, TC_BR, L, hs, 1.0f);
     tc_stage<HSP>(Vs, base + 2 * C, ld, k0, TC_BR, L, hs, 1.0f);
-    for (int x = lane; x < 16 * D::LDO; x += 32)
-        dKw[x] = dVw[x] = 0.0f;
+    float dk[HSP / 8][4], dv[HSP / 8][4];
+#pragma unroll
+    for (int n = 0; n < HSP / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dk[n][e] = dv[n][e] = 0.0f;
     for (int i0 = 0; i0 < L; i0 += TC_BC) {
-        __syncthreads();
+        __syncthreads(); /* K, V staged; the previous tile's Q, dO no longer read */
         tc_stage<HSP>(Qs, base, ld, i0, TC_BC, L, hs, scale);
         tc_stage<HSP>(dOs, dbase, C, i0, TC_BC, L, hs, 1.0f);
         for (int r = threadIdx.x; r < TC_BC; r += blockDim.x) {
@@ -759,34 +786,46 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
             D_s[r] = i0 + r < L ? Dr[(size_t)bh * T + i0 + r] : 0.0f;
         }
         __syncthreads();
-        /* S^T (16 keys, TC_BC queries) = K_w Q^T, then P^T in bf16 (kept in fp32 for dS) */
-        tc_warp_gemm<HSP, TC_BC, true>(Sw, D::LDS, Kw, D::LDH, Qs, D::LDH, false);
-        __syncwarp();
-        float p[32];
-        for (int c = 0; c < 32; c++) {
-            int q = half * 32 + c;
-            p[c] = i0 + q < L ? expf(Sw[row * D::LDS + q] - lse_s[q]) : 0.0f;
-            Pw[row * D::LDP + q] = __float2bfloat16_rn(p[c]);
-        }
-        __syncwarp(); /* P^T written; S^T read (the next product overwrites it) */
-        tc_warp_gemm<TC_BC, HSP, false>(dVw, D::LDO, Pw, D::LDP, dOs, D::LDH, true);
-        tc_warp_gemm<HSP, TC_BC, true>(Sw, D::LDS, Vw, D::LDH, dOs, D::LDH, false); /* dP^T */
-        __syncwarp();
-        for (int c = 0; c < 32; c++) {
-            int q = half * 32 + c;
-            dSw[row * D::LDP + q] = __float2bfloat16_rn(p[c] * (Sw[row * D::LDS + q] - D_s[q]));
-        }
-        __syncwarp();
-        tc_warp_gemm<TC_BC, HSP, false>(dKw, D::LDO, dSw, D::LDP, Qs, D::LDH, true);
+        /* S^T (the warp's 16 keys x TC_BC queries) = K_w Q^T, then P^T = exp(S^T - lse) */
+        float p[TC_NB][4], dp[TC_NB][4];
+#pragma unroll
+        for (int n = 0; n < TC_NB; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                p[n][e] = dp[n][e] = 0.0f;
+        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Kw, Qs);
+#pragma unroll
+        for (int n = 0; n < TC_NB; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int q = n * 8 + 2 * t + (e & 1);
+                p[n][e] = i0 + q < L ? expf(p[n][e] - lse_s[q]) : 0.0f;
+            }
+        tc_acc_by_tile<HSP, D::LDH>(dv, p, dOs);            /* dV += P^T dO */
+        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, Vw, dOs); /* dP^T = V_w dO^T */
+#pragma unroll
+        for (int n = 0; n < TC_NB; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) /* dS^T; padding queries: P^T = 0 */
+                dp[n][e] = p[n][e] * (dp[n][e] - D_s[n * 8 + 2 * t + (e & 1)]);
+        tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs); /* dK += dS^T Q */
     }
-    __syncwarp();
-    const int j = k0 + warp * 16 + row;
-    if (j >= L)
-        return;
-    float *drow = dqkv + ((size_t)b * T + j) * ld + (size_t)h * hs;
-    for (int d = half; d < hs; d += 2) {
-        drow[C + d] += dKw[row * D::LDO + d];
-        drow[2 * C + d] += dVw[row * D::LDO + d];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int j = k0 + warp * 16 + g + 8 * r;
+        if (j >= L)
+            continue;
+        float *drow = dqkv + ((size_t)b * T + j) * ld + (size_t)h * hs;
+#pragma unroll
+        for (int n = 0; n < HSP / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = n * 8 + 2 * t + e;
+                if (d < hs) {
+                    drow[C + d] += dk[n][2 * r + e];
+                    drow[2 * C + d] += dv[n][2 * r + e];
+                }
+            }
     }
 }
 
@@ -800,57 +839,72 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     char *sm = (char *)tc_smem;
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm, *dOs = (__nv_bfloat16 *)(sm + D::H);
     __nv_bfloat16 *Ks = (__nv_bfloat16 *)(sm + 2 * D::H), *Vs = (__nv_bfloat16 *)(sm + 3 * D::H);
-    float *Ss = (float *)(sm + 4 * D::H);
-    __nv_bfloat16 *dSs = (__nv_bfloat16 *)(sm + 4 * D::H + D::S);
-    float *dQs = (float *)(sm + 4 * D::H + D::S + D::P);
 
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 2, half = lane % 2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int q0 = blockIdx.x * TC_BR, L = len[b];
     const size_t ld = 3 * (size_t)C;
     const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
     if (q0 >= L) /* queries of padding only: no gradient */
         return;
-    float *Sw = Ss + warp * 16 * D::LDS, *dQw = dQs + warp * 16 * D::LDO;
-    __nv_bfloat16 *dSw = dSs + warp * 16 * D::LDP;
     const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
-    const int i = q0 + warp * 16 + row;
-    const float lse_i = i < L ? lse[(size_t)bh * T + i] : 0.0f;
-    const float D_i = i < L ? Dr[(size_t)bh * T + i] : 0.0f;
+    float lse_r[2], D_r[2]; /* rows g, g + 8 */
+    bool valid[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = q0 + warp * 16 + g + 8 * r;
+        valid[r] = i < L;
+        lse_r[r] = valid[r] ? lse[(size_t)bh * T + i] : 0.0f;
+        D_r[r] = valid[r] ? Dr[(size_t)bh * T + i] : 0.0f;
+    }
 
     tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs, scale);
     tc_stage<HSP>(dOs, dbase, C, q0, TC_BR, L, hs, 1.0f);
-    for (int x = lane; x < 16 * D::LDO; x += 32)
-        dQw[x] = 0.0f;
+    float dq[HSP / 8][4];
+#pragma unroll
+    for (int n = 0; n < HSP / 8; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
     for (int j0 = 0; j0 < L; j0 += TC_BC) {
-        __syncthreads();
+        __syncthreads(); /* Q, dO staged; the previous tile's K, V no longer read */
         tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs, 1.0f);
         tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs, 1.0f);
         __syncthreads();
-        tc_warp_gemm<HSP, TC_BC, true>(Sw, D::LDS, Qw, D::LDH, Ks, D::LDH, false);
-        __syncwarp();
-        float p[32];
-        for (int c = 0; c < 32; c++) {
-            int k = half * 32 + c;
-            p[c] = i < L && j0 + k < L ? expf(Sw[row * D::LDS + k] - lse_i) : 0.0f;
-        }
-        __syncwarp(); /* S read; the next product overwrites it with dP */
-        tc_warp_gemm<HSP, TC_BC, true>(Sw, D::LDS, dOw, D::LDH, Vs, D::LDH, false);
-        __syncwarp();
-        for (int c = 0; c < 32; c++) {
-            int k = half * 32 + c;
-            dSw[row * D::LDP + k] = __float2bfloat16_rn(p[c] * (Sw[row * D::LDS + k] - D_i));
-        }
-        __syncwarp();
-        tc_warp_gemm<TC_BC, HSP, false>(dQw, D::LDO, dSw, D::LDP, Ks, D::LDH, true);
+        float p[TC_NB][4], dp[TC_NB][4];
+#pragma unroll
+        for (int n = 0; n < TC_NB; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                p[n][e] = dp[n][e] = 0.0f;
+        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Qw, Ks);   /* S = Q_w K^T */
+        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, dOw, Vs); /* dP = dO_w V^T */
+#pragma unroll
+        for (int n = 0; n < TC_NB; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                const float pe = valid[r] && j0 + n * 8 + 2 * t + (e & 1) < L
+                                     ? expf(p[n][e] - lse_r[r])
+                                     : 0.0f;
+                dp[n][e] = pe * (dp[n][e] - D_r[r]); /* dS */
+            }
+        tc_acc_by_tile<HSP, D::LDH>(dq, dp, Ks); /* dQ += dS K */
     }
-    __syncwarp();
-    if (i >= L)
-        return;
-    float *drow = dqkv + ((size_t)b * T + i) * ld + (size_t)h * hs;
-    for (int d = half; d < hs; d += 2)
-        drow[d] += dQw[row * D::LDO + d] * scale;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = q0 + warp * 16 + g + 8 * r;
+        if (!valid[r])
+            continue;
+        float *drow = dqkv + ((size_t)b * T + i) * ld + (size_t)h * hs;
+#pragma unroll
+        for (int n = 0; n < HSP / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = n * 8 + 2 * t + e;
+                if (d < hs)
+                    drow[d] += dq[n][2 * r + e] * scale;
+            }
+    }
 }
 
 /* Raises kernel's dynamic shared memory limit past the default 48 KB to smem, once. */

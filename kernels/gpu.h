@@ -134,8 +134,9 @@ void attention_forward_fused(float *out, float *lse, const float *qkv, const int
 void attention_backward_fused(float *dqkv, const float *dout, const float *qkv, const float *out,
                               const float *lse, const int *len, int B, int T, int C, int NH,
                               struct CUstream_st *stream);
-/* The same on bf16 tensor cores (nvcuda::wmma): q, k, v, dout, the probabilities and dS rounded
- * to bf16 as operands, fp32 softmax, sums and outputs (attention_*_mixed's rounding). */
+/* The same on bf16 tensor cores (mma.sync with register-resident scores, kernels/tensorcore.h):
+ * q, k, v, dout, the probabilities and dS rounded to bf16 as operands, fp32 softmax, sums and
+ * outputs (attention_*_mixed's rounding). */
 void attention_forward_fused_mixed(float *out, float *lse, const float *qkv, const int *len,
                                    int B, int T, int C, int NH, struct CUstream_st *stream);
 void attention_backward_fused_mixed(float *dqkv, const float *dout, const float *qkv,

@@ -1,5 +1,6 @@
 // emu_test: the CUDA emulator's own semantics (kernels/emu/): indices, block and warp barriers,
-// shared memory, launch checks, memory-range checks, races made visible, divergent barriers
+// shared memory, launch checks, memory-range checks, races made visible (within a warp's
+// threads and across warps), divergent barriers
 // reported, launches from two host threads at once. Written in CUDA syntax and compiled through
 // cu2cc like the kernels; emulator-only (some cases check the emulator's diagnostics).
 #include <cuda_runtime.h>
@@ -135,6 +136,55 @@ static void test_race_visible(void)
 {
     TEST_EQ_INT(count_ones(fixed_kernel), 256);
     TEST_CHECK(count_ones(racy_kernel) < 256);
+}
+
+// Across warps: each warp reads the next warp's shared-memory slot after 8 shuffles and then,
+// after 8 more, overwrites its own; without a __syncthreads between the read and the write a
+// warp that runs ahead overwrites a slot that a slower warp has not read yet. Warps that moved in
+// lock step (one shuffle each per round) would never show it; the emulator lets some warps of
+// each block run ahead to their next barrier, as a GPU may.
+template <bool FIXED> static __global__ void warps_kernel(float *out)
+{
+    extern __shared__ float sh[];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    if (lane == 0)
+        sh[w] = (float)(w + 1);
+    __syncthreads();
+    float v = 0.0f;
+    for (int i = 0; i < 8; i++)
+        v += __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+    const float seen = sh[(w + 1) % nw];
+    for (int i = 0; i < 8; i++)
+        v += __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+    if (FIXED)
+        __syncthreads();
+    if (lane == 0)
+        sh[w] = -v;
+    out[threadIdx.x] = seen;
+}
+
+// Launches (of 8) in which some thread read an overwritten slot.
+static int warp_races(void (*k)(float *))
+{
+    float *d, h[128];
+    int seen = 0;
+    cudaMalloc(&d, sizeof(h));
+    for (int run = 0; run < 8; run++) {
+        k<<<1, 128, 4 * sizeof(float)>>>(d);
+        cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+        int bad = 0;
+        for (int i = 0; i < 128; i++)
+            bad |= h[i] != (float)((i / 32 + 1) % 4 + 1);
+        seen += bad;
+    }
+    cudaFree(d);
+    return seen;
+}
+
+static void test_warp_race_visible(void)
+{
+    TEST_EQ_INT(warp_races(warps_kernel<true>), 0);
+    TEST_CHECK(warp_races(warps_kernel<false>) > 0);
 }
 
 static __global__ void big_smem_kernel(float *out)
@@ -288,6 +338,7 @@ int main(void)
     TEST_RUN(test_indices);
     TEST_RUN(test_block_sum);
     TEST_RUN(test_race_visible);
+    TEST_RUN(test_warp_race_visible);
     TEST_RUN(test_launch_checks);
     TEST_RUN(test_memory_checks);
     TEST_RUN(test_divergence_reported);

@@ -103,7 +103,9 @@ struct fiber {
 struct warp_state {
     int arrived, expected;
     unsigned gen;
+    bool fast; /* this block's run: the warp's lanes go on within the round (see warp_meet) */
     uint64_t slot[2][32];
+    unsigned char bulk[2][32][EMU_GATHER_MAX]; /* warp_gather's, as slot */
 };
 
 static const size_t STACK_BYTES =
@@ -278,7 +280,7 @@ static void run_block(sched *s)
     }
     s->done = 0, s->bar_arrived = 0, s->bar_gen = 0;
     for (auto &w : s->warps)
-        w.arrived = 0, w.gen = 0;
+        w.arrived = 0, w.gen = 0, w.fast = rng_next(&s->rng) & 1;
     // Poison dynamic shared memory: a read before any write sees NaN bit patterns.
     if (!s->smem.empty())
         memset(s->smem.data(), 0xff, s->smem.size());
@@ -337,7 +339,11 @@ int lane_id()
     return S->f[S->cur].lane;
 }
 
-uint64_t warp_exchange(unsigned mask, uint64_t v, int src)
+/* The warp's next meeting of the lanes in mask: this lane publishes 8 bytes (v) in the slots and
+ * n bytes (bytes) in the bulk buffers, waits for the other lanes of mask (those present in the
+ * block), and gets the meeting's buffer index (the buffers alternate, so a lane that goes on to
+ * the next meeting cannot overwrite what a slower one still reads). */
+static unsigned warp_meet(unsigned mask, uint64_t v, const void *bytes, size_t n, int src)
 {
     sched *s = S;
     if (!s)
@@ -353,21 +359,52 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, int src)
             src, mask);
     unsigned slot = w->gen & 1;
     w->slot[slot][f->lane] = v;
+    if (n)
+        memcpy(w->bulk[slot][f->lane], bytes, n);
     int expected = __builtin_popcount(mask & present);
     if (++w->arrived == expected) {
         w->arrived = 0;
         w->gen++;
+        /* A slow warp's lanes wait for the next round (every warp moves one meeting a round);
+         * a fast warp's run on in this one, so it races ahead of the slow ones up to its next
+         * __syncthreads, as warps may on a GPU: shared memory that one warp overwrites while
+         * another still reads it (a missing __syncthreads) then gives wrong results. */
+        std::vector<int> &q = w->fast ? s->batch : s->ready;
         for (int i = f->warp * 32; i < f->warp * 32 + lanes; i++)
             if (s->f[i].state == F_WARP) {
                 s->f[i].state = F_READY;
-                s->ready.push_back(i);
+                q.push_back(i);
             }
     } else {
         f->state = F_WARP;
         leave(f, false);
         tid = f->tid;
     }
-    return w->slot[slot][src];
+    return slot;
+}
+
+uint64_t warp_exchange(unsigned mask, uint64_t v, int src)
+{
+    unsigned slot = warp_meet(mask, v, nullptr, 0, src);
+    return S->warps[S->f[S->cur].warp].slot[slot][src];
+}
+
+void warp_gather(const void *v, size_t n, void *all)
+{
+    if (n > EMU_GATHER_MAX)
+        die("warp_gather of %zu bytes a lane (at most %d)", n, EMU_GATHER_MAX);
+    if (S && S->n - S->f[S->cur].warp * 32 < 32)
+        die("a warp-wide matrix instruction (mma.sync, ldmatrix) in a warp of fewer than 32 "
+            "threads: it needs all 32 lanes");
+    unsigned slot = warp_meet(0xffffffffu, 0, v, n, 0);
+    const warp_state *w = &S->warps[S->f[S->cur].warp];
+    for (int l = 0; l < 32; l++)
+        memcpy((unsigned char *)all + (size_t)l * n, w->bulk[slot][l], n);
+}
+
+size_t dyn_smem_bytes()
+{
+    return S ? S->smem.size() : 0;
 }
 
 void *dyn_smem()

@@ -49,8 +49,14 @@ void sync_threads();
 /* A warp-wide exchange: every lane of the caller's warp in `mask` publishes `v` (8 bytes) and
  * gets back the value lane `src` published. */
 uint64_t warp_exchange(unsigned mask, uint64_t v, int src_lane);
+/* A warp-wide gather (all 32 lanes must call it, as mma.sync and ldmatrix need them): every lane
+ * publishes n <= EMU_GATHER_MAX bytes at v and gets the 32 lanes' bytes in lane order in all
+ * (32 * n bytes). */
+#define EMU_GATHER_MAX 32
+void warp_gather(const void *v, size_t n, void *all);
 int lane_id();
 void *dyn_smem();
+size_t dyn_smem_bytes(); /* the running launch's dynamic shared memory */
 
 struct launch_cfg {
     dim3 grid, block;

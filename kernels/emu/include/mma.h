@@ -145,4 +145,88 @@ static inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
 } // namespace wmma
 } // namespace nvcuda
 
+/* The PTX warp-level matrix instructions Gantry's tensor-core attention uses (kernels/mma.h
+ * wraps them: inline PTX on a GPU, these on the emulator). Unlike wmma their register layouts
+ * are specified (PTX ISA, "Matrix Fragments for mma.m16n8k16" and "ldmatrix"), and kernels rely
+ * on them, so the emulator implements exactly those layouts: a kernel that put an element in the
+ * wrong register gets a wrong result here as on a GPU. Both are warp-wide: all 32 lanes meet
+ * (emu::warp_gather), exchange their registers or row addresses, and each lane then computes
+ * its own part. In a lane, g = lane / 4 (groupID) and t = lane % 4 (threadID_in_group); a .b32
+ * register holding two bf16 keeps the lower-indexed element in its low 16 bits. */
+namespace emu {
+
+static inline float emu_bf16_lo(uint32_t r) { return emu_bf16_to_f32((unsigned short)(r & 0xffffu)); }
+static inline float emu_bf16_hi(uint32_t r) { return emu_bf16_to_f32((unsigned short)(r >> 16)); }
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d (16x8) = a (16x16) b (16x8) + c.
+ *   a: a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9],
+ *      a[3] = A[g+8][2t+8, 2t+9]
+ *   b: b[0] = B[2t, 2t+1][g], b[1] = B[2t+8, 2t+9][g]
+ *   c, d: c[0], c[1] = C[g][2t, 2t+1], c[2], c[3] = C[g+8][2t, 2t+1]
+ * Products of the bf16 values are summed in fp32 in k order onto c (the hardware's order inside
+ * the instruction is not specified). d may be c. */
+static inline void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2],
+                                     const float c[4])
+{
+    struct regs {
+        uint32_t a[4], b[2];
+    } mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all[32];
+    warp_gather(&mine, sizeof mine, all);
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l / 4, t = l % 4;
+        for (int r = 0; r < 4; r++) {
+            int row = g + (r & 1) * 8, col = 2 * t + (r >> 1) * 8;
+            A[row][col] = emu_bf16_lo(all[l].a[r]), A[row][col + 1] = emu_bf16_hi(all[l].a[r]);
+        }
+        for (int r = 0; r < 2; r++) {
+            int k = 2 * t + r * 8;
+            B[k][g] = emu_bf16_lo(all[l].b[r]), B[k + 1][g] = emu_bf16_hi(all[l].b[r]);
+        }
+    }
+    const int g = lane_id() / 4, t = lane_id() % 4;
+    float out[4];
+    for (int e = 0; e < 4; e++) {
+        int row = g + (e >> 1) * 8, col = 2 * t + (e & 1);
+        float s = c[e];
+        for (int k = 0; k < 16; k++)
+            s += A[row][k] * B[k][col];
+        out[e] = s;
+    }
+    for (int e = 0; e < 4; e++)
+        d[e] = out[e];
+}
+
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: four 8x8 matrices of 16-bit elements; lane
+ * 8i + r gives the address of row r of matrix i (16 bytes, 16-byte aligned, in shared memory).
+ * Lane (g, t) receives in r[i] matrix i's elements [g][2t], [g][2t+1], or with trans [2t][g],
+ * [2t+1][g] (low half first). The rows are read once all lanes have met, as the instruction
+ * reads them: a lane's earlier shared-memory writes need a barrier before it, as on a GPU. */
+static inline void ldmatrix_x4(uint32_t r[4], const void *row, bool trans)
+{
+    const char *base = (const char *)dyn_smem();
+    const char *p = (const char *)row;
+    if ((uintptr_t)p % 16 || !base || p < base || p + 16 > base + dyn_smem_bytes()) {
+        fprintf(stderr, "emu: ldmatrix: row address %p must be 16-byte aligned and inside the "
+                        "block's dynamic shared memory\n", row);
+        abort();
+    }
+    const void *all[32];
+    warp_gather(&row, sizeof row, all);
+    const int g = lane_id() / 4, t = lane_id() % 4;
+    for (int i = 0; i < 4; i++) {
+        uint16_t lo, hi;
+        if (trans) {
+            memcpy(&lo, (const char *)all[8 * i + 2 * t] + 2 * g, 2);
+            memcpy(&hi, (const char *)all[8 * i + 2 * t + 1] + 2 * g, 2);
+        } else {
+            memcpy(&lo, (const char *)all[8 * i + g] + 4 * t, 2);
+            memcpy(&hi, (const char *)all[8 * i + g] + 4 * t + 2, 2);
+        }
+        r[i] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+}
+
+} // namespace emu
+
 #endif /* GANTRY_EMU_MMA_H */

@@ -1,0 +1,127 @@
+/*
+ * tensorcore.h - the warp-level tensor-core instructions of the fused bf16 attention
+ * (kernels/attention.cu): mma.sync m16n8k16 (bf16 operands, fp32 accumulators) and ldmatrix
+ * (8x8 tiles of 16-bit elements from shared memory into the operands' registers).
+ *
+ * Unlike nvcuda::wmma these have a documented register layout (PTX ISA, "Matrix Fragments for
+ * mma.m16n8k16 with floating point type" and "ldmatrix"), so a kernel can keep its scores and
+ * accumulators in registers and reuse an accumulator as the next product's operand, which is
+ * what FlashAttention-2 does. In a lane, g = lane / 4 and t = lane % 4; a 32-bit register of two
+ * bf16 holds the lower-indexed element in its low half:
+ *   A (16x16, row-major):  a[0] = A[g][2t..2t+1]    a[1] = A[g+8][2t..2t+1]
+ *                          a[2] = A[g][2t+8..2t+9]  a[3] = A[g+8][2t+8..2t+9]
+ *   B (16x8):              b[0] = B[2t..2t+1][g]    b[1] = B[2t+8..2t+9][g]
+ *   C, D (16x8, fp32):     c[0], c[1] = C[g][2t], C[g][2t+1]; c[2], c[3] = C[g+8][2t], C[g+8][2t+1]
+ * So the accumulators of two adjacent 16x8 products (columns n0..n0+15) are, packed to bf16, the
+ * A operand of the next product over k = n0..n0+15 (tc_pack_a).
+ *
+ * On a GPU (sm_80 and later) the functions are inline PTX; on the CUDA emulator
+ * (kernels/emu/include/mma.h) the same instructions with the same layouts, computed on the CPU.
+ */
+#ifndef GANTRY_TENSORCORE_H
+#define GANTRY_TENSORCORE_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+#if !defined(__CUDACC__)
+#include <mma.h> /* the emulator's emu::mma_m16n8k16_bf16, emu::ldmatrix_x4 */
+#endif
+
+/* d (16x8) += a (16x16) b (16x8); every lane of the warp must call it (mma.sync.aligned). */
+static __device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+#if defined(__CUDA_ARCH__)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif !defined(__CUDACC__)
+    emu::mma_m16n8k16_bf16(d, a, b, d);
+#else
+    (void)d, (void)a, (void)b;
+#endif
+}
+
+/* ldmatrix .x4: lane 8i + r passes the address of row r of 8x8 matrix i (16 bytes, 16-byte
+ * aligned, shared memory); r[i] receives matrix i's [g][2t..2t+1], or with trans its
+ * [2t..2t+1][g]. Warp-wide. */
+static __device__ __forceinline__ void tc_ldmatrix_x4(uint32_t r[4], const void *row)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+#elif !defined(__CUDACC__)
+    emu::ldmatrix_x4(r, row, false);
+#else
+    (void)r, (void)row;
+#endif
+}
+static __device__ __forceinline__ void tc_ldmatrix_x4_trans(uint32_t r[4], const void *row)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+#elif !defined(__CUDACC__)
+    emu::ldmatrix_x4(r, row, true);
+#else
+    (void)r, (void)row;
+#endif
+}
+
+/* Two fp32 values rounded to bf16 (to nearest even) in one register, lo in the low half. */
+static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
+{
+    __nv_bfloat16 l = __float2bfloat16_rn(lo), h = __float2bfloat16_rn(hi);
+    uint16_t ul, uh;
+    memcpy(&ul, &l, 2);
+    memcpy(&uh, &h, 2);
+    return (uint32_t)ul | (uint32_t)uh << 16;
+}
+
+/* The A operand (16x16 over k = 16 columns) from the fp32 accumulators c0 (columns 0-7) and c1
+ * (columns 8-15) of two 16x8 products, rounded to bf16 (the layouts above line up). */
+static __device__ __forceinline__ void tc_pack_a(uint32_t a[4], const float c0[4],
+                                                 const float c1[4])
+{
+    a[0] = tc_pack(c0[0], c0[1]);
+    a[1] = tc_pack(c0[2], c0[3]);
+    a[2] = tc_pack(c1[0], c1[1]);
+    a[3] = tc_pack(c1[2], c1[3]);
+}
+
+/* Fragments from a row-major bf16 tile in shared memory with a row stride of LD elements
+ * (LD * 2 a multiple of 16 bytes):
+ *   tc_load_a:    A = tile rows 0-15, columns k0..k0+15
+ *   tc_load_b_nk: B (k0..k0+15, n0..n0+15) = tile^T, the tile stored [n][k] (K used as K^T):
+ *                 b[0..1] the 16x8 operand of columns n0..n0+7, b[2..3] of n0+8..n0+15
+ *   tc_load_b_kn: B (k0..k0+15, n0..n0+15) = the tile stored [k][n] (V in P V), likewise */
+template <int LD>
+static __device__ __forceinline__ void tc_load_a(uint32_t a[4], const __nv_bfloat16 *tile, int k0)
+{
+    const int l = threadIdx.x % 32;
+    tc_ldmatrix_x4(a, tile + (l % 16) * LD + k0 + (l / 16) * 8);
+}
+template <int LD>
+static __device__ __forceinline__ void tc_load_b_nk(uint32_t b[4], const __nv_bfloat16 *tile,
+                                                    int n0, int k0)
+{
+    const int l = threadIdx.x % 32;
+    tc_ldmatrix_x4(b, tile + (n0 + l % 8 + (l / 16) * 8) * LD + k0 + (l / 8 % 2) * 8);
+}
+template <int LD>
+static __device__ __forceinline__ void tc_load_b_kn(uint32_t b[4], const __nv_bfloat16 *tile,
+                                                    int k0, int n0)
+{
+    const int l = threadIdx.x % 32;
+    tc_ldmatrix_x4_trans(b, tile + (k0 + l % 16) * LD + n0 + (l / 16) * 8);
+}
+
+#endif /* GANTRY_TENSORCORE_H */
