@@ -389,7 +389,7 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, int src)
     return S->warps[S->f[S->cur].warp].slot[slot][src];
 }
 
-void warp_gather(const void *v, size_t n, void *all)
+const unsigned char *warp_gather(const void *v, size_t n)
 {
     if (n > EMU_GATHER_MAX)
         die("warp_gather of %zu bytes a lane (at most %d)", n, EMU_GATHER_MAX);
@@ -397,9 +397,7 @@ void warp_gather(const void *v, size_t n, void *all)
         die("a warp-wide matrix instruction (mma.sync, ldmatrix) in a warp of fewer than 32 "
             "threads: it needs all 32 lanes");
     unsigned slot = warp_meet(0xffffffffu, 0, v, n, 0);
-    const warp_state *w = &S->warps[S->f[S->cur].warp];
-    for (int l = 0; l < 32; l++)
-        memcpy((unsigned char *)all + (size_t)l * n, w->bulk[slot][l], n);
+    return S->warps[S->f[S->cur].warp].bulk[slot][0];
 }
 
 size_t dyn_smem_bytes()

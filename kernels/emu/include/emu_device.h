@@ -50,10 +50,11 @@ void sync_threads();
  * gets back the value lane `src` published. */
 uint64_t warp_exchange(unsigned mask, uint64_t v, int src_lane);
 /* A warp-wide gather (all 32 lanes must call it, as mma.sync and ldmatrix need them): every lane
- * publishes n <= EMU_GATHER_MAX bytes at v and gets the 32 lanes' bytes in lane order in all
- * (32 * n bytes). */
+ * publishes n <= EMU_GATHER_MAX bytes at v and gets the warp's buffer, where lane l's bytes
+ * start at l * EMU_GATHER_MAX. Valid until the lane's next warp operation (the buffers
+ * alternate, so no lane can overwrite it sooner). */
 #define EMU_GATHER_MAX 32
-void warp_gather(const void *v, size_t n, void *all);
+const unsigned char *warp_gather(const void *v, size_t n);
 int lane_id();
 void *dyn_smem();
 size_t dyn_smem_bytes(); /* the running launch's dynamic shared memory */

@@ -155,8 +155,14 @@ static inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
  * register holding two bf16 keeps the lower-indexed element in its low 16 bits. */
 namespace emu {
 
-static inline float emu_bf16_lo(uint32_t r) { return emu_bf16_to_f32((unsigned short)(r & 0xffffu)); }
-static inline float emu_bf16_hi(uint32_t r) { return emu_bf16_to_f32((unsigned short)(r >> 16)); }
+static inline float emu_bf16_lo(uint32_t r)
+{
+    return emu_bf16_to_f32((unsigned short)(r & 0xffffu));
+}
+static inline float emu_bf16_hi(uint32_t r)
+{
+    return emu_bf16_to_f32((unsigned short)(r >> 16));
+}
 
 /* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d (16x8) = a (16x16) b (16x8) + c.
  *   a: a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9],
@@ -170,27 +176,30 @@ static inline void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint
 {
     struct regs {
         uint32_t a[4], b[2];
-    } mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all[32];
-    warp_gather(&mine, sizeof mine, all);
-    float A[16][16], B[16][8];
-    for (int l = 0; l < 32; l++) {
-        int g = l / 4, t = l % 4;
-        for (int r = 0; r < 4; r++) {
-            int row = g + (r & 1) * 8, col = 2 * t + (r >> 1) * 8;
-            A[row][col] = emu_bf16_lo(all[l].a[r]), A[row][col + 1] = emu_bf16_hi(all[l].a[r]);
+    } mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+    const unsigned char *all = warp_gather(&mine, sizeof mine);
+    /* lane l's registers; a lane reads only what its outputs need: rows g and g+8 of A (held by
+     * lanes 4g..4g+3) and columns 2t, 2t+1 of B (lanes 8t..8t+3 and 8t+4..8t+7) */
+    auto R = [all](int l) -> const regs * { return (const regs *)(all + l * EMU_GATHER_MAX); };
+    const int g = lane_id() / 4, t = lane_id() % 4;
+    float A[2][16], B[2][16];
+    for (int q = 0; q < 4; q++) { /* lane 4g + q holds columns 2q, 2q+1 and 2q+8, 2q+9 */
+        const regs *r = R(4 * g + q);
+        for (int h = 0; h < 2; h++) { /* h: row g (registers 0, 2) or g + 8 (1, 3) */
+            A[h][2 * q] = emu_bf16_lo(r->a[h]), A[h][2 * q + 1] = emu_bf16_hi(r->a[h]);
+            A[h][2 * q + 8] = emu_bf16_lo(r->a[h + 2]), A[h][2 * q + 9] = emu_bf16_hi(r->a[h + 2]);
         }
-        for (int r = 0; r < 2; r++) {
-            int k = 2 * t + r * 8;
-            B[k][g] = emu_bf16_lo(all[l].b[r]), B[k + 1][g] = emu_bf16_hi(all[l].b[r]);
+        for (int j = 0; j < 2; j++) { /* column 2t + j is held by the lanes with g' = 2t + j */
+            const regs *rb = R(4 * (2 * t + j) + q);
+            B[j][2 * q] = emu_bf16_lo(rb->b[0]), B[j][2 * q + 1] = emu_bf16_hi(rb->b[0]);
+            B[j][2 * q + 8] = emu_bf16_lo(rb->b[1]), B[j][2 * q + 9] = emu_bf16_hi(rb->b[1]);
         }
     }
-    const int g = lane_id() / 4, t = lane_id() % 4;
     float out[4];
-    for (int e = 0; e < 4; e++) {
-        int row = g + (e >> 1) * 8, col = 2 * t + (e & 1);
+    for (int e = 0; e < 4; e++) { /* d[e]: row g + (e / 2) * 8, column 2t + e % 2 */
         float s = c[e];
         for (int k = 0; k < 16; k++)
-            s += A[row][k] * B[k][col];
+            s += A[e >> 1][k] * B[e & 1][k];
         out[e] = s;
     }
     for (int e = 0; e < 4; e++)
@@ -211,17 +220,19 @@ static inline void ldmatrix_x4(uint32_t r[4], const void *row, bool trans)
                         "block's dynamic shared memory\n", row);
         abort();
     }
-    const void *all[32];
-    warp_gather(&row, sizeof row, all);
+    const unsigned char *buf = warp_gather(&row, sizeof row);
+    const char *all[32]; /* the lanes' row addresses */
+    for (int l = 0; l < 32; l++)
+        memcpy(&all[l], buf + l * EMU_GATHER_MAX, sizeof(all[l]));
     const int g = lane_id() / 4, t = lane_id() % 4;
     for (int i = 0; i < 4; i++) {
         uint16_t lo, hi;
         if (trans) {
-            memcpy(&lo, (const char *)all[8 * i + 2 * t] + 2 * g, 2);
-            memcpy(&hi, (const char *)all[8 * i + 2 * t + 1] + 2 * g, 2);
+            memcpy(&lo, all[8 * i + 2 * t] + 2 * g, 2);
+            memcpy(&hi, all[8 * i + 2 * t + 1] + 2 * g, 2);
         } else {
-            memcpy(&lo, (const char *)all[8 * i + g] + 4 * t, 2);
-            memcpy(&hi, (const char *)all[8 * i + g] + 4 * t + 2, 2);
+            memcpy(&lo, all[8 * i + g] + 4 * t, 2);
+            memcpy(&hi, all[8 * i + g] + 4 * t + 2, 2);
         }
         r[i] = (uint32_t)lo | (uint32_t)hi << 16;
     }
