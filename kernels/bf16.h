@@ -21,6 +21,17 @@
  *      layernorm_forward_bf16: layernorm_forward with the normalised output rounded to bf16
  *                              (mean, rstd fp32, as the fp32 backward needs them)
  *      gelu_forward_bf16:      gelu_forward with the output rounded to bf16
+ *    and fused variants that save whole passes over activations in the bf16 training step
+ *    (worker/model_gpu.cu), each equal to a sequence of the launchers above:
+ *      matmul_forward_mixed_residual: out = res + (inp @ weight^T + bias), the residual add in
+ *                             the GEMM's epilogue (beta = 1 with C = res): no separate GEMM output
+ *                             and residual kernel (out must not overlap res)
+ *      matmul_backward_mixed_set: matmul_backward_mixed with dinp overwritten (=) instead of
+ *                             accumulated: no clearing pass before it, and the GEMM does not read
+ *                             dinp
+ *      gelu_backward_bf16:     dinp = dout * gelu'(inp), overwritten (fp32: the next GEMM's bias
+ *                             gradient reads it), and dinp16 = dinp rounded to bf16 (that GEMM's
+ *                             operand), in one pass instead of a clear, gelu_backward and a cast
  *    GEMM dimensions (C, OC) must be multiples of 8 and the bf16 operands 16-byte aligned
  *    (cuBLASLt's bf16 alignment; cudaMalloc's 256-byte alignment plus offsets of whole rows
  *    of 8 elements keep both).
@@ -102,6 +113,14 @@ void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float
                             const float *weight, const float *bias, int N, int C,
                             struct CUstream_st *stream);
 void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, struct CUstream_st *stream);
+void matmul_forward_mixed_residual(float *out, const float *res, const uint16_t *inp,
+                                   const uint16_t *weight, const float *bias, int N, int C, int OC,
+                                   struct CUstream_st *stream);
+void matmul_backward_mixed_set(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const uint16_t *dout16, const uint16_t *inp, const uint16_t *weight,
+                               int N, int C, int OC, struct CUstream_st *stream);
+void gelu_backward_bf16(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
+                        size_t n, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,24 @@ static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const
     }
 }
 
+/* dinp = dout * gelu'(inp), overwritten, and its bf16 rounding: gelu_backward into zeros, then a
+ * cast */
+static __global__ void gelu_backward_bf16_kernel(float *dinp, uint16_t *dinp16, const float *inp,
+                                                 const float *dout, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+        float t = tanhf(u);
+        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+        /* 0 + x, as when accumulated into zeros (a -0 product becomes +0) */
+        float d = 0.0f + dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+        dinp[i] = d;
+        dinp16[i] = bf16_from_f32(d);
+    }
+}
+
 extern "C" void gelu_forward(float *out, const float *inp, size_t n, struct CUstream_st *stream)
 {
     const int block = 256;
@@ -66,5 +84,16 @@ extern "C" void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n,
     if (n == 0)
         return;
     gelu_forward_bf16_kernel<<<(unsigned)CEIL_DIV(n, block), block, 0, stream>>>(out, inp, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void gelu_backward_bf16(float *dinp, uint16_t *dinp16, const float *inp,
+                                   const float *dout, size_t n, struct CUstream_st *stream)
+{
+    const int block = 256;
+    if (n == 0)
+        return;
+    gelu_backward_bf16_kernel<<<(unsigned)CEIL_DIV(n, block), block, 0, stream>>>(dinp, dinp16,
+                                                                                 inp, dout, n);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -27,6 +27,7 @@ struct gemm {
     cublasLtEpilogue_t epi;
     const void *bias; /* with a BIAS epilogue; of d_type */
     void *aux;        /* with GELU_AUX: the pre-activation, ld = ldd */
+    const void *c;    /* C when beta != 0 and it is not d (same type and ld as d) */
 };
 
 /* Largest power of two (<= 256) dividing the address. cuBLASLt's heuristic otherwise assumes
@@ -44,7 +45,7 @@ static uint32_t align_of(const void *p)
  * and a training step repeats the same few GEMM shapes. Not thread-safe (gpu.h). */
 struct algo_key {
     int ta, tb, m, n, k, lda, ldb, ldd, ab_type, d_type, epi, bias, aux;
-    uint32_t align[3];
+    uint32_t align[4]; /* a, b, d, c */
 };
 #define ALGO_CACHE_MAX 128
 static struct {
@@ -66,7 +67,8 @@ static int gemm_algo(const struct gemm *g, cublasLtMatmulDesc_t op, cublasLtMatr
     memset(&key, 0, sizeof(key)); /* padding too: keys are compared with memcmp */
     key = (struct algo_key){g->ta, g->tb, g->m, g->n, g->k, g->lda, g->ldb, g->ldd,
                             (int)g->ab_type, (int)g->d_type, (int)g->epi, g->bias != NULL,
-                            g->aux != NULL, {align_of(g->a), align_of(g->b), align_of(g->d)}};
+                            g->aux != NULL, {align_of(g->a), align_of(g->b), align_of(g->d),
+                             align_of(g->c ? g->c : g->d)}};
     for (int i = 0; i < algo_cache_n; i++) {
         if (memcmp(&algo_cache[i].key, &key, sizeof(key)) == 0) {
             *algo = algo_cache[i].algo;
@@ -83,7 +85,7 @@ static int gemm_algo(const struct gemm *g, cublasLtMatmulDesc_t op, cublasLtMatr
     const cublasLtMatmulPreferenceAttributes_t attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    const uint32_t al[4] = {key.align[0], key.align[1], key.align[2], key.align[2]};
+    const uint32_t al[4] = {key.align[0], key.align[1], key.align[3], key.align[2]};
     for (int i = 0; i < 4; i++)
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &al[i], sizeof(al[i])));
     cublasStatus_t st =
@@ -138,7 +140,7 @@ static int gemm_run(const struct gemm *g, cudaStream_t stream, bool optional = f
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, g->d_type, g->m, g->n, g->ldd));
     if (gemm_algo(g, op, la, lb, ld, &algo, optional)) {
         cublasStatus_t st = cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta,
-                                           g->d, ld, g->d, ld, &algo, rt->workspace,
+                                           g->c ? g->c : g->d, ld, g->d, ld, &algo, rt->workspace,
                                            GPU_WORKSPACE_BYTES, stream);
         if (st != CUBLAS_STATUS_SUCCESS && optional)
             rc = -1; /* the caller's fallback computes the same thing */
@@ -164,7 +166,7 @@ static void forward_gemm(void *out, const void *inp, const void *weight, const v
                          cudaDataType_t t, int N, int C, int OC, cudaStream_t stream)
 {
     struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, t, t, 0.0f,
-                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL};
+                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, NULL};
     gemm_run(&g, stream);
 }
 
@@ -232,7 +234,7 @@ extern "C" void matmul_forward_gelu(float *out, float *pre, const float *inp, co
     if (N == 0 || OC == 0)
         return;
     struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_32F, CUDA_R_32F,
-                     0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre};
+                     0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre, NULL};
     /* cuBLASLt's GELU_AUX epilogue needs the aux (pre) leading dimension divisible by 8 and
      * the aux pointer 16-byte aligned (not part of the heuristic's inputs: checked here) */
     if (OC % 8 == 0 && (uintptr_t)pre % 16 == 0 && gemm_run(&g, stream, true) == 0)
@@ -258,11 +260,11 @@ static void backward_gemms(void *dinp, float *dweight, const void *dout, const v
 {
     if (dinp) {
         struct gemm g = {false, false, C, N, OC, weight, dout, C, OC, dinp, C, t, t, 1.0f,
-                         CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+                         CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL};
         gemm_run(&g, stream);
     }
     struct gemm g = {false, true, C, OC, N, inp, dout, C, OC, dweight, C, t, CUDA_R_32F, 1.0f,
-                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+                     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL};
     gemm_run(&g, stream);
 }
 
@@ -372,8 +374,27 @@ extern "C" void matmul_forward_mixed(float *out, const uint16_t *inp, const uint
     if (N == 0 || OC == 0)
         return;
     struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_16BF, CUDA_R_32F,
-                     0.0f, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL};
+                     0.0f, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL,
+                     NULL};
     gemm_run(&g, stream);
+}
+
+static void backward_mixed(float *dinp, float dinp_beta, float *dweight, float *dbias,
+                           const float *dout, const uint16_t *dout16, const uint16_t *inp,
+                           const uint16_t *weight, int N, int C, int OC, cudaStream_t stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    if (dinp) { /* (N, C) (+)= (N, OC) @ (OC, C), accumulated in fp32 */
+        struct gemm g = {false, false, C, N, OC, weight, dout16, C, OC, dinp, C, CUDA_R_16BF,
+                         CUDA_R_32F, dinp_beta, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL};
+        gemm_run(&g, stream);
+    }
+    struct gemm g = {false, true, C, OC, N, inp, dout16, C, OC, dweight, C, CUDA_R_16BF,
+                     CUDA_R_32F, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL};
+    gemm_run(&g, stream);
+    if (dbias) /* from the fp32 gradient: the bias sees no bf16 rounding */
+        colsum<float>(dbias, dout, N, OC, stream);
 }
 
 extern "C" void matmul_backward_mixed(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -381,16 +402,25 @@ extern "C" void matmul_backward_mixed(float *dinp, float *dweight, float *dbias,
                                       const uint16_t *weight, int N, int C, int OC,
                                       struct CUstream_st *stream)
 {
+    backward_mixed(dinp, 1.0f, dweight, dbias, dout, dout16, inp, weight, N, C, OC, stream);
+}
+
+extern "C" void matmul_backward_mixed_set(float *dinp, float *dweight, float *dbias,
+                                          const float *dout, const uint16_t *dout16,
+                                          const uint16_t *inp, const uint16_t *weight, int N,
+                                          int C, int OC, struct CUstream_st *stream)
+{
+    backward_mixed(dinp, 0.0f, dweight, dbias, dout, dout16, inp, weight, N, C, OC, stream);
+}
+
+extern "C" void matmul_forward_mixed_residual(float *out, const float *res, const uint16_t *inp,
+                                              const uint16_t *weight, const float *bias, int N,
+                                              int C, int OC, struct CUstream_st *stream)
+{
     if (N == 0 || OC == 0)
         return;
-    if (dinp) { /* (N, C) += (N, OC) @ (OC, C), accumulated in fp32 */
-        struct gemm g = {false, false, C, N, OC, weight, dout16, C, OC, dinp, C, CUDA_R_16BF,
-                         CUDA_R_32F, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
-        gemm_run(&g, stream);
-    }
-    struct gemm g = {false, true, C, OC, N, inp, dout16, C, OC, dweight, C, CUDA_R_16BF,
-                     CUDA_R_32F, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+    struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_16BF, CUDA_R_32F,
+                     1.0f, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL,
+                     res};
     gemm_run(&g, stream);
-    if (dbias) /* from the fp32 gradient: the bias sees no bf16 rounding */
-        colsum<float>(dbias, dout, N, OC, stream);
 }

@@ -721,6 +721,26 @@ static void matmul_mixed_run(int N, int C, int OC, uint64_t s)
             acc += dout[(size_t)i * OC + o];
         db[o] = (float)(db[o] + acc);
     }
+    /* the residual add in the epilogue: out = res + (inp @ w^T + b); out starts as NaN */
+    float *res = gt_randv(no, &s, -2, 2), *d_res = IN_F(res, no);
+    CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));
+    matmul_forward_cpu(out, inp, w, b, N, C, OC);
+    for (size_t i = 0; i < no; i++)
+        out[i] += res[i];
+    matmul_forward_mixed_residual(d_out, d_res, d_inp, d_w, d_b, N, C, OC, 0);
+    launched("matmul_forward_mixed_residual");
+    check("matmul_forward_mixed_residual", "out", d_out, out, no, atol, rtol);
+    free(res);
+    /* dinp overwritten: from NaN (a GEMM that read it would give NaN), as the CPU into zeros */
+    float *d_dinp_set = OUT_F(NULL, ni), *dinp_set = (float *)calloc(ni + 1, sizeof(float));
+    float *dw_set = gt_copyv(dw, nw), *d_dw_set = OUT_F(dw, nw);
+    matmul_backward_cpu(dinp_set, dw_set, NULL, dout_r, inp, w, N, C, OC);
+    matmul_backward_mixed_set(d_dinp_set, d_dw_set, NULL, d_dout, d_dout16, d_inp, d_w, N, C, OC,
+                              0);
+    launched("matmul_backward_mixed_set");
+    check("matmul_backward_mixed_set", "dinp", d_dinp_set, dinp_set, ni, atol, rtol);
+    check("matmul_backward_mixed_set", "dweight", d_dw_set, dw_set, nw, atol * 10, rtol);
+    free(dinp_set), free(dw_set);
     matmul_backward_cpu(dinp, dw, NULL, dout_r, inp, w, N, C, OC);
     matmul_backward_mixed(d_dinp, d_dw, d_db, d_dout, d_dout16, d_inp, d_w, N, C, OC, 0);
     launched("matmul_backward_mixed");
@@ -940,6 +960,18 @@ static void case_gelu(uint64_t *r)
     gelu_forward_bf16(d_o16, d_x, n, 0);
     launched("gelu_forward_bf16");
     check_bf16("gelu_forward_bf16", "out", d_o16, out, n, 1e-6, 2.0 / 512);
+    /* overwritten (from NaN) with its bf16 copy: the CPU's backward into zeros */
+    float *dset = (float *)calloc(n + 1, sizeof(float)), *d_dset = OUT_F(NULL, n);
+    uint16_t *d_dset16 = bf16_out(NULL, n);
+    gelu_backward_cpu(dset, x, dout, n);
+    gelu_backward_bf16(d_dset, d_dset16, d_x, d_dout, n, 0);
+    launched("gelu_backward_bf16");
+    check("gelu_backward_bf16", "dinp", d_dset, dset, n, GT_F32_ATOL, GT_F32_RTOL);
+    float *got = gt_down(d_dset, n); /* dinp16 is dinp rounded to bf16, bit for bit */
+    for (size_t i = 0; i < n; i++)
+        got[i] = bf16_round(got[i]);
+    check_bf16("gelu_backward_bf16", "dinp16", d_dset16, got, n, 0, 0);
+    free(dset), free(got);
     gelu_backward_cpu(dinp, x, dout, n);
     gelu_backward(d_dinp, d_x, d_dout, n, 0);
     launched("gelu_backward");

@@ -128,22 +128,26 @@ static void fc_forward(struct model_gpu *g, float *out, const float *inp32, cons
         matmul_forward_mixed(out, inp16, P16(w) + lw, P(b) + lb, N, C, OC, g->s);
 }
 
-/* dinp (zeroed here) = dout @ w; dw += dout^T @ inp; db += colsum(dout). bf16 path: dout is
- * rounded to bf16 once (the GEMMs' operand), inp is the saved bf16 input; dinp, dw and db stay
- * fp32 (db from the fp32 dout). */
-static void fc_backward(struct model_gpu *g, float *dinp, const float *dout, const float *inp32,
-                        const uint16_t *inp16, const char *w, const char *b, size_t lw, size_t lb,
-                        int N, int C, int OC)
+/* dinp = dout @ w (overwritten); dw += dout^T @ inp; db += colsum(dout). bf16 path: dout is
+ * rounded to bf16 once (the GEMMs' operand; dout16 when the caller has it already, as
+ * gelu_backward_bf16 gives it), inp is the saved bf16 input; dinp, dw and db stay fp32 (db from
+ * the fp32 dout), and the GEMM writes dinp without reading it (no clearing pass). */
+static void fc_backward(struct model_gpu *g, float *dinp, const float *dout,
+                        const uint16_t *dout16, const float *inp32, const uint16_t *inp16,
+                        const char *w, const char *b, size_t lw, size_t lb, int N, int C, int OC)
 {
     cudaStream_t s = g->s;
-    CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), s));
     if (!g->bf16) {
+        CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), s));
         matmul_backward(dinp, G(w) + lw, G(b) + lb, dout, inp32, P(w) + lw, N, C, OC, s);
         return;
     }
-    cast_f32_to_bf16(g->s16a, dout, (size_t)N * OC, s);
-    matmul_backward_mixed(dinp, G(w) + lw, G(b) + lb, dout, g->s16a, inp16, P16(w) + lw, N, C,
-                          OC, s);
+    if (!dout16) {
+        cast_f32_to_bf16(g->s16a, dout, (size_t)N * OC, s);
+        dout16 = g->s16a;
+    }
+    matmul_backward_mixed_set(dinp, G(w) + lw, G(b) + lb, dout, dout16, inp16, P16(w) + lw, N, C,
+                              OC, s);
 }
 
 /* The Transformer's forward up to the pooled (B, C) features. */
@@ -173,17 +177,16 @@ static void transformer_forward(struct model_gpu *g)
             else
                 attention_forward_mixed(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
             cast_f32_to_bf16(attyh, atty, NC, s);
-            fc_forward(g, g->attproj, NULL, attyh, "attprojw", "attprojb", (size_t)l * C * C,
-                       (size_t)l * C, N, C, C);
-            residual_forward(res2, x, g->attproj, (long)NC, s);
+            /* res2 = x + attyh @ attprojw^T + b: the residual add in the GEMM's epilogue */
+            matmul_forward_mixed_residual(res2, x, attyh, P16("attprojw") + (size_t)l * C * C,
+                                          P("attprojb") + (size_t)l * C, N, C, C, s);
             layernorm_forward_bf16(ln2h, g->ln2m + l * N, g->ln2r + l * N, res2,
                                    P("ln2w") + l * C, P("ln2b") + l * C, N, C, s);
             fc_forward(g, fch, NULL, ln2h, "fcw", "fcb", (size_t)l * F * C, (size_t)l * F, N, C,
                        F);
             gelu_forward_bf16(fchgh, fch, NF, s); /* the pre-activation fch stays fp32 */
-            fc_forward(g, g->fcproj, NULL, fchgh, "fcprojw", "fcprojb", (size_t)l * C * F,
-                       (size_t)l * C, N, F, C);
-            residual_forward(res3, res2, g->fcproj, (long)NC, s);
+            matmul_forward_mixed_residual(res3, res2, fchgh, P16("fcprojw") + (size_t)l * C * F,
+                                          P("fcprojb") + (size_t)l * C, N, F, C, s);
             x = res3;
             continue;
         }
@@ -294,15 +297,22 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         const uint16_t *attyh = g->bf16 ? g->attyh + l * NC : NULL;
         const uint16_t *ln2h = g->bf16 ? g->ln2h + l * NC : NULL;
         const uint16_t *fchgh = g->bf16 ? g->fchgh + l * NF : NULL;
-        fc_backward(g, g->dfchg, g->dres, fchg, fchgh, "fcprojw", "fcprojb", (size_t)l * C * F,
-                    (size_t)l * C, N, F, C);
-        CUDA_CHECK(cudaMemsetAsync(g->dfch, 0, NF * sizeof(float), s));
-        gelu_backward(g->dfch, fch, g->dfchg, NF, s);
-        fc_backward(g, g->dln, g->dfch, ln2, ln2h, "fcw", "fcb", (size_t)l * F * C,
+        fc_backward(g, g->dfchg, g->dres, NULL, fchg, fchgh, "fcprojw", "fcprojb",
+                    (size_t)l * C * F, (size_t)l * C, N, F, C);
+        const uint16_t *dfch16 = NULL;
+        if (g->bf16) { /* dfch overwritten, and its bf16 copy for the GEMM, in one pass */
+            gelu_backward_bf16(g->dfch, g->s16a, fch, g->dfchg, NF, s);
+            dfch16 = g->s16a;
+        } else {
+            CUDA_CHECK(cudaMemsetAsync(g->dfch, 0, NF * sizeof(float), s));
+            gelu_backward(g->dfch, fch, g->dfchg, NF, s);
+        }
+        fc_backward(g, g->dln, g->dfch, dfch16, ln2, ln2h, "fcw", "fcb", (size_t)l * F * C,
                     (size_t)l * F, N, C, F);
         layernorm_backward(g->dres, G("ln2w") + l * C, G("ln2b") + l * C, g->dln, res2,
                            P("ln2w") + l * C, g->ln2m + l * N, g->ln2r + l * N, N, C, s);
-        fc_backward(g, g->datty, g->dres, g->bf16 ? NULL : atty, attyh, "attprojw", "attprojb",
+        fc_backward(g, g->datty, g->dres, NULL, g->bf16 ? NULL : atty, attyh, "attprojw",
+                    "attprojb",
                     (size_t)l * C * C, (size_t)l * C, N, C, C);
         CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
         if (g->fused && g->bf16)
@@ -316,7 +326,7 @@ static void backward_body(struct model_gpu *g, float loss_scale)
                                      NH, s);
         else
             attention_backward(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C, NH, s);
-        fc_backward(g, g->dln, g->dqkv, ln1, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
+        fc_backward(g, g->dln, g->dqkv, NULL, ln1, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
                     (size_t)l * 3 * C, N, C, 3 * C);
         layernorm_backward(g->dres, G("ln1w") + l * C, G("ln1b") + l * C, g->dln, x,
                            P("ln1w") + l * C, g->ln1m + l * N, g->ln1r + l * N, N, C, s);
@@ -499,8 +509,9 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
             g->lse = dalloc(L * B * c->heads * c->max_seq_len);
         else
             g->att = dalloc(L * natt);
-        g->attproj = dalloc(N * C), g->res2 = dalloc(L * N * C);
-        g->fch = dalloc(L * N * F), g->fcproj = dalloc(N * C);
+        g->res2 = dalloc(L * N * C), g->fch = dalloc(L * N * F);
+        if (!bf16) /* bf16: the residual add is in the projections' GEMM epilogue */
+            g->attproj = dalloc(N * C), g->fcproj = dalloc(N * C);
         g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C);
         g->lnfm = dalloc(N), g->lnfr = dalloc(N);
         g->dres = dalloc(N * C), g->dln = dalloc(N * C), g->dfchg = dalloc(N * F);
