@@ -652,6 +652,30 @@ static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const flo
     }
 }
 
+/* Clears N 16x8 accumulators. */
+template <int N> static __device__ __forceinline__ void tc_zero(float (*acc)[4])
+{
+#pragma unroll
+    for (int n = 0; n < N; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
+/* f(d, v) for each of this lane's elements v of row r (0: g, 1: g + 8) of a (16, HSP) accumulator
+ * with column d < hs (the head's real dims) */
+template <int HSP, typename F>
+static __device__ __forceinline__ void tc_row_each(const float (*acc)[4], int r, int hs, F f)
+{
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < HSP / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int d = n * 8 + 2 * t + e;
+            if (d < hs)
+                f(d, acc[n][2 * r + e]);
+        }
+}
+
 template <int HSP>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_forward_kernel(float *out, float *lse, const float *qkv, const int *len, int T, int NH,
@@ -672,9 +696,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 
     float o[HSP / 8][4];
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* rows g, g + 8; l: this lane's */
-#pragma unroll
-    for (int n = 0; n < HSP / 8; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    tc_zero<HSP / 8>(o);
     if (q0 < L) /* block-uniform: the barriers below are reached by all or none */
         tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs, scale);
     for (int j0 = 0; q0 < L && j0 < L; j0 += TC_BC) {
@@ -683,9 +705,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs, 1.0f);
         __syncthreads();
         float s[TC_NB][4];
-#pragma unroll
-        for (int n = 0; n < TC_NB; n++)
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        tc_zero<TC_NB>(s);
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(s, Qw, Ks);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -734,14 +754,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
             continue;
         const bool valid = i < L;
         float *dst = out + ((size_t)b * T + i) * C + (size_t)h * hs;
-#pragma unroll
-        for (int n = 0; n < HSP / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int d = n * 8 + 2 * t + e;
-                if (d < hs)
-                    dst[d] = valid ? o[n][2 * r + e] / l[r] : 0.0f;
-            }
+        const float lr = l[r];
+        tc_row_each<HSP>(o, r, hs, [&](int d, float v) { dst[d] = valid ? v / lr : 0.0f; });
         if (t == 0)
             lse[(size_t)bh * T + i] = valid ? m[r] + logf(l[r]) : 0.0f;
     }
@@ -772,11 +786,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_stage<HSP>(Ks, base + C, ld, k0, TC_BR, L, hs, 1.0f);
     tc_stage<HSP>(Vs, base + 2 * C, ld, k0, TC_BR, L, hs, 1.0f);
     float dk[HSP / 8][4], dv[HSP / 8][4];
-#pragma unroll
-    for (int n = 0; n < HSP / 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            dk[n][e] = dv[n][e] = 0.0f;
+    tc_zero<HSP / 8>(dk);
+    tc_zero<HSP / 8>(dv);
     for (int i0 = 0; i0 < L; i0 += TC_BC) {
         __syncthreads(); /* K, V staged; the previous tile's Q, dO no longer read */
         tc_stage<HSP>(Qs, base, ld, i0, TC_BC, L, hs, scale);
@@ -788,11 +799,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         __syncthreads();
         /* S^T (the warp's 16 keys x TC_BC queries) = K_w Q^T, then P^T = exp(S^T - lse) */
         float p[TC_NB][4], dp[TC_NB][4];
-#pragma unroll
-        for (int n = 0; n < TC_NB; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                p[n][e] = dp[n][e] = 0.0f;
+        tc_zero<TC_NB>(p);
+        tc_zero<TC_NB>(dp);
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Kw, Qs);
 #pragma unroll
         for (int n = 0; n < TC_NB; n++)
@@ -816,16 +824,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         if (j >= L)
             continue;
         float *drow = dqkv + ((size_t)b * T + j) * ld + (size_t)h * hs;
-#pragma unroll
-        for (int n = 0; n < HSP / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int d = n * 8 + 2 * t + e;
-                if (d < hs) {
-                    drow[C + d] += dk[n][2 * r + e];
-                    drow[2 * C + d] += dv[n][2 * r + e];
-                }
-            }
+        tc_row_each<HSP>(dk, r, hs, [&](int d, float v) { drow[C + d] += v; });
+        tc_row_each<HSP>(dv, r, hs, [&](int d, float v) { drow[2 * C + d] += v; });
     }
 }
 
@@ -862,20 +862,15 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs, scale);
     tc_stage<HSP>(dOs, dbase, C, q0, TC_BR, L, hs, 1.0f);
     float dq[HSP / 8][4];
-#pragma unroll
-    for (int n = 0; n < HSP / 8; n++)
-        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    tc_zero<HSP / 8>(dq);
     for (int j0 = 0; j0 < L; j0 += TC_BC) {
         __syncthreads(); /* Q, dO staged; the previous tile's K, V no longer read */
         tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs, 1.0f);
         tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs, 1.0f);
         __syncthreads();
         float p[TC_NB][4], dp[TC_NB][4];
-#pragma unroll
-        for (int n = 0; n < TC_NB; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                p[n][e] = dp[n][e] = 0.0f;
+        tc_zero<TC_NB>(p);
+        tc_zero<TC_NB>(dp);
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Qw, Ks);   /* S = Q_w K^T */
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, dOw, Vs); /* dP = dO_w V^T */
 #pragma unroll
@@ -896,14 +891,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         if (!valid[r])
             continue;
         float *drow = dqkv + ((size_t)b * T + i) * ld + (size_t)h * hs;
-#pragma unroll
-        for (int n = 0; n < HSP / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int d = n * 8 + 2 * t + e;
-                if (d < hs)
-                    drow[d] += dq[n][2 * r + e] * scale;
-            }
+        tc_row_each<HSP>(dq, r, hs, [&](int d, float v) { drow[d] += v * scale; });
     }
 }
 

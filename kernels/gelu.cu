@@ -27,17 +27,21 @@ static __global__ void gelu_forward_bf16_kernel(uint16_t *out, const float *inp,
     }
 }
 
+/* d gelu(x) / dx of the tanh form */
+static __device__ __forceinline__ float gelu_grad(float x)
+{
+    float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+    float t = tanhf(u);
+    float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
 static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
                                             size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-        float t = tanhf(u);
-        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-        dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-    }
+    if (i < n)
+        dinp[i] += dout[i] * gelu_grad(inp[i]);
 }
 
 /* dinp = dout * gelu'(inp), overwritten, and its bf16 rounding: gelu_backward into zeros, then a
@@ -47,12 +51,8 @@ static __global__ void gelu_backward_bf16_kernel(float *dinp, uint16_t *dinp16, 
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-        float t = tanhf(u);
-        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
         /* 0 + x, as when accumulated into zeros (a -0 product becomes +0) */
-        float d = 0.0f + dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+        float d = 0.0f + dout[i] * gelu_grad(inp[i]);
         dinp[i] = d;
         dinp16[i] = bf16_from_f32(d);
     }
