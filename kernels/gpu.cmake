@@ -30,7 +30,7 @@ endif()
 
 # GPU tests: label gpu, exit 77 (skipped) without a device. Each compares the CUDA op with the CPU
 # specification on random inputs (kernels/gpu_testutil.h).
-foreach(t runtime embed layernorm matmul attention pool crossentropy adamw shapes tensorcore)
+foreach(t runtime tensorcore embed layernorm matmul attention pool crossentropy adamw shapes)
     if(EXISTS ${_gpu_dir}/${t}_gpu_test.cu)
         gantry_test(${t}_gpu_test SOURCES ${_gpu_dir}/${t}_gpu_test.cu
                     LIBS gantry_kernels_cuda gantry_kernels gantry_core LABELS gpu)

@@ -70,7 +70,7 @@ gantry_emu_target(gantry_kernels_emu)
 target_link_libraries(gantry_kernels_emu PUBLIC gantry_emu_rt gantry_kernels)
 
 # The GPU tests, unchanged, on the emulator: <op>_gpu_emu_test.
-foreach(t runtime gelu embed layernorm matmul attention pool crossentropy adamw shapes tensorcore)
+foreach(t runtime tensorcore gelu embed layernorm matmul attention pool crossentropy adamw shapes)
     gantry_emu_sources(_t ${PROJECT_SOURCE_DIR}/kernels/${t}_gpu_test.cu)
     set(_extra)
     if(t STREQUAL "adamw")
