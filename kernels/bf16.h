@@ -32,6 +32,8 @@
  *      gelu_backward_bf16:     dinp = dout * gelu'(inp), overwritten (fp32: the next GEMM's bias
  *                             gradient reads it), and dinp16 = dinp rounded to bf16 (that GEMM's
  *                             operand), in one pass instead of a clear, gelu_backward and a cast
+ *      layernorm_backward_bf16: layernorm_backward, and dinp16 = the accumulated dinp rounded to
+ *                             bf16 (the next GEMM's operand) in the same pass instead of a cast
  *    GEMM dimensions (C, OC) must be multiples of 8 and the bf16 operands 16-byte aligned
  *    (cuBLASLt's bf16 alignment; cudaMalloc's 256-byte alignment plus offsets of whole rows
  *    of 8 elements keep both).
@@ -121,6 +123,10 @@ void matmul_backward_mixed_set(float *dinp, float *dweight, float *dbias, const 
                                int N, int C, int OC, struct CUstream_st *stream);
 void gelu_backward_bf16(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
                         size_t n, struct CUstream_st *stream);
+void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight,
+                             const float *mean, const float *rstd, int N, int C,
+                             struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -70,8 +70,10 @@ extern "C" void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, 
     GPU_LAUNCH_CHECK();
 }
 
-/* part (gridDim.x, 2, C): this block's sums of dout * xhat and dout over its rows. */
-static __global__ void layernorm_backward_kernel(float *dinp, float *part, const float *dout,
+/* part (gridDim.x, 2, C): this block's sums of dout * xhat and dout over its rows. dinp16 (may
+ * be NULL): the accumulated dinp rounded to bf16. */
+static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, float *part,
+                                                 const float *dout,
                                                  const float *inp, const float *weight,
                                                  const float *mean, const float *rstd, int N,
                                                  int C)
@@ -97,6 +99,8 @@ static __global__ void layernorm_backward_kernel(float *dinp, float *part, const
             dw[c] += dy[c] * xhat;
             db[c] += dy[c];
             dx[c] += r * (g - mg - xhat * mgx);
+            if (dinp16)
+                dinp16[(size_t)row * C + c] = bf16_from_f32(dx[c]);
         }
     }
     __syncthreads();
@@ -126,9 +130,9 @@ static __global__ void layernorm_sum_parts_kernel(float *dweight, float *dbias, 
     dbias[c] += sb;
 }
 
-extern "C" void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                   const float *inp, const float *weight, const float *mean,
-                                   const float *rstd, int N, int C, struct CUstream_st *stream)
+static void backward(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
+                     const float *dout, const float *inp, const float *weight, const float *mean,
+                     const float *rstd, int N, int C, cudaStream_t stream)
 {
     if (N == 0)
         return;
@@ -139,11 +143,26 @@ extern "C" void layernorm_backward(float *dinp, float *dweight, float *dbias, co
         CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     float *part = (float *)gpu_scratch((size_t)blocks * 2 * C * sizeof(float), stream);
-    layernorm_backward_kernel<<<blocks, 32 * LN_WARPS, smem, stream>>>(dinp, part, dout, inp,
-                                                                       weight, mean, rstd, N, C);
+    layernorm_backward_kernel<<<blocks, 32 * LN_WARPS, smem, stream>>>(
+        dinp, dinp16, part, dout, inp, weight, mean, rstd, N, C);
     GPU_LAUNCH_CHECK();
     layernorm_sum_parts_kernel<<<CEIL_DIV(C, 256), 256, 0, stream>>>(dweight, dbias, part, blocks,
                                                                      C);
     GPU_LAUNCH_CHECK();
     gpu_scratch_free(part, stream);
+}
+
+extern "C" void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const float *inp, const float *weight, const float *mean,
+                                   const float *rstd, int N, int C, struct CUstream_st *stream)
+{
+    backward(dinp, NULL, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream);
+}
+
+extern "C" void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dweight,
+                                        float *dbias, const float *dout, const float *inp,
+                                        const float *weight, const float *mean, const float *rstd,
+                                        int N, int C, struct CUstream_st *stream)
+{
+    backward(dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream);
 }

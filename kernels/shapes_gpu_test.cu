@@ -116,7 +116,7 @@ struct opstat {
     int cases;
     double worst; /* max over checks of max |diff| / tol (0 when every check was exact) */
 };
-static struct opstat g_stats[48];
+static struct opstat g_stats[64];
 static int g_nstats;
 static char g_case[192]; /* the current case, for messages */
 static unsigned long long g_seed;
@@ -478,6 +478,20 @@ static void case_layernorm(uint64_t *r)
     check_bits("layernorm_backward", "repeat dinp", d_dinp, first_x, nc);
     check_bits("layernorm_backward", "repeat dweight", d_dw, first_w, C);
     check_bits("layernorm_backward", "repeat dbias", d_db, first_b, C);
+    /* with the bf16 copy of dinp: the same bits, and dinp16 = dinp rounded, bit for bit */
+    reset(d_dinp, dinp0, nc * sizeof(float));
+    reset(d_dw, dw0, C * sizeof(float));
+    reset(d_db, db0, C * sizeof(float));
+    uint16_t *d_dx16 = bf16_out(NULL, nc);
+    layernorm_backward_bf16(d_dinp, d_dx16, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C,
+                            0);
+    launched("layernorm_backward_bf16");
+    check_bits("layernorm_backward_bf16", "dinp", d_dinp, first_x, nc);
+    check_bits("layernorm_backward_bf16", "dweight", d_dw, first_w, C);
+    check_bits("layernorm_backward_bf16", "dbias", d_db, first_b, C);
+    for (size_t i = 0; i < nc; i++)
+        first_x[i] = bf16_round(first_x[i]);
+    check_bf16("layernorm_backward_bf16", "dinp16", d_dx16, first_x, nc, 0, 0);
     free(first_w), free(first_b), free(first_x), free(dinp0), free(dw0), free(db0);
     CUDA_CHECK(cudaMemset(d_mean, 0xFF, N * sizeof(float)));
     CUDA_CHECK(cudaMemset(d_rstd, 0xFF, N * sizeof(float)));

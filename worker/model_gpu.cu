@@ -150,6 +150,23 @@ static void fc_backward(struct model_gpu *g, float *dinp, const float *dout,
                               OC, s);
 }
 
+/* dres += the LayerNorm backward of dln (weights w + lc, statistics mean, rstd); bf16 path: also
+ * dres rounded to bf16 in the same pass, into s16a, where the GEMM backward that reads dres next
+ * takes its operand (returned; NULL in fp32, where that GEMM reads the fp32 dres) */
+static const uint16_t *ln_backward(struct model_gpu *g, const float *inp, const char *w,
+                                   const char *b, size_t lc, const float *mean, const float *rstd,
+                                   int N, int C)
+{
+    if (!g->bf16) {
+        layernorm_backward(g->dres, G(w) + lc, G(b) + lc, g->dln, inp, P(w) + lc, mean, rstd, N,
+                           C, g->s);
+        return NULL;
+    }
+    layernorm_backward_bf16(g->dres, g->s16a, G(w) + lc, G(b) + lc, g->dln, inp, P(w) + lc, mean,
+                            rstd, N, C, g->s);
+    return g->s16a;
+}
+
 /* The Transformer's forward up to the pooled (B, C) features. */
 static void transformer_forward(struct model_gpu *g)
 {
@@ -282,8 +299,7 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         meanpool_backward(g->dln, g->dpooled, g->len, B, T, C, s);
     CUDA_CHECK(cudaMemsetAsync(g->dres, 0, NC * sizeof(float), s));
     const float *xL = c->layers ? g->res3 + (c->layers - 1) * NC : g->x0;
-    layernorm_backward(g->dres, G("lnfw"), G("lnfb"), g->dln, xL, P("lnfw"), g->lnfm, g->lnfr, N,
-                       C, s);
+    const uint16_t *dres16 = ln_backward(g, xL, "lnfw", "lnfb", 0, g->lnfm, g->lnfr, N, C);
     unit_ready(g, ready, 0); /* head: clsw, clsb, lnfw, lnfb (+ the loss statistics) */
     for (int l = c->layers - 1; l >= 0; l--) {
         const float *x = l ? g->res3 + (l - 1) * NC : g->x0;
@@ -297,7 +313,7 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         const uint16_t *attyh = g->bf16 ? g->attyh + l * NC : NULL;
         const uint16_t *ln2h = g->bf16 ? g->ln2h + l * NC : NULL;
         const uint16_t *fchgh = g->bf16 ? g->fchgh + l * NF : NULL;
-        fc_backward(g, g->dfchg, g->dres, NULL, fchg, fchgh, "fcprojw", "fcprojb",
+        fc_backward(g, g->dfchg, g->dres, dres16, fchg, fchgh, "fcprojw", "fcprojb",
                     (size_t)l * C * F, (size_t)l * C, N, F, C);
         const uint16_t *dfch16 = NULL;
         if (g->bf16) { /* dfch overwritten, and its bf16 copy for the GEMM, in one pass */
@@ -309,11 +325,10 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         }
         fc_backward(g, g->dln, g->dfch, dfch16, ln2, ln2h, "fcw", "fcb", (size_t)l * F * C,
                     (size_t)l * F, N, C, F);
-        layernorm_backward(g->dres, G("ln2w") + l * C, G("ln2b") + l * C, g->dln, res2,
-                           P("ln2w") + l * C, g->ln2m + l * N, g->ln2r + l * N, N, C, s);
-        fc_backward(g, g->datty, g->dres, NULL, g->bf16 ? NULL : atty, attyh, "attprojw",
-                    "attprojb",
-                    (size_t)l * C * C, (size_t)l * C, N, C, C);
+        dres16 = ln_backward(g, res2, "ln2w", "ln2b", (size_t)l * C, g->ln2m + l * N,
+                             g->ln2r + l * N, N, C);
+        fc_backward(g, g->datty, g->dres, dres16, g->bf16 ? NULL : atty, attyh, "attprojw",
+                    "attprojb", (size_t)l * C * C, (size_t)l * C, N, C, C);
         CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
         if (g->fused && g->bf16)
             attention_backward_fused_mixed(g->dqkv, g->datty, qkv, atty, g->lse + l * nlse, g->len,
@@ -328,8 +343,8 @@ static void backward_body(struct model_gpu *g, float loss_scale)
             attention_backward(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C, NH, s);
         fc_backward(g, g->dln, g->dqkv, NULL, ln1, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
                     (size_t)l * 3 * C, N, C, 3 * C);
-        layernorm_backward(g->dres, G("ln1w") + l * C, G("ln1b") + l * C, g->dln, x,
-                           P("ln1w") + l * C, g->ln1m + l * N, g->ln1r + l * N, N, C, s);
+        dres16 = ln_backward(g, x, "ln1w", "ln1b", (size_t)l * C, g->ln1m + l * N,
+                             g->ln1r + l * N, N, C);
         unit_ready(g, ready, c->layers - l); /* layer l's twelve slices */
     }
     embed_backward(G("wte"), G("wpe"), g->dres, g->tokens, B, T, C, c->vocab, s);
