@@ -367,16 +367,24 @@ extern "C" void residual_forward(float *out, const float *a, const float *b, lon
 
 /* ---- mixed precision (kernels/bf16.h): bf16 operands, fp32 outputs, bias and gradients ---- */
 
-extern "C" void matmul_forward_mixed(float *out, const uint16_t *inp, const uint16_t *weight,
-                                     const float *bias, int N, int C, int OC,
-                                     struct CUstream_st *stream)
+/* out = inp @ weight^T + bias, plus res when it is given (beta 1 with C = res) */
+static void forward_mixed(float *out, const float *res, const uint16_t *inp,
+                          const uint16_t *weight, const float *bias, int N, int C, int OC,
+                          cudaStream_t stream)
 {
     if (N == 0 || OC == 0)
         return;
     struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_16BF, CUDA_R_32F,
-                     0.0f, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL,
-                     NULL};
+                     res ? 1.0f : 0.0f, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
+                     bias, NULL, res};
     gemm_run(&g, stream);
+}
+
+extern "C" void matmul_forward_mixed(float *out, const uint16_t *inp, const uint16_t *weight,
+                                     const float *bias, int N, int C, int OC,
+                                     struct CUstream_st *stream)
+{
+    forward_mixed(out, NULL, inp, weight, bias, N, C, OC, stream);
 }
 
 static void backward_mixed(float *dinp, float dinp_beta, float *dweight, float *dbias,
@@ -417,10 +425,5 @@ extern "C" void matmul_forward_mixed_residual(float *out, const float *res, cons
                                               const uint16_t *weight, const float *bias, int N,
                                               int C, int OC, struct CUstream_st *stream)
 {
-    if (N == 0 || OC == 0)
-        return;
-    struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_16BF, CUDA_R_32F,
-                     1.0f, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL,
-                     res};
-    gemm_run(&g, stream);
+    forward_mixed(out, res, inp, weight, bias, N, C, OC, stream);
 }

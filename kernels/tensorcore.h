@@ -45,32 +45,25 @@ static __device__ __forceinline__ void tc_mma(float d[4], const uint32_t a[4], c
 }
 
 /* ldmatrix .x4: lane 8i + r passes the address of row r of 8x8 matrix i (16 bytes, 16-byte
- * aligned, shared memory); r[i] receives matrix i's [g][2t..2t+1], or with trans its
+ * aligned, shared memory); r[i] receives matrix i's [g][2t..2t+1], or with TRANS its
  * [2t..2t+1][g]. Warp-wide. */
+template <bool TRANS>
 static __device__ __forceinline__ void tc_ldmatrix_x4(uint32_t r[4], const void *row)
 {
 #if defined(__CUDA_ARCH__)
     unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
 #elif !defined(__CUDACC__)
-    emu::ldmatrix_x4(r, row, false);
-#else
-    (void)r, (void)row;
-#endif
-}
-static __device__ __forceinline__ void tc_ldmatrix_x4_trans(uint32_t r[4], const void *row)
-{
-#if defined(__CUDA_ARCH__)
-    unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
-#elif !defined(__CUDACC__)
-    emu::ldmatrix_x4(r, row, true);
+    emu::ldmatrix_x4(r, row, TRANS);
 #else
     (void)r, (void)row;
 #endif
@@ -107,21 +100,21 @@ template <int LD>
 static __device__ __forceinline__ void tc_load_a(uint32_t a[4], const __nv_bfloat16 *tile, int k0)
 {
     const int l = threadIdx.x % 32;
-    tc_ldmatrix_x4(a, tile + (l % 16) * LD + k0 + (l / 16) * 8);
+    tc_ldmatrix_x4<false>(a, tile + (l % 16) * LD + k0 + (l / 16) * 8);
 }
 template <int LD>
 static __device__ __forceinline__ void tc_load_b_nk(uint32_t b[4], const __nv_bfloat16 *tile,
                                                     int n0, int k0)
 {
     const int l = threadIdx.x % 32;
-    tc_ldmatrix_x4(b, tile + (n0 + l % 8 + (l / 16) * 8) * LD + k0 + (l / 8 % 2) * 8);
+    tc_ldmatrix_x4<false>(b, tile + (n0 + l % 8 + (l / 16) * 8) * LD + k0 + (l / 8 % 2) * 8);
 }
 template <int LD>
 static __device__ __forceinline__ void tc_load_b_kn(uint32_t b[4], const __nv_bfloat16 *tile,
                                                     int k0, int n0)
 {
     const int l = threadIdx.x % 32;
-    tc_ldmatrix_x4_trans(b, tile + (k0 + l % 16) * LD + n0 + (l / 16) * 8);
+    tc_ldmatrix_x4<true>(b, tile + (k0 + l % 16) * LD + n0 + (l / 16) * 8);
 }
 
 #endif /* GANTRY_TENSORCORE_H */
