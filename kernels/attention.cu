@@ -29,6 +29,15 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
     return __float2bfloat16_rn(x);
 }
 
+static __device__ __forceinline__ float to_f32(float x)
+{
+    return x;
+}
+static __device__ __forceinline__ float to_f32(__nv_bfloat16 x)
+{
+    return __bfloat162float(x);
+}
+
 /* dst (B,NH,T,hs) <- rows of src (B,T,ld), head h in columns [h*hs, (h+1)*hs); padding rows
  * (t >= len[b]) become zeros without being read, as the CPU never reads them: a NaN or inf there
  * would otherwise reach real rows through the GEMMs (0 * NaN) */
@@ -346,9 +355,11 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
         lse[(size_t)bh * T + i] = valid ? m + logf(l) : 0.0f;
 }
 
-/* D (B,NH,T): D_i = dO_i . O_i over the head's dims, 0 for padding rows; one warp per row. */
-static __global__ void fa_rowdot_kernel(float *D, const float *dout, const float *out,
-                                        const int *len, int B, int T, int NH, int hs)
+/* D (B,NH,T): D_i = dO_i . O_i over the head's dims, 0 for padding rows; one warp per row. O is
+ * fp32 (attention_backward_fused) or bf16 (attention_backward_fused_bf16). */
+template <typename O>
+static __global__ void fa_rowdot_kernel(float *D, const float *dout, const O *out, const int *len,
+                                        int B, int T, int NH, int hs)
 {
     size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -359,7 +370,7 @@ static __global__ void fa_rowdot_kernel(float *D, const float *dout, const float
     if (i < len[b]) {
         size_t o = ((size_t)b * T + i) * NH * hs + (size_t)h * hs;
         for (int d = lane; d < hs; d += 32)
-            s += dout[o + d] * out[o + d];
+            s += dout[o + d] * to_f32(out[o + d]);
     }
     s = warp_sum(s);
     if (lane == 0)
@@ -552,8 +563,8 @@ extern "C" void attention_backward_fused(float *dqkv, const float *dout, const f
         return;
     int hsp = fa_padded_head(C, NH, "attention_backward_fused"), hs = C / NH;
     float *D = (float *)gpu_scratch(rows * sizeof(float), stream);
-    fa_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(D, dout, out, len, B, T, NH,
-                                                                      hs);
+    fa_rowdot_kernel<float><<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(D, dout, out, len, B,
+                                                                             T, NH, hs);
     GPU_LAUNCH_CHECK();
     if (hsp == 32)
         fa_backward<32>(dqkv, dout, qkv, lse, D, len, B, T, NH, hs, stream);
@@ -564,26 +575,29 @@ extern "C" void attention_backward_fused(float *dqkv, const float *dout, const f
     gpu_scratch_free(D, stream);
 }
 
-/* ==== fused attention on tensor cores (bf16 operands, fp32 accumulation and softmax) ==========
+/* ==== fused attention on tensor cores: bf16 in and out, fp32 accumulation and softmax ========
  *
  * The same algorithm with the five matrix products of each tile on tensor cores, FlashAttention-2's
  * way: mma.sync m16n8k16 with the scores, probabilities and accumulators in registers
  * (kernels/tensorcore.h gives the register layouts). A block has TC_WARPS warps of 16 rows each:
  * queries (forward, dQ) or keys (dK/dV); the block's rows and each tile of TC_BC keys (or
- * queries) are staged in shared memory as bf16 (q scaled first), and every operand that comes
- * from there is read with ldmatrix (.trans where the tile is stored [k][n]). A product's fp32
- * accumulators, rounded to bf16, are directly the A operand of the next (P in P V, dS in dS K),
- * so nothing of size 16 x TC_BC goes through shared memory. Per warp and tile:
- *   forward   S = Q K^T; online softmax over S's rows (the four lanes of a row reduce max and sum
- *             with shuffles, fp32); O = O * exp(m_old - m_new) + P V
- *   dK, dV    S^T = K Q^T; P^T = exp(S^T - lse); dV += P^T dO; dP^T = V dO^T;
- *             dS^T = P^T (dP^T - D); dK += dS^T Q
- *   dQ        S = Q K^T; P; dP = dO V^T; dS = P (dP - D); dQ += dS K
- * Operands rounded to bf16: q, k, v, dO, P and dS, as attention_*_mixed rounds them; every sum is
- * fp32, every output element has one writer (deterministic). Shared memory: 3 (forward) or 4
- * (backward) bf16 tiles of 64 rows, 15-70 KB by head size (was 70-170 KB with wmma through
- * shared memory), so several blocks fit on an SM. Rows are padded by 16 bytes: ldmatrix's eight
- * row addresses then fall on distinct banks. */
+ * queries) are staged in shared memory as bf16, and every operand that comes from there is read
+ * with ldmatrix (.trans where the tile is stored [k][n]). A product's fp32 accumulators, rounded
+ * to bf16, are directly the A operand of the next (P in P V, dS in dS K), so nothing of size
+ * 16 x TC_BC goes through shared memory. Per warp and tile (s = 1/sqrt(hs), applied in fp32):
+ *   forward   S = s Q K^T; online softmax over S's rows (the four lanes of a row reduce max and
+ *             sum with shuffles, fp32); O = O * exp(m_old - m_new) + P V
+ *   dK, dV    S^T = s K Q^T; P^T = exp(S^T - lse); dV += P^T dO; dP^T = V dO^T;
+ *             dS^T = P^T (dP^T - D); dK += s dS^T Q
+ *   dQ        S = s Q K^T; P; dP = dO V^T; dS = P (dP - D); dQ += s dS K
+ * Its inputs and outputs are the bf16 training step's (worker/model_gpu.cu): qkv comes in bf16
+ * as its GEMM wrote it (staged by 16-byte copies, no conversion), O goes out in bf16 (the
+ * operand of the projection GEMM, and D = rowsum(dO o O) in the backward reads it back), dO
+ * comes in fp32 and is rounded when staged, and dqkv goes out in fp32 (the bias gradient) and
+ * bf16 (the GEMM's operand), overwritten, padding rows zero: no clearing pass, no cast. Every
+ * sum is fp32, every output element has one writer (deterministic). Shared memory: 3 (forward)
+ * or 4 (backward) bf16 tiles of 64 rows, 15-70 KB by head size, so several blocks fit on an SM.
+ * Rows are padded by 16 bytes: ldmatrix's eight row addresses then fall on distinct banks. */
 #define TC_WARPS 4
 #define TC_BR (16 * TC_WARPS) /* rows of a block: queries (forward, dQ) or keys (dK/dV) */
 #define TC_BC 64              /* a tile: keys (forward, dQ) or queries (dK/dV) */
@@ -599,16 +613,31 @@ template <int HSP> struct tc_dims {
     static_assert(HSP % 16 == 0, "head dims padded to whole 16-wide k steps");
 };
 
-/* dst (nrows, HSP) bf16 <- rows r0.. of a head's q, k, v (row stride ld = 3C floats) or dO
- * (ld = C), times scale; rows >= L and columns >= hs are zeros (padding is never read) */
-template <int HSP>
-static __device__ void tc_stage(__nv_bfloat16 *dst, const float *src, size_t ld, int r0, int nrows,
-                                int L, int hs, float scale)
+
+/* dst (nrows, HSP) bf16 <- rows r0.. of src with row stride ld: a head's q, k or v (bf16, ld = 3C)
+ * or dO (fp32, ld = C, rounded here); rows >= L and columns >= hs are zeros (padding is never
+ * read). bf16 rows of whole 16-byte chunks are copied 16 bytes at a time. */
+template <int HSP, typename S>
+static __device__ void tc_stage(__nv_bfloat16 *dst, const S *src, size_t ld, int r0, int nrows,
+                                int L, int hs)
 {
+    constexpr int LDH = tc_dims<HSP>::LDH;
+    if constexpr (sizeof(S) == 2) {
+        if (hs % 8 == 0 && ld % 8 == 0 && (uintptr_t)src % 16 == 0) {
+            for (int x = threadIdx.x; x < nrows * (HSP / 8); x += blockDim.x) {
+                const int r = x / (HSP / 8), d = x % (HSP / 8) * 8, t = r0 + r;
+                if (t < L && d < hs)
+                    tc_copy16(dst + r * LDH + d, src + (size_t)t * ld + d);
+                else
+                    tc_zero16(dst + r * LDH + d);
+            }
+            return;
+        }
+    }
     for (int x = threadIdx.x; x < nrows * HSP; x += blockDim.x) {
-        int r = x / HSP, d = x % HSP, t = r0 + r;
-        float v = t < L && d < hs ? src[(size_t)t * ld + d] * scale : 0.0f;
-        dst[r * tc_dims<HSP>::LDH + d] = __float2bfloat16_rn(v);
+        const int r = x / HSP, d = x % HSP, t = r0 + r;
+        const float v = t < L && d < hs ? to_f32(src[(size_t)t * ld + d]) : 0.0f;
+        dst[r * LDH + d] = __float2bfloat16_rn(v);
     }
 }
 
@@ -676,10 +705,25 @@ static __device__ __forceinline__ void tc_row_each(const float (*acc)[4], int r,
         }
 }
 
+
+/* Row i of a head's gradient columns (col: 0 for dq, C for dk, 2C for dv) from an accumulator
+ * (times mul), or zeros for a padding row (!valid): fp32 and its bf16 copy. */
+template <int HSP>
+static __device__ __forceinline__ void tc_store_grad(float *dqkv, __nv_bfloat16 *dqkv16,
+                                                     size_t at, const float (*acc)[4], int r,
+                                                     int hs, bool valid, float mul)
+{
+    tc_row_each<HSP>(acc, r, hs, [&](int d, float v) {
+        const float x = valid ? v * mul : 0.0f;
+        dqkv[at + d] = x;
+        dqkv16[at + d] = __float2bfloat16_rn(x);
+    });
+}
+
 template <int HSP>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
-    tc_forward_kernel(float *out, float *lse, const float *qkv, const int *len, int T, int NH,
-                      int hs, float scale)
+    tc_forward_kernel(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, const int *len,
+                      int T, int NH, int hs, float scale)
 {
     typedef tc_dims<HSP> D;
     extern __shared__ float tc_smem[];
@@ -691,18 +735,18 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int q0 = blockIdx.x * TC_BR, L = len[b];
     const size_t ld = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH;
 
     float o[HSP / 8][4];
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* rows g, g + 8; l: this lane's */
     tc_zero<HSP / 8>(o);
     if (q0 < L) /* block-uniform: the barriers below are reached by all or none */
-        tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs, scale);
+        tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs);
     for (int j0 = 0; q0 < L && j0 < L; j0 += TC_BC) {
         __syncthreads(); /* Q staged; the previous tile's K, V no longer read */
-        tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs, 1.0f);
-        tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs, 1.0f);
+        tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs);
+        tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs);
         __syncthreads();
         float s[TC_NB][4];
         tc_zero<TC_NB>(s);
@@ -712,8 +756,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         for (int n = 0; n < TC_NB; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                if (j0 + n * 8 + 2 * t + (e & 1) >= L)
-                    s[n][e] = -INFINITY;
+                s[n][e] = j0 + n * 8 + 2 * t + (e & 1) < L ? s[n][e] * scale : -INFINITY;
                 mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
             }
         float corr[2], sum[2] = {0.0f, 0.0f};
@@ -753,9 +796,11 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         if (i >= T)
             continue;
         const bool valid = i < L;
-        float *dst = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+        __nv_bfloat16 *dst = out + ((size_t)b * T + i) * C + (size_t)h * hs;
         const float lr = l[r];
-        tc_row_each<HSP>(o, r, hs, [&](int d, float v) { dst[d] = valid ? v / lr : 0.0f; });
+        tc_row_each<HSP>(o, r, hs, [&](int d, float v) {
+            dst[d] = __float2bfloat16_rn(valid ? v / lr : 0.0f);
+        });
         if (t == 0)
             lse[(size_t)bh * T + i] = valid ? m[r] + logf(l[r]) : 0.0f;
     }
@@ -763,8 +808,9 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 
 template <int HSP>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
-    tc_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                   const float *Dr, const int *len, int T, int NH, int hs, float scale)
+    tc_dkdv_kernel(float *dqkv, __nv_bfloat16 *dqkv16, const float *dout,
+                   const __nv_bfloat16 *qkv, const float *lse, const float *Dr, const int *len,
+                   int T, int NH, int hs, float scale)
 {
     typedef tc_dims<HSP> D;
     extern __shared__ float tc_smem[];
@@ -776,28 +822,29 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int k0 = blockIdx.x * TC_BR, L = len[b];
+    const bool live = k0 < L; /* block-uniform; a block of padding keys writes zero gradients */
     const size_t ld = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
-    if (k0 >= L) /* keys of padding only: no gradient */
-        return;
     const __nv_bfloat16 *Kw = Ks + warp * 16 * D::LDH, *Vw = Vs + warp * 16 * D::LDH;
 
-    tc_stage<HSP>(Ks, base + C, ld, k0, TC_BR, L, hs, 1.0f);
-    tc_stage<HSP>(Vs, base + 2 * C, ld, k0, TC_BR, L, hs, 1.0f);
     float dk[HSP / 8][4], dv[HSP / 8][4];
     tc_zero<HSP / 8>(dk);
     tc_zero<HSP / 8>(dv);
-    for (int i0 = 0; i0 < L; i0 += TC_BC) {
+    if (live) {
+        tc_stage<HSP>(Ks, base + C, ld, k0, TC_BR, L, hs);
+        tc_stage<HSP>(Vs, base + 2 * C, ld, k0, TC_BR, L, hs);
+    }
+    for (int i0 = 0; live && i0 < L; i0 += TC_BC) {
         __syncthreads(); /* K, V staged; the previous tile's Q, dO no longer read */
-        tc_stage<HSP>(Qs, base, ld, i0, TC_BC, L, hs, scale);
-        tc_stage<HSP>(dOs, dbase, C, i0, TC_BC, L, hs, 1.0f);
+        tc_stage<HSP>(Qs, base, ld, i0, TC_BC, L, hs);
+        tc_stage<HSP>(dOs, dbase, C, i0, TC_BC, L, hs);
         for (int r = threadIdx.x; r < TC_BC; r += blockDim.x) {
             lse_s[r] = i0 + r < L ? lse[(size_t)bh * T + i0 + r] : 0.0f;
             D_s[r] = i0 + r < L ? Dr[(size_t)bh * T + i0 + r] : 0.0f;
         }
         __syncthreads();
-        /* S^T (the warp's 16 keys x TC_BC queries) = K_w Q^T, then P^T = exp(S^T - lse) */
+        /* S^T (the warp's 16 keys x TC_BC queries) = scale K_w Q^T, P^T = exp(S^T - lse) */
         float p[TC_NB][4], dp[TC_NB][4];
         tc_zero<TC_NB>(p);
         tc_zero<TC_NB>(dp);
@@ -807,7 +854,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int q = n * 8 + 2 * t + (e & 1);
-                p[n][e] = i0 + q < L ? expf(p[n][e] - lse_s[q]) : 0.0f;
+                p[n][e] = i0 + q < L ? expf(p[n][e] * scale - lse_s[q]) : 0.0f;
             }
         tc_acc_by_tile<HSP, D::LDH>(dv, p, dOs);            /* dV += P^T dO */
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, Vw, dOs); /* dP^T = V_w dO^T */
@@ -816,23 +863,24 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
             for (int e = 0; e < 4; e++) /* dS^T; padding queries: P^T = 0 */
                 dp[n][e] = p[n][e] * (dp[n][e] - D_s[n * 8 + 2 * t + (e & 1)]);
-        tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs); /* dK += dS^T Q */
+        tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs); /* dK += dS^T Q (times scale below) */
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int j = k0 + warp * 16 + g + 8 * r;
-        if (j >= L)
+        if (j >= T)
             continue;
-        float *drow = dqkv + ((size_t)b * T + j) * ld + (size_t)h * hs;
-        tc_row_each<HSP>(dk, r, hs, [&](int d, float v) { drow[C + d] += v; });
-        tc_row_each<HSP>(dv, r, hs, [&](int d, float v) { drow[2 * C + d] += v; });
+        const size_t at = ((size_t)b * T + j) * ld + (size_t)h * hs;
+        tc_store_grad<HSP>(dqkv, dqkv16, at + C, dk, r, hs, j < L, scale);
+        tc_store_grad<HSP>(dqkv, dqkv16, at + 2 * C, dv, r, hs, j < L, 1.0f);
     }
 }
 
 template <int HSP>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
-    tc_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                 const float *Dr, const int *len, int T, int NH, int hs, float scale)
+    tc_dq_kernel(float *dqkv, __nv_bfloat16 *dqkv16, const float *dout, const __nv_bfloat16 *qkv,
+                 const float *lse, const float *Dr, const int *len, int T, int NH, int hs,
+                 float scale)
 {
     typedef tc_dims<HSP> D;
     extern __shared__ float tc_smem[];
@@ -843,11 +891,10 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int q0 = blockIdx.x * TC_BR, L = len[b];
+    const bool live = q0 < L; /* block-uniform; a block of padding queries writes zeros */
     const size_t ld = 3 * (size_t)C;
-    const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
-    if (q0 >= L) /* queries of padding only: no gradient */
-        return;
     const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
     float lse_r[2], D_r[2]; /* rows g, g + 8 */
     bool valid[2];
@@ -859,19 +906,21 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         D_r[r] = valid[r] ? Dr[(size_t)bh * T + i] : 0.0f;
     }
 
-    tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs, scale);
-    tc_stage<HSP>(dOs, dbase, C, q0, TC_BR, L, hs, 1.0f);
     float dq[HSP / 8][4];
     tc_zero<HSP / 8>(dq);
-    for (int j0 = 0; j0 < L; j0 += TC_BC) {
+    if (live) {
+        tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs);
+        tc_stage<HSP>(dOs, dbase, C, q0, TC_BR, L, hs);
+    }
+    for (int j0 = 0; live && j0 < L; j0 += TC_BC) {
         __syncthreads(); /* Q, dO staged; the previous tile's K, V no longer read */
-        tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs, 1.0f);
-        tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs, 1.0f);
+        tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs);
+        tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs);
         __syncthreads();
         float p[TC_NB][4], dp[TC_NB][4];
         tc_zero<TC_NB>(p);
         tc_zero<TC_NB>(dp);
-        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Qw, Ks);   /* S = Q_w K^T */
+        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Qw, Ks);   /* S = scale Q_w K^T */
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, dOw, Vs); /* dP = dO_w V^T */
 #pragma unroll
         for (int n = 0; n < TC_NB; n++)
@@ -879,19 +928,18 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1;
                 const float pe = valid[r] && j0 + n * 8 + 2 * t + (e & 1) < L
-                                     ? expf(p[n][e] - lse_r[r])
+                                     ? expf(p[n][e] * scale - lse_r[r])
                                      : 0.0f;
                 dp[n][e] = pe * (dp[n][e] - D_r[r]); /* dS */
             }
-        tc_acc_by_tile<HSP, D::LDH>(dq, dp, Ks); /* dQ += dS K */
+        tc_acc_by_tile<HSP, D::LDH>(dq, dp, Ks); /* dQ += dS K (times scale below) */
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int i = q0 + warp * 16 + g + 8 * r;
-        if (!valid[r])
-            continue;
-        float *drow = dqkv + ((size_t)b * T + i) * ld + (size_t)h * hs;
-        tc_row_each<HSP>(dq, r, hs, [&](int d, float v) { drow[d] += v * scale; });
+        if (i < T)
+            tc_store_grad<HSP>(dqkv, dqkv16, ((size_t)b * T + i) * ld + (size_t)h * hs, dq, r,
+                               hs, valid[r], scale);
     }
 }
 
@@ -906,8 +954,8 @@ template <typename K> static void tc_allow_smem(K *kernel, size_t smem, int *rai
 }
 
 template <int HSP>
-static void tc_forward(float *out, float *lse, const float *qkv, const int *len, int B, int T,
-                       int NH, int hs, cudaStream_t stream)
+static void tc_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, const int *len,
+                       int B, int T, int NH, int hs, cudaStream_t stream)
 {
     static int raised;
     const size_t smem = tc_dims<HSP>::fwd;
@@ -919,56 +967,60 @@ static void tc_forward(float *out, float *lse, const float *qkv, const int *len,
 }
 
 template <int HSP>
-static void tc_backward(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                        const float *Dr, const int *len, int B, int T, int NH, int hs,
-                        cudaStream_t stream)
+static void tc_backward(float *dqkv, __nv_bfloat16 *dqkv16, const float *dout,
+                        const __nv_bfloat16 *qkv, const float *lse, const float *Dr,
+                        const int *len, int B, int T, int NH, int hs, cudaStream_t stream)
 {
     static int raised_kv, raised_q;
     const float scale = 1.0f / sqrtf((float)hs);
     dim3 grid((unsigned)CEIL_DIV(T, TC_BR), (unsigned)(B * NH));
     tc_allow_smem(tc_dkdv_kernel<HSP>, tc_dims<HSP>::dkdv, &raised_kv);
     tc_dkdv_kernel<HSP><<<grid, TC_WARPS * 32, tc_dims<HSP>::dkdv, stream>>>(
-        dqkv, dout, qkv, lse, Dr, len, T, NH, hs, scale);
+        dqkv, dqkv16, dout, qkv, lse, Dr, len, T, NH, hs, scale);
     GPU_LAUNCH_CHECK();
     tc_allow_smem(tc_dq_kernel<HSP>, tc_dims<HSP>::dq, &raised_q);
     tc_dq_kernel<HSP><<<grid, TC_WARPS * 32, tc_dims<HSP>::dq, stream>>>(
-        dqkv, dout, qkv, lse, Dr, len, T, NH, hs, scale);
+        dqkv, dqkv16, dout, qkv, lse, Dr, len, T, NH, hs, scale);
     GPU_LAUNCH_CHECK();
 }
 
-extern "C" void attention_forward_fused_mixed(float *out, float *lse, const float *qkv,
-                                              const int *len, int B, int T, int C, int NH,
-                                              struct CUstream_st *stream)
+extern "C" void attention_forward_fused_bf16(uint16_t *out, float *lse, const uint16_t *qkv,
+                                             const int *len, int B, int T, int C, int NH,
+                                             struct CUstream_st *stream)
 {
     if ((size_t)B * T * C == 0)
         return;
-    int hsp = fa_padded_head(C, NH, "attention_forward_fused_mixed"), hs = C / NH;
+    int hsp = fa_padded_head(C, NH, "attention_forward_fused_bf16"), hs = C / NH;
+    __nv_bfloat16 *o = (__nv_bfloat16 *)out;
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)qkv;
     if (hsp == 32)
-        tc_forward<32>(out, lse, qkv, len, B, T, NH, hs, stream);
+        tc_forward<32>(o, lse, q, len, B, T, NH, hs, stream);
     else if (hsp == 64)
-        tc_forward<64>(out, lse, qkv, len, B, T, NH, hs, stream);
+        tc_forward<64>(o, lse, q, len, B, T, NH, hs, stream);
     else
-        tc_forward<128>(out, lse, qkv, len, B, T, NH, hs, stream);
+        tc_forward<128>(o, lse, q, len, B, T, NH, hs, stream);
 }
 
-extern "C" void attention_backward_fused_mixed(float *dqkv, const float *dout, const float *qkv,
-                                               const float *out, const float *lse, const int *len,
-                                               int B, int T, int C, int NH,
-                                               struct CUstream_st *stream)
+extern "C" void attention_backward_fused_bf16(float *dqkv, uint16_t *dqkv16, const float *dout,
+                                              const uint16_t *qkv, const uint16_t *out,
+                                              const float *lse, const int *len, int B, int T,
+                                              int C, int NH, struct CUstream_st *stream)
 {
     size_t rows = (size_t)B * NH * T;
     if ((size_t)B * T * C == 0)
         return;
-    int hsp = fa_padded_head(C, NH, "attention_backward_fused_mixed"), hs = C / NH;
+    int hsp = fa_padded_head(C, NH, "attention_backward_fused_bf16"), hs = C / NH;
+    __nv_bfloat16 *d16 = (__nv_bfloat16 *)dqkv16;
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)qkv;
     float *Dr = (float *)gpu_scratch(rows * sizeof(float), stream);
-    fa_rowdot_kernel<<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(Dr, dout, out, len, B, T,
-                                                                      NH, hs);
+    fa_rowdot_kernel<__nv_bfloat16><<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(
+        Dr, dout, (const __nv_bfloat16 *)out, len, B, T, NH, hs);
     GPU_LAUNCH_CHECK();
     if (hsp == 32)
-        tc_backward<32>(dqkv, dout, qkv, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<32>(dqkv, d16, dout, q, lse, Dr, len, B, T, NH, hs, stream);
     else if (hsp == 64)
-        tc_backward<64>(dqkv, dout, qkv, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<64>(dqkv, d16, dout, q, lse, Dr, len, B, T, NH, hs, stream);
     else
-        tc_backward<128>(dqkv, dout, qkv, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<128>(dqkv, d16, dout, q, lse, Dr, len, B, T, NH, hs, stream);
     gpu_scratch_free(Dr, stream);
 }

@@ -1,10 +1,12 @@
 // Masked multi-head attention on the GPU against kernels/attention_cpu.c: the output, the saved
 // probabilities (zero outside each sequence's L x L block) and the accumulated dqkv, for lengths
 // 1, T and in between; fp32 and the bf16 tensor-core variant (*_mixed, bf16 tolerances); the
-// fused kernels (*_fused, and *_fused_mixed on bf16 tensor cores with bf16 tolerances): out, the
-// row log-sum-exp and dqkv, every output written, padding rows of qkv and dout never read (NaN
-// there changes nothing), bit-identical reruns.
+// fused kernels (*_fused, and *_fused_bf16 on bf16 tensor cores, bf16 in and out, with bf16
+// tolerances): out, the row log-sum-exp and dqkv (and its bf16 copy, the exact rounding), every
+// output written, padding rows of qkv and dout never read (NaN there changes nothing),
+// bit-identical reruns.
 #include "kernels/attention.h"
+#include "kernels/bf16.h"
 #include "kernels/gpu_testutil.h"
 
 
@@ -44,19 +46,10 @@ static void poison_padding(float *x, const int *len, int B, int T, int width)
                 x[((size_t)b * T + t) * width + c] = NAN;
 }
 
-typedef void (*fused_fwd_fn)(float *, float *, const float *, const int *, int, int, int, int,
-                             struct CUstream_st *);
-typedef void (*fused_bwd_fn)(float *, const float *, const float *, const float *, const float *,
-                             const int *, int, int, int, int, struct CUstream_st *);
-
-/* The fused kernels against the same CPU results (out: forward, dqkv: dqkv0 + backward); mixed:
- * the tensor-core variant, with attention_*_mixed's bf16 tolerances. */
+/* The fp32 fused kernels against the same CPU results (out: forward, dqkv: dqkv0 + backward). */
 static void check_fused(const float *qkv, const float *dout, const float *dqkv0, const float *out,
-                        const float *dqkv, const int *len, int B, int T, int C, int NH, int mixed)
+                        const float *dqkv, const int *len, int B, int T, int C, int NH)
 {
-    const fused_fwd_fn fwd = mixed ? attention_forward_fused_mixed : attention_forward_fused;
-    const fused_bwd_fn bwd = mixed ? attention_backward_fused_mixed : attention_backward_fused;
-    const double atol = mixed ? 2e-2 : GT_F32_ATOL, rtol = mixed ? 5e-2 : GT_F32_RTOL;
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *lse = lse_reference(qkv, len, B, T, C, NH);
     int *d_len = GT_UPI(len, B);
@@ -67,14 +60,11 @@ static void check_fused(const float *qkv, const float *dout, const float *dqkv0,
     CUDA_CHECK(cudaMemset(d_out, 0xff, no * sizeof(float))); /* NaN: every entry must be written */
     CUDA_CHECK(cudaMemset(d_lse, 0xff, nl * sizeof(float)));
 
-    fwd(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
-    gt_compare(mixed ? "attention_fwd_fmixed out" : "attention_fwd_fused out", d_out, out, no,
-               atol, rtol);
-    gt_compare(mixed ? "attention_fwd_fmixed lse" : "attention_fwd_fused lse", d_lse, lse, nl,
-               mixed ? 2e-2 : 1e-5, mixed ? 2e-2 : 1e-5);
-    bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH, 0);
-    gt_compare(mixed ? "attention_bwd_fmixed dqkv" : "attention_bwd_fused dqkv", d_dqkv, dqkv, nq,
-               mixed ? atol : 1e-4, rtol);
+    attention_forward_fused(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
+    gt_compare("attention_fwd_fused out", d_out, out, no, GT_F32_ATOL, GT_F32_RTOL);
+    gt_compare("attention_fwd_fused lse", d_lse, lse, nl, 1e-5, 1e-5);
+    attention_backward_fused(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH, 0);
+    gt_compare("attention_bwd_fused dqkv", d_dqkv, dqkv, nq, 1e-4, GT_F32_RTOL);
 
     /* padding rows of qkv and dout are never read; the same inputs give the same bits */
     float *got_out = gt_down(d_out, no), *got_dqkv = gt_down(d_dqkv, nq);
@@ -84,14 +74,109 @@ static void check_fused(const float *qkv, const float *dout, const float *dqkv0,
     CUDA_CHECK(cudaMemcpy(d_qkv, pq, nq * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_dout, pd, no * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_dqkv, dqkv0, nq * sizeof(float), cudaMemcpyHostToDevice));
-    fwd(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
-    bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH, 0);
+    attention_forward_fused(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
+    attention_backward_fused(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH, 0);
     gt_compare("fused rerun, NaN pad out", d_out, got_out, no, 0, 0);
     gt_compare("fused rerun, NaN pad dqkv", d_dqkv, got_dqkv, nq, 0, 0);
 
     free(got_out), free(got_dqkv), free(pq), free(pd), free(lse);
     cudaFree(d_len), cudaFree(d_qkv), cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_out);
     cudaFree(d_lse);
+}
+
+/* n device bf16 values widened into a new device fp32 buffer (for gt_compare) */
+static float *widen(const uint16_t *d16, size_t n)
+{
+    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    float *f = (float *)malloc(n * sizeof(float) + 1);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(h, d16, n * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++)
+        f[i] = bf16_to_f32(h[i]);
+    float *d = GT_UPF(f, n);
+    free(h), free(f);
+    return d;
+}
+
+/* Host bf16 bits of x (rounded to nearest even). */
+static uint16_t *to_bf16(const float *x, size_t n)
+{
+    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    for (size_t i = 0; i < n; i++)
+        h[i] = bf16_from_f32(x[i]);
+    return h;
+}
+
+/* The tensor-core kernels (bf16 in and out) against the CPU's out and the backward alone (grad:
+ * attention_backward_cpu into zeros), with attention_*_mixed's bf16 tolerances: out (bf16), lse,
+ * dqkv (fp32, overwritten: it starts as NaN) and dqkv16, which must be dqkv rounded bit for bit;
+ * padding rows of qkv and dout never read; bit-identical reruns. */
+static void check_fused_bf16(const float *qkv, const float *dout, const float *out,
+                             const float *grad, const int *len, int B, int T, int C, int NH)
+{
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *lse = lse_reference(qkv, len, B, T, C, NH);
+    uint16_t *q16 = to_bf16(qkv, nq);
+    int *d_len = GT_UPI(len, B);
+    uint16_t *d_qkv = (uint16_t *)gt_up(q16, nq, 2), *d_out, *d_dqkv16;
+    float *d_dout = GT_UPF(dout, no), *d_dqkv, *d_lse;
+    CUDA_CHECK(cudaMalloc(&d_out, no * 2 + 2));
+    CUDA_CHECK(cudaMalloc(&d_dqkv16, nq * 2 + 2));
+    CUDA_CHECK(cudaMalloc(&d_dqkv, nq * sizeof(float) + 1));
+    CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float) + 1));
+    CUDA_CHECK(cudaMemset(d_out, 0xff, no * 2)); /* NaN: every entry must be written */
+    CUDA_CHECK(cudaMemset(d_dqkv16, 0xff, nq * 2));
+    CUDA_CHECK(cudaMemset(d_dqkv, 0xff, nq * sizeof(float)));
+    CUDA_CHECK(cudaMemset(d_lse, 0xff, nl * sizeof(float)));
+
+    attention_forward_fused_bf16(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
+    float *w = widen(d_out, no);
+    gt_compare("attention_fwd_fbf16 out", w, out, no, 2e-2, 5e-2);
+    cudaFree(w);
+    gt_compare("attention_fwd_fbf16 lse", d_lse, lse, nl, 2e-2, 2e-2);
+    attention_backward_fused_bf16(d_dqkv, d_dqkv16, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C,
+                                  NH, 0);
+    gt_compare("attention_bwd_fbf16 dqkv", d_dqkv, grad, nq, 2e-2, 5e-2);
+    float *got_dqkv = gt_down(d_dqkv, nq), *r16 = (float *)malloc(nq * sizeof(float) + 1);
+    for (size_t i = 0; i < nq; i++)
+        r16[i] = bf16_round(got_dqkv[i]);
+    w = widen(d_dqkv16, nq);
+    gt_compare("attention_bwd_fbf16 dqkv16", w, r16, nq, 0, 0);
+    cudaFree(w);
+
+    /* NaN in qkv's and dout's padding rows changes no bit of any output */
+    uint16_t *got_out = (uint16_t *)malloc(no * 2 + 2), *got16 = (uint16_t *)malloc(nq * 2 + 2);
+    CUDA_CHECK(cudaMemcpy(got_out, d_out, no * 2, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(got16, d_dqkv16, nq * 2, cudaMemcpyDeviceToHost));
+    float *pd = gt_copyv(dout, no);
+    poison_padding(pd, len, B, T, C);
+    for (int b = 0; b < B; b++)
+        for (int t = len[b]; t < T; t++)
+            for (int c = 0; c < 3 * C; c++)
+                q16[((size_t)b * T + t) * 3 * C + c] = BF16_NAN;
+    CUDA_CHECK(cudaMemcpy(d_qkv, q16, nq * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_dout, pd, no * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(d_out, 0xff, no * 2));
+    CUDA_CHECK(cudaMemset(d_dqkv16, 0xff, nq * 2));
+    CUDA_CHECK(cudaMemset(d_dqkv, 0xff, nq * sizeof(float)));
+    attention_forward_fused_bf16(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
+    attention_backward_fused_bf16(d_dqkv, d_dqkv16, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C,
+                                  NH, 0);
+    uint16_t *again = (uint16_t *)malloc(nq * 2 + 2);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(again, d_out, no * 2, cudaMemcpyDeviceToHost));
+    int same_out = memcmp(again, got_out, no * 2) == 0;
+    CUDA_CHECK(cudaMemcpy(again, d_dqkv16, nq * 2, cudaMemcpyDeviceToHost));
+    int same16 = memcmp(again, got16, nq * 2) == 0;
+    printf("%-24s %s\n", "fbf16 rerun, NaN pad out", same_out ? "OK" : "FAILED (bits differ)");
+    printf("%-24s %s\n", "fbf16 rerun, NaN pad d16", same16 ? "OK" : "FAILED (bits differ)");
+    gt_failed += !same_out + !same16;
+    gt_compare("fbf16 rerun, NaN pad dqkv", d_dqkv, got_dqkv, nq, 0, 0);
+
+    free(got_out), free(got16), free(again), free(pd), free(got_dqkv), free(r16), free(q16);
+    free(lse);
+    cudaFree(d_len), cudaFree(d_qkv), cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
+    cudaFree(d_out), cudaFree(d_lse);
 }
 
 /* q and k uniform in [-amp, amp], v in [-1, 1]: amp 3 gives scores of standard deviation ~3,
@@ -123,8 +208,11 @@ static void check(int B, int T, int C, int NH, const int *len, uint64_t seed, fl
     /* the fused kernels on the smaller cases (head size 64 and several tiles: the last case);
      * the largest one would take the emulator a minute */
     if (na <= (1u << 20)) {
-        check_fused(qkv, dout, dqkv0, out, dqkv, len, B, T, C, NH, 0);
-        check_fused(qkv, dout, dqkv0, out, dqkv, len, B, T, C, NH, 1);
+        check_fused(qkv, dout, dqkv0, out, dqkv, len, B, T, C, NH);
+        float *grad = (float *)calloc(nq + 1, sizeof(float));
+        attention_backward_cpu(grad, dout, qkv, att, len, B, T, C, NH);
+        check_fused_bf16(qkv, dout, out, grad, len, B, T, C, NH);
+        free(grad);
     }
 
     /* bf16 tensor-core GEMMs inside: q, k, v, dout and P rounded to bf16 (2^-9 relative each) */

@@ -22,6 +22,8 @@
 #define GANTRY_TENSORCORE_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_bf16.h>
@@ -66,6 +68,28 @@ static __device__ __forceinline__ void tc_ldmatrix_x4(uint32_t r[4], const void 
     emu::ldmatrix_x4(r, row, TRANS);
 #else
     (void)r, (void)row;
+#endif
+}
+
+/* 16 bytes (8 bf16) from global to shared memory, both 16-byte aligned; and 16 zero bytes. */
+static __device__ __forceinline__ void tc_copy16(void *dst, const void *src)
+{
+#if defined(__CUDACC__)
+    *(uint4 *)dst = *(const uint4 *)src;
+#else /* the emulator: a misaligned vector access faults on a GPU, so it fails here too */
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) {
+        fprintf(stderr, "tc_copy16: %p <- %p not 16-byte aligned\n", dst, src);
+        abort();
+    }
+    memcpy(dst, src, 16);
+#endif
+}
+static __device__ __forceinline__ void tc_zero16(void *dst)
+{
+#if defined(__CUDACC__)
+    *(uint4 *)dst = make_uint4(0u, 0u, 0u, 0u);
+#else
+    memset(dst, 0, 16);
 #endif
 }
 

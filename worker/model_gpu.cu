@@ -46,6 +46,7 @@ struct model_gpu {
     uint16_t *s16a;               /* bf16 scratch: a GEMM's output gradient as its operand */
     /* bf16 only: the saved GEMM inputs (L, N, C) or (L, N, F), in place of the fp32 ln1, ln2, fchg */
     uint16_t *ln1h, *attyh, *ln2h, *fchgh;
+    uint16_t *qkvh; /* bf16 with fused attention: (L, N, 3C) in place of qkv (and no fp32 atty) */
     int *stage[STAGE_SLOTS];      /* pinned: tokens, len, labels of one batch */
     cudaEvent_t staged[STAGE_SLOTS];
     int slot;
@@ -179,21 +180,26 @@ static void transformer_forward(struct model_gpu *g)
     embed_forward(g->x0, g->tokens, P("wte"), P("wpe"), B, T, C, s);
     const float *x = g->x0;
     for (int l = 0; l < c->layers; l++) {
-        float *qkv = g->qkv + 3 * l * NC, *atty = g->atty + l * NC;
+        float *qkv = g->qkv ? g->qkv + 3 * l * NC : NULL;
+        float *atty = g->atty ? g->atty + l * NC : NULL;
         float *res2 = g->res2 + l * NC, *res3 = g->res3 + l * NC, *fch = g->fch + l * NF;
         if (g->bf16) { /* bf16 GEMM inputs, saved for the backward; fp32 everything else */
             uint16_t *ln1h = g->ln1h + l * NC, *attyh = g->attyh + l * NC;
             uint16_t *ln2h = g->ln2h + l * NC, *fchgh = g->fchgh + l * NF;
             layernorm_forward_bf16(ln1h, g->ln1m + l * N, g->ln1r + l * N, x, P("ln1w") + l * C,
                                    P("ln1b") + l * C, N, C, s);
-            fc_forward(g, qkv, NULL, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
-                       (size_t)l * 3 * C, N, C, 3 * C);
-            if (g->fused) /* bf16 tensor cores inside, fp32 softmax and output */
-                attention_forward_fused_mixed(atty, g->lse + l * nlse, qkv, g->len, B, T, C, NH,
-                                              s);
-            else
+            if (g->fused) { /* qkv in bf16 from its GEMM (bf16 bias), the output in bf16 */
+                uint16_t *qkvh = g->qkvh + 3 * l * NC;
+                matmul_forward_bf16(qkvh, ln1h, P16("qkvw") + (size_t)l * 3 * C * C,
+                                    P16("qkvb") + (size_t)l * 3 * C, N, C, 3 * C, s);
+                attention_forward_fused_bf16(attyh, g->lse + l * nlse, qkvh, g->len, B, T, C, NH,
+                                             s);
+            } else {
+                fc_forward(g, qkv, NULL, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
+                           (size_t)l * 3 * C, N, C, 3 * C);
                 attention_forward_mixed(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
-            cast_f32_to_bf16(attyh, atty, NC, s);
+                cast_f32_to_bf16(attyh, atty, NC, s);
+            }
             /* res2 = x + attyh @ attprojw^T + b: the residual add in the GEMM's epilogue */
             matmul_forward_mixed_residual(res2, x, attyh, P16("attprojw") + (size_t)l * C * C,
                                           P("attprojb") + (size_t)l * C, N, C, C, s);
@@ -303,7 +309,8 @@ static void backward_body(struct model_gpu *g, float loss_scale)
     unit_ready(g, ready, 0); /* head: clsw, clsb, lnfw, lnfb (+ the loss statistics) */
     for (int l = c->layers - 1; l >= 0; l--) {
         const float *x = l ? g->res3 + (l - 1) * NC : g->x0;
-        const float *qkv = g->qkv + 3 * l * NC, *atty = g->atty + l * NC;
+        const float *qkv = g->qkv ? g->qkv + 3 * l * NC : NULL;
+        const float *atty = g->atty ? g->atty + l * NC : NULL;
         const float *res2 = g->res2 + l * NC, *fch = g->fch + l * NF;
         /* the saved GEMM inputs: fp32, or bf16 (the other pointer of each pair unused) */
         const float *ln1 = g->bf16 ? NULL : g->ln1 + l * NC;
@@ -329,19 +336,24 @@ static void backward_body(struct model_gpu *g, float loss_scale)
                              g->ln2r + l * N, N, C);
         fc_backward(g, g->datty, g->dres, dres16, g->bf16 ? NULL : atty, attyh, "attprojw",
                     "attprojb", (size_t)l * C * C, (size_t)l * C, N, C, C);
-        CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
-        if (g->fused && g->bf16)
-            attention_backward_fused_mixed(g->dqkv, g->datty, qkv, atty, g->lse + l * nlse, g->len,
-                                           B, T, C, NH, s);
-        else if (g->fused)
-            attention_backward_fused(g->dqkv, g->datty, qkv, atty, g->lse + l * nlse, g->len, B,
-                                     T, C, NH, s);
-        else if (g->bf16)
-            attention_backward_mixed(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C,
-                                     NH, s);
-        else
-            attention_backward(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C, NH, s);
-        fc_backward(g, g->dln, g->dqkv, NULL, ln1, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
+        const uint16_t *dqkv16 = NULL;
+        if (g->fused && g->bf16) { /* dqkv and its bf16 copy overwritten: no clear, no cast */
+            attention_backward_fused_bf16(g->dqkv, g->s16a, g->datty, g->qkvh + 3 * l * NC,
+                                          attyh, g->lse + l * nlse, g->len, B, T, C, NH, s);
+            dqkv16 = g->s16a;
+        } else {
+            CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
+            if (g->fused)
+                attention_backward_fused(g->dqkv, g->datty, qkv, atty, g->lse + l * nlse, g->len,
+                                         B, T, C, NH, s);
+            else if (g->bf16)
+                attention_backward_mixed(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T,
+                                         C, NH, s);
+            else
+                attention_backward(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C,
+                                   NH, s);
+        }
+        fc_backward(g, g->dln, g->dqkv, dqkv16, ln1, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
                     (size_t)l * 3 * C, N, C, 3 * C);
         dres16 = ln_backward(g, x, "ln1w", "ln1b", (size_t)l * C, g->ln1m + l * N,
                              g->ln1r + l * N, N, C);
@@ -517,9 +529,13 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         stage = 2 * N + 2 * B;
     } else { /* the Transformer's activations and their gradients */
         g->tokens = (int *)dalloc(N);
-        g->x0 = dalloc(N * C), g->qkv = dalloc(3 * L * N * C);
+        g->x0 = dalloc(N * C);
+        if (bf16 && fused) /* both in bf16 only (qkvh, attyh) */
+            CUDA_CHECK(cudaMalloc(&g->qkvh, 3 * L * N * C * 2));
+        else
+            g->qkv = dalloc(3 * L * N * C), g->atty = dalloc(L * N * C);
         g->ln1m = dalloc(L * N), g->ln1r = dalloc(L * N), g->ln2m = dalloc(L * N);
-        g->ln2r = dalloc(L * N), g->atty = dalloc(L * N * C);
+        g->ln2r = dalloc(L * N);
         if (fused) /* O(T) per row instead of O(T^2) */
             g->lse = dalloc(L * B * c->heads * c->max_seq_len);
         else
@@ -576,7 +592,7 @@ extern "C" void model_gpu_free(struct model_gpu *g)
                      g->lnfr, g->pooled, g->logits, g->probs, g->losses, g->dres, g->dln,
                      g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,
                      g->coef, (float *)g->s16a, (float *)g->ln1h, (float *)g->attyh,
-                     (float *)g->ln2h, (float *)g->fchgh, g->cw, (float *)g->bag_ids,
+                     (float *)g->ln2h, (float *)g->fchgh, (float *)g->qkvh, g->cw, (float *)g->bag_ids,
                      (float *)g->bag_count};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]); /* NULL is a no-op */
