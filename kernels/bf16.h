@@ -20,7 +20,7 @@
  *                             fp32 dout (dout16 is dout rounded to bf16, the GEMMs' operand)
  *      layernorm_forward_bf16: layernorm_forward with the normalised output rounded to bf16
  *                              (mean, rstd fp32, as the fp32 backward needs them)
- *      gelu_forward_bf16:      gelu_forward with the output rounded to bf16
+ *      gelu_forward_bf16:      gelu_forward of a bf16 input, the output rounded to bf16
  *    and fused variants that save whole passes over activations in the bf16 training step
  *    (worker/model_gpu.cu), each equal to a sequence of the launchers above:
  *      matmul_forward_mixed_residual: out = res + (inp @ weight^T + bias), the residual add in
@@ -29,9 +29,16 @@
  *      matmul_backward_mixed_set: matmul_backward_mixed with dinp overwritten (=) instead of
  *                             accumulated: no clearing pass before it, and the GEMM does not read
  *                             dinp
- *      gelu_backward_bf16:     dinp = dout * gelu'(inp), overwritten (fp32: the next GEMM's bias
- *                             gradient reads it), and dinp16 = dinp rounded to bf16 (that GEMM's
- *                             operand), in one pass instead of a clear, gelu_backward and a cast
+ *      matmul_forward_bf16_gelu: pre = inp @ weight^T + bias and out = gelu(pre), both bf16
+ *                             (bias bf16, may be NULL), GELU in the GEMM's epilogue
+ *                             (cuBLASLt GELU_AUX_BIAS: out is the GELU of the fp32 sum, pre its
+ *                             rounding, saved for the backward): no fp32 pre-activation and no
+ *                             GELU pass (where cuBLASLt has no such algorithm: the GEMM, then
+ *                             gelu_forward_bf16 of the rounded pre)
+ *      gelu_backward_bf16:     dinp = dout * gelu'(inp) with inp the bf16 pre-activation,
+ *                             overwritten (fp32: the next GEMM's bias gradient reads it), and
+ *                             dinp16 = dinp rounded to bf16 (that GEMM's operand), in one pass
+ *                             instead of a clear, gelu_backward and a cast
  *      layernorm_backward_bf16: layernorm_backward, and dinp16 = the accumulated dinp rounded to
  *                             bf16 (the next GEMM's operand) in the same pass instead of a cast
  *    GEMM dimensions (C, OC) must be multiples of 8 and the bf16 operands 16-byte aligned
@@ -114,14 +121,18 @@ void matmul_backward_mixed(float *dinp, float *dweight, float *dbias, const floa
 void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
                             const float *weight, const float *bias, int N, int C,
                             struct CUstream_st *stream);
-void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, struct CUstream_st *stream);
+void gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n,
+                       struct CUstream_st *stream);
 void matmul_forward_mixed_residual(float *out, const float *res, const uint16_t *inp,
                                    const uint16_t *weight, const float *bias, int N, int C, int OC,
                                    struct CUstream_st *stream);
+void matmul_forward_bf16_gelu(uint16_t *out, uint16_t *pre, const uint16_t *inp,
+                              const uint16_t *weight, const uint16_t *bias, int N, int C, int OC,
+                              struct CUstream_st *stream);
 void matmul_backward_mixed_set(float *dinp, float *dweight, float *dbias, const float *dout,
                                const uint16_t *dout16, const uint16_t *inp, const uint16_t *weight,
                                int N, int C, int OC, struct CUstream_st *stream);
-void gelu_backward_bf16(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
+void gelu_backward_bf16(float *dinp, uint16_t *dinp16, const uint16_t *inp, const float *dout,
                         size_t n, struct CUstream_st *stream);
 void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
                              const float *dout, const float *inp, const float *weight,

@@ -16,12 +16,12 @@ static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t 
     }
 }
 
-/* gelu_forward_kernel with the output rounded to bf16 (kernels/bf16.h). */
-static __global__ void gelu_forward_bf16_kernel(uint16_t *out, const float *inp, size_t n)
+/* gelu_forward_kernel from a bf16 input, the output rounded to bf16 (kernels/bf16.h). */
+static __global__ void gelu_forward_bf16_kernel(uint16_t *out, const uint16_t *inp, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        float x = inp[i];
+        float x = bf16_to_f32(inp[i]);
         float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
         out[i] = bf16_from_f32(0.5f * x * (1.0f + tanhf(u)));
     }
@@ -44,15 +44,15 @@ static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const
         dinp[i] += dout[i] * gelu_grad(inp[i]);
 }
 
-/* dinp = dout * gelu'(inp), overwritten, and its bf16 rounding: gelu_backward into zeros, then a
- * cast */
-static __global__ void gelu_backward_bf16_kernel(float *dinp, uint16_t *dinp16, const float *inp,
-                                                 const float *dout, size_t n)
+/* dinp = dout * gelu'(inp) (inp bf16), overwritten, and its bf16 rounding: gelu_backward into
+ * zeros, then a cast */
+static __global__ void gelu_backward_bf16_kernel(float *dinp, uint16_t *dinp16,
+                                                 const uint16_t *inp, const float *dout, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         /* 0 + x, as when accumulated into zeros (a -0 product becomes +0) */
-        float d = 0.0f + dout[i] * gelu_grad(inp[i]);
+        float d = 0.0f + dout[i] * gelu_grad(bf16_to_f32(inp[i]));
         dinp[i] = d;
         dinp16[i] = bf16_from_f32(d);
     }
@@ -77,7 +77,7 @@ extern "C" void gelu_backward(float *dinp, const float *inp, const float *dout, 
     CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n,
+extern "C" void gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n,
                                   struct CUstream_st *stream)
 {
     const int block = 256;
@@ -87,7 +87,7 @@ extern "C" void gelu_forward_bf16(uint16_t *out, const float *inp, size_t n,
     CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" void gelu_backward_bf16(float *dinp, uint16_t *dinp16, const float *inp,
+extern "C" void gelu_backward_bf16(float *dinp, uint16_t *dinp16, const uint16_t *inp,
                                    const float *dout, size_t n, struct CUstream_st *stream)
 {
     const int block = 256;

@@ -322,6 +322,22 @@ extern "C" void matmul_backward_bf16(uint16_t *dinp, float *dweight, float *dbia
         colsum<__nv_bfloat16>(dbias, (const __nv_bfloat16 *)dout, N, OC, stream);
 }
 
+extern "C" void matmul_forward_bf16_gelu(uint16_t *out, uint16_t *pre, const uint16_t *inp,
+                                         const uint16_t *weight, const uint16_t *bias, int N,
+                                         int C, int OC, struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return;
+    struct gemm g = {true, false, OC, N, C, weight, inp, C, C, out, OC, CUDA_R_16BF, CUDA_R_16BF,
+                     0.0f, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
+                     bias, pre, NULL};
+    /* the aux (pre) conditions of matmul_forward_gelu */
+    if (OC % 8 == 0 && (uintptr_t)pre % 16 == 0 && gemm_run(&g, stream, true) == 0)
+        return;
+    forward_gemm(pre, inp, weight, bias, CUDA_R_16BF, N, C, OC, stream);
+    gelu_forward_bf16(out, pre, (size_t)N * OC, stream);
+}
+
 /* ---- bias and residual ---- */
 
 static __global__ void bias_forward_kernel(float *out, const float *bias, int OC, size_t total)

@@ -665,6 +665,8 @@ static void matmul_bf16_run(int N, int C, int OC, uint64_t s)
     uint16_t *d_dinp = bf16_out(dinp, ni); /* rounded in place: the CPU starts from the same */
     float *d_dw = OUT_F(dw, nw), *d_db = OUT_F(db, OC);
 
+    uint16_t *d_pre = bf16_out(NULL, no);
+    float *act = (float *)malloc(no * sizeof(float) + 1);
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         CUDA_CHECK(cudaMemset(d_out, 0xFF, no * 2));
         matmul_forward_cpu(out, inp, w, with_bias ? bias : NULL, N, C, OC);
@@ -672,7 +674,19 @@ static void matmul_bf16_run(int N, int C, int OC, uint64_t s)
         launched("matmul_forward_bf16");
         check_bf16("matmul_forward_bf16", with_bias ? "out +bias" : "out", d_out, out, no,
                    GT_BF16_ATOL, GT_BF16_RTOL);
+        /* the GELU epilogue: pre as above, out = gelu(pre), both bf16 (from NaN) */
+        CUDA_CHECK(cudaMemset(d_out, 0xFF, no * 2));
+        CUDA_CHECK(cudaMemset(d_pre, 0xFF, no * 2));
+        gelu_forward_cpu(act, out, no);
+        matmul_forward_bf16_gelu(d_out, d_pre, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC,
+                                 0);
+        launched("matmul_forward_bf16_gelu");
+        check_bf16("matmul_forward_bf16_gelu", with_bias ? "pre +bias" : "pre", d_pre, out, no,
+                   GT_BF16_ATOL, GT_BF16_RTOL);
+        check_bf16("matmul_forward_bf16_gelu", with_bias ? "out +bias" : "out", d_out, act, no,
+                   GT_BF16_ATOL, GT_BF16_RTOL);
     }
+    free(act);
     matmul_backward_cpu(dinp, dw, db, dout, inp, w, N, C, OC);
     matmul_backward_bf16(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, 0);
     launched("matmul_backward_bf16");
@@ -982,21 +996,25 @@ static void case_gelu(uint64_t *r)
     gelu_forward(d_out, d_x, n, 0);
     launched("gelu_forward");
     check("gelu_forward", "out", d_out, out, n, 1e-5, 1e-5); /* as gelu_gpu_test */
-    gelu_forward_bf16(d_o16, d_x, n, 0);
+    /* bf16 input (the pre-activation the bf16 model keeps): the CPU on the rounded values */
+    float *xh = gt_copyv(x, n), *outh = (float *)malloc(n * sizeof(float) + 1);
+    uint16_t *d_xh = bf16_in(xh, n);
+    gelu_forward_cpu(outh, xh, n);
+    gelu_forward_bf16(d_o16, d_xh, n, 0);
     launched("gelu_forward_bf16");
-    check_bf16("gelu_forward_bf16", "out", d_o16, out, n, 1e-6, 2.0 / 512);
+    check_bf16("gelu_forward_bf16", "out", d_o16, outh, n, 1e-6, 2.0 / 512);
     /* overwritten (from NaN) with its bf16 copy: the CPU's backward into zeros */
     float *dset = (float *)calloc(n + 1, sizeof(float)), *d_dset = OUT_F(NULL, n);
     uint16_t *d_dset16 = bf16_out(NULL, n);
-    gelu_backward_cpu(dset, x, dout, n);
-    gelu_backward_bf16(d_dset, d_dset16, d_x, d_dout, n, 0);
+    gelu_backward_cpu(dset, xh, dout, n);
+    gelu_backward_bf16(d_dset, d_dset16, d_xh, d_dout, n, 0);
     launched("gelu_backward_bf16");
     check("gelu_backward_bf16", "dinp", d_dset, dset, n, GT_F32_ATOL, GT_F32_RTOL);
     float *got = gt_down(d_dset, n); /* dinp16 is dinp rounded to bf16, bit for bit */
     for (size_t i = 0; i < n; i++)
         got[i] = bf16_round(got[i]);
     check_bf16("gelu_backward_bf16", "dinp16", d_dset16, got, n, 0, 0);
-    free(dset), free(got);
+    free(dset), free(got), free(xh), free(outh);
     gelu_backward_cpu(dinp, x, dout, n);
     gelu_backward(d_dinp, d_x, d_dout, n, 0);
     launched("gelu_backward");

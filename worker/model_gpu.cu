@@ -46,6 +46,7 @@ struct model_gpu {
     uint16_t *s16a;               /* bf16 scratch: a GEMM's output gradient as its operand */
     /* bf16 only: the saved GEMM inputs (L, N, C) or (L, N, F), in place of the fp32 ln1, ln2, fchg */
     uint16_t *ln1h, *attyh, *ln2h, *fchgh;
+    uint16_t *fchh; /* bf16: the pre-GELU activation (L, N, F), in place of the fp32 fch */
     uint16_t *qkvh; /* bf16 with fused attention: (L, N, 3C) in place of qkv (and no fp32 atty) */
     int *stage[STAGE_SLOTS];      /* pinned: tokens, len, labels of one batch */
     cudaEvent_t staged[STAGE_SLOTS];
@@ -182,7 +183,8 @@ static void transformer_forward(struct model_gpu *g)
     for (int l = 0; l < c->layers; l++) {
         float *qkv = g->qkv ? g->qkv + 3 * l * NC : NULL;
         float *atty = g->atty ? g->atty + l * NC : NULL;
-        float *res2 = g->res2 + l * NC, *res3 = g->res3 + l * NC, *fch = g->fch + l * NF;
+        float *res2 = g->res2 + l * NC, *res3 = g->res3 + l * NC;
+        float *fch = g->fch ? g->fch + l * NF : NULL;
         if (g->bf16) { /* bf16 GEMM inputs, saved for the backward; fp32 everything else */
             uint16_t *ln1h = g->ln1h + l * NC, *attyh = g->attyh + l * NC;
             uint16_t *ln2h = g->ln2h + l * NC, *fchgh = g->fchgh + l * NF;
@@ -205,9 +207,9 @@ static void transformer_forward(struct model_gpu *g)
                                           P("attprojb") + (size_t)l * C, N, C, C, s);
             layernorm_forward_bf16(ln2h, g->ln2m + l * N, g->ln2r + l * N, res2,
                                    P("ln2w") + l * C, P("ln2b") + l * C, N, C, s);
-            fc_forward(g, fch, NULL, ln2h, "fcw", "fcb", (size_t)l * F * C, (size_t)l * F, N, C,
-                       F);
-            gelu_forward_bf16(fchgh, fch, NF, s); /* the pre-activation fch stays fp32 */
+            /* pre-activation and GELU output in bf16, the GELU in the GEMM's epilogue */
+            matmul_forward_bf16_gelu(fchgh, g->fchh + l * NF, ln2h, P16("fcw") + (size_t)l * F * C,
+                                     P16("fcb") + (size_t)l * F, N, C, F, s);
             matmul_forward_mixed_residual(res3, res2, fchgh, P16("fcprojw") + (size_t)l * C * F,
                                           P("fcprojb") + (size_t)l * C, N, F, C, s);
             x = res3;
@@ -311,7 +313,7 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         const float *x = l ? g->res3 + (l - 1) * NC : g->x0;
         const float *qkv = g->qkv ? g->qkv + 3 * l * NC : NULL;
         const float *atty = g->atty ? g->atty + l * NC : NULL;
-        const float *res2 = g->res2 + l * NC, *fch = g->fch + l * NF;
+        const float *res2 = g->res2 + l * NC, *fch = g->fch ? g->fch + l * NF : NULL;
         /* the saved GEMM inputs: fp32, or bf16 (the other pointer of each pair unused) */
         const float *ln1 = g->bf16 ? NULL : g->ln1 + l * NC;
         const float *ln2 = g->bf16 ? NULL : g->ln2 + l * NC;
@@ -324,7 +326,7 @@ static void backward_body(struct model_gpu *g, float loss_scale)
                     (size_t)l * C * F, (size_t)l * C, N, F, C);
         const uint16_t *dfch16 = NULL;
         if (g->bf16) { /* dfch overwritten, and its bf16 copy for the GEMM, in one pass */
-            gelu_backward_bf16(g->dfch, g->s16a, fch, g->dfchg, NF, s);
+            gelu_backward_bf16(g->dfch, g->s16a, g->fchh + l * NF, g->dfchg, NF, s);
             dfch16 = g->s16a;
         } else {
             CUDA_CHECK(cudaMemsetAsync(g->dfch, 0, NF * sizeof(float), s));
@@ -540,7 +542,11 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
             g->lse = dalloc(L * B * c->heads * c->max_seq_len);
         else
             g->att = dalloc(L * natt);
-        g->res2 = dalloc(L * N * C), g->fch = dalloc(L * N * F);
+        g->res2 = dalloc(L * N * C);
+        if (bf16)
+            CUDA_CHECK(cudaMalloc(&g->fchh, L * N * F * 2));
+        else
+            g->fch = dalloc(L * N * F);
         if (!bf16) /* bf16: the residual add is in the projections' GEMM epilogue */
             g->attproj = dalloc(N * C), g->fcproj = dalloc(N * C);
         g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C);
@@ -592,7 +598,7 @@ extern "C" void model_gpu_free(struct model_gpu *g)
                      g->lnfr, g->pooled, g->logits, g->probs, g->losses, g->dres, g->dln,
                      g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,
                      g->coef, (float *)g->s16a, (float *)g->ln1h, (float *)g->attyh,
-                     (float *)g->ln2h, (float *)g->fchgh, (float *)g->qkvh, g->cw, (float *)g->bag_ids,
+                     (float *)g->ln2h, (float *)g->fchgh, (float *)g->qkvh, (float *)g->fchh, g->cw, (float *)g->bag_ids,
                      (float *)g->bag_count};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]); /* NULL is a no-op */

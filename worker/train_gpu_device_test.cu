@@ -129,11 +129,21 @@ static void test_layernorm_gelu(int N, int C, uint64_t seed)
     gt_compare("layernorm_bf16 out", d_o, out, nc, 1e-5, 2.0 / 512);
     gt_compare("layernorm_bf16 mean", d_mean, mean, N, GT_F32_ATOL, GT_F32_RTOL);
     gt_compare("layernorm_bf16 rstd", d_rstd, rstd, N, GT_F32_ATOL, GT_F32_RTOL);
+    /* GELU of a bf16 input (the bf16 model's pre-activation): the CPU on the rounded values */
+    uint16_t *h16 = (uint16_t *)malloc(nc * 2 + 2), *d_in16;
+    for (size_t i = 0; i < nc; i++) {
+        h16[i] = bf16_from_f32(inp[i]);
+        inp[i] = bf16_to_f32(h16[i]);
+    }
+    CUDA_CHECK(cudaMalloc(&d_in16, nc * 2));
+    CUDA_CHECK(cudaMemcpy(d_in16, h16, nc * 2, cudaMemcpyHostToDevice));
     gelu_forward_cpu(out, inp, nc);
-    gelu_forward_bf16(d_o16, d_inp, nc, 0);
+    gelu_forward_bf16(d_o16, d_in16, nc, 0);
     cudaFree(d_o);
     d_o = widen(d_o16, nc);
     gt_compare("gelu_bf16", d_o, out, nc, 1e-6, 2.0 / 512);
+    cudaFree(d_in16);
+    free(h16);
     float *bufs[] = {d_inp, d_w, d_b, d_mean, d_rstd, d_o, (float *)d_o16};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]);
