@@ -35,10 +35,12 @@
  *                             rounding, saved for the backward): no fp32 pre-activation and no
  *                             GELU pass (where cuBLASLt has no such algorithm: the GEMM, then
  *                             gelu_forward_bf16 of the rounded pre)
- *      gelu_backward_bf16:     dinp = dout * gelu'(inp) with inp the bf16 pre-activation,
- *                             overwritten (fp32: the next GEMM's bias gradient reads it), and
- *                             dinp16 = dinp rounded to bf16 (that GEMM's operand), in one pass
- *                             instead of a clear, gelu_backward and a cast
+ *      gelu_backward_bf16:     for (N, OC) dout and inp (the bf16 pre-activation), d = dout *
+ *                             gelu'(inp) in fp32: dinp16 = d rounded to bf16 (overwritten: the
+ *                             GEMM backward's operand) and dbias += d's column sums (the bias
+ *                             gradient of the GEMM whose output the GELU took, from the fp32 d
+ *                             in matmul_backward_mixed's order), in one pass: no fp32 d is
+ *                             stored (was a clear, gelu_backward, a cast and a column-sum pass)
  *      layernorm_backward_bf16: layernorm_backward, and dinp16 = the accumulated dinp rounded to
  *                             bf16 (the next GEMM's operand) in the same pass instead of a cast
  *    GEMM dimensions (C, OC) must be multiples of 8 and the bf16 operands 16-byte aligned
@@ -132,8 +134,8 @@ void matmul_forward_bf16_gelu(uint16_t *out, uint16_t *pre, const uint16_t *inp,
 void matmul_backward_mixed_set(float *dinp, float *dweight, float *dbias, const float *dout,
                                const uint16_t *dout16, const uint16_t *inp, const uint16_t *weight,
                                int N, int C, int OC, struct CUstream_st *stream);
-void gelu_backward_bf16(float *dinp, uint16_t *dinp16, const uint16_t *inp, const float *dout,
-                        size_t n, struct CUstream_st *stream);
+void gelu_backward_bf16(uint16_t *dinp16, float *dbias, const uint16_t *inp, const float *dout,
+                        int N, int OC, struct CUstream_st *stream);
 void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
                              const float *dout, const float *inp, const float *weight,
                              const float *mean, const float *rstd, int N, int C,

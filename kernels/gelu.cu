@@ -1,7 +1,8 @@
 // GELU on the GPU: one thread per element, same math as gelu_cpu.c (the specification).
 #include "kernels/gelu.h"
 #include "kernels/bf16.h"
-#include "kernels/cuda_common.h"
+#include "kernels/colsum.cuh"
+#include "kernels/gpu_internal.h"
 
 #define GELU_SCALE 0.7978845608028654f
 #define GELU_CUBE 0.044715f
@@ -44,19 +45,19 @@ static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const
         dinp[i] += dout[i] * gelu_grad(inp[i]);
 }
 
-/* dinp = dout * gelu'(inp) (inp bf16), overwritten, and its bf16 rounding: gelu_backward into
- * zeros, then a cast */
-static __global__ void gelu_backward_bf16_kernel(float *dinp, uint16_t *dinp16,
-                                                 const uint16_t *inp, const float *dout, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        /* 0 + x, as when accumulated into zeros (a -0 product becomes +0) */
+/* colsum.cuh's source for gelu_backward_bf16: element i of dout * gelu'(inp) in fp32 (0 + x, as
+ * when accumulated into zeros: a -0 product becomes +0), its bf16 rounding stored on the side */
+struct gelu_bwd_src {
+    const float *dout;
+    const uint16_t *inp;
+    uint16_t *dinp16;
+    __device__ float operator()(size_t i) const
+    {
         float d = 0.0f + dout[i] * gelu_grad(bf16_to_f32(inp[i]));
-        dinp[i] = d;
         dinp16[i] = bf16_from_f32(d);
+        return d;
     }
-}
+};
 
 extern "C" void gelu_forward(float *out, const float *inp, size_t n, struct CUstream_st *stream)
 {
@@ -87,13 +88,17 @@ extern "C" void gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n,
     CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" void gelu_backward_bf16(float *dinp, uint16_t *dinp16, const uint16_t *inp,
-                                   const float *dout, size_t n, struct CUstream_st *stream)
+extern "C" void gelu_backward_bf16(uint16_t *dinp16, float *dbias, const uint16_t *inp,
+                                   const float *dout, int N, int OC, struct CUstream_st *stream)
 {
-    const int block = 256;
-    if (n == 0)
+    if (N <= 0 || OC <= 0)
         return;
-    gelu_backward_bf16_kernel<<<(unsigned)CEIL_DIV(n, block), block, 0, stream>>>(dinp, dinp16,
-                                                                                 inp, dout, n);
-    CUDA_CHECK(cudaGetLastError());
+    int nparts = CEIL_DIV(N, CS_ROWS);
+    float *part = (float *)gpu_scratch((size_t)nparts * OC * sizeof(float), stream);
+    colsum_part_kernel<gelu_bwd_src><<<dim3(CEIL_DIV(OC, 32), nparts), dim3(32, 8), 0, stream>>>(
+        part, gelu_bwd_src{dout, inp, dinp16}, N, OC);
+    GPU_LAUNCH_CHECK();
+    colsum_finish_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, part, nparts, OC);
+    GPU_LAUNCH_CHECK();
+    gpu_scratch_free(part, stream);
 }

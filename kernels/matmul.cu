@@ -9,6 +9,7 @@
 //   dweight^T (C,OC) += inp^T (op N, ld C) x dout (op T, ld OC)      m=C  n=OC k=N
 #include "kernels/gelu.h"
 #include "kernels/bf16.h"
+#include "kernels/colsum.cuh"
 #include "kernels/gpu_internal.h"
 #include "kernels/matmul.h"
 
@@ -172,45 +173,14 @@ static void forward_gemm(void *out, const void *inp, const void *weight, const v
 
 /* ---- deterministic column sums: dbias (OC) += sum over N rows of dout (N, OC) ---- */
 
-#define CS_ROWS 256 /* rows per partial */
-
-/* grid (ceil(OC/32), ceil(N/CS_ROWS)), block (32, 8): part[y, col] = sum of the chunk's rows */
-template <typename T>
-static __global__ void colsum_part_kernel(float *part, const T *dout, int N, int OC)
-{
-    __shared__ float sh[8][33];
-    int col = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * CS_ROWS;
-    float s = 0.0f;
-    if (col < OC)
-        for (int r = r0 + threadIdx.y; r < N && r < r0 + CS_ROWS; r += 8)
-            s += (float)dout[(size_t)r * OC + col];
-    sh[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < OC) {
-        for (int y = 1; y < 8; y++)
-            s += sh[y][threadIdx.x];
-        part[(size_t)blockIdx.y * OC + col] = s;
-    }
-}
-
-static __global__ void colsum_finish_kernel(float *dbias, const float *part, int nparts, int OC)
-{
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= OC)
-        return;
-    float s = 0.0f;
-    for (int p = 0; p < nparts; p++)
-        s += part[(size_t)p * OC + col];
-    dbias[col] += s;
-}
-
 template <typename T>
 static void colsum(float *dbias, const T *dout, int N, int OC, cudaStream_t stream)
 {
     int nparts = CEIL_DIV(N, CS_ROWS);
     float *part = (float *)gpu_scratch((size_t)nparts * OC * sizeof(float), stream);
-    colsum_part_kernel<T><<<dim3(CEIL_DIV(OC, 32), nparts), dim3(32, 8), 0, stream>>>(part, dout,
-                                                                                      N, OC);
+    typedef colsum_load<T> Src;
+    colsum_part_kernel<Src><<<dim3(CEIL_DIV(OC, 32), nparts), dim3(32, 8), 0, stream>>>(
+        part, Src{dout}, N, OC);
     GPU_LAUNCH_CHECK();
     colsum_finish_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, part, nparts, OC);
     GPU_LAUNCH_CHECK();

@@ -1003,18 +1003,30 @@ static void case_gelu(uint64_t *r)
     gelu_forward_bf16(d_o16, d_xh, n, 0);
     launched("gelu_forward_bf16");
     check_bf16("gelu_forward_bf16", "out", d_o16, outh, n, 1e-6, 2.0 / 512);
-    /* overwritten (from NaN) with its bf16 copy: the CPU's backward into zeros */
-    float *dset = (float *)calloc(n + 1, sizeof(float)), *d_dset = OUT_F(NULL, n);
-    uint16_t *d_dset16 = bf16_out(NULL, n);
-    gelu_backward_cpu(dset, xh, dout, n);
-    gelu_backward_bf16(d_dset, d_dset16, d_xh, d_dout, n, 0);
-    launched("gelu_backward_bf16");
-    check("gelu_backward_bf16", "dinp", d_dset, dset, n, GT_F32_ATOL, GT_F32_RTOL);
-    float *got = gt_down(d_dset, n); /* dinp16 is dinp rounded to bf16, bit for bit */
-    for (size_t i = 0; i < n; i++)
-        got[i] = bf16_round(got[i]);
-    check_bf16("gelu_backward_bf16", "dinp16", d_dset16, got, n, 0, 0);
-    free(dset), free(got), free(xh), free(outh);
+    free(xh), free(outh);
+    { /* the bf16 backward of a (N, OC) GELU'd GEMM output: dinp16 (from NaN) is one bf16
+       * rounding of the CPU's backward on the rounded input, and dbias gains its column sums */
+        int N = rows(r, 600), OC = dim(r, 70);
+        size_t m = (size_t)N * OC;
+        snprintf(g_case, sizeof(g_case), "gelu_backward_bf16 N=%d OC=%d", N, OC);
+        float *px = gt_randv(m, &s, -6, 6), *pd = gt_randv(m, &s, -1, 1);
+        float *db = gt_randv(OC, &s, -1, 1), *ref = (float *)calloc(m + 1, sizeof(float));
+        uint16_t *d_px = bf16_in(px, m), *d_16 = bf16_out(NULL, m);
+        float *d_pd = IN_F(pd, m), *d_db = OUT_F(db, OC);
+        gelu_backward_cpu(ref, px, pd, m);
+        for (int c = 0; c < OC; c++) {
+            double sum = 0.0;
+            for (int i = 0; i < N; i++)
+                sum += ref[(size_t)i * OC + c];
+            db[c] += (float)sum;
+        }
+        gelu_backward_bf16(d_16, d_db, d_px, d_pd, N, OC, 0);
+        launched("gelu_backward_bf16");
+        check_bf16("gelu_backward_bf16", "dinp16", d_16, ref, m, GT_F32_ATOL,
+                   2.0 / 512 + GT_F32_RTOL);
+        check("gelu_backward_bf16", "dbias", d_db, db, OC, 1e-4 * sqrt((double)N), GT_F32_RTOL);
+        free(px), free(pd), free(db), free(ref);
+    }
     gelu_backward_cpu(dinp, x, dout, n);
     gelu_backward(d_dinp, d_x, d_dout, n, 0);
     launched("gelu_backward");

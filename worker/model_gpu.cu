@@ -132,7 +132,7 @@ static void fc_forward(struct model_gpu *g, float *out, const float *inp32, cons
 
 /* dinp = dout @ w (overwritten); dw += dout^T @ inp; db += colsum(dout). bf16 path: dout is
  * rounded to bf16 once (the GEMMs' operand; dout16 when the caller has it already, as
- * gelu_backward_bf16 gives it), inp is the saved bf16 input; dinp, dw and db stay fp32 (db from
+ * the fused attention's backward gives it), inp is the saved bf16 input; dinp, dw and db stay fp32 (db from
  * the fp32 dout), and the GEMM writes dinp without reading it (no clearing pass). */
 static void fc_backward(struct model_gpu *g, float *dinp, const float *dout,
                         const uint16_t *dout16, const float *inp32, const uint16_t *inp16,
@@ -324,16 +324,17 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         const uint16_t *fchgh = g->bf16 ? g->fchgh + l * NF : NULL;
         fc_backward(g, g->dfchg, g->dres, dres16, fchg, fchgh, "fcprojw", "fcprojb",
                     (size_t)l * C * F, (size_t)l * C, N, F, C);
-        const uint16_t *dfch16 = NULL;
-        if (g->bf16) { /* dfch overwritten, and its bf16 copy for the GEMM, in one pass */
-            gelu_backward_bf16(g->dfch, g->s16a, g->fchh + l * NF, g->dfchg, NF, s);
-            dfch16 = g->s16a;
+        if (g->bf16) { /* dfch in bf16 only (the GEMMs' operand), fcb's gradient in that pass */
+            gelu_backward_bf16(g->s16a, G("fcb") + (size_t)l * F, g->fchh + l * NF, g->dfchg, N,
+                               F, s);
+            matmul_backward_mixed_set(g->dln, G("fcw") + (size_t)l * F * C, NULL, NULL, g->s16a,
+                                      ln2h, P16("fcw") + (size_t)l * F * C, N, C, F, s);
         } else {
             CUDA_CHECK(cudaMemsetAsync(g->dfch, 0, NF * sizeof(float), s));
             gelu_backward(g->dfch, fch, g->dfchg, NF, s);
+            fc_backward(g, g->dln, g->dfch, NULL, ln2, NULL, "fcw", "fcb", (size_t)l * F * C,
+                        (size_t)l * F, N, C, F);
         }
-        fc_backward(g, g->dln, g->dfch, dfch16, ln2, ln2h, "fcw", "fcb", (size_t)l * F * C,
-                    (size_t)l * F, N, C, F);
         dres16 = ln_backward(g, res2, "ln2w", "ln2b", (size_t)l * C, g->ln2m + l * N,
                              g->ln2r + l * N, N, C);
         fc_backward(g, g->datty, g->dres, dres16, g->bf16 ? NULL : atty, attyh, "attprojw",
@@ -552,7 +553,9 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C);
         g->lnfm = dalloc(N), g->lnfr = dalloc(N);
         g->dres = dalloc(N * C), g->dln = dalloc(N * C), g->dfchg = dalloc(N * F);
-        g->dfch = dalloc(N * F), g->datty = dalloc(N * C), g->dqkv = dalloc(3 * N * C);
+        g->datty = dalloc(N * C), g->dqkv = dalloc(3 * N * C);
+        if (!bf16) /* bf16: the GELU's input gradient is only ever bf16 (s16a) */
+            g->dfch = dalloc(N * F);
         if (bf16) { /* the saved GEMM inputs in bf16 only */
             size_t big = N * (F > 3 * C ? F : 3 * C);
             CUDA_CHECK(cudaMalloc(&g->s16a, big * 2));
