@@ -681,6 +681,22 @@ static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const flo
     }
 }
 
+#define TC_LOG2E 1.4426950408889634f
+
+/* Columns c0 + c >= L of a warp's 16 x TC_BC scores (keys, or queries in dK/dV, of padding) set
+ * to v: -inf before a softmax, 0 for probabilities. */
+static __device__ __forceinline__ void tc_mask_cols(float (*s)[4], int c0, int L,
+                                                    float v = -INFINITY)
+{
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < TC_NB; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (c0 + n * 8 + 2 * t + (e & 1) >= L)
+                s[n][e] = v;
+}
+
 /* Clears N 16x8 accumulators. */
 template <int N> static __device__ __forceinline__ void tc_zero(float (*acc)[4])
 {
@@ -737,6 +753,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const size_t ld = 3 * (size_t)C;
     const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH;
+    const float sl2 = scale * TC_LOG2E;
 
     float o[HSP / 8][4];
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* rows g, g + 8; l: this lane's */
@@ -748,31 +765,32 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs);
         tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs);
         __syncthreads();
-        float s[TC_NB][4];
+        float s[TC_NB][4]; /* unscaled scores Q K^T; m, the row max, likewise */
         tc_zero<TC_NB>(s);
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(s, Qw, Ks);
+        if (j0 + TC_BC > L) /* the last tile: keys of padding masked */
+            tc_mask_cols(s, j0, L);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < TC_NB; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = j0 + n * 8 + 2 * t + (e & 1) < L ? s[n][e] * scale : -INFINITY;
+            for (int e = 0; e < 4; e++)
                 mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-            }
-        float corr[2], sum[2] = {0.0f, 0.0f};
+        float corr[2], msl[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             const float mn = fmaxf(m[r], mx[r]); /* finite: key j0 < L is real */
-            corr[r] = expf(m[r] - mn);           /* 0 on the first tile */
+            corr[r] = tc_exp2((m[r] - mn) * sl2); /* 0 on the first tile */
             m[r] = mn;
+            msl[r] = mn * sl2;
         }
 #pragma unroll
         for (int n = 0; n < TC_NB; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = expf(s[n][e] - m[e >> 1]); /* masked keys: exp(-inf) = 0 */
+            for (int e = 0; e < 4; e++) { /* exp(scale (s - m)); masked keys: 2^-inf = 0 */
+                s[n][e] = tc_exp2(fmaf(s[n][e], sl2, -msl[e >> 1]));
                 sum[e >> 1] += s[n][e];
             }
 #pragma unroll
@@ -802,7 +820,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
             dst[d] = __float2bfloat16_rn(valid ? v / lr : 0.0f);
         });
         if (t == 0)
-            lse[(size_t)bh * T + i] = valid ? m[r] + logf(l[r]) : 0.0f;
+            lse[(size_t)bh * T + i] = valid ? m[r] * scale + logf(l[r]) : 0.0f;
     }
 }
 
@@ -827,6 +845,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
     const __nv_bfloat16 *Kw = Ks + warp * 16 * D::LDH, *Vw = Vs + warp * 16 * D::LDH;
+    const float sl2 = scale * TC_LOG2E;
 
     float dk[HSP / 8][4], dv[HSP / 8][4];
     tc_zero<HSP / 8>(dk);
@@ -840,11 +859,14 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         tc_stage<HSP>(Qs, base, ld, i0, TC_BC, L, hs);
         tc_stage<HSP>(dOs, dbase, C, i0, TC_BC, L, hs);
         for (int r = threadIdx.x; r < TC_BC; r += blockDim.x) {
-            lse_s[r] = i0 + r < L ? lse[(size_t)bh * T + i0 + r] : 0.0f;
+            lse_s[r] = i0 + r < L ? lse[(size_t)bh * T + i0 + r] * TC_LOG2E : 0.0f;
             D_s[r] = i0 + r < L ? Dr[(size_t)bh * T + i0 + r] : 0.0f;
         }
         __syncthreads();
-        /* S^T (the warp's 16 keys x TC_BC queries) = scale K_w Q^T, P^T = exp(S^T - lse) */
+        /* S^T (the warp's 16 keys x TC_BC queries) = scale K_w Q^T, P^T = exp(S^T - lse) (lse_s
+         * holds lse log2(e)). Padding queries need no mask: their q and dO rows are staged as
+         * zeros and their lse, D as 0, so P^T = 1 there and both dV += P^T dO and dS^T =
+         * P^T (dP^T - D) = 0 get nothing from them. */
         float p[TC_NB][4], dp[TC_NB][4];
         tc_zero<TC_NB>(p);
         tc_zero<TC_NB>(dp);
@@ -852,10 +874,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
         for (int n = 0; n < TC_NB; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int q = n * 8 + 2 * t + (e & 1);
-                p[n][e] = i0 + q < L ? expf(p[n][e] * scale - lse_s[q]) : 0.0f;
-            }
+            for (int e = 0; e < 4; e++)
+                p[n][e] = tc_exp2(fmaf(p[n][e], sl2, -lse_s[n * 8 + 2 * t + (e & 1)]));
         tc_acc_by_tile<HSP, D::LDH>(dv, p, dOs);            /* dV += P^T dO */
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, Vw, dOs); /* dP^T = V_w dO^T */
 #pragma unroll
@@ -889,20 +909,21 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     __nv_bfloat16 *Ks = (__nv_bfloat16 *)(sm + 2 * D::H), *Vs = (__nv_bfloat16 *)(sm + 3 * D::H);
 
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const int q0 = blockIdx.x * TC_BR, L = len[b];
     const bool live = q0 < L; /* block-uniform; a block of padding queries writes zeros */
     const size_t ld = 3 * (size_t)C;
     const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
     const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
-    float lse_r[2], D_r[2]; /* rows g, g + 8 */
+    const float sl2 = scale * TC_LOG2E;
+    float lse_r[2], D_r[2]; /* rows g, g + 8; lse times log2(e) */
     bool valid[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int i = q0 + warp * 16 + g + 8 * r;
         valid[r] = i < L;
-        lse_r[r] = valid[r] ? lse[(size_t)bh * T + i] : 0.0f;
+        lse_r[r] = valid[r] ? lse[(size_t)bh * T + i] * TC_LOG2E : 0.0f;
         D_r[r] = valid[r] ? Dr[(size_t)bh * T + i] : 0.0f;
     }
 
@@ -922,15 +943,16 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         tc_zero<TC_NB>(dp);
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Qw, Ks);   /* S = scale Q_w K^T */
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, dOw, Vs); /* dP = dO_w V^T */
+        if (j0 + TC_BC > L) /* the last tile: keys of padding get S = -inf, P = 0 (their k and
+                               * v rows are zeros, but exp(0 - lse) overflows to inf when a row's
+                               * scores are all far below 0, and inf * 0 is NaN) */
+            tc_mask_cols(p, j0, L);
 #pragma unroll
         for (int n = 0; n < TC_NB; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = e >> 1;
-                const float pe = valid[r] && j0 + n * 8 + 2 * t + (e & 1) < L
-                                     ? expf(p[n][e] * scale - lse_r[r])
-                                     : 0.0f;
-                dp[n][e] = pe * (dp[n][e] - D_r[r]); /* dS */
+            for (int e = 0; e < 4; e++) { /* P, then dS; a padding row's are never stored */
+                const float pe = tc_exp2(fmaf(p[n][e], sl2, -lse_r[e >> 1]));
+                dp[n][e] = pe * (dp[n][e] - D_r[e >> 1]);
             }
         tc_acc_by_tile<HSP, D::LDH>(dq, dp, Ks); /* dQ += dS K (times scale below) */
     }

@@ -181,15 +181,22 @@ static void check_fused_bf16(const float *qkv, const float *dout, const float *o
 
 /* q and k uniform in [-amp, amp], v in [-1, 1]: amp 3 gives scores of standard deviation ~3,
  * peaked rows whose running max moves between key tiles (the fused kernels' rescaling must be
- * right) */
-static void check(int B, int T, int C, int NH, const int *len, uint64_t seed, float amp)
+ * right); q shifted by -shift and k by +shift put every score near -shift^2 sqrt(hs) */
+static void check(int B, int T, int C, int NH, const int *len, uint64_t seed, float amp,
+                  float shift)
 {
     uint64_t s = seed;
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     float *qkv = gt_randv(nq, &s, -1, 1), *out = gt_randv(no, &s, 0, 1);
     for (size_t r = 0; r < (size_t)B * T; r++)
-        for (int c = 0; c < 2 * C; c++)
-            qkv[r * 3 * C + c] *= amp;
+        for (int c = 0; c < 2 * C; c++) { /* q - shift, k + shift: every score far below 0 */
+            float *x = &qkv[r * 3 * C + c];
+            *x = *x * amp + (c < C ? -shift : shift);
+            if (shift != 0.0f) /* multiples of 1/32 below 8: exact in bf16, so the bf16 kernels
+                                * see the CPU's scores, whose size would otherwise turn q and
+                                * k's rounding into errors of several percent in P */
+                *x = roundf(*x * 32.0f) / 32.0f;
+        }
     float *att = gt_randv(na, &s, 0, 1), *dout = gt_randv(no, &s, -1, 1);
     float *dqkv = gt_randv(nq, &s, -1, 1);
     int *d_len = GT_UPI(len, B);
@@ -233,16 +240,18 @@ int main(void)
 {
     gt_require_device("attention_gpu_test");
     const int len1[3] = {1, 64, 29};
-    check(3, 64, 96, 4, len1, 1, 1.0f);
+    check(3, 64, 96, 4, len1, 1, 1.0f, 0.0f);
     const int len2[2] = {256, 100}; /* GPT-2 head size 64 */
-    check(2, 256, 768, 12, len2, 2, 1.0f);
+    check(2, 256, 768, 12, len2, 2, 1.0f, 0.0f);
     const int len3[2] = {5, 7}; /* T not a multiple of 32 */
-    check(2, 7, 24, 3, len3, 3, 1.0f);
+    check(2, 7, 24, 3, len3, 3, 1.0f, 0.0f);
     const int len4[2] = {70, 33}; /* fused: head size 128 (the largest), several key tiles */
-    check(2, 70, 256, 2, len4, 4, 1.0f);
+    check(2, 70, 256, 2, len4, 4, 1.0f, 0.0f);
     const int len5[3] = {1, 40, 37}; /* fused: head size 40, padded to 64 */
-    check(3, 40, 120, 3, len5, 5, 1.0f);
+    check(3, 40, 120, 3, len5, 5, 1.0f, 0.0f);
     const int len6[2] = {200, 130}; /* peaked softmax, 4 key tiles of 64 */
-    check(2, 200, 128, 2, len6, 6, 3.0f);
+    check(2, 200, 128, 2, len6, 6, 3.0f, 0.0f);
+    const int len7[2] = {40, 70}; /* scores near -100: exp(0 - lse) overflows; masks needed */
+    check(2, 70, 64, 2, len7, 7, 1.0f, 4.0f);
     return gt_summary("attention_gpu_test");
 }
