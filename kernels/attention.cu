@@ -12,6 +12,7 @@
 // Padding: rows of P for queries i >= len[b] and columns for keys j >= len[b] are zero, so O's
 // padding rows are zero (as on the CPU) and the backward gives zero gradients there.
 #include "kernels/attention.h"
+#include "kernels/colsum.cuh"
 #include "kernels/gpu_internal.h"
 
 #include "kernels/tensorcore.h"
@@ -722,18 +723,50 @@ static __device__ __forceinline__ void tc_row_each(const float (*acc)[4], int r,
 }
 
 
-/* Row i of a head's gradient columns (col: 0 for dq, C for dk, 2C for dv) from an accumulator
- * (times mul), or zeros for a padding row (!valid): fp32 and its bf16 copy. */
+/* A block's gradient rows for one head's columns (q, k or v), from the warps' accumulators: the
+ * lane's rows warp * 16 + g (+ 8) hold acc times mul, or zeros for a padding row (!valid[r]),
+ * stored rounded to bf16 at dst (the block's first row and the head's first column of dqkv16;
+ * row stride ld) unless past the sequence's end (rows_left rows remain in it). With part (the
+ * bias gradient asked for), the block's column sums of those fp32 values go to part[0..hs):
+ * over each warp's 16 rows (two per lane, then across its lane groups by shuffles), then over
+ * the warps in order through red (TC_WARPS x HSP floats of shared memory the tiles no longer
+ * need): a fixed order, so deterministic. Every thread of the block calls it. */
 template <int HSP>
-static __device__ __forceinline__ void tc_store_grad(float *dqkv, __nv_bfloat16 *dqkv16,
-                                                     size_t at, const float (*acc)[4], int r,
-                                                     int hs, bool valid, float mul)
+static __device__ void tc_store_grad(__nv_bfloat16 *dst, size_t ld, int rows_left,
+                                     const float (*acc)[4], const bool valid[2], float mul,
+                                     int hs, float *part, float *red)
 {
-    tc_row_each<HSP>(acc, r, hs, [&](int d, float v) {
-        const float x = valid ? v * mul : 0.0f;
-        dqkv[at + d] = x;
-        dqkv16[at + d] = __float2bfloat16_rn(x);
-    });
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = warp * 16 + g + 8 * r;
+        if (row < rows_left)
+            tc_row_each<HSP>(acc, r, hs, [&](int d, float v) {
+                dst[(size_t)row * ld + d] = __float2bfloat16_rn(valid[r] ? v * mul : 0.0f);
+            });
+    }
+    if (!part) /* block-uniform */
+        return;
+    __syncthreads(); /* every warp is past its last tile: red may overwrite them */
+#pragma unroll
+    for (int n = 0; n < HSP / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float v = (valid[0] ? acc[n][e] * mul : 0.0f) + (valid[1] ? acc[n][2 + e] * mul : 0.0f);
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            if (g == 0)
+                red[warp * HSP + n * 8 + 2 * t + e] = v;
+        }
+    __syncthreads();
+    for (int d = threadIdx.x; d < hs; d += blockDim.x) {
+        float sum = red[d];
+        for (int w = 1; w < TC_WARPS; w++)
+            sum += red[w * HSP + d];
+        part[d] = sum;
+    }
+    __syncthreads(); /* red read: the next call may write it */
 }
 
 template <int HSP>
@@ -826,7 +859,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 
 template <int HSP>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
-    tc_dkdv_kernel(float *dqkv, __nv_bfloat16 *dqkv16, const float *dout,
+    tc_dkdv_kernel(__nv_bfloat16 *dqkv16, float *part, const float *dout,
                    const __nv_bfloat16 *qkv, const float *lse, const float *Dr, const int *len,
                    int T, int NH, int hs, float scale)
 {
@@ -885,20 +918,18 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
                 dp[n][e] = p[n][e] * (dp[n][e] - D_s[n * 8 + 2 * t + (e & 1)]);
         tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs); /* dK += dS^T Q (times scale below) */
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int j = k0 + warp * 16 + g + 8 * r;
-        if (j >= T)
-            continue;
-        const size_t at = ((size_t)b * T + j) * ld + (size_t)h * hs;
-        tc_store_grad<HSP>(dqkv, dqkv16, at + C, dk, r, hs, j < L, scale);
-        tc_store_grad<HSP>(dqkv, dqkv16, at + 2 * C, dv, r, hs, j < L, 1.0f);
-    }
+    const bool valid[2] = {k0 + warp * 16 + g < L, k0 + warp * 16 + g + 8 < L};
+    __nv_bfloat16 *dst = dqkv16 + ((size_t)b * T + k0) * ld + (size_t)h * hs;
+    float *pp = part ? part + ((size_t)b * gridDim.x + blockIdx.x) * ld + (size_t)h * hs : NULL;
+    tc_store_grad<HSP>(dst + C, ld, T - k0, dk, valid, scale, hs, pp ? pp + C : NULL,
+                       (float *)sm);
+    tc_store_grad<HSP>(dst + 2 * C, ld, T - k0, dv, valid, 1.0f, hs, pp ? pp + 2 * C : NULL,
+                       (float *)sm);
 }
 
 template <int HSP>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
-    tc_dq_kernel(float *dqkv, __nv_bfloat16 *dqkv16, const float *dout, const __nv_bfloat16 *qkv,
+    tc_dq_kernel(__nv_bfloat16 *dqkv16, float *part, const float *dout, const __nv_bfloat16 *qkv,
                  const float *lse, const float *Dr, const int *len, int T, int NH, int hs,
                  float scale)
 {
@@ -956,13 +987,9 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
             }
         tc_acc_by_tile<HSP, D::LDH>(dq, dp, Ks); /* dQ += dS K (times scale below) */
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int i = q0 + warp * 16 + g + 8 * r;
-        if (i < T)
-            tc_store_grad<HSP>(dqkv, dqkv16, ((size_t)b * T + i) * ld + (size_t)h * hs, dq, r,
-                               hs, valid[r], scale);
-    }
+    const size_t at = ((size_t)b * gridDim.x + blockIdx.x) * ld + (size_t)h * hs;
+    tc_store_grad<HSP>(dqkv16 + ((size_t)b * T + q0) * ld + (size_t)h * hs, ld, T - q0, dq, valid,
+                       scale, hs, part ? part + at : NULL, (float *)sm);
 }
 
 /* Raises kernel's dynamic shared memory limit past the default 48 KB to smem, once. */
@@ -989,7 +1016,7 @@ static void tc_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv,
 }
 
 template <int HSP>
-static void tc_backward(float *dqkv, __nv_bfloat16 *dqkv16, const float *dout,
+static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const float *dout,
                         const __nv_bfloat16 *qkv, const float *lse, const float *Dr,
                         const int *len, int B, int T, int NH, int hs, cudaStream_t stream)
 {
@@ -998,11 +1025,11 @@ static void tc_backward(float *dqkv, __nv_bfloat16 *dqkv16, const float *dout,
     dim3 grid((unsigned)CEIL_DIV(T, TC_BR), (unsigned)(B * NH));
     tc_allow_smem(tc_dkdv_kernel<HSP>, tc_dims<HSP>::dkdv, &raised_kv);
     tc_dkdv_kernel<HSP><<<grid, TC_WARPS * 32, tc_dims<HSP>::dkdv, stream>>>(
-        dqkv, dqkv16, dout, qkv, lse, Dr, len, T, NH, hs, scale);
+        dqkv16, part, dout, qkv, lse, Dr, len, T, NH, hs, scale);
     GPU_LAUNCH_CHECK();
     tc_allow_smem(tc_dq_kernel<HSP>, tc_dims<HSP>::dq, &raised_q);
     tc_dq_kernel<HSP><<<grid, TC_WARPS * 32, tc_dims<HSP>::dq, stream>>>(
-        dqkv, dqkv16, dout, qkv, lse, Dr, len, T, NH, hs, scale);
+        dqkv16, part, dout, qkv, lse, Dr, len, T, NH, hs, scale);
     GPU_LAUNCH_CHECK();
 }
 
@@ -1023,7 +1050,7 @@ extern "C" void attention_forward_fused_bf16(uint16_t *out, float *lse, const ui
         tc_forward<128>(o, lse, q, len, B, T, NH, hs, stream);
 }
 
-extern "C" void attention_backward_fused_bf16(float *dqkv, uint16_t *dqkv16, const float *dout,
+extern "C" void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias, const float *dout,
                                               const uint16_t *qkv, const uint16_t *out,
                                               const float *lse, const int *len, int B, int T,
                                               int C, int NH, struct CUstream_st *stream)
@@ -1032,17 +1059,25 @@ extern "C" void attention_backward_fused_bf16(float *dqkv, uint16_t *dqkv16, con
     if ((size_t)B * T * C == 0)
         return;
     int hsp = fa_padded_head(C, NH, "attention_backward_fused_bf16"), hs = C / NH;
+    int nparts = B * CEIL_DIV(T, TC_BR); /* a partial column sum per block of rows */
     __nv_bfloat16 *d16 = (__nv_bfloat16 *)dqkv16;
     const __nv_bfloat16 *q = (const __nv_bfloat16 *)qkv;
     float *Dr = (float *)gpu_scratch(rows * sizeof(float), stream);
+    float *part = dbias ? (float *)gpu_scratch((size_t)nparts * 3 * C * sizeof(float), stream)
+                        : NULL;
     fa_rowdot_kernel<__nv_bfloat16><<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(
         Dr, dout, (const __nv_bfloat16 *)out, len, B, T, NH, hs);
     GPU_LAUNCH_CHECK();
     if (hsp == 32)
-        tc_backward<32>(dqkv, d16, dout, q, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<32>(d16, part, dout, q, lse, Dr, len, B, T, NH, hs, stream);
     else if (hsp == 64)
-        tc_backward<64>(dqkv, d16, dout, q, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<64>(d16, part, dout, q, lse, Dr, len, B, T, NH, hs, stream);
     else
-        tc_backward<128>(dqkv, d16, dout, q, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<128>(d16, part, dout, q, lse, Dr, len, B, T, NH, hs, stream);
+    if (dbias) {
+        colsum_finish_kernel<<<CEIL_DIV(3 * C, 256), 256, 0, stream>>>(dbias, part, nparts, 3 * C);
+        GPU_LAUNCH_CHECK();
+        gpu_scratch_free(part, stream);
+    }
     gpu_scratch_free(Dr, stream);
 }

@@ -2,9 +2,9 @@
 // probabilities (zero outside each sequence's L x L block) and the accumulated dqkv, for lengths
 // 1, T and in between; fp32 and the bf16 tensor-core variant (*_mixed, bf16 tolerances); the
 // fused kernels (*_fused, and *_fused_bf16 on bf16 tensor cores, bf16 in and out, with bf16
-// tolerances): out, the row log-sum-exp and dqkv (and its bf16 copy, the exact rounding), every
-// output written, padding rows of qkv and dout never read (NaN there changes nothing),
-// bit-identical reruns.
+// tolerances): out, the row log-sum-exp and dqkv (in bf16, with the bias gradient summed in the
+// kernels), every output written, padding rows of qkv and dout never read (NaN there changes
+// nothing), bit-identical reruns.
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "kernels/gpu_testutil.h"
@@ -107,26 +107,43 @@ static uint16_t *to_bf16(const float *x, size_t n)
     return h;
 }
 
+/* n device bf16 values as host bits */
+static uint16_t *down16(const uint16_t *d, size_t n)
+{
+    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
+    return h;
+}
+
 /* The tensor-core kernels (bf16 in and out) against the CPU's out and the backward alone (grad:
  * attention_backward_cpu into zeros), with attention_*_mixed's bf16 tolerances: out (bf16), lse,
- * dqkv (fp32, overwritten: it starts as NaN) and dqkv16, which must be dqkv rounded bit for bit;
- * padding rows of qkv and dout never read; bit-identical reruns. */
+ * dqkv16 (overwritten: it starts as NaN) and the bias gradient it sums into dbias (dbias0 plus
+ * grad's column sums); without dbias the same dqkv16 bits; padding rows of qkv and dout never
+ * read; bit-identical reruns. */
 static void check_fused_bf16(const float *qkv, const float *dout, const float *out,
-                             const float *grad, const int *len, int B, int T, int C, int NH)
+                             const float *grad, const int *len, int B, int T, int C, int NH,
+                             uint64_t seed)
 {
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    uint64_t s = seed;
     float *lse = lse_reference(qkv, len, B, T, C, NH);
+    float *db0 = gt_randv((size_t)3 * C, &s, -1, 1), *db = gt_copyv(db0, (size_t)3 * C);
+    for (int c = 0; c < 3 * C; c++) {
+        double sum = 0.0;
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            sum += grad[r * 3 * C + c];
+        db[c] += (float)sum;
+    }
     uint16_t *q16 = to_bf16(qkv, nq);
     int *d_len = GT_UPI(len, B);
     uint16_t *d_qkv = (uint16_t *)gt_up(q16, nq, 2), *d_out, *d_dqkv16;
-    float *d_dout = GT_UPF(dout, no), *d_dqkv, *d_lse;
+    float *d_dout = GT_UPF(dout, no), *d_db = GT_UPF(db0, 3 * C), *d_lse;
     CUDA_CHECK(cudaMalloc(&d_out, no * 2 + 2));
     CUDA_CHECK(cudaMalloc(&d_dqkv16, nq * 2 + 2));
-    CUDA_CHECK(cudaMalloc(&d_dqkv, nq * sizeof(float) + 1));
     CUDA_CHECK(cudaMalloc(&d_lse, nl * sizeof(float) + 1));
     CUDA_CHECK(cudaMemset(d_out, 0xff, no * 2)); /* NaN: every entry must be written */
     CUDA_CHECK(cudaMemset(d_dqkv16, 0xff, nq * 2));
-    CUDA_CHECK(cudaMemset(d_dqkv, 0xff, nq * sizeof(float)));
     CUDA_CHECK(cudaMemset(d_lse, 0xff, nl * sizeof(float)));
 
     attention_forward_fused_bf16(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
@@ -134,20 +151,27 @@ static void check_fused_bf16(const float *qkv, const float *dout, const float *o
     gt_compare("attention_fwd_fbf16 out", w, out, no, 2e-2, 5e-2);
     cudaFree(w);
     gt_compare("attention_fwd_fbf16 lse", d_lse, lse, nl, 2e-2, 2e-2);
-    attention_backward_fused_bf16(d_dqkv, d_dqkv16, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C,
-                                  NH, 0);
-    gt_compare("attention_bwd_fbf16 dqkv", d_dqkv, grad, nq, 2e-2, 5e-2);
-    float *got_dqkv = gt_down(d_dqkv, nq), *r16 = (float *)malloc(nq * sizeof(float) + 1);
-    for (size_t i = 0; i < nq; i++)
-        r16[i] = bf16_round(got_dqkv[i]);
+    attention_backward_fused_bf16(d_dqkv16, d_db, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH,
+                                  0);
     w = widen(d_dqkv16, nq);
-    gt_compare("attention_bwd_fbf16 dqkv16", w, r16, nq, 0, 0);
+    gt_compare("attention_bwd_fbf16 dqkv16", w, grad, nq, 2e-2, 5e-2);
     cudaFree(w);
+    gt_compare("attention_bwd_fbf16 dbias", d_db, db, (size_t)3 * C, 1e-2 * sqrt((double)B * T),
+               2e-2);
+    uint16_t *got_out = down16(d_out, no), *got16 = down16(d_dqkv16, nq);
+    float *got_db = gt_down(d_db, (size_t)3 * C);
+
+    /* no dbias: the same gradient */
+    CUDA_CHECK(cudaMemset(d_dqkv16, 0xff, nq * 2));
+    attention_backward_fused_bf16(d_dqkv16, NULL, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH,
+                                  0);
+    uint16_t *again = down16(d_dqkv16, nq);
+    int same = memcmp(again, got16, nq * 2) == 0;
+    printf("%-24s %s\n", "fbf16 no dbias, dqkv16", same ? "OK" : "FAILED (bits differ)");
+    gt_failed += !same;
+    free(again);
 
     /* NaN in qkv's and dout's padding rows changes no bit of any output */
-    uint16_t *got_out = (uint16_t *)malloc(no * 2 + 2), *got16 = (uint16_t *)malloc(nq * 2 + 2);
-    CUDA_CHECK(cudaMemcpy(got_out, d_out, no * 2, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(got16, d_dqkv16, nq * 2, cudaMemcpyDeviceToHost));
     float *pd = gt_copyv(dout, no);
     poison_padding(pd, len, B, T, C);
     for (int b = 0; b < B; b++)
@@ -156,26 +180,22 @@ static void check_fused_bf16(const float *qkv, const float *dout, const float *o
                 q16[((size_t)b * T + t) * 3 * C + c] = BF16_NAN;
     CUDA_CHECK(cudaMemcpy(d_qkv, q16, nq * 2, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_dout, pd, no * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_db, db0, 3 * C * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemset(d_out, 0xff, no * 2));
     CUDA_CHECK(cudaMemset(d_dqkv16, 0xff, nq * 2));
-    CUDA_CHECK(cudaMemset(d_dqkv, 0xff, nq * sizeof(float)));
     attention_forward_fused_bf16(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
-    attention_backward_fused_bf16(d_dqkv, d_dqkv16, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C,
-                                  NH, 0);
-    uint16_t *again = (uint16_t *)malloc(nq * 2 + 2);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(again, d_out, no * 2, cudaMemcpyDeviceToHost));
-    int same_out = memcmp(again, got_out, no * 2) == 0;
-    CUDA_CHECK(cudaMemcpy(again, d_dqkv16, nq * 2, cudaMemcpyDeviceToHost));
-    int same16 = memcmp(again, got16, nq * 2) == 0;
+    attention_backward_fused_bf16(d_dqkv16, d_db, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH,
+                                  0);
+    uint16_t *o2 = down16(d_out, no), *d2 = down16(d_dqkv16, nq);
+    int same_out = memcmp(o2, got_out, no * 2) == 0, same16 = memcmp(d2, got16, nq * 2) == 0;
     printf("%-24s %s\n", "fbf16 rerun, NaN pad out", same_out ? "OK" : "FAILED (bits differ)");
     printf("%-24s %s\n", "fbf16 rerun, NaN pad d16", same16 ? "OK" : "FAILED (bits differ)");
     gt_failed += !same_out + !same16;
-    gt_compare("fbf16 rerun, NaN pad dqkv", d_dqkv, got_dqkv, nq, 0, 0);
+    gt_compare("fbf16 rerun, NaN pad dbias", d_db, got_db, (size_t)3 * C, 0, 0);
 
-    free(got_out), free(got16), free(again), free(pd), free(got_dqkv), free(r16), free(q16);
-    free(lse);
-    cudaFree(d_len), cudaFree(d_qkv), cudaFree(d_dout), cudaFree(d_dqkv), cudaFree(d_dqkv16);
+    free(got_out), free(got16), free(o2), free(d2), free(pd), free(got_db), free(q16), free(lse);
+    free(db0), free(db);
+    cudaFree(d_len), cudaFree(d_qkv), cudaFree(d_dout), cudaFree(d_db), cudaFree(d_dqkv16);
     cudaFree(d_out), cudaFree(d_lse);
 }
 
@@ -218,7 +238,7 @@ static void check(int B, int T, int C, int NH, const int *len, uint64_t seed, fl
         check_fused(qkv, dout, dqkv0, out, dqkv, len, B, T, C, NH);
         float *grad = (float *)calloc(nq + 1, sizeof(float));
         attention_backward_cpu(grad, dout, qkv, att, len, B, T, C, NH);
-        check_fused_bf16(qkv, dout, out, grad, len, B, T, C, NH);
+        check_fused_bf16(qkv, dout, out, grad, len, B, T, C, NH, seed);
         free(grad);
     }
 

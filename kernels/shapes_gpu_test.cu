@@ -855,24 +855,29 @@ static void case_attention(uint64_t *r)
     launched("attention_backward_fused");
     check("attention_backward_fused", "dqkv", d_dqkv, dqkv, nq, 1e-4, GT_F32_RTOL);
     /* bf16 in and out: qkv rounded (a copy: the CPU reference reads the fp32 one), out bf16,
-     * dqkv overwritten (starts as NaN) with the backward alone, dqkv16 its exact rounding */
+     * dqkv16 overwritten (starts as NaN) with the backward alone, rounded, and its column sums
+     * added to the bias gradient */
     float *q16f = gt_copyv(qkv, nq), *grad = (float *)calloc(nq + 1, sizeof(float));
+    float *db = gt_randv((size_t)3 * C, &s, -1, 1), *d_db = OUT_F(db, (size_t)3 * C);
     uint16_t *d_q16 = bf16_in(q16f, nq), *d_out16 = bf16_out(NULL, no);
     uint16_t *d_dqkv16 = bf16_out(NULL, nq);
-    float *d_grad = OUT_F(NULL, nq);
     attention_backward_cpu(grad, dout, qkv, att, len, B, T, C, NH);
+    for (int c = 0; c < 3 * C; c++) {
+        double sum = 0.0;
+        for (size_t row = 0; row < (size_t)B * T; row++)
+            sum += grad[row * 3 * C + c];
+        db[c] += (float)sum;
+    }
     attention_forward_fused_bf16(d_out16, d_lse, d_q16, d_len, B, T, C, NH, 0);
     launched("attention_forward_fused_bf16");
     check_bf16("attention_forward_fused_bf16", "out", d_out16, out, no, 2e-2, 5e-2);
-    attention_backward_fused_bf16(d_grad, d_dqkv16, d_dout, d_q16, d_out16, d_lse, d_len, B, T,
-                                  C, NH, 0);
+    attention_backward_fused_bf16(d_dqkv16, d_db, d_dout, d_q16, d_out16, d_lse, d_len, B, T, C,
+                                  NH, 0);
     launched("attention_backward_fused_bf16");
-    check("attention_backward_fused_bf16", "dqkv", d_grad, grad, nq, 2e-2, 5e-2);
-    float *got = gt_down(d_grad, nq);
-    for (size_t i = 0; i < nq; i++)
-        got[i] = bf16_round(got[i]);
-    check_bf16("attention_backward_fused_bf16", "dqkv16", d_dqkv16, got, nq, 0, 0);
-    free(q16f), free(grad), free(got);
+    check_bf16("attention_backward_fused_bf16", "dqkv16", d_dqkv16, grad, nq, 2e-2, 5e-2);
+    check("attention_backward_fused_bf16", "dbias", d_db, db, (size_t)3 * C,
+          1e-2 * sqrt((double)B * T), 2e-2);
+    free(q16f), free(grad), free(db);
 
     /* bf16 tensor-core GEMMs inside (attention_gpu_test's tolerances) */
     CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));

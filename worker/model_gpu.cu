@@ -132,7 +132,7 @@ static void fc_forward(struct model_gpu *g, float *out, const float *inp32, cons
 
 /* dinp = dout @ w (overwritten); dw += dout^T @ inp; db += colsum(dout). bf16 path: dout is
  * rounded to bf16 once (the GEMMs' operand; dout16 when the caller has it already, as
- * the fused attention's backward gives it), inp is the saved bf16 input; dinp, dw and db stay fp32 (db from
+ * the LayerNorm backward gives it), inp is the saved bf16 input; dinp, dw and db stay fp32 (db from
  * the fp32 dout), and the GEMM writes dinp without reading it (no clearing pass). */
 static void fc_backward(struct model_gpu *g, float *dinp, const float *dout,
                         const uint16_t *dout16, const float *inp32, const uint16_t *inp16,
@@ -339,11 +339,13 @@ static void backward_body(struct model_gpu *g, float loss_scale)
                              g->ln2r + l * N, N, C);
         fc_backward(g, g->datty, g->dres, dres16, g->bf16 ? NULL : atty, attyh, "attprojw",
                     "attprojb", (size_t)l * C * C, (size_t)l * C, N, C, C);
-        const uint16_t *dqkv16 = NULL;
-        if (g->fused && g->bf16) { /* dqkv and its bf16 copy overwritten: no clear, no cast */
-            attention_backward_fused_bf16(g->dqkv, g->s16a, g->datty, g->qkvh + 3 * l * NC,
-                                          attyh, g->lse + l * nlse, g->len, B, T, C, NH, s);
-            dqkv16 = g->s16a;
+        if (g->fused && g->bf16) { /* dqkv in bf16 only, qkvb's gradient summed in the kernels */
+            attention_backward_fused_bf16(g->s16a, G("qkvb") + (size_t)l * 3 * C, g->datty,
+                                          g->qkvh + 3 * l * NC, attyh, g->lse + l * nlse, g->len,
+                                          B, T, C, NH, s);
+            matmul_backward_mixed_set(g->dln, G("qkvw") + (size_t)l * 3 * C * C, NULL, NULL,
+                                      g->s16a, ln1h, P16("qkvw") + (size_t)l * 3 * C * C, N, C,
+                                      3 * C, s);
         } else {
             CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
             if (g->fused)
@@ -355,9 +357,9 @@ static void backward_body(struct model_gpu *g, float loss_scale)
             else
                 attention_backward(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C,
                                    NH, s);
+            fc_backward(g, g->dln, g->dqkv, NULL, ln1, ln1h, "qkvw", "qkvb",
+                        (size_t)l * 3 * C * C, (size_t)l * 3 * C, N, C, 3 * C);
         }
-        fc_backward(g, g->dln, g->dqkv, dqkv16, ln1, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
-                    (size_t)l * 3 * C, N, C, 3 * C);
         dres16 = ln_backward(g, x, "ln1w", "ln1b", (size_t)l * C, g->ln1m + l * N,
                              g->ln1r + l * N, N, C);
         unit_ready(g, ready, c->layers - l); /* layer l's twelve slices */
@@ -553,7 +555,9 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C);
         g->lnfm = dalloc(N), g->lnfr = dalloc(N);
         g->dres = dalloc(N * C), g->dln = dalloc(N * C), g->dfchg = dalloc(N * F);
-        g->datty = dalloc(N * C), g->dqkv = dalloc(3 * N * C);
+        g->datty = dalloc(N * C);
+        if (!(bf16 && fused)) /* bf16 with fused attention: dqkv in bf16 only (s16a) */
+            g->dqkv = dalloc(3 * N * C);
         if (!bf16) /* bf16: the GELU's input gradient is only ever bf16 (s16a) */
             g->dfch = dalloc(N * F);
         if (bf16) { /* the saved GEMM inputs in bf16 only */
