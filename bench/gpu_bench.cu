@@ -6,11 +6,11 @@
 // all on one stream with no host synchronisation (the loss is read once, after the timed steps).
 // The device model is worker/model_gpu.h's (the one gantry-worker --device cuda trains):
 // parameters, gradients and AdamW moments are single fp32 buffers laid out by model_init() (llm.c
-// style). --bf16 runs every GEMM (the attention's batched ones too) on bf16 operands with fp32
+// style). --bf16 is training.precision: bf16 (docs/gpu.md): every GEMM on bf16 operands with fp32
 // accumulation and fp32 master weights (the parameters' bf16 copy is refreshed by the AdamW
-// kernel); activations stay fp32 and are cast around each GEMM, which costs bandwidth a fully bf16
-// activation path would not (docs/gpu.md). --attention fused uses the fused attention kernels
-// (fp32, a log-sum-exp per row instead of the T x T probabilities) in either precision.
+// kernel), the GEMM inputs saved in bf16, the residual stream and gradients fp32. --attention
+// fused uses the fused attention kernels (a log-sum-exp per row instead of the T x T
+// probabilities; with --bf16 on tensor cores, bf16 in and out).
 // --graphs replays the forward and the backward as CUDA graphs (training.cudaGraphs,
 // worker/model_gpu.h: captured on the second step, one launch each after); zeroing, clipping and
 // AdamW stay ordinary launches.
@@ -35,7 +35,7 @@ extern "C" { /* C headers without C++ guards */
 #define PEAK_BF16 989.4e12
 
 struct opts {
-    int B, T, C, L, NH, V, K, steps, warmup, varlen, bf16, check_cpu, fused, graphs;
+    int B, T, C, L, NH, V, K, steps, warmup, varlen, bf16, check_cpu, fused, graphs, profile;
     const char *name;
 };
 
@@ -81,7 +81,7 @@ static void usage(const char *argv0)
 {
     printf("usage: %s [--preset gpt2|example] [--batch B] [--seq T] [--hidden C] [--layers L]\n"
            "          [--heads NH] [--vocab V] [--classes K] [--steps S] [--warmup W] [--varlen]\n"
-           "          [--bf16] [--attention unfused|fused] [--graphs] [--check-cpu]\n"
+           "          [--bf16] [--attention unfused|fused] [--graphs] [--check-cpu] [--profile]\n"
            "  gpt2:    B=8 T=1024 C=768 L=12 NH=12 V=50257 K=2 (GPT-2 124M-sized encoder)\n"
            "  example: B=32 T=256 C=128 L=2 NH=4 V=20000 K=2 (bench/cpu_train's default model;\n"
            "           the default preset)\n"
@@ -89,16 +89,18 @@ static void usage(const char *argv0)
            "           compare every step's loss (exit 1 when they differ beyond tolerance)\n"
            "  --attention: unfused (default: cuBLAS GEMMs + softmax) or fused\n"
            "           (kernels/attention.cu; on tensor cores with --bf16)\n"
-           "  --graphs: forward and backward replayed as CUDA graphs (training.cudaGraphs)\n",
+           "  --graphs: forward and backward replayed as CUDA graphs (training.cudaGraphs)\n"
+           "  --profile: after the timed steps, 3 more eager steps with an event behind every op,\n"
+           "           and a table of the ops' device time per step (lines \"profile: ...\")\n",
            argv0);
 }
 
 static void preset(struct opts *o, const char *name)
 {
     if (strcmp(name, "gpt2") == 0)
-        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, "gpt2"};
+        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, "gpt2"};
     else if (strcmp(name, "example") == 0)
-        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, "example"};
+        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, "example"};
     else {
         fprintf(stderr, "gpu_bench: unknown preset '%s' (gpt2 or example)\n", name);
         exit(2);
@@ -112,17 +114,17 @@ static void parse(struct opts *o, int argc, char **argv)
         {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"vocab", 1, 0, 'V'}, {"classes", 1, 0, 'K'},
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"varlen", 0, 0, 'v'}, {"bf16", 0, 0, 'b'},
         {"attention", 1, 0, 'a'}, {"check-cpu", 0, 0, 'c'}, {"graphs", 0, 0, 'g'},
-        {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
+        {"profile", 0, 0, 'P'},   {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
     int ch;
     preset(o, "example");
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
         case 'p': {
             int bf16 = o->bf16, check = o->check_cpu, varlen = o->varlen, fused = o->fused;
-            int graphs = o->graphs;
+            int graphs = o->graphs, profile = o->profile;
             preset(o, optarg);
             o->bf16 = bf16, o->check_cpu = check, o->varlen = varlen, o->fused = fused;
-            o->graphs = graphs;
+            o->graphs = graphs, o->profile = profile;
             break;
         }
         case 'B': o->B = atoi(optarg); break;
@@ -145,6 +147,7 @@ static void parse(struct opts *o, int argc, char **argv)
             break;
         case 'c': o->check_cpu = 1; break;
         case 'g': o->graphs = 1; break;
+        case 'P': o->profile = 1; break;
         case 'h': usage(argv[0]); exit(0);
         default: usage(argv[0]); exit(2);
         }
@@ -269,6 +272,20 @@ int main(int argc, char **argv)
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu);
     }
     phases(g, &oc, o.warmup + o.steps + 1, o.B);
+    if (o.profile) { /* eager, an event per op: where a step's time goes */
+        const int ps = 3;
+        model_gpu_profile(g, 1);
+        for (int i = 0; i < ps; i++)
+            step(g, &oc, o.warmup + o.steps + 2 + i, o.B);
+        model_gpu_profile(g, 0);
+        printf("profile: %s, %s attention, B=%d T=%d C=%d L=%d NH=%d, %d eager steps\n",
+               o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused", o.B, o.T, o.C, o.L, o.NH,
+               ps);
+        if (model_gpu_profile_report(g, stdout, ps) != 0) {
+            fprintf(stderr, "gpu_bench: --profile: nothing was timed\n");
+            rc = 1;
+        }
+    }
 out:
     model_gpu_free(g);
     gpu_shutdown();

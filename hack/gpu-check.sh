@@ -330,6 +330,12 @@ for preset in example gpt2; do
         timeout 120 "$build/gpu_bench" --preset $preset $prec >>"$out/bench.log" 2>&1
     done
 done
+# where a step's time goes: an event behind every op (eager), both attentions at the GPT-2 shape
+# (into bench.log: the device tool brings back 8 files at most; the table also into summary.txt)
+for attn in fused unfused; do
+    timeout 120 "$build/gpu_bench" --preset gpt2 --bf16 --attention $attn --steps 5 --profile \
+        2>&1 | grep -v '^{' | tee -a "$out/bench.log" | grep -E '^profile:' >>"$summary"
+done
 for preset in example gpt2; do
     PYTHONUNBUFFERED=1 timeout 240 python3 "$here/bench/gpu_torch.py" --preset $preset \
         --variants eager-fp32,eager-bf16,compile-bf16 >>"$out/bench.log" 2>&1

@@ -12,6 +12,14 @@
 
 #define STAGE_SLOTS 2 /* pinned upload slots: the host gathers batch i+1 while i uploads */
 #define GRAPH_SLOTS 16 /* MODEL_GPU_GRAPHS: forward and backward graphs kept, by shape */
+#define PROF_MARKS 4096 /* model_gpu_profile: events between collections */
+#define PROF_OPS 32     /* distinct op names */
+
+struct prof_row {
+    const char *op;
+    double ms;
+    long n;
+};
 
 /* One captured forward (bwd 0) or backward (bwd 1) for a batch shape (and the backward's loss
  * scale, a kernel argument); exec NULL until the shape comes a second time. */
@@ -59,6 +67,13 @@ struct model_gpu {
     struct graph_slot gs[GRAPH_SLOTS];
     unsigned long long gtick;
     long graph_captures, graph_launches, graph_evictions;
+    /* model_gpu_profile: an event behind each op of the eager forward and backward */
+    int prof;
+    int prof_n;              /* events recorded since the last collection */
+    cudaEvent_t *prof_ev;    /* PROF_MARKS */
+    const char **prof_op;    /* the op that ends at each event (NULL: a start) */
+    struct prof_row prof_tab[PROF_OPS];
+    int prof_nrows;
 };
 
 static float *dalloc(size_t n)
@@ -119,6 +134,48 @@ __global__ static void scale_kernel(float *x, size_t n, float s)
 
 /* ---- forward and backward (worker/model.c's sequence) ---- */
 
+/* ---- per-op timing (model_gpu_profile) ---- */
+
+/* Adds the time between consecutive events to their ops' rows; syncs on the last event. */
+static void prof_collect(struct model_gpu *g)
+{
+    if (g->prof_n == 0)
+        return;
+    CUDA_CHECK(cudaEventSynchronize(g->prof_ev[g->prof_n - 1]));
+    for (int i = 1; i < g->prof_n; i++) {
+        const char *op = g->prof_op[i];
+        if (!op)
+            continue;
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, g->prof_ev[i - 1], g->prof_ev[i]));
+        int r = 0;
+        while (r < g->prof_nrows && strcmp(g->prof_tab[r].op, op) != 0)
+            r++;
+        if (r == g->prof_nrows) {
+            if (r == PROF_OPS)
+                continue; /* more op names than rows: a bug here, not worth an abort */
+            g->prof_tab[g->prof_nrows++] = (struct prof_row){op, 0.0, 0};
+        }
+        g->prof_tab[r].ms += ms;
+        g->prof_tab[r].n++;
+    }
+    g->prof_n = 0;
+}
+
+/* With profiling on: an event on the stream behind the op just enqueued (op NULL: a start,
+ * after work that is not attributed). */
+static void mark(struct model_gpu *g, const char *op)
+{
+    if (!g->prof)
+        return;
+    if (g->prof_n == PROF_MARKS) { /* full: collect, and restart from a fresh start event */
+        prof_collect(g);
+        op = NULL;
+    }
+    CUDA_CHECK(cudaEventRecord(g->prof_ev[g->prof_n], g->s));
+    g->prof_op[g->prof_n++] = op;
+}
+
 /* out (N,OC) = inp @ w^T + b in fp32 (the fp32 path: inp32), or from a bf16 input (inp16) and
  * the weights' bf16 copy, accumulated and written in fp32 with the fp32 bias (bf16 path) */
 static void fc_forward(struct model_gpu *g, float *out, const float *inp32, const uint16_t *inp16,
@@ -178,7 +235,9 @@ static void transformer_forward(struct model_gpu *g)
     size_t nlse = (size_t)B * NH * T;
     cudaStream_t s = g->s;
 
+    mark(g, NULL);
     embed_forward(g->x0, g->tokens, P("wte"), P("wpe"), B, T, C, s);
+    mark(g, "embedding");
     const float *x = g->x0;
     for (int l = 0; l < c->layers; l++) {
         float *qkv = g->qkv ? g->qkv + 3 * l * NC : NULL;
@@ -190,45 +249,58 @@ static void transformer_forward(struct model_gpu *g)
             uint16_t *ln2h = g->ln2h + l * NC, *fchgh = g->fchgh + l * NF;
             layernorm_forward_bf16(ln1h, g->ln1m + l * N, g->ln1r + l * N, x, P("ln1w") + l * C,
                                    P("ln1b") + l * C, N, C, s);
+            mark(g, "layernorm");
             if (g->fused) { /* qkv in bf16 from its GEMM (bf16 bias), the output in bf16 */
                 uint16_t *qkvh = g->qkvh + 3 * l * NC;
                 matmul_forward_bf16(qkvh, ln1h, P16("qkvw") + (size_t)l * 3 * C * C,
                                     P16("qkvb") + (size_t)l * 3 * C, N, C, 3 * C, s);
+                mark(g, "qkv GEMM");
                 attention_forward_fused_bf16(attyh, g->lse + l * nlse, qkvh, g->len, B, T, C, NH,
                                              s);
             } else {
                 fc_forward(g, qkv, NULL, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
                            (size_t)l * 3 * C, N, C, 3 * C);
+                mark(g, "qkv GEMM");
                 attention_forward_mixed(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
                 cast_f32_to_bf16(attyh, atty, NC, s);
             }
+            mark(g, "attention");
             /* res2 = x + attyh @ attprojw^T + b: the residual add in the GEMM's epilogue */
             matmul_forward_mixed_residual(res2, x, attyh, P16("attprojw") + (size_t)l * C * C,
                                           P("attprojb") + (size_t)l * C, N, C, C, s);
+            mark(g, "attention proj GEMM");
             layernorm_forward_bf16(ln2h, g->ln2m + l * N, g->ln2r + l * N, res2,
                                    P("ln2w") + l * C, P("ln2b") + l * C, N, C, s);
+            mark(g, "layernorm");
             /* pre-activation and GELU output in bf16, the GELU in the GEMM's epilogue */
             matmul_forward_bf16_gelu(fchgh, g->fchh + l * NF, ln2h, P16("fcw") + (size_t)l * F * C,
                                      P16("fcb") + (size_t)l * F, N, C, F, s);
+            mark(g, "MLP GEMM + GELU");
             matmul_forward_mixed_residual(res3, res2, fchgh, P16("fcprojw") + (size_t)l * C * F,
                                           P("fcprojb") + (size_t)l * C, N, F, C, s);
+            mark(g, "MLP proj GEMM");
             x = res3;
             continue;
         }
         float *ln1 = g->ln1 + l * NC, *ln2 = g->ln2 + l * NC, *fchg = g->fchg + l * NF;
         layernorm_forward(ln1, g->ln1m + l * N, g->ln1r + l * N, x, P("ln1w") + l * C,
                           P("ln1b") + l * C, N, C, s);
+        mark(g, "layernorm");
         fc_forward(g, qkv, ln1, NULL, "qkvw", "qkvb", (size_t)l * 3 * C * C, (size_t)l * 3 * C,
                    N, C, 3 * C);
+        mark(g, "qkv GEMM");
         if (g->fused)
             attention_forward_fused(atty, g->lse + l * nlse, qkv, g->len, B, T, C, NH, s);
         else
             attention_forward(atty, g->att + l * natt, qkv, g->len, B, T, C, NH, s);
+        mark(g, "attention");
         fc_forward(g, g->attproj, atty, NULL, "attprojw", "attprojb", (size_t)l * C * C,
                    (size_t)l * C, N, C, C);
         residual_forward(res2, x, g->attproj, (long)NC, s);
+        mark(g, "attention proj GEMM");
         layernorm_forward(ln2, g->ln2m + l * N, g->ln2r + l * N, res2, P("ln2w") + l * C,
                           P("ln2b") + l * C, N, C, s);
+        mark(g, "layernorm");
         if (F % 8) { /* cuBLASLt's GELU epilogue needs OC % 8 == 0 */
             fc_forward(g, fch, ln2, NULL, "fcw", "fcb", (size_t)l * F * C, (size_t)l * F, N, C,
                        F);
@@ -237,12 +309,15 @@ static void transformer_forward(struct model_gpu *g)
             matmul_forward_gelu(fchg, fch, ln2, P("fcw") + (size_t)l * F * C, P("fcb") + l * F, N,
                                 C, F, s);
         }
+        mark(g, "MLP GEMM + GELU");
         fc_forward(g, g->fcproj, fchg, NULL, "fcprojw", "fcprojb", (size_t)l * C * F,
                    (size_t)l * C, N, F, C);
         residual_forward(res3, res2, g->fcproj, (long)NC, s);
+        mark(g, "MLP proj GEMM");
         x = res3;
     }
     layernorm_forward(g->lnf, g->lnfm, g->lnfr, x, P("lnfw"), P("lnfb"), N, C, s);
+    mark(g, "layernorm");
     if (c->pool == MODEL_POOL_CLS)
         clspool_forward(g->pooled, g->lnf, B, T, C, s);
     else
@@ -266,6 +341,7 @@ static void forward_body(struct model_gpu *g)
         loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
         CUDA_CHECK(cudaGetLastError());
     }
+    mark(g, "pool + head + loss");
 }
 
 /* Unit u's gradients are enqueued: record its event, tell the armed hook. */
@@ -287,6 +363,7 @@ static void backward_body(struct model_gpu *g, float loss_scale)
     model_gpu_ready_fn ready = g->ready; /* one backward per arming */
     g->ready = NULL;
 
+    mark(g, NULL);
     CUDA_CHECK(cudaMemsetAsync(g->dlogits, 0, (size_t)B * K * sizeof(float), s));
     crossentropy_backward(g->dlogits, g->probs, g->labels, g->smoothing,
                           g->use_cw ? g->cw : NULL, loss_scale, B, K, s);
@@ -307,7 +384,9 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         meanpool_backward(g->dln, g->dpooled, g->len, B, T, C, s);
     CUDA_CHECK(cudaMemsetAsync(g->dres, 0, NC * sizeof(float), s));
     const float *xL = c->layers ? g->res3 + (c->layers - 1) * NC : g->x0;
+    mark(g, "head + pool bwd");
     const uint16_t *dres16 = ln_backward(g, xL, "lnfw", "lnfb", 0, g->lnfm, g->lnfr, N, C);
+    mark(g, "layernorm bwd");
     unit_ready(g, ready, 0); /* head: clsw, clsb, lnfw, lnfb (+ the loss statistics) */
     for (int l = c->layers - 1; l >= 0; l--) {
         const float *x = l ? g->res3 + (l - 1) * NC : g->x0;
@@ -324,25 +403,32 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         const uint16_t *fchgh = g->bf16 ? g->fchgh + l * NF : NULL;
         fc_backward(g, g->dfchg, g->dres, dres16, fchg, fchgh, "fcprojw", "fcprojb",
                     (size_t)l * C * F, (size_t)l * C, N, F, C);
+        mark(g, "MLP proj GEMM bwd");
         if (g->bf16) { /* dfch in bf16 only (the GEMMs' operand), fcb's gradient in that pass */
             gelu_backward_bf16(g->s16a, G("fcb") + (size_t)l * F, g->fchh + l * NF, g->dfchg, N,
                                F, s);
+            mark(g, "GELU bwd");
             matmul_backward_mixed_set(g->dln, G("fcw") + (size_t)l * F * C, NULL, NULL, g->s16a,
                                       ln2h, P16("fcw") + (size_t)l * F * C, N, C, F, s);
         } else {
             CUDA_CHECK(cudaMemsetAsync(g->dfch, 0, NF * sizeof(float), s));
             gelu_backward(g->dfch, fch, g->dfchg, NF, s);
+            mark(g, "GELU bwd");
             fc_backward(g, g->dln, g->dfch, NULL, ln2, NULL, "fcw", "fcb", (size_t)l * F * C,
                         (size_t)l * F, N, C, F);
         }
+        mark(g, "MLP GEMM bwd");
         dres16 = ln_backward(g, res2, "ln2w", "ln2b", (size_t)l * C, g->ln2m + l * N,
                              g->ln2r + l * N, N, C);
+        mark(g, "layernorm bwd");
         fc_backward(g, g->datty, g->dres, dres16, g->bf16 ? NULL : atty, attyh, "attprojw",
                     "attprojb", (size_t)l * C * C, (size_t)l * C, N, C, C);
+        mark(g, "attention proj GEMM bwd");
         if (g->fused && g->bf16) { /* dqkv in bf16 only, qkvb's gradient summed in the kernels */
             attention_backward_fused_bf16(g->s16a, G("qkvb") + (size_t)l * 3 * C, g->datty,
                                           g->qkvh + 3 * l * NC, attyh, g->lse + l * nlse, g->len,
                                           B, T, C, NH, s);
+            mark(g, "attention bwd");
             matmul_backward_mixed_set(g->dln, G("qkvw") + (size_t)l * 3 * C * C, NULL, NULL,
                                       g->s16a, ln1h, P16("qkvw") + (size_t)l * 3 * C * C, N, C,
                                       3 * C, s);
@@ -357,14 +443,18 @@ static void backward_body(struct model_gpu *g, float loss_scale)
             else
                 attention_backward(g->dqkv, g->datty, qkv, g->att + l * natt, g->len, B, T, C,
                                    NH, s);
+            mark(g, "attention bwd");
             fc_backward(g, g->dln, g->dqkv, NULL, ln1, ln1h, "qkvw", "qkvb",
                         (size_t)l * 3 * C * C, (size_t)l * 3 * C, N, C, 3 * C);
         }
+        mark(g, "qkv GEMM bwd");
         dres16 = ln_backward(g, x, "ln1w", "ln1b", (size_t)l * C, g->ln1m + l * N,
                              g->ln1r + l * N, N, C);
+        mark(g, "layernorm bwd");
         unit_ready(g, ready, c->layers - l); /* layer l's twelve slices */
     }
     embed_backward(G("wte"), G("wpe"), g->dres, g->tokens, B, T, C, c->vocab, s);
+    mark(g, "embedding bwd");
     unit_ready(g, ready, c->layers + 1);
 }
 
@@ -435,14 +525,60 @@ static int graph_run(struct model_gpu *g, int bwd, float scale)
 
 extern "C" void model_gpu_forward(struct model_gpu *g)
 {
-    if (!g->graphs || !graph_run(g, 0, 0.0f))
+    if (g->prof || !g->graphs || !graph_run(g, 0, 0.0f))
         forward_body(g);
 }
 
 extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
 {
-    if (g->ready || !g->graphs || !graph_run(g, 1, loss_scale))
+    if (g->ready || g->prof || !g->graphs || !graph_run(g, 1, loss_scale))
         backward_body(g, loss_scale);
+}
+
+extern "C" int model_gpu_profile(struct model_gpu *g, int on)
+{
+    if (on && !g->prof_ev) {
+        g->prof_ev = (cudaEvent_t *)calloc(PROF_MARKS, sizeof(cudaEvent_t));
+        g->prof_op = (const char **)calloc(PROF_MARKS, sizeof(char *));
+        if (!g->prof_ev || !g->prof_op) {
+            fprintf(stderr, "model_gpu_profile: out of host memory\n");
+            exit(1);
+        }
+        for (int i = 0; i < PROF_MARKS; i++)
+            CUDA_CHECK(cudaEventCreate(&g->prof_ev[i]));
+    }
+    if (!on)
+        prof_collect(g);
+    g->prof = on;
+    return 0;
+}
+
+/* rows by time, the largest first */
+static int prof_cmp(const void *a, const void *b)
+{
+    double x = ((const struct prof_row *)a)->ms, y = ((const struct prof_row *)b)->ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+extern "C" int model_gpu_profile_report(struct model_gpu *g, FILE *f, int steps)
+{
+    prof_collect(g);
+    if (g->prof_nrows == 0 || steps <= 0)
+        return -1;
+    double total = 0.0;
+    for (int r = 0; r < g->prof_nrows; r++)
+        total += g->prof_tab[r].ms;
+    qsort(g->prof_tab, (size_t)g->prof_nrows, sizeof(g->prof_tab[0]), prof_cmp);
+    fprintf(f, "profile: %-26s %10s %7s %10s\n", "op", "ms/step", "share", "calls/step");
+    for (int r = 0; r < g->prof_nrows; r++) {
+        const struct prof_row *w = &g->prof_tab[r];
+        fprintf(f, "profile: %-26s %10.3f %6.1f%% %10.1f\n", w->op, w->ms / steps,
+                total > 0 ? 100.0 * w->ms / total : 0.0, (double)w->n / steps);
+    }
+    fprintf(f, "profile: %-26s %10.3f %6.1f%%\n", "total (forward + backward)", total / steps,
+            100.0);
+    g->prof_nrows = 0;
+    return 0;
 }
 
 extern "C" void model_gpu_graph_stats(struct model_gpu *g, long *captures, long *launches,
@@ -616,6 +752,10 @@ extern "C" void model_gpu_free(struct model_gpu *g)
     for (int u = 0; g->unit_done && u < MODEL_GPU_UNITS(g->m->cfg.layers); u++)
         cudaEventDestroy(g->unit_done[u]);
     free(g->unit_done);
+    for (int i = 0; g->prof_ev && i < PROF_MARKS; i++)
+        cudaEventDestroy(g->prof_ev[i]);
+    free(g->prof_ev);
+    free(g->prof_op);
     free(g->cw_host);
     cudaStreamDestroy(g->s);
     free(g);

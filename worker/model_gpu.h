@@ -33,6 +33,7 @@
 #define GANTRY_MODEL_GPU_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" { /* model.h and optim.h have no C++ guards of their own */
@@ -110,6 +111,14 @@ float model_gpu_last_loss(struct model_gpu *g);
 void model_gpu_read_logits(struct model_gpu *g, float *logits);
 /* MODEL_GPU_GRAPHS: graphs captured, graph launches, and shapes evicted so far (NULL skips). */
 void model_gpu_graph_stats(struct model_gpu *g, long *captures, long *launches, long *evictions);
+/* Per-op timing: with on, every forward and backward runs eagerly (no graphs) with a CUDA event
+ * behind each op (embedding, layernorm, qkv GEMM, attention, ... and their backward), a few
+ * microseconds of device time each; off collects what is pending. model_gpu_profile_report()
+ * prints the ops' device time per step (the totals divided by steps), largest first, with their
+ * share and calls per step, as lines starting "profile:", then clears them; -1 when nothing
+ * was timed (and always with model_gpu_mock.c, which has no device). */
+int model_gpu_profile(struct model_gpu *g, int on);
+int model_gpu_profile_report(struct model_gpu *g, FILE *f, int steps);
 /* Waits until everything enqueued so far is done. */
 void model_gpu_sync(struct model_gpu *g);
 struct CUstream_st *model_gpu_stream(struct model_gpu *g);

@@ -247,6 +247,18 @@ void model_gpu_graph_stats(struct model_gpu *g, long *captures, long *launches, 
         *evictions = 0;
 }
 
+int model_gpu_profile(struct model_gpu *g, int on)
+{
+    (void)g, (void)on; /* no device, nothing to time */
+    return -1;
+}
+
+int model_gpu_profile_report(struct model_gpu *g, FILE *f, int steps)
+{
+    (void)g, (void)f, (void)steps;
+    return -1;
+}
+
 void model_gpu_sync(struct model_gpu *g)
 {
     (void)g;

@@ -59,6 +59,16 @@ foreach(prec fp32 bf16 fused bf16_fused bf16_graphs)
                      --vocab 200 --classes 3 --steps 4 --warmup 1 --varlen --check-cpu ${_flag})
     set_tests_properties(gpu_bench_emu_check_${prec} PROPERTIES LABELS emu TIMEOUT 300)
 endforeach()
+# gpu_bench --profile: a row per op, launches per step as the model has them (fp32 unfused and
+# bf16 fused: their ops differ most)
+add_test(NAME gpu_bench_emu_profile
+         COMMAND bash ${PROJECT_SOURCE_DIR}/bench/gpu_bench_profile_test.sh
+                 $<TARGET_FILE:gpu_bench_emu>)
+add_test(NAME gpu_bench_emu_profile_bf16_fused
+         COMMAND bash ${PROJECT_SOURCE_DIR}/bench/gpu_bench_profile_test.sh
+                 $<TARGET_FILE:gpu_bench_emu> --bf16 --attention fused)
+set_tests_properties(gpu_bench_emu_profile gpu_bench_emu_profile_bf16_fused PROPERTIES
+                     LABELS emu TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # The training loop's device pieces (worker/train_gpu_device_test.cu, unchanged): bf16 on the
 # device, the mixed-precision kernels, the overlapped all-reduce through a 1-rank communicator.
