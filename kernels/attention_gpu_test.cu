@@ -87,14 +87,8 @@ static void check_fused(const float *qkv, const float *dout, const float *dqkv0,
 /* n device bf16 values widened into a new device fp32 buffer (for gt_compare) */
 static float *widen(const uint16_t *d16, size_t n)
 {
-    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
-    float *f = (float *)malloc(n * sizeof(float) + 1);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h, d16, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++)
-        f[i] = bf16_to_f32(h[i]);
-    float *d = GT_UPF(f, n);
-    free(h), free(f);
+    float *f = gt_down_bf16(d16, n), *d = GT_UPF(f, n);
+    free(f);
     return d;
 }
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kernels/bf16.h"
 #include "kernels/cuda_common.h"
 #include "kernels/gpu.h"
 
@@ -77,6 +78,19 @@ static inline float *gt_down(const float *d, size_t n)
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
     return h;
+}
+
+/* Host fp32 copy of n device bf16 values, widened on the host (exact; synchronises). */
+static inline float *gt_down_bf16(const uint16_t *d, size_t n)
+{
+    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    float *f = (float *)malloc(n * sizeof(float) + 1);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++)
+        f[i] = bf16_to_f32(h[i]);
+    free(h);
+    return f;
 }
 
 /* Compares gpu (device) with ref (host); returns mismatches (0 = OK) and records a failure. */

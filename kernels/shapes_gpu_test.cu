@@ -292,24 +292,11 @@ static void check_bits(const char *op, const char *what, const float *dev, const
     free(got);
 }
 
-/* Device bf16 -> host fp32 values (widened on the device by cast_bf16_to_f32, checked below). */
-static float *down_bf16(const uint16_t *d, size_t n)
-{
-    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
-    float *f = (float *)malloc(n * sizeof(float) + 1);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++)
-        f[i] = bf16_to_f32(h[i]);
-    free(h);
-    return f;
-}
-
 /* check() for a bf16 output: widened on the host (exact), compared as fp32. */
 static void check_bf16(const char *op, const char *what, const uint16_t *dev, const float *ref,
                        size_t n, double atol, double rtol)
 {
-    float *h = down_bf16(dev, n);
+    float *h = gt_down_bf16(dev, n);
     float *tmp = (float *)in_up(h, n * sizeof(float)); /* gt_compare reads a device buffer */
     check(op, what, tmp, ref, n, atol, rtol);
     free(h);
@@ -694,7 +681,7 @@ static void matmul_bf16_run(int N, int C, int OC, uint64_t s)
     /* fp32 outputs from bf16 operands: only the accumulation order differs */
     check("matmul_backward_bf16", "dweight", d_dw, dw, nw, 1e-4 * sqrt((double)N), GT_F32_RTOL);
     check("matmul_backward_bf16", "dbias", d_db, db, OC, 1e-4 * sqrt((double)N), GT_F32_RTOL);
-    float *dinp_now = down_bf16(d_dinp, ni), *db_now = gt_down(d_db, OC);
+    float *dinp_now = gt_down_bf16(d_dinp, ni), *db_now = gt_down(d_db, OC);
     matmul_backward_cpu(NULL, dw, NULL, dout, inp, w, N, C, OC);
     matmul_backward_bf16(NULL, d_dw, NULL, d_dout, d_inp, d_w, N, C, OC, 0);
     launched("matmul_backward_bf16 NULLs");
