@@ -580,8 +580,9 @@ extern "C" void attention_backward_fused(float *dqkv, const float *dout, const f
  *
  * The same algorithm with the five matrix products of each tile on tensor cores, FlashAttention-2's
  * way: mma.sync m16n8k16 with the scores, probabilities and accumulators in registers
- * (kernels/tensorcore.h gives the register layouts). A block has TC_WARPS warps of 16 rows each:
- * queries (forward, dQ) or keys (dK/dV); the block's rows and each tile of TC_BC keys (or
+ * (kernels/tensorcore.h gives the register layouts). A block has TC_WARPS warps of 16 rows each
+ * (32 in the forward for head sizes up to 64: tc_dims::FMT): queries (forward, dQ) or keys
+ * (dK/dV); the block's rows and each tile of TC_BC keys (or
  * queries) are staged in shared memory as bf16, and every operand that comes from there is read
  * with ldmatrix (.trans where the tile is stored [k][n]). A product's fp32 accumulators, rounded
  * to bf16, are directly the A operand of the next (P in P V, dS in dS K), so nothing of size
@@ -607,7 +608,12 @@ extern "C" void attention_backward_fused(float *dqkv, const float *dout, const f
 template <int HSP> struct tc_dims {
     static constexpr int LDH = HSP + 8; /* bf16 (rows, HSP) tiles */
     static constexpr size_t H = (size_t)TC_BR * LDH * 2; /* bytes of one (64, HSP) bf16 tile */
-    static constexpr size_t fwd = 3 * H;
+    /* forward: each warp takes FMT m-tiles of 16 queries, so every K/V fragment it loads from
+     * shared memory feeds FMT products (16 rows a warp need twice the shared-memory bandwidth
+     * per FLOP that the tensor cores can be fed at); 1 for head size 128 (registers) */
+    static constexpr int FMT = HSP <= 64 ? 2 : 1;
+    static constexpr int FBR = 16 * FMT * TC_WARPS; /* queries of a forward block */
+    static constexpr size_t fwd = (FMT + 2) * H;    /* Q (FBR rows), K, V */
     static constexpr size_t dkdv = 4 * H + 2 * TC_BC * 4;
     static constexpr size_t dq = 4 * H;
     static_assert(TC_BR == TC_BC, "one tile size for the block's rows and the walked tiles");
@@ -643,41 +649,54 @@ static __device__ void tc_stage(__nv_bfloat16 *dst, const S *src, size_t ld, int
 }
 
 /* acc (16 x 8*NB) += A (16 x K, rows of a row-major tile in shared memory) x tile^T, where tile
- * is stored [n][k] (rows n0.. of K, V, Q or dO): the scores S = Q K^T and their kin. */
-template <int K, int NB, int LD>
+ * is stored [n][k] (rows n0.. of K, V, Q or dO): the scores S = Q K^T and their kin. With MT
+ * m-tiles: A has 16 * MT rows and acc MT * NB accumulators (m-tile i at acc + i * NB); each B
+ * fragment is loaded once for all of them. */
+template <int K, int NB, int LD, int MT = 1>
 static __device__ __forceinline__ void tc_rows_by_tile_t(float (*acc)[4], const __nv_bfloat16 *a,
                                                          const __nv_bfloat16 *tile)
 {
 #pragma unroll
     for (int k = 0; k < K; k += 16) {
-        uint32_t fa[4];
-        tc_load_a<LD>(fa, a, k);
+        uint32_t fa[MT][4];
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+            tc_load_a<LD>(fa[i], a + i * 16 * LD, k);
 #pragma unroll
         for (int n = 0; n < NB; n += 2) {
             uint32_t fb[4];
             tc_load_b_nk<LD>(fb, tile, n * 8, k);
-            tc_mma(acc[n], fa, fb);
-            tc_mma(acc[n + 1], fa, fb + 2);
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                tc_mma(acc[i * NB + n], fa[i], fb);
+                tc_mma(acc[i * NB + n + 1], fa[i], fb + 2);
+            }
         }
     }
 }
 
 /* acc (16 x HSP) += P (16 x TC_BC, fp32 accumulators, rounded to bf16 here) x tile (TC_BC x HSP,
- * stored [k][n]): O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K. */
-template <int HSP, int LD>
+ * stored [k][n]): O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K. With MT m-tiles, acc and p
+ * hold MT of each (m-tile i at acc + i * HSP / 8, p + i * TC_NB), sharing every B fragment. */
+template <int HSP, int LD, int MT = 1>
 static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const float (*p)[4],
                                                       const __nv_bfloat16 *tile)
 {
 #pragma unroll
     for (int kc = 0; kc < TC_NB / 2; kc++) {
-        uint32_t fa[4];
-        tc_pack_a(fa, p[2 * kc], p[2 * kc + 1]);
+        uint32_t fa[MT][4];
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+            tc_pack_a(fa[i], p[i * TC_NB + 2 * kc], p[i * TC_NB + 2 * kc + 1]);
 #pragma unroll
         for (int n = 0; n < HSP / 8; n += 2) {
             uint32_t fb[4];
             tc_load_b_kn<LD>(fb, tile, kc * 16, n * 8);
-            tc_mma(acc[n], fa, fb);
-            tc_mma(acc[n + 1], fa, fb + 2);
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                tc_mma(acc[i * (HSP / 8) + n], fa[i], fb);
+                tc_mma(acc[i * (HSP / 8) + n + 1], fa[i], fb + 2);
+            }
         }
     }
 }
@@ -775,86 +794,95 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
                       int T, int NH, int hs, float scale)
 {
     typedef tc_dims<HSP> D;
+    constexpr int MT = D::FMT, NO = HSP / 8; /* m-tiles a warp, O accumulators an m-tile */
     extern __shared__ float tc_smem[];
     char *sm = (char *)tc_smem;
-    __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm, *Ks = (__nv_bfloat16 *)(sm + D::H);
-    __nv_bfloat16 *Vs = (__nv_bfloat16 *)(sm + 2 * D::H);
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm, *Ks = (__nv_bfloat16 *)(sm + MT * D::H);
+    __nv_bfloat16 *Vs = (__nv_bfloat16 *)(sm + (MT + 1) * D::H);
 
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int q0 = blockIdx.x * TC_BR, L = len[b];
+    const int q0 = blockIdx.x * D::FBR, L = len[b];
     const size_t ld = 3 * (size_t)C;
     const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
-    const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH;
+    const __nv_bfloat16 *Qw = Qs + warp * 16 * MT * D::LDH;
     const float sl2 = scale * TC_LOG2E;
 
-    float o[HSP / 8][4];
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* rows g, g + 8; l: this lane's */
-    tc_zero<HSP / 8>(o);
+    /* per m-tile i: O in o + i * NO, its rows g, g + 8 in m[i][0..1], l[i][0..1] (l: this
+     * lane's part of the row sum) */
+    float o[MT * NO][4];
+    float m[MT][2], l[MT][2];
+    tc_zero<MT * NO>(o);
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+        m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.0f;
     if (q0 < L) /* block-uniform: the barriers below are reached by all or none */
-        tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs);
+        tc_stage<HSP>(Qs, base, ld, q0, D::FBR, L, hs);
     for (int j0 = 0; q0 < L && j0 < L; j0 += TC_BC) {
         __syncthreads(); /* Q staged; the previous tile's K, V no longer read */
         tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs);
         tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs);
         __syncthreads();
-        float s[TC_NB][4]; /* unscaled scores Q K^T; m, the row max, likewise */
-        tc_zero<TC_NB>(s);
-        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(s, Qw, Ks);
-        if (j0 + TC_BC > L) /* the last tile: keys of padding masked */
-            tc_mask_cols(s, j0, L);
-        float mx[2] = {-INFINITY, -INFINITY};
+        float s[MT * TC_NB][4]; /* unscaled scores Q K^T; m, the row max, likewise */
+        tc_zero<MT * TC_NB>(s);
+        tc_rows_by_tile_t<HSP, TC_NB, D::LDH, MT>(s, Qw, Ks);
 #pragma unroll
-        for (int n = 0; n < TC_NB; n++)
+        for (int i = 0; i < MT; i++) {
+            float(*si)[4] = s + i * TC_NB;
+            if (j0 + TC_BC > L) /* the last tile: keys of padding masked */
+                tc_mask_cols(si, j0, L);
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-        float corr[2], msl[2], sum[2] = {0.0f, 0.0f};
+            for (int n = 0; n < TC_NB; n++)
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float mn = fmaxf(m[r], mx[r]); /* finite: key j0 < L is real */
-            corr[r] = tc_exp2((m[r] - mn) * sl2); /* 0 on the first tile */
-            m[r] = mn;
-            msl[r] = mn * sl2;
-        }
+                for (int e = 0; e < 4; e++)
+                    mx[e >> 1] = fmaxf(mx[e >> 1], si[n][e]);
+            float corr[2], msl[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int n = 0; n < TC_NB; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) { /* exp(scale (s - m)); masked keys: 2^-inf = 0 */
-                s[n][e] = tc_exp2(fmaf(s[n][e], sl2, -msl[e >> 1]));
-                sum[e >> 1] += s[n][e];
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float mn = fmaxf(m[i][r], mx[r]); /* finite: key j0 < L is real */
+                corr[r] = tc_exp2((m[i][r] - mn) * sl2); /* 0 on the first tile */
+                m[i][r] = mn;
+                msl[r] = mn * sl2;
             }
 #pragma unroll
-        for (int r = 0; r < 2; r++)
-            l[r] = l[r] * corr[r] + sum[r];
+            for (int n = 0; n < TC_NB; n++)
 #pragma unroll
-        for (int n = 0; n < HSP / 8; n++)
+                for (int e = 0; e < 4; e++) { /* exp(scale (s - m)); masked keys: 2^-inf = 0 */
+                    si[n][e] = tc_exp2(fmaf(si[n][e], sl2, -msl[e >> 1]));
+                    sum[e >> 1] += si[n][e];
+                }
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                o[n][e] *= corr[e >> 1];
-        tc_acc_by_tile<HSP, D::LDH>(o, s, Vs);
+            for (int r = 0; r < 2; r++)
+                l[i][r] = l[i][r] * corr[r] + sum[r];
+#pragma unroll
+            for (int n = 0; n < NO; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    o[i * NO + n][e] *= corr[e >> 1];
+        }
+        tc_acc_by_tile<HSP, D::LDH, MT>(o, s, Vs);
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) { /* the row's sum over its four lanes */
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
+    for (int i = 0; i < MT; i++)
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int i = q0 + warp * 16 + g + 8 * r;
-        if (i >= T)
-            continue;
-        const bool valid = i < L;
-        __nv_bfloat16 *dst = out + ((size_t)b * T + i) * C + (size_t)h * hs;
-        const float lr = l[r];
-        tc_row_each<HSP>(o, r, hs, [&](int d, float v) {
-            dst[d] = __float2bfloat16_rn(valid ? v / lr : 0.0f);
-        });
-        if (t == 0)
-            lse[(size_t)bh * T + i] = valid ? m[r] * scale + logf(l[r]) : 0.0f;
-    }
+        for (int r = 0; r < 2; r++) {
+            float lr = l[i][r]; /* the row's sum over its four lanes */
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            const int q = q0 + (warp * MT + i) * 16 + g + 8 * r;
+            if (q >= T)
+                continue;
+            const bool valid = q < L;
+            __nv_bfloat16 *dst = out + ((size_t)b * T + q) * C + (size_t)h * hs;
+            tc_row_each<HSP>(o + i * NO, r, hs, [&](int d, float v) {
+                dst[d] = __float2bfloat16_rn(valid ? v / lr : 0.0f);
+            });
+            if (t == 0)
+                lse[(size_t)bh * T + q] = valid ? m[i][r] * scale + logf(lr) : 0.0f;
+        }
 }
 
 template <int HSP>
@@ -1008,7 +1036,7 @@ static void tc_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv,
 {
     static int raised;
     const size_t smem = tc_dims<HSP>::fwd;
-    dim3 grid((unsigned)CEIL_DIV(T, TC_BR), (unsigned)(B * NH));
+    dim3 grid((unsigned)CEIL_DIV(T, tc_dims<HSP>::FBR), (unsigned)(B * NH));
     tc_allow_smem(tc_forward_kernel<HSP>, smem, &raised);
     tc_forward_kernel<HSP><<<grid, TC_WARPS * 32, smem, stream>>>(out, lse, qkv, len, T, NH, hs,
                                                                   1.0f / sqrtf((float)hs));
