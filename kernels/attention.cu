@@ -614,6 +614,10 @@ template <int HSP> struct tc_dims {
     static constexpr int FMT = HSP <= 64 ? 2 : 1;
     static constexpr int FBR = 16 * FMT * TC_WARPS; /* queries of a forward block */
     static constexpr size_t fwd = (FMT + 2) * H;    /* Q (FBR rows), K, V */
+    /* backward: a warp's own rows' A fragments kept in registers for all tiles (tc_load_a_all);
+     * at head size 128 they would spill */
+    static constexpr bool HOIST = HSP <= 64;
+    static constexpr int NA = HOIST ? HSP / 16 : 1;
     static constexpr size_t dkdv = 4 * H + 2 * TC_BC * 4;
     static constexpr size_t dq = 4 * H;
     static_assert(TC_BR == TC_BC, "one tile size for the block's rows and the walked tiles");
@@ -673,6 +677,33 @@ static __device__ __forceinline__ void tc_rows_by_tile_t(float (*acc)[4], const 
             }
         }
     }
+}
+
+/* A warp's fixed rows (16 x K of a row-major tile in shared memory) as A fragments, one per
+ * k-step of 16, for tc_frags_by_tile_t: loaded once for all the tiles a block walks (K_w and V_w
+ * in dK/dV, Q_w and dO_w in dQ) instead of again for every tile. */
+template <int K, int LD>
+static __device__ __forceinline__ void tc_load_a_all(uint32_t (*fa)[4], const __nv_bfloat16 *a)
+{
+#pragma unroll
+    for (int k = 0; k < K; k += 16)
+        tc_load_a<LD>(fa[k / 16], a, k);
+}
+
+/* tc_rows_by_tile_t with A from tc_load_a_all's fragments. */
+template <int K, int NB, int LD>
+static __device__ __forceinline__ void tc_frags_by_tile_t(float (*acc)[4], const uint32_t (*fa)[4],
+                                                          const __nv_bfloat16 *tile)
+{
+#pragma unroll
+    for (int k = 0; k < K; k += 16)
+#pragma unroll
+        for (int n = 0; n < NB; n += 2) {
+            uint32_t fb[4];
+            tc_load_b_nk<LD>(fb, tile, n * 8, k);
+            tc_mma(acc[n], fa[k / 16], fb);
+            tc_mma(acc[n + 1], fa[k / 16], fb + 2);
+        }
 }
 
 /* acc (16 x HSP) += P (16 x TC_BC, fp32 accumulators, rounded to bf16 here) x tile (TC_BC x HSP,
@@ -905,18 +936,24 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const size_t ld = 3 * (size_t)C;
     const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
-    const __nv_bfloat16 *Kw = Ks + warp * 16 * D::LDH, *Vw = Vs + warp * 16 * D::LDH;
     const float sl2 = scale * TC_LOG2E;
 
     float dk[HSP / 8][4], dv[HSP / 8][4];
+    const __nv_bfloat16 *Kw = Ks + warp * 16 * D::LDH, *Vw = Vs + warp * 16 * D::LDH;
+    uint32_t ka[D::NA][4], va[D::NA][4]; /* D::HOIST: the warp's keys' k, v as A operands */
     tc_zero<HSP / 8>(dk);
     tc_zero<HSP / 8>(dv);
     if (live) {
         tc_stage<HSP>(Ks, base + C, ld, k0, TC_BR, L, hs);
         tc_stage<HSP>(Vs, base + 2 * C, ld, k0, TC_BR, L, hs);
+        if constexpr (D::HOIST) {
+            __syncthreads();
+            tc_load_a_all<HSP, D::LDH>(ka, Kw);
+            tc_load_a_all<HSP, D::LDH>(va, Vw);
+        }
     }
     for (int i0 = 0; live && i0 < L; i0 += TC_BC) {
-        __syncthreads(); /* K, V staged; the previous tile's Q, dO no longer read */
+        __syncthreads(); /* the previous tile's Q, dO no longer read */
         tc_stage<HSP>(Qs, base, ld, i0, TC_BC, L, hs);
         tc_stage<HSP>(dOs, dbase, C, i0, TC_BC, L, hs);
         for (int r = threadIdx.x; r < TC_BC; r += blockDim.x) {
@@ -931,14 +968,20 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         float p[TC_NB][4], dp[TC_NB][4];
         tc_zero<TC_NB>(p);
         tc_zero<TC_NB>(dp);
-        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Kw, Qs);
+        if constexpr (D::HOIST)
+            tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(p, ka, Qs);
+        else
+            tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Kw, Qs);
 #pragma unroll
         for (int n = 0; n < TC_NB; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 p[n][e] = tc_exp2(fmaf(p[n][e], sl2, -lse_s[n * 8 + 2 * t + (e & 1)]));
         tc_acc_by_tile<HSP, D::LDH>(dv, p, dOs);            /* dV += P^T dO */
-        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, Vw, dOs); /* dP^T = V_w dO^T */
+        if constexpr (D::HOIST) /* dP^T = V_w dO^T */
+            tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(dp, va, dOs);
+        else
+            tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, Vw, dOs);
 #pragma unroll
         for (int n = 0; n < TC_NB; n++)
 #pragma unroll
@@ -974,7 +1017,6 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const size_t ld = 3 * (size_t)C;
     const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
-    const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
     const float sl2 = scale * TC_LOG2E;
     float lse_r[2], D_r[2]; /* rows g, g + 8; lse times log2(e) */
     bool valid[2];
@@ -987,21 +1029,33 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     }
 
     float dq[HSP / 8][4];
+    const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
+    uint32_t qa[D::NA][4], oa[D::NA][4]; /* D::HOIST: the warp's queries' q, dO as A operands */
     tc_zero<HSP / 8>(dq);
     if (live) {
         tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs);
         tc_stage<HSP>(dOs, dbase, C, q0, TC_BR, L, hs);
+        if constexpr (D::HOIST) {
+            __syncthreads();
+            tc_load_a_all<HSP, D::LDH>(qa, Qw);
+            tc_load_a_all<HSP, D::LDH>(oa, dOw);
+        }
     }
     for (int j0 = 0; live && j0 < L; j0 += TC_BC) {
-        __syncthreads(); /* Q, dO staged; the previous tile's K, V no longer read */
+        __syncthreads(); /* the previous tile's K, V no longer read */
         tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs);
         tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs);
         __syncthreads();
         float p[TC_NB][4], dp[TC_NB][4];
         tc_zero<TC_NB>(p);
         tc_zero<TC_NB>(dp);
-        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Qw, Ks);   /* S = scale Q_w K^T */
-        tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, dOw, Vs); /* dP = dO_w V^T */
+        if constexpr (D::HOIST) { /* S = scale Q_w K^T, dP = dO_w V^T */
+            tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(p, qa, Ks);
+            tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(dp, oa, Vs);
+        } else {
+            tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Qw, Ks);
+            tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, dOw, Vs);
+        }
         if (j0 + TC_BC > L) /* the last tile: keys of padding get S = -inf, P = 0 (their k and
                                * v rows are zeros, but exp(0 - lse) overflows to inf when a row's
                                * scores are all far below 0, and inf * 0 is NaN) */
