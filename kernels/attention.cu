@@ -356,10 +356,10 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
         lse[(size_t)bh * T + i] = valid ? m + logf(l) : 0.0f;
 }
 
-/* D (B,NH,T): D_i = dO_i . O_i over the head's dims, 0 for padding rows; one warp per row. O is
- * fp32 (attention_backward_fused) or bf16 (attention_backward_fused_bf16). */
+/* D (B,NH,T): D_i = dO_i . O_i over the head's dims, 0 for padding rows; one warp per row. dO
+ * and O are fp32 (attention_backward_fused) or bf16 (attention_backward_fused_bf16). */
 template <typename O>
-static __global__ void fa_rowdot_kernel(float *D, const float *dout, const O *out, const int *len,
+static __global__ void fa_rowdot_kernel(float *D, const O *dout, const O *out, const int *len,
                                         int B, int T, int NH, int hs)
 {
     size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -371,7 +371,7 @@ static __global__ void fa_rowdot_kernel(float *D, const float *dout, const O *ou
     if (i < len[b]) {
         size_t o = ((size_t)b * T + i) * NH * hs + (size_t)h * hs;
         for (int d = lane; d < hs; d += 32)
-            s += dout[o + d] * to_f32(out[o + d]);
+            s += to_f32(dout[o + d]) * to_f32(out[o + d]);
     }
     s = warp_sum(s);
     if (lane == 0)
@@ -595,11 +595,12 @@ extern "C" void attention_backward_fused(float *dqkv, const float *dout, const f
  * Its inputs and outputs are the bf16 training step's (worker/model_gpu.cu): qkv comes in bf16
  * as its GEMM wrote it (staged by 16-byte copies, no conversion), O goes out in bf16 (the
  * operand of the projection GEMM, and D = rowsum(dO o O) in the backward reads it back), dO
- * comes in fp32 and is rounded when staged, and dqkv goes out in fp32 (the bias gradient) and
- * bf16 (the GEMM's operand), overwritten, padding rows zero: no clearing pass, no cast. Every
- * sum is fp32, every output element has one writer (deterministic). Shared memory: 3 (forward)
- * or 4 (backward) bf16 tiles of 64 rows, 15-70 KB by head size, so several blocks fit on an SM.
- * Rows are padded by 16 bytes: ldmatrix's eight row addresses then fall on distinct banks. */
+ * comes in bf16 from the projection's backward GEMM, and dqkv goes out in bf16 (the qkv GEMM's
+ * operand), overwritten, padding rows zero, with the qkv bias gradient summed here: no clearing
+ * pass, no cast, no fp32 dqkv. Every sum is fp32, every output element has one writer
+ * (deterministic). Shared memory: 3 or 4 (forward) or 4 (backward) bf16 tiles of 64 rows, 15-70
+ * KB by head size, so several blocks fit on an SM. Rows are padded by 16 bytes: ldmatrix's
+ * eight row addresses then fall on distinct banks. */
 #define TC_WARPS 4
 #define TC_BR (16 * TC_WARPS) /* rows of a block: queries (forward, dQ) or keys (dK/dV) */
 #define TC_BC 64              /* a tile: keys (forward, dQ) or queries (dK/dV) */
@@ -918,7 +919,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 
 template <int HSP>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
-    tc_dkdv_kernel(__nv_bfloat16 *dqkv16, float *part, const float *dout,
+    tc_dkdv_kernel(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dout,
                    const __nv_bfloat16 *qkv, const float *lse, const float *Dr, const int *len,
                    int T, int NH, int hs, float scale)
 {
@@ -935,7 +936,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const bool live = k0 < L; /* block-uniform; a block of padding keys writes zero gradients */
     const size_t ld = 3 * (size_t)C;
     const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
-    const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+    const __nv_bfloat16 *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
     const float sl2 = scale * TC_LOG2E;
 
     float dk[HSP / 8][4], dv[HSP / 8][4];
@@ -1000,7 +1001,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 
 template <int HSP>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
-    tc_dq_kernel(__nv_bfloat16 *dqkv16, float *part, const float *dout, const __nv_bfloat16 *qkv,
+    tc_dq_kernel(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dout,
+                 const __nv_bfloat16 *qkv,
                  const float *lse, const float *Dr, const int *len, int T, int NH, int hs,
                  float scale)
 {
@@ -1016,7 +1018,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const bool live = q0 < L; /* block-uniform; a block of padding queries writes zeros */
     const size_t ld = 3 * (size_t)C;
     const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
-    const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+    const __nv_bfloat16 *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
     const float sl2 = scale * TC_LOG2E;
     float lse_r[2], D_r[2]; /* rows g, g + 8; lse times log2(e) */
     bool valid[2];
@@ -1098,7 +1100,7 @@ static void tc_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv,
 }
 
 template <int HSP>
-static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const float *dout,
+static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dout,
                         const __nv_bfloat16 *qkv, const float *lse, const float *Dr,
                         const int *len, int B, int T, int NH, int hs, cudaStream_t stream)
 {
@@ -1132,7 +1134,8 @@ extern "C" void attention_forward_fused_bf16(uint16_t *out, float *lse, const ui
         tc_forward<128>(o, lse, q, len, B, T, NH, hs, stream);
 }
 
-extern "C" void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias, const float *dout,
+extern "C" void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias,
+                                              const uint16_t *dout,
                                               const uint16_t *qkv, const uint16_t *out,
                                               const float *lse, const int *len, int B, int T,
                                               int C, int NH, struct CUstream_st *stream)
@@ -1147,15 +1150,16 @@ extern "C" void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias, co
     float *Dr = (float *)gpu_scratch(rows * sizeof(float), stream);
     float *part = dbias ? (float *)gpu_scratch((size_t)nparts * 3 * C * sizeof(float), stream)
                         : NULL;
+    const __nv_bfloat16 *dO = (const __nv_bfloat16 *)dout;
     fa_rowdot_kernel<__nv_bfloat16><<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(
-        Dr, dout, (const __nv_bfloat16 *)out, len, B, T, NH, hs);
+        Dr, dO, (const __nv_bfloat16 *)out, len, B, T, NH, hs);
     GPU_LAUNCH_CHECK();
     if (hsp == 32)
-        tc_backward<32>(d16, part, dout, q, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<32>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, stream);
     else if (hsp == 64)
-        tc_backward<64>(d16, part, dout, q, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<64>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, stream);
     else
-        tc_backward<128>(d16, part, dout, q, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<128>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, stream);
     if (dbias) {
         colsum_finish_kernel<<<CEIL_DIV(3 * C, 256), 256, 0, stream>>>(dbias, part, nparts, 3 * C);
         GPU_LAUNCH_CHECK();

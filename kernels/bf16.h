@@ -35,6 +35,9 @@
  *                             rounding, saved for the backward): no fp32 pre-activation and no
  *                             GELU pass (where cuBLASLt has no such algorithm: the GEMM, then
  *                             gelu_forward_bf16 of the rounded pre)
+ *      matmul_backward_mixed_set_bf16: matmul_backward_mixed_set with dinp written in bf16 (the
+ *                             fp32 sums rounded once), for an input gradient whose only reader
+ *                             takes bf16 (the fused attention's dO)
  *      gelu_backward_bf16:     for (N, OC) dout and inp (the bf16 pre-activation), d = dout *
  *                             gelu'(inp) in fp32: dinp16 = d rounded to bf16 (overwritten: the
  *                             GEMM backward's operand) and dbias += d's column sums (the bias
@@ -134,6 +137,10 @@ void matmul_forward_bf16_gelu(uint16_t *out, uint16_t *pre, const uint16_t *inp,
 void matmul_backward_mixed_set(float *dinp, float *dweight, float *dbias, const float *dout,
                                const uint16_t *dout16, const uint16_t *inp, const uint16_t *weight,
                                int N, int C, int OC, struct CUstream_st *stream);
+void matmul_backward_mixed_set_bf16(uint16_t *dinp16, float *dweight, float *dbias,
+                                    const float *dout, const uint16_t *dout16, const uint16_t *inp,
+                                    const uint16_t *weight, int N, int C, int OC,
+                                    struct CUstream_st *stream);
 void gelu_backward_bf16(uint16_t *dinp16, float *dbias, const uint16_t *inp, const float *dout,
                         int N, int OC, struct CUstream_st *stream);
 void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,

@@ -137,14 +137,14 @@ void attention_backward_fused(float *dqkv, const float *dout, const float *qkv, 
 /* The same on bf16 tensor cores (mma.sync with register-resident scores, kernels/tensorcore.h),
  * for the bf16 training step: qkv (bf16, as its GEMM writes it; 16-byte aligned for the fast
  * staging path) in, out (bf16, the projection GEMM's operand) and lse (fp32) out; the backward
- * takes dout in fp32 (rounded to bf16 as an operand), OVERWRITES dqkv16 with the gradient
- * rounded to bf16 (zeros in padding rows) instead of accumulating, and, when dbias (3C) is given,
- * adds the fp32 gradient's column sums to it: the qkv GEMM's bias gradient, summed in the kernels
- * (deterministic), so no fp32 dqkv is stored. Probabilities and dS are rounded to bf16 as
- * operands; softmax, sums and the scaling are fp32. */
+ * takes dout in bf16 (as matmul_backward_mixed_set_bf16 writes it), OVERWRITES dqkv16 with the
+ * gradient rounded to bf16 (zeros in padding rows) instead of accumulating, and, when dbias (3C)
+ * is given, adds the fp32 gradient's column sums to it: the qkv GEMM's bias gradient, summed in
+ * the kernels (deterministic), so no fp32 dqkv is stored. Probabilities and dS are rounded to
+ * bf16 as operands; softmax, sums and the scaling are fp32. */
 void attention_forward_fused_bf16(uint16_t *out, float *lse, const uint16_t *qkv, const int *len,
                                   int B, int T, int C, int NH, struct CUstream_st *stream);
-void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias, const float *dout,
+void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias, const uint16_t *dout,
                                    const uint16_t *qkv, const uint16_t *out, const float *lse,
                                    const int *len, int B, int T, int C, int NH,
                                    struct CUstream_st *stream);

@@ -373,15 +373,17 @@ extern "C" void matmul_forward_mixed(float *out, const uint16_t *inp, const uint
     forward_mixed(out, NULL, inp, weight, bias, N, C, OC, stream);
 }
 
-static void backward_mixed(float *dinp, float dinp_beta, float *dweight, float *dbias,
-                           const float *dout, const uint16_t *dout16, const uint16_t *inp,
-                           const uint16_t *weight, int N, int C, int OC, cudaStream_t stream)
+/* dinp of type dinp_t (fp32, or bf16 with beta 0) */
+static void backward_mixed(void *dinp, cudaDataType_t dinp_t, float dinp_beta, float *dweight,
+                           float *dbias, const float *dout, const uint16_t *dout16,
+                           const uint16_t *inp, const uint16_t *weight, int N, int C, int OC,
+                           cudaStream_t stream)
 {
     if (N == 0 || OC == 0)
         return;
     if (dinp) { /* (N, C) (+)= (N, OC) @ (OC, C), accumulated in fp32 */
         struct gemm g = {false, false, C, N, OC, weight, dout16, C, OC, dinp, C, CUDA_R_16BF,
-                         CUDA_R_32F, dinp_beta, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL};
+                         dinp_t, dinp_beta, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL};
         gemm_run(&g, stream);
     }
     struct gemm g = {false, true, C, OC, N, inp, dout16, C, OC, dweight, C, CUDA_R_16BF,
@@ -396,7 +398,8 @@ extern "C" void matmul_backward_mixed(float *dinp, float *dweight, float *dbias,
                                       const uint16_t *weight, int N, int C, int OC,
                                       struct CUstream_st *stream)
 {
-    backward_mixed(dinp, 1.0f, dweight, dbias, dout, dout16, inp, weight, N, C, OC, stream);
+    backward_mixed(dinp, CUDA_R_32F, 1.0f, dweight, dbias, dout, dout16, inp, weight, N, C, OC,
+                   stream);
 }
 
 extern "C" void matmul_backward_mixed_set(float *dinp, float *dweight, float *dbias,
@@ -404,7 +407,17 @@ extern "C" void matmul_backward_mixed_set(float *dinp, float *dweight, float *db
                                           const uint16_t *inp, const uint16_t *weight, int N,
                                           int C, int OC, struct CUstream_st *stream)
 {
-    backward_mixed(dinp, 0.0f, dweight, dbias, dout, dout16, inp, weight, N, C, OC, stream);
+    backward_mixed(dinp, CUDA_R_32F, 0.0f, dweight, dbias, dout, dout16, inp, weight, N, C, OC,
+                   stream);
+}
+
+extern "C" void matmul_backward_mixed_set_bf16(uint16_t *dinp16, float *dweight, float *dbias,
+                                               const float *dout, const uint16_t *dout16,
+                                               const uint16_t *inp, const uint16_t *weight, int N,
+                                               int C, int OC, struct CUstream_st *stream)
+{
+    backward_mixed(dinp16, CUDA_R_16BF, 0.0f, dweight, dbias, dout, dout16, inp, weight, N, C, OC,
+                   stream);
 }
 
 extern "C" void matmul_forward_mixed_residual(float *out, const float *res, const uint16_t *inp,

@@ -755,6 +755,27 @@ static void matmul_mixed_run(int N, int C, int OC, uint64_t s)
     launched("matmul_backward_mixed_set");
     check("matmul_backward_mixed_set", "dinp", d_dinp_set, dinp_set, ni, atol, rtol);
     check("matmul_backward_mixed_set", "dweight", d_dw_set, dw_set, nw, atol * 10, rtol);
+    { /* dinp in bf16 (from NaN): the same sums rounded once; dweight and dbias as above */
+        uint16_t *d_dinp16 = bf16_out(NULL, ni);
+        float *dw2 = gt_copyv(dw_set, nw), *d_dw2 = OUT_F(dw_set, nw), *d_db2 = OUT_F(NULL, OC);
+        float *db2 = (float *)calloc((size_t)OC + 1, sizeof(float));
+        CUDA_CHECK(cudaMemset(d_db2, 0, OC * sizeof(float)));
+        for (int o = 0; o < OC; o++) {
+            double acc = 0.0;
+            for (int i = 0; i < N; i++)
+                acc += dout[(size_t)i * OC + o];
+            db2[o] = (float)acc;
+        }
+        matmul_backward_cpu(NULL, dw2, NULL, dout_r, inp, w, N, C, OC);
+        matmul_backward_mixed_set_bf16(d_dinp16, d_dw2, d_db2, d_dout, d_dout16, d_inp, d_w, N, C,
+                                       OC, 0);
+        launched("matmul_backward_mixed_set_bf16");
+        check_bf16("matmul_backward_mixed_set_bf16", "dinp16", d_dinp16, dinp_set, ni,
+                   GT_BF16_ATOL, GT_BF16_RTOL);
+        check("matmul_backward_mixed_set_bf16", "dweight", d_dw2, dw2, nw, atol * 10, rtol);
+        check("matmul_backward_mixed_set_bf16", "dbias", d_db2, db2, OC, 1e-3, GT_F32_RTOL);
+        free(dw2), free(db2);
+    }
     free(dinp_set), free(dw_set);
     matmul_backward_cpu(dinp, dw, NULL, dout_r, inp, w, N, C, OC);
     matmul_backward_mixed(d_dinp, d_dw, d_db, d_dout, d_dout16, d_inp, d_w, N, C, OC, 0);
@@ -845,8 +866,10 @@ static void case_attention(uint64_t *r)
      * dqkv16 overwritten (starts as NaN) with the backward alone, rounded, and its column sums
      * added to the bias gradient */
     float *q16f = gt_copyv(qkv, nq), *grad = (float *)calloc(nq + 1, sizeof(float));
+    float *o16f = gt_copyv(dout, no);
     float *db = gt_randv((size_t)3 * C, &s, -1, 1), *d_db = OUT_F(db, (size_t)3 * C);
     uint16_t *d_q16 = bf16_in(q16f, nq), *d_out16 = bf16_out(NULL, no);
+    uint16_t *d_dout16 = bf16_in(o16f, no);
     uint16_t *d_dqkv16 = bf16_out(NULL, nq);
     attention_backward_cpu(grad, dout, qkv, att, len, B, T, C, NH);
     for (int c = 0; c < 3 * C; c++) {
@@ -858,13 +881,13 @@ static void case_attention(uint64_t *r)
     attention_forward_fused_bf16(d_out16, d_lse, d_q16, d_len, B, T, C, NH, 0);
     launched("attention_forward_fused_bf16");
     check_bf16("attention_forward_fused_bf16", "out", d_out16, out, no, 2e-2, 5e-2);
-    attention_backward_fused_bf16(d_dqkv16, d_db, d_dout, d_q16, d_out16, d_lse, d_len, B, T, C,
-                                  NH, 0);
+    attention_backward_fused_bf16(d_dqkv16, d_db, d_dout16, d_q16, d_out16, d_lse, d_len, B, T,
+                                  C, NH, 0);
     launched("attention_backward_fused_bf16");
     check_bf16("attention_backward_fused_bf16", "dqkv16", d_dqkv16, grad, nq, 2e-2, 5e-2);
     check("attention_backward_fused_bf16", "dbias", d_db, db, (size_t)3 * C,
           1e-2 * sqrt((double)B * T), 2e-2);
-    free(q16f), free(grad), free(db);
+    free(q16f), free(o16f), free(grad), free(db);
 
     /* bf16 tensor-core GEMMs inside (attention_gpu_test's tolerances) */
     CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));

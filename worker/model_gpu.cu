@@ -55,6 +55,7 @@ struct model_gpu {
     /* bf16 only: the saved GEMM inputs (L, N, C) or (L, N, F), in place of the fp32 ln1, ln2, fchg */
     uint16_t *ln1h, *attyh, *ln2h, *fchgh;
     uint16_t *fchh; /* bf16: the pre-GELU activation (L, N, F), in place of the fp32 fch */
+    uint16_t *datty16; /* bf16 with fused attention: the attention output's gradient (N, C) */
     uint16_t *qkvh; /* bf16 with fused attention: (L, N, 3C) in place of qkv (and no fp32 atty) */
     int *stage[STAGE_SLOTS];      /* pinned: tokens, len, labels of one batch */
     cudaEvent_t staged[STAGE_SLOTS];
@@ -421,11 +422,16 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         dres16 = ln_backward(g, res2, "ln2w", "ln2b", (size_t)l * C, g->ln2m + l * N,
                              g->ln2r + l * N, N, C);
         mark(g, "layernorm bwd");
-        fc_backward(g, g->datty, g->dres, dres16, g->bf16 ? NULL : atty, attyh, "attprojw",
-                    "attprojb", (size_t)l * C * C, (size_t)l * C, N, C, C);
+        if (g->fused && g->bf16) /* dO in bf16: the fused attention's only use of it */
+            matmul_backward_mixed_set_bf16(g->datty16, G("attprojw") + (size_t)l * C * C,
+                                           G("attprojb") + (size_t)l * C, g->dres, dres16, attyh,
+                                           P16("attprojw") + (size_t)l * C * C, N, C, C, s);
+        else
+            fc_backward(g, g->datty, g->dres, dres16, g->bf16 ? NULL : atty, attyh, "attprojw",
+                        "attprojb", (size_t)l * C * C, (size_t)l * C, N, C, C);
         mark(g, "attention proj GEMM bwd");
         if (g->fused && g->bf16) { /* dqkv in bf16 only, qkvb's gradient summed in the kernels */
-            attention_backward_fused_bf16(g->s16a, G("qkvb") + (size_t)l * 3 * C, g->datty,
+            attention_backward_fused_bf16(g->s16a, G("qkvb") + (size_t)l * 3 * C, g->datty16,
                                           g->qkvh + 3 * l * NC, attyh, g->lse + l * nlse, g->len,
                                           B, T, C, NH, s);
             mark(g, "attention bwd");
@@ -691,9 +697,10 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C);
         g->lnfm = dalloc(N), g->lnfr = dalloc(N);
         g->dres = dalloc(N * C), g->dln = dalloc(N * C), g->dfchg = dalloc(N * F);
-        g->datty = dalloc(N * C);
-        if (!(bf16 && fused)) /* bf16 with fused attention: dqkv in bf16 only (s16a) */
-            g->dqkv = dalloc(3 * N * C);
+        if (bf16 && fused) /* dO and dqkv in bf16 only (datty16, s16a) */
+            CUDA_CHECK(cudaMalloc(&g->datty16, N * C * 2));
+        else
+            g->datty = dalloc(N * C), g->dqkv = dalloc(3 * N * C);
         if (!bf16) /* bf16: the GELU's input gradient is only ever bf16 (s16a) */
             g->dfch = dalloc(N * F);
         if (bf16) { /* the saved GEMM inputs in bf16 only */
@@ -741,8 +748,8 @@ extern "C" void model_gpu_free(struct model_gpu *g)
                      g->lnfr, g->pooled, g->logits, g->probs, g->losses, g->dres, g->dln,
                      g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,
                      g->coef, (float *)g->s16a, (float *)g->ln1h, (float *)g->attyh,
-                     (float *)g->ln2h, (float *)g->fchgh, (float *)g->qkvh, (float *)g->fchh, g->cw, (float *)g->bag_ids,
-                     (float *)g->bag_count};
+                     (float *)g->ln2h, (float *)g->fchgh, (float *)g->qkvh, (float *)g->fchh,
+                     (float *)g->datty16, g->cw, (float *)g->bag_ids, (float *)g->bag_count};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]); /* NULL is a no-op */
     for (int i = 0; i < STAGE_SLOTS; i++) {
