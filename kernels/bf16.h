@@ -37,13 +37,14 @@
  *                             gelu_forward_bf16 of the rounded pre)
  *      matmul_backward_mixed_set_bf16: matmul_backward_mixed_set with dinp written in bf16 (the
  *                             fp32 sums rounded once), for an input gradient whose only reader
- *                             takes bf16 (the fused attention's dO)
- *      gelu_backward_bf16:     for (N, OC) dout and inp (the bf16 pre-activation), d = dout *
- *                             gelu'(inp) in fp32: dinp16 = d rounded to bf16 (overwritten: the
- *                             GEMM backward's operand) and dbias += d's column sums (the bias
- *                             gradient of the GEMM whose output the GELU took, from the fp32 d
- *                             in matmul_backward_mixed's order), in one pass: no fp32 d is
- *                             stored (was a clear, gelu_backward, a cast and a column-sum pass)
+ *                             takes bf16 (the fused attention's dO, the GELU backward's dout)
+ *      gelu_backward_bf16:     for (N, OC) dout and inp (the pre-activation), both bf16,
+ *                             d = dout * gelu'(inp) in fp32: dinp16 = d rounded to bf16
+ *                             (overwritten: the GEMM backward's operand) and dbias += d's column
+ *                             sums (the bias gradient of the GEMM whose output the GELU took,
+ *                             from the fp32 d in matmul_backward_mixed's order), in one pass: no
+ *                             fp32 d is stored (was a clear, gelu_backward, a cast and a
+ *                             column-sum pass)
  *      layernorm_backward_bf16: layernorm_backward, and dinp16 = the accumulated dinp rounded to
  *                             bf16 (the next GEMM's operand) in the same pass instead of a cast
  *    GEMM dimensions (C, OC) must be multiples of 8 and the bf16 operands 16-byte aligned
@@ -141,8 +142,8 @@ void matmul_backward_mixed_set_bf16(uint16_t *dinp16, float *dweight, float *dbi
                                     const float *dout, const uint16_t *dout16, const uint16_t *inp,
                                     const uint16_t *weight, int N, int C, int OC,
                                     struct CUstream_st *stream);
-void gelu_backward_bf16(uint16_t *dinp16, float *dbias, const uint16_t *inp, const float *dout,
-                        int N, int OC, struct CUstream_st *stream);
+void gelu_backward_bf16(uint16_t *dinp16, float *dbias, const uint16_t *inp,
+                        const uint16_t *dout, int N, int OC, struct CUstream_st *stream);
 void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
                              const float *dout, const float *inp, const float *weight,
                              const float *mean, const float *rstd, int N, int C,

@@ -48,12 +48,12 @@ static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const
 /* colsum.cuh's source for gelu_backward_bf16: element i of dout * gelu'(inp) in fp32 (0 + x, as
  * when accumulated into zeros: a -0 product becomes +0), its bf16 rounding stored on the side */
 struct gelu_bwd_src {
-    const float *dout;
+    const uint16_t *dout;
     const uint16_t *inp;
     uint16_t *dinp16;
     __device__ float operator()(size_t i) const
     {
-        float d = 0.0f + dout[i] * gelu_grad(bf16_to_f32(inp[i]));
+        float d = 0.0f + bf16_to_f32(dout[i]) * gelu_grad(bf16_to_f32(inp[i]));
         dinp16[i] = bf16_from_f32(d);
         return d;
     }
@@ -89,7 +89,7 @@ extern "C" void gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n,
 }
 
 extern "C" void gelu_backward_bf16(uint16_t *dinp16, float *dbias, const uint16_t *inp,
-                                   const float *dout, int N, int OC, struct CUstream_st *stream)
+                                   const uint16_t *dout, int N, int OC, struct CUstream_st *stream)
 {
     if (N <= 0 || OC <= 0)
         return;

@@ -1020,14 +1020,15 @@ static void case_gelu(uint64_t *r)
     check_bf16("gelu_forward_bf16", "out", d_o16, outh, n, 1e-6, 2.0 / 512);
     free(xh), free(outh);
     { /* the bf16 backward of a (N, OC) GELU'd GEMM output: dinp16 (from NaN) is one bf16
-       * rounding of the CPU's backward on the rounded input, and dbias gains its column sums */
+       * rounding of the CPU's backward on the rounded input and gradient, and dbias gains its
+       * column sums */
         int N = rows(r, 600), OC = dim(r, 70);
         size_t m = (size_t)N * OC;
         snprintf(g_case, sizeof(g_case), "gelu_backward_bf16 N=%d OC=%d", N, OC);
         float *px = gt_randv(m, &s, -6, 6), *pd = gt_randv(m, &s, -1, 1);
         float *db = gt_randv(OC, &s, -1, 1), *ref = (float *)calloc(m + 1, sizeof(float));
-        uint16_t *d_px = bf16_in(px, m), *d_16 = bf16_out(NULL, m);
-        float *d_pd = IN_F(pd, m), *d_db = OUT_F(db, OC);
+        uint16_t *d_px = bf16_in(px, m), *d_pd = bf16_in(pd, m), *d_16 = bf16_out(NULL, m);
+        float *d_db = OUT_F(db, OC);
         gelu_backward_cpu(ref, px, pd, m);
         for (int c = 0; c < OC; c++) {
             double sum = 0.0;

@@ -55,6 +55,7 @@ struct model_gpu {
     /* bf16 only: the saved GEMM inputs (L, N, C) or (L, N, F), in place of the fp32 ln1, ln2, fchg */
     uint16_t *ln1h, *attyh, *ln2h, *fchgh;
     uint16_t *fchh; /* bf16: the pre-GELU activation (L, N, F), in place of the fp32 fch */
+    uint16_t *dfchg16; /* bf16: the GELU output's gradient (N, F), in place of the fp32 dfchg */
     uint16_t *datty16; /* bf16 with fused attention: the attention output's gradient (N, C) */
     uint16_t *qkvh; /* bf16 with fused attention: (L, N, 3C) in place of qkv (and no fp32 atty) */
     int *stage[STAGE_SLOTS];      /* pinned: tokens, len, labels of one batch */
@@ -402,12 +403,17 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         const uint16_t *attyh = g->bf16 ? g->attyh + l * NC : NULL;
         const uint16_t *ln2h = g->bf16 ? g->ln2h + l * NC : NULL;
         const uint16_t *fchgh = g->bf16 ? g->fchgh + l * NF : NULL;
-        fc_backward(g, g->dfchg, g->dres, dres16, fchg, fchgh, "fcprojw", "fcprojb",
-                    (size_t)l * C * F, (size_t)l * C, N, F, C);
+        if (g->bf16) /* its only reader, the GELU backward, takes bf16 */
+            matmul_backward_mixed_set_bf16(g->dfchg16, G("fcprojw") + (size_t)l * C * F,
+                                           G("fcprojb") + (size_t)l * C, g->dres, dres16, fchgh,
+                                           P16("fcprojw") + (size_t)l * C * F, N, F, C, s);
+        else
+            fc_backward(g, g->dfchg, g->dres, dres16, fchg, NULL, "fcprojw", "fcprojb",
+                        (size_t)l * C * F, (size_t)l * C, N, F, C);
         mark(g, "MLP proj GEMM bwd");
         if (g->bf16) { /* dfch in bf16 only (the GEMMs' operand), fcb's gradient in that pass */
-            gelu_backward_bf16(g->s16a, G("fcb") + (size_t)l * F, g->fchh + l * NF, g->dfchg, N,
-                               F, s);
+            gelu_backward_bf16(g->s16a, G("fcb") + (size_t)l * F, g->fchh + l * NF, g->dfchg16,
+                               N, F, s);
             mark(g, "GELU bwd");
             matmul_backward_mixed_set(g->dln, G("fcw") + (size_t)l * F * C, NULL, NULL, g->s16a,
                                       ln2h, P16("fcw") + (size_t)l * F * C, N, C, F, s);
@@ -696,7 +702,11 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
             g->attproj = dalloc(N * C), g->fcproj = dalloc(N * C);
         g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C);
         g->lnfm = dalloc(N), g->lnfr = dalloc(N);
-        g->dres = dalloc(N * C), g->dln = dalloc(N * C), g->dfchg = dalloc(N * F);
+        g->dres = dalloc(N * C), g->dln = dalloc(N * C);
+        if (bf16)
+            CUDA_CHECK(cudaMalloc(&g->dfchg16, N * F * 2));
+        else
+            g->dfchg = dalloc(N * F);
         if (bf16 && fused) /* dO and dqkv in bf16 only (datty16, s16a) */
             CUDA_CHECK(cudaMalloc(&g->datty16, N * C * 2));
         else
@@ -749,7 +759,8 @@ extern "C" void model_gpu_free(struct model_gpu *g)
                      g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,
                      g->coef, (float *)g->s16a, (float *)g->ln1h, (float *)g->attyh,
                      (float *)g->ln2h, (float *)g->fchgh, (float *)g->qkvh, (float *)g->fchh,
-                     (float *)g->datty16, g->cw, (float *)g->bag_ids, (float *)g->bag_count};
+                     (float *)g->datty16, (float *)g->dfchg16, g->cw, (float *)g->bag_ids,
+                     (float *)g->bag_count};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]); /* NULL is a no-op */
     for (int i = 0; i < STAGE_SLOTS; i++) {
