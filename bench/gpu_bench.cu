@@ -271,6 +271,8 @@ int main(int argc, char **argv)
                o.graphs ? "true" : "false", o.B, o.T, o.C, o.L, o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu);
     }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
     phases(g, &oc, o.warmup + o.steps + 1, o.B);
     if (o.profile) { /* eager, an event per op: where a step's time goes */
         const int ps = 3;
