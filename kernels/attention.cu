@@ -691,6 +691,25 @@ static __device__ __forceinline__ void tc_load_a_all(uint32_t (*fa)[4], const __
         tc_load_a<LD>(fa[k / 16], a, k);
 }
 
+/* The backward's prelude for a live block: stages its own rows r0.. of two tensors (K and V in
+ * dK/dV, Q and dO in dQ; bf16, row strides ld1, ld2) and, with HOIST, loads the warp's 16 rows of
+ * each as A fragments (a1, a2) once for all the tiles it walks. Every thread calls it. */
+template <int HSP, bool HOIST>
+static __device__ void tc_stage_own(__nv_bfloat16 *t1, const __nv_bfloat16 *src1, size_t ld1,
+                                    __nv_bfloat16 *t2, const __nv_bfloat16 *src2, size_t ld2,
+                                    int r0, int L, int hs, uint32_t (*a1)[4], uint32_t (*a2)[4])
+{
+    constexpr int LDH = tc_dims<HSP>::LDH;
+    tc_stage<HSP>(t1, src1, ld1, r0, TC_BR, L, hs);
+    tc_stage<HSP>(t2, src2, ld2, r0, TC_BR, L, hs);
+    if constexpr (HOIST) {
+        const int warp = threadIdx.x / 32;
+        __syncthreads();
+        tc_load_a_all<HSP, LDH>(a1, t1 + warp * 16 * LDH);
+        tc_load_a_all<HSP, LDH>(a2, t2 + warp * 16 * LDH);
+    }
+}
+
 /* tc_rows_by_tile_t with A from tc_load_a_all's fragments. */
 template <int K, int NB, int LD>
 static __device__ __forceinline__ void tc_frags_by_tile_t(float (*acc)[4], const uint32_t (*fa)[4],
@@ -944,15 +963,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     uint32_t ka[D::NA][4], va[D::NA][4]; /* D::HOIST: the warp's keys' k, v as A operands */
     tc_zero<HSP / 8>(dk);
     tc_zero<HSP / 8>(dv);
-    if (live) {
-        tc_stage<HSP>(Ks, base + C, ld, k0, TC_BR, L, hs);
-        tc_stage<HSP>(Vs, base + 2 * C, ld, k0, TC_BR, L, hs);
-        if constexpr (D::HOIST) {
-            __syncthreads();
-            tc_load_a_all<HSP, D::LDH>(ka, Kw);
-            tc_load_a_all<HSP, D::LDH>(va, Vw);
-        }
-    }
+    if (live)
+        tc_stage_own<HSP, D::HOIST>(Ks, base + C, ld, Vs, base + 2 * C, ld, k0, L, hs, ka, va);
     for (int i0 = 0; live && i0 < L; i0 += TC_BC) {
         __syncthreads(); /* the previous tile's Q, dO no longer read */
         tc_stage<HSP>(Qs, base, ld, i0, TC_BC, L, hs);
@@ -1034,15 +1046,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
     uint32_t qa[D::NA][4], oa[D::NA][4]; /* D::HOIST: the warp's queries' q, dO as A operands */
     tc_zero<HSP / 8>(dq);
-    if (live) {
-        tc_stage<HSP>(Qs, base, ld, q0, TC_BR, L, hs);
-        tc_stage<HSP>(dOs, dbase, C, q0, TC_BR, L, hs);
-        if constexpr (D::HOIST) {
-            __syncthreads();
-            tc_load_a_all<HSP, D::LDH>(qa, Qw);
-            tc_load_a_all<HSP, D::LDH>(oa, dOw);
-        }
-    }
+    if (live)
+        tc_stage_own<HSP, D::HOIST>(Qs, base, ld, dOs, dbase, C, q0, L, hs, qa, oa);
     for (int j0 = 0; live && j0 < L; j0 += TC_BC) {
         __syncthreads(); /* the previous tile's K, V no longer read */
         tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs);
