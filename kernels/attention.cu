@@ -626,30 +626,27 @@ template <int HSP> struct tc_dims {
 };
 
 
-/* dst (nrows, HSP) bf16 <- rows r0.. of src with row stride ld: a head's q, k or v (bf16, ld = 3C)
- * or dO (fp32, ld = C, rounded here); rows >= L and columns >= hs are zeros (padding is never
- * read). bf16 rows of whole 16-byte chunks are copied 16 bytes at a time. */
-template <int HSP, typename S>
-static __device__ void tc_stage(__nv_bfloat16 *dst, const S *src, size_t ld, int r0, int nrows,
-                                int L, int hs)
+/* dst (nrows, HSP) bf16 <- rows r0.. of src (bf16, row stride ld): a head's q, k or v (ld = 3C)
+ * or dO (ld = C); rows >= L and columns >= hs are zeros (padding is never read). Rows of whole
+ * 16-byte chunks are copied 16 bytes at a time, others element by element. */
+template <int HSP>
+static __device__ void tc_stage(__nv_bfloat16 *dst, const __nv_bfloat16 *src, size_t ld, int r0,
+                                int nrows, int L, int hs)
 {
     constexpr int LDH = tc_dims<HSP>::LDH;
-    if constexpr (sizeof(S) == 2) {
-        if (hs % 8 == 0 && ld % 8 == 0 && (uintptr_t)src % 16 == 0) {
-            for (int x = threadIdx.x; x < nrows * (HSP / 8); x += blockDim.x) {
-                const int r = x / (HSP / 8), d = x % (HSP / 8) * 8, t = r0 + r;
-                if (t < L && d < hs)
-                    tc_copy16(dst + r * LDH + d, src + (size_t)t * ld + d);
-                else
-                    tc_zero16(dst + r * LDH + d);
-            }
-            return;
+    if (hs % 8 == 0 && ld % 8 == 0 && (uintptr_t)src % 16 == 0) {
+        for (int x = threadIdx.x; x < nrows * (HSP / 8); x += blockDim.x) {
+            const int r = x / (HSP / 8), d = x % (HSP / 8) * 8, t = r0 + r;
+            if (t < L && d < hs)
+                tc_copy16(dst + r * LDH + d, src + (size_t)t * ld + d);
+            else
+                tc_zero16(dst + r * LDH + d);
         }
+        return;
     }
     for (int x = threadIdx.x; x < nrows * HSP; x += blockDim.x) {
         const int r = x / HSP, d = x % HSP, t = r0 + r;
-        const float v = t < L && d < hs ? to_f32(src[(size_t)t * ld + d]) : 0.0f;
-        dst[r * LDH + d] = __float2bfloat16_rn(v);
+        dst[r * LDH + d] = t < L && d < hs ? src[(size_t)t * ld + d] : __float2bfloat16_rn(0.0f);
     }
 }
 
@@ -754,10 +751,9 @@ static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const flo
 
 #define TC_LOG2E 1.4426950408889634f
 
-/* Columns c0 + c >= L of a warp's 16 x TC_BC scores (keys, or queries in dK/dV, of padding) set
- * to v: -inf before a softmax, 0 for probabilities. */
-static __device__ __forceinline__ void tc_mask_cols(float (*s)[4], int c0, int L,
-                                                    float v = -INFINITY)
+/* Columns c0 + c >= L of a warp's 16 x TC_BC scores (keys of padding) set to -inf, before the
+ * exponential. */
+static __device__ __forceinline__ void tc_mask_cols(float (*s)[4], int c0, int L)
 {
     const int t = threadIdx.x % 4;
 #pragma unroll
@@ -765,7 +761,7 @@ static __device__ __forceinline__ void tc_mask_cols(float (*s)[4], int c0, int L
 #pragma unroll
         for (int e = 0; e < 4; e++)
             if (c0 + n * 8 + 2 * t + (e & 1) >= L)
-                s[n][e] = v;
+                s[n][e] = -INFINITY;
 }
 
 /* Clears N 16x8 accumulators. */
