@@ -598,9 +598,11 @@ extern "C" void attention_backward_fused(float *dqkv, const float *dout, const f
  * comes in bf16 from the projection's backward GEMM, and dqkv goes out in bf16 (the qkv GEMM's
  * operand), overwritten, padding rows zero, with the qkv bias gradient summed here: no clearing
  * pass, no cast, no fp32 dqkv. Every sum is fp32, every output element has one writer
- * (deterministic). Shared memory: 3 or 4 (forward) or 4 (backward) bf16 tiles of 64 rows, 15-70
- * KB by head size, so several blocks fit on an SM. Rows are padded by 16 bytes: ldmatrix's
- * eight row addresses then fall on distinct banks. */
+ * (deterministic). The walked tiles are double-buffered: the next tile's cp.async copies are in
+ * flight while this one's products run, one barrier a tile (tc_tile_begin). Shared memory: 5 or
+ * 6 (forward) or 6 (backward) bf16 tiles of 64 rows, 30 KB (head size 32), 54 KB (64), 85 KB
+ * forward and 102 KB backward (128), so two blocks fit on an SM as the registers allow. Rows
+ * are padded by 16 bytes: ldmatrix's eight row addresses then fall on distinct banks. */
 #define TC_WARPS 4
 #define TC_BR (16 * TC_WARPS) /* rows of a block: queries (forward, dQ) or keys (dK/dV) */
 #define TC_BC 64              /* a tile: keys (forward, dQ) or queries (dK/dV) */
@@ -614,13 +616,14 @@ template <int HSP> struct tc_dims {
      * per FLOP that the tensor cores can be fed at); 1 for head size 128 (registers) */
     static constexpr int FMT = HSP <= 64 ? 2 : 1;
     static constexpr int FBR = 16 * FMT * TC_WARPS; /* queries of a forward block */
-    static constexpr size_t fwd = (FMT + 2) * H;    /* Q (FBR rows), K, V */
+    /* the walked tiles are double-buffered (tc_tile_begin): two of each */
+    static constexpr size_t fwd = (FMT + 4) * H; /* Q (FBR rows), K, V, K', V' */
     /* backward: a warp's own rows' A fragments kept in registers for all tiles (tc_load_a_all);
      * at head size 128 they would spill */
     static constexpr bool HOIST = HSP <= 64;
     static constexpr int NA = HOIST ? HSP / 16 : 1;
-    static constexpr size_t dkdv = 4 * H + 2 * TC_BC * 4;
-    static constexpr size_t dq = 4 * H;
+    static constexpr size_t dkdv = 6 * H + 4 * TC_BC * 4; /* K V | Q dO, lse D | Q' dO', ... */
+    static constexpr size_t dq = 6 * H;                   /* Q dO | K V | K' V' */
     static_assert(TC_BR == TC_BC, "one tile size for the block's rows and the walked tiles");
     static_assert(HSP % 16 == 0, "head dims padded to whole 16-wide k steps");
 };
@@ -628,7 +631,8 @@ template <int HSP> struct tc_dims {
 
 /* dst (nrows, HSP) bf16 <- rows r0.. of src (bf16, row stride ld): a head's q, k or v (ld = 3C)
  * or dO (ld = C); rows >= L and columns >= hs are zeros (padding is never read). Rows of whole
- * 16-byte chunks are copied 16 bytes at a time, others element by element. */
+ * 16-byte chunks are copied with cp.async, 16 bytes at a time (padding chunks as zero fills): in
+ * flight until the caller's tc_cp_commit and tc_cp_wait; others element by element, at once. */
 template <int HSP>
 static __device__ void tc_stage(__nv_bfloat16 *dst, const __nv_bfloat16 *src, size_t ld, int r0,
                                 int nrows, int L, int hs)
@@ -637,16 +641,30 @@ static __device__ void tc_stage(__nv_bfloat16 *dst, const __nv_bfloat16 *src, si
     if (hs % 8 == 0 && ld % 8 == 0 && (uintptr_t)src % 16 == 0) {
         for (int x = threadIdx.x; x < nrows * (HSP / 8); x += blockDim.x) {
             const int r = x / (HSP / 8), d = x % (HSP / 8) * 8, t = r0 + r;
-            if (t < L && d < hs)
-                tc_copy16(dst + r * LDH + d, src + (size_t)t * ld + d);
-            else
-                tc_zero16(dst + r * LDH + d);
+            const bool real = t < L && d < hs;
+            tc_cp_async16(dst + r * LDH + d, real ? src + (size_t)t * ld + d : src, real);
         }
         return;
     }
     for (int x = threadIdx.x; x < nrows * HSP; x += blockDim.x) {
         const int r = x / HSP, d = x % HSP, t = r0 + r;
         dst[r * LDH + d] = t < L && d < hs ? src[(size_t)t * ld + d] : __float2bfloat16_rn(0.0f);
+    }
+}
+
+/* The walk over tiles, double-buffered: the block's first tile (with its own rows) is staged
+ * before the walk; at each tile, tc_tile_begin waits for its copies, and after the barrier (which
+ * makes them visible and tells that every warp is done with the previous tile, so the other
+ * buffer is free) issues the next tile's copies into the other buffer (stage_next, when there is
+ * a next tile), which then land while this tile's products run. One barrier a tile. */
+template <typename F>
+static __device__ __forceinline__ void tc_tile_begin(bool more, F stage_next)
+{
+    tc_cp_wait<0>();
+    __syncthreads();
+    if (more) {
+        stage_next();
+        tc_cp_commit();
     }
 }
 
@@ -688,22 +706,28 @@ static __device__ __forceinline__ void tc_load_a_all(uint32_t (*fa)[4], const __
         tc_load_a<LD>(fa[k / 16], a, k);
 }
 
-/* The backward's prelude for a live block: stages its own rows r0.. of two tensors (K and V in
- * dK/dV, Q and dO in dQ; bf16, row strides ld1, ld2) and, with HOIST, loads the warp's 16 rows of
- * each as A fragments (a1, a2) once for all the tiles it walks. Every thread calls it. */
-template <int HSP, bool HOIST>
-static __device__ void tc_stage_own(__nv_bfloat16 *t1, const __nv_bfloat16 *src1, size_t ld1,
-                                    __nv_bfloat16 *t2, const __nv_bfloat16 *src2, size_t ld2,
-                                    int r0, int L, int hs, uint32_t (*a1)[4], uint32_t (*a2)[4])
+/* Rows r0.. of two tensors (a tile of K and V, or of Q and dO) staged as TC_BC-row tiles. */
+template <int HSP>
+static __device__ void tc_stage2(__nv_bfloat16 *t1, const __nv_bfloat16 *src1, size_t ld1,
+                                 __nv_bfloat16 *t2, const __nv_bfloat16 *src2, size_t ld2, int r0,
+                                 int L, int hs)
 {
-    constexpr int LDH = tc_dims<HSP>::LDH;
-    tc_stage<HSP>(t1, src1, ld1, r0, TC_BR, L, hs);
-    tc_stage<HSP>(t2, src2, ld2, r0, TC_BR, L, hs);
+    tc_stage<HSP>(t1, src1, ld1, r0, TC_BC, L, hs);
+    tc_stage<HSP>(t2, src2, ld2, r0, TC_BC, L, hs);
+}
+
+/* The backward's own rows (K, V in dK/dV; Q, dO in dQ): with HOIST, the warp's 16 rows of each
+ * (w1, w2: staged, and visible after the first tile's barrier) loaded as A fragments once for
+ * all the tiles the block walks. */
+template <int HSP, bool HOIST>
+static __device__ __forceinline__ void tc_hoist(uint32_t (*a1)[4], const __nv_bfloat16 *w1,
+                                                uint32_t (*a2)[4], const __nv_bfloat16 *w2)
+{
     if constexpr (HOIST) {
-        const int warp = threadIdx.x / 32;
-        __syncthreads();
-        tc_load_a_all<HSP, LDH>(a1, t1 + warp * 16 * LDH);
-        tc_load_a_all<HSP, LDH>(a2, t2 + warp * 16 * LDH);
+        tc_load_a_all<HSP, tc_dims<HSP>::LDH>(a1, w1);
+        tc_load_a_all<HSP, tc_dims<HSP>::LDH>(a2, w2);
+    } else {
+        (void)a1, (void)w1, (void)a2, (void)w2;
     }
 }
 
@@ -844,8 +868,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     constexpr int MT = D::FMT, NO = HSP / 8; /* m-tiles a warp, O accumulators an m-tile */
     extern __shared__ float tc_smem[];
     char *sm = (char *)tc_smem;
-    __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm, *Ks = (__nv_bfloat16 *)(sm + MT * D::H);
-    __nv_bfloat16 *Vs = (__nv_bfloat16 *)(sm + (MT + 1) * D::H);
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm;
+    __nv_bfloat16 *KVs = (__nv_bfloat16 *)(sm + MT * D::H); /* K, V of buffer c at 2c, 2c + 1 */
 
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -863,13 +887,18 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < MT; i++)
         m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.0f;
-    if (q0 < L) /* block-uniform: the barriers below are reached by all or none */
+    constexpr size_t TL = D::H / 2; /* elements of a tile */
+    if (q0 < L) { /* block-uniform: the barriers below are reached by all or none */
         tc_stage<HSP>(Qs, base, ld, q0, D::FBR, L, hs);
-    for (int j0 = 0; q0 < L && j0 < L; j0 += TC_BC) {
-        __syncthreads(); /* Q staged; the previous tile's K, V no longer read */
-        tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs);
-        tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs);
-        __syncthreads();
+        tc_stage2<HSP>(KVs, base + C, ld, KVs + TL, base + 2 * C, ld, 0, L, hs);
+        tc_cp_commit();
+    }
+    for (int j0 = 0, c = 0; q0 < L && j0 < L; j0 += TC_BC, c ^= 1) {
+        tc_tile_begin(j0 + TC_BC < L, [&] {
+            __nv_bfloat16 *nx = KVs + (2 - 2 * c) * TL;
+            tc_stage2<HSP>(nx, base + C, ld, nx + TL, base + 2 * C, ld, j0 + TC_BC, L, hs);
+        });
+        const __nv_bfloat16 *Ks = KVs + 2 * c * TL, *Vs = Ks + TL;
         float s[MT * TC_NB][4]; /* unscaled scores Q K^T; m, the row max, likewise */
         tc_zero<MT * TC_NB>(s);
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH, MT>(s, Qw, Ks);
@@ -942,8 +971,9 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     extern __shared__ float tc_smem[];
     char *sm = (char *)tc_smem;
     __nv_bfloat16 *Ks = (__nv_bfloat16 *)sm, *Vs = (__nv_bfloat16 *)(sm + D::H);
-    __nv_bfloat16 *Qs = (__nv_bfloat16 *)(sm + 2 * D::H), *dOs = (__nv_bfloat16 *)(sm + 3 * D::H);
-    float *lse_s = (float *)(sm + 4 * D::H), *D_s = lse_s + TC_BC;
+    /* the walked tiles of buffer c: Q, dO at QOs + 2c, 2c + 1 tiles; lse, D at LDs + 2c TC_BC */
+    __nv_bfloat16 *QOs = (__nv_bfloat16 *)(sm + 2 * D::H);
+    float *LDs = (float *)(sm + 6 * D::H);
 
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -959,17 +989,25 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     uint32_t ka[D::NA][4], va[D::NA][4]; /* D::HOIST: the warp's keys' k, v as A operands */
     tc_zero<HSP / 8>(dk);
     tc_zero<HSP / 8>(dv);
-    if (live)
-        tc_stage_own<HSP, D::HOIST>(Ks, base + C, ld, Vs, base + 2 * C, ld, k0, L, hs, ka, va);
-    for (int i0 = 0; live && i0 < L; i0 += TC_BC) {
-        __syncthreads(); /* the previous tile's Q, dO no longer read */
-        tc_stage<HSP>(Qs, base, ld, i0, TC_BC, L, hs);
-        tc_stage<HSP>(dOs, dbase, C, i0, TC_BC, L, hs);
+    constexpr size_t TL = D::H / 2; /* elements of a tile */
+    auto stage = [&](int i0, int c) { /* the query tile at i0 into buffer c */
+        tc_stage2<HSP>(QOs + 2 * c * TL, base, ld, QOs + (2 * c + 1) * TL, dbase, C, i0, L, hs);
         for (int r = threadIdx.x; r < TC_BC; r += blockDim.x) {
-            lse_s[r] = i0 + r < L ? lse[(size_t)bh * T + i0 + r] * TC_LOG2E : 0.0f;
-            D_s[r] = i0 + r < L ? Dr[(size_t)bh * T + i0 + r] : 0.0f;
+            LDs[2 * c * TC_BC + r] = i0 + r < L ? lse[(size_t)bh * T + i0 + r] * TC_LOG2E : 0.0f;
+            LDs[(2 * c + 1) * TC_BC + r] = i0 + r < L ? Dr[(size_t)bh * T + i0 + r] : 0.0f;
         }
-        __syncthreads();
+    };
+    if (live) {
+        tc_stage2<HSP>(Ks, base + C, ld, Vs, base + 2 * C, ld, k0, L, hs);
+        stage(0, 0);
+        tc_cp_commit();
+    }
+    for (int i0 = 0, c = 0; live && i0 < L; i0 += TC_BC, c ^= 1) {
+        tc_tile_begin(i0 + TC_BC < L, [&] { stage(i0 + TC_BC, c ^ 1); });
+        if (i0 == 0)
+            tc_hoist<HSP, D::HOIST>(ka, Kw, va, Vw);
+        const __nv_bfloat16 *Qs = QOs + 2 * c * TL, *dOs = Qs + TL;
+        const float *lse_s = LDs + 2 * c * TC_BC, *D_s = lse_s + TC_BC;
         /* S^T (the warp's 16 keys x TC_BC queries) = scale K_w Q^T, P^T = exp(S^T - lse) (lse_s
          * holds lse log2(e)). Padding queries need no mask: their q and dO rows are staged as
          * zeros and their lse, D as 0, so P^T = 1 there and both dV += P^T dO and dS^T =
@@ -1018,7 +1056,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     extern __shared__ float tc_smem[];
     char *sm = (char *)tc_smem;
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)sm, *dOs = (__nv_bfloat16 *)(sm + D::H);
-    __nv_bfloat16 *Ks = (__nv_bfloat16 *)(sm + 2 * D::H), *Vs = (__nv_bfloat16 *)(sm + 3 * D::H);
+    __nv_bfloat16 *KVs = (__nv_bfloat16 *)(sm + 2 * D::H); /* K, V of buffer c at 2c, 2c + 1 */
 
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
@@ -1042,13 +1080,20 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
     uint32_t qa[D::NA][4], oa[D::NA][4]; /* D::HOIST: the warp's queries' q, dO as A operands */
     tc_zero<HSP / 8>(dq);
-    if (live)
-        tc_stage_own<HSP, D::HOIST>(Qs, base, ld, dOs, dbase, C, q0, L, hs, qa, oa);
-    for (int j0 = 0; live && j0 < L; j0 += TC_BC) {
-        __syncthreads(); /* the previous tile's K, V no longer read */
-        tc_stage<HSP>(Ks, base + C, ld, j0, TC_BC, L, hs);
-        tc_stage<HSP>(Vs, base + 2 * C, ld, j0, TC_BC, L, hs);
-        __syncthreads();
+    constexpr size_t TL = D::H / 2; /* elements of a tile */
+    if (live) {
+        tc_stage2<HSP>(Qs, base, ld, dOs, dbase, C, q0, L, hs);
+        tc_stage2<HSP>(KVs, base + C, ld, KVs + TL, base + 2 * C, ld, 0, L, hs);
+        tc_cp_commit();
+    }
+    for (int j0 = 0, c = 0; live && j0 < L; j0 += TC_BC, c ^= 1) {
+        tc_tile_begin(j0 + TC_BC < L, [&] {
+            __nv_bfloat16 *nx = KVs + (2 - 2 * c) * TL;
+            tc_stage2<HSP>(nx, base + C, ld, nx + TL, base + 2 * C, ld, j0 + TC_BC, L, hs);
+        });
+        if (j0 == 0)
+            tc_hoist<HSP, D::HOIST>(qa, Qw, oa, dOw);
+        const __nv_bfloat16 *Ks = KVs + 2 * c * TL, *Vs = Ks + TL;
         float p[TC_NB][4], dp[TC_NB][4];
         tc_zero<TC_NB>(p);
         tc_zero<TC_NB>(dp);

@@ -109,6 +109,44 @@ static __device__ __forceinline__ void tc_zero16(void *dst)
 #endif
 }
 
+/* cp.async: 16 bytes from global to shared memory (both 16-byte aligned) without passing through
+ * registers, in flight while the thread goes on (Ampere and later). With fill false nothing is
+ * read (src only has to be a valid address) and 16 zero bytes are written: a padding chunk takes
+ * the same path as a real one. The copies a thread issued since its last tc_cp_commit form a
+ * group; tc_cp_wait<N> returns once all but its N newest groups have landed, and a
+ * __syncthreads after it makes them visible to the block. The emulator writes shared memory only
+ * at the wait (kernels/emu/include/emu_device.h), so a read before it sees stale bytes there. */
+static __device__ __forceinline__ void tc_cp_async16(void *dst, const void *src, bool fill)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :
+                 : "r"(a), "l"(src), "r"(fill ? 16 : 0)
+                 : "memory");
+#elif !defined(__CUDACC__)
+    emu::cp_async(dst, src, 16, fill ? 16 : 0);
+#else
+    (void)dst, (void)src, (void)fill;
+#endif
+}
+static __device__ __forceinline__ void tc_cp_commit()
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#elif !defined(__CUDACC__)
+    emu::cp_async_commit();
+#endif
+}
+template <int N> static __device__ __forceinline__ void tc_cp_wait()
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#elif !defined(__CUDACC__)
+    emu::cp_async_wait(N);
+#endif
+}
+
 /* Two fp32 values rounded to bf16 (to nearest even) in one register, lo in the low half. */
 static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
 {

@@ -7,7 +7,10 @@
 //      helpers), D = A B + C for a 16x16 A and a 16x8 B of small integers;
 //   2. the ldmatrix helpers: A from a row-major tile (tc_load_a), B from a tile stored [n][k]
 //      (tc_load_b_nk) and from one stored [k][n] (tc_load_b_kn, ldmatrix .trans), 16x16 products;
-//   3. tc_pack_a: S = A B in fp32 accumulators, then S (as bf16) times B2 without shared memory.
+//   3. tc_pack_a: S = A B in fp32 accumulators, then S (as bf16) times B2 without shared memory;
+//   4. tc_cp_async16: the tiles of 2 and 3 staged by cp.async (a 16-byte chunk a lane and tile,
+//      one group, waited for), and a fourth, poisoned with NaN first, by zero fills: A times it
+//      must be 0.
 // Values are integers in [-3, 3] so every sum is exact in fp32 and every S in bf16: any element
 // in the wrong register gives a wrong integer. Exits 77 without a device.
 #include <stdint.h>
@@ -52,17 +55,24 @@ static __device__ void store16(float *d, const float (*acc)[4])
             d[(g + (i / 2) * 8) * 16 + n * 8 + 2 * t + i % 2] = acc[n][i];
 }
 
-/* 2 and 3: a (16x16, row-major), bnk (B stored [n][k]), bkn (B2 stored [k][n]); outputs
- * d_nk = A B, d_kn = A B2, d_pack = bf16(A B) B2 */
-static __global__ void ldmatrix_kernel(float *d_nk, float *d_kn, float *d_pack, const uint16_t *a,
-                                       const uint16_t *bnk, const uint16_t *bkn)
+/* 2, 3 and 4: a (16x16, row-major), bnk (B stored [n][k]), bkn (B2 stored [k][n]); outputs
+ * d_nk = A B, d_kn = A B2, d_pack = bf16(A B) B2, d_zero = A Z (Z zero-filled) */
+static __global__ void ldmatrix_kernel(float *d_nk, float *d_kn, float *d_pack, float *d_zero,
+                                       const uint16_t *a, const uint16_t *bnk, const uint16_t *bkn)
 {
     extern __shared__ float tc_test_smem[];
     uint16_t *As = (uint16_t *)tc_test_smem, *Bnk = As + 16 * LD, *Bkn = Bnk + 16 * LD;
-    for (int x = threadIdx.x; x < 16 * 16; x += 32) {
-        int r = x / 16, col = x % 16;
-        As[r * LD + col] = a[x], Bnk[r * LD + col] = bnk[x], Bkn[r * LD + col] = bkn[x];
-    }
+    uint16_t *Zs = Bkn + 16 * LD;
+    const int r = threadIdx.x / 2, c8 = threadIdx.x % 2 * 8; /* the lane's chunk of each tile */
+    for (int e = 0; e < 8; e++)
+        Zs[r * LD + c8 + e] = 0x7fc0; /* NaN, unless the zero fill lands */
+    __syncwarp();
+    tc_cp_async16(As + r * LD + c8, a + r * 16 + c8, true);
+    tc_cp_async16(Bnk + r * LD + c8, bnk + r * 16 + c8, true);
+    tc_cp_async16(Bkn + r * LD + c8, bkn + r * 16 + c8, true);
+    tc_cp_async16(Zs + r * LD + c8, a, false);
+    tc_cp_commit();
+    tc_cp_wait<0>();
     __syncwarp();
     const __nv_bfloat16 *A = (const __nv_bfloat16 *)As, *BN = (const __nv_bfloat16 *)Bnk;
     const __nv_bfloat16 *BK = (const __nv_bfloat16 *)Bkn;
@@ -83,6 +93,11 @@ static __global__ void ldmatrix_kernel(float *d_nk, float *d_kn, float *d_pack, 
     tc_mma(p[0], fs, fb);
     tc_mma(p[1], fs, fb + 2);
     store16(d_pack, p);
+    float z[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    tc_load_b_nk<LD>(fb, (const __nv_bfloat16 *)Zs, 0, 0);
+    tc_mma(z[0], fa, fb);
+    tc_mma(z[1], fa, fb + 2);
+    store16(d_zero, z);
 }
 
 static uint16_t *rand_int_bf16(int n, uint64_t *s, float *f)
@@ -137,18 +152,20 @@ int main(void)
             ref_pack[i * 16 + j] = x;
         }
     uint16_t *d_bnk = (uint16_t *)gt_up(bnk, 256, 2), *d_bkn = (uint16_t *)gt_up(bkn, 256, 2);
-    float *d_nk, *d_kn, *d_pack;
+    float *d_nk, *d_kn, *d_pack, *d_zero, zero[256] = {0};
+    CUDA_CHECK(cudaMalloc(&d_zero, 256 * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&d_nk, 256 * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&d_kn, 256 * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&d_pack, 256 * sizeof(float)));
-    ldmatrix_kernel<<<1, 32, 3 * 16 * LD * sizeof(uint16_t)>>>(d_nk, d_kn, d_pack, d_a, d_bnk,
-                                                                d_bkn);
+    ldmatrix_kernel<<<1, 32, 4 * 16 * LD * sizeof(uint16_t)>>>(d_nk, d_kn, d_pack, d_zero, d_a,
+                                                                d_bnk, d_bkn);
     CUDA_CHECK(cudaGetLastError());
     gt_compare("ldmatrix A, B [n][k]", d_nk, ref_nk, 256, 0, 0);
     gt_compare("ldmatrix A, B [k][n]", d_kn, ref_kn, 256, 0, 0);
     gt_compare("tc_pack_a(S) B", d_pack, ref_pack, 256, 0, 0);
+    gt_compare("cp.async zero fill", d_zero, zero, 256, 0, 0);
     cudaFree(d_a), cudaFree(d_b), cudaFree(d_c), cudaFree(d_d), cudaFree(d_bnk), cudaFree(d_bkn);
-    cudaFree(d_nk), cudaFree(d_kn), cudaFree(d_pack);
+    cudaFree(d_nk), cudaFree(d_kn), cudaFree(d_pack), cudaFree(d_zero);
     free(a), free(b), free(bnk), free(bkn);
     return gt_summary("tensorcore_gpu_test");
 }

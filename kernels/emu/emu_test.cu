@@ -1,7 +1,8 @@
 // emu_test: the CUDA emulator's own semantics (kernels/emu/): indices, block and warp barriers,
 // shared memory, launch checks, memory-range checks, races made visible (within a warp's
 // threads and across warps), divergent barriers
-// reported, launches from two host threads at once. Written in CUDA syntax and compiled through
+// reported, launches from two host threads at once, cp.async's groups (a read before the wait
+// or a copy into a buffer still read shows). Written in CUDA syntax and compiled through
 // cu2cc like the kernels; emulator-only (some cases check the emulator's diagnostics).
 #include <cuda_runtime.h>
 
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/test.h"
+#include "kernels/tensorcore.h"
 
 static __global__ void ids_kernel(unsigned *out)
 {
@@ -195,6 +197,83 @@ static __global__ void big_smem_kernel(float *out)
     out[threadIdx.x] = sh[(threadIdx.x + 1) % blockDim.x] + sh[16383];
 }
 
+/* cp.async: 64 threads, each copies its 16 bytes of src (4 floats) into shared memory in group
+ * 1, and 16 bytes into a second buffer in group 2 (zero fill for odd threads); then WAIT
+ * (-1: none, else tc_cp_wait<WAIT>), a barrier, and out gets the neighbour's chunk of both
+ * buffers (8 floats a thread). */
+template <int WAIT> static __global__ void cp_kernel(float *out, const float *src)
+{
+    extern __shared__ float sh[];
+    const int i = threadIdx.x, n = blockDim.x;
+    tc_cp_async16(sh + 4 * i, src + 4 * i, true);
+    tc_cp_commit();
+    tc_cp_async16(sh + 4 * (n + i), src + 4 * i, i % 2 == 0);
+    tc_cp_commit();
+    if constexpr (WAIT == 0)
+        tc_cp_wait<0>();
+    else if constexpr (WAIT == 1)
+        tc_cp_wait<1>();
+    __syncthreads();
+    const int j = (i + 1) % n;
+    for (int k = 0; k < 4; k++) {
+        out[8 * i + k] = sh[4 * j + k];
+        out[8 * i + 4 + k] = sh[4 * (n + j) + k];
+    }
+}
+
+/* Launches (of 16) in which some thread saw a wrong value in the first buffer (bad1) or the
+ * second (bad2). */
+template <int WAIT> static void cp_runs(int *bad1, int *bad2)
+{
+    float hs[256], h[512], *src, *out;
+    for (int i = 0; i < 256; i++)
+        hs[i] = (float)(i + 1);
+    cudaMalloc(&src, sizeof(hs));
+    cudaMalloc(&out, sizeof(h));
+    cudaMemcpy(src, hs, sizeof(hs), cudaMemcpyHostToDevice);
+    *bad1 = *bad2 = 0;
+    for (int run = 0; run < 16; run++) {
+        cp_kernel<WAIT><<<1, 64, 2 * 64 * 16>>>(out, src);
+        cudaMemcpy(h, out, sizeof(h), cudaMemcpyDeviceToHost);
+        int b1 = 0, b2 = 0;
+        for (int i = 0; i < 64; i++)
+            for (int k = 0; k < 4; k++) {
+                const int j = (i + 1) % 64;
+                b1 |= h[8 * i + k] != hs[4 * j + k];
+                b2 |= h[8 * i + 4 + k] != (j % 2 == 0 ? hs[4 * j + k] : 0.0f);
+            }
+        *bad1 += b1, *bad2 += b2;
+    }
+    cudaFree(src);
+    cudaFree(out);
+}
+
+static void test_cp_async(void)
+{
+    int b1, b2;
+    cp_runs<0>(&b1, &b2); /* everything waited for: right, zero fill included */
+    TEST_EQ_INT(b1, 0);
+    TEST_EQ_INT(b2, 0);
+    cp_runs<1>(&b1, &b2); /* the newest group may still be in flight: the older one is there */
+    TEST_EQ_INT(b1, 0);
+    TEST_CHECK(b2 > 0);
+    cp_runs<-1>(&b1, &b2); /* no wait: stale reads show (in the blocks whose copies land late) */
+    TEST_CHECK(b1 > 0 && b2 > 0);
+    TEST_CHECK(b1 < 16); /* and some blocks took the other extreme, landing at the call */
+}
+
+static __global__ void cp_misaligned_kernel(float *out)
+{
+    extern __shared__ float sh[];
+    tc_cp_async16(sh + 2, out, true); /* 8 bytes into shared memory: not 16-byte aligned */
+}
+
+static __global__ void cp_global_dst_kernel(float *out)
+{
+    extern __shared__ float sh[];
+    tc_cp_async16(out + 4, sh, true); /* the destination must be shared memory */
+}
+
 static void test_launch_checks(void)
 {
     float *d;
@@ -250,7 +329,7 @@ static __global__ void partial_warp_shuffle_kernel(float *out)
     out[threadIdx.x] = wsum(1.0f); // full mask, half the lanes gone
 }
 
-// How a child process that launches k<<<1, threads>>> on 32 floats ended (waitpid's status).
+// How a child process that launches k<<<1, threads, 256>>> on 32 floats ended (waitpid status).
 static int child_status(void (*k)(float *), unsigned threads)
 {
     fflush(stdout);
@@ -259,7 +338,7 @@ static int child_status(void (*k)(float *), unsigned threads)
         freopen("/dev/null", "w", stderr);
         float *d;
         cudaMalloc(&d, 32 * sizeof(float));
-        k<<<1, threads>>>(d);
+        k<<<1, threads, 256>>>(d); // 256 bytes of dynamic shared memory for those that use it
         cudaDeviceSynchronize(); // deferred mode (GANTRY_EMU_DEFER): the launch runs here
         _exit(0);
     }
@@ -278,6 +357,8 @@ static void test_divergence_reported(void)
 {
     TEST_CHECK(dies(divergent_kernel));
     TEST_CHECK(dies(partial_warp_shuffle_kernel));
+    TEST_CHECK(dies(cp_misaligned_kernel));
+    TEST_CHECK(dies(cp_global_dst_kernel));
 }
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -340,6 +421,7 @@ int main(void)
     TEST_RUN(test_race_visible);
     TEST_RUN(test_warp_race_visible);
     TEST_RUN(test_launch_checks);
+    TEST_RUN(test_cp_async);
     TEST_RUN(test_memory_checks);
     TEST_RUN(test_divergence_reported);
     TEST_RUN(test_two_host_threads);

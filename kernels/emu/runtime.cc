@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <new>
@@ -92,12 +93,26 @@ struct ctx {
 
 enum fstate { F_READY, F_BAR, F_WARP, F_DONE };
 
+/* One cp.async of the fiber: the source's bytes as they were at the call (global memory does
+ * not change under a kernel that reads it this way). A GPU writes them to shared memory at any
+ * time between the call and the cp.async.wait_group that retires their group; a block here takes
+ * one of the two extremes, chosen at random (sched::cp_eager): at the call, so a copy issued
+ * before the barrier that frees its destination overwrites what other threads still read; or
+ * at the wait, so a read before the wait sees stale bytes. */
+struct cp_copy {
+    void *dst;
+    unsigned n;
+    unsigned char data[16];
+};
+
 struct fiber {
     ctx c;
     uint3 tid;
     int state;
     int warp, lane;
     char *stack; // lowest usable byte
+    std::vector<cp_copy> cp_open;               // issued, not yet committed
+    std::deque<std::vector<cp_copy>> cp_groups; // committed, oldest first
 };
 
 struct warp_state {
@@ -144,6 +159,7 @@ struct sched {
     void (*body)(void *);
     void *arg;
     std::vector<unsigned char, smem_allocator<unsigned char>> smem;
+    bool cp_eager; /* this block's cp.async copies land at the call, not at the wait */
     uint64_t rng;
 #ifdef EMU_ASAN
     void *fake_main;
@@ -276,11 +292,14 @@ static void run_block(sched *s)
 {
     for (int i = 0; i < s->n; i++) {
         s->f[i].state = F_READY;
+        s->f[i].cp_open.clear(); // the last block's copies still in flight went with it
+        s->f[i].cp_groups.clear();
         fiber_init(s, i);
     }
     s->done = 0, s->bar_arrived = 0, s->bar_gen = 0;
     for (auto &w : s->warps)
         w.arrived = 0, w.gen = 0, w.fast = rng_next(&s->rng) & 1;
+    s->cp_eager = rng_next(&s->rng) & 1;
     // Poison dynamic shared memory: a read before any write sees NaN bit patterns.
     if (!s->smem.empty())
         memset(s->smem.data(), 0xff, s->smem.size());
@@ -332,6 +351,51 @@ void sync_threads()
     f->state = F_BAR;
     leave(f, false);
     tid = f->tid;
+}
+
+void cp_async(void *dst, const void *src, unsigned bytes, unsigned src_bytes)
+{
+    sched *s = S;
+    if (!s || !s->body)
+        die("cp.async outside a kernel");
+    if ((bytes != 4 && bytes != 8 && bytes != 16) || src_bytes > bytes)
+        die("cp.async of %u bytes (%u from the source): the sizes are 4, 8 or 16, the source's "
+            "at most that", bytes, src_bytes);
+    if ((uintptr_t)dst % bytes || (uintptr_t)src % bytes)
+        die("cp.async of %u bytes: %p <- %p not %u-byte aligned (a GPU faults)", bytes, dst, src,
+            bytes);
+    const unsigned char *lo = s->smem.data(), *hi = lo + s->smem.size(), *d;
+    d = (const unsigned char *)dst;
+    if (s->smem.empty() || d < lo || d + bytes > hi)
+        die("cp.async to %p: not in the block's dynamic shared memory (%zu bytes)", dst,
+            s->smem.size());
+    if (src_bytes && !emu_is_device_range(src, src_bytes))
+        die("cp.async from %p (%u bytes): not device memory", src, src_bytes);
+    cp_copy c;
+    c.dst = dst, c.n = bytes;
+    memset(c.data, 0, sizeof c.data); // the bytes past src_bytes are zeros, as on a GPU
+    memcpy(c.data, src, src_bytes);
+    if (s->cp_eager)
+        memcpy(dst, c.data, bytes);
+    else
+        s->f[s->cur].cp_open.push_back(c);
+}
+
+void cp_async_commit()
+{
+    fiber *f = &S->f[S->cur];
+    f->cp_groups.push_back(std::move(f->cp_open)); // an empty group is allowed, as in PTX
+    f->cp_open.clear();
+}
+
+void cp_async_wait(int pending)
+{
+    fiber *f = &S->f[S->cur];
+    while ((int)f->cp_groups.size() > pending) {
+        for (const cp_copy &c : f->cp_groups.front())
+            memcpy(c.dst, c.data, c.n);
+        f->cp_groups.pop_front();
+    }
 }
 
 int lane_id()

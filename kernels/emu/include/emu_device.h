@@ -56,6 +56,18 @@ uint64_t warp_exchange(unsigned mask, uint64_t v, int src_lane);
 #define EMU_GATHER_MAX 32
 const unsigned char *warp_gather(const void *v, size_t n);
 int lane_id();
+/* cp.async (kernels/tensorcore.h's tc_cp_async16 and its group functions): the calling thread's
+ * copy of `bytes` (4, 8 or 16; aligned to that) into the launch's dynamic shared memory, of which
+ * the first src_bytes come from src (device memory) and the rest are zeros. The source is read
+ * at the call; shared memory is written, per block at random, either at the call or only when
+ * cp_async_wait retires the copy's group (the earliest and the latest a GPU may do it), so both
+ * a read before the wait (stale bytes) and a copy issued before the barrier that frees its
+ * destination (overwritten data) show. cp_async_commit closes the thread's open copies into a
+ * group; cp_async_wait(n) retires all but the n newest groups. Copies still in flight when a
+ * thread exits are dropped. */
+void cp_async(void *dst, const void *src, unsigned bytes, unsigned src_bytes);
+void cp_async_commit();
+void cp_async_wait(int pending);
 void *dyn_smem();
 size_t dyn_smem_bytes(); /* the running launch's dynamic shared memory */
 
