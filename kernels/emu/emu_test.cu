@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -374,6 +375,48 @@ static void test_oob_caught(void)
     /* an ASan report exits 1, or aborts with ASAN_OPTIONS=abort_on_error=1 (make unit-asan) */
     TEST_CHECK((WIFEXITED(st) && WEXITSTATUS(st) != 0) || WIFSIGNALED(st));
 }
+
+static __global__ void deep_kernel(float *out)
+{
+    volatile char buf[256]; /* a frame with redzones on every fiber stack */
+    buf[threadIdx.x % 256] = 1;
+    __syncthreads(); /* every fiber switches at least once */
+    out[threadIdx.x % 32] = buf[threadIdx.x % 256];
+}
+
+static void *deep_launcher(void *arg)
+{
+    deep_kernel<<<1, 256>>>((float *)arg);
+    cudaDeviceSynchronize();
+    return NULL; /* the thread's fiber stacks are unmapped as it exits */
+}
+
+/* Memory mapped where a finished host thread's fiber stacks were is clean: their poisoned
+ * frames (fiber_main's never returns) must not outlive the unmapping, or the next user of the
+ * addresses gets a false stack-buffer-underflow (at exit, from inside LeakSanitizer's report,
+ * which then hung until ctest's timeout). */
+static void test_stacks_unpoisoned(void)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        float *d;
+        pthread_t t;
+        cudaMalloc(&d, 32 * sizeof(float));
+        pthread_create(&t, NULL, deep_launcher, d);
+        pthread_join(t, NULL);
+        for (int i = 0; i < 8; i++) { /* the freed stacks' addresses, most likely */
+            size_t n = (size_t)64 << 20;
+            void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (m != MAP_FAILED)
+                memset(m, 1, n); /* checked against the shadow */
+        }
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    TEST_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
 #endif
 
 static void *launcher(void *arg)
@@ -427,6 +470,7 @@ int main(void)
     TEST_RUN(test_two_host_threads);
 #if defined(__SANITIZE_ADDRESS__)
     TEST_RUN(test_oob_caught);
+    TEST_RUN(test_stacks_unpoisoned);
 #endif
     return test_summary();
 }

@@ -168,8 +168,16 @@ struct sched {
 #endif
     ~sched()
     {
-        for (char *s : stacks)
+        for (char *s : stacks) {
+#ifdef EMU_ASAN
+            /* The frames that never returned (fiber_main's, the switch's) left their redzones
+             * poisoned, and unmapping does not clear shadow memory: the next mapping at these
+             * addresses (LeakSanitizer's report at exit maps some) would report a
+             * stack-buffer-underflow on its first write, from inside the report, and hang. */
+            ASAN_UNPOISON_MEMORY_REGION(s, STACK_BYTES);
+#endif
             munmap(s - GUARD, STACK_BYTES + GUARD);
+        }
     }
 };
 static thread_local sched *S;
