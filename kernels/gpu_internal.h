@@ -10,6 +10,8 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "kernels/cuda_common.h"
 #include "kernels/gpu.h"
@@ -37,6 +39,44 @@ void cublas_check_(int status, const char *call, const char *file, int line);
 
 /* Launch check: the launch's own error, now (asynchronous faults show at the next sync). */
 #define GPU_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+/* V consecutive floats at p <-> v[0..V): V = 1, or V = 4 as one 16-byte access (p 16-byte
+ * aligned: a misaligned vector access faults on a GPU, and aborts on the emulator). */
+template <int V> static __device__ __forceinline__ void ld_vec(float *v, const float *p)
+{
+    static_assert(V == 1 || V == 4, "1 or 4 floats");
+    if constexpr (V == 1) {
+        v[0] = *p;
+    } else {
+#if defined(__CUDACC__)
+        const float4 f = *(const float4 *)p;
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+#else
+        if ((uintptr_t)p % 16) {
+            fprintf(stderr, "ld_vec: %p not 16-byte aligned\n", (const void *)p);
+            abort();
+        }
+        memcpy(v, p, 16);
+#endif
+    }
+}
+template <int V> static __device__ __forceinline__ void st_vec(float *p, const float *v)
+{
+    static_assert(V == 1 || V == 4, "1 or 4 floats");
+    if constexpr (V == 1) {
+        *p = v[0];
+    } else {
+#if defined(__CUDACC__)
+        *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+#else
+        if ((uintptr_t)p % 16) {
+            fprintf(stderr, "st_vec: %p not 16-byte aligned\n", (void *)p);
+            abort();
+        }
+        memcpy(p, v, 16);
+#endif
+    }
+}
 
 /* Scratch on the stream-ordered pool: valid for work queued on `stream` until gpu_scratch_free. */
 static inline void *gpu_scratch(size_t bytes, cudaStream_t stream)

@@ -38,8 +38,9 @@ static void check(int N, int C, uint64_t seed)
 int main(void)
 {
     gt_require_device("layernorm_gpu_test");
-    check(4096, 768, 1);
+    check(4096, 768, 1); /* C % 4 == 0: the 16-byte kernels */
     check(37, 100, 2);
     check(3, 3000, 3); /* shared-memory partials over 48 KiB */
+    check(37, 102, 4); /* C % 4 != 0: one element at a time */
     return gt_summary("layernorm_gpu_test");
 }
