@@ -4,8 +4,9 @@
  * of a (N, OC) row-major matrix. Kernels only (CUDA C++, kernels/ internal): each .cu file
  * launches them itself (the emulator rewrites launches in .cu files only).
  *
- * The matrix comes through a functor src(i) returning element i = row * OC + col as fp32, so an
- * element-wise kernel can compute its output and sum it in the same pass. Every element is
+ * The matrix comes through a functor: src.load<V>(i, v) puts elements i.. i + V - 1 (i = row * OC
+ * + col) in v as fp32, so an element-wise kernel can compute its output and sum it in the same
+ * pass. Every element is
  * visited exactly once (it may store something on the side), and the sums run in a fixed order:
  * chunks of CS_ROWS rows, within a chunk the rows y, y + 8, ... by thread y, then the eight
  * threads' sums, then the chunks in order. The same inputs give the same bits whatever src does.
@@ -17,23 +18,39 @@
 
 #define CS_ROWS 256 /* rows per partial */
 
-/* grid (ceil(OC/32), ceil(N/CS_ROWS)), block (32, 8): part[y, col] = sum of the chunk's rows */
-template <typename Src>
+/* grid (ceil(OC / (32 V)), ceil(N / CS_ROWS)), block (32, 8): part[y, col] = the sum of the
+ * chunk's rows. Thread x takes V adjacent columns (32 V * blockIdx.x + V x ...), loaded as one
+ * vector (src.load<V>); each column is summed in the same order whatever V is, so V = 4 (OC % 4
+ * == 0, aligned rows: the launcher decides) gives the bits V = 1 gives, with a quarter of the
+ * loads. */
+template <typename Src, int V>
 static __global__ void colsum_part_kernel(float *part, Src src, int N, int OC)
 {
-    __shared__ float sh[8][33];
-    int col = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * CS_ROWS;
-    float s = 0.0f;
+    __shared__ float sh[8][32 * V + 1];
+    int col = (blockIdx.x * 32 + threadIdx.x) * V, r0 = blockIdx.y * CS_ROWS;
+    float s[V];
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        s[k] = 0.0f;
     if (col < OC)
-        for (int r = r0 + threadIdx.y; r < N && r < r0 + CS_ROWS; r += 8)
-            s += src((size_t)r * OC + col);
-    sh[threadIdx.y][threadIdx.x] = s;
+        for (int r = r0 + threadIdx.y; r < N && r < r0 + CS_ROWS; r += 8) {
+            float v[V];
+            src.template load<V>((size_t)r * OC + col, v);
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                s[k] += v[k];
+        }
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        sh[threadIdx.y][threadIdx.x * V + k] = s[k];
     __syncthreads();
-    if (threadIdx.y == 0 && col < OC) {
-        for (int y = 1; y < 8; y++)
-            s += sh[y][threadIdx.x];
-        part[(size_t)blockIdx.y * OC + col] = s;
-    }
+    if (threadIdx.y == 0 && col < OC)
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            for (int y = 1; y < 8; y++)
+                s[k] += sh[y][threadIdx.x * V + k];
+            part[(size_t)blockIdx.y * OC + col + k] = s[k];
+        }
 }
 
 /* dbias[col] += the nparts partial sums of column col, in order */
@@ -48,10 +65,17 @@ static __global__ void colsum_finish_kernel(float *dbias, const float *part, int
     dbias[col] += s;
 }
 
-/* src for a plain matrix of fp32 or bf16 */
+/* 4 when the column sums of an (N, OC) matrix whose rows start at p (elements of `bytes`) can
+ * take 4 columns a thread: OC % 4 == 0 and p aligned to 4 elements; else 1. */
+static inline int colsum_width(const void *p, size_t bytes, int OC)
+{
+    return OC % 4 == 0 && (uintptr_t)p % (4 * bytes) == 0 ? 4 : 1;
+}
+
+/* src for a plain matrix of fp32 or bf16 (uint16_t bits) */
 template <typename T> struct colsum_load {
     const T *p;
-    __device__ float operator()(size_t i) const { return (float)p[i]; }
+    template <int V> __device__ void load(size_t i, float *v) const { ld_vec<V>(v, p + i); }
 };
 
 #endif /* GANTRY_COLSUM_CUH */

@@ -51,11 +51,15 @@ struct gelu_bwd_src {
     const uint16_t *dout;
     const uint16_t *inp;
     uint16_t *dinp16;
-    __device__ float operator()(size_t i) const
+    template <int V> __device__ void load(size_t i, float *v) const
     {
-        float d = 0.0f + bf16_to_f32(dout[i]) * gelu_grad(bf16_to_f32(inp[i]));
-        dinp16[i] = bf16_from_f32(d);
-        return d;
+        float d[V], x[V];
+        ld_vec<V>(d, dout + i);
+        ld_vec<V>(x, inp + i);
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            v[k] = 0.0f + d[k] * gelu_grad(x[k]);
+        st_vec<V>(dinp16 + i, v);
     }
 };
 
@@ -95,7 +99,14 @@ extern "C" void gelu_backward_bf16(uint16_t *dinp16, float *dbias, const uint16_
         return;
     int nparts = CEIL_DIV(N, CS_ROWS);
     float *part = (float *)gpu_scratch((size_t)nparts * OC * sizeof(float), stream);
-    colsum_part_kernel<gelu_bwd_src><<<dim3(CEIL_DIV(OC, 32), nparts), dim3(32, 8), 0, stream>>>(
+    const int V = colsum_width(dout, 2, OC) == 4 && colsum_width(inp, 2, OC) == 4 &&
+                          colsum_width(dinp16, 2, OC) == 4
+                      ? 4
+                      : 1;
+    typedef void kernel_t(float *, gelu_bwd_src, int, int);
+    kernel_t *k =
+        V == 4 ? colsum_part_kernel<gelu_bwd_src, 4> : colsum_part_kernel<gelu_bwd_src, 1>;
+    k<<<dim3(CEIL_DIV(OC, 32 * V), nparts), dim3(32, 8), 0, stream>>>(
         part, gelu_bwd_src{dout, inp, dinp16}, N, OC);
     GPU_LAUNCH_CHECK();
     colsum_finish_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, part, nparts, OC);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "kernels/cuda_common.h"
 #include "kernels/gpu.h"
 
@@ -40,22 +41,32 @@ void cublas_check_(int status, const char *call, const char *file, int line);
 /* Launch check: the launch's own error, now (asynchronous faults show at the next sync). */
 #define GPU_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-/* V consecutive floats at p <-> v[0..V): V = 1, or V = 4 as one 16-byte access (p 16-byte
- * aligned: a misaligned vector access faults on a GPU, and aborts on the emulator). */
+/* V consecutive elements at p <-> v[0..V) in fp32: V = 1, or V = 2 or 4 as one 8- or 16-byte
+ * access, p aligned to its size (a misaligned vector access faults on a GPU, and aborts on the
+ * emulator). fp32 elements as they are; bf16 ones (uint16_t bits) widened on load and rounded to
+ * nearest even on store (kernels/bf16.h). */
+template <int N> static __device__ __forceinline__ void vec_check(const void *p, const char *op)
+{
+#if !defined(__CUDACC__)
+    if ((uintptr_t)p % N) {
+        fprintf(stderr, "%s: %p not %d-byte aligned\n", op, p, N);
+        abort();
+    }
+#else
+    (void)p, (void)op;
+#endif
+}
 template <int V> static __device__ __forceinline__ void ld_vec(float *v, const float *p)
 {
     static_assert(V == 1 || V == 4, "1 or 4 floats");
     if constexpr (V == 1) {
         v[0] = *p;
     } else {
+        vec_check<16>(p, "ld_vec");
 #if defined(__CUDACC__)
         const float4 f = *(const float4 *)p;
         v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
 #else
-        if ((uintptr_t)p % 16) {
-            fprintf(stderr, "ld_vec: %p not 16-byte aligned\n", (const void *)p);
-            abort();
-        }
         memcpy(v, p, 16);
 #endif
     }
@@ -66,14 +77,45 @@ template <int V> static __device__ __forceinline__ void st_vec(float *p, const f
     if constexpr (V == 1) {
         *p = v[0];
     } else {
+        vec_check<16>(p, "st_vec");
 #if defined(__CUDACC__)
         *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
 #else
-        if ((uintptr_t)p % 16) {
-            fprintf(stderr, "st_vec: %p not 16-byte aligned\n", (void *)p);
-            abort();
-        }
         memcpy(p, v, 16);
+#endif
+    }
+}
+template <int V> static __device__ __forceinline__ void ld_vec(float *v, const uint16_t *p)
+{
+    static_assert(V == 1 || V == 4, "1 or 4 bf16");
+    if constexpr (V == 1) {
+        v[0] = bf16_to_f32(*p);
+    } else {
+        vec_check<8>(p, "ld_vec");
+        uint32_t w[2];
+#if defined(__CUDACC__)
+        const uint2 u = *(const uint2 *)p;
+        w[0] = u.x, w[1] = u.y;
+#else
+        memcpy(w, p, 8);
+#endif
+        v[0] = bf16_to_f32((uint16_t)w[0]), v[1] = bf16_to_f32((uint16_t)(w[0] >> 16));
+        v[2] = bf16_to_f32((uint16_t)w[1]), v[3] = bf16_to_f32((uint16_t)(w[1] >> 16));
+    }
+}
+template <int V> static __device__ __forceinline__ void st_vec(uint16_t *p, const float *v)
+{
+    static_assert(V == 1 || V == 4, "1 or 4 bf16");
+    if constexpr (V == 1) {
+        *p = bf16_from_f32(v[0]);
+    } else {
+        vec_check<8>(p, "st_vec");
+        uint32_t w[2] = {(uint32_t)bf16_from_f32(v[0]) | (uint32_t)bf16_from_f32(v[1]) << 16,
+                         (uint32_t)bf16_from_f32(v[2]) | (uint32_t)bf16_from_f32(v[3]) << 16};
+#if defined(__CUDACC__)
+        *(uint2 *)p = make_uint2(w[0], w[1]);
+#else
+        memcpy(p, w, 8);
 #endif
     }
 }

@@ -1,7 +1,8 @@
 // LayerNorm on the GPU: one warp per row (statistics by warp shuffles, two passes over the row as
-// the CPU reference does), 16-byte loads and stores where the shapes allow. The backward writes dinp per row and sums dweight/dbias without
-// atomics: each warp keeps per-column partials in shared memory, each block writes its sum to
-// scratch, and a second kernel adds the blocks' partials in block order (deterministic).
+// the CPU reference does), 16-byte loads and stores where the shapes allow. The backward writes
+// dinp per row and sums dweight/dbias without atomics: each warp keeps per-column partials in
+// shared memory, each block writes its sum to scratch, and a second kernel adds the blocks'
+// partials in block order (deterministic).
 #include "kernels/bf16.h"
 #include "kernels/gpu_internal.h"
 #include "kernels/layernorm.h"
@@ -14,31 +15,6 @@
  * element. A lane owns the same columns in every pass and every row, so no two lanes write one
  * column's partials; with V = 4 a warp moves 512 bytes a load instead of 128, a quarter of the
  * load and store instructions for the same bytes. */
-
-/* The output elements: fp32 as they are, or rounded to bf16 (kernels/bf16.h), V at a time. */
-template <int V> static __device__ __forceinline__ void ln_store(float *o, const float *v)
-{
-    st_vec<V>(o, v);
-}
-template <int V> static __device__ __forceinline__ void ln_store(uint16_t *o, const float *v)
-{
-    if constexpr (V == 1) {
-        *o = bf16_from_f32(v[0]);
-    } else {
-        uint32_t lo = (uint32_t)bf16_from_f32(v[0]) | (uint32_t)bf16_from_f32(v[1]) << 16;
-        uint32_t hi = (uint32_t)bf16_from_f32(v[2]) | (uint32_t)bf16_from_f32(v[3]) << 16;
-#if defined(__CUDACC__)
-        *(uint2 *)o = make_uint2(lo, hi);
-#else
-        if ((uintptr_t)o % 8) {
-            fprintf(stderr, "ln_store: %p not 8-byte aligned\n", (void *)o);
-            abort();
-        }
-        uint32_t w[2] = {lo, hi};
-        memcpy(o, w, 8);
-#endif
-    }
-}
 
 /* One warp per row; the statistics (mean, rstd) stay fp32 whatever T is, for the fp32 backward. */
 template <typename T, int V>
@@ -77,7 +53,7 @@ static __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd
 #pragma unroll
         for (int k = 0; k < V; k++)
             y[k] = (xv[k] - m) * r * w[k] + b[k];
-        ln_store<V>(o + c, y);
+        st_vec<V>(o + c, y);
     }
     if (lane == 0) {
         mean[row] = m;
@@ -185,7 +161,7 @@ static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, 
             st_vec<V>(db + c, sb);
             st_vec<V>(dx + c, dxv);
             if (dinp16)
-                ln_store<V>(dinp16 + (size_t)row * C + c, dxv);
+                st_vec<V>(dinp16 + (size_t)row * C + c, dxv);
         }
     }
     __syncthreads();

@@ -179,8 +179,10 @@ static void colsum(float *dbias, const T *dout, int N, int OC, cudaStream_t stre
     int nparts = CEIL_DIV(N, CS_ROWS);
     float *part = (float *)gpu_scratch((size_t)nparts * OC * sizeof(float), stream);
     typedef colsum_load<T> Src;
-    colsum_part_kernel<Src><<<dim3(CEIL_DIV(OC, 32), nparts), dim3(32, 8), 0, stream>>>(
-        part, Src{dout}, N, OC);
+    typedef void kernel_t(float *, Src, int, int);
+    const int V = colsum_width(dout, sizeof(T), OC);
+    kernel_t *k = V == 4 ? colsum_part_kernel<Src, 4> : colsum_part_kernel<Src, 1>;
+    k<<<dim3(CEIL_DIV(OC, 32 * V), nparts), dim3(32, 8), 0, stream>>>(part, Src{dout}, N, OC);
     GPU_LAUNCH_CHECK();
     colsum_finish_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, part, nparts, OC);
     GPU_LAUNCH_CHECK();
@@ -289,7 +291,7 @@ extern "C" void matmul_backward_bf16(uint16_t *dinp, float *dweight, float *dbia
         return;
     backward_gemms(dinp, dweight, dout, inp, weight, CUDA_R_16BF, N, C, OC, stream);
     if (dbias)
-        colsum<__nv_bfloat16>(dbias, (const __nv_bfloat16 *)dout, N, OC, stream);
+        colsum<uint16_t>(dbias, dout, N, OC, stream);
 }
 
 extern "C" void matmul_forward_bf16_gelu(uint16_t *out, uint16_t *pre, const uint16_t *inp,
