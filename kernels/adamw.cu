@@ -6,17 +6,29 @@
 
 #include <string.h>
 
-#define NORM_BLOCKS 256
 #define NORM_THREADS 256
+#define NORM_BLOCKS_MAX 2048 /* partials; 8+ blocks an SM's worth of loads in flight */
+#define NORM_PER_THREAD 16   /* elements a thread at least: small buffers take fewer blocks */
 
-/* part[blockIdx] = sum of squares of this block's grid-stride elements, in double */
+/* part[blockIdx] = sum of squares of this block's grid-stride elements, in double. V = 4: the
+ * elements four at a time by 16-byte loads (grads 16-byte aligned), the last n % 4 one each by
+ * the first threads. Many blocks and wide loads keep enough bytes in flight for the memory
+ * system: the buffer is every gradient, read once, and its speed is the loads'. */
+template <int V>
 static __global__ void sumsq_part_kernel(double *part, const float *g, size_t n)
 {
     __shared__ double sh[NORM_THREADS / 32];
+    const size_t nv = n / V, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     double s = 0.0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        s += (double)g[i] * g[i];
+    for (size_t i = first; i < nv; i += (size_t)gridDim.x * blockDim.x) {
+        float v[V];
+        ld_vec<V>(v, g + i * V);
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            s += (double)v[k] * v[k];
+    }
+    if (first < n - nv * V)
+        s += (double)g[nv * V + first] * g[nv * V + first];
     s = warp_sum_d(s);
     if (threadIdx.x % 32 == 0)
         sh[threadIdx.x / 32] = s;
@@ -29,20 +41,37 @@ static __global__ void sumsq_part_kernel(double *part, const float *g, size_t n)
     }
 }
 
+/* One block: thread i adds partials i, i + NORM_THREADS, ... in order, then the warps' sums and
+ * the warps in order (a fixed order: the same bits every run). */
 static __global__ void sumsq_finish_kernel(float *norm, const double *part, int nparts)
 {
+    __shared__ double sh[NORM_THREADS / 32];
     double t = 0.0;
-    for (int p = 0; p < nparts; p++)
+    for (int p = threadIdx.x; p < nparts; p += blockDim.x)
         t += part[p];
-    *norm = (float)sqrt(t);
+    t = warp_sum_d(t);
+    if (threadIdx.x % 32 == 0)
+        sh[threadIdx.x / 32] = t;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double s = 0.0;
+        for (int w = 0; w < NORM_THREADS / 32; w++)
+            s += sh[w];
+        *norm = (float)sqrt(s);
+    }
 }
 
 extern "C" void grad_norm(float *norm, const float *grads, size_t n, struct CUstream_st *stream)
 {
-    double *part = (double *)gpu_scratch(NORM_BLOCKS * sizeof(double), stream);
-    sumsq_part_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, stream>>>(part, grads, n);
+    size_t want = CEIL_DIV(n, (size_t)NORM_THREADS * NORM_PER_THREAD);
+    int blocks = (int)(want < 1 ? 1 : want > NORM_BLOCKS_MAX ? NORM_BLOCKS_MAX : want);
+    double *part = (double *)gpu_scratch((size_t)blocks * sizeof(double), stream);
+    if ((uintptr_t)grads % 16 == 0)
+        sumsq_part_kernel<4><<<blocks, NORM_THREADS, 0, stream>>>(part, grads, n);
+    else
+        sumsq_part_kernel<1><<<blocks, NORM_THREADS, 0, stream>>>(part, grads, n);
     GPU_LAUNCH_CHECK();
-    sumsq_finish_kernel<<<1, 1, 0, stream>>>(norm, part, NORM_BLOCKS);
+    sumsq_finish_kernel<<<1, NORM_THREADS, 0, stream>>>(norm, part, blocks);
     GPU_LAUNCH_CHECK();
     gpu_scratch_free(part, stream);
 }
