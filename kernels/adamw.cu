@@ -97,27 +97,55 @@ struct adamw_table {
     struct adamw_segment seg[ADAMW_GPU_MAX_SEGMENTS];
 };
 
-/* Passed by value: the segment table lives in the kernel's parameter space (constant bank). */
+/* Elements i .. i + V - 1 (V = 1, or 4 by 16-byte loads and stores: i % 4 == 0 and the buffers
+ * aligned), with worker/optim.c's formula in the same float order. */
+template <int V>
+static __device__ __forceinline__ void adamw_elems(size_t i, float *params, uint16_t *params_bf16,
+                                                   const float *grads, float *m, float *v,
+                                                   float shrink, float gs, bool scaled, float b1,
+                                                   float b2, float eps, float step, float sbc2)
+{
+    float p[V], g[V], mm[V], vv[V];
+    ld_vec<V>(p, params + i);
+    ld_vec<V>(g, grads + i);
+    ld_vec<V>(mm, m + i);
+    ld_vec<V>(vv, v + i);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const float gk = scaled ? g[k] * gs : g[k];
+        mm[k] = b1 * mm[k] + (1.0f - b1) * gk;
+        vv[k] = b2 * vv[k] + (1.0f - b2) * gk * gk;
+        p[k] = p[k] * shrink - step * mm[k] / (sqrtf(vv[k]) / sbc2 + eps);
+    }
+    st_vec<V>(m + i, mm);
+    st_vec<V>(v + i, vv);
+    st_vec<V>(params + i, p);
+    if (params_bf16)
+        st_vec<V>(params_bf16 + i, p);
+}
+
+/* Passed by value: the segment table lives in the kernel's parameter space (constant bank).
+ * wide: the buffers allow 16-byte accesses (host-checked); a segment whose offset is a multiple
+ * of 4 then goes 4 elements a thread, its last count % 4 one each. */
 static __global__ void adamw_kernel(float *params, uint16_t *params_bf16, const float *grads,
                                     float *m, float *v, const struct adamw_table tab, float lr,
                                     float b1, float b2, float eps, float wd, float step, float sbc2,
-                                    const float *gscale)
+                                    const float *gscale, int wide)
 {
     const struct adamw_segment s = tab.seg[blockIdx.y];
-    float shrink = s.decay ? 1.0f - lr * wd : 1.0f, gs = gscale ? *gscale : 1.0f;
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < s.count;
-         j += (size_t)gridDim.x * blockDim.x) {
-        size_t i = s.offset + j;
-        float g = gscale ? grads[i] * gs : grads[i];
-        float mm = b1 * m[i] + (1.0f - b1) * g;
-        float vv = b2 * v[i] + (1.0f - b2) * g * g;
-        float p = params[i] * shrink - step * mm / (sqrtf(vv) / sbc2 + eps);
-        m[i] = mm;
-        v[i] = vv;
-        params[i] = p;
-        if (params_bf16)
-            params_bf16[i] = f32_to_bf16_bits(p);
+    const float shrink = s.decay ? 1.0f - lr * wd : 1.0f, gs = gscale ? *gscale : 1.0f;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t done = 0; /* elements of the segment the 4-wide loop covers */
+    if (wide && s.offset % 4 == 0) {
+        done = s.count / 4 * 4;
+        for (size_t j = first * 4; j < done; j += stride * 4)
+            adamw_elems<4>(s.offset + j, params, params_bf16, grads, m, v, shrink, gs,
+                           gscale != NULL, b1, b2, eps, step, sbc2);
     }
+    for (size_t j = done + first; j < s.count; j += stride)
+        adamw_elems<1>(s.offset + j, params, params_bf16, grads, m, v, shrink, gs,
+                       gscale != NULL, b1, b2, eps, step, sbc2);
 }
 
 extern "C" void adamw_update(float *params, uint16_t *params_bf16, const float *grads, float *m,
@@ -143,8 +171,11 @@ extern "C" void adamw_update(float *params, uint16_t *params_bf16, const float *
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     unsigned gx = (unsigned)CEIL_DIV(most, 256);
     gx = gx < 1024 ? (gx > 0 ? gx : 1) : 1024;
+    const int wide = (uintptr_t)params % 16 == 0 && (uintptr_t)grads % 16 == 0 &&
+                     (uintptr_t)m % 16 == 0 && (uintptr_t)v % 16 == 0 &&
+                     (uintptr_t)params_bf16 % 8 == 0;
     adamw_kernel<<<dim3(gx, nseg), 256, 0, stream>>>(params, params_bf16, grads, m, v, tab, lr,
                                                      beta1, beta2, eps, weight_decay, lr / bc1,
-                                                     sqrtf(bc2), gscale);
+                                                     sqrtf(bc2), gscale, wide);
     GPU_LAUNCH_CHECK();
 }
