@@ -610,7 +610,8 @@ extern "C" void attention_backward_fused(float *dqkv, const float *dout, const f
 
 template <int HSP> struct tc_dims {
     static constexpr int LDH = HSP + 8; /* bf16 (rows, HSP) tiles */
-    static constexpr size_t H = (size_t)TC_BR * LDH * 2; /* bytes of one (64, HSP) bf16 tile */
+    static constexpr size_t TE = (size_t)TC_BR * LDH; /* elements of one (64, HSP) bf16 tile */
+    static constexpr size_t H = TE * 2;               /* its bytes */
     /* forward: each warp takes FMT m-tiles of 16 queries, so every K/V fragment it loads from
      * shared memory feeds FMT products (16 rows a warp need twice the shared-memory bandwidth
      * per FLOP that the tensor cores can be fed at); 1 for head size 128 (registers) */
@@ -714,6 +715,18 @@ static __device__ void tc_stage2(__nv_bfloat16 *t1, const __nv_bfloat16 *src1, s
 {
     tc_stage<HSP>(t1, src1, ld1, r0, TC_BC, L, hs);
     tc_stage<HSP>(t2, src2, ld2, r0, TC_BC, L, hs);
+}
+
+/* The K and V tiles at key j0 (rows of the head's k, v: base + C, base + 2C, row stride ld) into
+ * buffer c of KVs (K at tile 2c, V at 2c + 1): the tiles the forward and dQ walk. */
+template <int HSP>
+static __device__ __forceinline__ void tc_stage_kv(__nv_bfloat16 *KVs, int c,
+                                                   const __nv_bfloat16 *base, int C, size_t ld,
+                                                   int j0, int L, int hs)
+{
+    constexpr size_t TE = tc_dims<HSP>::TE;
+    tc_stage2<HSP>(KVs + 2 * c * TE, base + C, ld, KVs + (2 * c + 1) * TE, base + 2 * C, ld, j0,
+                   L, hs);
 }
 
 /* The backward's own rows (K, V in dK/dV; Q, dO in dQ): with HOIST, the warp's 16 rows of each
@@ -887,18 +900,15 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < MT; i++)
         m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.0f;
-    constexpr size_t TL = D::H / 2; /* elements of a tile */
     if (q0 < L) { /* block-uniform: the barriers below are reached by all or none */
         tc_stage<HSP>(Qs, base, ld, q0, D::FBR, L, hs);
-        tc_stage2<HSP>(KVs, base + C, ld, KVs + TL, base + 2 * C, ld, 0, L, hs);
+        tc_stage_kv<HSP>(KVs, 0, base, C, ld, 0, L, hs);
         tc_cp_commit();
     }
     for (int j0 = 0, c = 0; q0 < L && j0 < L; j0 += TC_BC, c ^= 1) {
-        tc_tile_begin(j0 + TC_BC < L, [&] {
-            __nv_bfloat16 *nx = KVs + (2 - 2 * c) * TL;
-            tc_stage2<HSP>(nx, base + C, ld, nx + TL, base + 2 * C, ld, j0 + TC_BC, L, hs);
-        });
-        const __nv_bfloat16 *Ks = KVs + 2 * c * TL, *Vs = Ks + TL;
+        tc_tile_begin(j0 + TC_BC < L,
+                      [&] { tc_stage_kv<HSP>(KVs, c ^ 1, base, C, ld, j0 + TC_BC, L, hs); });
+        const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;
         float s[MT * TC_NB][4]; /* unscaled scores Q K^T; m, the row max, likewise */
         tc_zero<MT * TC_NB>(s);
         tc_rows_by_tile_t<HSP, TC_NB, D::LDH, MT>(s, Qw, Ks);
@@ -989,9 +999,9 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     uint32_t ka[D::NA][4], va[D::NA][4]; /* D::HOIST: the warp's keys' k, v as A operands */
     tc_zero<HSP / 8>(dk);
     tc_zero<HSP / 8>(dv);
-    constexpr size_t TL = D::H / 2; /* elements of a tile */
     auto stage = [&](int i0, int c) { /* the query tile at i0 into buffer c */
-        tc_stage2<HSP>(QOs + 2 * c * TL, base, ld, QOs + (2 * c + 1) * TL, dbase, C, i0, L, hs);
+        tc_stage2<HSP>(QOs + 2 * c * D::TE, base, ld, QOs + (2 * c + 1) * D::TE, dbase, C, i0, L,
+                       hs);
         for (int r = threadIdx.x; r < TC_BC; r += blockDim.x) {
             LDs[2 * c * TC_BC + r] = i0 + r < L ? lse[(size_t)bh * T + i0 + r] * TC_LOG2E : 0.0f;
             LDs[(2 * c + 1) * TC_BC + r] = i0 + r < L ? Dr[(size_t)bh * T + i0 + r] : 0.0f;
@@ -1006,7 +1016,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         tc_tile_begin(i0 + TC_BC < L, [&] { stage(i0 + TC_BC, c ^ 1); });
         if (i0 == 0)
             tc_hoist<HSP, D::HOIST>(ka, Kw, va, Vw);
-        const __nv_bfloat16 *Qs = QOs + 2 * c * TL, *dOs = Qs + TL;
+        const __nv_bfloat16 *Qs = QOs + 2 * c * D::TE, *dOs = Qs + D::TE;
         const float *lse_s = LDs + 2 * c * TC_BC, *D_s = lse_s + TC_BC;
         /* S^T (the warp's 16 keys x TC_BC queries) = scale K_w Q^T, P^T = exp(S^T - lse) (lse_s
          * holds lse log2(e)). Padding queries need no mask: their q and dO rows are staged as
@@ -1080,20 +1090,17 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
     uint32_t qa[D::NA][4], oa[D::NA][4]; /* D::HOIST: the warp's queries' q, dO as A operands */
     tc_zero<HSP / 8>(dq);
-    constexpr size_t TL = D::H / 2; /* elements of a tile */
     if (live) {
         tc_stage2<HSP>(Qs, base, ld, dOs, dbase, C, q0, L, hs);
-        tc_stage2<HSP>(KVs, base + C, ld, KVs + TL, base + 2 * C, ld, 0, L, hs);
+        tc_stage_kv<HSP>(KVs, 0, base, C, ld, 0, L, hs);
         tc_cp_commit();
     }
     for (int j0 = 0, c = 0; live && j0 < L; j0 += TC_BC, c ^= 1) {
-        tc_tile_begin(j0 + TC_BC < L, [&] {
-            __nv_bfloat16 *nx = KVs + (2 - 2 * c) * TL;
-            tc_stage2<HSP>(nx, base + C, ld, nx + TL, base + 2 * C, ld, j0 + TC_BC, L, hs);
-        });
+        tc_tile_begin(j0 + TC_BC < L,
+                      [&] { tc_stage_kv<HSP>(KVs, c ^ 1, base, C, ld, j0 + TC_BC, L, hs); });
         if (j0 == 0)
             tc_hoist<HSP, D::HOIST>(qa, Qw, oa, dOw);
-        const __nv_bfloat16 *Ks = KVs + 2 * c * TL, *Vs = Ks + TL;
+        const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;
         float p[TC_NB][4], dp[TC_NB][4];
         tc_zero<TC_NB>(p);
         tc_zero<TC_NB>(dp);

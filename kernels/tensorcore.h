@@ -87,28 +87,6 @@ static __device__ __forceinline__ float tc_exp2(float x)
 #endif
 }
 
-/* 16 bytes (8 bf16) from global to shared memory, both 16-byte aligned; and 16 zero bytes. */
-static __device__ __forceinline__ void tc_copy16(void *dst, const void *src)
-{
-#if defined(__CUDACC__)
-    *(uint4 *)dst = *(const uint4 *)src;
-#else /* the emulator: a misaligned vector access faults on a GPU, so it fails here too */
-    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) {
-        fprintf(stderr, "tc_copy16: %p <- %p not 16-byte aligned\n", dst, src);
-        abort();
-    }
-    memcpy(dst, src, 16);
-#endif
-}
-static __device__ __forceinline__ void tc_zero16(void *dst)
-{
-#if defined(__CUDACC__)
-    *(uint4 *)dst = make_uint4(0u, 0u, 0u, 0u);
-#else
-    memset(dst, 0, 16);
-#endif
-}
-
 /* cp.async: 16 bytes from global to shared memory (both 16-byte aligned) without passing through
  * registers, in flight while the thread goes on (Ampere and later). With fill false nothing is
  * read (src only has to be a valid address) and 16 zero bytes are written: a padding chunk takes
