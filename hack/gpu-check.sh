@@ -324,6 +324,9 @@ fi
 : >"$out/bench.jsonl"
 # gantry first (fast, the numbers this is for), then PyTorch; each run has its own time limit so
 # one slow compile cannot eat the lease. bench.log keeps everything if the call is cut short.
+# the non-GEMM kernels one at a time at the GPT-2 shape: GB/s beside a device-to-device copy, and
+# the attention's TFLOP/s fused and unfused (seconds; the table also into summary.txt)
+timeout 120 "$build/gpu_kernels" 2>&1 | tee -a "$out/bench.log" | grep -E '^kernel:' >>"$summary"
 for preset in example gpt2; do
     for prec in "" --bf16 "--bf16 --attention fused" "--bf16 --graphs" \
         "--bf16 --attention fused --graphs"; do
