@@ -4,12 +4,12 @@
  * of a (N, OC) row-major matrix. Kernels only (CUDA C++, kernels/ internal): each .cu file
  * launches them itself (the emulator rewrites launches in .cu files only).
  *
- * The matrix comes through a functor: src.load<V>(i, v) puts elements i.. i + V - 1 (i = row * OC
- * + col) in v as fp32, so an element-wise kernel can compute its output and sum it in the same
- * pass. Every element is
- * visited exactly once (it may store something on the side), and the sums run in a fixed order:
- * chunks of CS_ROWS rows, within a chunk the rows y, y + 8, ... by thread y, then the eight
- * threads' sums, then the chunks in order. The same inputs give the same bits whatever src does.
+ * The matrix comes through a functor: src.load<V>(i, v) puts elements i .. i + V - 1 (i = row *
+ * OC + col) in v as fp32, so an element-wise kernel can compute its output and sum it in the same
+ * pass. Every element is visited exactly once (it may store something on the side), and the
+ * sums run in a fixed order: chunks of CS_ROWS rows, within a chunk the rows y, y + 8, ... by
+ * thread y, then the eight threads' sums, then the chunks in order. The same inputs give the
+ * same bits whatever src does.
  */
 #ifndef GANTRY_COLSUM_CUH
 #define GANTRY_COLSUM_CUH

@@ -41,9 +41,9 @@ void cublas_check_(int status, const char *call, const char *file, int line);
 /* Launch check: the launch's own error, now (asynchronous faults show at the next sync). */
 #define GPU_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-/* V consecutive elements at p <-> v[0..V) in fp32: V = 1, or V = 2 or 4 as one 8- or 16-byte
- * access, p aligned to its size (a misaligned vector access faults on a GPU, and aborts on the
- * emulator). fp32 elements as they are; bf16 ones (uint16_t bits) widened on load and rounded to
+/* V consecutive elements at p <-> v[0..V) in fp32: V = 1, or V = 4 as one access (16 bytes of
+ * fp32, 8 of bf16), p aligned to its size (a misaligned vector access faults on a GPU, and
+ * aborts on the emulator). fp32 elements as they are; bf16 ones (uint16_t bits) widened on load and rounded to
  * nearest even on store (kernels/bf16.h). */
 template <int N> static __device__ __forceinline__ void vec_check(const void *p, const char *op)
 {
