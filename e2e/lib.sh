@@ -104,8 +104,11 @@ ckpt_step_in_log() {
 }
 
 # Waits for the moment to kill a worker: a checkpoint exists (status.lastCheckpoint, or rank 0
-# logging one it wrote), so that there is something to resume from; failing that, rank 0 is half
-# way (its "step N/M" lines), so that the gang restart is still exercised. Prints the checkpoint
+# logging one it wrote), so that there is something to resume from; failing that, rank 0 is past
+# half way (its "step N/M" lines), so that the gang restart is still exercised. Past, not at: when
+# half way is also a checkpoint step (maxSteps 40, intervalSteps 20), its "step 20/40" line comes
+# before that checkpoint's "Saved checkpoint" line, and a poll between the two gave up on a
+# checkpoint that was being written (CI, 2026-12-02). Prints the checkpoint
 # step (empty when half way without one); returns 1 when the job ended first or on timeout.
 wait_kill_moment() { # NS NAME TIMEOUT_S
     local ns=$1 job=$2 deadline=$((SECONDS + $3)) step log prog total phase
@@ -117,7 +120,7 @@ wait_kill_moment() { # NS NAME TIMEOUT_S
         [ "${step:-0}" -gt 0 ] 2>/dev/null && { echo "$step"; return 0; }
         prog=$(grep -oE '^step [0-9]+/[0-9]+' <<<"$log" | tail -1)
         total=${prog#*/} prog=${prog#step } prog=${prog%/*}
-        if [ -n "$prog" ] && [ "$prog" -ge $((total / 2)) ]; then
+        if [ -n "$prog" ] && [ "$prog" -gt $((total / 2)) ]; then
             note "rank 0 is at step $prog/$total and no checkpoint was reported"
             return 0
         fi
