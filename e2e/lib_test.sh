@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Unit test of e2e/lib.sh's log parsing (no cluster): ckpt_step_in_log must see only checkpoints a
-# worker says it wrote. Regression: the startup config line ("intervalSteps":20) read as "a
+# worker says it wrote, and wait_kill_moment must not give up on one being written. Regression: the startup config line ("intervalSteps":20) read as "a
 # checkpoint at step 20" made scenario 2 delete a worker ~2 s after start, before any checkpoint
 # existed, so the restarted gang rightly logged "no checkpoint ...; starting from step 0".
 set -u
@@ -32,4 +32,25 @@ expect 40 "the highest of several, either form" <<<"$startup
 gantry[rank 0@spam-chaos-worker-0] Saved checkpoint /checkpoints/spam-chaos/step-20 in 63 ms
 gantry-worker: checkpoint step-20 written to /checkpoints/spam-chaos (1.29 s)
 gantry-worker: checkpoint step-40 written to /checkpoints/spam-chaos (1.27 s)"
+
+# wait_kill_moment without a cluster: no checkpoint in the job's status, rank 0's log from $LOG.
+# Regression: at "step 20/40" (half way, and a checkpoint step) it gave up on the checkpoint
+# being written; it must wait on, and fall back only past half way.
+tj_get() { [ "$3" = '{.status.phase}' ] && echo Running; }
+kc() { printf '%s\n' "$LOG"; }
+exec 3>/dev/null
+kill_moment() { # WANT_RC WANT_STEP NAME (LOG set)
+    local got rc=0
+    got=$(wait_kill_moment ns job 2) || rc=$?
+    if [ "$rc" = "$1" ] && [ "$got" = "$2" ]; then echo "ok   $3"
+    else echo "FAIL $3: rc $rc step '$got', want rc $1 step '$2'"; fail=1; fi
+}
+LOG="$startup
+step 30/40 | epoch 1 | loss 0.5173"
+kill_moment 0 "" "past half way without a checkpoint: kill now (the gang restart still runs)"
+LOG=$(sed 's|/303|/40|' <<<"$startup")
+kill_moment 1 "" "at half way (step 20/40) without a checkpoint yet: keep waiting"
+LOG="$LOG
+gantry[rank 0@spam-gpu-worker-0] Saved checkpoint /checkpoints/spam-gpu/step-20 in 63 ms"
+kill_moment 0 20 "at half way with its checkpoint saved: kill, resuming from 20"
 exit $fail
