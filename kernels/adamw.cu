@@ -10,6 +10,22 @@
 #define NORM_BLOCKS_MAX 2048 /* partials; 8+ blocks an SM's worth of loads in flight */
 #define NORM_PER_THREAD 64   /* elements a thread at least: small buffers take fewer blocks */
 
+/* The block's sum of every thread's s (NORM_THREADS threads, all calling), in a fixed order: each
+ * warp's by shuffles, then the warps in order. The result is thread 0's. */
+static __device__ double norm_block_sum(double s)
+{
+    __shared__ double sh[NORM_THREADS / 32];
+    s = warp_sum_d(s);
+    if (threadIdx.x % 32 == 0)
+        sh[threadIdx.x / 32] = s;
+    __syncthreads();
+    double t = 0.0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < NORM_THREADS / 32; w++)
+            t += sh[w];
+    return t;
+}
+
 /* part[blockIdx] = sum of squares of this block's grid-stride elements, in double. V = 4: the
  * elements four at a time by 16-byte loads (grads 16-byte aligned), the last n % 4 one each by
  * the first threads. Many blocks and wide loads keep enough bytes in flight for the memory
@@ -17,7 +33,6 @@
 template <int V>
 static __global__ void sumsq_part_kernel(double *part, const float *g, size_t n)
 {
-    __shared__ double sh[NORM_THREADS / 32];
     const size_t nv = n / V, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     double s = 0.0;
     for (size_t i = first; i < nv; i += (size_t)gridDim.x * blockDim.x) {
@@ -29,36 +44,21 @@ static __global__ void sumsq_part_kernel(double *part, const float *g, size_t n)
     }
     if (first < n - nv * V)
         s += (double)g[nv * V + first] * g[nv * V + first];
-    s = warp_sum_d(s);
-    if (threadIdx.x % 32 == 0)
-        sh[threadIdx.x / 32] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int w = 0; w < NORM_THREADS / 32; w++)
-            t += sh[w];
-        part[blockIdx.x] = t;
-    }
+    s = norm_block_sum(s);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = s;
 }
 
 /* One block: thread i adds partials i, i + NORM_THREADS, ... in order, then the warps' sums and
  * the warps in order (a fixed order: the same bits every run). */
 static __global__ void sumsq_finish_kernel(float *norm, const double *part, int nparts)
 {
-    __shared__ double sh[NORM_THREADS / 32];
     double t = 0.0;
     for (int p = threadIdx.x; p < nparts; p += blockDim.x)
         t += part[p];
-    t = warp_sum_d(t);
-    if (threadIdx.x % 32 == 0)
-        sh[threadIdx.x / 32] = t;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double s = 0.0;
-        for (int w = 0; w < NORM_THREADS / 32; w++)
-            s += sh[w];
-        *norm = (float)sqrt(s);
-    }
+    t = norm_block_sum(t);
+    if (threadIdx.x == 0)
+        *norm = (float)sqrt(t);
 }
 
 extern "C" void grad_norm(float *norm, const float *grads, size_t n, struct CUstream_st *stream)
