@@ -91,10 +91,8 @@ static __global__ void fill_kernel(float *x, uint16_t *x16, size_t n, uint32_t s
     float v = lo + (hi - lo) * (float)(h >> 8) / 16777216.0f;
     if (x)
         x[i] = v;
-    if (x16) {
-        uint32_t u = __float_as_uint(v);
-        x16[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
+    if (x16)
+        x16[i] = bf16_from_f32(v);
 }
 
 static void fill(float *x, uint16_t *x16, size_t n, uint32_t seed, float lo, float hi)

@@ -66,7 +66,7 @@ extern "C" void grad_norm(float *norm, const float *grads, size_t n, struct CUst
     size_t want = CEIL_DIV(n, (size_t)NORM_THREADS * NORM_PER_THREAD); /* 2048 from 33.5M */
     int blocks = (int)(want < 1 ? 1 : want > NORM_BLOCKS_MAX ? NORM_BLOCKS_MAX : want);
     double *part = (double *)gpu_scratch((size_t)blocks * sizeof(double), stream);
-    if ((uintptr_t)grads % 16 == 0)
+    if (vec4_ok(grads))
         sumsq_part_kernel<4><<<blocks, NORM_THREADS, 0, stream>>>(part, grads, n);
     else
         sumsq_part_kernel<1><<<blocks, NORM_THREADS, 0, stream>>>(part, grads, n);
@@ -171,9 +171,7 @@ extern "C" void adamw_update(float *params, uint16_t *params_bf16, const float *
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     unsigned gx = (unsigned)CEIL_DIV(most, 256);
     gx = gx < 1024 ? (gx > 0 ? gx : 1) : 1024;
-    const int wide = (uintptr_t)params % 16 == 0 && (uintptr_t)grads % 16 == 0 &&
-                     (uintptr_t)m % 16 == 0 && (uintptr_t)v % 16 == 0 &&
-                     (uintptr_t)params_bf16 % 8 == 0;
+    const int wide = vec4_ok(params, grads, m, v, params_bf16);
     adamw_kernel<<<dim3(gx, nseg), 256, 0, stream>>>(params, params_bf16, grads, m, v, tab, lr,
                                                      beta1, beta2, eps, weight_decay, lr / bc1,
                                                      sqrtf(bc2), gscale, wide);

@@ -21,7 +21,7 @@
 /* grid (ceil(OC / (32 V)), ceil(N / CS_ROWS)), block (32, 8): part[y, col] = the sum of the
  * chunk's rows. Thread x takes V adjacent columns (32 V * blockIdx.x + V x ...), loaded as one
  * vector (src.load<V>); each column is summed in the same order whatever V is, so V = 4 (OC % 4
- * == 0, aligned rows: the launcher decides) gives the bits V = 1 gives, with a quarter of the
+ * == 0 and the rows vec4_ok: the launcher decides) gives the bits V = 1 gives, with a quarter of the
  * loads. */
 template <typename Src, int V>
 static __global__ void colsum_part_kernel(float *part, Src src, int N, int OC)
@@ -63,13 +63,6 @@ static __global__ void colsum_finish_kernel(float *dbias, const float *part, int
     for (int p = 0; p < nparts; p++)
         s += part[(size_t)p * OC + col];
     dbias[col] += s;
-}
-
-/* 4 when the column sums of an (N, OC) matrix whose rows start at p (elements of `bytes`) can
- * take 4 columns a thread: OC % 4 == 0 and p aligned to 4 elements; else 1. */
-static inline int colsum_width(const void *p, size_t bytes, int OC)
-{
-    return OC % 4 == 0 && (uintptr_t)p % (4 * bytes) == 0 ? 4 : 1;
 }
 
 /* src for a plain matrix of fp32 or bf16 (uint16_t bits) */

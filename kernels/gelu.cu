@@ -99,9 +99,7 @@ extern "C" void gelu_backward_bf16(uint16_t *dinp16, float *dbias, const uint16_
         return;
     int nparts = CEIL_DIV(N, CS_ROWS);
     float *part = (float *)gpu_scratch((size_t)nparts * OC * sizeof(float), stream);
-    const bool wide = colsum_width(dout, 2, OC) == 4 && colsum_width(inp, 2, OC) == 4 &&
-                      colsum_width(dinp16, 2, OC) == 4;
-    const int V = wide ? 4 : 1;
+    const int V = OC % 4 == 0 && vec4_ok(dout, inp, dinp16) ? 4 : 1;
     typedef void kernel_t(float *, gelu_bwd_src, int, int);
     kernel_t *k =
         V == 4 ? colsum_part_kernel<gelu_bwd_src, 4> : colsum_part_kernel<gelu_bwd_src, 1>;

@@ -120,6 +120,13 @@ template <int V> static __device__ __forceinline__ void st_vec(uint16_t *p, cons
     }
 }
 
+/* 1 when every tensor given (NULL: none) can take ld_vec / st_vec's 4-wide accesses: aligned to 4
+ * of its elements. With a row length that is a multiple of 4, every row is too. */
+template <typename... P> static inline bool vec4_ok(const P *...p)
+{
+    return ((((uintptr_t)p % (4 * sizeof(P))) == 0) && ...);
+}
+
 /* Scratch on the stream-ordered pool: valid for work queued on `stream` until gpu_scratch_free. */
 static inline void *gpu_scratch(size_t bytes, cudaStream_t stream)
 {

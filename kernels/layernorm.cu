@@ -11,7 +11,7 @@
 #define LN_BLOCKS_MAX 512
 
 /* Each lane walks its row in chunks of V columns (lane * V + 32 * V * k): V = 4 reads and writes
- * 16 bytes at a time (C % 4 == 0 and every row 16-byte aligned; ln_vec decides), V = 1 one
+ * 16 bytes at a time (C % 4 == 0 and the tensors vec4_ok: the launchers decide), V = 1 one
  * element. A lane owns the same columns in every pass and every row, so no two lanes write one
  * column's partials; with V = 4 a warp moves 512 bytes a load instead of 128, a quarter of the
  * load and store instructions for the same bytes. */
@@ -61,30 +61,13 @@ static __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd
     }
 }
 
-/* 1 when the 4-wide kernels apply: C % 4 == 0, the fp32 tensors f[0..4) (NULL: none)
- * 16-byte aligned and the bf16 one (b16, may be NULL) 8-byte aligned, so that every row of each
- * is too. */
-static int ln_vec(int C, const void *f0, const void *f1, const void *f2, const void *f3,
-                  const uint16_t *b16)
-{
-    const void *f[4] = {f0, f1, f2, f3};
-    if (C % 4 || (uintptr_t)b16 % 8)
-        return 0;
-    for (int i = 0; i < 4; i++)
-        if ((uintptr_t)f[i] % 16)
-            return 0;
-    return 1;
-}
-
 template <typename T>
 static void forward(T *out, float *mean, float *rstd, const float *inp, const float *weight,
                     const float *bias, int N, int C, cudaStream_t stream)
 {
     if (N == 0)
         return;
-    const bool f32 = sizeof(T) == 4;
-    if (ln_vec(C, inp, weight, bias, f32 ? (const void *)out : NULL,
-               f32 ? NULL : (const uint16_t *)out))
+    if (C % 4 == 0 && vec4_ok(inp, weight, bias, out))
         layernorm_forward_kernel<T, 4><<<CEIL_DIV(N, LN_WARPS), 32 * LN_WARPS, 0, stream>>>(
             out, mean, rstd, inp, weight, bias, N, C);
     else
@@ -200,7 +183,7 @@ static void backward(float *dinp, uint16_t *dinp16, float *dweight, float *dbias
     int blocks = CEIL_DIV(N, LN_WARPS * 4); /* at least 4 rows per warp */
     blocks = blocks < LN_BLOCKS_MAX ? blocks : LN_BLOCKS_MAX;
     size_t smem = (size_t)LN_WARPS * 2 * C * sizeof(float);
-    const bool vec = ln_vec(C, dinp, dout, inp, weight, dinp16);
+    const bool vec = C % 4 == 0 && vec4_ok(dinp, dout, inp, weight, dinp16);
     typedef void kernel_t(float *, uint16_t *, float *, const float *, const float *,
                           const float *, const float *, const float *, int, int);
     kernel_t *k = vec ? layernorm_backward_kernel<4> : layernorm_backward_kernel<1>;

@@ -180,7 +180,7 @@ static void colsum(float *dbias, const T *dout, int N, int OC, cudaStream_t stre
     float *part = (float *)gpu_scratch((size_t)nparts * OC * sizeof(float), stream);
     typedef colsum_load<T> Src;
     typedef void kernel_t(float *, Src, int, int);
-    const int V = colsum_width(dout, sizeof(T), OC);
+    const int V = OC % 4 == 0 && vec4_ok(dout) ? 4 : 1;
     kernel_t *k = V == 4 ? colsum_part_kernel<Src, 4> : colsum_part_kernel<Src, 1>;
     k<<<dim3(CEIL_DIV(OC, 32 * V), nparts), dim3(32, 8), 0, stream>>>(part, Src{dout}, N, OC);
     GPU_LAUNCH_CHECK();
