@@ -58,3 +58,32 @@ target_compile_definitions(tj_crd_test PRIVATE
 # ---- benchmark (bench/operator_rss.c, wrapped by bench/operator_rss.sh): needs the API tier.
 add_executable(operator_rss ${PROJECT_SOURCE_DIR}/bench/operator_rss.c)
 target_link_libraries(operator_rss PRIVATE gantry_ctl)
+# ---- fuzzing: operator/fuzz/fuzz_rec.c, reconcile and rendering on untrusted jobs, pods and
+# progress (seeds: the reconcile fixtures as full objects, operator/fuzz/seeds.py). As for
+# operator/kube (kube.cmake): a replay of the seeds in every build, and with clang's libFuzzer a
+# bounded run labelled "fuzz" (KUBE_FUZZ_SECONDS), its new inputs kept in the build tree.
+set(CTL_FUZZ_SEEDS ${PROJECT_SOURCE_DIR}/operator/testdata/fuzz/rec)
+# gantry-worker's config loader (worker/cfg.c) is linked in: the rendered config.json must load.
+add_executable(rec_fuzz_replay ${CTL_DIR}/fuzz/fuzz_rec.c ${CTL_DIR}/kube/fuzz/fuzz_replay.c
+    ${PROJECT_SOURCE_DIR}/worker/cfg.c)
+target_compile_definitions(rec_fuzz_replay PRIVATE FUZZ_REC_WORKER_CFG)
+target_link_libraries(rec_fuzz_replay PRIVATE gantry_ctl m)
+add_test(NAME rec_fuzz_replay COMMAND rec_fuzz_replay ${CTL_FUZZ_SEEDS})
+if(TARGET kube_fuzzers)
+    set(_ctl_fz_srcs ${CTL_DIR}/fuzz/fuzz_rec.c ${CTL_DIR}/cond.c ${CTL_DIR}/tj.c
+        ${CTL_DIR}/render.c ${CTL_DIR}/rec.c ${PROJECT_SOURCE_DIR}/common/hash.c
+        ${PROJECT_SOURCE_DIR}/worker/cfg.c)
+    add_custom_command(OUTPUT ${_fz_dir}/fuzz_rec
+        COMMAND ${KUBE_CLANG} ${_fz_flags} -DFUZZ_REC_WORKER_CFG ${_ctl_fz_srcs}
+                ${_fz_dir}/libkube_fuzz.a ${KUBE_DEPS_LDFLAGS} -lpthread -lm -o ${_fz_dir}/fuzz_rec
+        DEPENDS ${_ctl_fz_srcs} ${_fz_dir}/libkube_fuzz.a
+        COMMENT "Linking libFuzzer target fuzz_rec" VERBATIM)
+    add_custom_target(ctl_fuzzers ALL DEPENDS ${_fz_dir}/fuzz_rec)
+    if(NOT CMAKE_BUILD_TYPE STREQUAL "Asan")
+        add_test(NAME rec_fuzz_run
+            COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+                    sh -c "mkdir -p corpus-rec && exec ${_fz_dir}/fuzz_rec -max_total_time=${KUBE_FUZZ_SECONDS} -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix=${_fz_dir}/crash-rec- corpus-rec ${CTL_FUZZ_SEEDS}"
+            WORKING_DIRECTORY ${_fz_dir})
+        set_tests_properties(rec_fuzz_run PROPERTIES LABELS fuzz TIMEOUT ${KUBE_FUZZ_SECONDS}0)
+    endif()
+endif()

@@ -136,7 +136,7 @@ int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
 
     memset(out, 0, sizeof(*out));
     out->exit_code = -1;
-    if (!name || strlen(name) >= sizeof(out->name))
+    if (!name || !*name || strlen(name) >= sizeof(out->name))
         return OP_EPARSE;
     snprintf(out->name, sizeof(out->name), "%s", name);
     snprintf(out->uid, sizeof(out->uid), "%s",
@@ -257,9 +257,18 @@ static void delete_pod(struct pass *p, const struct rec_pod *pod)
         snprintf(a->uid, sizeof(a->uid), "%s", pod->uid);
 }
 
+/* A pod of the current gang: restart label R, and an index label naming a replica whose pod
+ * name is this pod's own. A pod whose labels were edited, or a copy of one under another name,
+ * is not (it is retired like an old gang's pod): pod names are unique, so then no index is
+ * counted twice and no missing replica is taken for running (found by operator/fuzz/fuzz_rec). */
 static bool current(const struct pass *p, const struct rec_pod *pod)
 {
-    return pod->restart == p->st.restarts && pod->index >= 0 && pod->index < p->tj->replicas;
+    char name[RENDER_NAME_MAX];
+
+    if (pod->restart != p->st.restarts || pod->index < 0 || pod->index >= p->tj->replicas)
+        return false;
+    render_pod_name(p->tj, pod->index, name, sizeof(name));
+    return strcmp(name, pod->name) == 0;
 }
 
 static void count_pods(struct pass *p)
@@ -564,7 +573,7 @@ static bool all_running(const struct pass *p)
         if (current(p, pod) && !pod->terminating && pod->phase == REC_POD_RUNNING)
             n++;
     }
-    return n == p->tj->replicas; /* current() excludes duplicates only by name; names are unique */
+    return n == p->tj->replicas; /* current(): one pod an index at most */
 }
 
 /* Hang detection (spec.runPolicy.progressDeadlineSeconds): rank 0 of the current gang, Running,

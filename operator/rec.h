@@ -31,8 +31,9 @@
  *    phase is Running (so every replica was seen; the operator itself never deletes current pods
  *    without leaving Running in the same status write) was deleted by someone else: a gang
  *    failure as above (reason WorkerDeleted, against backoffLimit), never a lone replacement.
- *  - Pods of an older gang (restart label < R) or with an index outside [0, replicas) are deleted
- *    (with a UID precondition); while any of them still exists, no pod is created, so a new gang
+ *  - Pods of an older gang (restart label < R), with an index outside [0, replicas) or named
+ *    other than <job>-worker-<index> (labels edited, a copied pod) are deleted (with a UID
+ *    precondition); while any of them still exists, no pod is created, so a new gang
  *    never mixes with the old one and deterministic names never collide.
  *  - Service, ConfigMap and Secret are created when missing; the ConfigMap is updated when the
  *    rendered config differs. Missing pods are created in slow-start batches (batch b holds up to
@@ -109,7 +110,7 @@ struct rec_pod {
 #define REC_DIGEST_LEN 33
 void rec_digest(const char *s, char out[REC_DIGEST_LEN]);
 
-/* Reads a Pod object (borrowed). 0, or OP_EPARSE when it has no metadata.name. */
+/* Reads a Pod object (borrowed). 0, or OP_EPARSE when metadata.name is missing or empty. */
 int rec_pod_from_json(const json_t *pod, struct rec_pod *out);
 
 struct rec_input {

@@ -397,6 +397,10 @@ static void test_pod_from_json(void)
     pod = json_loads("{\"metadata\":{}}", 0, NULL);
     TEST_EQ_INT(rec_pod_from_json(pod, &p), OP_EPARSE);
     json_decref(pod);
+    /* an empty name would make the pod's delete a DELETE of the collection's path */
+    pod = json_loads("{\"metadata\":{\"name\":\"\"}}", 0, NULL);
+    TEST_EQ_INT(rec_pod_from_json(pod, &p), OP_EPARSE);
+    json_decref(pod);
 }
 
 static int parse_job(const char *text, struct tj *tj)
