@@ -12,11 +12,12 @@ add_library(gantry_ctl STATIC
     ${CTL_DIR}/rec.c
     ${CTL_DIR}/exec.c
     ${CTL_DIR}/progress.c
+    ${CTL_DIR}/progress_status.c
     ${CTL_DIR}/ops.c
 )
 target_include_directories(gantry_ctl PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(gantry_ctl PUBLIC PkgConfig::CTL_JANSSON PkgConfig::CTL_MHD gantry_httpd gantry_kube
-                      gantry_common)
+                      gantry_common m)
 
 gantry_test(cond_test SOURCES ${CTL_DIR}/cond_test.c LIBS gantry_ctl)
 gantry_test(tj_test SOURCES ${CTL_DIR}/tj_test.c LIBS gantry_ctl)
@@ -67,11 +68,12 @@ set(CTL_FUZZ_SEEDS ${PROJECT_SOURCE_DIR}/operator/testdata/fuzz/rec)
 add_executable(rec_fuzz_replay ${CTL_DIR}/fuzz/fuzz_rec.c ${CTL_DIR}/kube/fuzz/fuzz_replay.c
     ${PROJECT_SOURCE_DIR}/worker/cfg.c)
 target_compile_definitions(rec_fuzz_replay PRIVATE FUZZ_REC_WORKER_CFG)
-target_link_libraries(rec_fuzz_replay PRIVATE gantry_ctl m)
+target_link_libraries(rec_fuzz_replay PRIVATE gantry_ctl)
 add_test(NAME rec_fuzz_replay COMMAND rec_fuzz_replay ${CTL_FUZZ_SEEDS})
 if(TARGET kube_fuzzers)
     set(_ctl_fz_srcs ${CTL_DIR}/fuzz/fuzz_rec.c ${CTL_DIR}/cond.c ${CTL_DIR}/tj.c
-        ${CTL_DIR}/render.c ${CTL_DIR}/rec.c ${PROJECT_SOURCE_DIR}/common/hash.c
+        ${CTL_DIR}/render.c ${CTL_DIR}/rec.c ${CTL_DIR}/progress_status.c
+        ${PROJECT_SOURCE_DIR}/common/hash.c
         ${PROJECT_SOURCE_DIR}/worker/cfg.c)
     add_custom_command(OUTPUT ${_fz_dir}/fuzz_rec
         COMMAND ${KUBE_CLANG} ${_fz_flags} -DFUZZ_REC_WORKER_CFG ${_ctl_fz_srcs}

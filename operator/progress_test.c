@@ -78,6 +78,9 @@ static void test_eta(void)
     TEST_EQ_STR(b, "0s");
     progress_fmt_eta(-1, b, sizeof(b));
     TEST_EQ_STR(b, "0s");
+    /* a worker's estimate past long long's range (was undefined: a negative count of seconds) */
+    progress_fmt_eta(1e300, b, sizeof(b));
+    TEST_EQ_STR(b, "11574074d1h");
 }
 
 static void test_status(void)
@@ -131,6 +134,15 @@ static void test_status(void)
     st = progress_status(es, 0);
     TEST_CHECK(json_is_true(json_object_get(st, "earlyStopped")));
     TEST_EQ_STR(json_string_value(json_object_get(st, "summary")), "250/250 (100%)");
+    json_decref(st);
+    json_decref(es);
+
+    /* a step far past total_steps (a garbled answer): the percent is printed, not cast to an
+     * int (was undefined: "-2147483648%") */
+    es = json_loads("{\"step\":1000000000000000000,\"total_steps\":1}", 0, NULL);
+    st = progress_status(es, 0);
+    TEST_EQ_STR(json_string_value(json_object_get(st, "summary")),
+                "1000000000000000000/1 (100000000000000000000%)");
     json_decref(st);
     json_decref(es);
 

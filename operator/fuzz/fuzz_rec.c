@@ -2,12 +2,16 @@
  * libFuzzer target: the operator's decisions on untrusted objects. The input is one JSON document
  * in the shape of a reconcile fixture (operator/testdata/rec/, with pods as full Pod objects, the
  * informer's form): a TrainingJob anyone with create rights wrote, pods whose status a kubelet
- * and a worker's termination message filled, and a /progress reading a worker served.
+ * and a worker's termination message filled, and the /progress answer a worker served.
  *
  *   {"now": "2026-11-30T08:00:00Z", "job": {TrainingJob}, "pods": [{Pod}, ...],
  *    "service": bool, "secret": bool, "configmap": true | "config.json text",
  *    "expectationsMet": bool, "progress": {"status": {...}, "restart": R, "advanced": bool,
- *    "since": "..."}}
+ *    "since": "..."}, "worker": {rank 0's /progress answer}}
+ *
+ * status.progress comes as the operator makes it: "worker" through progress_status() (the
+ * poller), else the fixture's "progress.status"; then a finished rank 0's termination message
+ * through progress_final(), as progress_lookup() does.
  *
  * Beyond "no crash, no leak, no undefined behaviour", it checks what must hold for any input:
  *  - a job tj_parse() accepts renders children the API server takes by name: every pod and the
@@ -32,6 +36,7 @@
 
 #include "common/fuzz.h"
 #include "operator/kube/kube_err.h"
+#include "operator/progress.h"
 #include "operator/rec.h"
 #ifdef FUZZ_REC_WORKER_CFG
 #include "worker/cfg.h"
@@ -44,7 +49,14 @@ struct world {
     struct rec_pod pods[MAX_PODS];
     struct rec_input in;
     char *config;
+    json_t *progress; /* status.progress made from "worker" or a termination message */
 };
+
+static void world_cleanup(struct world *w)
+{
+    free(w->config);
+    json_decref(w->progress);
+}
 
 static bool dns_label(const char *s)
 {
@@ -67,11 +79,13 @@ static const char *name_of(const json_t *obj)
 static int load(struct world *w, struct tj *tj, char *err, size_t errlen, int *parsed)
 {
     const json_t *pods = json_object_get(w->root, "pods"), *pj, *cm, *pg;
+    json_t *fin;
     const char *now = json_string_value(json_object_get(w->root, "now"));
     size_t i;
 
     memset(&w->in, 0, sizeof(w->in));
     w->config = NULL;
+    w->progress = NULL;
     *parsed = tj_parse(json_object_get(w->root, "job"), tj, err, errlen);
     w->in.job = tj;
     w->in.pods = w->pods;
@@ -103,6 +117,12 @@ static int load(struct world *w, struct tj *tj, char *err, size_t errlen, int *p
         w->in.progress_advanced = json_is_true(json_object_get(pg, "advanced"));
         if (since && cond_parse_time(since, &w->in.progress_since) != 0)
             w->in.progress_since = 0;
+    }
+    if ((pg = json_object_get(w->root, "worker")))
+        w->in.progress = w->progress = progress_status(pg, w->in.progress_since);
+    if ((fin = progress_final(&w->in))) {
+        json_decref(w->progress);
+        w->in.progress = w->progress = fin;
     }
     if (!now || cond_parse_time(now, &w->in.now) != 0)
         return -1;
@@ -207,7 +227,7 @@ static void second_pass(struct world *w, const json_t *status)
         rec_result_cleanup(&r2);
     }
     tj_cleanup(&tj2);
-    free(w2.config);
+    world_cleanup(&w2);
     json_decref(w2.root);
 }
 
@@ -240,7 +260,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rec_result_cleanup(&r);
 out:
     tj_cleanup(&tj);
-    free(w.config);
+    world_cleanup(&w);
     json_decref(w.root);
     return 0;
 }

@@ -15,6 +15,14 @@ FIXTURES = os.path.join(HERE, "..", "testdata", "rec")
 SEEDS = os.path.join(HERE, "..", "testdata", "fuzz", "rec")
 
 
+# rank 0's /progress answer, as docs/metrics.md shows it: given to the worlds that have a
+# progress reading, so the seeds reach progress_status()
+WORKER = {"state": "running", "step": 42, "total_steps": 420, "percent": 10, "epoch": 1,
+          "epochs": 2, "loss": 0.25, "samples_per_second": 128, "eta_seconds": 189,
+          "last_checkpoint_step": 40, "eval_step": 40,
+          "eval": {"accuracy": 0.5, "macro_f1": 0.25}}
+
+
 def pod(p):
     if "metadata" in p:
         return p
@@ -32,10 +40,13 @@ def pod(p):
     if "reason" in p:
         st["reason"] = p["reason"]
     state = None
-    if "exitCode" in p:
-        code = p["exitCode"]
+    if "exitCode" in p or p["phase"] == "Succeeded":
+        code = p.get("exitCode", 0)
+        # a worker that succeeded ends its termination message with its final progress line
+        msg = (json.dumps(dict(WORKER, state="succeeded", step=420, eta_seconds=0)) if code == 0
+               else "worker log tail\n")
         state = {"terminated": {"exitCode": code, "reason": "Error" if code else "Completed",
-                                "message": "worker log tail\n"}}
+                                "message": msg}}
     if p.get("problem") == "Unschedulable":
         st["conditions"] = [{"type": "PodScheduled", "status": "False",
                              "reason": "Unschedulable", "message": p.get("problemMsg", "")}]
@@ -54,6 +65,8 @@ def main():
         for k in ("description", "expect", "invalid"):
             world.pop(k, None)
         world["pods"] = [pod(p) for p in world.get("pods", [])]
+        if "progress" in world:
+            world["worker"] = WORKER
         with open(os.path.join(SEEDS, os.path.basename(f)), "w") as fh:
             json.dump(world, fh, separators=(",", ":"), sort_keys=True)
     print(f"{len(glob.glob(os.path.join(SEEDS, '*.json')))} seeds in {os.path.relpath(SEEDS)}")
