@@ -93,8 +93,8 @@ void progress_free(struct progress *p);
 const struct progress_stats *progress_get_stats(const struct progress *p);
 
 /* status.progress (new reference) from rank 0's final progress line: the termination message
- * (worker/obs.h) of the current gang's rank 0 (in->job->status.restarts, in->pods) when it exited 0
- * and the message is a JSON object with an integer "step"; else NULL. */
+ * (worker/obs.h) of the current gang's rank 0 (restart count rec_restarts(in), in->pods) when
+ * it exited 0 and the message is a JSON object with an integer "step"; else NULL. */
 json_t *progress_final(const struct rec_input *in);
 
 /* What rec needs for job key: fills in->progress (a new reference in *hold, to json_decref()

@@ -149,13 +149,15 @@ json_t *progress_status(const json_t *w, time_t since)
 
 json_t *progress_final(const struct rec_input *in)
 {
+    int restarts = in->job ? rec_restarts(in) : 0;
+
     for (size_t i = 0; i < in->npods; i++) {
         const struct rec_pod *pod = &in->pods[i];
         json_t *w, *st;
 
         /* Only exit 0: with FallbackToLogsOnError a failed worker's message is its log's tail,
          * whose last line may well be a JSON progress line of some earlier step. */
-        if (pod->index != 0 || !in->job || pod->restart != in->job->status.restarts ||
+        if (pod->index != 0 || !in->job || pod->restart != restarts ||
             pod->phase != REC_POD_SUCCEEDED || pod->exit_code != 0 || pod->message_truncated ||
             pod->message[0] != '{')
             continue;

@@ -215,6 +215,16 @@ static void test_final(void)
     TEST_CHECK(progress_final(&in) == NULL);
     snprintf(pods[2].message, sizeof(pods[2].message), "done");
     TEST_CHECK(progress_final(&in) == NULL);
+
+    /* A lost status (restarts 0) with the gang at restart 1 by its labels: the gang's rank 0 is
+     * found by the same count reconcile uses (before, only the next pass found it: two status
+     * writes; found by operator/fuzz/fuzz_rec). */
+    snprintf(pods[2].message, sizeof(pods[2].message), "%s", line);
+    snprintf(pods[0].message, sizeof(pods[0].message), "done"); /* restart 0's rank 0: no line */
+    job.status.restarts = 0;
+    st = progress_final(&in);
+    TEST_CHECK(st != NULL);
+    json_decref(st);
 }
 
 int main(void)

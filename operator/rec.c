@@ -261,6 +261,16 @@ static void delete_pod(struct pass *p, const struct rec_pod *pod)
  * name is this pod's own. A pod whose labels were edited, or a copy of one under another name,
  * is not (it is retired like an old gang's pod): pod names are unique, so then no index is
  * counted twice and no missing replica is taken for running (found by operator/fuzz/fuzz_rec). */
+int rec_restarts(const struct rec_input *in)
+{
+    int r = in->job->status.restarts;
+
+    for (size_t i = 0; i < in->npods; i++)
+        if (in->pods[i].restart > r)
+            r = in->pods[i].restart;
+    return r;
+}
+
 static bool current(const struct pass *p, const struct rec_pod *pod)
 {
     char name[RENDER_NAME_MAX];
@@ -802,9 +812,7 @@ int rec_reconcile(const struct rec_input *in, struct rec_result *out)
         out->status = tj->status_raw ? json_deep_copy(tj->status_raw) : json_object();
         return 0;
     }
-    for (size_t i = 0; i < in->npods; i++)
-        if (in->pods[i].restart > p.st.restarts)
-            p.st.restarts = in->pods[i].restart; /* never lose the restart budget */
+    p.st.restarts = rec_restarts(in); /* never lose the restart budget */
     if (!cond_find(&p.st.conds, COND_CREATED) || !cond_is_true(&p.st.conds, COND_CREATED)) {
         bool was = cond_find(&p.st.conds, COND_CREATED) != NULL;
         set_cond(&p, COND_CREATED, true, "TrainingJobCreated",

@@ -166,6 +166,10 @@ struct rec_result {
     int nevents;
 };
 
+/* The restart count R of the current gang: the higher of status.restarts and the pods' highest
+ * gantry.dev/restart-count label (a lost or reset status cannot reset the restart budget). */
+int rec_restarts(const struct rec_input *in);
+
 /* Computes the result for a valid job. 0 always today; the result must be cleaned up. */
 int rec_reconcile(const struct rec_input *in, struct rec_result *out)
     __attribute__((warn_unused_result));
