@@ -59,6 +59,10 @@ target_compile_definitions(tj_crd_test PRIVATE
 # ---- benchmark (bench/operator_rss.c, wrapped by bench/operator_rss.sh): needs the API tier.
 add_executable(operator_rss ${PROJECT_SOURCE_DIR}/bench/operator_rss.c)
 target_link_libraries(operator_rss PRIVATE gantry_ctl)
+# bench/rec_bench.c: one reconcile pass of a large running job (pure CPU); the test only runs it.
+add_executable(rec_bench ${PROJECT_SOURCE_DIR}/bench/rec_bench.c)
+target_link_libraries(rec_bench PRIVATE gantry_ctl)
+add_test(NAME rec_bench_smoke COMMAND rec_bench --replicas 1000 --rounds 2)
 # ---- fuzzing: operator/fuzz/fuzz_rec.c, reconcile and rendering on untrusted jobs, pods and
 # progress (seeds: the reconcile fixtures as full objects, operator/fuzz/seeds.py). As for
 # operator/kube (kube.cmake): a replay of the seeds in every build, and with clang's libFuzzer a

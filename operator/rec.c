@@ -273,12 +273,8 @@ int rec_restarts(const struct rec_input *in)
 
 static bool current(const struct pass *p, const struct rec_pod *pod)
 {
-    char name[RENDER_NAME_MAX];
-
-    if (pod->restart != p->st.restarts || pod->index < 0 || pod->index >= p->tj->replicas)
-        return false;
-    render_pod_name(p->tj, pod->index, name, sizeof(name));
-    return strcmp(name, pod->name) == 0;
+    return pod->restart == p->st.restarts && pod->index >= 0 && pod->index < p->tj->replicas &&
+           render_is_pod_name(p->tj, pod->index, pod->name);
 }
 
 static void count_pods(struct pass *p)
@@ -400,20 +396,22 @@ static void restart_gang(struct pass *p, const char *reason, const char *msg)
 static bool lost(struct pass *p)
 {
     const struct tj *tj = p->tj;
-    const struct rec_pod *pod = NULL;
+    const struct rec_pod *pod = NULL, **by_index;
     char name[RENDER_NAME_MAX], msg[COND_MESSAGE_MAX];
     int r = p->st.restarts, i;
 
     if (tj->status.phase != TJ_PHASE_RUNNING || tj->status.restarts != r)
         return false;
+    by_index = xcalloc((size_t)tj->replicas, sizeof(*by_index)); /* current(): one an index */
+    for (size_t k = 0; k < p->in->npods; k++)
+        if (current(p, &p->in->pods[k]))
+            by_index[p->in->pods[k].index] = &p->in->pods[k];
     for (i = 0; i < tj->replicas; i++) {
-        pod = NULL;
-        for (size_t k = 0; k < p->in->npods && !pod; k++)
-            if (current(p, &p->in->pods[k]) && p->in->pods[k].index == i)
-                pod = &p->in->pods[k];
+        pod = by_index[i];
         if (!pod || (pod->terminating && pod->phase != REC_POD_SUCCEEDED))
             break;
     }
+    free(by_index);
     if (i == tj->replicas)
         return false;
     if (pod)

@@ -13,6 +13,22 @@ void render_pod_name(const struct tj *tj, int index, char *out, size_t n)
     snprintf(out, n, "%s-worker-%d", tj->name, index);
 }
 
+bool render_is_pod_name(const struct tj *tj, int index, const char *name)
+{
+    size_t len = strlen(tj->name);
+    char digits[16];
+    int k = (int)sizeof(digits) - 1;
+
+    if (index < 0 || strncmp(name, tj->name, len) != 0 || strncmp(name + len, "-worker-", 8) != 0)
+        return false;
+    digits[k] = '\0';
+    do {
+        digits[--k] = (char)('0' + index % 10);
+        index /= 10;
+    } while (index > 0);
+    return strcmp(name + len + 8, digits + k) == 0;
+}
+
 void render_configmap_name(const struct tj *tj, char *out, size_t n)
 {
     snprintf(out, n, "%s-config", tj->name);

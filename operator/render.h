@@ -30,6 +30,7 @@
 #define GANTRY_RENDER_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "operator/tj.h"
@@ -55,6 +56,9 @@
 void render_pod_name(const struct tj *tj, int index, char *out, size_t n);
 void render_configmap_name(const struct tj *tj, char *out, size_t n);
 void render_secret_name(const struct tj *tj, char *out, size_t n);
+/* name == render_pod_name(tj, index), without formatting it (reconcile asks it of every pod
+ * for every replica). */
+bool render_is_pod_name(const struct tj *tj, int index, const char *name);
 
 /* The contents of config.json: a new string (caller frees), stable for equal jobs (sorted keys),
  * so the ConfigMap is updated only when the training config really changed. */

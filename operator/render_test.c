@@ -316,6 +316,33 @@ static void test_config_is_stable(void)
     tj_cleanup(&b);
 }
 
+/* render_is_pod_name() agrees with render_pod_name() and refuses near misses. */
+static void test_is_pod_name(void)
+{
+    static const int idx[] = {0, 7, 10, 99, 999};
+    char name[RENDER_NAME_MAX];
+    struct tj tj;
+
+    TEST_EQ_INT(load_job("{\"replicas\":1000}", &tj), 0);
+    for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++) {
+        render_pod_name(&tj, idx[i], name, sizeof(name));
+        TEST_CHECK(render_is_pod_name(&tj, idx[i], name));
+        TEST_CHECK(!render_is_pod_name(&tj, idx[i] + 1, name));
+    }
+    render_pod_name(&tj, 1, name, sizeof(name));
+    TEST_CHECK(!render_is_pod_name(&tj, 10, name));
+    render_pod_name(&tj, 10, name, sizeof(name));
+    TEST_CHECK(!render_is_pod_name(&tj, 1, name));
+    TEST_CHECK(!render_is_pod_name(&tj, 0, ""));
+    TEST_CHECK(!render_is_pod_name(&tj, 0, tj.name));
+    snprintf(name, sizeof(name), "%s-worker-01", tj.name);
+    TEST_CHECK(!render_is_pod_name(&tj, 1, name));
+    snprintf(name, sizeof(name), "%sx-worker-1", tj.name);
+    TEST_CHECK(!render_is_pod_name(&tj, 1, name));
+    TEST_CHECK(!render_is_pod_name(&tj, -1, "x"));
+    tj_cleanup(&tj);
+}
+
 int main(void)
 {
     TEST_RUN(test_pod_contract);
@@ -324,5 +351,6 @@ int main(void)
     TEST_RUN(test_template_merge);
     TEST_RUN(test_service_configmap_secret);
     TEST_RUN(test_config_is_stable);
+    TEST_RUN(test_is_pod_name);
     return test_summary();
 }
