@@ -45,7 +45,8 @@ static bool as_int(const json_t *v, long long *out)
     }
     if (json_is_real(v)) { /* 4.0 from a YAML tool is still 4 */
         double d = json_real_value(v);
-        if (d == (double)(long long)d) {
+        /* in long long's range first: casting 1e46 is undefined (found by fuzz_rec) */
+        if (d >= -9.2e18 && d <= 9.2e18 && d == (double)(long long)d) {
             *out = (long long)d;
             return true;
         }

@@ -141,6 +141,7 @@ static void test_errors_name_the_field(void)
         {"{\"replicas\":1001}", "spec.replicas: must be <= 1000 (got 1001)"},
         {"{\"replicas\":\"4\"}", "spec.replicas: must be an integer"},
         {"{\"replicas\":2.5}", "spec.replicas: must be an integer"},
+        {"{\"replicas\":1e46}", "spec.replicas: must be an integer"}, /* was UB (fuzz_rec) */
         {"{\"gpusPerReplica\":-1}", "spec.gpusPerReplica: must be >= 0 (got -1)"},
         {"{\"nprocPerNode\":0}", "spec.nprocPerNode: must be >= 1 (got 0)"},
         {"{\"nprocPerNode\":65}", "spec.nprocPerNode: must be <= 64 (got 65)"},
