@@ -33,7 +33,7 @@
  * exp(x), vectorisable (no libm call, no branch): Cody-Waite reduction x = n ln2 + r with
  * |r| <= ln2/2, a degree-6 Taylor polynomial for e^r (relative error < 2e-7), and 2^n built in
  * the exponent bits. x is clamped to [-87, 88], so the result is finite and never denormal
- * (exp(-87) ~ 1.6e-38 stands in for 0 where softmax needs it).
+ * (exp(-87) ~ 1.6e-38 stands in for 0 where softmax needs it); NaN stays NaN.
  */
 static inline float cpu_expf(float x)
 {
@@ -43,7 +43,8 @@ static inline float cpu_expf(float x)
     float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f +
               r * (8.3333338e-3f + r * 1.3888889e-3f)))));
-    union { float f; int i; } u = {.i = ((int)n + 127) << 23};
+    /* a NaN x gives a NaN p; n is then NaN too, and converting it to int is undefined */
+    union { float f; int i; } u = {.i = ((int)(n == n ? n : 0.0f) + 127) << 23};
     return p * u.f;
 }
 

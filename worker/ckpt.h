@@ -55,6 +55,9 @@ extern "C" {
 #define CKPT_MAX_DIMS 8
 #define CKPT_MAX_HASH 128
 #define CKPT_MAX_HEADER (64u << 20) /* safetensors JSON header limit */
+/* state.json's counters (step, epochs, samples consumed) are integers in 0..2^53 (exact in
+ * JSON's doubles); a checkpoint that says otherwise is corrupt */
+#define CKPT_MAX_COUNT ((int64_t)1 << 53)
 
 enum ckpt_dtype { CKPT_F32, CKPT_F16, CKPT_BF16, CKPT_I32, CKPT_I64, CKPT_U8 };
 

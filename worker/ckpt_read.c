@@ -256,6 +256,12 @@ static int read_state(const char *dir, struct ckpt_meta *m, json_t **extra, char
         WHY("%s does not parse or lacks step/epoch/sampler/world_size/config_hash", path);
         goto out;
     }
+    if (step < 0 || step > CKPT_MAX_COUNT || epoch < 0 || epoch > CKPT_MAX_COUNT || se < 0 ||
+        se > CKPT_MAX_COUNT || sc < 0 || sc > CKPT_MAX_COUNT || world < 1) {
+        WHY("%s: step, epoch, sampler.epoch and sampler.consumed must be 0..2^53 and world_size "
+            ">= 1", path);
+        goto out;
+    }
     memset(m, 0, sizeof(*m));
     m->step = step;
     m->epoch = (uint64_t)epoch;

@@ -312,6 +312,46 @@ static void test_skip_corrupt(void)
     rm_root();
 }
 
+/* A state.json whose counters no run writes (edited by hand, its manifest regenerated with
+ * sha256sum): the checkpoint is corrupt, named so, and skipped for the one before. */
+static void test_bad_state(void)
+{
+    static const char *edits[][2] = {
+        {"world_size", "0"}, {"step", "-20"}, {"epoch", "-1"}, {"epoch", "1152921504606846976"},
+        {"sampler", "{\"epoch\": 2, \"consumed\": -640}"},
+        {"sampler", "{\"epoch\": 9007199254740993, \"consumed\": 640}"},
+    };
+    char dir[4096], path[4200], cmd[4500], why[512];
+    int64_t step = -1;
+
+    for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+        make_root();
+        for (int64_t k = 10; k <= 20; k += 10) {
+            struct ckpt_snapshot *s = make_snap(k, 0.0f);
+            TEST_EQ_INT(ckpt_write(root, "job", 0, s), 0);
+            ckpt_snapshot_free(s);
+        }
+        snprintf(dir, sizeof(dir), "%s/job/step-20", root);
+        snprintf(path, sizeof(path), "%s/state.json", dir);
+        json_t *st = json_load_file(path, 0, NULL);
+        TEST_CHECK(st != NULL);
+        if (!st)
+            continue;
+        json_object_set_new(st, edits[i][0], json_loads(edits[i][1], JSON_DECODE_ANY, NULL));
+        TEST_EQ_INT(json_dump_file(st, path, 0), 0);
+        json_decref(st);
+        snprintf(cmd, sizeof(cmd), "cd '%s' && sha256sum state.json model.safetensors "
+                                   "optimizer.safetensors >MANIFEST.sha256", dir);
+        TEST_EQ_INT(system(cmd), 0);
+        why[0] = '\0';
+        TEST_EQ_INT(ckpt_verify(dir, why, sizeof(why)), DIST_ECORRUPT);
+        TEST_CHECK(strstr(why, "must be 0..2^53 and world_size >= 1") != NULL);
+        TEST_EQ_INT(ckpt_find_latest(root, "job", &step, path, sizeof(path)), 0);
+        TEST_EQ_INT(step, 10);
+        rm_root();
+    }
+}
+
 /* Side files (config.json, vocab.txt): written, in the manifest (sha256sum agrees), read back
  * only when their bytes match it; bad names refused; a manifest naming a path refused. */
 static void test_side_files(void)
@@ -415,6 +455,7 @@ int main(void)
     TEST_RUN(test_staged_writer);
     TEST_RUN(test_writer_error);
     TEST_RUN(test_skip_corrupt);
+    TEST_RUN(test_bad_state);
     TEST_RUN(test_side_files);
     TEST_RUN(test_none);
     TEST_RUN(test_bad_safetensors);

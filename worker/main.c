@@ -772,7 +772,8 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
     json_t *t = json_object_get(s->extra, "adamw_t");
     char bad[512] = "";
     if (!m || !v || m->dtype != CKPT_F32 || v->dtype != CKPT_F32 || m->bytes != bytes ||
-        v->bytes != bytes || !json_is_integer(t))
+        v->bytes != bytes || !json_is_integer(t) || json_integer_value(t) < 0 ||
+        json_integer_value(t) > CKPT_MAX_COUNT)
         snprintf(bad, sizeof(bad), "its optimizer state is not for %zu parameters",
                  w->model.n_params);
     if (bad[0] || model_load_params(&w->model, s, bad, sizeof(bad))) {
@@ -789,10 +790,14 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
         *start_step = (long)s->meta.step;
     } else { /* the epoch's consumed samples, cut into this world's steps */
         uint64_t per = (uint64_t)w->per_step * (uint64_t)w->env.world_size;
-        long in_epoch = (long)(s->meta.sampler.consumed / per);
-        if (in_epoch > w->spe)
-            in_epoch = w->spe;
-        *start_step = (long)s->meta.sampler.epoch * w->spe + in_epoch;
+        uint64_t in_epoch = s->meta.sampler.consumed / per, spe = (uint64_t)w->spe;
+        if (in_epoch > spe)
+            in_epoch = spe;
+        /* read_state bounds the counters by 2^53, not their product: a position past any
+         * step a run reaches ends this one at once rather than overflowing */
+        *start_step = s->meta.sampler.epoch >= (uint64_t)CKPT_MAX_COUNT / (spe + 1)
+                          ? CKPT_MAX_COUNT
+                          : (long)(s->meta.sampler.epoch * spe + in_epoch);
     }
     if (json_is_true(json_object_get(s->extra, "early_stopped")) &&
         s->meta.world_size == w->env.world_size)
