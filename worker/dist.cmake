@@ -54,3 +54,36 @@ add_test(NAME ckpt_safetensors_test
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ckpt_safetensors_test.sh $<TARGET_FILE:ckpt_tool>)
 set_tests_properties(ckpt_safetensors_test PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1800
                      LABELS python)
+
+# The rendezvous store server fuzzed over a real loopback socket (worker/store_fuzz.c): a replay
+# of the seeds (hack/store_fuzz_seeds.py) in every build, and with clang (data.cmake) a libFuzzer
+# binary and a bounded run labelled "fuzz".
+set(_st_seeds ${CMAKE_CURRENT_LIST_DIR}/testdata/fuzz/store)
+add_executable(store_fuzz_replay ${CMAKE_CURRENT_LIST_DIR}/store_fuzz.c
+               ${CMAKE_CURRENT_LIST_DIR}/replay_fuzz.c)
+target_link_libraries(store_fuzz_replay PRIVATE gantry_dist)
+add_test(NAME store_fuzz_replay COMMAND store_fuzz_replay ${_st_seeds})
+set_tests_properties(store_fuzz_replay PROPERTIES TIMEOUT 120)
+if(GANTRY_CLANG AND NOT GANTRY_FUZZ STREQUAL "OFF" AND NOT CMAKE_BUILD_TYPE STREQUAL "Asan")
+    set(_st_srcs)
+    foreach(s worker/store_fuzz.c worker/store.c worker/net.c worker/dist.c common/buf.c
+              common/xalloc.c)
+        list(APPEND _st_srcs ${PROJECT_SOURCE_DIR}/${s})
+    endforeach()
+    set(_bin ${CMAKE_CURRENT_BINARY_DIR}/store_fuzz)
+    add_custom_command(OUTPUT ${_bin}
+        COMMAND ${GANTRY_CLANG} -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
+                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+                -I${PROJECT_SOURCE_DIR} ${_st_srcs} -lcrypto -lpthread -lm -o ${_bin}
+        DEPENDS ${_st_srcs} COMMENT "Building libFuzzer target store_fuzz with clang" VERBATIM)
+    add_custom_target(store_fuzz_bin ALL DEPENDS ${_bin})
+    # -close_fd_mask=2: the server's log lines (the sanitizers still report)
+    add_test(NAME store_fuzz
+        COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+                ${_bin} -max_total_time=${GANTRY_FUZZ_SECONDS} -timeout=20 -rss_limit_mb=2048
+                -max_len=4096 -close_fd_mask=2 -print_final_stats=1
+                -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/fuzz/store/crash-
+                ${CMAKE_CURRENT_BINARY_DIR}/fuzz/store ${_st_seeds})
+    set_tests_properties(store_fuzz PROPERTIES LABELS fuzz TIMEOUT 180)
+    file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fuzz/store)
+endif()

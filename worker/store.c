@@ -338,7 +338,10 @@ static void handle_frame(struct store_server *s, struct conn *c, const unsigned 
         }
         if ((e = kv_find(s, key)) != NULL)
             v = strtoll(e->val, NULL, 10);
-        v += (int64_t)net_get_u64(p);
+        if (__builtin_add_overflow(v, (int64_t)net_get_u64(p), &v)) {
+            reply_error(c, DIST_EPROTO, "add: the counter would overflow a signed 64-bit integer");
+            return;
+        }
         snprintf(num, sizeof(num), "%" PRId64, v);
         if (kv_put(s, key, num, strlen(num)) != 0) {
             reply_error(c, DIST_EPROTO, "too many keys");

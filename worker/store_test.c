@@ -124,6 +124,14 @@ static void test_kv_ops(void)
     TEST_EQ_INT(store_set(a, "big", big, STORE_MAX_VALUE + 1), DIST_EUSAGE);
     free(big);
     free(v);
+    v = NULL;
+    /* A counter that would overflow is refused (signed overflow was undefined), and the store
+     * keeps serving the others. */
+    TEST_EQ_INT(store_set(a, "full", "9223372036854775807", 19), 0);
+    TEST_EQ_INT(store_add(b, "full", 1, &n), DIST_EPROTO);
+    TEST_EQ_INT(store_get(a, "full", &v, &vl), 0);
+    TEST_EQ_STR((char *)v, "9223372036854775807");
+    free(v);
 out:
     store_free(a);
     store_free(b);
