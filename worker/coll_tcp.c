@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include "common/xalloc.h"
@@ -537,7 +538,7 @@ static int accept_prev(struct tcp *t, struct store *st, int lfd, const unsigned 
         }
         hello_mac(st, nonce, inst, prev, want);
         if (net_read_all(fd, h, sizeof(h), left) == 0 && (int)net_get_u32(h) == prev &&
-            memcmp(h + 4, want, STORE_MAC_LEN) == 0) {
+            CRYPTO_memcmp(h + 4, want, STORE_MAC_LEN) == 0) { /* constant time, as store.c */
             t->prev_fd = fd;
             return 0;
         }
