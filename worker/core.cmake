@@ -137,6 +137,7 @@ if(GANTRY_CLANG AND NOT GANTRY_FUZZ STREQUAL "OFF" AND NOT CMAKE_BUILD_TYPE STRE
         COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1 OPENBLAS_NUM_THREADS=1
                 ${_bin} -max_total_time=${GANTRY_FUZZ_SECONDS} -timeout=10 -rss_limit_mb=2048
                 -max_len=65536 -close_fd_mask=2 -print_final_stats=1
+                -dict=${CMAKE_CURRENT_SOURCE_DIR}/testdata/fuzz/ckpt.dict
                 -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/fuzz/ckpt/crash-
                 ${CMAKE_CURRENT_BINARY_DIR}/fuzz/ckpt ${_ck_seeds})
     set_tests_properties(ckpt_fuzz PROPERTIES LABELS fuzz TIMEOUT 180)

@@ -772,10 +772,13 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
     json_t *t = json_object_get(s->extra, "adamw_t");
     char bad[512] = "";
     if (!m || !v || m->dtype != CKPT_F32 || v->dtype != CKPT_F32 || m->bytes != bytes ||
-        v->bytes != bytes || !json_is_integer(t) || json_integer_value(t) < 0 ||
-        json_integer_value(t) > CKPT_MAX_COUNT)
+        v->bytes != bytes)
         snprintf(bad, sizeof(bad), "its optimizer state is not for %zu parameters",
                  w->model.n_params);
+    else if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+             json_integer_value(t) > CKPT_MAX_COUNT)
+        snprintf(bad, sizeof(bad), "its state.json extra.adamw_t (AdamW's step count) is "
+                                   "missing or not a count from 0");
     if (bad[0] || model_load_params(&w->model, s, bad, sizeof(bad))) {
         fprintf(stderr, "gantry-worker: checkpoint %s does not match this model (%zu parameters): "
                         "%s. Was the model or data changed? Move the old checkpoints away to "

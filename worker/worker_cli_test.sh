@@ -195,4 +195,11 @@ check "initFrom a missing directory" 66 "$bin" "${cw[@]}" --init-from "$tmp/none
 says "missing named" "training.initFrom: $tmp/none: no such directory"
 check "initFrom with data.vocab" 78 "$bin" "${cw[@]}" --init-from "$tmp/src/job" --data-vocab "$tmp/v.txt"
 says "vocab conflict named" "training.data.vocab: set, and initFrom brings its model's own vocab"
+# a checkpoint edited by hand (its manifest regenerated): a negative AdamW step count is refused
+mkdir -p "$tmp/tamper" && cp -r "$tmp/src/job" "$tmp/tamper/job"
+(cd "$tmp/tamper/job/step-4" && python3 -c "import json; s=json.load(open('state.json')); s['extra']['adamw_t']=-3; json.dump(s, open('state.json', 'w'))" &&
+    sha256sum $(awk '{print $2}' MANIFEST.sha256) >MANIFEST.sha256.new && mv MANIFEST.sha256.new MANIFEST.sha256)
+check "resume: adamw_t below 0" 78 "$bin" "${cw[@]}" --data-train "$data/tiny.jsonl" \
+    --checkpoint-dir "$tmp/tamper/job"
+says "adamw_t named" "its state.json extra.adamw_t (AdamW's step count) is missing or not a count from 0"
 exit $fail
