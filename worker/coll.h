@@ -65,6 +65,9 @@ struct coll_opts {
     int sock_buf_bytes;  /* SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning */
     int shm;             /* all-reduce through shared memory when all ranks can map it: 0 auto
                           * (unless GANTRY_COLL_SHM=0), -1 off; never with bf16_wire */
+    int hello_timeout_ms; /* setting up the ring, a connection to this rank's port must prove
+                           * it is rank-1 within this long (default 10000), so a stray one that
+                           * says nothing does not hold the ring up until timeout_ms */
 };
 
 /* Connects the tcp ring: each rank listens on the interface that reaches the store, publishes

@@ -45,6 +45,7 @@ struct tcp {
     int rank, world;
     int next_fd, prev_fd;
     int timeout_ms;
+    int hello_ms; /* coll_opts.hello_timeout_ms */
     size_t chunk;
     bool bf16;
     char next_addr[NET_MAX_ADDR + 16], prev_addr[NET_MAX_ADDR + 16];
@@ -521,7 +522,8 @@ static void hello_mac(struct store *st, const unsigned char *nonce, int64_t inst
     store_hmac(st, m, l + NONCE_LEN + 12, mac);
 }
 
-/* Accepts until the expected previous rank shows up with a valid hello; strays are dropped. */
+/* Accepts until the expected previous rank shows up with a valid hello; strays are dropped,
+ * silent ones once hello_ms is up. */
 static int accept_prev(struct tcp *t, struct store *st, int lfd, const unsigned char *nonce,
                        int64_t inst)
 {
@@ -537,13 +539,14 @@ static int accept_prev(struct tcp *t, struct store *st, int lfd, const unsigned 
             return DIST_ETIMEDOUT;
         }
         hello_mac(st, nonce, inst, prev, want);
-        if (net_read_all(fd, h, sizeof(h), left) == 0 && (int)net_get_u32(h) == prev &&
+        if (net_read_all(fd, h, sizeof(h), left < t->hello_ms ? left : t->hello_ms) == 0 &&
+            (int)net_get_u32(h) == prev &&
             CRYPTO_memcmp(h + 4, want, STORE_MAC_LEN) == 0) { /* constant time, as store.c */
             t->prev_fd = fd;
             return 0;
         }
-        dist_log("tcp collectives: dropped a connection that did not authenticate as rank %d",
-                 prev);
+        dist_log("tcp collectives: dropped a connection that did not authenticate as rank %d "
+                 "within %.1f s", prev, t->hello_ms / 1000.0);
         close(fd);
     }
 }
@@ -670,6 +673,7 @@ int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **o
     t->world = store_world_size(st);
     t->next_fd = t->prev_fd = -1;
     t->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 60000;
+    t->hello_ms = o.hello_timeout_ms > 0 ? o.hello_timeout_ms : 10000;
     t->bf16 = o.bf16_wire;
     if (t->world > 1) {
         if ((rc = net_listen(store_local_addr(st), 0, &lfd, &lport))) {

@@ -24,6 +24,7 @@
 #include "worker/coll_shm.h"
 #include "worker/dist.h"
 #include "worker/dist_testutil.h"
+#include "worker/net.h"
 #include "worker/store.h"
 
 struct job {
@@ -34,6 +35,8 @@ struct job {
     int env_off;    /* rank that sets GANTRY_COLL_SHM=0 (-1: none, -2: all) */
     int private_kb; /* > 0: rank private_rank gets its own /dev/shm of this size, as a pod has */
     int private_rank;
+    int go_fd;      /* > 0: rank 0 reads one byte from it before it starts its collectives */
+    int hello_ms;   /* coll_opts.hello_timeout_ms */
 };
 
 /* Every rank process this test started, to look for their objects in /dev/shm at the end. */
@@ -475,6 +478,109 @@ static void test_world1(void)
     TEST_EQ_INT(tu_wait(p, 60000, NULL), 0);
 }
 
+/* Rank 1's listening TCP port, from the socket inodes of its open files and /proc/net/tcp
+ * (the collectives listen on an ephemeral port they publish only in the store); -1 if none. */
+static int listening_port(pid_t pid)
+{
+    char path[64], link[64], line[512];
+    unsigned long inodes[64];
+    int n = 0, port = -1;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL && n < 64) {
+        char fd[340];
+        ssize_t l;
+        snprintf(fd, sizeof(fd), "%s/%s", path, e->d_name);
+        if ((l = readlink(fd, link, sizeof(link) - 1)) > 0) {
+            link[l] = 0;
+            if (sscanf(link, "socket:[%lu]", &inodes[n]) == 1)
+                n++;
+        }
+    }
+    if (d)
+        closedir(d);
+    FILE *f = fopen("/proc/net/tcp", "r");
+    while (f && port < 0 && fgets(line, sizeof(line), f)) {
+        unsigned lp, st;
+        unsigned long ino;
+        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*d %lu", &lp, &st,
+                   &ino) != 3 || st != 0x0A) /* TCP_LISTEN */
+            continue;
+        for (int i = 0; i < n; i++)
+            if (inodes[i] == ino)
+                port = (int)lp;
+    }
+    if (f)
+        fclose(f);
+    return port;
+}
+
+static int stray_main(int rank, void *arg)
+{
+    const struct job *j = arg;
+    struct dist_rdzv *rz = NULL;
+    struct coll *c = NULL;
+    struct coll_opts o = {.timeout_ms = j->timeout_ms, .shm = -1, .hello_timeout_ms = j->hello_ms};
+    float b[5];
+    char go;
+    int rc;
+
+    for (int i = 0; i < 5; i++)
+        b[i] = val(rank, (size_t)i);
+    if ((rc = join(j, rank, &rz)))
+        return dist_exit_code(rc);
+    if (rank == 0 && read(j->go_fd, &go, 1) != 1)
+        return 91;
+    if ((rc = coll_tcp_new(dist_rdzv_store(rz), &o, &c)) ||
+        (rc = coll_allreduce(c, b, 5, COLL_SUM)))
+        return dist_exit_code(rc);
+    rc = check_sum(b, 5, j->world, 1.0f);
+    coll_free(c);
+    dist_rdzv_free(rz);
+    return rc;
+}
+
+/* Strays connect to rank 1's collective port before rank 0 does: one says nothing, one sends a
+ * hello with a wrong MAC. Rank 1 drops both (the silent one once hello_timeout_ms is up, not at
+ * the ring's 20 s timeout) and the ring forms with rank 0. */
+static void test_stray_connections(void)
+{
+    struct job j = {.port = tu_free_port(), .world = 2, .timeout_ms = 20000, .shm = -1,
+                    .env_off = -1, .hello_ms = 1000};
+    int go[2], port = -1, silent = -1, wrong = -1;
+    char why[256];
+    unsigned char junk[36] = {0, 0, 0, 0};
+
+    if (!TEST_CHECK(pipe(go) == 0))
+        return;
+    j.go_fd = go[0];
+    pid_t p0 = spawn(stray_main, 0, &j), p1 = spawn(stray_main, 1, &j);
+    close(go[0]);
+    for (int64_t until = dist_now_ms() + 20000; port < 0 && dist_now_ms() < until;)
+        if ((port = listening_port(p1)) < 0)
+            usleep(10000);
+    TEST_CHECK(port > 0);
+    int64_t t0 = dist_now_ms();
+    if (port > 0) {
+        TEST_EQ_INT(net_connect("127.0.0.1", port, 5000, &silent, why, sizeof(why)), 0);
+        TEST_EQ_INT(net_connect("127.0.0.1", port, 5000, &wrong, why, sizeof(why)), 0);
+        TEST_EQ_INT(net_write_all(wrong, junk, sizeof(junk), 5000), 0);
+    }
+    TEST_EQ_INT(write(go[1], "g", 1), 1);
+    TEST_EQ_INT(tu_wait(p0, 60000, NULL), 0);
+    TEST_EQ_INT(tu_wait(p1, 60000, NULL), 0);
+    int64_t took = dist_now_ms() - t0;
+    printf("     the ring formed %lld ms after the strays connected\n", (long long)took);
+    TEST_CHECK(took < 15000); /* not held up until the 20 s timeout */
+    close(go[1]);
+    if (silent >= 0)
+        close(silent);
+    if (wrong >= 0)
+        close(wrong);
+}
+
 /* A rank that all-reduces until the collective fails; exits with dist_exit_code(). */
 static int loop_main(int rank, void *arg)
 {
@@ -609,6 +715,7 @@ int main(void)
 {
     TEST_RUN(test_bf16_convert);
     TEST_RUN(test_world1);
+    TEST_RUN(test_stray_connections);
     TEST_RUN(test_world2);
     TEST_RUN(test_world3);
     TEST_RUN(test_world4);
