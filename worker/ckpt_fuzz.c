@@ -19,8 +19,9 @@
  *  - what ckpt_load read survives ckpt_write -> ckpt_find_latest -> ckpt_load unchanged
  *    (every tensor byte for byte, the meta, state.json's extra);
  *  - when model_dir_open (gantry-predict, initFrom) accepts the directory, its model config
- *    allocates, and when the weights load into it (names and shapes match) a forward pass runs on
- *    a short document of the vocab's tokens.
+ *    allocates, its weights load into it or are refused with a reason (all of them, and all but
+ *    the classifier as initFrom with other labels does), and once loaded a forward pass runs on a
+ *    short document of the vocab's tokens.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -188,6 +189,10 @@ static void check_model_dir(const char *dir)
         FUZZ_CHECK(md.weights && md.vocab && vocab_size(md.vocab) == md.mc.vocab);
         memset(&m, 0, sizeof(m));
         FUZZ_CHECK(model_alloc(&m, &md.mc, 1, err, sizeof(err)) == 0);
+        /* initFrom with other labels: all but the classifier; then everything, as predict */
+        if (model_load_body(&m, md.weights, err, sizeof(err)) != 0)
+            FUZZ_CHECK(err[0] != '\0');
+        err[0] = '\0';
         if (model_load_params(&m, md.weights, err, sizeof(err)) == 0) {
             int T = md.mc.max_seq_len < 5 ? md.mc.max_seq_len : 5, tok[5], len = T, label = 0;
             for (int t = 0; t < T; t++)
