@@ -92,13 +92,13 @@ static long long dir_step(const uint8_t *data, size_t len)
     return step;
 }
 
-/* Writes the sections into dir (created); returns how many there were. */
-static int unpack(const uint8_t *data, size_t size, const char *dir)
+/* Writes the sections into dir (created), and the manifest unless the input has one. */
+static void unpack(const uint8_t *data, size_t size, const char *dir)
 {
     const uint8_t *at = data, *end = data + size;
     const size_t sl = strlen(CKPT_FUZZ_SEP);
     char path[512], hex[65];
-    struct buf { const uint8_t *p; size_t n; } sec[N_SECTIONS];
+    struct section { const uint8_t *p; size_t n; } sec[N_SECTIONS];
     int n = 0;
 
     while (n < N_SECTIONS) {
@@ -125,7 +125,6 @@ static int unpack(const uint8_t *data, size_t size, const char *dir)
     }
     if (mf)
         FUZZ_CHECK(fclose(mf) == 0);
-    return n;
 }
 
 static void same_snapshot(const struct ckpt_snapshot *a, const struct ckpt_snapshot *b)
