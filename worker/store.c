@@ -77,6 +77,7 @@ struct conn {
     struct buf in, out;
     char *wait_key; /* pending WAIT, or NULL */
     bool left;      /* said BYE: its hang-up is not a lost rank */
+    int64_t auth_deadline; /* ST_CHALLENGED: hung up on at this dist_now_ms() */
 };
 
 struct kv {
@@ -92,6 +93,7 @@ struct store_server {
     bool running;
     char *token, *hash;
     int world;
+    int auth_ms; /* store_server_opts.auth_timeout_ms */
     struct conn *conns;
     size_t nconns, capconns;
     struct kv *kvs;
@@ -394,10 +396,22 @@ static void conn_accept(struct store_server *s)
     if (net_accept(s->lfd, 0, &fd) != 0)
         return;
     if (s->nconns >= (size_t)s->world * 2 + 64) { /* every rank once, plus slack for retries */
-        dist_log("Store server: refusing a connection: %zu are open for WORLD_SIZE=%d",
-                 s->nconns, s->world);
-        close(fd);
-        return;
+        /* A stranger cannot keep the ranks out by filling the table: the oldest connection that
+         * has not answered its challenge makes room. */
+        size_t old = s->nconns;
+        for (size_t i = 0; i < s->nconns; i++)
+            if (s->conns[i].state == ST_CHALLENGED &&
+                (old == s->nconns || s->conns[i].auth_deadline < s->conns[old].auth_deadline))
+                old = i;
+        if (old == s->nconns) {
+            dist_log("Store server: refusing a connection: %zu are open for WORLD_SIZE=%d",
+                     s->nconns, s->world);
+            close(fd);
+            return;
+        }
+        dist_log("Store server: %zu connections are open for WORLD_SIZE=%d: dropping the oldest "
+                 "that has not authenticated", s->nconns, s->world);
+        conn_close(s, old);
     }
     if (s->nconns == s->capconns) {
         s->capconns = s->capconns ? 2 * s->capconns : 16;
@@ -408,6 +422,7 @@ static void conn_accept(struct store_server *s)
     c->fd = fd;
     c->rank = -1;
     c->state = ST_CHALLENGED;
+    c->auth_deadline = dist_now_ms() + s->auth_ms;
     buf_init(&c->in, MAX_FRAME + 4);
     buf_init(&c->out, CONN_OUT_MAX);
     if (RAND_bytes(c->nonce, NONCE_LEN) != 1) {
@@ -475,13 +490,14 @@ static void *server_main(void *arg)
 
     for (;;) {
         size_t n = s->nconns + 2;
-        int timeout = -1;
-        if (drain_until >= 0) {
-            int64_t left = drain_until - dist_now_ms();
-            if (s->nconns == 0 || left <= 0)
-                break;
-            timeout = (int)left;
-        }
+        int64_t now = dist_now_ms(), until = drain_until;
+        for (size_t i = 0; i < s->nconns; i++) /* the next challenge to run out */
+            if (s->conns[i].state == ST_CHALLENGED &&
+                (until < 0 || s->conns[i].auth_deadline < until))
+                until = s->conns[i].auth_deadline;
+        int timeout = until < 0 ? -1 : until <= now ? 0 : (int)(until - now);
+        if (drain_until >= 0 && (s->nconns == 0 || drain_until <= now))
+            break;
         if (n > cap) {
             cap = 2 * n;
             pf = xrealloc(pf, cap * sizeof(*pf));
@@ -506,6 +522,7 @@ static void *server_main(void *arg)
             continue;
         }
         /* Walk backwards: conn_close() moves the last connection into the freed slot. */
+        now = dist_now_ms();
         for (size_t i = n - 2; i-- > 0;) {
             struct conn *c = &s->conns[i];
             bool ok = true;
@@ -513,6 +530,11 @@ static void *server_main(void *arg)
                 ok = conn_read(s, c);
             if (ok && (buf_len(&c->out) || c->state == ST_CLOSING))
                 ok = conn_write(c);
+            if (ok && c->state == ST_CHALLENGED && now >= c->auth_deadline) {
+                dist_log("Store server: dropping a connection that did not authenticate within "
+                         "%.1f s", s->auth_ms / 1000.0);
+                ok = false;
+            }
             if (!ok)
                 conn_close(s, i);
         }
@@ -540,6 +562,7 @@ int store_server_start(const struct store_server_opts *o, struct store_server **
     s->token = xstrdup(o->token);
     s->hash = xstrdup(o->config_hash ? o->config_hash : "");
     s->world = o->world_size;
+    s->auth_ms = o->auth_timeout_ms > 0 ? o->auth_timeout_ms : 10000;
     s->lost_rank = -1;
     s->rank_fd = xmallocarray((size_t)s->world, sizeof(int));
     for (int i = 0; i < s->world; i++)

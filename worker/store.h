@@ -42,6 +42,9 @@ struct store_server_opts {
     const char *token;       /* borrowed, copied; must be non-empty */
     int world_size;          /* every client must say the same */
     const char *config_hash; /* every client must say the same; may be "" */
+    int auth_timeout_ms;     /* a connection must answer the challenge within this (default
+                              * 10000); when the connection table is full, the oldest one that
+                              * has not yet makes room for a new one */
 };
 
 /* Binds, listens and starts the server thread. DIST_EIO (with a message: e.g. port in use) or

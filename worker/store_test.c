@@ -170,6 +170,54 @@ static void test_junk_client(void)
     store_server_free(srv);
 }
 
+/* Strangers that connect and say nothing (a port scan, a flood) neither keep the ranks out nor
+ * stay: with the connection table full the oldest unauthenticated one makes room, and each is
+ * hung up on once auth_timeout_ms is up. */
+static void test_silent_strangers(void)
+{
+    struct store_server *srv = NULL;
+    struct store *a = NULL, *b = NULL;
+    struct store_server_opts so = {.bind_addr = "127.0.0.1", .token = "tok", .world_size = 2,
+                                   .auth_timeout_ms = 1000};
+    enum { N = 2 * 2 + 64 + 8 }; /* more than the table holds for WORLD_SIZE=2 */
+    int fds[N], port;
+    unsigned char ch[4 + 1 + 32];
+    void *v = NULL;
+    size_t vl;
+
+    TEST_EQ_INT(store_server_start(&so, &srv), 0);
+    if (!srv)
+        return;
+    port = store_server_port(srv);
+    for (int i = 0; i < N; i++)
+        TEST_EQ_INT(net_connect("127.0.0.1", port, 2000, &fds[i], NULL, 0), 0);
+    struct store_opts co = {.host = "127.0.0.1", .port = port, .token = "tok", .rank = 0,
+                            .world_size = 2, .connect_timeout_ms = 2000, .op_timeout_ms = 2000};
+    int64_t t0 = dist_now_ms();
+    TEST_EQ_INT(store_connect(&co, &a), 0);
+    co.rank = 1;
+    TEST_EQ_INT(store_connect(&co, &b), 0);
+    printf("     both ranks joined %lld ms after %d silent connections\n",
+           (long long)(dist_now_ms() - t0), N);
+    if (a && b) {
+        TEST_EQ_INT(store_set(a, "k", "v", 1), 0);
+        TEST_EQ_INT(store_get(b, "k", &v, &vl), 0);
+        free(v);
+    }
+    /* the newest stranger was let in (challenged), then hung up on after 1 s */
+    TEST_EQ_INT(net_read_all(fds[N - 1], ch, sizeof(ch), 3000), 0);
+    TEST_EQ_INT(ch[4], 'C');
+    TEST_EQ_INT(net_read_all(fds[N - 1], ch, 1, 5000), DIST_EPEER);
+    int64_t took = dist_now_ms() - t0;
+    printf("     the newest stranger was hung up on after %lld ms\n", (long long)took);
+    TEST_CHECK(took >= 900 && took < 5000);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    store_free(a);
+    store_free(b);
+    store_server_free(srv);
+}
+
 /* A waiter in another process is woken by a set. */
 static int late_setter(int rank, void *arg)
 {
@@ -380,6 +428,7 @@ int main(void)
     TEST_RUN(test_env_load);
     TEST_RUN(test_kv_ops);
     TEST_RUN(test_junk_client);
+    TEST_RUN(test_silent_strangers);
     TEST_RUN(test_wait_wakes);
     TEST_RUN(test_rendezvous_4);
     TEST_RUN(test_wrong_token);
