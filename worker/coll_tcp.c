@@ -522,33 +522,98 @@ static void hello_mac(struct store *st, const unsigned char *nonce, int64_t inst
     store_hmac(st, m, l + NONCE_LEN + 12, mac);
 }
 
-/* Accepts until the expected previous rank shows up with a valid hello; strays are dropped,
- * silent ones once hello_ms is up. */
+/* Connections accepted and not yet authenticated, read side by side (COLL_PENDING at most: a
+ * new one then replaces the oldest). */
+#define COLL_PENDING 16
+#define HELLO_LEN (4 + STORE_MAC_LEN)
+
+struct pending {
+    int fd;
+    size_t got;
+    unsigned char h[HELLO_LEN];
+    int64_t until; /* dropped at this dist_now_ms() */
+};
+
+static void drop_pending(struct pending *p, int *np, int i, int prev, const char *why)
+{
+    dist_log("tcp collectives: waiting for rank %d, dropped a connection: %s", prev, why);
+    close(p[i].fd);
+    p[i] = p[--*np];
+}
+
+/* Accepts until the expected previous rank shows up with a valid hello. Strays are read side by
+ * side with it and dropped: a wrong hello at once, a silent one after hello_ms, so none holds
+ * up the ring. */
 static int accept_prev(struct tcp *t, struct store *st, int lfd, const unsigned char *nonce,
                        int64_t inst)
 {
     int64_t deadline = dist_now_ms() + t->timeout_ms;
-    int prev = (t->rank - 1 + t->world) % t->world;
+    int prev = (t->rank - 1 + t->world) % t->world, np = 0, rc = DIST_ETIMEDOUT;
+    unsigned char want[STORE_MAC_LEN];
+    struct pending p[COLL_PENDING];
+    struct pollfd pf[COLL_PENDING + 1];
 
+    hello_mac(st, nonce, inst, prev, want);
     for (;;) {
-        unsigned char h[4 + STORE_MAC_LEN], want[STORE_MAC_LEN];
-        int fd, left = (int)(deadline - dist_now_ms());
-        if (left <= 0 || net_accept(lfd, left, &fd) != 0) {
+        int64_t now = dist_now_ms(), until = deadline;
+        if (now >= deadline) {
             dist_log("tcp collectives: rank %d (%s) did not connect within %.1f s", prev,
                      t->prev_addr, t->timeout_ms / 1000.0);
-            return DIST_ETIMEDOUT;
+            break;
         }
-        hello_mac(st, nonce, inst, prev, want);
-        if (net_read_all(fd, h, sizeof(h), left < t->hello_ms ? left : t->hello_ms) == 0 &&
-            (int)net_get_u32(h) == prev &&
-            CRYPTO_memcmp(h + 4, want, STORE_MAC_LEN) == 0) { /* constant time, as store.c */
-            t->prev_fd = fd;
-            return 0;
+        pf[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        for (int i = 0; i < np; i++) {
+            pf[i + 1] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
+            until = p[i].until < until ? p[i].until : until;
         }
-        dist_log("tcp collectives: dropped a connection that did not authenticate as rank %d "
-                 "within %.1f s", prev, t->hello_ms / 1000.0);
-        close(fd);
+        int n = poll(pf, (nfds_t)np + 1, until > now ? (int)(until - now) : 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = DIST_EIO;
+            break;
+        }
+        now = dist_now_ms();
+        for (int i = np; i-- > 0;) { /* backwards: a drop moves the last one here */
+            if (pf[i + 1].revents) {
+                ssize_t r = recv(p[i].fd, p[i].h + p[i].got, HELLO_LEN - p[i].got, MSG_DONTWAIT);
+                if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+                    drop_pending(p, &np, i, prev, "it hung up before its hello");
+                    continue;
+                }
+                p[i].got += r > 0 ? (size_t)r : 0;
+                if (p[i].got == HELLO_LEN) {
+                    if ((int)net_get_u32(p[i].h) == prev && /* constant time, as store.c: */
+                        CRYPTO_memcmp(p[i].h + 4, want, STORE_MAC_LEN) == 0) {
+                        t->prev_fd = p[i].fd;
+                        p[i] = p[--np];
+                        rc = 0;
+                        goto out;
+                    }
+                    drop_pending(p, &np, i, prev, "its hello did not authenticate");
+                    continue;
+                }
+            }
+            if (now >= p[i].until) /* a prefix of a hello, or nothing, for hello_ms */
+                drop_pending(p, &np, i, prev, "no complete hello within hello_timeout_ms");
+        }
+        if (pf[0].revents) {
+            int fd;
+            if (net_accept(lfd, 0, &fd) == 0) {
+                if (np == COLL_PENDING) { /* the oldest makes room */
+                    int old = 0;
+                    for (int i = 1; i < np; i++)
+                        old = p[i].until < p[old].until ? i : old;
+                    drop_pending(p, &np, old, prev, "the oldest without a hello, to make room");
+                }
+                p[np++] = (struct pending){.fd = fd, .until = now + t->hello_ms};
+            }
+        }
     }
+out:
+    while (np > 0)
+        close(p[--np].fd);
+    return rc;
 }
 
 /* The per-instance nonce, address exchange and the two connections. */
