@@ -36,6 +36,9 @@ gantry_test(launch_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/launch_test.c LIBS gan
 target_compile_definitions(launch_test PRIVATE DIST_SMOKE="$<TARGET_FILE:dist_smoke>")
 add_dependencies(launch_test dist_smoke)
 add_test(NAME gantry_run_smoke COMMAND gantry-run --nproc 4 -- $<TARGET_FILE:dist_smoke>)
+add_test(NAME gantry_run_cli_test
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/gantry_run_cli_test.sh $<TARGET_FILE:gantry-run>)
+set_tests_properties(gantry_run_cli_test PROPERTIES TIMEOUT 60)
 
 # NCCL backend: compiled only with CUDA; without it coll_nccl.h provides a stub.
 if(GANTRY_HAVE_NCCL)

@@ -5,6 +5,7 @@
  * --node-rank R, node R's N ranks of an M-node job, like torchrun's static rendezvous (every node
  * names node 0's address and port and shares GANTRY_RDZV_TOKEN). See launch.h.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,22 @@ static void usage(FILE *f)
             "(128+signal if it was killed by a signal).\n");
 }
 
+#define RUN_MAX_NPROC 1024    /* ranks on one machine */
+#define RUN_MAX_WORLD (1 << 20) /* the worker's WORLD_SIZE limit (dist.c) */
+
+/* A flag's value as a whole number in lo..hi, or exit 64 naming it: atoi read "2x" as 2. */
+static int int_arg(const char *flag, const char *v, int lo, int hi)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "gantry-run: --%s %s: want a whole number in %d..%d\n", flag, v, lo, hi);
+        exit(64);
+    }
+    return (int)x;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"nproc", required_argument, NULL, 'n'},
@@ -48,12 +65,12 @@ int main(int argc, char **argv)
 
     while ((c = getopt_long(argc, argv, "+n:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'n': o.nproc = atoi(optarg); break;
+        case 'n': o.nproc = int_arg("nproc", optarg, 1, RUN_MAX_NPROC); break;
         case 'a': o.master_addr = optarg; break;
-        case 'p': o.master_port = atoi(optarg); break;
-        case 'g': o.grace_ms = atoi(optarg) * 1000; break;
-        case 'N': nnodes = atoi(optarg); break;
-        case 'R': o.node_rank = atoi(optarg); break;
+        case 'p': o.master_port = int_arg("master-port", optarg, 1, 65535); break;
+        case 'g': o.grace_ms = int_arg("grace", optarg, 1, 3600) * 1000; break;
+        case 'N': nnodes = int_arg("nnodes", optarg, 1, 65536); break;
+        case 'R': o.node_rank = int_arg("node-rank", optarg, 0, 65535); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 64;
         }
@@ -65,6 +82,11 @@ int main(int argc, char **argv)
     if (nnodes < 1 || o.node_rank < 0 || o.node_rank >= nnodes) {
         fprintf(stderr, "gantry-run: --node-rank must be in 0..%d (--nnodes %d)\n", nnodes - 1,
                 nnodes);
+        return 64;
+    }
+    if ((long)nnodes * o.nproc > RUN_MAX_WORLD) {
+        fprintf(stderr, "gantry-run: --nproc %d x --nnodes %d ranks is more than a job can have "
+                        "(%d)\n", o.nproc, nnodes, RUN_MAX_WORLD);
         return 64;
     }
     if (nnodes > 1) {
