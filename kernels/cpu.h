@@ -17,6 +17,8 @@
 #ifndef GANTRY_CPU_H
 #define GANTRY_CPU_H
 
+#include <stdint.h>
+
 /*
  * CPU_CLONES on a hot loop function compiles it for AVX-512, AVX2+FMA and the baseline, and
  * picks one at load time by CPU features (GCC target_clones, an ifunc; "arch=skylake-avx512"
@@ -38,14 +40,17 @@
 static inline float cpu_expf(float x)
 {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    /* n = round(x / ln2) by the 1.5 * 2^23 trick (exact for |x / ln2| < 2^22) */
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    /* n = round(x / ln2) by the 1.5 * 2^23 trick (exact for |x / ln2| < 2^22): t's low
+     * mantissa bits then hold n itself */
+    union { float f; uint32_t u; } t = {.f = x * 1.44269504088896341f + 12582912.0f};
+    float n = t.f - 12582912.0f;
     float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f +
               r * (8.3333338e-3f + r * 1.3888889e-3f)))));
-    /* a NaN x gives a NaN p; n is then NaN too, and converting it to int is undefined */
-    union { float f; int i; } u = {.i = ((int)(n == n ? n : 0.0f) + 127) << 23};
-    return p * u.f;
+    /* 2^n from those bits, in unsigned arithmetic: no float-to-int conversion, which a NaN x
+     * (a diverged model) made undefined; NaN then gives a NaN p and defined bits here */
+    union { float f; uint32_t u; } e = {.u = (t.u - 0x4B400000u + 127u) << 23};
+    return p * e.f;
 }
 
 /* tanh(x) = 1 - 2 / (exp(2x) + 1): absolute error < 3e-7, exact limits +-1. */
