@@ -111,35 +111,22 @@ add_executable(ckpt_fuzz_replay ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_fuzz.c
 target_link_libraries(ckpt_fuzz_replay PRIVATE gantry_core gantry_dist)
 add_test(NAME ckpt_fuzz_replay COMMAND ckpt_fuzz_replay ${_ck_seeds})
 set_tests_properties(ckpt_fuzz_replay PROPERTIES TIMEOUT 120 ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
-if(GANTRY_CLANG AND NOT GANTRY_FUZZ STREQUAL "OFF" AND NOT CMAKE_BUILD_TYPE STREQUAL "Asan")
+if(GANTRY_CLANG AND NOT GANTRY_FUZZ STREQUAL "OFF")
     pkg_check_modules(CKFZ_BLAS REQUIRED openblas)
     pkg_check_modules(CKFZ_CRYPTO REQUIRED libcrypto)
-    set(_ck_srcs)
-    foreach(s worker/ckpt_fuzz.c worker/ckpt.c worker/ckpt_read.c worker/model_io.c
-              worker/model.c worker/card.c worker/vocab.c worker/text.c worker/dataset.c
-              worker/dist.c worker/store.c worker/net.c common/buf.c common/hash.c common/xalloc.c
-              kernels/cpu.c kernels/gelu_cpu.c kernels/embed_cpu.c kernels/layernorm_cpu.c
-              kernels/matmul_cpu.c kernels/attention_cpu.c kernels/pool_cpu.c
-              kernels/crossentropy_cpu.c kernels/adamw_cpu.c)
-        list(APPEND _ck_srcs ${PROJECT_SOURCE_DIR}/${s})
-    endforeach()
-    set(_bin ${CMAKE_CURRENT_BINARY_DIR}/ckpt_fuzz)
-    add_custom_command(OUTPUT ${_bin}
-        COMMAND ${GANTRY_CLANG} -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
-                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wno-unknown-pragmas
-                -I${PROJECT_SOURCE_DIR} ${JANSSON_CFLAGS} ${CKFZ_BLAS_CFLAGS} ${_ck_srcs}
-                ${JANSSON_LDFLAGS} ${CKFZ_BLAS_LDFLAGS} ${CKFZ_CRYPTO_LDFLAGS} -lpthread -lm
-                -o ${_bin}
-        DEPENDS ${_ck_srcs} COMMENT "Building libFuzzer target ckpt_fuzz with clang" VERBATIM)
-    add_custom_target(ckpt_fuzz_bin ALL DEPENDS ${_bin})
-    # -close_fd_mask=2: the reader's "Skipping checkpoint" lines (the sanitizers still report)
-    add_test(NAME ckpt_fuzz
-        COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1 OPENBLAS_NUM_THREADS=1
-                ${_bin} -max_total_time=${GANTRY_FUZZ_SECONDS} -timeout=10 -rss_limit_mb=2048
-                -max_len=65536 -close_fd_mask=2 -print_final_stats=1
-                -dict=${CMAKE_CURRENT_SOURCE_DIR}/testdata/fuzz/ckpt.dict
-                -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/fuzz/ckpt/crash-
-                ${CMAKE_CURRENT_BINARY_DIR}/fuzz/ckpt ${_ck_seeds})
-    set_tests_properties(ckpt_fuzz PROPERTIES LABELS fuzz TIMEOUT 180)
-    file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fuzz/ckpt)
 endif()
+set(_ck_srcs)
+foreach(s worker/ckpt_fuzz.c worker/ckpt.c worker/ckpt_read.c worker/model_io.c worker/model.c
+          worker/card.c worker/vocab.c worker/text.c worker/dataset.c worker/dist.c
+          worker/store.c worker/net.c common/buf.c common/hash.c common/xalloc.c kernels/cpu.c
+          kernels/gelu_cpu.c kernels/embed_cpu.c kernels/layernorm_cpu.c kernels/matmul_cpu.c
+          kernels/attention_cpu.c kernels/pool_cpu.c kernels/crossentropy_cpu.c
+          kernels/adamw_cpu.c)
+    list(APPEND _ck_srcs ${PROJECT_SOURCE_DIR}/${s})
+endforeach()
+# -close_fd_mask=2: the reader's "Skipping checkpoint" lines (the sanitizers still report)
+gantry_libfuzzer(ckpt SEEDS ${_ck_seeds} SOURCES ${_ck_srcs} MAX_LEN 65536
+    CFLAGS -Wno-unknown-pragmas ${JANSSON_CFLAGS} ${CKFZ_BLAS_CFLAGS}
+    LDFLAGS ${JANSSON_LDFLAGS} ${CKFZ_BLAS_LDFLAGS} ${CKFZ_CRYPTO_LDFLAGS} -lpthread -lm
+    ENV OPENBLAS_NUM_THREADS=1
+    ARGS -close_fd_mask=2 -dict=${CMAKE_CURRENT_SOURCE_DIR}/testdata/fuzz/ckpt.dict)

@@ -38,6 +38,39 @@ if(NOT GANTRY_FUZZ STREQUAL "OFF")
         message(FATAL_ERROR "GANTRY_FUZZ=ON but no clang found; apt-get install clang")
     endif()
 endif()
+# gantry_libfuzzer(NAME SOURCES <full paths> [SEEDS dir] [CFLAGS ...] [LDFLAGS ...] [ENV k=v ...]
+#                  [ARGS ...] [MAX_LEN n] [TIMEOUT s]): with clang, the libFuzzer binary
+# <NAME>_fuzz (ASan + UBSan) and its bounded ctest <NAME>_fuzz (label "fuzz"), new inputs and
+# crashes kept in the build tree's fuzz/<NAME>/. The Asan build tree leaves it out: the binary
+# already carries the sanitizers.
+function(gantry_libfuzzer name)
+    cmake_parse_arguments(F "" "SEEDS;MAX_LEN;TIMEOUT" "SOURCES;CFLAGS;LDFLAGS;ENV;ARGS" ${ARGN})
+    if(NOT GANTRY_CLANG OR GANTRY_FUZZ STREQUAL "OFF" OR CMAKE_BUILD_TYPE STREQUAL "Asan")
+        return()
+    endif()
+    if(NOT F_MAX_LEN)
+        set(F_MAX_LEN 8192)
+    endif()
+    if(NOT F_TIMEOUT)
+        set(F_TIMEOUT 10)
+    endif()
+    set(_bin ${CMAKE_CURRENT_BINARY_DIR}/${name}_fuzz)
+    set(_dir ${CMAKE_CURRENT_BINARY_DIR}/fuzz/${name})
+    add_custom_command(OUTPUT ${_bin}
+        COMMAND ${GANTRY_CLANG} -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
+                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+                -I${PROJECT_SOURCE_DIR} ${F_CFLAGS} ${F_SOURCES} ${F_LDFLAGS} -o ${_bin}
+        DEPENDS ${F_SOURCES} COMMENT "Building libFuzzer target ${name}_fuzz with clang" VERBATIM)
+    add_custom_target(${name}_fuzz_bin ALL DEPENDS ${_bin})
+    add_test(NAME ${name}_fuzz
+        COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1 ${F_ENV}
+                ${_bin} -max_total_time=${GANTRY_FUZZ_SECONDS} -timeout=${F_TIMEOUT}
+                -rss_limit_mb=2048 -max_len=${F_MAX_LEN} -print_final_stats=1 ${F_ARGS}
+                -artifact_prefix=${_dir}/crash- ${_dir} ${F_SEEDS})
+    set_tests_properties(${name}_fuzz PROPERTIES LABELS fuzz TIMEOUT 180)
+    file(MAKE_DIRECTORY ${_dir})
+endfunction()
+
 foreach(f dataset text reader card cfg)
     set(_seeds ${CMAKE_CURRENT_LIST_DIR}/testdata/fuzz/${f})
     # The reader target reads files through a 7-byte window so lines straddle reads.
@@ -52,27 +85,9 @@ foreach(f dataset text reader card cfg)
     target_link_libraries(${f}_fuzz_replay PRIVATE PkgConfig::JANSSON m)
     add_test(NAME ${f}_fuzz_replay COMMAND ${f}_fuzz_replay ${_seeds})
     set_tests_properties(${f}_fuzz_replay PROPERTIES TIMEOUT 120)
-    # The libFuzzer binary already carries ASan + UBSan, so the Asan build tree does not repeat it.
-    if(GANTRY_CLANG AND NOT GANTRY_FUZZ STREQUAL "OFF" AND NOT CMAKE_BUILD_TYPE STREQUAL "Asan")
-        set(_bin ${CMAKE_CURRENT_BINARY_DIR}/${f}_fuzz)
-        add_custom_command(OUTPUT ${_bin}
-            COMMAND ${GANTRY_CLANG} -std=c11 -D_GNU_SOURCE ${_defs} -g -O1 -fno-omit-frame-pointer
-                    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-                    -I${CMAKE_CURRENT_LIST_DIR}/.. ${JANSSON_CFLAGS}
-                    ${CMAKE_CURRENT_LIST_DIR}/${f}_fuzz.c ${_data_srcs}
-                    ${JANSSON_LDFLAGS} -lm -o ${_bin}
-            DEPENDS ${CMAKE_CURRENT_LIST_DIR}/${f}_fuzz.c ${_data_srcs}
-            COMMENT "Building libFuzzer target ${f}_fuzz with clang" VERBATIM)
-        add_custom_target(${f}_fuzz_bin ALL DEPENDS ${_bin})
-        add_test(NAME ${f}_fuzz
-            COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
-                    ${_bin} -max_total_time=${GANTRY_FUZZ_SECONDS} -timeout=10 -rss_limit_mb=2048
-                    -max_len=8192 -print_final_stats=1
-                    -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/fuzz/${f}/crash-
-                    ${CMAKE_CURRENT_BINARY_DIR}/fuzz/${f} ${_seeds})
-        set_tests_properties(${f}_fuzz PROPERTIES LABELS fuzz TIMEOUT 180)
-        file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fuzz/${f})
-    endif()
+    gantry_libfuzzer(${f} SEEDS ${_seeds}
+        SOURCES ${CMAKE_CURRENT_LIST_DIR}/${f}_fuzz.c ${_data_srcs}
+        CFLAGS ${_defs} ${JANSSON_CFLAGS} LDFLAGS ${JANSSON_LDFLAGS} -lm)
 endforeach()
 
 # The SpamAssassin converter (hack/spam_data.py) on a five-e-mail fixture; Python stdlib only.

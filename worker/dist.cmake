@@ -67,26 +67,11 @@ add_executable(store_fuzz_replay ${CMAKE_CURRENT_LIST_DIR}/store_fuzz.c
 target_link_libraries(store_fuzz_replay PRIVATE gantry_dist)
 add_test(NAME store_fuzz_replay COMMAND store_fuzz_replay ${_st_seeds})
 set_tests_properties(store_fuzz_replay PROPERTIES TIMEOUT 120)
-if(GANTRY_CLANG AND NOT GANTRY_FUZZ STREQUAL "OFF" AND NOT CMAKE_BUILD_TYPE STREQUAL "Asan")
-    set(_st_srcs)
-    foreach(s worker/store_fuzz.c worker/store.c worker/net.c worker/dist.c common/buf.c
-              common/xalloc.c)
-        list(APPEND _st_srcs ${PROJECT_SOURCE_DIR}/${s})
-    endforeach()
-    set(_bin ${CMAKE_CURRENT_BINARY_DIR}/store_fuzz)
-    add_custom_command(OUTPUT ${_bin}
-        COMMAND ${GANTRY_CLANG} -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
-                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-                -I${PROJECT_SOURCE_DIR} ${_st_srcs} -lcrypto -lpthread -lm -o ${_bin}
-        DEPENDS ${_st_srcs} COMMENT "Building libFuzzer target store_fuzz with clang" VERBATIM)
-    add_custom_target(store_fuzz_bin ALL DEPENDS ${_bin})
-    # -close_fd_mask=2: the server's log lines (the sanitizers still report)
-    add_test(NAME store_fuzz
-        COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
-                ${_bin} -max_total_time=${GANTRY_FUZZ_SECONDS} -timeout=20 -rss_limit_mb=2048
-                -max_len=4096 -close_fd_mask=2 -print_final_stats=1
-                -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/fuzz/store/crash-
-                ${CMAKE_CURRENT_BINARY_DIR}/fuzz/store ${_st_seeds})
-    set_tests_properties(store_fuzz PROPERTIES LABELS fuzz TIMEOUT 180)
-    file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fuzz/store)
-endif()
+set(_st_srcs)
+foreach(s worker/store_fuzz.c worker/store.c worker/net.c worker/dist.c common/buf.c
+          common/xalloc.c)
+    list(APPEND _st_srcs ${PROJECT_SOURCE_DIR}/${s})
+endforeach()
+# -close_fd_mask=2: the server's log lines (the sanitizers still report)
+gantry_libfuzzer(store SEEDS ${_st_seeds} SOURCES ${_st_srcs} MAX_LEN 4096 TIMEOUT 20
+    LDFLAGS -lcrypto -lpthread -lm ARGS -close_fd_mask=2)
