@@ -491,11 +491,6 @@ static void *server_main(void *arg)
     for (;;) {
         size_t n = s->nconns + 2;
         int64_t now = dist_now_ms(), until = drain_until;
-        for (size_t i = 0; i < s->nconns; i++) /* the next challenge to run out */
-            if (s->conns[i].state == ST_CHALLENGED &&
-                (until < 0 || s->conns[i].auth_deadline < until))
-                until = s->conns[i].auth_deadline;
-        int timeout = until < 0 ? -1 : until <= now ? 0 : (int)(until - now);
         if (drain_until >= 0 && (s->nconns == 0 || drain_until <= now))
             break;
         if (n > cap) {
@@ -506,11 +501,14 @@ static void *server_main(void *arg)
         pf[1] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
         if (drain_until >= 0)
             pf[0].fd = pf[1].fd = -1; /* poll ignores negative fds */
-        for (size_t i = 0; i < s->nconns; i++)
+        for (size_t i = 0; i < s->nconns; i++) {
+            const struct conn *c = &s->conns[i];
             pf[i + 2] = (struct pollfd){
-                .fd = s->conns[i].fd,
-                .events = (short)(POLLIN | (buf_len(&s->conns[i].out) ? POLLOUT : 0))};
-        if (poll(pf, n, timeout) < 0) {
+                .fd = c->fd, .events = (short)(POLLIN | (buf_len(&c->out) ? POLLOUT : 0))};
+            if (c->state == ST_CHALLENGED && (until < 0 || c->auth_deadline < until))
+                until = c->auth_deadline; /* the next challenge to run out */
+        }
+        if (poll(pf, n, until < 0 ? -1 : until <= now ? 0 : (int)(until - now)) < 0) {
             if (errno == EINTR)
                 continue;
             dist_log("Store server poll failed: %s", strerror(errno));
