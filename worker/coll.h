@@ -12,11 +12,16 @@
  *        and do not), the fp32 all-reduce goes through shared memory instead (coll_shm.h: one
  *        copy in and out per byte instead of two kernel copies per ring hop; the sum is in rank
  *        order, bit-identical on every rank); a probe at coll_tcp_new decides, on every rank
- *        alike, and falls back to the ring on any failure (rank 0 says why). Switch it off with
- *        coll_opts.shm = -1 or GANTRY_COLL_SHM=0. It reserves 2 x world x 1 MiB of /dev/shm
- *        per struct coll (the object is unlinked at once: nothing is left there). Broadcast,
- *        all-gather and barrier always use the ring, and its sockets detect a dead rank during
- *        shared-memory all-reduces too.
+ *        alike, and falls back to the ring on any failure (rank 0 says why). Several ranks per
+ *        node on several nodes (NPROC_PER_NODE, or coll_opts.local_size): when each node's
+ *        ranks map an object of their own, the all-reduce is hierarchical: reduced within each
+ *        node through shared memory, each local rank's share all-reduced across the nodes on a
+ *        ring of its own (the node's rings side by side), gathered within the node. Switch
+ *        shared memory off with coll_opts.shm = -1 or GANTRY_COLL_SHM=0. It reserves 2 x
+ *        ranks x 1 MiB of /dev/shm per struct coll (ranks sharing the object; it is unlinked
+ *        at once: nothing is left there). Broadcast, all-gather and barrier always use the
+ *        ring of all ranks, and its sockets detect a dead rank during shared-memory
+ *        all-reduces too.
  *   nccl (coll_nccl_new, coll_nccl.h): NCCL on GPUs; buffers are device memory.
  *
  * Contract for every collective: all ranks call the same collectives in the same order with the
@@ -63,8 +68,12 @@ struct coll_opts {
     bool bf16_wire;      /* all-reduce: send bf16 instead of fp32 (half the bytes; every rank
                           * ends with identical values, rounded to bf16 precision) */
     int sock_buf_bytes;  /* SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning */
-    int shm;             /* all-reduce through shared memory when all ranks can map it: 0 auto
-                          * (unless GANTRY_COLL_SHM=0), -1 off; never with bf16_wire */
+    int shm;             /* all-reduce through shared memory when ranks can map it: 0 auto
+                          * (unless GANTRY_COLL_SHM=0), -1 off, 2 within nodes only (as
+                          * GANTRY_COLL_SHM=node: tests, benchmarks); the whole world's never
+                          * with bf16_wire (within nodes, the rings between them carry bf16) */
+    int local_size;      /* ranks per node, node = rank / local_size (contiguous ranks); 0:
+                          * NPROC_PER_NODE from the environment, else 1 */
     int hello_timeout_ms; /* setting up the ring, a connection to this rank's port must prove
                            * it is rank-1 within this long (default 10000), so a stray one that
                            * says nothing does not hold the ring up until timeout_ms */
@@ -79,6 +88,9 @@ int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **o
 
 /* True when c is a tcp coll whose all-reduce runs through shared memory (same on every rank). */
 bool coll_tcp_uses_shm(const struct coll *c);
+/* How many groups of ranks share memory in c's all-reduce: 0 none (the ring), 1 the whole world,
+ * more: one per node (hierarchical). Same on every rank. */
+int coll_tcp_shm_groups(const struct coll *c);
 
 /* "tcp" or "nccl". */
 const char *coll_backend(const struct coll *c);

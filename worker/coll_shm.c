@@ -53,7 +53,8 @@ struct shm_hdr {
     uint32_t world;
     uint32_t piece; /* floats per piece (= per slot) */
     uint64_t size;
-    /* First failure: (-code) << 32 | culprit rank << 16 | reporting rank; 0 while all is well. */
+    /* First failure: (-code) << 48 | culprit << 24 | reporter (global ranks, < 2^24); 0 while
+     * all is well. */
     _Alignas(SHM_LINE) _Atomic uint64_t abort_word;
 };
 
@@ -63,7 +64,8 @@ struct shm_ctl {
 };
 
 struct coll_shm {
-    int rank, world, timeout_ms, spin;
+    int rank, world, timeout_ms, spin; /* rank and world within the group */
+    int first;                         /* the group's rank 0 as a global rank */
     int spin_now; /* adaptive: halves when a spin ends in a sleep, doubles when it succeeds */
     size_t piece;    /* floats */
     uint32_t pieces; /* pieces done over the lifetime of the mapping */
@@ -73,6 +75,9 @@ struct coll_shm {
     struct shm_ctl *ctl;
     struct coll_shm_ring ring;
     const float **src; /* world entries: the sources of this rank's segment */
+    coll_shm_cross_fn cross; /* non-NULL: each reduced segment is all-reduced across groups */
+    void *cross_arg;
+    int total; /* ranks in all groups: the average's divisor */
 };
 
 /* ---- waiting and failures ------------------------------------------------------------------ */
@@ -114,21 +119,20 @@ static void publish(struct coll_shm *s, uint32_t v)
 
 static int report(const struct coll_shm *s, uint64_t w)
 {
-    int rc = -(int)(w >> 32), culprit = (int)((w >> 16) & 0xffff), by = (int)(w & 0xffff);
-    int prev = (s->rank + s->world - 1) % s->world;
+    int rc = -(int)(w >> 48), culprit = (int)((w >> 24) & 0xffffff), by = (int)(w & 0xffffff);
     const char *what = "all-reduce (shared memory)";
     char seen[48] = "";
 
-    if (by != s->rank)
+    if (by != s->first + s->rank)
         snprintf(seen, sizeof(seen), " (seen by rank %d)", by);
     if (rc == DIST_ETIMEDOUT)
         dist_log("%s: rank %d made no progress for %.1f s%s: it is hung or dead. Exiting so that "
                  "the gang restarts from the last checkpoint",
                  what, culprit, s->timeout_ms / 1000.0, seen);
-    else if (by == s->rank)
+    else if (by == s->first + s->rank)
         dist_log("%s: rank %d (%s) closed the connection: it died. Exiting so that the gang "
                  "restarts from the last checkpoint",
-                 what, culprit, culprit == prev ? s->ring.prev_addr : s->ring.next_addr);
+                 what, culprit, culprit == s->ring.prev_rank ? s->ring.prev_addr : s->ring.next_addr);
     else
         dist_log("%s: rank %d closed its connections%s: it died. Exiting so that the gang "
                  "restarts from the last checkpoint",
@@ -137,17 +141,24 @@ static int report(const struct coll_shm *s, uint64_t w)
 }
 
 /* Marks the mapping aborted (the first failure wins) and wakes every sleeper, so that all ranks
- * fail now instead of one timeout after another. Returns the error to report. */
-static int fail(struct coll_shm *s, int rc, int culprit)
+ * fail now instead of one timeout after another. Returns the abort word that won. culprit: a
+ * global rank. */
+static uint64_t mark_failed(struct coll_shm *s, int rc, int culprit)
 {
-    uint64_t zero = 0, w = (uint64_t)(uint32_t)-rc << 32 | (uint64_t)(culprit & 0xffff) << 16 |
-                           (uint64_t)(s->rank & 0xffff);
+    uint64_t zero = 0, w = (uint64_t)(-rc & 0xffff) << 48 | (uint64_t)(culprit & 0xffffff) << 24 |
+                           (uint64_t)((s->first + s->rank) & 0xffffff);
 
     if (!atomic_compare_exchange_strong(&s->hdr->abort_word, &zero, w))
         w = zero; /* someone was first: report theirs */
     for (int q = 0; q < s->world; q++)
         futex_wake_all(&s->ctl[q].seq);
-    return report(s, w);
+    return w;
+}
+
+/* mark_failed, then says why. Returns the error to report. */
+static int fail(struct coll_shm *s, int rc, int culprit)
+{
+    return report(s, mark_failed(s, rc, culprit));
 }
 
 /* A ring neighbour that is gone. No data flows on the ring during shm operations, except a
@@ -156,7 +167,7 @@ static int fail(struct coll_shm *s, int rc, int culprit)
 static int dead_neighbour(const struct coll_shm *s)
 {
     int fds[2] = {s->ring.prev_fd, s->ring.next_fd};
-    int ranks[2] = {(s->rank + s->world - 1) % s->world, (s->rank + 1) % s->world};
+    int ranks[2] = {s->ring.prev_rank, s->ring.next_rank};
 
     for (int i = 0; i < 2; i++) {
         struct pollfd p = {.fd = fds[i], .events = POLLIN | POLLRDHUP};
@@ -210,7 +221,7 @@ static int wait_rank(struct coll_shm *s, int q, uint32_t target)
         if (!deadline)
             deadline = now + s->timeout_ms;
         else if (now >= deadline)
-            return fail(s, DIST_ETIMEDOUT, q);
+            return fail(s, DIST_ETIMEDOUT, s->first + q);
     }
 }
 
@@ -285,7 +296,21 @@ static int do_piece(struct coll_shm *s, float *buf, size_t len, bool avg)
         if (q != r && (rc = wait_rank(s, q, in)))
             return rc;
     }
-    reduce_seg(W, mine + lo, buf + lo, s->src, hi - lo, avg);
+    if (!s->cross) {
+        reduce_seg(W, mine + lo, buf + lo, s->src, hi - lo, avg);
+    } else { /* the group's sum, then the other groups' added in the slot itself */
+        reduce_seg(W, mine + lo, buf + lo, s->src, hi - lo, false);
+        int culprit = -1;
+        if ((rc = s->cross(s->cross_arg, mine + lo, hi - lo, &culprit))) {
+            /* the cross-group ring has said what happened; the group's other ranks, waiting
+             * for this segment, fail now with the same error */
+            mark_failed(s, rc, culprit >= 0 ? culprit : s->first + r);
+            return rc;
+        }
+        if (avg)
+            div_by(mine + lo, (float)s->total, hi - lo);
+        memcpy(buf + lo, mine + lo, (hi - lo) * sizeof(float));
+    }
     publish(s, out);
     for (int k = 1; k < W; k++) { /* start past this rank: ranks do not all read one slot */
         int q = (r + k) % W;
@@ -452,97 +477,129 @@ static int open_obj(struct coll_shm *s, const char *name, const char *token_hex,
     return 0;
 }
 
-/* Rank 0's side: create, announce, collect the verdicts, unlink, decide. */
-static int setup_rank0(struct coll_shm *s, struct store *st, const char *pfx, const char *off,
-                       bool *go)
+/* The group's first rank: create, announce, collect the group's verdicts, unlink. *ok: the
+ * group's verdict; why: the first reason against it. */
+static int setup_leader(struct coll_shm *s, struct store *st, const char *gpfx, const char *off,
+                        bool *ok, char *why, size_t cap)
 {
-    char name[96] = "", key[128], val[256], why[256] = "";
+    char name[96] = "", key[128], val[256];
     unsigned char token[SHM_TOKEN_LEN];
     int rc;
 
-    bool want = !off, ok = want && create_obj(s, name, sizeof(name), token, why, sizeof(why)) == 0;
-    if (ok) {
+    *ok = !off && create_obj(s, name, sizeof(name), token, why, cap) == 0;
+    if (off)
+        snprintf(why, cap, "rank %d: %s", s->first, off);
+    if (*ok) {
         char hex[2 * SHM_TOKEN_LEN + 1];
         tohex(token, SHM_TOKEN_LEN, hex);
         snprintf(val, sizeof(val), "%s %s %zu", name, hex, s->piece);
     } else {
         snprintf(val, sizeof(val), "off");
     }
-    snprintf(key, sizeof(key), "%s/name", pfx);
+    snprintf(key, sizeof(key), "%s/name", gpfx);
     if ((rc = store_set(st, key, val, strlen(val))))
         goto out;
     for (int q = 1; q < s->world; q++) {
-        snprintf(key, sizeof(key), "%s/ok/%d", pfx, q);
+        snprintf(key, sizeof(key), "%s/ok/%d", gpfx, q);
         if ((rc = store_wait_str(st, key, s->timeout_ms, val, sizeof(val))))
             goto out;
-        if (ok && val[0] != '1') {
-            ok = false;
-            snprintf(why, sizeof(why), "%s", val[0] && val[1] ? val + 2 : "?");
+        if (*ok && val[0] != '1') {
+            *ok = false;
+            snprintf(why, cap, "%s", val[0] && val[1] ? val + 2 : "?");
         }
     }
-    /* Every rank has mapped it or given up: nothing needs the name any more. */
-    if (name[0])
-        shm_unlink(name);
-    name[0] = 0;
-    snprintf(key, sizeof(key), "%s/go", pfx);
-    if ((rc = store_set(st, key, ok ? "1" : "0", 1)))
-        goto out;
-    if (!ok && want)
-        dist_log("tcp collectives: not using shared memory for the all-reduce (%s); it runs over "
-                 "the TCP ring",
-                 why);
-    *go = ok;
-out:
+out: /* every rank of the group has mapped it or given up: nothing needs the name any more */
     if (name[0])
         shm_unlink(name);
     return rc;
 }
 
-static int setup_rank(struct coll_shm *s, struct store *st, const char *pfx, const char *off,
-                      bool *go)
+/* The group's other ranks: map the leader's object, say whether that worked. */
+static int setup_member(struct coll_shm *s, struct store *st, const char *gpfx, const char *off)
 {
     char key[128], val[256], name[96], tok[2 * SHM_TOKEN_LEN + 9], why[200] = "";
+    int me = s->first + s->rank;
     size_t piece;
     int rc;
 
-    snprintf(key, sizeof(key), "%s/name", pfx);
+    snprintf(key, sizeof(key), "%s/name", gpfx);
     if ((rc = store_wait_str(st, key, s->timeout_ms, val, sizeof(val))))
         return rc;
     bool ok = false;
     if (off)
-        snprintf(why, sizeof(why), "rank %d: %s", s->rank, off);
+        snprintf(why, sizeof(why), "rank %d: %s", me, off);
     else if (strcmp(val, "off") == 0)
-        snprintf(why, sizeof(why), "rank 0 is not using it");
+        snprintf(why, sizeof(why), "rank %d is not using it", s->first);
     else if (sscanf(val, "%95s %40s %zu", name, tok, &piece) != 3 || piece < 1024 ||
              piece > SHM_MAX_BYTES / sizeof(float))
-        snprintf(why, sizeof(why), "rank %d: bad announcement from rank 0", s->rank);
+        snprintf(why, sizeof(why), "rank %d: bad announcement from rank %d", me, s->first);
     else {
         s->piece = piece;
         s->size = map_size(s->world, piece);
         ok = open_obj(s, name, tok, why, sizeof(why)) == 0;
     }
     snprintf(val, sizeof(val), "%s %s", ok ? "1" : "0", why);
-    snprintf(key, sizeof(key), "%s/ok/%d", pfx, s->rank);
-    if ((rc = store_set(st, key, val, strlen(val))))
-        return rc;
+    snprintf(key, sizeof(key), "%s/ok/%d", gpfx, s->rank);
+    return store_set(st, key, val, strlen(val));
+}
+
+/* Every group's leader hands in its group's verdict; global rank 0 collects them and publishes
+ * the decision (all groups use shared memory, or none), which every rank waits for. */
+static int decide(struct coll_shm *s, struct store *st, const char *pfx,
+                  const struct coll_shm_group *g, bool ok, const char *why, bool want,
+                  const char *fallback, bool *go)
+{
+    char key[128], val[256];
+    int rc;
+
+    if (s->rank == 0 && g->id > 0) {
+        snprintf(val, sizeof(val), "%s %s", ok ? "1" : "0", why);
+        snprintf(key, sizeof(key), "%s/verdict/%d", pfx, g->id);
+        if ((rc = store_set(st, key, val, strlen(val))))
+            return rc;
+    }
+    if (s->rank == 0 && g->id == 0) {
+        char first_no[256] = "";
+        if (!ok)
+            snprintf(first_no, sizeof(first_no), "%s", why);
+        for (int k = 1; k < g->count; k++) {
+            snprintf(key, sizeof(key), "%s/verdict/%d", pfx, k);
+            if ((rc = store_wait_str(st, key, s->timeout_ms, val, sizeof(val))))
+                return rc;
+            if (val[0] != '1' && !first_no[0])
+                snprintf(first_no, sizeof(first_no), "%s", val[0] && val[1] ? val + 2 : "?");
+        }
+        ok = !first_no[0];
+        snprintf(key, sizeof(key), "%s/go", pfx);
+        if ((rc = store_set(st, key, ok ? "1" : "0", 1)))
+            return rc;
+        if (!ok && want)
+            dist_log("tcp collectives: not using shared memory for the all-reduce (%s); %s",
+                     first_no, fallback);
+        *go = ok;
+        return 0;
+    }
     snprintf(key, sizeof(key), "%s/go", pfx);
     if ((rc = store_wait_str(st, key, s->timeout_ms, val, sizeof(val))))
         return rc;
-    *go = ok && val[0] == '1';
+    *go = val[0] == '1';
     return 0;
 }
 
-int coll_shm_open(struct store *st, int64_t inst, const char *off, int timeout_ms,
+int coll_shm_open(struct store *st, const char *pfx, const struct coll_shm_group *g,
+                  const char *off, const char *fallback, int timeout_ms,
                   const struct coll_shm_ring *ring, struct coll_shm **out)
 {
     struct coll_shm *s = xcalloc(1, sizeof(*s));
-    char pfx[64];
-    bool go = false;
+    char gpfx[96], why[256] = "";
+    bool go = false, ok = false;
     int rc;
 
     *out = NULL;
-    s->rank = store_rank(st);
-    s->world = store_world_size(st);
+    s->rank = g->rank;
+    s->world = g->size;
+    s->first = g->first;
+    s->total = g->size * g->count;
     s->timeout_ms = timeout_ms;
     s->spin = (int)env_size("GANTRY_COLL_SHM_SPIN", default_spin(s->world));
     s->spin_now = s->spin;
@@ -550,16 +607,28 @@ int coll_shm_open(struct store *st, int64_t inst, const char *off, int timeout_m
     s->src = xcalloc((size_t)s->world, sizeof(*s->src));
     s->piece = piece_floats(s->world);
     s->size = map_size(s->world, s->piece);
-    snprintf(pfx, sizeof(pfx), "coll/%" PRId64 "/shm", inst);
-    if (s->world > 65535) /* the abort word holds 16-bit ranks */
-        off = "more than 65535 ranks";
-    rc = s->rank == 0 ? setup_rank0(s, st, pfx, off, &go) : setup_rank(s, st, pfx, off, &go);
-    if (!rc && go) {
+    snprintf(gpfx, sizeof(gpfx), "%s/g%d", pfx, g->id);
+    if (s->rank == 0)
+        rc = setup_leader(s, st, gpfx, off, &ok, why, sizeof(why));
+    else
+        rc = setup_member(s, st, gpfx, off);
+    if (!rc)
+        rc = decide(s, st, pfx, g, ok, why, !off, fallback, &go);
+    if (!rc && go && s->base) {
         *out = s;
         s = NULL;
     }
     coll_shm_free(s);
     return rc;
+}
+
+void coll_shm_set_cross(struct coll_shm *s, coll_shm_cross_fn fn, void *arg)
+{
+    s->cross = fn;
+    s->cross_arg = arg;
+    /* a rank waits for a group peer that is itself waiting on the other groups: let the ring
+     * between groups, with its own timeout, be the one that names a dead peer */
+    s->timeout_ms += s->timeout_ms / 4;
 }
 
 void coll_shm_free(struct coll_shm *s)

@@ -42,17 +42,38 @@ struct coll_shm;
 /* The tcp ring, borrowed for failure detection and messages. */
 struct coll_shm_ring {
     int prev_fd, next_fd;
+    int prev_rank, next_rank; /* global ranks */
     const char *prev_addr, *next_addr;
 };
 
-/* Collective: every rank of the tcp instance inst calls it. off: NULL when this rank may use
- * shared memory, else why not (e.g. "GANTRY_COLL_SHM=0"); a rank that may not votes no and
- * everyone falls back.
- * *out: the mapping (free with coll_shm_free), or NULL when the ring is to be used (rank 0 then
- * printed why, unless it was switched off on purpose). Errors are store failures only. */
-int coll_shm_open(struct store *st, int64_t inst, const char *off, int timeout_ms,
+/* Who shares a mapping: the ranks first..first+size-1, one group of count (all groups alike).
+ * The whole world is one group (count 1); ranks per node, count nodes, is the other use. */
+struct coll_shm_group {
+    int rank, size; /* this rank within the group; ranks in it */
+    int first;      /* the global rank of its rank 0 (the one that creates the object) */
+    int id, count;  /* this group's number; how many groups */
+};
+
+/* Collective: every rank of the world calls it with its group; keys go under pfx (one per
+ * instance and use). off: NULL when this rank may use shared memory, else why not (e.g.
+ * "GANTRY_COLL_SHM=0"); a rank that may not votes no. Either every group uses shared memory or
+ * none does: global rank 0 decides and, when not, says why followed by fallback (what happens
+ * instead), unless it had switched it off itself.
+ * *out: the mapping (free with coll_shm_free), or NULL when it is not to be used. Errors are
+ * store failures only. */
+int coll_shm_open(struct store *st, const char *pfx, const struct coll_shm_group *g,
+                  const char *off, const char *fallback, int timeout_ms,
                   const struct coll_shm_ring *ring, struct coll_shm **out)
     __attribute__((warn_unused_result));
+
+/* Several groups: the all-reduce of each reduced segment across the groups, in place in shared
+ * memory, between the group's reduce and its gather (each rank of a group does its own segment,
+ * at the same time as the others). Returns 0 or the error, with *culprit the global rank to
+ * blame when known (the callee said what happened; the group's other ranks then fail with it). */
+typedef int (*coll_shm_cross_fn)(void *arg, float *seg, size_t n, int *culprit);
+/* Sets fn; the all-reduce's average then divides by every group's ranks together. */
+void coll_shm_set_cross(struct coll_shm *s, coll_shm_cross_fn fn, void *arg);
+
 /* In place, n >= 1 floats; avg divides the sum by the world size. DIST_EPEER / DIST_ETIMEDOUT
  * (message naming the rank) when a rank dies or stops making progress for timeout_ms. */
 int coll_shm_allreduce(struct coll_shm *s, float *buf, size_t n, bool avg)

@@ -42,7 +42,10 @@
 #define MAX_IO (4u << 20) /* bytes per send/recv call */
 
 struct tcp {
-    int rank, world;
+    int rank, world;          /* within this ring */
+    int prev_rank, next_rank; /* the neighbours' global ranks, for messages */
+    int blame;                /* the global rank the last failure was blamed on */
+    int ring_id;              /* 0: the ring of all ranks; 1 + l: local rank l's across nodes */
     int next_fd, prev_fd;
     int timeout_ms;
     int hello_ms; /* coll_opts.hello_timeout_ms */
@@ -53,6 +56,8 @@ struct tcp {
     uint16_t *sstage; /* chunk-sized send staging: fp32 encoded to bf16 just before sending */
     int64_t inst;     /* this instance's number in the store's coll/ keys */
     struct coll_shm *shm; /* non-NULL: the all-reduce goes through shared memory */
+    int shm_groups;       /* shm: how many groups (nodes) share the all-reduce */
+    struct tcp *cross;    /* several groups: this local rank's ring across them */
 };
 
 enum rmode {
@@ -153,9 +158,10 @@ static void fold(struct tcp *t, struct xfer *x, size_t upto)
 
 static int peer_error(struct tcp *t, const char *what, bool prev, int rc)
 {
-    int peer = prev ? (t->rank - 1 + t->world) % t->world : (t->rank + 1) % t->world;
+    int peer = prev ? t->prev_rank : t->next_rank;
     const char *addr = prev ? t->prev_addr : t->next_addr;
 
+    t->blame = peer;
     if (rc == DIST_ETIMEDOUT)
         dist_log("%s: rank %d (%s) made no progress for %.1f s: it is hung or dead. Exiting so "
                  "that the gang restarts from the last checkpoint",
@@ -482,13 +488,12 @@ static int tcp_barrier(struct coll *c)
     return rc;
 }
 
-static void tcp_destroy(struct coll *c)
+static void tcp_free(struct tcp *t)
 {
-    struct tcp *t = c->impl;
-
     if (!t)
         return;
     coll_shm_free(t->shm);
+    tcp_free(t->cross);
     if (t->next_fd >= 0)
         close(t->next_fd);
     if (t->prev_fd >= 0)
@@ -496,6 +501,11 @@ static void tcp_destroy(struct coll *c)
     free(t->stage);
     free(t->sstage);
     free(t);
+}
+
+static void tcp_destroy(struct coll *c)
+{
+    tcp_free(c->impl);
 }
 
 static const struct coll_ops tcp_ops = {.name = "tcp",
@@ -507,19 +517,20 @@ static const struct coll_ops tcp_ops = {.name = "tcp",
 
 /* ---- setup ---------------------------------------------------------------------------------- */
 
-/* The hello a connecting rank sends: its rank, then HMAC(token, label | nonce | instance | rank).
- */
-static void hello_mac(struct store *st, const unsigned char *nonce, int64_t inst, int rank,
+/* The hello a connecting rank sends: its place in the ring, then HMAC(token, label | nonce |
+ * instance | ring | place), so that a hello is good for one link of one ring only. */
+static void hello_mac(struct store *st, const unsigned char *nonce, const struct tcp *t, int rank,
                       unsigned char mac[STORE_MAC_LEN])
 {
-    unsigned char m[sizeof(COLL_MAC_LABEL) + NONCE_LEN + 12];
+    unsigned char m[sizeof(COLL_MAC_LABEL) + NONCE_LEN + 16];
     size_t l = sizeof(COLL_MAC_LABEL) - 1;
 
     memcpy(m, COLL_MAC_LABEL, l);
     memcpy(m + l, nonce, NONCE_LEN);
-    net_put_u64(m + l + NONCE_LEN, (uint64_t)inst);
-    net_put_u32(m + l + NONCE_LEN + 8, (uint32_t)rank);
-    store_hmac(st, m, l + NONCE_LEN + 12, mac);
+    net_put_u64(m + l + NONCE_LEN, (uint64_t)t->inst);
+    net_put_u32(m + l + NONCE_LEN + 8, (uint32_t)t->ring_id);
+    net_put_u32(m + l + NONCE_LEN + 12, (uint32_t)rank);
+    store_hmac(st, m, l + NONCE_LEN + 16, mac);
 }
 
 /* Connections accepted and not yet authenticated, read side by side (COLL_PENDING at most: a
@@ -544,16 +555,16 @@ static void drop_pending(struct pending *p, int *np, int i, int prev, const char
 /* Accepts until the expected previous rank shows up with a valid hello. Strays are read side by
  * side with it and dropped: a wrong hello at once, a silent one after hello_ms, so none holds
  * up the ring. */
-static int accept_prev(struct tcp *t, struct store *st, int lfd, const unsigned char *nonce,
-                       int64_t inst)
+static int accept_prev(struct tcp *t, struct store *st, int lfd, const unsigned char *nonce)
 {
     int64_t deadline = dist_now_ms() + t->timeout_ms;
-    int prev = (t->rank - 1 + t->world) % t->world, np = 0, rc = DIST_ETIMEDOUT;
+    int place = (t->rank - 1 + t->world) % t->world, prev = t->prev_rank, np = 0;
+    int rc = DIST_ETIMEDOUT;
     unsigned char want[STORE_MAC_LEN];
     struct pending p[COLL_PENDING];
     struct pollfd pf[COLL_PENDING + 1];
 
-    hello_mac(st, nonce, inst, prev, want);
+    hello_mac(st, nonce, t, place, want);
     for (;;) {
         int64_t now = dist_now_ms(), until = deadline;
         if (now >= deadline) {
@@ -583,7 +594,7 @@ static int accept_prev(struct tcp *t, struct store *st, int lfd, const unsigned 
                 }
                 p[i].got += r > 0 ? (size_t)r : 0;
                 if (p[i].got == HELLO_LEN) {
-                    if ((int)net_get_u32(p[i].h) == prev && /* constant time, as store.c: */
+                    if ((int)net_get_u32(p[i].h) == place && /* constant time, as store.c: */
                         CRYPTO_memcmp(p[i].h + 4, want, STORE_MAC_LEN) == 0) {
                         t->prev_fd = p[i].fd;
                         p[i] = p[--np];
@@ -616,62 +627,87 @@ out:
     return rc;
 }
 
-/* The per-instance nonce, address exchange and the two connections. */
-static int tcp_connect_ring(struct tcp *t, struct store *st, int lfd, int lport)
+/* This instance's number (every rank creates its collectives in the same order, so its own
+ * count names the instance) and its nonce, drawn by rank 0. */
+static int tcp_instance(struct tcp *t, struct store *st, unsigned char nonce[NONCE_LEN])
 {
-    unsigned char nonce[NONCE_LEN], h[4 + STORE_MAC_LEN];
-    char key[96], val[NET_MAX_ADDR + 16], host[NET_MAX_ADDR];
-    int next = (t->rank + 1) % t->world, prev = (t->rank - 1 + t->world) % t->world, port, rc;
-    int64_t inst;
+    char key[96];
     void *v = NULL;
     size_t vl;
+    int rc;
 
-    /* Every rank creates its collectives in the same order, so its own count names the instance. */
     snprintf(key, sizeof(key), "coll/instances/%d", t->rank);
-    if ((rc = store_add(st, key, 1, &inst)))
+    if ((rc = store_add(st, key, 1, &t->inst)))
         return rc;
-    t->inst = inst;
-    snprintf(key, sizeof(key), "coll/%" PRId64 "/nonce", inst);
+    snprintf(key, sizeof(key), "coll/%" PRId64 "/nonce", t->inst);
     if (t->rank == 0) {
         if (RAND_bytes(nonce, NONCE_LEN) != 1 || (rc = store_set(st, key, nonce, NONCE_LEN)))
             return rc ? rc : DIST_EIO;
-    } else {
-        if ((rc = store_wait(st, key, t->timeout_ms, &v, &vl)))
-            return rc;
-        if (vl != NONCE_LEN) {
-            free(v);
-            return DIST_EPROTO;
-        }
-        memcpy(nonce, v, NONCE_LEN);
-        free(v);
+        return 0;
     }
-    snprintf(key, sizeof(key), "coll/%" PRId64 "/addr/%d", inst, t->rank);
+    if ((rc = store_wait(st, key, t->timeout_ms, &v, &vl)))
+        return rc;
+    if (vl != NONCE_LEN) {
+        free(v);
+        return DIST_EPROTO;
+    }
+    memcpy(nonce, v, NONCE_LEN);
+    free(v);
+    return 0;
+}
+
+static int ring_listen(struct store *st, int *lfd, int *lport)
+{
+    int rc = net_listen(store_local_addr(st), 0, lfd, lport);
+
+    if (rc)
+        dist_log("tcp collectives: could not listen on %s: %s", store_local_addr(st),
+                 strerror(errno));
+    return rc;
+}
+
+/* Connects ring t (t->rank, t->world, t->ring_id, t->inst and the neighbours' global ranks set)
+ * with lfd listening on lport (closed here): publishes its address under kpfx/addr/<place>,
+ * connects to the next place and accepts the previous one. */
+static int tcp_ring_connect(struct tcp *t, struct store *st, const unsigned char *nonce,
+                            const char *kpfx, int lfd, int lport)
+{
+    unsigned char h[4 + STORE_MAC_LEN];
+    char key[128], val[NET_MAX_ADDR + 16], host[NET_MAX_ADDR], why[256];
+    int next = (t->rank + 1) % t->world, prev = (t->rank - 1 + t->world) % t->world;
+    int port, rc;
+
+    snprintf(key, sizeof(key), "%s/addr/%d", kpfx, t->rank);
     snprintf(val, sizeof(val), "%s %d", store_local_addr(st), lport);
     if ((rc = store_set(st, key, val, strlen(val))))
-        return rc;
-    snprintf(key, sizeof(key), "coll/%" PRId64 "/addr/%d", inst, next);
+        goto out;
+    snprintf(key, sizeof(key), "%s/addr/%d", kpfx, next);
     if ((rc = store_wait_str(st, key, t->timeout_ms, val, sizeof(val))))
-        return rc;
-    if (sscanf(val, "%63s %d", host, &port) != 2)
-        return DIST_EPROTO;
+        goto out;
+    if (sscanf(val, "%63s %d", host, &port) != 2) {
+        rc = DIST_EPROTO;
+        goto out;
+    }
     snprintf(t->next_addr, sizeof(t->next_addr), "%s:%d", host, port);
-    snprintf(key, sizeof(key), "coll/%" PRId64 "/addr/%d", inst, prev);
+    snprintf(key, sizeof(key), "%s/addr/%d", kpfx, prev);
     if ((rc = store_wait_str(st, key, t->timeout_ms, val, sizeof(val))))
-        return rc;
+        goto out;
     snprintf(t->prev_addr, sizeof(t->prev_addr), "%s", val);
     char *sp = strchr(t->prev_addr, ' ');
     if (sp)
         *sp = ':';
-    char why[256];
     if ((rc = net_connect(host, port, t->timeout_ms, &t->next_fd, why, sizeof(why)))) {
-        dist_log("tcp collectives: could not connect to rank %d: %s", next, why);
-        return rc;
+        dist_log("tcp collectives: could not connect to rank %d: %s", t->next_rank, why);
+        goto out;
     }
     net_put_u32(h, (uint32_t)t->rank);
-    hello_mac(st, nonce, inst, t->rank, h + 4);
+    hello_mac(st, nonce, t, t->rank, h + 4);
     if ((rc = net_write_all(t->next_fd, h, sizeof(h), t->timeout_ms)))
-        return rc;
-    return accept_prev(t, st, lfd, nonce, inst);
+        goto out;
+    rc = accept_prev(t, st, lfd, nonce);
+out:
+    close(lfd);
+    return rc;
 }
 
 static bool host_is(const char *addr_port, const char *host)
@@ -708,51 +744,168 @@ bool coll_tcp_uses_shm(const struct coll *c)
     return c->ops == &tcp_ops && ((const struct tcp *)c->impl)->shm;
 }
 
-/* Shared memory for the all-reduce when every rank can map rank 0's object (coll_shm.h), unless
- * switched off (opts.shm < 0, GANTRY_COLL_SHM=0) or bf16 on the wire (the ring's compression;
- * shared memory has no wire to save). Every rank takes part, so all decide alike. */
-static int tcp_try_shm(struct tcp *t, struct store *st, const struct coll_opts *o)
+int coll_tcp_shm_groups(const struct coll *c)
+{
+    const struct tcp *t = c->ops == &tcp_ops ? c->impl : NULL;
+    return t && t->shm ? t->shm_groups : 0;
+}
+
+/* Between a node's reduce and its gather: this local rank's segment across the nodes. */
+static int cross_allreduce(void *arg, float *seg, size_t n, int *culprit)
+{
+    struct tcp *x = arg;
+    int rc = ring_allreduce(x, seg, n);
+
+    if (rc)
+        *culprit = x->blame;
+    return rc;
+}
+
+/* The ring of local rank l across the nodes (node g's rank is g * L + l), for the all-reduce of
+ * the segments that local rank l reduces in its node. */
+static int tcp_cross_ring(struct tcp *t, struct store *st, const unsigned char *nonce, int L,
+                          const struct coll_opts *o)
+{
+    struct tcp *x = xcalloc(1, sizeof(*x));
+    int N = t->world / L, g = t->rank / L, l = t->rank % L, lfd, lport, rc;
+    char kpfx[64];
+
+    t->cross = x;
+    x->rank = g;
+    x->world = N;
+    x->prev_rank = (g - 1 + N) % N * L + l;
+    x->next_rank = (g + 1) % N * L + l;
+    x->ring_id = 1 + l;
+    x->inst = t->inst;
+    x->next_fd = x->prev_fd = -1;
+    x->timeout_ms = t->timeout_ms;
+    x->hello_ms = t->hello_ms;
+    x->bf16 = o->bf16_wire;
+    snprintf(kpfx, sizeof(kpfx), "coll/%" PRId64 "/x%d", t->inst, l);
+    if ((rc = ring_listen(st, &lfd, &lport)) ||
+        (rc = tcp_ring_connect(x, st, nonce, kpfx, lfd, lport)))
+        return rc;
+    if (o->sock_buf_bytes > 0) {
+        net_set_bufsize(x->next_fd, o->sock_buf_bytes);
+        net_set_bufsize(x->prev_fd, o->sock_buf_bytes);
+    }
+    x->chunk = o->chunk_bytes >= 4096 ? o->chunk_bytes & ~(size_t)3 : default_chunk(x, st);
+    x->stage = xmalloc(x->chunk);
+    x->sstage = xmalloc(x->chunk);
+    return 0;
+}
+
+/* Ranks per node: coll_opts.local_size, else NPROC_PER_NODE (what gantry-run and a pod's
+ * launcher set), else 1. */
+static int local_size(const struct coll_opts *o)
+{
+    const char *v = getenv("NPROC_PER_NODE");
+    char *end;
+    long x;
+
+    if (o->local_size > 0)
+        return o->local_size;
+    if (!v || !*v)
+        return 1;
+    x = strtol(v, &end, 10);
+    return *end || x < 1 || x > 1 << 16 ? 1 : (int)x;
+}
+
+/* Shared memory for the all-reduce (coll_shm.h), decided by probes every rank takes part in, so
+ * all decide alike:
+ *  1. every rank maps one object (ranks in one container): the whole all-reduce goes through
+ *     it; not with bf16 on the wire (the ring's compression: shared memory has no wire to save);
+ *  2. else, with several ranks per node (L = local_size, node = rank / L) on several nodes,
+ *     when each node's ranks map one object of the node's: each node reduces in shared memory,
+ *     local rank l all-reduces its segment of every piece with local rank l of the other nodes
+ *     over a ring of its own (the L rings run side by side, fp32 or bf16 on the wire), and the
+ *     node gathers the result. A node sends (2(N-1)/N) x the buffer to the others, where the
+ *     ring of all ranks sends (2(W-1)/W) x the buffer out of each node on one connection and
+ *     takes 2(W-1) steps instead of 2(N-1).
+ * Switched off by opts.shm < 0 or GANTRY_COLL_SHM=0; opts.shm = 2 or GANTRY_COLL_SHM=node skips
+ * the first probe (tests and benchmarks: nodes on one host). */
+static int tcp_try_shm(struct tcp *t, struct store *st, const struct coll_opts *o,
+                       const unsigned char *nonce)
 {
     const char *env = getenv("GANTRY_COLL_SHM"), *off = NULL;
     struct coll_shm_ring ring = {.prev_fd = t->prev_fd, .next_fd = t->next_fd,
+                                 .prev_rank = t->prev_rank, .next_rank = t->next_rank,
                                  .prev_addr = t->prev_addr, .next_addr = t->next_addr};
+    bool node_only = o->shm == 2 || (env && strcmp(env, "node") == 0);
+    int W = t->world, L = local_size(o), rc;
+    bool nodes = L > 1 && L < W && W % L == 0;
+    char pfx[64];
 
-    if (o->bf16_wire)
-        off = "bf16 on the wire";
-    else if (o->shm < 0)
+    if (o->shm < 0)
         off = "switched off in coll_opts";
     else if (env && strcmp(env, "0") == 0)
         off = "GANTRY_COLL_SHM=0";
-    return coll_shm_open(st, t->inst, off, t->timeout_ms, &ring, &t->shm);
+    if (!node_only) {
+        struct coll_shm_group all = {.rank = t->rank, .size = W, .first = 0, .id = 0, .count = 1};
+        snprintf(pfx, sizeof(pfx), "coll/%" PRId64 "/shm", t->inst);
+        rc = coll_shm_open(st, pfx, &all, off ? off : o->bf16_wire ? "bf16 on the wire" : NULL,
+                           nodes ? "trying it within each node" : "it runs over the TCP ring",
+                           t->timeout_ms, &ring, &t->shm);
+        if (rc || t->shm) {
+            t->shm_groups = 1;
+            return rc;
+        }
+    }
+    if (!nodes && !node_only)
+        return 0;
+    if (!nodes) /* node_only, one node (or one rank per node): the node is everyone */
+        L = W;
+    struct coll_shm_group g = {.rank = t->rank % L, .size = L, .first = t->rank / L * L,
+                               .id = t->rank / L, .count = W / L};
+    snprintf(pfx, sizeof(pfx), "coll/%" PRId64 "/shmnode", t->inst);
+    if ((rc = coll_shm_open(st, pfx, &g, off, "it runs over the TCP ring", t->timeout_ms, &ring,
+                            &t->shm)) ||
+        !t->shm)
+        return rc;
+    t->shm_groups = g.count;
+    if (g.count == 1)
+        return 0;
+    if ((rc = tcp_cross_ring(t, st, nonce, L, o)))
+        return rc;
+    coll_shm_set_cross(t->shm, cross_allreduce, t->cross);
+    return 0;
 }
 
 int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **out)
 {
     struct coll_opts o = {0};
     struct tcp *t = xcalloc(1, sizeof(*t));
-    int lfd = -1, lport, rc = 0;
+    unsigned char nonce[NONCE_LEN];
+    int rc = 0;
 
     if (opts)
         o = *opts;
     t->rank = store_rank(st);
     t->world = store_world_size(st);
+    t->prev_rank = (t->rank - 1 + t->world) % t->world;
+    t->next_rank = (t->rank + 1) % t->world;
     t->next_fd = t->prev_fd = -1;
     t->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 60000;
     t->hello_ms = o.hello_timeout_ms > 0 ? o.hello_timeout_ms : 10000;
     t->bf16 = o.bf16_wire;
     if (t->world > 1) {
-        if ((rc = net_listen(store_local_addr(st), 0, &lfd, &lport))) {
-            dist_log("tcp collectives: could not listen on %s: %s", store_local_addr(st),
-                     strerror(errno));
+        char kpfx[64];
+        int lfd, lport;
+        /* listening first: tests find the port while this rank waits for the nonce */
+        if ((rc = ring_listen(st, &lfd, &lport)))
+            goto out;
+        if ((rc = tcp_instance(t, st, nonce))) {
+            close(lfd);
             goto out;
         }
-        if ((rc = tcp_connect_ring(t, st, lfd, lport)))
+        snprintf(kpfx, sizeof(kpfx), "coll/%" PRId64, t->inst);
+        if ((rc = tcp_ring_connect(t, st, nonce, kpfx, lfd, lport)))
             goto out;
         if (o.sock_buf_bytes > 0) {
             net_set_bufsize(t->next_fd, o.sock_buf_bytes);
             net_set_bufsize(t->prev_fd, o.sock_buf_bytes);
         }
-        if ((rc = tcp_try_shm(t, st, &o)))
+        if ((rc = tcp_try_shm(t, st, &o, nonce)))
             goto out;
     }
     t->chunk = o.chunk_bytes >= 4096 ? o.chunk_bytes & ~(size_t)3 : default_chunk(t, st);
@@ -761,11 +914,6 @@ int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **o
     *out = coll_wrap(&tcp_ops, t->rank, t->world, t);
     t = NULL;
 out:
-    if (lfd >= 0)
-        close(lfd);
-    if (t) {
-        struct coll tmp = {.impl = t};
-        tcp_destroy(&tmp);
-    }
+    tcp_free(t);
     return rc;
 }
