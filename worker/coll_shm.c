@@ -478,14 +478,31 @@ static int open_obj(struct coll_shm *s, const char *name, const char *token_hex,
 }
 
 /* The group's first rank: create, announce, collect the group's verdicts, unlink. *ok: the
- * group's verdict; why: the first reason against it. */
-static int setup_leader(struct coll_shm *s, struct store *st, const char *gpfx, const char *off,
-                        bool *ok, char *why, size_t cap)
+ * group's verdict; why: the first reason against it. Every group takes global rank 0's piece
+ * size: the groups' segments must line up for the all-reduce across them. */
+static int setup_leader(struct coll_shm *s, struct store *st, const char *pfx, int id,
+                        const char *gpfx, const char *off, bool *ok, char *why, size_t cap)
 {
     char name[96] = "", key[128], val[256];
     unsigned char token[SHM_TOKEN_LEN];
+    size_t piece;
     int rc;
 
+    snprintf(key, sizeof(key), "%s/piece", pfx);
+    if (id == 0) {
+        snprintf(val, sizeof(val), "%zu", s->piece);
+        if ((rc = store_set(st, key, val, strlen(val))))
+            return rc;
+    } else {
+        if ((rc = store_wait_str(st, key, s->timeout_ms, val, sizeof(val))))
+            return rc;
+        if (sscanf(val, "%zu", &piece) != 1 || piece < 1024 ||
+            piece > SHM_MAX_BYTES / (2 * (size_t)s->world * sizeof(float)))
+            off = "rank 0's piece size does not fit this group's slots";
+        else
+            s->piece = piece;
+        s->size = map_size(s->world, s->piece);
+    }
     *ok = !off && create_obj(s, name, sizeof(name), token, why, cap) == 0;
     if (off)
         snprintf(why, cap, "rank %d: %s", s->first, off);
@@ -609,7 +626,7 @@ int coll_shm_open(struct store *st, const char *pfx, const struct coll_shm_group
     s->size = map_size(s->world, s->piece);
     snprintf(gpfx, sizeof(gpfx), "%s/g%d", pfx, g->id);
     if (s->rank == 0)
-        rc = setup_leader(s, st, gpfx, off, &ok, why, sizeof(why));
+        rc = setup_leader(s, st, pfx, g->id, gpfx, off, &ok, why, sizeof(why));
     else
         rc = setup_member(s, st, gpfx, off);
     if (!rc)

@@ -822,8 +822,9 @@ static int local_size(const struct coll_opts *o)
  *     node gathers the result. A node sends (2(N-1)/N) x the buffer to the others, where the
  *     ring of all ranks sends (2(W-1)/W) x the buffer out of each node on one connection and
  *     takes 2(W-1) steps instead of 2(N-1).
- * Switched off by opts.shm < 0 or GANTRY_COLL_SHM=0; opts.shm = 2 or GANTRY_COLL_SHM=node skips
- * the first probe (tests and benchmarks: nodes on one host). */
+ * Switched off by opts.shm < 0 or GANTRY_COLL_SHM=0; opts.shm = 2 or GANTRY_COLL_SHM=node votes
+ * no in the first probe (tests and benchmarks: nodes on one host). The ranks per node must be
+ * the same number on every rank, as the world size is. */
 static int tcp_try_shm(struct tcp *t, struct store *st, const struct coll_opts *o,
                        const unsigned char *nonce)
 {
@@ -840,21 +841,19 @@ static int tcp_try_shm(struct tcp *t, struct store *st, const struct coll_opts *
         off = "switched off in coll_opts";
     else if (env && strcmp(env, "0") == 0)
         off = "GANTRY_COLL_SHM=0";
-    if (!node_only) {
-        struct coll_shm_group all = {.rank = t->rank, .size = W, .first = 0, .id = 0, .count = 1};
-        snprintf(pfx, sizeof(pfx), "coll/%" PRId64 "/shm", t->inst);
-        rc = coll_shm_open(st, pfx, &all, off ? off : o->bf16_wire ? "bf16 on the wire" : NULL,
-                           nodes ? "trying it within each node" : "it runs over the TCP ring",
-                           t->timeout_ms, &ring, &t->shm);
-        if (rc || t->shm) {
-            t->shm_groups = 1;
-            return rc;
-        }
+    struct coll_shm_group all = {.rank = t->rank, .size = W, .first = 0, .id = 0, .count = 1};
+    const char *all_off = off                ? off
+                          : o->bf16_wire     ? "bf16 on the wire"
+                          : node_only        ? "within nodes only (GANTRY_COLL_SHM=node)"
+                                             : NULL;
+    snprintf(pfx, sizeof(pfx), "coll/%" PRId64 "/shm", t->inst);
+    if ((rc = coll_shm_open(st, pfx, &all, all_off,
+                            nodes ? "trying it within each node" : "it runs over the TCP ring",
+                            t->timeout_ms, &ring, &t->shm)) ||
+        t->shm || !nodes) {
+        t->shm_groups = t->shm ? 1 : 0;
+        return rc;
     }
-    if (!nodes && !node_only)
-        return 0;
-    if (!nodes) /* node_only, one node (or one rank per node): the node is everyone */
-        L = W;
     struct coll_shm_group g = {.rank = t->rank % L, .size = L, .first = t->rank / L * L,
                                .id = t->rank / L, .count = W / L};
     snprintf(pfx, sizeof(pfx), "coll/%" PRId64 "/shmnode", t->inst);

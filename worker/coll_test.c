@@ -37,6 +37,9 @@ struct job {
     int private_rank;
     int go_fd;      /* > 0: rank 0 reads one byte from it before it starts its collectives */
     int hello_ms;   /* coll_opts.hello_timeout_ms */
+    int local;      /* > 0: coll_opts.local_size (ranks per node), and groups is expected */
+    int groups;     /* with local: coll_tcp_shm_groups() every rank must see */
+    bool own_shm;   /* with local: every node's ranks have a /dev/shm of their own (node_main) */
 };
 
 /* Every rank process this test started, to look for their objects in /dev/shm at the end. */
@@ -55,6 +58,8 @@ static pid_t spawn(int (*fn)(int rank, void *arg), int rank, void *arg)
  * probe can work here (a /dev/shm). */
 static bool want_shm(const struct job *j)
 {
+    if (j->local > 0)
+        return j->groups > 0;
     return j->world > 1 && j->shm >= 0 && j->env_off == -1 && j->private_kb == 0 &&
            access("/dev/shm", W_OK) == 0;
 }
@@ -69,6 +74,17 @@ static int private_dev_shm(int kb)
         mount("tmpfs", "/dev/shm", "tmpfs", 0, opt) != 0)
         return -1;
     return 0;
+}
+
+/* The shared-memory setup a rank of job j must have ended up with. */
+static int check_groups(const struct job *j, struct coll *c)
+{
+    int want = j->local > 0 ? j->groups : want_shm(j) ? 1 : 0;
+
+    if (coll_tcp_shm_groups(c) == want && coll_tcp_uses_shm(c) == (want > 0))
+        return 0;
+    dist_log("shared memory: %d group(s), expected %d", coll_tcp_shm_groups(c), want);
+    return 90;
 }
 
 static void apply_env(const struct job *j, int rank)
@@ -278,9 +294,10 @@ static void test_grads_async(void)
 }
 
 /* bf16 on the wire: values exact in bf16 (small integers) stay exact; all ranks bit-equal. */
-static int run_bf16(struct store *st, int rank, int world)
+static int run_bf16(struct store *st, int rank, int world, const struct job *j)
 {
-    struct coll_opts o = {.bf16_wire = true, .chunk_bytes = 8192, .timeout_ms = 10000};
+    struct coll_opts o = {.bf16_wire = true, .chunk_bytes = 8192, .timeout_ms = 10000,
+                          .shm = j->shm, .local_size = j->local};
     struct coll *c = NULL;
     size_t n = 100003;
     float *b = malloc(n * sizeof(float));
@@ -288,7 +305,9 @@ static int run_bf16(struct store *st, int rank, int world)
 
     if ((rc = coll_tcp_new(st, &o, &c)))
         goto out;
-    if (coll_tcp_uses_shm(c)) { /* bf16 is the ring's compression: it stays there */
+    /* bf16 is the ring's compression: the whole world's all-reduce stays there; with several
+     * nodes that can each share memory, the rings between them carry it */
+    if (coll_tcp_shm_groups(c) != (j->local > 0 && j->groups > 0 ? j->world / j->local : 0)) {
         rc = 53;
         goto out;
     }
@@ -326,9 +345,10 @@ out:
  * last slice and sizes that do not divide by the world size. Through shared memory: 4 KiB
  * pieces (rank 0's choice counts), so each all-reduce reuses both slots of every rank many
  * times. */
-static int run_small_steps(struct store *st, int rank, int world, int shm)
+static int run_small_steps(struct store *st, int rank, int world, const struct job *j)
 {
-    struct coll_opts o = {.chunk_bytes = 4096, .timeout_ms = 10000, .shm = shm};
+    struct coll_opts o = {.chunk_bytes = 4096, .timeout_ms = 10000, .shm = j->shm,
+                          .local_size = j->local};
     static const size_t sizes[] = {100003, 7, 65536};
     struct coll *c = NULL;
     int rc;
@@ -358,8 +378,9 @@ static int rank_main(int rank, void *arg)
     const struct job *j = arg;
     struct dist_rdzv *rz = NULL;
     struct coll *c = NULL;
-    struct coll_opts o = {.timeout_ms = j->timeout_ms, .chunk_bytes = 64 * 1024, .shm = j->shm};
-    bool shm = want_shm(j);
+    struct coll_opts o = {.timeout_ms = j->timeout_ms, .chunk_bytes = 64 * 1024, .shm = j->shm,
+                          .local_size = j->local};
+    bool in_order = want_shm(j) && j->local == 0; /* one group: the sum in rank order */
     int rc;
 
     apply_env(j, rank);
@@ -369,16 +390,13 @@ static int rank_main(int rank, void *arg)
     }
     if ((rc = join(j, rank, &rz)) || (rc = coll_tcp_new(dist_rdzv_store(rz), &o, &c)))
         goto out;
-    if (coll_tcp_uses_shm(c) != shm) {
-        dist_log("shared memory: %s, expected %s", coll_tcp_uses_shm(c) ? "used" : "not used",
-                 shm ? "used" : "not used");
-        rc = 90;
+    if ((rc = check_groups(j, c)))
         goto out;
-    }
-    if ((rc = run_allreduces(c, rank, j->world)) || (rc = run_order(c, rank, j->world, shm)) ||
-        (rc = run_others(c, rank, j->world)) || (rc = run_buckets(c, rank, j->world)) ||
-        (rc = run_bf16(dist_rdzv_store(rz), rank, j->world)) ||
-        (rc = run_small_steps(dist_rdzv_store(rz), rank, j->world, j->shm)))
+    if ((rc = run_allreduces(c, rank, j->world)) ||
+        (rc = run_order(c, rank, j->world, in_order)) || (rc = run_others(c, rank, j->world)) ||
+        (rc = run_buckets(c, rank, j->world)) ||
+        (rc = run_bf16(dist_rdzv_store(rz), rank, j->world, j)) ||
+        (rc = run_small_steps(dist_rdzv_store(rz), rank, j->world, j)))
         goto out;
 out:
     coll_free(c);
@@ -387,13 +405,34 @@ out:
     return rc < 0 ? dist_exit_code(rc) : rc;
 }
 
+/* A node of job j: a /dev/shm of its own (a mount namespace, as a pod has), shared by its
+ * local ranks node * local .. node * local + local - 1. Exits with the first rank's failure. */
+static int node_main(int node, void *arg)
+{
+    const struct job *j = arg;
+    pid_t pids[8];
+    int rc = 0;
+
+    if (private_dev_shm(j->private_kb > 0 && node == j->private_rank ? j->private_kb : 65536))
+        return 92;
+    for (int l = 0; l < j->local; l++)
+        pids[l] = tu_spawn(rank_main, node * j->local + l, arg);
+    for (int l = 0; l < j->local; l++) {
+        int code = tu_wait(pids[l], 120000, NULL);
+        if (code && !rc)
+            rc = code;
+    }
+    return rc;
+}
+
 static void run_job(const struct job *j)
 {
     pid_t pids[8];
+    int n = j->own_shm ? j->world / j->local : j->world;
 
-    for (int r = 0; r < j->world; r++)
-        pids[r] = spawn(rank_main, r, (void *)j);
-    for (int r = 0; r < j->world; r++)
+    for (int r = 0; r < n; r++)
+        pids[r] = spawn(j->own_shm ? node_main : rank_main, r, (void *)j);
+    for (int r = 0; r < n; r++)
         TEST_EQ_INT(tu_wait(pids[r], 120000, NULL), 0);
 }
 
@@ -468,6 +507,51 @@ static void test_shm_probe_fails(void)
     j.port = tu_free_port();
     j.private_kb = 1024;
     j.private_rank = 0;
+    run_job(&j);
+}
+
+/* Several ranks per node on several nodes, each node with a /dev/shm of its own (pods): the
+ * whole world cannot map one object, each node can map its own, so the all-reduce is
+ * hierarchical (every case of rank_main: exact sums, the same bits everywhere, bf16 on the rings
+ * between nodes, rank 0's 4 KiB pieces in every node). When one node's /dev/shm is too small,
+ * everyone agrees on the ring. */
+static void test_nodes(void)
+{
+    struct job j = {.world = 4, .timeout_ms = 20000, .env_off = -1, .local = 2, .groups = 2,
+                    .own_shm = true};
+
+    if (tu_wait(tu_spawn(can_private_shm, 0, NULL), 10000, NULL) != 0) {
+        printf("     skipped: no private /dev/shm here (needs CAP_SYS_ADMIN)\n");
+        return;
+    }
+    j.port = tu_free_port();
+    run_job(&j);
+    j.port = tu_free_port();
+    j.private_kb = 1024;
+    j.private_rank = 1;
+    j.groups = 0;
+    run_job(&j);
+}
+
+/* Nodes on one host (GANTRY_COLL_SHM=node's coll_opts): 3 nodes of 2, 2 nodes of 3 (three
+ * segments per piece, three rings side by side). Without it, ranks that can all map one object
+ * use one (a single group), nodes or not. */
+static void test_nodes_one_host(void)
+{
+    struct job j = {.world = 6, .timeout_ms = 20000, .env_off = -1, .shm = 2, .local = 2,
+                    .groups = 3};
+
+    j.port = tu_free_port();
+    run_job(&j);
+    j.port = tu_free_port();
+    j.local = 3;
+    j.groups = 2;
+    run_job(&j);
+    j.port = tu_free_port();
+    j.world = 4;
+    j.local = 2;
+    j.shm = 0;
+    j.groups = 1;
     run_job(&j);
 }
 
@@ -589,14 +673,14 @@ static int loop_main(int rank, void *arg)
     const struct job *j = arg;
     struct dist_rdzv *rz = NULL;
     struct coll *c = NULL;
-    struct coll_opts o = {.timeout_ms = j->timeout_ms, .shm = j->shm};
+    struct coll_opts o = {.timeout_ms = j->timeout_ms, .shm = j->shm, .local_size = j->local};
     size_t n = 1 << 16;
     float *b = calloc(n, sizeof(float));
     int rc;
 
     if ((rc = join(j, rank, &rz)) || (rc = coll_tcp_new(dist_rdzv_store(rz), &o, &c)))
         goto out;
-    if (coll_tcp_uses_shm(c) != want_shm(j)) {
+    if (check_groups(j, c)) {
         free(b);
         _exit(9);
     }
@@ -617,10 +701,10 @@ out:
  * checks that the others fail with a retryable error within `within` ms: a kill is DIST_EPEER
  * on every rank, long before the timeout; a hang is DIST_ETIMEDOUT (on the ring, a neighbour's
  * exit may reach a rank first: DIST_EPEER). */
-static void failure_case(int sig, int timeout_ms, int within, int shm)
+static void failure_case(int sig, int timeout_ms, int within, int shm, int local)
 {
     struct job j = {.port = tu_free_port(), .world = 4, .timeout_ms = timeout_ms, .shm = shm,
-                    .env_off = -1};
+                    .env_off = -1, .local = local, .groups = local ? 4 / local : 0};
     pid_t pids[4];
     int victim = 2, pfd[2];
     char ready[4];
@@ -645,7 +729,7 @@ static void failure_case(int sig, int timeout_ms, int within, int shm)
             continue;
         int code = tu_wait(pids[r], timeout_ms + 20000, NULL);
         int64_t took = dist_now_ms() - t0;
-        if (sig == SIGKILL || want_shm(&j))
+        if (sig == SIGKILL || (want_shm(&j) && !local))
             TEST_EQ_INT(code, sig == SIGKILL ? 10 - DIST_EPEER : 10 - DIST_ETIMEDOUT);
         else
             TEST_CHECK(code == 10 - DIST_EPEER || code == 10 - DIST_ETIMEDOUT);
@@ -659,22 +743,35 @@ static void failure_case(int sig, int timeout_ms, int within, int shm)
 /* A 30 s timeout: the others must notice the death itself (socket EOF), not the silence. */
 static void test_kill9(void)
 {
-    failure_case(SIGKILL, 30000, 5000, 0);
+    failure_case(SIGKILL, 30000, 5000, 0, 0);
 }
 
 static void test_kill9_ring(void)
 {
-    failure_case(SIGKILL, 30000, 5000, -1);
+    failure_case(SIGKILL, 30000, 5000, -1, 0);
+}
+
+/* Two nodes of two (rank 2 is node 1's first): its node's other rank, waiting for it in shared
+ * memory, and node 0's rank 0, in the ring across the nodes with it, see it die; they abort
+ * their nodes' all-reduces, so rank 1 fails at once too. */
+static void test_kill9_nodes(void)
+{
+    failure_case(SIGKILL, 30000, 5000, 2, 2);
 }
 
 static void test_hung_peer(void)
 {
-    failure_case(SIGSTOP, 2000, 7000, 0);
+    failure_case(SIGSTOP, 2000, 7000, 0, 0);
 }
 
 static void test_hung_peer_ring(void)
 {
-    failure_case(SIGSTOP, 2000, 7000, -1);
+    failure_case(SIGSTOP, 2000, 7000, -1, 0);
+}
+
+static void test_hung_peer_nodes(void)
+{
+    failure_case(SIGSTOP, 2000, 7000, 2, 2);
 }
 
 /* Rank 0 unlinks its object once every rank has mapped it (or given up): none of this test's
@@ -726,11 +823,15 @@ int main(void)
     TEST_RUN(test_world4_ring);
     TEST_RUN(test_shm_env_off);
     TEST_RUN(test_shm_probe_fails);
+    TEST_RUN(test_nodes);
+    TEST_RUN(test_nodes_one_host);
     TEST_RUN(test_grads_async);
     TEST_RUN(test_kill9);
     TEST_RUN(test_kill9_ring);
+    TEST_RUN(test_kill9_nodes);
     TEST_RUN(test_hung_peer);
     TEST_RUN(test_hung_peer_ring);
+    TEST_RUN(test_hung_peer_nodes);
     TEST_RUN(test_no_leftovers);
     return test_summary();
 }
