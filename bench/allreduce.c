@@ -127,7 +127,7 @@ static int run_size(struct coll *c, float *buf, size_t bytes, const char *label,
     double algbw = (double)bytes / t / 1e9, busbw = algbw * 2.0 * (w - 1) / w;
     if (rank == 0)
         printf("%12zu %12zu %6s %6s %10.1f %7.3f %7.3f %7d\n", bytes, n,
-               strcmp(label, "gantry-bf16") ? "float" : "f32>bf",
+               strstr(label, "bf16") ? "f32>bf" : "float",
                "sum", t * 1e6, algbw, busbw, (int)wrong);
     fflush(stdout);
     return 0;
@@ -166,13 +166,20 @@ int main(int argc, char **argv)
     if ((rc = dist_env_load(&e)) || (rc = dist_rendezvous(&e, "bench", NULL, &rz)) ||
         (rc = coll_tcp_new(dist_rdzv_store(rz), &co, &c)))
         return dist_exit_code(rc);
-    bool shm = coll_tcp_uses_shm(c);
-    const char *label = shm ? "gantry" : co.bf16_wire ? "gantry-bf16" : "gantry-tcp";
+    int groups = coll_tcp_shm_groups(c);
+    const char *label = groups == 1  ? "gantry"
+                        : groups > 1 ? (co.bf16_wire ? "gantry-nodes-bf16" : "gantry-nodes")
+                        : co.bf16_wire ? "gantry-bf16"
+                                       : "gantry-tcp";
     if (e.rank == 0) {
-        if (shm)
+        if (groups == 1)
             printf("# gantry all-reduce: %d ranks on one host (shared memory)\n", e.world_size);
+        else if (groups > 1)
+            printf("# gantry hierarchical all-reduce: %d nodes of %d ranks (shared memory in "
+                   "each, rings between them%s)\n",
+                   groups, e.world_size / groups, co.bf16_wire ? ", bf16 on the wire" : "");
         else
-            printf("# gantry tcp ring all-reduce: %d ranks on loopback%s\n", e.world_size,
+            printf("# gantry tcp ring all-reduce: %d ranks%s\n", e.world_size,
                    co.bf16_wire ? ", bf16 on the wire" : "");
         printf("# %10s %12s %6s %6s %10s %7s %7s %7s\n", "size", "count", "type", "redop",
                "time", "algbw", "busbw", "#wrong");

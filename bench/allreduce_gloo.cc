@@ -84,7 +84,8 @@ int main(int argc, char **argv)
     size_t lo = argc > 6 ? strtoull(argv[5], nullptr, 0) : 4096;
     size_t hi = argc > 6 ? strtoull(argv[6], nullptr, 0) : (256u << 20);
 
-    gloo::transport::tcp::attr attr("127.0.0.1");
+    const char *addr = getenv("GLOO_ADDR"); /* allreduce_nodes.sh: this node's address */
+    gloo::transport::tcp::attr attr(addr && *addr ? addr : "127.0.0.1");
     auto dev = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore store(argv[3]);
     b.ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
@@ -92,8 +93,8 @@ int main(int argc, char **argv)
     b.ctx->connectFullMesh(store, dev);
 
     if (rank == 0) {
-        printf("# gloo %s all-reduce: %d ranks on loopback (tcp transport)\n", b.algo.c_str(),
-               size);
+        printf("# gloo %s all-reduce: %d ranks on %s (tcp transport)\n", b.algo.c_str(), size,
+               addr && *addr ? addr : "loopback");
         printf("# %10s %12s %6s %6s %10s %7s %7s %7s\n", "size", "count", "type", "redop",
                "time", "algbw", "busbw", "#wrong");
         printf("# %10s %12s %6s %6s %10s %7s %7s %7s\n", "(B)", "(elements)", "", "", "(us)",

@@ -94,6 +94,10 @@ int coll_tcp_shm_groups(const struct coll *c);
 
 /* "tcp" or "nccl". */
 const char *coll_backend(const struct coll *c);
+/* How the all-reduce runs, for logs and reports: "ring" (the TCP ring), "shm" (shared memory,
+ * one host), "nodes" (hierarchical: shared memory within nodes, rings between them), "nccl",
+ * "none" (one rank). */
+const char *coll_allreduce_path(const struct coll *c);
 int coll_rank(const struct coll *c);
 int coll_world_size(const struct coll *c);
 

@@ -566,7 +566,7 @@ static int decide(struct coll_shm *s, struct store *st, const char *pfx,
                   const struct coll_shm_group *g, bool ok, const char *why, bool want,
                   const char *fallback, bool *go)
 {
-    char key[128], val[256];
+    char key[128], val[320]; /* "1 " or "0 " and a why of up to 255 */
     int rc;
 
     if (s->rank == 0 && g->id > 0) {
@@ -576,7 +576,7 @@ static int decide(struct coll_shm *s, struct store *st, const char *pfx,
             return rc;
     }
     if (s->rank == 0 && g->id == 0) {
-        char first_no[256] = "";
+        char first_no[sizeof(val)] = "";
         if (!ok)
             snprintf(first_no, sizeof(first_no), "%s", why);
         for (int k = 1; k < g->count; k++) {

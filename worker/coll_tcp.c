@@ -750,6 +750,16 @@ int coll_tcp_shm_groups(const struct coll *c)
     return t && t->shm ? t->shm_groups : 0;
 }
 
+const char *coll_allreduce_path(const struct coll *c)
+{
+    if (c->ops != &tcp_ops)
+        return c->ops->name;
+    if (c->world == 1)
+        return "none";
+    int g = coll_tcp_shm_groups(c);
+    return g == 1 ? "shm" : g > 1 ? "nodes" : "ring";
+}
+
 /* Between a node's reduce and its gather: this local rank's segment across the nodes. */
 static int cross_allreduce(void *arg, float *seg, size_t n, int *culprit)
 {

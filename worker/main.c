@@ -532,6 +532,8 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         "tokens_per_s", r->tokens_per_s, "examples", (json_int_t)w->train_enc.n,
         "parameters", (json_int_t)w->model.n_params, "vocab", vocab_size(w->vocab),
         "world_size", w->env.world_size));
+    json_object_set_new(json_object_get(rep, "train"), "allreduce",
+                        json_string(w->coll ? coll_allreduce_path(w->coll) : "none"));
     json_object_set_new(json_object_get(rep, "train"), "early_stopped",
                         json_boolean(r->early_stopped));
     if (w->have_init)
@@ -866,6 +868,17 @@ static int join(struct worker *w)
         (rc = w->gpu >= 0 ? coll_nccl_new(dist_rdzv_store(w->rz), w->gpu, NULL, NULL, &w->coll)
                           : coll_tcp_new(dist_rdzv_store(w->rz), NULL, &w->coll)))
         return dist_exit_code(rc);
+    if (w->env.rank == 0) {
+        const char *path = coll_allreduce_path(w->coll);
+        int g = coll_tcp_shm_groups(w->coll), W = w->env.world_size;
+        if (strcmp(path, "nodes") == 0)
+            fprintf(stderr, "gantry-worker: all-reduce of %d ranks: shared memory within each of "
+                    "%d nodes of %d, %d rings between the nodes\n", W, g, W / g, W / g);
+        else
+            fprintf(stderr, "gantry-worker: all-reduce of %d ranks: %s\n", W,
+                    strcmp(path, "shm") == 0 ? "shared memory"
+                    : strcmp(path, "ring") == 0 ? "TCP ring" : path);
+    }
     return 0;
 }
 

@@ -11,6 +11,9 @@
 #   threads  threads 0: each rank takes CPUs / NPROC_PER_NODE threads; OMP_NUM_THREADS wins
 #   run      the same job outside Kubernetes: gantry-run --nproc 2 --nnodes 2 --node-rank 0|1 on
 #            two "hosts" ends with the same parameters; without the shared token: exit 64
+#   nodes    the same with GANTRY_COLL_SHM=node (each node's shared memory its own, as on two
+#            machines): rank 0 says the all-reduce is hierarchical, the report's
+#            train.allreduce is "nodes", all 4 ranks end with the same parameters
 # Usage: node_launch_test.sh /path/to/gantry-worker /path/to/worker/testdata /path/to/gantry-run
 set -euo pipefail
 bin=$1 data=$2 run=$3
@@ -156,5 +159,27 @@ if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && [ "$(awk '{print $2}' <<<"$hashes" | tr '
 else
     bad "run: gantry-run nodes exited $rc0/$rc1, hashes [$(tr '\n' ' ' <<<"$hashes")], no token: $rc"
     tail -n 8 "$tmp/r0.err" "$tmp/r1.err" "$tmp/notoken.err"
+fi
+# nodes: the hierarchical all-reduce (one host's nodes kept apart by GANTRY_COLL_SHM=node)
+port=$(free_port)
+for n in 0 1; do
+    GANTRY_COLL_SHM=node GANTRY_RDZV_TOKEN=h13r "$run" --nproc 2 --nnodes 2 --node-rank $n \
+        --master-addr 127.0.0.1 --master-port "$port" -- "$bin" --config "$tmp/cfg.json" \
+        --report "$tmp/h.json" >"$tmp/h$n.out" 2>"$tmp/h$n.err" & # rank 0 writes it
+    pids+=($!)
+    rp[n]=$!
+done
+wait_rc "${rp[0]}"; rc0=$WRC
+wait_rc "${rp[1]}"; rc1=$WRC
+hashes=$(cat "$tmp/h0.err" "$tmp/h1.err" | grep -oE 'rank [0-9] final parameters fnv1a64 [0-9a-f]+' | sort) || true
+path=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train"]["allreduce"])' \
+    "$tmp/h.json" 2>/dev/null || true)
+if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && [ "$(awk '{print $2}' <<<"$hashes" | tr '\n' ' ')" = "0 1 2 3 " ] &&
+    [ "$(awk '{print $6}' <<<"$hashes" | sort -u | wc -l)" = 1 ] && [ "$path" = nodes ] &&
+    grep -q 'all-reduce of 4 ranks: shared memory within each of 2 nodes of 2, 2 rings between the nodes' "$tmp/h0.err"; then
+    ok "nodes: hierarchical all-reduce (report: $path), ranks 0-3 end with $(awk '{print $6}' <<<"$hashes" | sort -u)"
+else
+    bad "nodes: exited $rc0/$rc1, hashes [$(tr '\n' ' ' <<<"$hashes")], train.allreduce '$path'"
+    tail -n 8 "$tmp/h0.err" "$tmp/h1.err"
 fi
 exit $fail

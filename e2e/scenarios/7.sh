@@ -10,7 +10,8 @@
 # final parameters on both ranks and a useful accuracy. Then (local tier) 2 pods x 2 GPUs: 4
 # ranks, RANK 0 and 2 per pod, one NCCL communicator across the pods (the emulated NCCL goes
 # through /dev/shm, so both pods mount one host folder there; a real one would use the network).
-# Last, the same on CPUs: nprocPerNode 2 with the shipped image.
+# Last, the same on CPUs: nprocPerNode 2 with the shipped image (the all-reduce hierarchical:
+# shared memory within each pod, rings between the pods).
 
 E2E_GPU_MIN_ACCURACY=${E2E_GPU_MIN_ACCURACY:-0.90}
 
@@ -71,8 +72,8 @@ scenario_7() {
 
 # What a job of 2 pods x 2 ranks that ran to step 30 must show: each pod's gantry-worker started
 # its ranks, all 4 ranks ended with the same parameters, the report counts 4. Then deletes it.
-check_two_by_two() { # JOB
-    local job=$1 logs='' s i world
+check_two_by_two() { # JOB ALLREDUCE (the report's train.allreduce)
+    local job=$1 path=$2 logs='' s i world got
     for i in 0 1; do
         s=$(kc -n "$NS" logs "$job-worker-$i" -c worker 2>&1)
         printf '%s\n' "$s" >"$ARTIFACTS/$job-worker-$i.txt"
@@ -85,6 +86,8 @@ check_two_by_two() { # JOB
     check "all 4 ranks end at step 30 with the same parameters" test "$(awk '$1 == 4' <<<"$s" | wc -l)" = 1
     world=$(json_field "$(rank0_report "$NS" "$job")" 'r["train"]["world_size"]')
     check "the report says world size 4 (got ${world:-none})" test "${world:-0}" = 4
+    got=$(json_field "$(rank0_report "$NS" "$job")" 'r["train"]["allreduce"]')
+    check "the report says the all-reduce ran as '$path' (got '${got:-none}')" test "$got" = "$path"
     check "kubectl delete tj $job" kc -n "$NS" delete tj "$job" --wait=true --timeout=60s
 }
 
@@ -102,7 +105,7 @@ scenario_7_two_pods() { # IMAGE
     check "tj/$job reaches Succeeded" wait_tj_phase "$NS" "$job" Succeeded "$E2E_TRAIN_TIMEOUT"
     check "the template's own /dev/shm is kept (no gantry-shm volume added)" test -z \
         "$(kc -n "$NS" get pod "$job-worker-0" -o 'jsonpath={.spec.volumes[?(@.name=="gantry-shm")].name}')"
-    check_two_by_two "$job"
+    check_two_by_two "$job" nccl
 }
 
 # nprocPerNode on CPU pods: 2 pods x 2 ranks of the shipped (CPU) image, the ranks of a pod on a
@@ -116,7 +119,7 @@ scenario_7_cpu_nproc() {
     check "its pods get a 2Gi memory-backed /dev/shm and no GPU limit" test \
         "$(kc -n "$NS" get pod "$job-worker-1" -o 'jsonpath={.spec.volumes[?(@.name=="gantry-shm")].emptyDir.sizeLimit} {.spec.containers[?(@.name=="worker")].resources.limits.nvidia\.com/gpu}')" \
         = "2Gi "
-    check_two_by_two "$job"
+    check_two_by_two "$job" nodes
     # one rank under a CPU limit of 1 on a node with more: training.threads 0 follows the limit
     job=spam-quota f=$ARTIFACTS/spam-quota.yaml
     if [ "$(kc get node "$(kc get nodes -o 'jsonpath={.items[0].metadata.name}')" -o 'jsonpath={.status.capacity.cpu}')" -lt 2 ]; then
