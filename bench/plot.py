@@ -135,6 +135,53 @@ def allreduce(vals, out_png):
     return summary, section
 
 
+def allreduce_nodes(vals, out_png):
+    impls = [i for i in ("gantry-nodes", "gantry-nodes-bf16", "gantry-ring", "gloo")
+             if any(k[0] == i for k in vals)]
+    xs = sorted({x for (_, m, x) in vals if m == "algbw"})
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for impl in impls:
+        ix = [x for x in xs if (impl, "algbw", x) in vals]
+        m, e = errbars([vals[(impl, "algbw", x)] for x in ix])
+        ax.errorbar(ix, m, yerr=e, marker="o", ms=3, capsize=2, label=impl)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes, log2)")
+    ax.set_ylabel("algorithm bandwidth (GB/s, 1e9 B/s)")
+    ax.set_title("all-reduce (sum, fp32), nodes x ranks per node")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, "median of rounds, error bars min-max", fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    top = xs[-1] if xs else 0.0
+    g = vals.get(("gantry-nodes", "algbw", top), [])
+    p = vals.get(("gloo", "algbw", top), [])
+    r = vals.get(("gantry-ring", "algbw", top), [])
+    ratio = med(g) / med(p) if g and p else float("nan")
+    summary = [{
+        "bench": "all-reduce across nodes at %s, algbw (GB/s)" % human_bytes(int(top)),
+        "ours": spread(g), "peer": "Gloo " + spread(p), "ratio": ratio, "target": ">= 1.3x",
+        "ok": ratio >= 1.3,
+        "note": "hierarchical (shared memory in each node, a ring per local rank between them); "
+                "Gantry's ring of all ranks: %s (%.2fx)" % (spread(r), med(g) / med(r))
+                if r and g else ""}]
+    section = [
+        "gantry-nodes: Gantry's all-reduce for several ranks per node on several nodes "
+        "(nprocPerNode > 1, replicas > 1): each node reduces through its shared memory, local "
+        "rank l all-reduces its share with local rank l of the other nodes on a ring of its own, "
+        "the node gathers the result; a node sends the buffer 2(N-1)/N times over its link. "
+        "gantry-ring (GANTRY_COLL_SHM=0) and Gloo: one ring of all W ranks, 2(W-1)/W times out "
+        "of each node. Nodes are gantry-run instances, each in a network namespace of its own "
+        "whose link out is rate-limited (bench/allreduce_nodes.sh); every rank shares this "
+        "host's CPUs.", "",
+        "| size | " + " | ".join(impls) + " |", "|---|" + "---|" * len(impls)]
+    for x in xs:
+        section.append("| %s | " % human_bytes(int(x)) + " | ".join(
+            spread(vals.get((i, "algbw", x), [])) for i in impls) + " |")
+    return summary, section
+
+
 def cpu_train(vals, out_png):
     g = vals.get(("gantry", "samples_per_s", 0.0), [])
     t = vals.get(("pytorch", "samples_per_s", 0.0), [])
@@ -474,6 +521,7 @@ def predict(vals, out_png):
 
 BENCHES = [
     ("allreduce", "All-reduce bandwidth: Gantry (shared memory, TCP ring) vs Gloo vs raw TCP", allreduce),
+    ("allreduce_nodes", "All-reduce across nodes: Gantry (hierarchical, ring) vs Gloo", allreduce_nodes),
     ("cpu_train", "CPU training throughput: Gantry vs PyTorch", cpu_train),
     ("fasttext", "Time to accuracy on SpamAssassin: Gantry vs fastText", fasttext),
     ("predict", "Prediction throughput: gantry-predict vs fastText", predict),

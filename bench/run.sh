@@ -4,10 +4,15 @@
 #
 #   bench/run.sh [--quick] [--build DIR] [--out DIR] [--doc FILE] [--only "NAMES"] [--skip "NAMES"]
 #
-# NAMES: allreduce cpu_train fasttext predict ckpt operator (default: all). Benchmarks and their peers:
+# NAMES: allreduce allreduce_nodes cpu_train fasttext predict ckpt operator (default: all).
+# Benchmarks and their peers:
 #   allreduce  bench/allreduce.sh: shared memory, tcp ring (fp32, bf16 wire) vs Gloo vs PyTorch gloo vs raw TCP, 2 and 4 ranks,
 #              4 KiB..64 MiB, 2 rounds, each a sweep plus an interleaved 64 MiB run (--quick:
 #              2 ranks, 1..64 MiB); target 2x Gloo busbw at 64 MiB
+#   allreduce_nodes  bench/allreduce_nodes.sh: 2 nodes x 2 ranks, each node a network namespace
+#              with a 1 Gbit/s link (root; else loopback): hierarchical vs Gantry's ring vs
+#              Gloo's ring, 1..64 MiB, 3 interleaved rounds (quick: 1..16 MiB, 1 round);
+#              target 1.3x Gloo's algbw at the largest size
 #   cpu_train  bench/cpu_train.sh: samples/s vs PyTorch, 2 threads, 3 rounds x 8 steps (quick: 2 x 5);
 #              target >= 1.2x
 #   fasttext   bench/fasttext.sh: time to accuracy (0.97, 0.98) and final accuracy on SpamAssassin,
@@ -39,7 +44,7 @@ quick=0
 build=$root/build
 out=$root/bench/results
 doc=$root/docs/benchmarks.md
-only="allreduce cpu_train fasttext predict ckpt operator"
+only="allreduce allreduce_nodes cpu_train fasttext predict ckpt operator"
 skip=
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -49,7 +54,7 @@ while [ $# -gt 0 ]; do
     --doc) doc=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
-    -h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -132,7 +137,7 @@ m skipped gpu "not run: no GPU lent (none on this machine, and this task drew no
 runlog() { # runlog NAME CMD...: run, keep the log, show it
     local name=$1 rc=0
     shift
-    m commands "$name" "$(printf '%q ' "$@" | sed "s#$out#OUT#g; s#$work/ar#DIR#g; s#$work/bin#DIR#g; s#$root/##g; s#$build#BUILD#g; s#$HOME#~#g; s# \$##")"
+    m commands "$name" "$(printf '%q ' "$@" | sed "s#$out#OUT#g; s#$work/ar#DIR#g; s#$work/an#DIR#g; s#$work/bin#DIR#g; s#$root/##g; s#$build#BUILD#g; s#$HOME#~#g; s# \$##")"
     "$@" 2>&1 | tee "$out/$name.log" || rc=$?
     return $rc
 }
@@ -183,6 +188,30 @@ if want allreduce; then
         m notes allreduce "all-reduce: $ar_rounds rounds of bench/allreduce.sh (${ar_env[*]}), each a sweep of every implementation and one interleaved 64 MiB run of each (so n = 2 x rounds at 64 MiB); medians over all of them. Loopback on $(nproc) shared CPUs: every rank competes for the same cores, so this measures the implementations' CPU cost per byte more than a network."
     else
         m skipped allreduce "bench_allreduce, bench_allreduce_gloo (libgloo-dev) or gantry-run could not be built"
+    fi
+fi
+
+# ---- all-reduce across nodes -------------------------------------------------------------------------
+if want allreduce_nodes; then
+    sect allreduce_nodes
+    log "all-reduce across nodes"
+    if ab=$(compile_c bench_allreduce bench/allreduce.c) && gb=$(gloo_bin) && [ -n "$(find_bin gantry-run)" ]; then
+        mkdir -p "$work/an"
+        cp "$ab" "$gb" "$(find_bin gantry-run)" "$work/an/"
+        if [ $quick = 1 ]; then an_env=(MIN=1048576 MAX=16777216 ROUNDS=1)
+        else an_env=(MIN=1048576 MAX=67108864 ROUNDS=3); fi
+        if runlog allreduce_nodes env "${an_env[@]}" "$root/bench/allreduce_nodes.sh" "$work/an"; then
+            echo "impl,metric,x,unit,round,value" >"$out/allreduce_nodes.csv"
+            # rows "[IMPL round R] size count type redop time algbw busbw #wrong"
+            awk '/^\[/ { i = $1; sub(/^\[/, "", i); r = $3; sub(/\]$/, "", r)
+                         printf "%s,algbw,%s,GB/s,%d,%s\n", i, $4, r - 1, $9 }' \
+                "$out/allreduce_nodes.log" >>"$out/allreduce_nodes.csv"
+            m notes allreduce_nodes "all-reduce across nodes: $(grep '^# bench/allreduce_nodes' "$out/allreduce_nodes.log" | sed 's/^# bench\/allreduce_nodes: //'). Every node's ranks share this host's CPUs, so the link is the constraint only where its rate is below what the CPUs can move."
+        else
+            m skipped allreduce_nodes "bench/allreduce_nodes.sh failed (see bench/results/allreduce_nodes.log)"
+        fi
+    else
+        m skipped allreduce_nodes "bench_allreduce, bench_allreduce_gloo (libgloo-dev) or gantry-run could not be built"
     fi
 fi
 
@@ -304,7 +333,7 @@ fi
 
 # ---- report -------------------------------------------------------------------------------------------
 sect report
-for name in allreduce cpu_train fasttext predict ckpt operator kube; do
+for name in allreduce allreduce_nodes cpu_train fasttext predict ckpt operator kube; do
     want "${name/kube/operator}" && continue
     rm -f "$out/$name.csv" "$out/$name.png" "$out/$name.log" # no stale results from another run
     m skipped "$name" "not selected in this run (--only/--skip)"

@@ -4,12 +4,16 @@
  * as gantry-run / gantry-worker --nproc start them. Like NCCL's SHM transport: loopback TCP costs
  * two kernel copies per byte per ring hop, this path one user-space copy in and out.
  *
- * Setup (coll_shm_open, collective): rank 0 creates a randomly named object (O_EXCL, 0600),
- * reserves its memory (posix_fallocate: a small /dev/shm fails here, not with SIGBUS later) and
- * publishes name + a random token in the store; every rank maps it and checks the token; rank 0
- * collects every rank's verdict, publishes the decision, and unlinks the object (nothing stays in
- * /dev/shm, even if a rank is later killed). Any failure: every rank falls back to the ring.
- * The probe decides, not host names: pods on one node have separate /dev/shm and fall back.
+ * Setup (coll_shm_open, collective): the ranks that are to share an object form a group (the
+ * whole world, or a node's ranks with one group per node). The group's first rank creates a
+ * randomly named object (O_EXCL, 0600), reserves its memory (posix_fallocate: a small /dev/shm
+ * fails here, not with SIGBUS later) and publishes name + a random token in the store; every
+ * rank of the group maps it and checks the token; the first rank collects their verdicts,
+ * unlinks the object (nothing stays in /dev/shm, even if a rank is later killed) and hands the
+ * group's verdict to global rank 0, which publishes one decision for all. Any failure: every
+ * rank falls back. The probe decides, not host names: pods on one node have separate /dev/shm.
+ * With several groups, each reduced segment is all-reduced across the groups by a callback
+ * (coll_shm_set_cross: the tcp backend's ring per local rank) before the group gathers it.
  *
  * All-reduce: the buffer goes in pieces through per-rank slots (two per rank, alternating, so a
  * rank fills the next piece while slower ranks still read the last one). Per piece, rank r copies
