@@ -634,12 +634,12 @@ void cfg_usage(FILE *f, const char *prog)
                 "", en, fields[i].path);
     }
     fprintf(f,
-            "\nRanks (set by the operator, gantry-run or a pod's gantry-worker): RANK, WORLD_SIZE,\n"
-            "MASTER_ADDR, MASTER_PORT, GANTRY_RDZV_TOKEN (the job's shared secret), NODE_RANK,\n"
-            "NPROC_PER_NODE (ranks per node: > 1 in a pod starts them; the all-reduce is\n"
-            "hierarchical across nodes), LOCAL_RANK; GANTRY_RDZV_TIMEOUT (s, default 600),\n"
-            "GANTRY_PEER_TIMEOUT (s without progress from a peer, default 60), GANTRY_COLL_SHM\n"
-            "(0: no shared-memory all-reduce; node: only within nodes).\n");
+            "\nRanks (set by the operator, gantry-run or a pod's gantry-worker): RANK,\n"
+            "WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GANTRY_RDZV_TOKEN (the job's shared secret),\n"
+            "NODE_RANK, NPROC_PER_NODE (ranks per node: > 1 in a pod starts them; the\n"
+            "all-reduce is hierarchical across nodes), LOCAL_RANK; GANTRY_RDZV_TIMEOUT (s,\n"
+            "default 600), GANTRY_PEER_TIMEOUT (s without progress from a peer, default 60),\n"
+            "GANTRY_COLL_SHM (0: no shared-memory all-reduce; node: only within nodes).\n");
     fprintf(f, "\nExit status: 0 done; 64 bad usage; 65 bad data; 78 bad config (the message names "
                "the field);\nother non-zero: retryable failure.\n");
 }

@@ -132,7 +132,8 @@ static int report(const struct coll_shm *s, uint64_t w)
     else if (by == s->first + s->rank)
         dist_log("%s: rank %d (%s) closed the connection: it died. Exiting so that the gang "
                  "restarts from the last checkpoint",
-                 what, culprit, culprit == s->ring.prev_rank ? s->ring.prev_addr : s->ring.next_addr);
+                 what, culprit,
+                 culprit == s->ring.prev_rank ? s->ring.prev_addr : s->ring.next_addr);
     else
         dist_log("%s: rank %d closed its connections%s: it died. Exiting so that the gang "
                  "restarts from the last checkpoint",
