@@ -137,7 +137,7 @@ m skipped gpu "not run: no GPU lent (none on this machine, and this task drew no
 runlog() { # runlog NAME CMD...: run, keep the log, show it
     local name=$1 rc=0
     shift
-    m commands "$name" "$(printf '%q ' "$@" | sed "s#$out#OUT#g; s#$work/ar#DIR#g; s#$work/an#DIR#g; s#$work/bin#DIR#g; s#$root/##g; s#$build#BUILD#g; s#$HOME#~#g; s# \$##")"
+    m commands "$name" "$(printf '%q ' "$@" | sed "s#$out#OUT#g; s#$work/ar#DIR#g; s#$work/bin#DIR#g; s#$root/##g; s#$build#BUILD#g; s#$HOME#~#g; s# \$##")"
     "$@" 2>&1 | tee "$out/$name.log" || rc=$?
     return $rc
 }
@@ -162,13 +162,18 @@ allreduce_csv() { # allreduce_csv ROUND < allreduce.sh output: rows for every ta
         printf "gloo,busbw_r%d,67108864,GB/s,%d,%s\n", $1, r, $5
     }'
 }
+# allreduce.sh and allreduce_nodes.sh find their binaries as plain files under one directory
+allreduce_bins() {
+    local ab gb
+    [ -x "$work/ar/bench_allreduce" ] && return 0
+    ab=$(compile_c bench_allreduce bench/allreduce.c) && gb=$(gloo_bin) &&
+        [ -n "$(find_bin gantry-run)" ] || return 1
+    mkdir -p "$work/ar" && cp "$ab" "$gb" "$(find_bin gantry-run)" "$work/ar/"
+}
 if want allreduce; then
     sect allreduce
     log "all-reduce"
-    if ab=$(compile_c bench_allreduce bench/allreduce.c) && gb=$(gloo_bin) && [ -n "$(find_bin gantry-run)" ]; then
-        mkdir -p "$work/ar"
-        # allreduce.sh finds its binaries as plain files under one directory
-        cp "$ab" "$gb" "$(find_bin gantry-run)" "$work/ar/"
+    if allreduce_bins; then
         if [ $quick = 1 ]; then ar_env=(WORLDS=2 MIN=1048576 MAX=67108864 ROUNDS=1); ar_rounds=2
         else ar_env=(WORLDS="2 4" MIN=4096 MAX=67108864 ROUNDS=1); ar_rounds=2; fi
         [ ! -x "$tpy" ] || ar_env+=(TORCH_PYTHON="$tpy") # PyTorch's gloo backend, a third peer
@@ -195,12 +200,10 @@ fi
 if want allreduce_nodes; then
     sect allreduce_nodes
     log "all-reduce across nodes"
-    if ab=$(compile_c bench_allreduce bench/allreduce.c) && gb=$(gloo_bin) && [ -n "$(find_bin gantry-run)" ]; then
-        mkdir -p "$work/an"
-        cp "$ab" "$gb" "$(find_bin gantry-run)" "$work/an/"
+    if allreduce_bins; then
         if [ $quick = 1 ]; then an_env=(MIN=1048576 MAX=16777216 ROUNDS=1)
         else an_env=(MIN=1048576 MAX=67108864 ROUNDS=3); fi
-        if runlog allreduce_nodes env "${an_env[@]}" "$root/bench/allreduce_nodes.sh" "$work/an"; then
+        if runlog allreduce_nodes env "${an_env[@]}" "$root/bench/allreduce_nodes.sh" "$work/ar"; then
             echo "impl,metric,x,unit,round,value" >"$out/allreduce_nodes.csv"
             # rows "[IMPL round R] size count type redop time algbw busbw #wrong"
             awk '/^\[/ { i = $1; sub(/^\[/, "", i); r = $3; sub(/\]$/, "", r)

@@ -490,6 +490,15 @@ static int can_private_shm(int rank, void *arg)
     return private_dev_shm(1024) ? 1 : 0;
 }
 
+/* Whether a process can have a /dev/shm of its own here; says so when not. */
+static bool private_shm_works(void)
+{
+    if (tu_wait(tu_spawn(can_private_shm, 0, NULL), 10000, NULL) == 0)
+        return true;
+    printf("     skipped: no private /dev/shm here (needs CAP_SYS_ADMIN)\n");
+    return false;
+}
+
 /* The probe's real failures: a rank with another /dev/shm (pods on one node: shm_open finds
  * nothing), and a /dev/shm too small for the slots (1 MiB: posix_fallocate says ENOSPC, rather
  * than SIGBUS at first touch). Every rank falls back to the ring, and agrees. */
@@ -498,10 +507,8 @@ static void test_shm_probe_fails(void)
     struct job j = {.world = 2, .timeout_ms = 20000, .env_off = -1, .private_kb = 65536,
                     .private_rank = 1};
 
-    if (tu_wait(tu_spawn(can_private_shm, 0, NULL), 10000, NULL) != 0) {
-        printf("     skipped: no private /dev/shm here (needs CAP_SYS_ADMIN)\n");
+    if (!private_shm_works())
         return;
-    }
     j.port = tu_free_port();
     run_job(&j);
     j.port = tu_free_port();
@@ -520,10 +527,8 @@ static void test_nodes(void)
     struct job j = {.world = 4, .timeout_ms = 20000, .env_off = -1, .local = 2, .groups = 2,
                     .own_shm = true};
 
-    if (tu_wait(tu_spawn(can_private_shm, 0, NULL), 10000, NULL) != 0) {
-        printf("     skipped: no private /dev/shm here (needs CAP_SYS_ADMIN)\n");
+    if (!private_shm_works())
         return;
-    }
     j.port = tu_free_port();
     run_job(&j);
     j.port = tu_free_port();
