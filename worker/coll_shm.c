@@ -504,9 +504,10 @@ static int setup_leader(struct coll_shm *s, struct store *st, const char *pfx, i
             s->piece = piece;
         s->size = map_size(s->world, s->piece);
     }
-    *ok = !off && create_obj(s, name, sizeof(name), token, why, cap) == 0;
-    if (off)
-        snprintf(why, cap, "rank %d: %s", s->first, off);
+    char err[200] = "";
+    *ok = !off && create_obj(s, name, sizeof(name), token, err, sizeof(err)) == 0;
+    if (off || !*ok)
+        snprintf(why, cap, "rank %d: %s", s->first, off ? off : err);
     if (*ok) {
         char hex[2 * SHM_TOKEN_LEN + 1];
         tohex(token, SHM_TOKEN_LEN, hex);
@@ -591,7 +592,7 @@ static int decide(struct coll_shm *s, struct store *st, const char *pfx,
         snprintf(key, sizeof(key), "%s/go", pfx);
         if ((rc = store_set(st, key, ok ? "1" : "0", 1)))
             return rc;
-        if (!ok && want)
+        if (!ok && want && fallback)
             dist_log("tcp collectives: not using shared memory for the all-reduce (%s); %s",
                      first_no, fallback);
         *go = ok;

@@ -62,7 +62,7 @@ struct coll_shm_group {
  * instance and use). off: NULL when this rank may use shared memory, else why not (e.g.
  * "GANTRY_COLL_SHM=0"); a rank that may not votes no. Either every group uses shared memory or
  * none does: global rank 0 decides and, when not, says why followed by fallback (what happens
- * instead), unless it had switched it off itself.
+ * instead), unless it had switched it off itself or fallback is NULL.
  * *out: the mapping (free with coll_shm_free), or NULL when it is not to be used. Errors are
  * store failures only. */
 int coll_shm_open(struct store *st, const char *pfx, const struct coll_shm_group *g,

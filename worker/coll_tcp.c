@@ -857,8 +857,9 @@ static int tcp_try_shm(struct tcp *t, struct store *st, const struct coll_opts *
                           : node_only        ? "within nodes only (GANTRY_COLL_SHM=node)"
                                              : NULL;
     snprintf(pfx, sizeof(pfx), "coll/%" PRId64 "/shm", t->inst);
-    if ((rc = coll_shm_open(st, pfx, &all, all_off,
-                            nodes ? "trying it within each node" : "it runs over the TCP ring",
+    /* with several nodes, the whole world not sharing memory is the usual case: not worth a
+     * line (the next probe's outcome is) */
+    if ((rc = coll_shm_open(st, pfx, &all, all_off, nodes ? NULL : "it runs over the TCP ring",
                             t->timeout_ms, &ring, &t->shm)) ||
         t->shm || !nodes) {
         t->shm_groups = t->shm ? 1 : 0;

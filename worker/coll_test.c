@@ -384,7 +384,8 @@ static int rank_main(int rank, void *arg)
     int rc;
 
     apply_env(j, rank);
-    if (j->private_kb > 0 && rank == j->private_rank && private_dev_shm(j->private_kb) != 0) {
+    if (!j->own_shm && j->private_kb > 0 && rank == j->private_rank &&
+        private_dev_shm(j->private_kb) != 0) {
         rc = 91;
         goto out;
     }
