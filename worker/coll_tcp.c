@@ -13,6 +13,9 @@
  * one copy in and out per byte rather than two kernel copies per ring hop (4 ranks on 2 cores:
  * ~2x the ring's busbw). The ring stays connected: broadcast, all-gather and barrier use it, and
  * during a shared-memory all-reduce its idle sockets tell a waiting rank that a neighbour died.
+ * Several ranks per node on several nodes (tcp_try_shm's second probe): shared memory within
+ * each node, and a ring of its own per local rank across the nodes (tcp_cross_ring), called by
+ * coll_shm between a node's reduce and its gather: the hierarchical all-reduce.
  */
 #include "worker/coll.h"
 
