@@ -11,7 +11,7 @@
 #              2 ranks, 1..64 MiB); target 2x Gloo busbw at 64 MiB
 #   allreduce_nodes  bench/allreduce_nodes.sh: 2 nodes x 2 ranks, each node a network namespace
 #              with a 1 Gbit/s link (root; else loopback): hierarchical vs Gantry's ring vs
-#              Gloo's ring, 1..64 MiB, 3 interleaved rounds (quick: 1..16 MiB, 1 round);
+#              Gloo's ring, 1..64 MiB, 2 interleaved rounds (quick: 1..16 MiB, 1 round);
 #              target 1.3x Gloo's algbw at the largest size
 #   cpu_train  bench/cpu_train.sh: samples/s vs PyTorch, 2 threads, 3 rounds x 8 steps (quick: 2 x 5);
 #              target >= 1.2x
@@ -202,7 +202,7 @@ if want allreduce_nodes; then
     log "all-reduce across nodes"
     if allreduce_bins; then
         if [ $quick = 1 ]; then an_env=(MIN=1048576 MAX=16777216 ROUNDS=1)
-        else an_env=(MIN=1048576 MAX=67108864 ROUNDS=3); fi
+        else an_env=(MIN=1048576 MAX=67108864 ROUNDS=2); fi
         if runlog allreduce_nodes env "${an_env[@]}" "$root/bench/allreduce_nodes.sh" "$work/ar"; then
             echo "impl,metric,x,unit,round,value" >"$out/allreduce_nodes.csv"
             # rows "[IMPL round R] size count type redop time algbw busbw #wrong"
