@@ -763,6 +763,18 @@ const char *coll_allreduce_path(const struct coll *c)
     return g == 1 ? "shm" : g > 1 ? "nodes" : "ring";
 }
 
+/* A connected ring's socket buffers (opts.sock_buf_bytes), step size and staging buffers. */
+static void ring_buffers(struct tcp *t, struct store *st, const struct coll_opts *o)
+{
+    if (o->sock_buf_bytes > 0 && t->next_fd >= 0) {
+        net_set_bufsize(t->next_fd, o->sock_buf_bytes);
+        net_set_bufsize(t->prev_fd, o->sock_buf_bytes);
+    }
+    t->chunk = o->chunk_bytes >= 4096 ? o->chunk_bytes & ~(size_t)3 : default_chunk(t, st);
+    t->stage = xmalloc(t->chunk);
+    t->sstage = xmalloc(t->chunk);
+}
+
 /* Between a node's reduce and its gather: this local rank's segment across the nodes. */
 static int cross_allreduce(void *arg, float *seg, size_t n, int *culprit)
 {
@@ -798,13 +810,7 @@ static int tcp_cross_ring(struct tcp *t, struct store *st, const unsigned char *
     if ((rc = ring_listen(st, &lfd, &lport)) ||
         (rc = tcp_ring_connect(x, st, nonce, kpfx, lfd, lport)))
         return rc;
-    if (o->sock_buf_bytes > 0) {
-        net_set_bufsize(x->next_fd, o->sock_buf_bytes);
-        net_set_bufsize(x->prev_fd, o->sock_buf_bytes);
-    }
-    x->chunk = o->chunk_bytes >= 4096 ? o->chunk_bytes & ~(size_t)3 : default_chunk(x, st);
-    x->stage = xmalloc(x->chunk);
-    x->sstage = xmalloc(x->chunk);
+    ring_buffers(x, st, o);
     return 0;
 }
 
@@ -875,9 +881,7 @@ static int tcp_try_shm(struct tcp *t, struct store *st, const struct coll_opts *
                             &t->shm)) ||
         !t->shm)
         return rc;
-    t->shm_groups = g.count;
-    if (g.count == 1)
-        return 0;
+    t->shm_groups = g.count; /* 2 or more: nodes */
     if ((rc = tcp_cross_ring(t, st, nonce, L, o)))
         return rc;
     coll_shm_set_cross(t->shm, cross_allreduce, t->cross);
@@ -912,18 +916,11 @@ int coll_tcp_new(struct store *st, const struct coll_opts *opts, struct coll **o
             goto out;
         }
         snprintf(kpfx, sizeof(kpfx), "coll/%" PRId64, t->inst);
-        if ((rc = tcp_ring_connect(t, st, nonce, kpfx, lfd, lport)))
-            goto out;
-        if (o.sock_buf_bytes > 0) {
-            net_set_bufsize(t->next_fd, o.sock_buf_bytes);
-            net_set_bufsize(t->prev_fd, o.sock_buf_bytes);
-        }
-        if ((rc = tcp_try_shm(t, st, &o, nonce)))
+        if ((rc = tcp_ring_connect(t, st, nonce, kpfx, lfd, lport)) ||
+            (rc = tcp_try_shm(t, st, &o, nonce)))
             goto out;
     }
-    t->chunk = o.chunk_bytes >= 4096 ? o.chunk_bytes & ~(size_t)3 : default_chunk(t, st);
-    t->stage = xmalloc(t->chunk);
-    t->sstage = xmalloc(t->chunk);
+    ring_buffers(t, st, &o);
     *out = coll_wrap(&tcp_ops, t->rank, t->world, t);
     t = NULL;
 out:
