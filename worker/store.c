@@ -78,6 +78,7 @@ struct conn {
     char *wait_key; /* pending WAIT, or NULL */
     bool left;      /* said BYE: its hang-up is not a lost rank */
     int64_t auth_deadline; /* ST_CHALLENGED: hung up on at this dist_now_ms() */
+    uint64_t seq;          /* accepted as the seq-th connection: age, unlike the slot */
 };
 
 struct kv {
@@ -94,6 +95,7 @@ struct store_server {
     char *token, *hash;
     int world;
     int auth_ms; /* store_server_opts.auth_timeout_ms */
+    uint64_t accepted; /* connections accepted so far */
     struct conn *conns;
     size_t nconns, capconns;
     struct kv *kvs;
@@ -397,11 +399,12 @@ static void conn_accept(struct store_server *s)
         return;
     if (s->nconns >= (size_t)s->world * 2 + 64) { /* every rank once, plus slack for retries */
         /* A stranger cannot keep the ranks out by filling the table: the oldest connection that
-         * has not answered its challenge makes room. */
+         * has not answered its challenge makes room. Oldest by accept order: many are accepted
+         * in one millisecond, and conn_close() moves the newest into a freed slot. */
         size_t old = s->nconns;
         for (size_t i = 0; i < s->nconns; i++)
             if (s->conns[i].state == ST_CHALLENGED &&
-                (old == s->nconns || s->conns[i].auth_deadline < s->conns[old].auth_deadline))
+                (old == s->nconns || s->conns[i].seq < s->conns[old].seq))
                 old = i;
         if (old == s->nconns) {
             dist_log("Store server: refusing a connection: %zu are open for WORLD_SIZE=%d",
@@ -423,6 +426,7 @@ static void conn_accept(struct store_server *s)
     c->rank = -1;
     c->state = ST_CHALLENGED;
     c->auth_deadline = dist_now_ms() + s->auth_ms;
+    c->seq = s->accepted++;
     buf_init(&c->in, MAX_FRAME + 4);
     buf_init(&c->out, CONN_OUT_MAX);
     if (RAND_bytes(c->nonce, NONCE_LEN) != 1) {
