@@ -184,12 +184,13 @@ struct store *dist_rdzv_store(struct dist_rdzv *rz)
     return rz->store;
 }
 
-/* After the join timed out: name the ranks that never said they were here. */
+/* After the join timed out: name the ranks that never said they were here, and why the store
+ * refused any of them (a WORLD_SIZE, NPROC_PER_NODE or config that differs from rank 0's). */
 static void report_missing(struct dist_rdzv *rz, int timeout_ms)
 {
     char list[512] = "", key[64];
     size_t used = 0;
-    int missing = 0;
+    int missing = 0, refused = 0;
 
     for (int r = 0; r < rz->world; r++) {
         void *v = NULL;
@@ -202,14 +203,22 @@ static void report_missing(struct dist_rdzv *rz, int timeout_ms)
             if (used + 16 < sizeof(list))
                 used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%d",
                                          missing > 1 ? ", " : "", r);
+            snprintf(key, sizeof(key), "rdzv/refused/%d", r);
+            if (refused < 3 && store_get(rz->store, key, &v, &vl) == 0) {
+                dist_log("Rank %d came and was refused: %s", r, (char *)v);
+                refused++;
+            }
+            free(v);
         } else if (rc) {
             return;
         }
     }
-    dist_log("Rendezvous timed out after %.1f s: %d of %d ranks never arrived (ranks %s%s). Check "
-             "that those workers started and can reach MASTER_ADDR, or raise GANTRY_RDZV_TIMEOUT",
+    dist_log("Rendezvous timed out after %.1f s: %d of %d ranks never arrived (ranks %s%s). %s",
              timeout_ms / 1000.0, missing, rz->world, list,
-             used + 16 >= sizeof(list) ? ", ..." : "");
+             used + 16 >= sizeof(list) ? ", ..." : "",
+             refused ? "Start every rank with the same settings"
+                     : "Check that those workers started and can reach MASTER_ADDR, or raise "
+                       "GANTRY_RDZV_TIMEOUT");
 }
 
 static int join(struct dist_rdzv *rz)
@@ -254,6 +263,7 @@ int dist_rendezvous(const struct dist_env *e, const char *config_hash,
     if (e->rank == 0) {
         struct store_server_opts so = {.bind_addr = NULL, .port = e->master_port,
                                        .token = e->token, .world_size = e->world_size,
+                                       .nproc_per_node = e->nproc_per_node,
                                        .config_hash = config_hash};
         /* Loopback-only jobs (gantry-run, tests) bind loopback, so nothing else can reach it. */
         if (strcmp(e->master_addr, "127.0.0.1") == 0 || strcmp(e->master_addr, "localhost") == 0)
@@ -263,7 +273,7 @@ int dist_rendezvous(const struct dist_env *e, const char *config_hash,
     }
     struct store_opts co = {.host = e->master_addr, .port = e->master_port, .token = e->token,
                             .rank = e->rank, .world_size = e->world_size,
-                            .config_hash = config_hash,
+                            .nproc_per_node = e->nproc_per_node, .config_hash = config_hash,
                             .connect_timeout_ms = d.connect_timeout_ms,
                             .op_timeout_ms = d.op_timeout_ms};
     if ((rc = store_connect(&co, &rz->store)) || (rc = join(rz)))

@@ -93,7 +93,7 @@ struct store_server {
     pthread_t thread;
     bool running;
     char *token, *hash;
-    int world;
+    int world, nproc; /* WORLD_SIZE and NPROC_PER_NODE every rank must say */
     int auth_ms; /* store_server_opts.auth_timeout_ms */
     uint64_t accepted; /* connections accepted so far */
     struct conn *conns;
@@ -166,7 +166,6 @@ static void reply_error(struct conn *c, int code, const char *msg)
     c->state = ST_CLOSING;
 }
 
-/* Parses a 2-byte-length string at *p into key (NUL-terminated). */
 /* A rank died: what every WAIT that may depend on it gets, so no rank waits out its timeout. */
 static void reply_lost(struct store_server *s, struct conn *c)
 {
@@ -179,6 +178,7 @@ static void reply_lost(struct store_server *s, struct conn *c)
     reply_error(c, DIST_EPEER, msg);
 }
 
+/* Parses a 2-byte-length string at *p into key (NUL-terminated). */
 static bool take_str(const unsigned char **p, const unsigned char *end, char *key, size_t max)
 {
     size_t n;
@@ -210,47 +210,57 @@ static void handle_hello(struct store_server *s, struct conn *c, const unsigned 
                          const unsigned char *end)
 {
     char hash[STORE_HASH_MAX + 1], msg[512];
-    int rank, world;
+    int rank, world, nproc;
 
-    if (end - p < 8) {
+    if (end - p < 12) {
         reply_error(c, DIST_EPROTO, "malformed hello");
         return;
     }
     rank = (int)(int32_t)net_get_u32(p);
     world = (int)(int32_t)net_get_u32(p + 4);
-    p += 8;
+    nproc = (int)(int32_t)net_get_u32(p + 8);
+    p += 12;
     if (!take_str(&p, end, hash, sizeof(hash))) {
         reply_error(c, DIST_EPROTO, "malformed hello");
         return;
     }
-    if (world != s->world) {
+    if (world != s->world)
         snprintf(msg, sizeof(msg),
                  "rank %d says WORLD_SIZE=%d but rank 0 says %d: every rank of a job must be "
                  "started with the same WORLD_SIZE",
                  rank, world, s->world);
-        reply_error(c, DIST_ECONFIG, msg);
-    } else if (rank < 0 || rank >= s->world) {
+    else if (nproc != s->nproc)
+        snprintf(msg, sizeof(msg),
+                 "rank %d says NPROC_PER_NODE=%d but rank 0 says %d: every node of a job must "
+                 "start the same number of ranks",
+                 rank, nproc, s->nproc);
+    else if (rank < 0 || rank >= s->world)
         snprintf(msg, sizeof(msg), "RANK=%d is outside 0..%d (WORLD_SIZE=%d)", rank,
                  s->world - 1, s->world);
-        reply_error(c, DIST_ECONFIG, msg);
-    } else if (strcmp(hash, s->hash) != 0) {
+    else if (strcmp(hash, s->hash) != 0)
         snprintf(msg, sizeof(msg),
                  "rank %d has config hash %.64s but rank 0 has %.64s: all ranks must read the "
                  "same training config",
                  rank, hash, s->hash);
-        reply_error(c, DIST_ECONFIG, msg);
-    } else if (s->rank_fd[rank] >= 0) {
+    else if (s->rank_fd[rank] >= 0)
         snprintf(msg, sizeof(msg),
                  "RANK=%d is already taken by another connected process: two workers were given "
                  "the same RANK",
                  rank);
-        reply_error(c, DIST_ECONFIG, msg);
-    } else {
+    else {
         s->rank_fd[rank] = c->fd;
         c->rank = rank;
         c->state = ST_JOINED;
         reply(c, OP_OK, NULL, 0, NULL, 0);
+        return;
     }
+    /* kept for the ranks that wait for this one: their timeout says why it never joined */
+    if (rank >= 0 && rank < s->world && s->rank_fd[rank] < 0) {
+        char key[32];
+        snprintf(key, sizeof(key), "rdzv/refused/%d", rank);
+        (void)kv_put(s, key, msg, strlen(msg));
+    }
+    reply_error(c, DIST_ECONFIG, msg);
 }
 
 static void handle_auth(struct store_server *s, struct conn *c, const unsigned char *p, size_t n)
@@ -552,7 +562,7 @@ int store_server_start(const struct store_server_opts *o, struct store_server **
     struct store_server *s;
     int rc;
 
-    if (!o->token || !*o->token || o->world_size < 1 ||
+    if (!o->token || !*o->token || o->world_size < 1 || o->nproc_per_node < 0 ||
         (o->config_hash && strlen(o->config_hash) > STORE_HASH_MAX)) {
         dist_log("Store server: a non-empty token, WORLD_SIZE >= 1 and a config hash of at most "
                  "%d bytes are required",
@@ -564,6 +574,7 @@ int store_server_start(const struct store_server_opts *o, struct store_server **
     s->token = xstrdup(o->token);
     s->hash = xstrdup(o->config_hash ? o->config_hash : "");
     s->world = o->world_size;
+    s->nproc = o->nproc_per_node > 0 ? o->nproc_per_node : 1;
     s->auth_ms = o->auth_timeout_ms > 0 ? o->auth_timeout_ms : 10000;
     s->lost_rank = -1;
     s->rank_fd = xmallocarray((size_t)s->world, sizeof(int));
@@ -629,7 +640,7 @@ void store_server_free(struct store_server *s)
 
 struct store {
     int fd;
-    int rank, world;
+    int rank, world, nproc;
     int op_timeout_ms;
     uint64_t barriers;
     char *token;
@@ -697,7 +708,7 @@ static const char *peer_hint(int rc)
 static int handshake(struct store *st, const char *hash)
 {
     unsigned char nonce_c[NONCE_LEN], msg[NONCE_LEN + STORE_MAC_LEN], mac[STORE_MAC_LEN],
-        hh[8 + 2 + STORE_HASH_MAX];
+        hh[12 + 2 + STORE_HASH_MAX];
     unsigned char *b = NULL;
     size_t n, hl = strlen(hash);
     int op, rc;
@@ -728,9 +739,10 @@ static int handshake(struct store *st, const char *hash)
     b = NULL;
     net_put_u32(hh, (uint32_t)st->rank);
     net_put_u32(hh + 4, (uint32_t)st->world);
-    net_put_u16(hh + 8, (uint16_t)hl);
-    memcpy(hh + 10, hash, hl);
-    if ((rc = send_frame(st, OP_HELLO, hh, 10 + hl, NULL, 0)) ||
+    net_put_u32(hh + 8, (uint32_t)st->nproc);
+    net_put_u16(hh + 12, (uint16_t)hl);
+    memcpy(hh + 14, hash, hl);
+    if ((rc = send_frame(st, OP_HELLO, hh, 14 + hl, NULL, 0)) ||
         (rc = recv_frame(st, st->op_timeout_ms, &op, &b, &n)))
         goto out;
     rc = op == OP_OK ? 0 : DIST_EPROTO;
@@ -796,6 +808,7 @@ int store_connect(const struct store_opts *o, struct store **out)
     st->fd = -1;
     st->rank = o->rank;
     st->world = o->world_size;
+    st->nproc = o->nproc_per_node > 0 ? o->nproc_per_node : 1;
     st->op_timeout_ms = o->op_timeout_ms > 0 ? o->op_timeout_ms : 60000;
     st->token = xstrdup(o->token);
     snprintf(st->host, sizeof(st->host), "%s", o->host);

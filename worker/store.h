@@ -41,6 +41,7 @@ struct store_server_opts {
     int port;                /* 0: an ephemeral port, see store_server_port() */
     const char *token;       /* borrowed, copied; must be non-empty */
     int world_size;          /* every client must say the same */
+    int nproc_per_node;      /* every client must say the same (NPROC_PER_NODE); 0 means 1 */
     const char *config_hash; /* every client must say the same; may be "" */
     int auth_timeout_ms;     /* a connection must answer the challenge within this (default
                               * 10000); when the connection table is full, the oldest one that
@@ -65,6 +66,7 @@ struct store_opts {
     int port;
     const char *token;       /* borrowed, copied */
     int rank, world_size;
+    int nproc_per_node;      /* NPROC_PER_NODE: ranks per node; 0 means 1 */
     const char *config_hash; /* may be NULL ("") */
     int connect_timeout_ms;  /* keep retrying refused connections / DNS this long (default 600 s) */
     int op_timeout_ms;       /* one request's round trip (default 60 s) */
@@ -72,8 +74,9 @@ struct store_opts {
 
 /* Connects with jittered exponential backoff (100 ms doubling to 5 s) until connect_timeout_ms,
  * then authenticates and says hello. Errors: DIST_ETIMEDOUT (nobody listened in time),
- * DIST_EAUTH (token mismatch, either side), DIST_ECONFIG (world size / config hash / duplicate
- * rank: the server's reason is printed). *out is new: free with store_free(). */
+ * DIST_EAUTH (token mismatch, either side), DIST_ECONFIG (world size / ranks per node / config
+ * hash / duplicate rank: the server's reason is printed here, and kept under the key
+ * "rdzv/refused/<rank>" for the ranks that wait). *out is new: free with store_free(). */
 int store_connect(const struct store_opts *o, struct store **out)
     __attribute__((warn_unused_result));
 void store_free(struct store *st);

@@ -78,11 +78,12 @@ static void authenticate(int fd, const unsigned char *challenge)
 
 static void hello(int fd)
 {
-    unsigned char h[10 + sizeof(HASH) - 1];
+    unsigned char h[14 + sizeof(HASH) - 1];
     net_put_u32(h, 1);
     net_put_u32(h + 4, 2);
-    net_put_u16(h + 8, (uint16_t)(sizeof(HASH) - 1));
-    memcpy(h + 10, HASH, sizeof(HASH) - 1);
+    net_put_u32(h + 8, 1);
+    net_put_u16(h + 12, (uint16_t)(sizeof(HASH) - 1));
+    memcpy(h + 14, HASH, sizeof(HASH) - 1);
     send_frame(fd, 'H', h, sizeof(h));
 }
 

@@ -22,6 +22,7 @@ struct job {
     const char *token, *hash;
     int join_ms, connect_ms;
     int claim_world; /* 0: world */
+    int claim_nproc; /* 0: NPROC_PER_NODE = world, as tu_env sets it */
 };
 
 /* A rank that joins, agrees on a blob and a resume step, and leaves.
@@ -38,6 +39,8 @@ static int rank_main(int rank, void *arg)
     int rc, code = 0;
 
     tu_env(&e, j->port, rank, j->claim_world ? j->claim_world : j->world, j->token);
+    if (j->claim_nproc)
+        e.nproc_per_node = j->claim_nproc;
     if ((rc = dist_rendezvous(&e, j->hash, &o, &rz)))
         return dist_exit_code(rc);
     for (int i = 0; i < 128; i++)
@@ -312,6 +315,51 @@ static void test_world_mismatch(void)
     TEST_EQ_INT(tu_wait(p0, 20000, NULL), DIST_EXIT_RETRY);
 }
 
+/* Rank 1 thinks its node starts 1 rank, rank 0 that each starts 2: refused at the door with both
+ * numbers named, not left to time out in the all-reduce's shared-memory probe; the reason is
+ * kept where rank 0's timeout finds it. */
+static void test_nproc_mismatch(void)
+{
+    struct job j = job_defaults(2), other;
+    pid_t p0, p1;
+    int64_t t1;
+
+    j.join_ms = 3000;
+    other = j;
+    other.claim_nproc = 1;
+    p0 = tu_spawn(rank_main, 0, &j);
+    p1 = tu_spawn(rank_main, 1, &other);
+    TEST_EQ_INT(tu_wait(p1, 20000, &t1), DIST_EXIT_CONFIG);
+    TEST_CHECK(t1 < 2500);
+    TEST_EQ_INT(tu_wait(p0, 20000, NULL), DIST_EXIT_RETRY);
+
+    struct store_server *srv = NULL;
+    struct store *a = NULL, *b = NULL;
+    struct store_server_opts so = {.bind_addr = "127.0.0.1", .token = "tok", .world_size = 4,
+                                   .nproc_per_node = 2};
+    void *v = NULL;
+    size_t vl;
+    TEST_EQ_INT(store_server_start(&so, &srv), 0);
+    if (!srv)
+        return;
+    struct store_opts co = {.host = "127.0.0.1", .port = store_server_port(srv), .token = "tok",
+                            .rank = 0, .world_size = 4, .nproc_per_node = 2,
+                            .connect_timeout_ms = 2000, .op_timeout_ms = 2000};
+    TEST_EQ_INT(store_connect(&co, &a), 0);
+    co.rank = 3;
+    co.nproc_per_node = 0; /* NPROC_PER_NODE unset: 1 */
+    TEST_EQ_INT(store_connect(&co, &b), DIST_ECONFIG);
+    if (a) {
+        TEST_EQ_INT(store_get(a, "rdzv/refused/3", &v, &vl), 0);
+        TEST_CHECK(v && strstr(v, "rank 3 says NPROC_PER_NODE=1 but rank 0 says 2"));
+        free(v);
+        TEST_EQ_INT(store_get(a, "rdzv/refused/0", &v, &vl), DIST_ENOENT);
+    }
+    store_free(b);
+    store_free(a);
+    store_server_free(srv);
+}
+
 static void test_hash_mismatch(void)
 {
     struct job j = job_defaults(2), other;
@@ -434,6 +482,7 @@ int main(void)
     TEST_RUN(test_wrong_token);
     TEST_RUN(test_world_mismatch);
     TEST_RUN(test_hash_mismatch);
+    TEST_RUN(test_nproc_mismatch);
     TEST_RUN(test_duplicate_rank);
     TEST_RUN(test_never_arrives);
     TEST_RUN(test_unreachable);
