@@ -360,14 +360,21 @@ static void suspend(struct pass *p)
     clear_cond(p, COND_RESTARTING, "Suspended", "The job is suspended");
 }
 
-/* The failed pod of the current gang with the lowest index, or NULL. */
+/* The failed pod of the current gang that explains the failure, or NULL: one that exited with
+ * a permanent code (64-78) first, since the others often died of losing it (a rank with bad data
+ * exits 65, its peers then fail on the broken all-reduce, sometimes seen in the same pass); among
+ * those alike, the lowest index. */
 static const struct rec_pod *first_failure(const struct pass *p)
 {
     const struct rec_pod *f = NULL;
 
     for (size_t i = 0; i < p->in->npods; i++) {
         const struct rec_pod *pod = &p->in->pods[i];
-        if (current(p, pod) && pod_failed(pod) && (!f || pod->index < f->index))
+        if (!current(p, pod) || !pod_failed(pod))
+            continue;
+        bool perm = exit_permanent(pod->exit_code);
+        if (!f || perm > exit_permanent(f->exit_code) ||
+            (perm == exit_permanent(f->exit_code) && pod->index < f->index))
             f = pod;
     }
     return f;
