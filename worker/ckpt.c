@@ -441,18 +441,23 @@ size_t ckpt_list_steps_(const char *jobdir, int64_t **out)
     return n;
 }
 
-/* Keeps the newest `keep` step directories (and step-<keep_also>) and drops stale temporary
- * ones (a writer that died). */
-static void prune(const char *jobdir, int keep, int64_t keep_also, const char *mine)
+/* Keeps the newest `keep` step directories up to step-<step>, the one just written (and
+ * step-<keep_also>), and drops stale temporary ones (a writer that died). Directories numbered
+ * above the one just written are not this run's history (steps counted at another world size,
+ * or newer than the step the ranks agreed on): they neither count nor go here (the worker
+ * retires them once its first checkpoint is reported), or the one just written, numbered below
+ * them, would be pruned at once. */
+static void prune(const char *jobdir, int keep, int64_t step, int64_t keep_also,
+                  const char *mine)
 {
     char path[JOBDIR_MAX + 300];
     int64_t *steps;
-    size_t n = ckpt_list_steps_(jobdir, &steps);
+    size_t n = ckpt_list_steps_(jobdir, &steps), kept = 0;
     DIR *d;
     struct dirent *e;
 
-    for (size_t i = keep > 0 ? (size_t)keep : n; i < n; i++) {
-        if (steps[i] == keep_also)
+    for (size_t i = 0; i < n; i++) { /* newest first */
+        if (steps[i] > step || keep <= 0 || ++kept <= (size_t)keep || steps[i] == keep_also)
             continue;
         snprintf(path, sizeof(path), "%s/step-%" PRId64, jobdir, steps[i]);
         if (ckpt_rm_rf_(path) != 0)
@@ -536,7 +541,7 @@ int ckpt_write(const char *root, const char *job, int keep, const struct ckpt_sn
     }
     if ((rc = ckpt_fsync_dir_(jobdir)))
         goto out;
-    prune(jobdir, keep, s->keep_also, name);
+    prune(jobdir, keep, s->meta.step, s->keep_also, name);
 out:
     if (rc)
         (void)ckpt_rm_rf_(tmp);

@@ -16,9 +16,10 @@
  *
  * Writing is crash-safe: files go to <root>/<job>/.tmp-step-<N>.<pid>/, each is fsynced, the
  * manifest is written last, the directory is fsynced, renamed to step-<N>, and the parent is
- * fsynced. Then only the newest `keep` step directories stay, and the snapshot's keep_also (the
- * best evaluation's step, which Hugging Face's save_total_limit keeps too); stale .tmp-* are
- * removed.
+ * fsynced. Then only the newest `keep` step directories up to the one written stay, and the
+ * snapshot's keep_also (the best evaluation's step, which Hugging Face's save_total_limit keeps
+ * too); ones numbered above the one written are left alone (not this run's history: the worker
+ * retires them); stale .tmp-* are removed.
  * The writer copies everything into a snapshot first (fast, memcpy) and writes it on a
  * background thread, so training continues while the disk works.
  *

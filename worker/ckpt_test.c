@@ -124,6 +124,16 @@ static void test_keep_last(void)
                                                      : "step-70 step-80 ");
         TEST_EQ_INT(system(cmd), 0);
     }
+    /* A run resumed at another world size counts steps anew, below an older run's: what it
+     * writes is kept (it was pruned at once as the oldest), the higher ones are not its to drop */
+    for (int64_t st = 3; st <= 5; st++) {
+        struct ckpt_snapshot *s = make_snap(st * 10, (float)st);
+        TEST_EQ_INT(ckpt_write(root, "job", 1, s), 0);
+        ckpt_snapshot_free(s);
+        snprintf(cmd, sizeof(cmd), "test \"$(ls '%s/job' | tr '\\n' ' ')\" = 'step-%d step-70 "
+                 "step-80 '", root, (int)st * 10);
+        TEST_EQ_INT(system(cmd), 0);
+    }
     rm_root();
 }
 
