@@ -117,9 +117,9 @@ static bool parse_entry(const char *name, json_t *v, struct entry *e)
             json_integer_value(x) > (json_int_t)1 << 40)
             return false;
         e->shape[d] = json_integer_value(x);
+        if (e->shape[d] && elems > ((uint64_t)1 << 48) / (uint64_t)e->shape[d])
+            return false; /* checked before multiplying: 2^48 x 2^40 would wrap */
         elems *= (uint64_t)e->shape[d];
-        if (elems > (uint64_t)1 << 48)
-            return false;
     }
     json_t *b = json_array_get(off, 0), *en = json_array_get(off, 1);
     if (!json_is_integer(b) || !json_is_integer(en) || json_integer_value(b) < 0 ||

@@ -436,6 +436,9 @@ static void test_bad_safetensors(void)
         "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",  /* shape vs size */
         "{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}",   /* dtype */
         "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", /* past the end */
+        /* 2^24 x 2^40 elements: the product wraps to 0 in 64 bits, as 0 bytes would */
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[16777216,1099511627776],\"data_offsets\":[0,0]},"
+        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
     };
     char path[300];
     struct ckpt_snapshot *s = NULL;
