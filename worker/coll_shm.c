@@ -162,9 +162,12 @@ static int fail(struct coll_shm *s, int rc, int culprit)
     return report(s, mark_failed(s, rc, culprit));
 }
 
-/* A ring neighbour that is gone. No data flows on the ring during shm operations, except a
- * neighbour that already finished this all-reduce may have sent the next TCP collective's bytes:
- * data is not a death, end of file or a hangup is. -1: both alive. */
+/* A ring neighbour of this group that is gone. No data flows on the ring during shm operations,
+ * except a neighbour that already finished this all-reduce may have sent the next TCP
+ * collective's bytes: data is not a death, end of file or a hangup is. A neighbour in another
+ * group (the next node's first rank) is not watched: its node may finish the last all-reduce and
+ * hang up while this one still gathers (it needs only what this node sent), and a death there
+ * reaches this node through the ring between the nodes. -1: both alive. */
 static int dead_neighbour(const struct coll_shm *s)
 {
     int fds[2] = {s->ring.prev_fd, s->ring.next_fd};
@@ -173,7 +176,8 @@ static int dead_neighbour(const struct coll_shm *s)
     for (int i = 0; i < 2; i++) {
         struct pollfd p = {.fd = fds[i], .events = POLLIN | POLLRDHUP};
         char c;
-        if (fds[i] < 0 || poll(&p, 1, 0) <= 0)
+        if (fds[i] < 0 || ranks[i] < s->first || ranks[i] >= s->first + s->world ||
+            poll(&p, 1, 0) <= 0)
             continue;
         if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))
             return ranks[i];

@@ -561,6 +561,59 @@ static void test_nodes_one_host(void)
     run_job(&j);
 }
 
+/* Rounds of: set up the all-reduce, run one, free it (closing the sockets), as a job's last
+ * step does before it exits. */
+static int rounds_main(int rank, void *arg)
+{
+    const struct job *j = arg;
+    struct dist_rdzv *rz = NULL;
+    struct coll_opts o = {.timeout_ms = j->timeout_ms, .shm = j->shm, .local_size = j->local};
+    size_t n = 1 << 16;
+    float *b = malloc(n * sizeof(float));
+    int rc = join(j, rank, &rz);
+
+    for (int round = 0; !rc && round < 40; round++) {
+        struct coll *c = NULL;
+        for (size_t i = 0; i < n; i++)
+            b[i] = val(rank, i);
+        if (!(rc = coll_tcp_new(dist_rdzv_store(rz), &o, &c)) &&
+            !(rc = check_groups(j, c)) && !(rc = coll_allreduce(c, b, n, COLL_SUM)) &&
+            check_sum(b, n, j->world, 1.0f))
+            rc = 70;
+        coll_free(c);
+    }
+    free(b);
+    if (!rc)
+        dist_rdzv_free(rz);
+    return rc < 0 ? dist_exit_code(rc) : rc;
+}
+
+/* Two nodes of two; rank 0 is stopped for 50-150 ms again and again (a busy or throttled CPU),
+ * far below the timeout. Node 1 can finish an all-reduce and hang up while node 0 still gathers
+ * (it needs only what node 0 sent): that is not a death. Every rank must finish every round. */
+static void test_nodes_stopped_rank(void)
+{
+    struct job j = {.port = tu_free_port(), .world = 4, .timeout_ms = 10000, .shm = 2,
+                    .env_off = -1, .local = 2, .groups = 2};
+    pid_t pids[4];
+    int stops = 0, st;
+
+    for (int r = 0; r < 4; r++)
+        pids[r] = spawn(rounds_main, r, &j);
+    srand(7);
+    while (waitpid(pids[0], &st, WNOHANG) == 0 && stops < 2000) {
+        kill(pids[0], SIGSTOP);
+        tu_sleep_ms(50 + rand() % 100);
+        kill(pids[0], SIGCONT);
+        tu_sleep_ms(5 + rand() % 20);
+        stops++;
+    }
+    TEST_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    for (int r = 1; r < 4; r++)
+        TEST_EQ_INT(tu_wait(pids[r], 60000, NULL), 0);
+    printf("     40 rounds with rank 0 stopped %d times\n", stops);
+}
+
 static void test_world1(void)
 {
     struct job j = {.port = tu_free_port(), .world = 1, .timeout_ms = 5000, .env_off = -1};
@@ -831,6 +884,7 @@ int main(void)
     TEST_RUN(test_shm_probe_fails);
     TEST_RUN(test_nodes);
     TEST_RUN(test_nodes_one_host);
+    TEST_RUN(test_nodes_stopped_rank);
     TEST_RUN(test_grads_async);
     TEST_RUN(test_kill9);
     TEST_RUN(test_kill9_ring);
