@@ -375,7 +375,8 @@ static void handle_frame(struct store_server *s, struct conn *c, const unsigned 
 static void conn_close(struct store_server *s, size_t i)
 {
     struct conn *c = &s->conns[i];
-    int lost = c->state == ST_JOINED && !c->left && !s->stopping ? c->rank : -1;
+    /* joined (rank set), even if the server itself hangs up on it (an error reply) */
+    int lost = c->rank >= 0 && !c->left && !s->stopping ? c->rank : -1;
 
     if (c->rank >= 0 && s->rank_fd[c->rank] == c->fd)
         s->rank_fd[c->rank] = -1;

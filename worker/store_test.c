@@ -221,6 +221,39 @@ static void test_silent_strangers(void)
     store_server_free(srv);
 }
 
+/* A joined rank the store hangs up on (an error reply: here an add that would overflow) is as
+ * gone as one that died: the others' waits fail at once, not after their timeout. */
+static void test_dropped_rank_is_lost(void)
+{
+    struct store_server *srv = NULL;
+    struct store *st[3] = {NULL, NULL, NULL};
+    struct store_server_opts so = {.bind_addr = "127.0.0.1", .token = "tok", .world_size = 3};
+    void *v = NULL;
+    size_t vl;
+    int64_t n;
+
+    TEST_EQ_INT(store_server_start(&so, &srv), 0);
+    if (!srv)
+        return;
+    struct store_opts co = {.host = "127.0.0.1", .port = store_server_port(srv), .token = "tok",
+                            .world_size = 3, .connect_timeout_ms = 2000, .op_timeout_ms = 2000};
+    for (int r = 0; r < 3; r++) {
+        co.rank = r;
+        TEST_EQ_INT(store_connect(&co, &st[r]), 0);
+    }
+    if (st[0] && st[2]) {
+        TEST_EQ_INT(store_set(st[0], "full", "9223372036854775807", 19), 0);
+        TEST_EQ_INT(store_add(st[2], "full", 1, &n), DIST_EPROTO);
+        int64_t t0 = dist_now_ms();
+        TEST_EQ_INT(store_wait(st[0], "never", 8000, &v, &vl), DIST_EPEER);
+        printf("     the wait failed after %lld ms\n", (long long)(dist_now_ms() - t0));
+        TEST_CHECK(dist_now_ms() - t0 < 4000);
+    }
+    for (int r = 0; r < 3; r++)
+        store_free(st[r]);
+    store_server_free(srv);
+}
+
 /* A waiter in another process is woken by a set. */
 static int late_setter(int rank, void *arg)
 {
@@ -478,6 +511,7 @@ int main(void)
     TEST_RUN(test_junk_client);
     TEST_RUN(test_silent_strangers);
     TEST_RUN(test_wait_wakes);
+    TEST_RUN(test_dropped_rank_is_lost);
     TEST_RUN(test_rendezvous_4);
     TEST_RUN(test_wrong_token);
     TEST_RUN(test_world_mismatch);
