@@ -942,23 +942,44 @@ int store_get(struct store *st, const char *key, void **val, size_t *len)
     return rc;
 }
 
-/* After a wait timed out: cancel it on the server and drain a value that may have raced it. */
-static int cancel_wait(struct store *st)
+/* After a wait timed out: cancel it on the server, reading up to its CANCELLED. A value or an
+ * error (a lost rank) sent before the CANCEL arrived is the wait's answer after all: *got gets
+ * the first one's frame (or NULL), *got_rc its error. 0, or the error that broke the stream. */
+static int cancel_wait(struct store *st, unsigned char **got, size_t *got_n, int *got_rc)
 {
     unsigned char *b = NULL;
     size_t bn;
     int rc, op;
 
+    *got = NULL;
+    *got_rc = 0;
     if ((rc = send_frame(st, OP_CANCEL, NULL, 0, NULL, 0)))
         return rc;
-    do {
+    for (;;) {
+        rc = recv_frame(st, st->op_timeout_ms, &op, &b, &bn);
+        if (rc && st->refused) { /* an ERROR frame: the stream goes on */
+            if (!*got && !*got_rc)
+                *got_rc = rc;
+            continue;
+        }
+        if (rc)
+            break;
+        if (op == OP_VALUE && !*got && !*got_rc) {
+            *got = b;
+            *got_n = bn;
+            continue;
+        }
         free(b);
-        b = NULL;
-        if ((rc = recv_frame(st, st->op_timeout_ms, &op, &b, &bn)))
-            return rc;
-    } while (op == OP_VALUE);
-    free(b);
-    return op == OP_CANCELLED ? 0 : DIST_EPROTO;
+        if (op != OP_VALUE) {
+            rc = op == OP_CANCELLED ? 0 : DIST_EPROTO;
+            break;
+        }
+    }
+    if (rc) {
+        free(*got);
+        *got = NULL;
+    }
+    return rc;
 }
 
 int store_wait(struct store *st, const char *key, int timeout_ms, void **val, size_t *len)
@@ -973,8 +994,15 @@ int store_wait(struct store *st, const char *key, int timeout_ms, void **val, si
         return op_failed(st, "wait", key, rc);
     rc = recv_frame(st, timeout_ms < 0 ? st->op_timeout_ms : timeout_ms, &op, &b, &bn);
     if (rc == DIST_ETIMEDOUT) {
-        int crc = cancel_wait(st);
-        return crc ? op_failed(st, "wait", key, crc) : DIST_ETIMEDOUT;
+        int got_rc, crc = cancel_wait(st, &b, &bn, &got_rc);
+        if (crc)
+            return op_failed(st, "wait", key, crc);
+        if (got_rc)
+            return op_failed(st, "wait", key, got_rc);
+        if (!b)
+            return DIST_ETIMEDOUT;
+        op = OP_VALUE; /* it came as the wait ran out */
+        rc = 0;
     }
     if (rc)
         return op_failed(st, "wait", key, rc);
