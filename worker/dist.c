@@ -177,6 +177,7 @@ struct dist_rdzv {
     struct store *store;
     int rank, world;
     int join_timeout_ms;
+    uint64_t resume_calls; /* dist_agree_resume calls so far: every rank makes the same ones */
 };
 
 struct store *dist_rdzv_store(struct dist_rdzv *rz)
@@ -317,25 +318,29 @@ int dist_agree_resume(struct dist_rdzv *rz, int64_t my_step, enum dist_resume_po
     size_t vl;
     int rc;
 
+    /* keys of this call's own: the store never forgets one, and a second call must not read
+     * the first's */
+    uint64_t call = rz->resume_calls++;
     if (policy == DIST_RESUME_RANK0) {
+        snprintf(key, sizeof(key), "rdzv/resume/%" PRIu64 "/rank0", call);
         snprintf(val, sizeof(val), "%" PRId64, my_step);
         if (rz->rank == 0)
-            rc = store_set(rz->store, "rdzv/resume/0", val, strlen(val));
+            rc = store_set(rz->store, key, val, strlen(val));
         else
-            rc = store_wait(rz->store, "rdzv/resume/0", rz->join_timeout_ms, &v, &vl);
+            rc = store_wait(rz->store, key, rz->join_timeout_ms, &v, &vl);
         if (!rc)
             *step = v ? strtoll(v, NULL, 10) : my_step;
         free(v);
         return rc;
     }
-    snprintf(key, sizeof(key), "rdzv/resume/%d", rz->rank);
+    snprintf(key, sizeof(key), "rdzv/resume/%" PRIu64 "/%d", call, rz->rank);
     snprintf(val, sizeof(val), "%" PRId64, my_step);
     if ((rc = store_set(rz->store, key, val, strlen(val))) ||
         (rc = store_barrier(rz->store, rz->join_timeout_ms)))
         return rc;
     int64_t best = INT64_MAX;
     for (int r = 0; r < rz->world; r++) {
-        snprintf(key, sizeof(key), "rdzv/resume/%d", r);
+        snprintf(key, sizeof(key), "rdzv/resume/%" PRIu64 "/%d", call, r);
         if ((rc = store_get(rz->store, key, &v, &vl)))
             return rc;
         int64_t s = strtoll(v, NULL, 10);

@@ -59,6 +59,11 @@ static int rank_main(int rank, void *arg)
         goto out;
     if (step != j->world * 100)
         code = 12;
+    /* a later call gets rank 0's new step, not what an earlier call left in the store */
+    if ((rc = dist_agree_resume(rz, (j->world - rank) * 100 + 7, DIST_RESUME_RANK0, &step)))
+        goto out;
+    if (step != j->world * 100 + 7)
+        code = 13;
 out:
     dist_rdzv_free(rz);
     return rc ? dist_exit_code(rc) : code;
@@ -115,6 +120,18 @@ static void test_kv_ops(void)
     TEST_EQ_INT(store_set(a, "later", "x", 1), 0);
     TEST_EQ_INT(store_wait(b, "later", 200, &v, &vl), 0);
     TEST_EQ_STR((char *)v, "x");
+    free(v);
+    v = NULL;
+    /* A value that arrives as the wait runs out (here: a wait of 0 ms, answered a moment after
+     * it gave up) is the answer, not a timeout; the next request still gets its own reply. */
+    for (int i = 0; i < 20; i++) {
+        TEST_EQ_INT(store_wait(b, "later", 0, &v, &vl), 0);
+        TEST_CHECK(v && strcmp(v, "x") == 0);
+        free(v);
+        v = NULL;
+    }
+    TEST_EQ_INT(store_get(b, "k", &v, &vl), 0);
+    TEST_CHECK(v && strcmp(v, "hello") == 0);
     free(v);
     v = NULL;
     /* A value with NULs and the maximum size round-trips. */
