@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,6 +97,8 @@ struct store_server {
     int world, nproc; /* WORLD_SIZE and NPROC_PER_NODE every rank must say */
     int auth_ms; /* store_server_opts.auth_timeout_ms */
     uint64_t accepted; /* connections accepted so far */
+    int64_t accept_after; /* out of file descriptors: not accepting until this dist_now_ms() */
+    bool said_nofile;
     struct conn *conns;
     size_t nconns, capconns;
     struct kv *kvs;
@@ -406,8 +409,19 @@ static void conn_accept(struct store_server *s)
     struct conn *c;
     int fd;
 
-    if (net_accept(s->lfd, 0, &fd) != 0)
+    if (net_accept(s->lfd, 0, &fd) != 0) {
+        /* The connection stays in the backlog, so the socket stays readable: stop polling it
+         * for a while, or the thread spins. The backlog is served as connections close. */
+        if (errno == EMFILE || errno == ENFILE) {
+            s->accept_after = dist_now_ms() + 100;
+            if (!s->said_nofile)
+                dist_log("Store server: out of file descriptors with %zu connections open "
+                         "(WORLD_SIZE=%d): new ones wait until some close. Raise the open-files "
+                         "limit (ulimit -n) of rank 0", s->nconns, s->world);
+            s->said_nofile = true;
+        }
         return;
+    }
     if (s->nconns >= (size_t)s->world * 2 + 64) { /* every rank once, plus slack for retries */
         /* A stranger cannot keep the ranks out by filling the table: the oldest connection that
          * has not answered its challenge makes room. Oldest by accept order: many are accepted
@@ -516,6 +530,10 @@ static void *server_main(void *arg)
         pf[1] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
         if (drain_until >= 0)
             pf[0].fd = pf[1].fd = -1; /* poll ignores negative fds */
+        else if (s->accept_after > now) {
+            pf[1].fd = -1;
+            until = s->accept_after;
+        }
         for (size_t i = 0; i < s->nconns; i++) {
             const struct conn *c = &s->conns[i];
             pf[i + 2] = (struct pollfd){
@@ -558,6 +576,18 @@ static void *server_main(void *arg)
     return NULL;
 }
 
+/* The connection table holds 2 x WORLD_SIZE + 64: raises the soft open-files limit (1024 in
+ * many containers) towards that, as far as the hard limit allows. */
+static void raise_nofile(rlim_t want)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 int store_server_start(const struct store_server_opts *o, struct store_server **out)
 {
     struct store_server *s;
@@ -581,6 +611,7 @@ int store_server_start(const struct store_server_opts *o, struct store_server **
     s->rank_fd = xmallocarray((size_t)s->world, sizeof(int));
     for (int i = 0; i < s->world; i++)
         s->rank_fd[i] = -1;
+    raise_nofile((rlim_t)s->world * 2 + 64 + 64);
     rc = net_listen(o->bind_addr, o->port, &s->lfd, &s->port);
     if (rc) {
         dist_log("Could not listen on %s:%d for the rendezvous store: %s. Is MASTER_PORT free on "

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "common/test.h"
 #include "worker/dist.h"
@@ -271,6 +272,62 @@ static void test_dropped_rank_is_lost(void)
     store_server_free(srv);
 }
 
+/* Out of file descriptors (a low `ulimit -n`, many connections): the server must neither spin
+ * on the readable listening socket nor stop serving; a rank that connects while it is out gets
+ * in once strangers are hung up on (after 3 s). Child: the server under a limit of 16
+ * descriptors for 5 s; exits with its CPU time over the first 2 s in 50 ms units. */
+static int nofile_main(int rank, void *arg)
+{
+    int *pfd = arg;
+    struct rlimit rl = {.rlim_cur = 16, .rlim_max = 16};
+    struct store_server_opts so = {.bind_addr = "127.0.0.1", .token = "tok", .world_size = 1,
+                                   .auth_timeout_ms = 3000};
+    struct store_server *srv = NULL;
+    struct rusage ru;
+    int port;
+
+    (void)rank;
+    close(pfd[0]);
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || store_server_start(&so, &srv) != 0)
+        return 250;
+    port = store_server_port(srv);
+    if (write(pfd[1], &port, sizeof(port)) != (ssize_t)sizeof(port))
+        return 251;
+    tu_sleep_ms(2000);
+    getrusage(RUSAGE_SELF, &ru);
+    long ms = ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000 + ru.ru_stime.tv_sec * 1000 +
+              ru.ru_stime.tv_usec / 1000;
+    tu_sleep_ms(3000);
+    store_server_free(srv);
+    return ms / 50 > 200 ? 200 : (int)(ms / 50);
+}
+
+static void test_out_of_fds(void)
+{
+    int pfd[2], port = 0, fds[12], code;
+    struct store *st = NULL;
+
+    if (!TEST_CHECK(pipe(pfd) == 0))
+        return;
+    pid_t p = tu_spawn(nofile_main, 0, pfd);
+    close(pfd[1]);
+    TEST_EQ_INT(read(pfd[0], &port, sizeof(port)), (int)sizeof(port));
+    close(pfd[0]);
+    for (int i = 0; i < 12; i++) /* more than the 16 descriptors leave room for */
+        if (net_connect("127.0.0.1", port, 2000, &fds[i], NULL, 0) != 0)
+            fds[i] = -1;
+    struct store_opts co = {.host = "127.0.0.1", .port = port, .token = "tok", .rank = 0,
+                            .world_size = 1, .connect_timeout_ms = 5000, .op_timeout_ms = 5000};
+    TEST_EQ_INT(store_connect(&co, &st), 0); /* in the backlog until strangers are dropped */
+    store_free(st);
+    for (int i = 0; i < 12; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    code = tu_wait(p, 20000, NULL);
+    printf("     the server used %d ms of CPU in 2 s while out of descriptors\n", code * 50);
+    TEST_CHECK(code >= 0 && code < 10); /* spinning used ~2000 ms */
+}
+
 /* A waiter in another process is woken by a set. */
 static int late_setter(int rank, void *arg)
 {
@@ -529,6 +586,7 @@ int main(void)
     TEST_RUN(test_silent_strangers);
     TEST_RUN(test_wait_wakes);
     TEST_RUN(test_dropped_rank_is_lost);
+    TEST_RUN(test_out_of_fds);
     TEST_RUN(test_rendezvous_4);
     TEST_RUN(test_wrong_token);
     TEST_RUN(test_world_mismatch);
