@@ -13,7 +13,8 @@
 #include "operator/progress.h"
 
 const char *const exec_pod_fields[] = {
-    "metadata.labels", "metadata.deletionTimestamp", "status.phase", "status.reason",
+    "metadata.labels", "metadata.deletionTimestamp", "metadata.ownerReferences", "status.phase",
+    "status.reason",
     "status.conditions", "status.containerStatuses", "status.podIP", NULL,
 };
 
@@ -50,6 +51,7 @@ void *exec_pod_make(void *ud, const json_t *pod)
     str[EXEC_POD_PROBLEM] = rp->problem;
     str[EXEC_POD_PROBLEM_MSG] = rp->problem_msg;
     str[EXEC_POD_MESSAGE] = rp->message;
+    str[EXEC_POD_OWNER] = rp->owner;
     for (int i = 0; i < EXEC_POD_NSTR; i++) {
         if (!str[i])
             str[i] = "";
@@ -97,6 +99,7 @@ void exec_pod_view(const char *key, const struct exec_pod *p, struct rec_pod *ou
     memset(out, 0, sizeof(*out));
     snprintf(out->name, sizeof(out->name), "%s", slash ? slash + 1 : key);
     snprintf(out->uid, sizeof(out->uid), "%s", exec_pod_str(p, EXEC_POD_UID));
+    snprintf(out->owner, sizeof(out->owner), "%s", exec_pod_str(p, EXEC_POD_OWNER));
     out->index = p->index;
     out->restart = p->restart;
     out->phase = (enum rec_pod_phase)p->phase;

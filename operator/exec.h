@@ -111,7 +111,7 @@ struct exec_shared {
  */
 enum exec_pod_str {
     EXEC_POD_UID, EXEC_POD_RV, EXEC_POD_JOB, EXEC_POD_IP, EXEC_POD_REASON, EXEC_POD_PROBLEM,
-    EXEC_POD_PROBLEM_MSG, EXEC_POD_MESSAGE, EXEC_POD_NSTR
+    EXEC_POD_PROBLEM_MSG, EXEC_POD_MESSAGE, EXEC_POD_OWNER, EXEC_POD_NSTR
 };
 struct exec_pod;
 /* A new record from a Pod object (borrowed), or NULL when it has no name. ud unused. */

@@ -226,9 +226,10 @@ static void fetch_all(struct progress *p, CURLM *m, const struct round *r)
     }
 }
 
-/* Rank 0 of the current gang (restart), running, with an IP: its name, uid and IP. */
-static bool find_rank0(struct progress *p, const char *key, int restart, char *pod, char *uid,
-                       char *ip, size_t n)
+/* Rank 0 of the current gang (restart) of the job with uid job_uid, running, with an IP: its
+ * name, uid and IP. */
+static bool find_rank0(struct progress *p, const char *key, const char *job_uid, int restart,
+                       char *pod, char *uid, char *ip, size_t n)
 {
     size_t npods = 0;
     char **keys = exec_index_get(p->sh->pod_index, key, &npods);
@@ -239,7 +240,7 @@ static bool find_rank0(struct progress *p, const char *key, int restart, char *p
 
         if (!found && exec_pod_get(p->sh, keys[i], &rp) && rp.index == 0 &&
             rp.restart == restart && rp.phase == REC_POD_RUNNING && rp.ip[0] && rp.uid[0] &&
-            !rp.terminating) {
+            !rp.terminating && (!rp.owner[0] || !job_uid[0] || !strcmp(rp.owner, job_uid))) {
             found = snprintf(pod, n, "%s", rp.name) < (int)n &&
                     snprintf(uid, n, "%s", rp.uid) < (int)n &&
                     snprintf(ip, n, "%s", rp.ip) < (int)n;
@@ -267,7 +268,8 @@ static void plan_job(struct progress *p, const json_t *job, struct round *r)
         return;
     restart = (int)json_integer_value(json_object_get(st, "restarts"));
     snprintf(key, sizeof(key), "%s/%s", ns, name);
-    if (!find_rank0(p, key, restart, pod, uid, ip, sizeof(ip)))
+    const char *job_uid = json_string_value(json_object_get(meta, "uid"));
+    if (!find_rank0(p, key, job_uid ? job_uid : "", restart, pod, uid, ip, sizeof(ip)))
         return;
     if (progress_url(p->tmpl, ns, name, pod, ip, p->port, url, sizeof(url)) != 0) {
         log_warn("Progress URL template does not expand", "{s:s}", "template", p->tmpl);

@@ -144,6 +144,11 @@ int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
     out->index = label_int(labels, RENDER_LABEL_INDEX);
     out->restart = label_int(labels, RENDER_LABEL_RESTART);
     out->terminating = json_is_string(json_object_get(meta, "deletionTimestamp"));
+    json_array_foreach(json_object_get(meta, "ownerReferences"), i, cond) {
+        const char *u = str_or(json_object_get(cond, "uid"));
+        if (json_is_true(json_object_get(cond, "controller")) && strlen(u) < sizeof(out->owner))
+            snprintf(out->owner, sizeof(out->owner), "%s", u);
+    }
     out->phase = pod_phase(json_string_value(json_object_get(st, "phase")));
     if (strlen(str_or(json_object_get(st, "podIP"))) < sizeof(out->ip))
         snprintf(out->ip, sizeof(out->ip), "%s", str_or(json_object_get(st, "podIP")));
@@ -199,6 +204,7 @@ struct pass {
     size_t cap;
     struct tj_status st; /* the new status, edited in place */
     int active, ready, succeeded, failed; /* pods of the current gang */
+    size_t foreign; /* pods with the job's labels that another object controls (not in in) */
 };
 
 static struct rec_action *add_action(struct pass *p, enum rec_verb verb, enum rec_kind kind,
@@ -710,7 +716,9 @@ static void running(struct pass *p)
     }
     stale = retire_stale(p);
     children(p);
-    if (!stale && p->in->expectations_met)
+    if (p->foreign) /* their names are ours: wait for the garbage collector to remove them */
+        requeue(p, 2);
+    else if (!stale && p->in->expectations_met)
         create_pods(p);
     set_phase(p);
 }
@@ -806,10 +814,39 @@ static void result_status(struct pass *p)
     p->out->status_changed = !p->tj->status_raw || !json_equal(p->out->status, p->tj->status_raw);
 }
 
+/* Whether pod is controlled by the job (or by nothing). */
+static bool owned(const struct tj *tj, const struct rec_pod *pod)
+{
+    return !pod->owner[0] || !tj->uid[0] || strcmp(pod->owner, tj->uid) == 0;
+}
+
+static int reconcile(const struct rec_input *in, size_t foreign, struct rec_result *out);
+
 int rec_reconcile(const struct rec_input *in, struct rec_result *out)
 {
+    size_t k = 0;
+    int rc;
+
+    for (size_t i = 0; i < in->npods; i++)
+        k += owned(in->job, &in->pods[i]);
+    if (k == in->npods)
+        return reconcile(in, 0, out);
+    struct rec_input mine = *in;
+    struct rec_pod *pods = xmallocarray(k + 1, sizeof(*pods));
+    mine.pods = pods;
+    mine.npods = 0;
+    for (size_t i = 0; i < in->npods; i++)
+        if (owned(in->job, &in->pods[i]))
+            pods[mine.npods++] = in->pods[i];
+    rc = reconcile(&mine, in->npods - k, out);
+    free(pods);
+    return rc;
+}
+
+static int reconcile(const struct rec_input *in, size_t foreign, struct rec_result *out)
+{
     const struct tj *tj = in->job;
-    struct pass p = {.in = in, .tj = tj, .out = out, .st = tj->status};
+    struct pass p = {.in = in, .tj = tj, .out = out, .st = tj->status, .foreign = foreign};
 
     p.cap = in->npods + (size_t)tj->replicas + 8;
     result_init(out, p.cap);

@@ -11,6 +11,11 @@
  *
  * Semantics, in the order they are decided:
  *  - A job being deleted: nothing (the garbage collector removes the children).
+ *  - A pod labelled with the job's name but controlled by another object (a deleted job of the
+ *    same name whose pods the garbage collector has not removed yet) is not this job's: never
+ *    counted, judged or deleted, as client-go's controllers check ControllerRef; while one
+ *    exists no pod is created (the names would collide) and a timer is asked for in 2 s. A pod
+ *    with no controller counts (it carries the job's labels and name).
  *  - Restart count R = max(status.restarts, the highest gantry.dev/restart-count label seen): a
  *    lost or reset status cannot reset the restart budget.
  *  - Terminal phases (Succeeded, Failed) are sticky: no pod is ever created again; pods are
@@ -86,6 +91,7 @@ enum rec_pod_phase { REC_POD_PENDING = 0, REC_POD_RUNNING, REC_POD_SUCCEEDED, RE
 struct rec_pod {
     char name[RENDER_NAME_MAX];
     char uid[REC_UID_MAX];
+    char owner[REC_UID_MAX]; /* the uid of its controller ownerReference; "" when none */
     int index;   /* gantry.dev/replica-index; -1 when missing or not a number */
     int restart; /* gantry.dev/restart-count; -1 when missing or not a number */
     enum rec_pod_phase phase;

@@ -2,8 +2,8 @@
  * Reconcile, driven by fixtures: each operator/testdata/rec/<case>.json holds
  *   "job"      a TrainingJob object (status included),
  *   "pods"     observed pods: full Pod objects (with "metadata") or the compact form
- *              {"name","uid","index","restart","phase","ready","exitCode","terminating","reason",
- *               "problem","problemMsg"},
+ *              {"name","uid","owner","index","restart","phase","ready","exitCode","terminating",
+ *               "reason","problem","problemMsg"},
  *   "service", "secret": true when observed; "configmap": true (observed with the rendered data)
  *              or a string (observed with that data),
  *   "now", "expectationsMet" (default true), "invalid" (run rec_invalid with tj_parse's error),
@@ -113,6 +113,9 @@ static void compact_pod(const json_t *j, struct rec_pod *p)
     snprintf(p->uid, sizeof(p->uid), "%s",
              json_is_string(json_object_get(j, "uid"))
                  ? json_string_value(json_object_get(j, "uid")) : "");
+    snprintf(p->owner, sizeof(p->owner), "%s",
+             json_is_string(json_object_get(j, "owner"))
+                 ? json_string_value(json_object_get(j, "owner")) : "");
     p->index = (int)json_integer_value(json_object_get(j, "index"));
     p->restart = (int)json_integer_value(json_object_get(j, "restart"));
     p->phase = phase_of(json_object_get(j, "phase"));
@@ -366,7 +369,8 @@ static void test_pod_from_json(void)
     json_t *pod = json_loads(
         "{\"metadata\":{\"name\":\"spam-worker-3\",\"uid\":\"u3\",\"labels\":{"
         "\"gantry.dev/replica-index\":\"3\",\"gantry.dev/restart-count\":\"2\"},"
-        "\"deletionTimestamp\":\"2026-11-30T07:00:00Z\"},\"status\":{\"phase\":\"Failed\","
+        "\"deletionTimestamp\":\"2026-11-30T07:00:00Z\",\"ownerReferences\":[{\"uid\":\"rs\"},"
+        "{\"uid\":\"job-uid-7\",\"controller\":true}]},\"status\":{\"phase\":\"Failed\","
         "\"conditions\":[{\"type\":\"Ready\",\"status\":\"False\"}],\"containerStatuses\":["
         "{\"name\":\"sidecar\",\"state\":{\"terminated\":{\"exitCode\":0}}},"
         "{\"name\":\"worker\",\"state\":{\"terminated\":{\"exitCode\":137,\"reason\":"
@@ -375,6 +379,7 @@ static void test_pod_from_json(void)
     TEST_EQ_INT(rec_pod_from_json(pod, &p), 0);
     TEST_EQ_STR(p.name, "spam-worker-3");
     TEST_EQ_STR(p.uid, "u3");
+    TEST_EQ_STR(p.owner, "job-uid-7"); /* the controller's, not any owner's */
     TEST_EQ_INT(p.index, 3);
     TEST_EQ_INT(p.restart, 2);
     TEST_EQ_INT(p.phase, REC_POD_FAILED);
@@ -392,6 +397,7 @@ static void test_pod_from_json(void)
     TEST_EQ_INT(p.restart, -1);
     TEST_CHECK(p.ready);
     TEST_EQ_INT(p.exit_code, -1);
+    TEST_EQ_STR(p.owner, "");
     json_decref(pod);
 
     pod = json_loads("{\"metadata\":{}}", 0, NULL);
