@@ -376,7 +376,10 @@ static const struct rec_pod *first_failure(const struct pass *p)
 
     for (size_t i = 0; i < p->in->npods; i++) {
         const struct rec_pod *pod = &p->in->pods[i];
-        if (!current(p, pod) || !pod_failed(pod))
+        /* a pod being deleted fails of the deletion (SIGTERM: 143): the operator deleted it
+         * (suspend, then resumed before it was gone), or someone else did, which lost()
+         * judges once the job was Running */
+        if (!current(p, pod) || !pod_failed(pod) || pod->terminating)
             continue;
         bool perm = exit_permanent(pod->exit_code);
         if (!f || perm > exit_permanent(f->exit_code) ||

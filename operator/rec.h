@@ -27,7 +27,7 @@
  *  - Success policy: the job Succeeded when worker 0 (rank 0, which writes the final checkpoint
  *    and report) exits 0, whatever the others do; still-running pods are then cleaned.
  *  - A worker of the current gang failed (pod Failed, or its worker container terminated
- *    non-zero): exit code 64-78 (sysexits: bad usage/data/config) of any failed worker ->
+ *    non-zero; not a pod being deleted, which dies of that: see the next point): exit code 64-78 (sysexits: bad usage/data/config) of any failed worker ->
  *    Failed at once (PermanentError, naming that worker, not a peer that died of losing it); else if R >= backoffLimit -> Failed (BackoffLimitExceeded); else the whole
  *    gang is deleted and status.restarts becomes R+1 (phase Restarting). Nothing is created in
  *    the same pass. The Failed condition and Event carry the tail of the worker's termination
