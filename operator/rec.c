@@ -472,7 +472,9 @@ static bool judge(struct pass *p)
 
     for (size_t i = 0; i < p->in->npods; i++) {
         const struct rec_pod *pod = &p->in->pods[i];
-        if (current(p, pod) && pod->index == 0 && pod->phase == REC_POD_SUCCEEDED) {
+        /* its worker container's 0 is enough: a sidecar may keep the pod Running */
+        if (current(p, pod) && pod->index == 0 &&
+            (pod->phase == REC_POD_SUCCEEDED || pod->exit_code == 0)) {
             const json_t *pr = p->in->progress ? p->in->progress
                                                : json_object_get(p->tj->status_raw, "progress");
             int n = snprintf(msg, sizeof(msg), "Worker 0 (%s) completed successfully after %d "
