@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "operator/kube/kube_err.h"
+#include "operator/render.h"
 
 /* Validation errors accumulate here, "; "-separated, truncated to the caller's buffer. */
 struct errs {
@@ -532,6 +533,9 @@ static void parse_spec(struct tj *tj, const json_t *spec, struct errs *e)
         errf(e, "spec.nprocPerNode: must equal spec.gpusPerReplica when the pods have GPUs (one "
                 "process per GPU; got %d for %d GPUs); leave it unset", tj->nproc, tj->gpus);
     tj->port = (int)get_int(spec, "spec", "port", TJ_DEFAULT_PORT, 1024, 65535, e);
+    if (tj->port == RENDER_METRICS_PORT)
+        errf(e, "spec.port: %d is where rank 0 serves /metrics and /progress "
+                "(GANTRY_METRICS_PORT); pick another port", RENDER_METRICS_PORT);
     get_str(spec, "spec", "image", TJ_DEFAULT_IMAGE, tj->image, sizeof(tj->image), e);
     n = strlen(tj->image);
     if (n == 0)

@@ -150,6 +150,7 @@ static void test_errors_name_the_field(void)
         {"{\"image\":\"w:latest\"}", "spec.image: pin a version"},
         {"{\"image\":\"\"}", "spec.image: must not be empty"},
         {"{\"port\":80}", "spec.port: must be >= 1024 (got 80)"},
+        {"{\"port\":9090}", "spec.port: 9090 is where rank 0 serves /metrics"},
         {"{\"training\":{\"model\":{\"hidden\":130,\"heads\":4}}}",
          "spec.training.model.hidden: 130 must be divisible by spec.training.model.heads (4)"},
         {"{\"training\":{\"model\":{\"heads\":0}}}",
