@@ -8,9 +8,12 @@
 #   world     the killed job's checkpoints resumed at world size 1 complete, the W=2 evaluation
 #             kept in the report's history; 1 -> 2 ranks: the W=1 checkpoints (numbered higher)
 #             are retired, and so marked in the history; a restart resumes the W=2 progress
+#   batch     resumed with another batch size: steps count anew from the sampler's position
+#             (epoch 50 of batch 3 is step 100, of batch 6 step 50), not from the old number
 #   sigterm   SIGTERM mid-training: exit 143 (retryable) within 3 s, no new checkpoint after it;
 #             with the peer stopped (rank 0 blocked in the all-reduce) within the 2 s grace
-# Usage: ckpt_resume_test.sh /path/to/gantry-worker /path/to/worker/testdata [kill9|world|sigterm]
+# Usage: ckpt_resume_test.sh /path/to/gantry-worker /path/to/worker/testdata
+#        [kill9|world|batch|sigterm]
 set -euo pipefail
 bin=$1 data=$2 only=${3:-all}
 tmp=$(mktemp -d)
@@ -178,6 +181,23 @@ print("     W=2 from step", start, "evals", e, "best", b["step"], b["world_size"
 PY
 }
 
+run_batch() {
+    local rc0
+    # 1 rank, batch 3 of the 6 examples: 2 steps an epoch; 50 epochs end at step 100
+    GANTRY_EPOCHS=50 start_ranks "$tmp/batch" 1 ba
+    wait_rc "${rank_pid[0]}"; rc0=$WRC
+    [ "$rc0" = 0 ] && [ -d "$tmp/batch/step-100" ] || { bad "batch: first run exit $rc0"; return; }
+    # batch 6: one step an epoch, 80 epochs: epoch 50 is this run's step 50, 30 steps to go
+    GANTRY_BATCH_SIZE=6 GANTRY_EPOCHS=80 start_ranks "$tmp/batch" 1 bb
+    wait_rc "${rank_pid[0]}"; rc0=$WRC
+    if [ "$rc0" = 0 ] && grep -q 'is step 50: continuing there' "$tmp/bb.0.err" &&
+        grep -qE 'final parameters.*step 80\b' "$tmp/bb.0.err" && [ -d "$tmp/batch/step-80" ]; then
+        ok "batch 3 -> 6: resumed at step 50 (epoch 50), trained to step 80"
+    else
+        bad "batch 3 -> 6: exit $rc0"; grep -E 'resum|continu|final' "$tmp/bb.0.err"
+    fi
+}
+
 run_sigterm() {
     local rc0 rc1 t0 dt before after
     export GANTRY_EPOCHS=1000000 # runs until signalled
@@ -226,7 +246,8 @@ run_sigterm() {
 case $only in
 kill9) run_kill9 ;;
 world) run_kill9 && run_world && run_scaleup ;;
+batch) run_batch ;;
 sigterm) run_sigterm ;;
-all) run_kill9; run_world; run_scaleup; run_sigterm ;;
+all) run_kill9; run_world; run_scaleup; run_batch; run_sigterm ;;
 esac
 exit $fail

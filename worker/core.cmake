@@ -93,8 +93,8 @@ add_executable(cpu_train_bench ${PROJECT_SOURCE_DIR}/bench/cpu_train.c)
 target_link_libraries(cpu_train_bench PRIVATE gantry_core)
 
 # Checkpoints end to end with real processes (kill -9 and resume bit-identical, 2 -> 1 ranks,
-# SIGTERM): one CTest test per scenario.
-foreach(case kill9 world sigterm)
+# another batch size, SIGTERM): one CTest test per scenario.
+foreach(case kill9 world batch sigterm)
     add_test(NAME gantry_worker_ckpt_${case}_test
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_resume_test.sh
                      $<TARGET_FILE:gantry-worker> ${CMAKE_CURRENT_SOURCE_DIR}/testdata ${case})

@@ -791,21 +791,20 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
     memcpy(opt->m, m->data, bytes);
     memcpy(opt->v, v->data, bytes);
     opt->t = (long)json_integer_value(t);
-    if (s->meta.world_size == w->env.world_size) {
-        *start_step = (long)s->meta.step;
-    } else { /* the epoch's consumed samples, cut into this world's steps */
-        uint64_t per = (uint64_t)w->per_step * (uint64_t)w->env.world_size;
-        uint64_t in_epoch = s->meta.sampler.consumed / per, spe = (uint64_t)w->spe;
-        if (in_epoch > spe)
-            in_epoch = spe;
-        /* read_state bounds the counters by 2^53, not their product: a position past any
-         * step a run reaches ends this one at once rather than overflowing */
-        *start_step = s->meta.sampler.epoch >= (uint64_t)CKPT_MAX_COUNT / (spe + 1)
-                          ? CKPT_MAX_COUNT
-                          : (long)(s->meta.sampler.epoch * spe + in_epoch);
-    }
-    if (json_is_true(json_object_get(s->extra, "early_stopped")) &&
-        s->meta.world_size == w->env.world_size)
+    /* Where the sampler stood (the epoch's consumed samples), cut into this run's steps: its
+     * step number unless the samples per step changed (the world size, batchSize or
+     * gradAccumSteps) or the epoch's length did (the data): then steps count anew. */
+    uint64_t per = (uint64_t)w->per_step * (uint64_t)w->env.world_size;
+    uint64_t in_epoch = s->meta.sampler.consumed / per, spe = (uint64_t)w->spe;
+    if (in_epoch > spe)
+        in_epoch = spe;
+    /* read_state bounds the counters by 2^53, not their product: a position past any step a
+     * run reaches ends this one at once rather than overflowing */
+    *start_step = s->meta.sampler.epoch >= (uint64_t)CKPT_MAX_COUNT / (spe + 1)
+                      ? CKPT_MAX_COUNT
+                      : (long)(s->meta.sampler.epoch * spe + in_epoch);
+    bool renumbered = *start_step != (long)s->meta.step;
+    if (json_is_true(json_object_get(s->extra, "early_stopped")) && !renumbered)
         w->resumed_stopped = (int64_t)s->meta.step;
     json_t *ev = json_object_get(s->extra, "evals"), *e;
     if (json_is_array(ev)) { /* the history goes on, at any world size */
@@ -819,18 +818,17 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
             /* Steps count differently at another world size: this run numbers its steps from
              * *start_step on, and once its first checkpoint is written the directories numbered
              * above that are retired (retire_newer), so those evaluations lose theirs. */
-            if (s->meta.world_size != w->env.world_size &&
-                json_integer_value(json_object_get(e, "step")) > *start_step &&
+            if (renumbered && json_integer_value(json_object_get(e, "step")) > *start_step &&
                 !json_is_true(json_object_get(e, "checkpoint_retired"))) {
                 json_object_set_new(e, "checkpoint_retired", json_true());
                 retired++;
             }
         }
-        if (s->meta.world_size != w->env.world_size && w->env.rank == 0)
-            fprintf(stderr, "gantry-worker: the %zu evaluations before (their steps counted at "
-                            "world size %d) stay in the history; %zu of their checkpoints are "
+        if (renumbered && w->env.rank == 0)
+            fprintf(stderr, "gantry-worker: the %zu evaluations before (their steps counted "
+                            "otherwise) stay in the history; %zu of their checkpoints are "
                             "numbered after step %ld and will be retired\n",
-                    json_array_size(w->evals), s->meta.world_size, retired, *start_step);
+                    json_array_size(w->evals), retired, *start_step);
     }
     w->resumed = true;
     fprintf(stderr, "gantry-worker: rank %d resumed from step %lld (checkpoint %s)\n",
@@ -839,6 +837,14 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
         fprintf(stderr, "gantry-worker: rank %d: saved at world size %d, now %d: continuing at "
                         "this world's step %ld\n",
                 w->env.rank, s->meta.world_size, w->env.world_size, *start_step);
+    else if (renumbered)
+        fprintf(stderr, "gantry-worker: rank %d: saved at epoch %llu with %llu of its samples "
+                        "consumed, which with this run's samples per step (batchSize x "
+                        "gradAccumSteps x world size = %llu) and %ld steps per epoch is step %ld: "
+                        "continuing there\n",
+                w->env.rank, (unsigned long long)s->meta.sampler.epoch,
+                (unsigned long long)s->meta.sampler.consumed, (unsigned long long)per, w->spe,
+                *start_step);
     ckpt_snapshot_free(s);
     return 0;
 }
