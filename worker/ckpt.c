@@ -528,19 +528,27 @@ int ckpt_write(const char *root, const char *job, int keep, const struct ckpt_sn
     }
     if ((rc = write_manifest(tmp, hex, s)) || (rc = ckpt_fsync_dir_(tmp)))
         goto out;
-    /* The same step written again (a resumed job reaching it again): replace it. */
-    if (access(fin, F_OK) == 0 && ckpt_rm_rf_(fin) != 0) {
-        dist_log("Could not replace %s: %s", fin, strerror(errno));
-        rc = DIST_EIO;
-        goto out;
+    /* The same step written again (a resumed job reaching it again): the new one swapped in
+     * for the old in one step where the filesystem can (RENAME_EXCHANGE), so a crash leaves
+     * one of them whole; elsewhere (NFS) the old one goes first. */
+    bool swapped = false;
+    if (access(fin, F_OK) == 0) {
+        swapped = renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) == 0;
+        if (!swapped && ckpt_rm_rf_(fin) != 0) {
+            dist_log("Could not replace %s: %s", fin, strerror(errno));
+            rc = DIST_EIO;
+            goto out;
+        }
     }
-    if (rename(tmp, fin) != 0) {
+    if (!swapped && rename(tmp, fin) != 0) {
         dist_log("Could not rename %s to %s: %s", tmp, fin, strerror(errno));
         rc = DIST_EIO;
         goto out;
     }
     if ((rc = ckpt_fsync_dir_(jobdir)))
         goto out;
+    if (swapped)
+        (void)ckpt_rm_rf_(tmp); /* the old one, now under the temporary name */
     prune(jobdir, keep, s->meta.step, s->keep_also, name);
 out:
     if (rc)

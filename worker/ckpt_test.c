@@ -95,6 +95,17 @@ static void test_roundtrip(void)
     TEST_EQ_INT(system(cmd), 0);
     snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A '%s/job' | grep -v '^step-100$')\"", root);
     TEST_EQ_INT(system(cmd), 0);
+    /* The same step written again (a job resumed below it reaching it again) replaces it, and
+     * the old one swapped out goes too. */
+    ckpt_snapshot_free(s);
+    ckpt_snapshot_free(l);
+    l = NULL;
+    s = make_snap(100, 7.0f);
+    TEST_EQ_INT(ckpt_write(root, "job", 3, s), 0);
+    TEST_EQ_INT(ckpt_load(dir, &l), 0);
+    const struct ckpt_tensor *w2 = l ? ckpt_snapshot_find(l, CKPT_WEIGHTS, "encoder.w") : NULL;
+    TEST_CHECK(w2 && ((const float *)w2->data)[0] == 7.0f);
+    TEST_EQ_INT(system(cmd), 0);
     ckpt_snapshot_free(s);
     ckpt_snapshot_free(l);
     rm_root();
