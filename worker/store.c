@@ -845,15 +845,33 @@ int store_connect(const struct store_opts *o, struct store **out)
     st->token = xstrdup(o->token);
     snprintf(st->host, sizeof(st->host), "%s", o->host);
     st->port = o->port;
-    rc = connect_retry(st, o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 600000);
-    if (rc)
-        goto out;
-    if ((rc = handshake(st, hash))) {
-        if (rc != DIST_EAUTH && rc != DIST_ECONFIG)
+    int timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 600000;
+    int64_t deadline = dist_now_ms() + timeout_ms;
+    for (int tries = 1;; tries++) {
+        int64_t left = deadline - dist_now_ms();
+        if ((rc = connect_retry(st, (int)(left > 1 ? left : 1))))
+            goto out;
+        /* A hang-up or silence during the handshake is retried while the connect timeout
+         * lasts: a store whose table is full drops the oldest unauthenticated connection, and
+         * one that is restarting hangs up; a refusal (token, world, config) is final. */
+        rc = handshake(st, hash);
+        if (rc == 0 || rc == DIST_EAUTH || rc == DIST_ECONFIG || st->refused)
+            break;
+        if (dist_now_ms() + 200 >= deadline || (rc != DIST_EPEER && rc != DIST_ETIMEDOUT)) {
             dist_log("Rendezvous handshake with %s:%d failed: %s%s", st->host, st->port,
                      dist_strerror(rc), peer_hint(rc));
-        goto out;
+            goto out;
+        }
+        if (tries == 1)
+            dist_log("Rendezvous handshake with %s:%d failed: %s; trying again (a busy or "
+                     "restarting store) until the connect timeout", st->host, st->port,
+                     dist_strerror(rc));
+        close(st->fd);
+        st->fd = -1;
+        sleep_ms(200);
     }
+    if (rc)
+        goto out;
     if (net_local_addr(st->fd, st->local_addr, sizeof(st->local_addr)) != 0)
         snprintf(st->local_addr, sizeof(st->local_addr), "127.0.0.1");
     *out = st;

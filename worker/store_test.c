@@ -328,6 +328,39 @@ static void test_out_of_fds(void)
     TEST_CHECK(code >= 0 && code < 10); /* spinning used ~2000 ms */
 }
 
+/* A store that hangs up during the handshake (its table full of strangers dropped this
+ * connection, or rank 0 restarting) is tried again while the connect timeout lasts. */
+static int connect_main(int rank, void *arg)
+{
+    struct store_opts co = *(const struct store_opts *)arg;
+    struct store *st = NULL;
+    int rc;
+
+    co.rank = rank;
+    rc = store_connect(&co, &st);
+    store_free(st);
+    return dist_exit_code(rc);
+}
+
+static void test_handshake_retried(void)
+{
+    int port = tu_free_port(), lfd = -1, fd = -1, bound;
+    struct store_server *srv = NULL;
+    struct store_opts co = {.host = "127.0.0.1", .port = port, .token = "tok", .world_size = 1,
+                            .connect_timeout_ms = 10000, .op_timeout_ms = 3000};
+
+    pid_t p = tu_spawn(connect_main, 0, &co); /* first, or it would hold our listener too */
+    TEST_EQ_INT(net_listen("127.0.0.1", port, &lfd, &bound), 0);
+    TEST_EQ_INT(net_accept(lfd, 5000, &fd), 0); /* the client's try: hung up on */
+    close(fd);
+    close(lfd);
+    struct store_server_opts so = {.bind_addr = "127.0.0.1", .port = port, .token = "tok",
+                                   .world_size = 1};
+    TEST_EQ_INT(store_server_start(&so, &srv), 0);
+    TEST_EQ_INT(tu_wait(p, 20000, NULL), 0);
+    store_server_free(srv);
+}
+
 /* A waiter in another process is woken by a set. */
 static int late_setter(int rank, void *arg)
 {
@@ -587,6 +620,7 @@ int main(void)
     TEST_RUN(test_wait_wakes);
     TEST_RUN(test_dropped_rank_is_lost);
     TEST_RUN(test_out_of_fds);
+    TEST_RUN(test_handshake_retried);
     TEST_RUN(test_rendezvous_4);
     TEST_RUN(test_wrong_token);
     TEST_RUN(test_world_mismatch);
