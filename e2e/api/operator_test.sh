@@ -8,7 +8,8 @@
 # separate tests so that each stays well under a minute.
 # Scenarios, each a TrainingJob in one namespace of its own (deleted on exit), with the operator
 # scoped to it: children and pod contract; Running 3/3; rank 0 Succeeded -> Succeeded and
-# cleanPodPolicy; a retryable failure -> whole gang replaced with restart count 1; failures past
+# cleanPodPolicy; the job deleted and applied again while the old pods are still collected; a
+# retryable failure -> whole gang replaced with restart count 1; failures past
 # backoffLimit -> Failed and nothing recreated when pods are deleted by hand; exit 65 -> Failed
 # at once; suspend/resume; ttlSecondsAfterFinished; activeDeadlineSeconds; SIGKILL of the
 # operator in the middle of creating pods -> no duplicates after a restart; two replicas -> only
@@ -188,6 +189,24 @@ wait_for "shortlived: its pod garbage-collected through the owner reference" 30 
 apply_job slow 1 '{"activeDeadlineSeconds":2}'
 wait_for "slow: Failed (DeadlineExceeded)" 20 \
     is tj/slow '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}' "Failed DeadlineExceeded"
+
+# ---- 6b. job happy (1) deleted and applied again at once: the old one's pods, not yet collected (a
+# finalizer holds worker 0 here), are not the new job's; its gang starts once they are gone.
+# Last in the group: the garbage collector watches TrainingJobs ~30 s after the CRD appears.
+old_uid=$(jp tj/happy '{.metadata.uid}')
+k patch pod/happy-worker-0 --type=merge -p '{"metadata":{"finalizers":["gantry.dev/test-hold"]}}' >/dev/null
+k delete tj happy --wait=false >/dev/null
+wait_for "again: the old Succeeded worker 0 is being collected" 90 \
+    bash -c "[ -n \"\$('$kubectl' -n $ns get pod happy-worker-0 -o jsonpath='{.metadata.deletionTimestamp}')\" ]"
+apply_job happy 3
+wait_for "again: the new job is seen (Created)" 15 is tj/happy '{.status.conditions[?(@.type=="Created")].status}' True
+sleep 3
+got="$(jp tj/happy '{.status.phase} {.status.replicas.succeeded}') $(npods happy)"
+[ "$got" = "Pending 0 1" ] && ok "again: the old job's worker 0 neither finishes the new job nor is replaced while it exists ($got)" ||
+    bad "again: phase, succeeded, pods: $got (want Pending 0 1)"
+k patch pod/happy-worker-0 --type=json -p '[{"op":"remove","path":"/metadata/finalizers"}]' >/dev/null
+wait_for "again: once it is gone, the new job's 3 pods" 30 bash -c \
+    "[ \"\$('$kubectl' -n $ns get pods -l gantry.dev/job-name=happy -o jsonpath='{.items[*].metadata.ownerReferences[0].uid}' | wc -w)\" -eq 3 ] && ! '$kubectl' -n $ns get pods -l gantry.dev/job-name=happy -o jsonpath='{.items[*].metadata.ownerReferences[0].uid}' | grep -q '$old_uid'"
 
 fi
 
