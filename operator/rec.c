@@ -341,9 +341,12 @@ static void terminal(struct pass *p)
         p->st.completion_time = p->in->now; /* a terminal status from elsewhere: start now */
     if (tj->ttl_s >= 0) {
         long long due = (long long)p->st.completion_time + tj->ttl_s;
-        if ((long long)p->in->now >= due)
-            add_action(p, REC_DELETE, REC_JOB, tj->name, NULL);
-        else
+        if ((long long)p->in->now >= due) {
+            /* with the job's uid: a job of the same name created since is not this one */
+            struct rec_action *a = add_action(p, REC_DELETE, REC_JOB, tj->name, NULL);
+            if (a)
+                snprintf(a->uid, sizeof(a->uid), "%.63s", tj->uid); /* a UID has 36 */
+        } else
             requeue(p, due - (long long)p->in->now);
     }
 }

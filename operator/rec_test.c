@@ -512,6 +512,22 @@ static void test_delete_carries_uid(void)
     TEST_EQ_INT(json_integer_value(json_object_get(r.status, "restarts")), 1);
     rec_result_cleanup(&r);
     tj_cleanup(&tj);
+    /* the TTL's delete of the job itself names its uid too */
+    TEST_EQ_INT(parse_job("{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"j\",\"namespace\":"
+                          "\"n\",\"uid\":\"u\"},\"spec\":{\"replicas\":1,\"runPolicy\":{"
+                          "\"ttlSecondsAfterFinished\":0}},\"status\":{\"phase\":\"Succeeded\","
+                          "\"completionTime\":\"2026-11-30T07:00:00Z\"}}", &tj), 0);
+    in.job = &tj;
+    in.npods = 0;
+    in.now = 1796040000; /* 2026-12-01 */
+    TEST_EQ_INT(rec_reconcile(&in, &r), 0);
+    TEST_EQ_INT(r.nactions, 1);
+    if (r.nactions == 1) {
+        TEST_EQ_INT(r.actions[0].kind, REC_JOB);
+        TEST_EQ_STR(r.actions[0].uid, "u");
+    }
+    rec_result_cleanup(&r);
+    tj_cleanup(&tj);
 }
 
 int main(void)
