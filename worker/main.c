@@ -781,7 +781,15 @@ static int resume(struct worker *w, struct adamw *opt, long *start_step)
              json_integer_value(t) > CKPT_MAX_COUNT)
         snprintf(bad, sizeof(bad), "its state.json extra.adamw_t (AdamW's step count) is "
                                    "missing or not a count from 0");
-    if (bad[0] || model_load_params(&w->model, s, bad, sizeof(bad))) {
+    int lrc = bad[0] ? -1 : model_load_params(&w->model, s, bad, sizeof(bad));
+    if (lrc == -2) {
+        fprintf(stderr, "gantry-worker: checkpoint %s: %s. Training from it goes nowhere: move it "
+                        "away (and the newer ones) to resume from an older one, and lower "
+                        "training.learningRate or set gradClip\n", dir, bad);
+        ckpt_snapshot_free(s);
+        return DIST_EXIT_DATAERR;
+    }
+    if (lrc) {
         fprintf(stderr, "gantry-worker: checkpoint %s does not match this model (%zu parameters): "
                         "%s. Was the model or data changed? Move the old checkpoints away to "
                         "start afresh\n", dir, w->model.n_params, bad);

@@ -4,6 +4,7 @@
 #include "worker/model_io.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,7 +53,17 @@ int model_load_body(struct model *m, const struct ckpt_snapshot *s, char *err, s
     return load_tensors(m, s, false, err, errlen);
 }
 
-/* head false: all but the classifier (clsw, clsb), which depends on the labels. */
+/* The index of the first NaN or infinity in v[0..n), or n. */
+static size_t first_nonfinite(const float *v, size_t n)
+{
+    size_t i = 0;
+    while (i < n && isfinite(v[i]))
+        i++;
+    return i;
+}
+
+/* head false: all but the classifier (clsw, clsb), which depends on the labels. -1: does not fit
+ * the model; -2: a weight is NaN or infinite (the run that wrote it diverged). */
 static int load_tensors(struct model *m, const struct ckpt_snapshot *s, bool head, char *err,
                         size_t errlen)
 {
@@ -73,6 +84,12 @@ static int load_tensors(struct model *m, const struct ckpt_snapshot *s, bool hea
             return -1;
         }
         memcpy(m->params, flat->data, bytes);
+        size_t at = first_nonfinite(m->params, m->n_params);
+        if (at < m->n_params) {
+            snprintf(err, errlen, "its \"params\" tensor holds %g at element %zu",
+                     (double)m->params[at], at);
+            return -2;
+        }
         return 0;
     }
     for (int i = 0; i < m->n_tensors; i++) {
@@ -98,6 +115,12 @@ static int load_tensors(struct model *m, const struct ckpt_snapshot *s, bool hea
             return -1;
         }
         memcpy(m->params + t->offset, c->data, c->bytes);
+        size_t at = first_nonfinite(m->params + t->offset, t->count);
+        if (at < t->count) {
+            snprintf(err, errlen, "tensor \"%s\" holds %g at element %zu: the run that wrote it "
+                                  "diverged", t->name, (double)m->params[t->offset + at], at);
+            return -2;
+        }
     }
     return 0;
 }

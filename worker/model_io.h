@@ -21,7 +21,8 @@ int model_snapshot_params(const struct model *m, struct ckpt_snapshot *s)
     __attribute__((warn_unused_result));
 
 /* Copies the parameters in s (named tensors, or the old flat "params") into m. 0, or -1 with
- * "why, what to do" in err naming the tensor that is missing or has another shape. */
+ * "why, what to do" in err naming the tensor that is missing or has another shape, or -2 naming
+ * one that holds a NaN or an infinity (a diverged run's: nothing it predicts means anything). */
 int model_load_params(struct model *m, const struct ckpt_snapshot *s, char *err, size_t errlen);
 
 /* The same without the classifier (clsw, clsb): m keeps its own, for other labels. */

@@ -192,9 +192,9 @@ static int load_model(struct pred *p)
     md.vocab = NULL;
     if (model_alloc(&p->model, &md.mc, p->o.batch, why, sizeof(why)) != 0)
         fprintf(stderr, "gantry-predict: %s/%s: model: %s\n", p->dir, CARD_FILE, why), rc = 1;
-    else if (model_load_params(&p->model, md.weights, why, sizeof(why)))
-        fprintf(stderr, "gantry-predict: %s/model.safetensors: %s (the weights do not fit %s)\n",
-                p->dir, why, CARD_FILE), rc = 1;
+    else if ((rc = model_load_params(&p->model, md.weights, why, sizeof(why))))
+        fprintf(stderr, "gantry-predict: %s/model.safetensors: %s%s%s\n", p->dir, why,
+                rc == -2 ? "" : " (the weights do not fit ", rc == -2 ? "" : CARD_FILE ")");
     model_dir_close(&md);
     return rc ? DIST_EXIT_DATAERR : 0;
 }

@@ -3,7 +3,8 @@
 # gantry-predict, given only the checkpoint, must reproduce the worker's own final evaluation
 # (same confusion matrix, same accuracy, same loss to rounding), from a step or a job directory,
 # from JSONL, TSV and plain text; skip a corrupt newest checkpoint; refuse a checkpoint without
-# or with a bad model card, naming the problem; and exit with the documented codes.
+# or with a bad model card, or with non-finite weights, naming the problem; and exit with the
+# documented codes.
 # Usage: predict_test.sh /path/to/gantry-worker /path/to/gantry-predict
 set -euo pipefail
 worker=$1 predict=$2
@@ -181,6 +182,20 @@ PY
 rehash "$d"
 check "an old checkpoint (flat params)" 0 "$predict" -m "$d" -q "$tmp/eval.jsonl"
 cmp -s "$tmp/out" "$tmp/pred_job.jsonl" || { echo "FAIL flat params predict differently"; fail=1; }
+# A diverged run's weights (one infinity in clsb), manifest and all in order: refused by name,
+# not predicted as "score": nan, which no JSON reader takes.
+d=$(mk inf)
+python3 - "$d/model.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+lo = json.loads(b[8:8 + n])["clsb"]["data_offsets"][0]
+b[8 + n + lo:8 + n + lo + 4] = struct.pack("<f", float("inf"))
+open(sys.argv[1], "wb").write(bytes(b))
+PY
+rehash "$d"
+check "weights with an infinity" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
+says "names the tensor" 'tensor "clsb" holds inf at element 0: the run that wrote it diverged'
 d=$(mk typ); sed -i 's/"transformer"/"lstm"/' "$d/config.json"; rehash "$d"
 check "card with a bad field" 65 "$predict" -m "$d" "$tmp/eval.jsonl"
 says "names model.type" "model.type: must be"
