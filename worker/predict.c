@@ -261,9 +261,24 @@ int predict_add(struct pred *p, const char *text, size_t len, long line, int32_t
     return ++p->n == p->o.batch ? predict_flush(p) : 0;
 }
 
-/* p->top[0..k): the k most likely classes of probabilities pr, by selection (k is small). */
+/* Descending probability, the lower class first among equals (as the selection picks). */
+static int by_prob(const void *a, const void *b, void *pr_)
+{
+    const float *pr = pr_;
+    int x = *(const int *)a, y = *(const int *)b;
+    return pr[x] > pr[y] ? -1 : pr[x] < pr[y] ? 1 : (x > y) - (x < y);
+}
+
+/* p->top[0..k): the k most likely classes of probabilities pr: by selection for a few, by
+ * sorting the classes for more (k x K would be an hour for 10000 documents of 1000 labels). */
 static void select_top(struct pred *p, const float *pr, int k)
 {
+    if (k > 8) {
+        for (int c = 0; c < p->K; c++)
+            p->top[c] = c;
+        qsort_r(p->top, (size_t)p->K, sizeof(*p->top), by_prob, (void *)pr);
+        return;
+    }
     for (int i = 0; i < k; i++) {
         int pick = -1;
         for (int c = 0; c < p->K; c++) {

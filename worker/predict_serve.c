@@ -10,7 +10,9 @@
  *        -> 200 {"model": NAME, "predictions": [{"label", "score", "top"?}, ...]}
  *   GET  /v1/models/NAME  -> {"name", "ready": true, "step", "labels"}   GET /healthz, /metrics
  * Refusals are {"error": why}: 400 (malformed, naming the field), 404, 405, 413 (over
- * SERVE_MAX_BODY bytes or SERVE_MAX_INSTANCES documents).
+ * SERVE_MAX_BODY bytes, SERVE_MAX_INSTANCES documents, 16 JSON values a document, or a reply
+ * that would pass SERVE_MAX_REPLY bytes: judged before the model runs), 503 (SERVE_MAX_WAITING
+ * predictions already wait for the model: retry).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -37,6 +39,9 @@
 #define SERVE_MAX_INSTANCES 10000   /* documents per request */
 #define SERVE_MAX_REPLY (64u << 20) /* response bytes */
 #define SERVE_DRAIN_S 25            /* after SIGTERM, seconds to finish requests */
+#define SERVE_MAX_WAITING 8 /* predictions waiting for the model; more get 503 at once, so the
+                             * 32 connections never all wait and /healthz stays answered */
+#define HTTP_BUSY 503
 
 struct server {
     struct pred *p;
@@ -47,6 +52,8 @@ struct server {
     pthread_mutex_t stats_mu; /* the counters for /metrics, below */
     unsigned long long req_ok, req_bad, docs;
     unsigned in_flight; /* POST requests from their headers until their answer is sent */
+    unsigned waiting;   /* predictions waiting for the model or holding it */
+    size_t max_quoted;  /* the longest label as a JSON string literal */
     double seconds;
     const char *hold; /* tests: GANTRY_PREDICT_TEST_HOLD, a file; while it exists, a
                        * classification waits (holding the model) */
@@ -113,6 +120,29 @@ static unsigned parse_request(const json_t *j, const char *tf, const json_t **in
     return 0;
 }
 
+/* The JSON values in req[0..n), counted without parsing (commas, colons and openings outside
+ * strings): json_loadb would build every one first, ~200 bytes each (16 MiB of "{}," is 5.6
+ * million objects, over a gigabyte). */
+static size_t count_values(const char *req, size_t n)
+{
+    size_t v = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = req[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == ',' || c == ':' || c == '{' || c == '[') {
+            v++;
+        }
+    }
+    return v;
+}
+
 /* Classifies the request body's instances into body ({"model", "predictions": [...]}). 0, or
  * an HTTP status with why. */
 static unsigned serve_predict(struct server *sv, const char *req, size_t n, struct buf *body,
@@ -121,6 +151,12 @@ static unsigned serve_predict(struct server *sv, const char *req, size_t n, stru
     struct pred *p = sv->p;
     const char *tf = p->o.text_field ? p->o.text_field : "text";
     json_error_t je;
+    size_t values = count_values(req, n);
+    if (values > 16 * (size_t)SERVE_MAX_INSTANCES) {
+        snprintf(why, whylen, "the body holds %zu JSON values; at most %d documents of a few "
+                              "fields each per request", values, SERVE_MAX_INSTANCES);
+        return HTTP_TOO_LARGE;
+    }
     json_t *j = json_loadb(req, n, 0, &je);
     const json_t *inst = NULL;
     int top_k = 0, saved_k = p->o.top_k, rc = 0;
@@ -139,6 +175,17 @@ static unsigned serve_predict(struct server *sv, const char *req, size_t n, stru
         return status;
     }
     p->o.top_k = top_k ? top_k : saved_k;
+    int k = p->o.top_k < p->K ? p->o.top_k : p->K;
+    /* each top entry is {"label":...,"score":-1.23457e-05} */
+    if ((double)json_array_size(inst) * (k > 1 ? k + 1 : 1) * (double)(sv->max_quoted + 32) >
+        SERVE_MAX_REPLY) {
+        snprintf(why, whylen, "the response would exceed %u bytes (%zu documents, top_k %d); "
+                 "send fewer instances or a smaller top_k", SERVE_MAX_REPLY,
+                 json_array_size(inst), k);
+        p->o.top_k = saved_k;
+        json_decref(j);
+        return HTTP_TOO_LARGE;
+    }
     if (!(p->out = open_memstream(&out, &outlen)))
         abort();
     p->array = true, p->emitted = 0, p->name_files = false;
@@ -222,6 +269,16 @@ static void hold_for_test(const struct server *sv)
 static unsigned predict_request(struct server *sv, const struct upload *up, struct buf *body,
                                 char *why, size_t whylen)
 {
+    pthread_mutex_lock(&sv->stats_mu);
+    unsigned waiting = sv->waiting;
+    if (waiting < SERVE_MAX_WAITING)
+        sv->waiting++;
+    pthread_mutex_unlock(&sv->stats_mu);
+    if (waiting >= SERVE_MAX_WAITING) {
+        snprintf(why, whylen, "busy: %u predictions are waiting for the model; retry shortly",
+                 waiting);
+        return HTTP_BUSY;
+    }
     pthread_mutex_lock(&sv->model_mu);
     hold_for_test(sv);
     double t0 = predict_now();
@@ -231,6 +288,7 @@ static unsigned predict_request(struct server *sv, const struct upload *up, stru
     double dt = predict_now() - t0;
     pthread_mutex_unlock(&sv->model_mu);
     pthread_mutex_lock(&sv->stats_mu);
+    sv->waiting--;
     if (!st) {
         sv->req_ok++;
         sv->docs += docs;
@@ -361,6 +419,9 @@ static int name_model(struct server *sv, const struct pred *p)
         }
         nm = b ? b + 1 : d;
     }
+    for (int i = 0; i < p->K; i++)
+        if (strlen(p->quoted[i]) > sv->max_quoted)
+            sv->max_quoted = strlen(p->quoted[i]);
     json_t *qn = json_string(nm);
     sv->quoted_name = qn ? json_dumps(qn, JSON_ENCODE_ANY) : NULL;
     json_decref(qn);

@@ -237,7 +237,8 @@ for body, raw, code, text in [
         (None, b"{not json", 400, "JSON object"), ({"instances": []}, None, 400, "instances"),
         ({"instances": [5]}, None, 400, "instances[0]"), ({"instances": ["a", {"txt": "b"}]}, None, 400, "instances[1]"),
         ({"instances": ["a"], "top_k": 0}, None, 400, "top_k"),
-        (None, b'{"instances": ["' + b"x" * (17 << 20) + b'"]}', 413, "16777216 bytes")]:
+        (None, b'{"instances": ["' + b"x" * (17 << 20) + b'"]}', 413, "16777216 bytes"),
+        (None, b'{"instances": [' + b"{}," * 170000 + b'"a"]}', 413, "JSON values")]:
     st, b = call("/v1/models/job:predict", body, raw)
     assert st == code and text in json.loads(b)["error"], (code, text, st, b[:200])
 st, b = call("/v1/models/job:predict")
@@ -247,7 +248,7 @@ assert st == 404, st
 st, b = call("/metrics")
 m = dict(l.rsplit(" ", 1) for l in b.splitlines() if not l.startswith("#"))
 assert m['gantry_predict_requests_total{outcome="ok"}'] == "2" and m["gantry_predict_documents_total"] == "43", m
-assert int(m['gantry_predict_requests_total{outcome="error"}']) == 8, m
+assert int(m['gantry_predict_requests_total{outcome="error"}']) == 9, m
 print("ok   --serve: same predictions as file mode; 400/404/405/413 with the reason; /v1/models/job, /metrics")
 
 # While a classification holds the model (the test hook: until the hold file goes), /healthz,
@@ -279,6 +280,23 @@ for k, sl in ((1, slice(0, 10)), (2, slice(10, 40))):
         [(w["label"], w["score"]) for w in want[sl]], (k, st, b[:200])
 wait_for(0)
 print("ok   --serve: /healthz and /metrics answer while a request is classified; requests queue")
+
+# At most 8 predictions wait for the model; the 9th is told to come back (503) at once, so the
+# connections never all wait and /healthz is still answered.
+open(sys.argv[4], "w").close()
+ts = [threading.Thread(target=post, args=(10 + i, texts[:2])) for i in range(8)]
+for t in ts:
+    t.start()
+wait_for(8)
+st, b = call("/v1/models/job:predict", {"instances": texts[:2]})
+assert st == 503 and "busy" in json.loads(b)["error"], (st, b)
+assert call("/healthz") == (200, "ok\n")
+os.unlink(sys.argv[4])
+for t in ts:
+    t.join(60)
+assert all(res[10 + i][0] == 200 for i in range(8)), [res[10 + i][0] for i in range(8)]
+wait_for(0)
+print("ok   --serve: a 9th waiting prediction gets 503 at once; /healthz answers")
 
 # SIGTERM while a request's body is still arriving: no new connections, and that request is
 # still read and answered (drain).
@@ -314,7 +332,7 @@ fi
 for _ in $(seq 600); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
 kill -TERM "$spid" 2>/dev/null || true
 src=0; wait "$spid" || src=$?
-[ "$src" = 0 ] && grep -q 'Terminated: stopped after 5 requests (8 refused), 88 documents' "$tmp/serve.err" &&
+[ "$src" = 0 ] && grep -q 'Terminated: stopped after 13 requests (10 refused), 104 documents' "$tmp/serve.err" &&
     echo "ok   --serve stops on SIGTERM with exit 0" || { echo "FAIL --serve on SIGTERM: exit $src: $(tail -2 "$tmp/serve.err")"; fail=1; }
 
 # The n-gram model goes through the same card.
