@@ -256,7 +256,7 @@ int launch_run(const struct launch_opts *o)
             signal_all(r, i, SIGKILL);
             for (int k = 0; k < i; k++)
                 waitpid(r[k].pid, NULL, 0);
-            rc = 71;
+            rc = DIST_EXIT_RETRY; /* EAGAIN, ENOMEM: the pids limit, memory; not the spec's */
             goto out;
         }
         setpgid(r[i].pid, r[i].pid); /* also here: no race with an early signal_all */
