@@ -563,10 +563,14 @@ static int write_report(struct worker *w, const struct train_result *r, double s
                 continue;
             snprintf(tmp, sizeof(tmp), "%s.tmp", dests[i]);
             if (json_dump_file(rep, tmp, JSON_INDENT(2)) || rename(tmp, dests[i])) {
+                int e = errno;
                 fprintf(stderr, "gantry-worker: could not write the report to %s: %s; check that "
                                 "the directory exists and is writable\n",
-                        dests[i], strerror(errno));
-                rc = 1;
+                        dests[i], strerror(e));
+                /* a path that cannot be created fails again after a restart: permanent */
+                rc = e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS
+                         ? DIST_EXIT_CANTCREAT
+                         : 1;
             }
         }
     }

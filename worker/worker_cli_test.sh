@@ -38,6 +38,8 @@ grep -q 'training.gradBucketMB: 5000 is out of range; use 0..4096' "$tmp/err" ||
     { echo "FAIL bucket size message"; fail=1; }
 check "unknown flag" 64 "$bin" --config "$tmp/cfg.json" --bogus 1
 check "missing data file" 65 "$bin" --config "$tmp/cfg.json" --data-train "$tmp/none.jsonl"
+# a report path that cannot be created fails the same way after a restart: permanent (73)
+check "report in a missing directory" 73 "$bin" --config "$tmp/cfg.json" --report "$tmp/no/r.json"
 check "help" 0 "$bin" --help
 if [ -n "$run" ]; then
     common=(--config "$tmp/cfg.json" --epochs 6 --scale-learning-rate=false --threads 1)
