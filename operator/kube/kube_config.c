@@ -739,8 +739,11 @@ static int run_plugin(const struct kube_exec *x, struct buf *out, char *err, siz
             kill(pid, SIGKILL);
             goto out;
         }
-        if (poll(&pfd, 1, (int)(left * 1000)) < 0 && errno != EINTR)
+        int pr = poll(&pfd, 1, (int)(left * 1000));
+        if (pr < 0 && errno != EINTR)
             goto out;
+        if (pr <= 0) /* the deadline (checked above: the plugin is killed) or a signal */
+            continue;
         n = read(pipefd[0], chunk, sizeof(chunk));
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
