@@ -565,10 +565,13 @@ int main(int argc, char **argv)
              * hand that transient heap back to the system: RSS is then the caches' size. */
             malloc_trim(0);
         } else if (sig == SIGUSR1 && leading) {
-            log_error("Lost leadership; stopping so that the new leader acts alone", "{s:s}",
+            log_error("Lost leadership; exiting so that the new leader acts alone", "{s:s}",
                       "identity", identity);
-            exit_code = 1;
-            break;
+            /* at once, as controller-runtime does: a graceful stop would let the syncs in
+             * flight (their creates, deletes and status writes, minutes with retries) go on
+             * beside the new leader's */
+            fflush(NULL);
+            _exit(1);
         } else if (sig == SIGTERM || sig == SIGINT) {
             log_info("Shutting down", "{s:s}", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT");
             break;
