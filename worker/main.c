@@ -306,12 +306,36 @@ static int open_init(struct worker *w)
  * initialised (fine-tuning for other labels). 0 or an exit status. */
 static int apply_init(struct worker *w)
 {
+    /* initFrom naming a job's directory is resolved by every rank on its own, before they
+     * meet: one may have found a newer step than another (the source job still writing). Rank
+     * 0's step directory is the one for all, or the replicas would start apart. */
+    char dir0[sizeof(w->init.dir)] = "";
+    snprintf(dir0, sizeof(dir0), "%s", w->init.dir);
+    int rc = w->rz ? dist_agree_blob(w->rz, "init/dir", 0, dir0, sizeof(dir0)) : 0;
+    if (rc)
+        return dist_exit_code(rc);
+    if (strcmp(dir0, w->init.dir) != 0) {
+        fprintf(stderr, "gantry-worker: rank %d: initFrom: rank 0 took %s, this rank had found "
+                        "%s; taking rank 0's\n", w->env.rank, dir0, w->init.dir);
+        int vs = w->init.card.vocab_size;
+        model_dir_close(&w->init);
+        if ((rc = model_dir_open(dir0, &w->init, w->err, sizeof(w->err)))) {
+            fprintf(stderr, "gantry-worker: training.initFrom: %s\n", w->err);
+            return rc;
+        }
+        if (w->init.card.vocab_size != vs) {
+            fprintf(stderr, "gantry-worker: training.initFrom: %s has a vocab of %d, the step "
+                            "this rank read first %d: the source changed under the job\n",
+                    dir0, w->init.card.vocab_size, vs);
+            return DIST_EXIT_DATAERR;
+        }
+    }
     const struct label_map *a = &w->init.card.labels, *b = &w->labels;
     bool same = a->n == b->n;
     for (int i = 0; same && i < a->n; i++)
         same = !strcmp(label_map_name(a, i), label_map_name(b, i));
-    int rc = same ? model_load_params(&w->model, w->init.weights, w->err, sizeof(w->err))
-                  : model_load_body(&w->model, w->init.weights, w->err, sizeof(w->err));
+    rc = same ? model_load_params(&w->model, w->init.weights, w->err, sizeof(w->err))
+              : model_load_body(&w->model, w->init.weights, w->err, sizeof(w->err));
     if (rc) {
         fprintf(stderr, "gantry-worker: training.initFrom %s: %s\n", w->init.dir, w->err);
         return DIST_EXIT_DATAERR;

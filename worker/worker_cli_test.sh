@@ -2,7 +2,8 @@
 # gantry-worker end to end on the tiny fixture: trains, writes the report, and exits with the
 # documented codes for bad configs (78), bad usage (64) and bad data (65).
 # With a third argument (gantry-run), also: 2 ranks with batch 3 train exactly like 1 rank with
-# batch 6 (same examples per step, all-reduced mean gradient), so the final loss agrees.
+# batch 6 (same examples per step, all-reduced mean gradient), so the final loss agrees; and 2
+# ranks that found different newest steps of initFrom's job start from rank 0's.
 # Usage: worker_cli_test.sh /path/to/gantry-worker /path/to/worker/testdata [/path/to/gantry-run]
 set -euo pipefail
 bin=$1 data=$2 run=${3:-}
@@ -204,4 +205,34 @@ mkdir -p "$tmp/tamper" && cp -r "$tmp/src/job" "$tmp/tamper/job"
 check "resume: adamw_t below 0" 78 "$bin" "${cw[@]}" --data-train "$data/tiny.jsonl" \
     --checkpoint-dir "$tmp/tamper/job"
 says "adamw_t named" "its state.json extra.adamw_t (AdamW's step count) is missing or not a count from 0"
+# initFrom a job directory that is still being written: each rank resolves it on its own before
+# the ranks meet. Rank 1 (a mount namespace of its own: a pod that looked earlier) resolves it
+# while step-8 is not there yet (an empty directory), then step-8 appears and rank 0 takes it:
+# rank 1 must take rank 0's step too, so both start from the same weights and end alike.
+if [ -n "$run" ] && unshare -m true 2>/dev/null && command -v nsenter >/dev/null; then
+    cp -r "$tmp/src/job" "$tmp/src/old" # step-4 only
+    check "initFrom: the source goes on to step 8" 0 "$bin" "${cw[@]}" --data-train "$data/tiny.jsonl" \
+        --data-eval "$data/tiny.jsonl" --checkpoint-dir "$tmp/src/job" --epochs 4
+    cp -r "$tmp/src/job/step-8" "$tmp/step8"
+    mkdir "$tmp/src/old/step-8"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    two=(--config "$tmp/cfg.json" --data-train "$data/tiny.jsonl" --epochs 2 --eval-interval 0
+         --init-from "$tmp/src/job" --checkpoint-dir "$tmp/ft2/job" --threads 1)
+    export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 GANTRY_RDZV_TOKEN=t0k
+    RANK=1 unshare -m sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh \
+        "$tmp/src/old" "$tmp/src/job" "$bin" "${two[@]}" >/dev/null 2>"$tmp/i1.err" & p1=$!
+    sleep 2 # rank 1 has resolved initFrom and waits for rank 0
+    nsenter -t "$p1" -m mount --bind "$tmp/step8" "$tmp/src/job/step-8"
+    RANK=0 "$bin" "${two[@]}" >/dev/null 2>"$tmp/i0.err" & p0=$!
+    r0=0 r1=0; wait $p0 || r0=$?; wait $p1 || r1=$?
+    unset MASTER_ADDR MASTER_PORT WORLD_SIZE GANTRY_RDZV_TOKEN
+    h0=$(grep -o 'final parameters fnv1a64 [0-9a-f]*' "$tmp/i0.err" | awk '{print $NF}' || true)
+    h1=$(grep -o 'final parameters fnv1a64 [0-9a-f]*' "$tmp/i1.err" | awk '{print $NF}' || true)
+    if [ "$r0$r1" = 00 ] && grep -q "initFrom: rank 0 took $tmp/src/job/step-8, this rank had found $tmp/src/job/step-4" "$tmp/i1.err" &&
+        [ -n "$h0" ] && [ "$h0" = "$h1" ]; then
+        echo "ok   initFrom found at step 4 by rank 1, step 8 by rank 0: both start from step 8 ($h0)"
+    else
+        echo "FAIL initFrom across ranks: exits $r0 $r1, hashes $h0 / $h1"; tail -n 3 "$tmp"/i?.err; fail=1
+    fi
+fi
 exit $fail
