@@ -964,6 +964,14 @@ static int launch_node(const struct dist_env *e, char **argv)
                              .rank_base = e->rank,
                              .node_rank = e->node_rank};
 
+    /* The agent forwards signals to its ranks (launch_run); a stop that came before must not
+     * leave it to on_alarm's _exit with the ranks started and orphaned. From here a stop ends
+     * the agent at once until launch_run takes the signals over (no rank exists yet). */
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    alarm(0);
+    if (g_stop)
+        return 128 + g_stop;
     fprintf(stderr, "gantry-worker: node %d: starting ranks %d..%d of %d (NPROC_PER_NODE=%d)\n",
             e->node_rank, e->rank, e->rank + e->nproc_per_node - 1, e->world_size,
             e->nproc_per_node);
