@@ -55,7 +55,9 @@ struct lease_elector *lease_new(const struct kube_config *cfg, const struct kube
 
     if (copts)
         co = *copts;
-    /* A renew must finish well inside renew_deadline: bound each call by the retry period. */
+    /* An attempt (a GET and a PUT) that starts just before renew_deadline must end before
+     * lease_duration, when a follower may take over: each call is bounded by renew_deadline/4,
+     * so a leader steps down by renew_deadline x 1.5 at the latest (15 s with 15/10/2). */
     e->o = *opts;
     if (e->o.lease_duration_ms <= 0)
         e->o.lease_duration_ms = 15000;
@@ -63,8 +65,8 @@ struct lease_elector *lease_new(const struct kube_config *cfg, const struct kube
         e->o.renew_deadline_ms = 10000;
     if (e->o.retry_period_ms <= 0)
         e->o.retry_period_ms = 2000;
-    if (co.timeout_ms <= 0 || co.timeout_ms > e->o.renew_deadline_ms / 2)
-        co.timeout_ms = e->o.renew_deadline_ms / 2;
+    if (co.timeout_ms <= 0 || co.timeout_ms > e->o.renew_deadline_ms / 4)
+        co.timeout_ms = e->o.renew_deadline_ms / 4;
     co.max_retries = -1; /* the election loop is the retry */
     e->kc = kube_client_new(cfg, &co);
     e->ns = xstrdup(opts->namespace);
