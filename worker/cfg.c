@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -506,6 +507,12 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
                      section(f->path), f->path, v, f->min, f->max, hint, f->help);
             return CFG_EBAD;
         }
+    }
+    if ((long long)c->batch_size * c->grad_accum_steps > INT_MAX) {
+        snprintf(err, errlen, "training.gradAccumSteps: batchSize %d x gradAccumSteps %d is more "
+                              "than 2^31 - 1 examples a step; use fewer", c->batch_size,
+                 c->grad_accum_steps);
+        return CFG_EBAD;
     }
     if (!c->train[0]) {
         snprintf(err, errlen, "training.data.train: not set; give the training file (JSONL with "

@@ -83,6 +83,9 @@ static void test_bad_configs_name_the_field(void)
     expect_bad("[1, 2]", "must be a JSON object");
     expect_bad("{\"epochs\": ", "invalid JSON");
     expect_bad("{\"data\": {\"train\": \"t\"}, \"scaleLearningRate\": 1.5}", "scaleLearningRate");
+    /* each within its range, the product an int no more (it was 0 examples a step) */
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"batchSize\": 65536, \"gradAccumSteps\": 65536}",
+               "training.gradAccumSteps: batchSize 65536 x gradAccumSteps 65536");
 }
 
 static void test_env_and_flag_errors(void)
