@@ -65,9 +65,9 @@ struct upload {
     bool too_big;
 };
 
-/* {"error": why} with status. */
+/* {"error": why} with status (and allow, the methods the path takes, on a 405). */
 static enum MHD_Result reply_error(struct MHD_Connection *conn, struct server *sv, unsigned status,
-                                   const char *why)
+                                   const char *why, const char *allow)
 {
     struct buf b;
     json_t *j = json_pack("{s:s}", "error", why);
@@ -80,7 +80,7 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, struct server *s
     pthread_mutex_lock(&sv->stats_mu);
     sv->req_bad++;
     pthread_mutex_unlock(&sv->stats_mu);
-    enum MHD_Result r = httpd_reply(conn, status, "application/json", &b);
+    enum MHD_Result r = httpd_reply_allow(conn, status, "application/json", &b, allow);
     buf_cleanup(&b);
     return r;
 }
@@ -316,13 +316,19 @@ static unsigned route(struct server *sv, const char *url, bool post, const struc
         unsigned st = predict_request(sv, up, body, why, whylen);
         return st ? st : MHD_HTTP_OK;
     }
-    if (!post && !strcmp(url, "/healthz")) {
+    bool get_path = !strcmp(url, "/healthz") || !strcmp(url, sv->path_model) ||
+                    !strcmp(url, "/metrics");
+    if (post && get_path) {
+        snprintf(why, whylen, "use GET");
+        return MHD_HTTP_METHOD_NOT_ALLOWED;
+    }
+    if (!strcmp(url, "/healthz")) {
         *type = "text/plain";
         return buf_puts(body, "ok\n") ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_OK;
     }
-    if (!post && !strcmp(url, sv->path_model))
+    if (!strcmp(url, sv->path_model))
         return model_info(sv, body);
-    if (!post && !strcmp(url, "/metrics")) {
+    if (!strcmp(url, "/metrics")) {
         *type = "text/plain; version=0.0.4; charset=utf-8";
         return render_metrics(sv, body);
     }
@@ -361,8 +367,10 @@ static enum MHD_Result serve_handle(void *cls, struct MHD_Connection *conn, cons
     }
     buf_init(&body, SERVE_MAX_REPLY);
     unsigned st = route(sv, url, post, up, &body, &type, why, sizeof(why));
-    enum MHD_Result r = st == MHD_HTTP_OK ? httpd_reply(conn, st, type, &body)
-                                          : reply_error(conn, sv, st, why);
+    bool predict_path = !strcmp(url, sv->path_predict) || !strcmp(url, "/predict");
+    enum MHD_Result r = st == MHD_HTTP_OK
+                            ? httpd_reply(conn, st, type, &body)
+                            : reply_error(conn, sv, st, why, predict_path ? "POST" : "GET, HEAD");
     buf_cleanup(&body);
     return r;
 }

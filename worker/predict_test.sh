@@ -241,14 +241,19 @@ for body, raw, code, text in [
         (None, b'{"instances": [' + b"{}," * 170000 + b'"a"]}', 413, "JSON values")]:
     st, b = call("/v1/models/job:predict", body, raw)
     assert st == code and text in json.loads(b)["error"], (code, text, st, b[:200])
-st, b = call("/v1/models/job:predict")
-assert st == 405, st
+def allow(path, data=None):
+    try:
+        urllib.request.urlopen(urllib.request.Request(base + path, data=data), timeout=30)
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Allow")
+assert allow("/v1/models/job:predict") == (405, "POST")  # GET where only POST is taken
+assert allow("/healthz", b"{}") == (405, "GET, HEAD")    # and the other way round
 st, b = call("/v1/models/other:predict", {"instances": ["a"]})
 assert st == 404, st
 st, b = call("/metrics")
 m = dict(l.rsplit(" ", 1) for l in b.splitlines() if not l.startswith("#"))
 assert m['gantry_predict_requests_total{outcome="ok"}'] == "2" and m["gantry_predict_documents_total"] == "43", m
-assert int(m['gantry_predict_requests_total{outcome="error"}']) == 9, m
+assert int(m['gantry_predict_requests_total{outcome="error"}']) == 10, m
 print("ok   --serve: same predictions as file mode; 400/404/405/413 with the reason; /v1/models/job, /metrics")
 
 # While a classification holds the model (the test hook: until the hold file goes), /healthz,
@@ -332,7 +337,7 @@ fi
 for _ in $(seq 600); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
 kill -TERM "$spid" 2>/dev/null || true
 src=0; wait "$spid" || src=$?
-[ "$src" = 0 ] && grep -q 'Terminated: stopped after 13 requests (10 refused), 104 documents' "$tmp/serve.err" &&
+[ "$src" = 0 ] && grep -q 'Terminated: stopped after 13 requests (11 refused), 104 documents' "$tmp/serve.err" &&
     echo "ok   --serve stops on SIGTERM with exit 0" || { echo "FAIL --serve on SIGTERM: exit $src: $(tail -2 "$tmp/serve.err")"; fail=1; }
 
 # The n-gram model goes through the same card.
