@@ -44,11 +44,13 @@ SEEDS_ = {
     "unknown-op": JOINED + frame(b"Q", key(b"a")),
     "empty-frame": JOINED + struct.pack(">I", 0),
     "huge-frame": JOINED + struct.pack(">I", 0x7fffffff) + b"S",
-    "hello-twice": AUTHED + frame(b"H", struct.pack(">ii", 1, 2) + key(b"fuzz-config")) +
-    frame(b"H", struct.pack(">ii", 0, 2) + key(b"fuzz-config")),
-    "hello-wrong-world": AUTHED + frame(b"H", struct.pack(">ii", 1, 3) + key(b"fuzz-config")),
-    "hello-wrong-hash": AUTHED + frame(b"H", struct.pack(">ii", 1, 2) + key(b"other")),
-    "hello-bad-rank": AUTHED + frame(b"H", struct.pack(">ii", -1, 2) + key(b"fuzz-config")),
+    "hello-twice": AUTHED + frame(b"H", struct.pack(">iii", 1, 2, 1) + key(b"fuzz-config")) +
+    frame(b"H", struct.pack(">iii", 0, 2, 1) + key(b"fuzz-config")),
+    "hello-wrong-world": AUTHED + frame(b"H", struct.pack(">iii", 1, 3, 1) + key(b"fuzz-config")),
+    "hello-wrong-nproc": AUTHED + frame(b"H", struct.pack(">iii", 1, 2, 2) + key(b"fuzz-config")),
+    "hello-wrong-hash": AUTHED + frame(b"H", struct.pack(">iii", 1, 2, 1) + key(b"other")),
+    "hello-bad-rank": AUTHED + frame(b"H", struct.pack(">iii", -1, 2, 1) + key(b"fuzz-config")),
+    "hello-old-format": AUTHED + frame(b"H", struct.pack(">ii", 1, 2) + key(b"fuzz-config")),
     "set-before-hello": AUTHED + frame(b"S", key(b"a") + value(b"1")),
     "auth-wrong-mac": NONE + frame(b"A", bytes(64)),
     "auth-short": NONE + frame(b"A", bytes(10)),
