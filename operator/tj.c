@@ -352,7 +352,7 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
 {
     const json_t *in = json_object_get(spec, "training");
     json_t *t, *model, *data;
-    long long hidden = 0, heads = 0, seq = 0, eval_every = 0, patience = 0;
+    long long hidden = 0, heads = 0, seq = 0, eval_every = 0, patience = 0, batch = 0, accum = 0;
     const char *type, *device, *precision, *attention;
 
     if (in && !json_is_null(in) && !json_is_object(in)) {
@@ -394,6 +394,11 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     if (type && strcmp(type, "transformer") == 0 && heads > 0 && hidden > 0 && hidden % heads)
         errf(e, "spec.training.model.hidden: %lld must be divisible by spec.training.model.heads "
                 "(%lld)", hidden, heads);
+    as_int(json_object_get(t, "batchSize"), &batch);
+    as_int(json_object_get(t, "gradAccumSteps"), &accum);
+    if (batch > 0 && accum > 0 && batch * accum > 2147483647LL) /* each <= 65536: no overflow */
+        errf(e, "spec.training.gradAccumSteps: batchSize x gradAccumSteps (%lld) must be at most "
+                "2^31 - 1 examples a step", batch * accum);
     /* Unset: the GPUs the pods get decide (the rendered config always names the device). */
     device = json_string_value(json_object_get(t, "device"));
     if (!json_object_get(t, "device"))

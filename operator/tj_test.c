@@ -187,6 +187,8 @@ static void test_errors_name_the_field(void)
         {"{\"training\":{\"data\":{\"strict\":1}}}", "spec.training.data.strict: must be true or false"},
         {"{\"training\":{\"data\":[]}}", "spec.training.data: must be an object"},
         {"{\"training\":{\"batchSize\":0}}", "spec.training.batchSize: must be >= 1 (got 0)"},
+        {"{\"training\":{\"batchSize\":65536,\"gradAccumSteps\":65536}}",
+         "spec.training.gradAccumSteps: batchSize x gradAccumSteps (4294967296)"},
         {"{\"training\":{\"epochs\":0}}", "spec.training.epochs: must be >= 1 (got 0)"},
         {"{\"training\":{\"data\":{\"train\":\"\"}}}", "spec.training.data.train: must not be empty"},
         {"{\"training\":[]}", "spec.training: must be an object"},
