@@ -521,6 +521,11 @@ static void parse_checkpoint(struct tj *tj, const json_t *spec, struct errs *e)
             sizeof(tj->ckpt_path), e);
     if (tj->ckpt_path[0] != '/')
         errf(e, "spec.checkpoint.path: must be an absolute path (got \"%s\")", tj->ckpt_path);
+    /* the job's directory <path>/<name> is the worker's checkpoint.dir: at most 1023 bytes */
+    else if (strlen(tj->ckpt_path) + 1 + strlen(tj->name) > 1023)
+        errf(e, "spec.checkpoint.path: %zu bytes, and with \"/<metadata.name>\" the job's "
+                "directory would pass the worker's 1023; use a shorter path",
+             strlen(tj->ckpt_path));
     tj->ckpt_interval = (int)get_int(ck, "spec.checkpoint", "intervalSteps", 200, 1, 1 << 30, e);
     tj->ckpt_keep = (int)get_int(ck, "spec.checkpoint", "keep", 3, 1, 1000, e);
 }

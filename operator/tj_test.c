@@ -262,6 +262,17 @@ static void test_errors_name_the_field(void)
                     cases[i].want);
         tj_cleanup(&tj);
     }
+    /* <checkpoint.path>/<name> is the worker's checkpoint.dir, at most 1023 bytes */
+    static char big[1400];
+    for (int len = 1015; len <= 1023; len += 8) {
+        int n = snprintf(big, sizeof(big), "{" META ",\"spec\":{\"checkpoint\":{\"path\":\"/");
+        memset(big + n, 'a', (size_t)len - 1);
+        snprintf(big + n + len - 1, sizeof(big) - (size_t)(n + len - 1), "\"}}}");
+        int rc = parse(big, &tj, err, sizeof(err));
+        TEST_EQ_INT(rc, len == 1015 ? 0 : OP_EINVALID);
+        TEST_CHECK(len == 1015 || strstr(err, "spec.checkpoint.path: 1023 bytes, and with"));
+        tj_cleanup(&tj);
+    }
 }
 
 /* Unset, the device follows the GPUs the pods get; set, it is kept. */
