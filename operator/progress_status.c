@@ -156,10 +156,11 @@ json_t *progress_final(const struct rec_input *in)
         json_t *w, *st;
 
         /* Only exit 0: with FallbackToLogsOnError a failed worker's message is its log's tail,
-         * whose last line may well be a JSON progress line of some earlier step. */
-        if (pod->index != 0 || !in->job || pod->restart != restarts ||
-            pod->phase != REC_POD_SUCCEEDED || pod->exit_code != 0 || pod->message_truncated ||
-            pod->message[0] != '{')
+         * whose last line may well be a JSON progress line of some earlier step. The worker
+         * container's exit, not the pod's phase: a sidecar may keep the pod Running, and
+         * reconcile declares success on that exit (rec.h), so its message has this progress. */
+        if (pod->index != 0 || !in->job || pod->restart != restarts || pod->exit_code != 0 ||
+            pod->message_truncated || pod->message[0] != '{')
             continue;
         w = json_loads(pod->message, JSON_REJECT_DUPLICATES, NULL);
         st = json_is_object(w) ? progress_status(w, 0) : NULL;
