@@ -332,7 +332,9 @@ static void terminal(struct pass *p)
 
     for (size_t i = 0; i < p->in->npods; i++) {
         const struct rec_pod *pod = &p->in->pods[i];
-        bool finished = pod->phase == REC_POD_SUCCEEDED || pod_failed(pod);
+        /* its worker container's exit counts: the pod's phase may follow a moment later (or
+         * never, with a sidecar), and worker 0 kept for its log must not go in between */
+        bool finished = pod->phase == REC_POD_SUCCEEDED || pod_failed(pod) || pod->exit_code == 0;
 
         if (tj->clean == TJ_CLEAN_ALL || (tj->clean == TJ_CLEAN_RUNNING && !finished))
             delete_pod(p, pod);

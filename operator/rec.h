@@ -27,7 +27,7 @@
  *  - Success policy: the job Succeeded when worker 0 (rank 0, which writes the final checkpoint
  *    and report) exits 0 (its pod Succeeded, or its worker container terminated with 0 while a
  *    sidecar keeps the pod Running), whatever the others do; still-running pods are then
- *    cleaned.
+ *    cleaned (a pod whose worker container exited counts as finished, sidecar or not).
  *  - A worker of the current gang failed (pod Failed, or its worker container terminated
  *    non-zero; not a pod being deleted, which dies of that: see the next point): exit code 64-78 (sysexits: bad usage/data/config) of any failed worker ->
  *    Failed at once (PermanentError, naming that worker, not a peer that died of losing it); else if R >= backoffLimit -> Failed (BackoffLimitExceeded); else the whole
