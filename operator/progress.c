@@ -240,7 +240,7 @@ static bool find_rank0(struct progress *p, const char *key, const char *job_uid,
 
         if (!found && exec_pod_get(p->sh, keys[i], &rp) && rp.index == 0 &&
             rp.restart == restart && rp.phase == REC_POD_RUNNING && rp.ip[0] && rp.uid[0] &&
-            !rp.terminating && (!rp.owner[0] || !job_uid[0] || !strcmp(rp.owner, job_uid))) {
+            !rp.terminating && rec_pod_owned(&rp, job_uid)) {
             found = snprintf(pod, n, "%s", rp.name) < (int)n &&
                     snprintf(uid, n, "%s", rp.uid) < (int)n &&
                     snprintf(ip, n, "%s", rp.ip) < (int)n;

@@ -824,10 +824,9 @@ static void result_status(struct pass *p)
     p->out->status_changed = !p->tj->status_raw || !json_equal(p->out->status, p->tj->status_raw);
 }
 
-/* Whether pod is controlled by the job (or by nothing). */
-static bool owned(const struct tj *tj, const struct rec_pod *pod)
+bool rec_pod_owned(const struct rec_pod *pod, const char *job_uid)
 {
-    return !pod->owner[0] || !tj->uid[0] || strcmp(pod->owner, tj->uid) == 0;
+    return !pod->owner[0] || !job_uid[0] || strcmp(pod->owner, job_uid) == 0;
 }
 
 static int reconcile(const struct rec_input *in, size_t foreign, struct rec_result *out);
@@ -838,7 +837,7 @@ int rec_reconcile(const struct rec_input *in, struct rec_result *out)
     int rc;
 
     for (size_t i = 0; i < in->npods; i++)
-        k += owned(in->job, &in->pods[i]);
+        k += rec_pod_owned(&in->pods[i], in->job->uid);
     if (k == in->npods)
         return reconcile(in, 0, out);
     struct rec_input mine = *in;
@@ -846,7 +845,7 @@ int rec_reconcile(const struct rec_input *in, struct rec_result *out)
     mine.pods = pods;
     mine.npods = 0;
     for (size_t i = 0; i < in->npods; i++)
-        if (owned(in->job, &in->pods[i]))
+        if (rec_pod_owned(&in->pods[i], in->job->uid))
             pods[mine.npods++] = in->pods[i];
     rc = reconcile(&mine, in->npods - k, out);
     free(pods);

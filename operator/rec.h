@@ -121,6 +121,10 @@ void rec_digest(const char *s, char out[REC_DIGEST_LEN]);
 /* Reads a Pod object (borrowed). 0, or OP_EPARSE when metadata.name is missing or empty. */
 int rec_pod_from_json(const json_t *pod, struct rec_pod *out);
 
+/* Whether pod belongs to the job with uid job_uid: controlled by it, or by nothing ("" matches
+ * any, as a job without a uid does). Reconcile and the progress poller use the same rule. */
+bool rec_pod_owned(const struct rec_pod *pod, const char *job_uid);
+
 struct rec_input {
     const struct tj *job;
     const struct rec_pod *pods; /* the pods labelled gantry.dev/job-name=<job> */
