@@ -298,12 +298,16 @@ static unsigned predict_request(struct server *sv, const struct upload *up, stru
     return st;
 }
 
-/* One request's answer: the status and, for 200, *type and body; for an error, why. */
+/* One request's answer: the status and, for 200, *type and body; for an error, why (and, for
+ * a 405, *allow: the methods the path takes). */
 static unsigned route(struct server *sv, const char *url, bool post, const struct upload *up,
-                      struct buf *body, const char **type, char *why, size_t whylen)
+                      struct buf *body, const char **type, const char **allow, char *why,
+                      size_t whylen)
 {
     *type = "application/json";
+    *allow = "GET, HEAD";
     if (!strcmp(url, sv->path_predict) || !strcmp(url, "/predict")) {
+        *allow = "POST";
         if (!post) {
             snprintf(why, whylen, "use POST");
             return MHD_HTTP_METHOD_NOT_ALLOWED;
@@ -345,7 +349,7 @@ static enum MHD_Result serve_handle(void *cls, struct MHD_Connection *conn, cons
     struct server *sv = cls;
     struct upload *up = *req_cls;
     struct buf body;
-    const char *type;
+    const char *type, *allow;
     char why[1024] = "";
     bool post = !strcmp(method, "POST");
 
@@ -366,11 +370,9 @@ static enum MHD_Result serve_handle(void *cls, struct MHD_Connection *conn, cons
         return MHD_YES;
     }
     buf_init(&body, SERVE_MAX_REPLY);
-    unsigned st = route(sv, url, post, up, &body, &type, why, sizeof(why));
-    bool predict_path = !strcmp(url, sv->path_predict) || !strcmp(url, "/predict");
-    enum MHD_Result r = st == MHD_HTTP_OK
-                            ? httpd_reply(conn, st, type, &body)
-                            : reply_error(conn, sv, st, why, predict_path ? "POST" : "GET, HEAD");
+    unsigned st = route(sv, url, post, up, &body, &type, &allow, why, sizeof(why));
+    enum MHD_Result r = st == MHD_HTTP_OK ? httpd_reply(conn, st, type, &body)
+                                          : reply_error(conn, sv, st, why, allow);
     buf_cleanup(&body);
     return r;
 }
