@@ -87,6 +87,14 @@ summary="$out/summary.txt"
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
 status=0
+# GANTRY_GPU_TIME: the seconds this script may take in all (give the device call's limit less a
+# margin); the benchmarks take only what is left of it
+budget_end=$((SECONDS + ${GANTRY_GPU_TIME:-100000}))
+left() { # left T: the seconds a run may take, at most T; fails when under 20 s are left
+    local t=$1 l=$((budget_end - SECONDS - 10))
+    [ "$l" -lt "$t" ] && t=$l
+    [ "$t" -ge 20 ] && echo "$t"
+}
 
 # ---- environment ----
 {
@@ -322,32 +330,47 @@ fi
 
 # ---- benchmarks: gantry, then PyTorch (eager and torch.compile) on the same GPU ----
 : >"$out/bench.jsonl"
-# gantry first (fast, the numbers this is for), then PyTorch; each run has its own time limit so
-# one slow compile cannot eat the lease. bench.log keeps everything if the call is cut short.
-# the non-GEMM kernels one at a time at the GPT-2 shape: GB/s beside a device-to-device copy, and
-# the attention's TFLOP/s fused and unfused (seconds; the table also into summary.txt)
-timeout 120 "$build/gpu_kernels" 2>&1 | tee -a "$out/bench.log" | grep -E '^kernel:' >>"$summary"
-for preset in example gpt2; do
-    for prec in "" --bf16 "--bf16 --attention fused" "--bf16 --graphs" \
-        "--bf16 --attention fused --graphs"; do
-        timeout 120 "$build/gpu_bench" --preset $preset $prec >>"$out/bench.log" 2>&1
-    done
+# Most wanted first, so that a call cut short loses the least: the issue's comparison (the GPT-2
+# shape in bf16, gantry's variants and then PyTorch's), the shipped example model, fp32, then where
+# gantry's time goes and PyTorch's CUDA graphs. Each run gets at most what is left of
+# GANTRY_GPU_TIME, so this table is written before the device call ends; bench.log keeps everything.
+gb() {
+    local t
+    t=$(left 120) || { echo "gpu_bench $*: skipped, out of time" >>"$out/bench.log"; return 0; }
+    timeout "$t" "$build/gpu_bench" "$@" >>"$out/bench.log" 2>&1
+}
+tp() { # tp LIMIT ARGS: bench/gpu_torch.py
+    local t
+    t=$(left "$1") || { echo "gpu_torch $*: skipped, out of time" >>"$out/bench.log"; return 0; }
+    shift
+    PYTHONUNBUFFERED=1 timeout "$t" python3 "$here/bench/gpu_torch.py" "$@" >>"$out/bench.log" 2>&1
+}
+for v in "" "--attention fused" "--graphs" "--attention fused --graphs"; do
+    gb --preset gpt2 --bf16 $v
 done
+tp 240 --preset gpt2 --variants eager-bf16,compile-bf16
+for v in "--bf16" "--bf16 --attention fused" "--bf16 --graphs" "--bf16 --attention fused --graphs" \
+    ""; do
+    gb --preset example $v
+done
+tp 240 --preset example --variants eager-fp32,eager-bf16,compile-bf16
+gb --preset gpt2
+tp 120 --preset gpt2 --variants eager-fp32
+# the non-GEMM kernels one at a time at the GPT-2 shape: GB/s beside a device-to-device copy, and
+# the attention's TFLOP/s fused and unfused (the table also into summary.txt)
+if t=$(left 120); then
+    timeout "$t" "$build/gpu_kernels" 2>&1 | tee -a "$out/bench.log" | grep -E '^kernel:' >>"$summary"
+fi
 # where a step's time goes: an event behind every op (eager), both attentions at the GPT-2 shape
 # (into bench.log: the device tool brings back 8 files at most; the table also into summary.txt)
 for attn in fused unfused; do
-    timeout 120 "$build/gpu_bench" --preset gpt2 --bf16 --attention $attn --steps 5 --profile \
+    t=$(left 120) || break
+    timeout "$t" "$build/gpu_bench" --preset gpt2 --bf16 --attention $attn --steps 5 --profile \
         2>&1 | grep -v '^{' | tee -a "$out/bench.log" | grep -E '^profile:' >>"$summary"
 done
-for preset in example gpt2; do
-    PYTHONUNBUFFERED=1 timeout 240 python3 "$here/bench/gpu_torch.py" --preset $preset \
-        --variants eager-fp32,eager-bf16,compile-bf16 >>"$out/bench.log" 2>&1
-done
-# PyTorch's CUDA graphs (torch.compile mode="reduce-overhead"), the peer of --graphs: last, so
-# that if the lease runs out only these are lost
-for preset in example gpt2; do
-    PYTHONUNBUFFERED=1 timeout 180 python3 "$here/bench/gpu_torch.py" --preset $preset \
-        --variants compile-graphs-bf16 >>"$out/bench.log" 2>&1
+# PyTorch's CUDA graphs (torch.compile mode="reduce-overhead"), the peer of --graphs
+for preset in gpt2 example; do
+    tp 180 --preset $preset --variants compile-graphs-bf16
 done
 grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
 python3 - "$out/bench.jsonl" <<'PY' | tee -a "$summary"
@@ -356,7 +379,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(f"{'preset':8} {'impl':30} {'prec':5} {'ms/step':>9} {'tok/s':>10} {'TFLOP/s':>8} {'MFU':>6}")
 for r in rows:
     if "error" in r:
-        print(f"{r.get('preset','?'):8} {r["impl"]:30} error: {r['error'][:60]}")
+        print(f"{r.get('preset','?'):8} {r['impl']:30} error: {r['error'][:60]}")
         continue
     prec = r.get("precision", r["impl"].split("-")[-1])
     impl = r["impl"] + ("-fused-attn" if r.get("attention") == "fused" else "")
