@@ -51,6 +51,11 @@ def run(a, variant):
     p = torch_model.init_params(cfg, g, dev)
     opt = torch_model.adamw(p, cfg, fused=True)
     params = list(p.values())
+    # Gradients exist before the first backward, so autograd adds into them. Left None, it would
+    # take the backward's output as .grad, and under CUDA graphs (reduce-overhead) the next replay
+    # overwrites that memory ("accessing tensor output of CUDAGraphs that has been overwritten").
+    for t in params:
+        t.grad = torch.zeros_like(t)
     bf16 = variant.endswith("bf16")
     fwd = torch_model.forward
     graphs = variant.startswith("compile-graphs")

@@ -6,7 +6,8 @@
 #     model.type ngram trains on it too (memorises them, final loss within 1e-3 of the CPU's;
 #     precision bf16 with it refused, 78); --attention fused
 #     trains to the same final loss (1e-3 relative); progress lines carry model TFLOP/s, and MFU
-#     with GANTRY_PEAK_TFLOPS (mfu = tflops / peak);
+#     with a known peak: the device's datasheet fp32 peak when gpu_peak_flops knows its name (none
+#     otherwise), GANTRY_PEAK_TFLOPS when set (mfu = tflops / peak);
 #     with 2+ GPUs, LOCAL_RANK past the last one is refused (78, says how many it sees);
 #     --cuda-graphs trains to the same final loss and accuracy exactly (graphs replay the same
 #     kernels) and says how many graphs it captured and launched;
@@ -57,10 +58,27 @@ if [ "$rc" != 0 ]; then
     echo "FAIL device cuda: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -20; exit 1
 fi
 grep -q '"device":"cuda"' "$tmp/out" || { echo "FAIL no GPU progress line"; fail=1; }
-# model FLOP/s on every GPU progress line; MFU only with a known peak (GANTRY_PEAK_TFLOPS below)
-grep '"device":"cuda"' "$tmp/out" | grep -q '"tflops":' && ! grep -q '"mfu"' "$tmp/out" &&
-    echo "ok   progress lines carry tflops, no mfu without a known peak" ||
-    { echo "FAIL tflops/mfu in the progress lines:"; head -2 "$tmp/out"; fail=1; }
+# model FLOP/s on every GPU progress line; MFU only with a known peak: the fp32 datasheet peak of
+# a device gpu_peak_flops knows by the name the worker logs, else none (GANTRY_PEAK_TFLOPS below)
+python3 - "$tmp/out" "$tmp/err" <<'PY' || { fail=1; head -2 "$tmp/out"; }
+import json, re, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"step"')]
+m = re.search(r"^gpu: local rank -?\d+ on GPU \d+ of \d+: (.*), \d+ GiB", open(sys.argv[2]).read(), re.M)
+assert m, "no 'gpu: local rank ... on GPU' line in the worker's log"
+name = m.group(1)
+fp32 = [("H100 PCIe", 51.2), ("H100 NVL", 60.0), ("H100", 66.9), ("H200", 66.9), ("A100", 19.5)]
+peak = next((p for n, p in fp32 if n in name), None)
+assert lines and all(l["device"] == "cuda" and l["tflops"] > 0 for l in lines), lines[:2]
+if peak is None:
+    assert not any("mfu" in l for l in lines), ("mfu with no known peak", name, lines[:2])
+    print("ok   progress lines carry tflops, no mfu without a known peak (%s)" % name)
+else:
+    # tflops is printed to 4 decimals and mfu to 5: allow for that rounding
+    bad = [l for l in lines if abs(l["mfu"] * peak - l["tflops"]) > 6e-5 + 6e-6 * peak + 1e-3 * l["tflops"]]
+    assert not bad, ("mfu != tflops / %g" % peak, name, bad[:2])
+    print("ok   progress lines carry tflops, mfu = tflops / %g (fp32 peak of %s) on %d lines"
+          % (peak, name, len(lines)))
+PY
 python3 - "$tmp/report.json" <<'PY' || fail=1
 import json, sys
 r = json.load(open(sys.argv[1]))
