@@ -298,6 +298,24 @@ PY
     else
         rc=1; echo "spam GPU checkpoint on the CPU (gantry-predict): FAILED"; tail -n 5 "$sd/predict.txt"
     fi
+    # the same run in the GPU's other modes (no checkpoints): what bf16 and CUDA graphs give on
+    # real, variable-length data, and the unfused attention that auto replaced
+    local v
+    for v in "--attention unfused" "--cuda-graphs" "--precision bf16" \
+        "--precision bf16 --cuda-graphs"; do
+        # shellcheck disable=SC2086 # $v: the flags
+        if timeout 90 "$w_worker" --config "$sd/config.json" $v --checkpoint-dir "" \
+                --report "$sd/rv.json" >/dev/null 2>"$sd/lv"; then
+            python3 - "$sd/rv.json" "$v" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); t = r["train"]
+print(f"spam device cuda {sys.argv[2]}: accuracy {r['accuracy']:.4f} train {t['seconds']:.2f} s "
+      f"tokens/s {t['tokens_per_s']:.0f} final_loss {t['final_loss']:.4f}")
+PY
+        else
+            rc=1; echo "spam device cuda $v: FAILED"; tail -n 10 "$sd/lv"
+        fi
+    done
     # two ranks over NCCL, one GPU each, when this machine has two
     local ngpu
     ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -331,8 +349,8 @@ fi
 # ---- benchmarks: gantry, then PyTorch (eager and torch.compile) on the same GPU ----
 : >"$out/bench.jsonl"
 # Most wanted first, so that a call cut short loses the least: the issue's comparison (the GPT-2
-# shape in bf16, gantry's variants and then PyTorch's), the shipped example model, fp32, then where
-# gantry's time goes and PyTorch's CUDA graphs. Each run gets at most what is left of
+# shape in bf16, gantry's variants and then PyTorch's), the shipped example model, 32 sequences a
+# step, where gantry's time goes, then fp32. Each run gets at most what is left of
 # GANTRY_GPU_TIME, so this table is written before the device call ends; bench.log keeps everything.
 gb() {
     local t
@@ -348,14 +366,15 @@ tp() { # tp LIMIT ARGS: bench/gpu_torch.py
 for v in "" "--attention fused" "--graphs" "--attention fused --graphs"; do
     gb --preset gpt2 --bf16 $v
 done
-tp 240 --preset gpt2 --variants eager-bf16,compile-bf16
+tp 300 --preset gpt2 --variants eager-bf16,compile-bf16,compile-graphs-bf16
 for v in "--bf16" "--bf16 --attention fused" "--bf16 --graphs" "--bf16 --attention fused --graphs" \
     ""; do
     gb --preset example $v
 done
-tp 240 --preset example --variants eager-fp32,eager-bf16,compile-bf16
-gb --preset gpt2
-tp 120 --preset gpt2 --variants eager-fp32
+tp 240 --preset example --variants eager-fp32,eager-bf16,compile-bf16,compile-graphs-bf16
+# 32 sequences a step at the GPT-2 shape (llm.c's H100 runs take more than 8), both sides
+gb --preset gpt2 --bf16 --attention fused --graphs --batch 32
+tp 150 --preset gpt2 --batch 32 --variants compile-bf16
 # the non-GEMM kernels one at a time at the GPT-2 shape: GB/s beside a device-to-device copy, and
 # the attention's TFLOP/s fused and unfused (the table also into summary.txt)
 if t=$(left 120); then
@@ -368,15 +387,13 @@ for attn in fused unfused; do
     timeout "$t" "$build/gpu_bench" --preset gpt2 --bf16 --attention $attn --steps 5 --profile \
         2>&1 | grep -v '^{' | tee -a "$out/bench.log" | grep -E '^profile:' >>"$summary"
 done
-# PyTorch's CUDA graphs (torch.compile mode="reduce-overhead"), the peer of --graphs
-for preset in gpt2 example; do
-    tp 180 --preset $preset --variants compile-graphs-bf16
-done
+gb --preset gpt2
+tp 120 --preset gpt2 --variants eager-fp32
 grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
 python3 - "$out/bench.jsonl" <<'PY' | tee -a "$summary"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"{'preset':8} {'impl':30} {'prec':5} {'ms/step':>9} {'tok/s':>10} {'TFLOP/s':>8} {'MFU':>6}")
+print(f"{'preset':8} {'impl':30} {'prec':5} {'B':>3} {'ms/step':>9} {'tok/s':>10} {'TFLOP/s':>8} {'MFU':>6}")
 for r in rows:
     if "error" in r:
         print(f"{r.get('preset','?'):8} {r['impl']:30} error: {r['error'][:60]}")
@@ -384,7 +401,7 @@ for r in rows:
     prec = r.get("precision", r["impl"].split("-")[-1])
     impl = r["impl"] + ("-fused-attn" if r.get("attention") == "fused" else "")
     impl += "-graphs" if r.get("graphs") else ""
-    print(f"{r['preset']:8} {impl:30} {prec:5} {r['ms_per_step']:9.2f} "
+    print(f"{r['preset']:8} {impl:30} {prec:5} {r['batch']:3} {r['ms_per_step']:9.2f} "
           f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")
 PY
 exit $status

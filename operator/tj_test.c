@@ -241,7 +241,7 @@ static void test_errors_name_the_field(void)
          "spec.training.attention: fused takes head sizes (model.hidden / model.heads) up to 128, "
          "got 256"},
         {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"flash\"}}",
-         "spec.training.attention: unsupported value \"flash\"; use one of unfused|fused"},
+         "spec.training.attention: unsupported value \"flash\"; use one of auto|unfused|fused"},
         {"{\"gpusPerReplica\":1,\"training\":{\"precision\":\"fp16\"}}",
          "spec.training.precision: unsupported value \"fp16\"; use one of fp32|bf16"},
         {"{\"training\":{\"gradBucketMB\":-1}}",
@@ -290,6 +290,11 @@ static void test_device_default(void)
         {"{\"gpusPerReplica\":1,\"training\":{\"device\":\"cuda\",\"precision\":\"bf16\"}}",
          "cuda"},
         {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"fused\"}}", "cuda"},
+        /* auto (the worker's default) on either device: fused where it runs */
+        {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"auto\"}}", "cuda"},
+        {"{\"training\":{\"attention\":\"auto\"}}", "cpu"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"auto\",\"model\":{\"hidden\":512,"
+         "\"heads\":2}}}", "cuda"},
     };
     char text[1024], err[TJ_ERR_MAX];
     struct tj tj;

@@ -102,9 +102,9 @@ static const struct field fields[] = {
      "train on the CPU, or on a GPU (cuda: one per process, chosen by LOCAL_RANK)"},
     {"precision", F_ENUM, S(precision), 0, 0, "fp32|bf16",
      "GPU arithmetic: fp32, or bf16 GEMMs/activations with fp32 master weights (device: cuda)"},
-    {"attention", F_ENUM, S(attention), 0, 0, "unfused|fused",
-     "GPU attention: unfused (GEMMs + softmax, keeps the T x T probabilities) or fused (one "
-     "pass, memory O(T); device: cuda)"},
+    {"attention", F_ENUM, S(attention), 0, 0, "auto|unfused|fused",
+     "GPU attention: unfused (GEMMs + softmax, keeps the T x T probabilities), fused (one "
+     "pass, memory O(T); device: cuda) or auto (fused where it runs, else unfused)"},
     {"cudaGraphs", F_BOOL, S(cuda_graphs), 0, 0, NULL,
      "GPU: replay each batch shape's forward and backward as a CUDA graph (one launch instead of "
      "hundreds; the same results bit for bit; device: cuda)"},
@@ -146,7 +146,7 @@ void cfg_defaults(struct cfg *c)
     snprintf(c->best_metric, sizeof(c->best_metric), "loss");
     snprintf(c->device, sizeof(c->device), "cpu");
     snprintf(c->precision, sizeof(c->precision), "fp32");
-    snprintf(c->attention, sizeof(c->attention), "unfused");
+    snprintf(c->attention, sizeof(c->attention), "auto");
     c->grad_bucket_mb = TRAIN_BUCKET_MB;
     c->min_lr_ratio = 0.0, c->weight_decay = 0.01, c->grad_clip = 1.0;
     c->beta1 = 0.9, c->beta2 = 0.999, c->eps = 1e-8;
@@ -491,6 +491,14 @@ static double num(const struct cfg *c, const struct field *f)
     default:
         return 0;
     }
+}
+
+bool cfg_fused_attention(const struct cfg *c)
+{
+    if (!strcmp(c->attention, "auto"))
+        return !strcmp(c->device, "cuda") && strcmp(c->model_type, "ngram") && c->heads > 0 &&
+               c->hidden / c->heads <= ATTENTION_FUSED_MAX_HS;
+    return !strcmp(c->attention, "fused");
 }
 
 int cfg_validate(const struct cfg *c, char *err, size_t errlen)

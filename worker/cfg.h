@@ -68,7 +68,8 @@ struct cfg {
     int log_interval, threads;
     char device[8]; /* cpu | cuda (worker/train_gpu.h) */
     char precision[8]; /* fp32 | bf16 (bf16: device cuda only; worker/model_gpu.h) */
-    char attention[8]; /* unfused | fused (fused: device cuda only; kernels/attention.cu) */
+    char attention[8]; /* auto | unfused | fused (fused: device cuda only; kernels/attention.cu);
+                        * cfg_fused_attention() says which one auto runs */
     bool cuda_graphs;  /* replay forward/backward as CUDA graphs (device cuda only; model_gpu.h) */
     double grad_bucket_mb; /* all-reduce bucket size in MiB (worker/train_plan.h); 0: after backward */
     char report[CFG_MAX_PATH];
@@ -100,6 +101,11 @@ int cfg_apply_json(struct cfg *c, const json_t *doc, const char *source, char *e
 
 /* Checks ranges and cross-field rules. CFG_OK or CFG_EBAD. */
 int cfg_validate(const struct cfg *c, char *err, size_t errlen);
+
+/* Whether c trains with the fused attention: attention fused, or auto (the default) where the fused
+ * kernel runs (device cuda, model.type transformer, head size <= ATTENTION_FUSED_MAX_HS): it was
+ * 2.3x faster per step than unfused at the GPT-2 shape on an H200 (docs/gpu.md). */
+bool cfg_fused_attention(const struct cfg *c);
 
 /* The usage text: every flag, its env variable and default. */
 void cfg_usage(FILE *f, const char *prog);

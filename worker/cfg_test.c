@@ -160,12 +160,38 @@ static void test_precision(void)
                "training.attention: fused is for model.type transformer");
 }
 
-/* training.attention: unfused | fused (fused on the GPU only) */
+/* training.attention: auto | unfused | fused (fused on the GPU only); auto, the default, runs
+ * fused where the kernel runs (device cuda, a transformer, head size <= 128), else unfused */
 static void test_attention(void)
 {
-    check_gpu_choice("attention", "GANTRY_ATTENTION", "unfused", "fused",
+    static const struct {
+        const char *json;
+        bool fused;
+    } cases[] = {
+        {"\"device\": \"cpu\"", false},
+        {"\"device\": \"cuda\"", true},
+        {"\"device\": \"cuda\", \"attention\": \"auto\"", true},
+        {"\"device\": \"cuda\", \"attention\": \"unfused\"", false},
+        {"\"device\": \"cpu\", \"attention\": \"unfused\"", false},
+        {"\"device\": \"cuda\", \"model\": {\"hidden\": 512, \"heads\": 4}", true},
+        {"\"device\": \"cuda\", \"model\": {\"hidden\": 512, \"heads\": 2}", false},
+        {"\"device\": \"cuda\", \"model\": {\"type\": \"ngram\"}", false},
+    };
+    const char *argv[] = {"gantry-worker", "--config", path, NULL};
+    char err[512], text[256];
+    struct cfg c;
+
+    check_gpu_choice("attention", "GANTRY_ATTENTION", "auto", "fused",
                      offsetof(struct cfg, attention),
                      "training.attention: fused is a GPU kernel and needs device: cuda");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(text, sizeof(text), "{\"data\": {\"train\": \"t\"}, %s}", cases[i].json);
+        write_config(text);
+        err[0] = '\0';
+        TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+        if (!TEST_CHECK(cfg_fused_attention(&c) == cases[i].fused))
+            fprintf(stderr, "       %s: want fused = %d\n", text, cases[i].fused);
+    }
     expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"attention\": \"fused\", "
                "\"model\": {\"hidden\": 512, \"heads\": 2}}",
                "training.attention: fused takes head sizes (model.hidden / model.heads) up to 128, "
