@@ -298,11 +298,11 @@ PY
     else
         rc=1; echo "spam GPU checkpoint on the CPU (gantry-predict): FAILED"; tail -n 5 "$sd/predict.txt"
     fi
-    # the same run in the GPU's other modes (no checkpoints): what bf16 and CUDA graphs give on
-    # real, variable-length data, and the unfused attention that auto replaced
+    # the same run in the GPU's other modes (no checkpoints): what bf16, the attentions and CUDA
+    # graphs give on real, variable-length data (attention auto: unfused in fp32, fused in bf16)
     local v
-    for v in "--attention unfused" "--cuda-graphs" "--precision bf16" \
-        "--precision bf16 --cuda-graphs"; do
+    for v in "--attention fused" "--cuda-graphs" "--precision bf16" \
+        "--precision bf16 --attention unfused" "--precision bf16 --cuda-graphs"; do
         # shellcheck disable=SC2086 # $v: the flags
         if timeout 90 "$w_worker" --config "$sd/config.json" $v --checkpoint-dir "" \
                 --report "$sd/rv.json" >/dev/null 2>"$sd/lv"; then

@@ -104,7 +104,8 @@ static const struct field fields[] = {
      "GPU arithmetic: fp32, or bf16 GEMMs/activations with fp32 master weights (device: cuda)"},
     {"attention", F_ENUM, S(attention), 0, 0, "auto|unfused|fused",
      "GPU attention: unfused (GEMMs + softmax, keeps the T x T probabilities), fused (one "
-     "pass, memory O(T); device: cuda) or auto (fused where it runs, else unfused)"},
+     "pass, memory O(T); device: cuda) or auto (fused in bf16 on the GPU, where it measured "
+     "faster; else unfused)"},
     {"cudaGraphs", F_BOOL, S(cuda_graphs), 0, 0, NULL,
      "GPU: replay each batch shape's forward and backward as a CUDA graph (one launch instead of "
      "hundreds; the same results bit for bit; device: cuda)"},
@@ -496,7 +497,8 @@ static double num(const struct cfg *c, const struct field *f)
 bool cfg_fused_attention(const struct cfg *c)
 {
     if (!strcmp(c->attention, "auto"))
-        return !strcmp(c->device, "cuda") && strcmp(c->model_type, "ngram") && c->heads > 0 &&
+        return !strcmp(c->device, "cuda") && !strcmp(c->precision, "bf16") &&
+               strcmp(c->model_type, "ngram") && c->heads > 0 &&
                c->hidden / c->heads <= ATTENTION_FUSED_MAX_HS;
     return !strcmp(c->attention, "fused");
 }

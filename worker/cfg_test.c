@@ -161,21 +161,27 @@ static void test_precision(void)
 }
 
 /* training.attention: auto | unfused | fused (fused on the GPU only); auto, the default, runs
- * fused where the kernel runs (device cuda, a transformer, head size <= 128), else unfused */
+ * fused in bf16 where the kernel runs (device cuda, a transformer, head size <= 128), else
+ * unfused */
 static void test_attention(void)
 {
     static const struct {
         const char *json;
         bool fused;
     } cases[] = {
+#define BF16 "\"device\": \"cuda\", \"precision\": \"bf16\""
         {"\"device\": \"cpu\"", false},
-        {"\"device\": \"cuda\"", true},
-        {"\"device\": \"cuda\", \"attention\": \"auto\"", true},
-        {"\"device\": \"cuda\", \"attention\": \"unfused\"", false},
+        {"\"device\": \"cuda\"", false}, /* fp32 */
+        {BF16, true},
+        {BF16 ", \"attention\": \"auto\"", true},
+        {"\"device\": \"cuda\", \"attention\": \"auto\"", false},
+        {"\"device\": \"cuda\", \"attention\": \"fused\"", true},
+        {BF16 ", \"attention\": \"unfused\"", false},
         {"\"device\": \"cpu\", \"attention\": \"unfused\"", false},
-        {"\"device\": \"cuda\", \"model\": {\"hidden\": 512, \"heads\": 4}", true},
-        {"\"device\": \"cuda\", \"model\": {\"hidden\": 512, \"heads\": 2}", false},
+        {BF16 ", \"model\": {\"hidden\": 512, \"heads\": 4}", true},
+        {BF16 ", \"model\": {\"hidden\": 512, \"heads\": 2}", false},
         {"\"device\": \"cuda\", \"model\": {\"type\": \"ngram\"}", false},
+#undef BF16
     };
     const char *argv[] = {"gantry-worker", "--config", path, NULL};
     char err[512], text[256];

@@ -4,8 +4,8 @@
 #   - built with CUDA, no device visible: exit 78, the message names training.device;
 #   - with a device: trains on it (progress lines say "device":"cuda"), memorises the 6 examples,
 #     model.type ngram trains on it too (memorises them, final loss within 1e-3 of the CPU's;
-#     precision bf16 with it refused, 78); attention auto (the default) runs fused and says so,
-#     and --attention unfused trains to the same final loss (1e-3 relative); progress lines carry
+#     precision bf16 with it refused, 78); attention auto (the default) runs unfused in fp32 and
+#     fused in bf16 and says so; --attention fused trains to the same final loss (1e-3 relative); progress lines carry
 #     model TFLOP/s, and MFU with a known peak: the device's datasheet fp32 peak when gpu_peak_flops knows its name (none
 #     otherwise), GANTRY_PEAK_TFLOPS when set (mfu = tflops / peak);
 #     with 2+ GPUs, LOCAL_RANK past the last one is refused (78, says how many it sees);
@@ -58,10 +58,15 @@ if [ "$rc" != 0 ]; then
     echo "FAIL device cuda: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -20; exit 1
 fi
 grep -q '"device":"cuda"' "$tmp/out" || { echo "FAIL no GPU progress line"; fail=1; }
-# attention auto (the default) runs the fused kernel on the GPU, and the log says so
-grep -q 'attention fused (auto)' "$tmp/err" && echo "ok   attention auto runs fused on the GPU" ||
-    { echo "FAIL attention auto: no 'attention fused (auto)' in the log"; fail=1
-      grep '^gantry-worker' "$tmp/err"; }
+# attention auto (the default) runs unfused in fp32 and the fused kernel in bf16, and says so
+rc=0
+"$bin" --config "$tmp/cfg.json" --precision bf16 --max-steps 2 --report "$tmp/r16.json" \
+    >/dev/null 2>"$tmp/err16" || rc=$?
+grep -q 'precision fp32, attention unfused (auto)' "$tmp/err" && [ "$rc" = 0 ] &&
+    grep -q 'precision bf16, attention fused (auto)' "$tmp/err16" &&
+    echo "ok   attention auto: unfused in fp32, fused in bf16, and the log says so" ||
+    { echo "FAIL attention auto (bf16 run: exit $rc):"; fail=1
+      grep -h '^gantry-worker' "$tmp/err" "$tmp/err16"; }
 # model FLOP/s on every GPU progress line; MFU only with a known peak: the fp32 datasheet peak of
 # a device gpu_peak_flops knows by the name the worker logs, else none (GANTRY_PEAK_TFLOPS below)
 python3 - "$tmp/out" "$tmp/err" <<'PY' || { fail=1; head -2 "$tmp/out"; }
@@ -91,8 +96,8 @@ assert r["train"]["steps"] == 80 and r["train"]["final_loss"] < 0.3, r["train"]
 print("ok   device cuda trains and reports (final loss %.4f)" % r["train"]["final_loss"])
 PY
 rc=0
-GANTRY_PEAK_TFLOPS=0.5 "$bin" --config "$tmp/cfg.json" --attention unfused \
-    --report "$tmp/unfused.json" >"$tmp/out" 2>"$tmp/err" || rc=$?
+GANTRY_PEAK_TFLOPS=0.5 "$bin" --config "$tmp/cfg.json" --attention fused \
+    --report "$tmp/fused.json" >"$tmp/out" 2>"$tmp/err" || rc=$?
 python3 - "$tmp/out" <<'PY' && grep -qE '^step .*TFLOP/s \| MFU [0-9.]+%' "$tmp/err" || fail=1
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"step"')]
@@ -101,16 +106,15 @@ print("ok   GANTRY_PEAK_TFLOPS=0.5: mfu = tflops / 0.5 on %d lines (%.4f TFLOP/s
       % (len(lines), lines[-1]["tflops"], 100 * lines[-1]["mfu"]))
 PY
 if [ "$rc" = 0 ]; then
-    grep -q 'attention unfused,' "$tmp/err" ||
-        { echo "FAIL --attention unfused not in the log"; fail=1; }
-    python3 - "$tmp/unfused.json" "$tmp/report.json" <<'PY' || fail=1
+    grep -q 'attention fused,' "$tmp/err" || { echo "FAIL --attention fused not in the log"; fail=1; }
+    python3 - "$tmp/report.json" "$tmp/fused.json" <<'PY' || fail=1
 import json, sys
 u, f = (json.load(open(p))["train"]["final_loss"] for p in sys.argv[1:3])
 assert abs(f - u) <= 1e-3 * max(1.0, abs(u)), (u, f)
-print("ok   attention fused (auto) trains like unfused (final loss %.6f vs %.6f)" % (f, u))
+print("ok   attention fused trains like unfused (final loss %.6f vs %.6f)" % (f, u))
 PY
 else
-    echo "FAIL attention unfused: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -20; fail=1
+    echo "FAIL attention fused: exit $rc"; sed 's/^/  /' "$tmp/err" | tail -20; fail=1
 fi
 rc=0
 "$bin" --config "$tmp/cfg.json" --cuda-graphs --report "$tmp/graphs.json" >/dev/null \
