@@ -42,5 +42,8 @@ int main(void)
     check(37, 100, 2);
     check(3, 3000, 3); /* shared-memory partials over 48 KiB */
     check(37, 102, 4); /* C % 4 != 0: one element at a time */
+    /* 313 blocks of backward partials: two CS_ROWS chunks, the second partial, summed by
+     * colsum_part_kernel (dweight and dbias in one (blocks, 2C) matrix) */
+    check(5000, 36, 5);
     return gt_summary("layernorm_gpu_test");
 }
