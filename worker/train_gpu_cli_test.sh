@@ -77,7 +77,8 @@ assert m, "no 'gpu: local rank ... on GPU' line in the worker's log"
 name = m.group(1)
 fp32 = [("H100 PCIe", 51.2), ("H100 NVL", 60.0), ("H100", 66.9), ("H200", 66.9), ("A100", 19.5)]
 peak = next((p for n, p in fp32 if n in name), None)
-assert lines and all(l["device"] == "cuda" and l["tflops"] > 0 for l in lines), lines[:2]
+# tflops may print as 0.0000 on a slow (emulated, sanitized) build: present is the rule here
+assert lines and all(l["device"] == "cuda" and l.get("tflops", -1) >= 0 for l in lines), lines
 if peak is None:
     assert not any("mfu" in l for l in lines), ("mfu with no known peak", name, lines[:2])
     print("ok   progress lines carry tflops, no mfu without a known peak (%s)" % name)
