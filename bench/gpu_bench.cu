@@ -36,6 +36,7 @@ extern "C" { /* C headers without C++ guards */
 
 struct opts {
     int B, T, C, L, NH, V, K, steps, warmup, varlen, bf16, check_cpu, fused, graphs, profile;
+    int dgelu; /* --dgelu-epilogue */
     const char *name;
 };
 
@@ -81,7 +82,8 @@ static void usage(const char *argv0)
 {
     printf("usage: %s [--preset gpt2|example] [--batch B] [--seq T] [--hidden C] [--layers L]\n"
            "          [--heads NH] [--vocab V] [--classes K] [--steps S] [--warmup W] [--varlen]\n"
-           "          [--bf16] [--attention unfused|fused] [--graphs] [--check-cpu] [--profile]\n"
+           "          [--bf16] [--attention unfused|fused] [--graphs] [--dgelu-epilogue]\n"
+           "          [--check-cpu] [--profile]\n"
            "  gpt2:    B=8 T=1024 C=768 L=12 NH=12 V=50257 K=2 (GPT-2 124M-sized encoder)\n"
            "  example: B=32 T=256 C=128 L=2 NH=4 V=20000 K=2 (bench/cpu_train's default model;\n"
            "           the default preset)\n"
@@ -90,6 +92,8 @@ static void usage(const char *argv0)
            "  --attention: unfused (default: cuBLAS GEMMs + softmax) or fused\n"
            "           (kernels/attention.cu; on tensor cores with --bf16)\n"
            "  --graphs: forward and backward replayed as CUDA graphs (training.cudaGraphs)\n"
+           "  --dgelu-epilogue: with --bf16, the GELU backward in the MLP projection's input-\n"
+           "           gradient GEMM (cuBLASLt DGELU) instead of its own pass\n"
            "  --profile: after the timed steps, 3 more eager steps with an event behind every op,\n"
            "           and a table of the ops' device time per step (lines \"profile: ...\")\n",
            argv0);
@@ -98,9 +102,9 @@ static void usage(const char *argv0)
 static void preset(struct opts *o, const char *name)
 {
     if (strcmp(name, "gpt2") == 0)
-        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, "gpt2"};
+        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, 0, "gpt2"};
     else if (strcmp(name, "example") == 0)
-        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, "example"};
+        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, 0, "example"};
     else {
         fprintf(stderr, "gpu_bench: unknown preset '%s' (gpt2 or example)\n", name);
         exit(2);
@@ -114,17 +118,18 @@ static void parse(struct opts *o, int argc, char **argv)
         {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"vocab", 1, 0, 'V'}, {"classes", 1, 0, 'K'},
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"varlen", 0, 0, 'v'}, {"bf16", 0, 0, 'b'},
         {"attention", 1, 0, 'a'}, {"check-cpu", 0, 0, 'c'}, {"graphs", 0, 0, 'g'},
-        {"profile", 0, 0, 'P'},   {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
+        {"profile", 0, 0, 'P'},   {"dgelu-epilogue", 0, 0, 'd'}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     int ch;
     preset(o, "example");
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
         case 'p': {
             int bf16 = o->bf16, check = o->check_cpu, varlen = o->varlen, fused = o->fused;
-            int graphs = o->graphs, profile = o->profile;
+            int graphs = o->graphs, profile = o->profile, dgelu = o->dgelu;
             preset(o, optarg);
             o->bf16 = bf16, o->check_cpu = check, o->varlen = varlen, o->fused = fused;
-            o->graphs = graphs, o->profile = profile;
+            o->graphs = graphs, o->profile = profile, o->dgelu = dgelu;
             break;
         }
         case 'B': o->B = atoi(optarg); break;
@@ -148,6 +153,7 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'c': o->check_cpu = 1; break;
         case 'g': o->graphs = 1; break;
         case 'P': o->profile = 1; break;
+        case 'd': o->dgelu = 1; break;
         case 'h': usage(argv[0]); exit(0);
         default: usage(argv[0]); exit(2);
         }
@@ -230,7 +236,8 @@ int main(int argc, char **argv)
     }
     if (!(g = model_gpu_new(&m, o.B, (o.bf16 ? MODEL_GPU_BF16 : 0) |
                                          (o.fused ? MODEL_GPU_FUSED_ATTENTION : 0) |
-                                         (o.graphs ? MODEL_GPU_GRAPHS : 0),
+                                         (o.graphs ? MODEL_GPU_GRAPHS : 0) |
+                                         (o.dgelu ? MODEL_GPU_DGELU_EPILOGUE : 0),
                             err, sizeof(err)))) {
         fprintf(stderr, "gpu_bench: %s\n", err);
         return 2;
@@ -256,19 +263,20 @@ int main(int argc, char **argv)
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         double sec = ms / 1e3 / o.steps, flops = model_step_flops(&cfg, o.B, o.T);
         double mfu = flops / sec / PEAK_BF16;
-        printf("gpu_bench %s on %s: %s, %s attention%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
+        printf("gpu_bench %s on %s: %s, %s attention%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
                "ms/step | %.0f tok/s (%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
                o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.fused ? "fused" : "unfused",
-               o.graphs ? ", CUDA graphs" : "", o.B, o.T, o.C, o.L, o.NH,
-               sec * 1e3, N / sec, real / sec, flops / sec / 1e12, 100 * mfu,
+               o.graphs ? ", CUDA graphs" : "", o.dgelu ? ", DGELU epilogue" : "", o.B, o.T,
+               o.C, o.L, o.NH, sec * 1e3, N / sec, real / sec, flops / sec / 1e12, 100 * mfu,
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
-               "\"attention\":\"%s\",\"graphs\":%s,"
+               "\"attention\":\"%s\",\"graphs\":%s,\"dgelu_epilogue\":%s,"
                "\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,\"steps\":%d,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
                "\"tflops\":%.2f,\"mfu\":%.4f}\n",
                o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
-               o.graphs ? "true" : "false", o.B, o.T, o.C, o.L, o.NH, o.steps,
+               o.graphs ? "true" : "false", o.dgelu ? "true" : "false", o.B, o.T, o.C, o.L,
+               o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu);
     }
     cudaEventDestroy(e0);

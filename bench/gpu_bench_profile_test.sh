@@ -16,9 +16,12 @@ cat "$out"
 [ $rc = 0 ] || { echo "FAIL: gpu_bench exited $rc"; exit 1; }
 fail=0
 row() { grep -E "^profile: $1 +[0-9]" "$out" | head -1; }
+# the MLP projection's backward and the GELU's: two rows, or one with --dgelu-epilogue
+mlp_bwd=("MLP proj GEMM bwd" "GELU bwd")
+case " $* " in *" --dgelu-epilogue "*) mlp_bwd=("MLP proj GEMM bwd \+ dGELU") ;; esac
 for op in "embedding" "layernorm" "qkv GEMM" "attention" "attention proj GEMM" \
     "MLP GEMM \+ GELU" "MLP proj GEMM" "pool \+ head \+ loss" "head \+ pool bwd" \
-    "layernorm bwd" "MLP proj GEMM bwd" "GELU bwd" "MLP GEMM bwd" "attention proj GEMM bwd" \
+    "layernorm bwd" "${mlp_bwd[@]}" "MLP GEMM bwd" "attention proj GEMM bwd" \
     "attention bwd" "qkv GEMM bwd" "embedding bwd"; do
     [ -n "$(row "$op")" ] || { echo "FAIL: no profile row for '$op'"; fail=1; }
 done

@@ -6,7 +6,9 @@
 // bandwidth it could have. The attention kernels print TFLOP/s, FLOPs counted as FlashAttention's
 // papers count them (forward 4 B T^2 C, backward 2.5 times that), and the share of the H100/H200
 // dense bf16 peak, fused (tensor-core kernels) beside unfused (cuBLAS batched GEMMs + softmax):
-// the measurement docs/gpu.md asks for before either becomes the default.
+// the measurement docs/gpu.md asks for before either becomes the default. One GEMM pair is timed
+// too, for the same reason: the MLP projection's backward with the GELU backward as its own pass
+// (the default) and in the dinp GEMM's cuBLASLt DGELU epilogue, and their ratio.
 //
 // Every op runs --warmup times, then --iters times between two events; ms is the mean. Inputs are
 // random (a hash of the index), lengths all T. On the CUDA emulator it runs too (tiny shapes, a
@@ -216,6 +218,39 @@ int main(int argc, char **argv)
     snprintf(shape, sizeof(shape), "N=%d OC=%d", N, 4 * C);
     ms = time_ms(&tm, [&] { gelu_backward_bf16(dpre16, db4, pre16, dh16, N, 4 * C, 0); });
     mem_line("gelu_backward_bf16 (+bias)", shape, n4 * 6.0, ms, copy_gbs);
+    /* the MLP projection's backward with the GELU's, (N, 4C) -> (N, C): its two GEMMs (dinp,
+     * dweight) and the bias gradients, the GELU as the pass above or in the dinp GEMM's cuBLASLt
+     * DGELU epilogue (MODEL_GPU_DGELU_EPILOGUE, off by default until this line says it pays) */
+    {
+        uint16_t *w16 = (uint16_t *)dev(4 * (size_t)C * C * 2), *dout16 = (uint16_t *)dev(nc * 2);
+        uint16_t *dh = (uint16_t *)dev(n4 * 2);
+        float *dw4 = (float *)dev(4 * (size_t)C * C * 4), *dbc = (float *)dev(C * 4);
+        fill(NULL, w16, 4 * (size_t)C * C, 12, -0.05f, 0.05f);
+        fill(NULL, dout16, nc, 13, -1.0f, 1.0f);
+        const double gemm_flops = 2.0 * 2.0 * N * (double)C * 4 * C;
+        snprintf(shape, sizeof(shape), "N=%d F=%d C=%d", N, 4 * C, C);
+        ms = time_ms(&tm, [&] {
+            matmul_backward_mixed_set_bf16(dh, dw4, dbc, dy, dout16, dh16, w16, N, 4 * C, C, 0);
+            gelu_backward_bf16(dpre16, db4, pre16, dh, N, 4 * C, 0);
+        });
+        flop_line("mlp proj bwd + GELU pass", shape, gemm_flops, ms);
+        const double pass_ms = ms;
+        if (matmul_backward_mixed_dgelu_bf16(dpre16, db4, dw4, dbc, dy, dout16, dh16, pre16, w16,
+                                             N, 4 * C, C, 0) == 0) {
+            ms = time_ms(&tm, [&] {
+                matmul_backward_mixed_dgelu_bf16(dpre16, db4, dw4, dbc, dy, dout16, dh16, pre16,
+                                                 w16, N, 4 * C, C, 0);
+            });
+            flop_line("mlp proj bwd + GELU epilogue", shape, gemm_flops, ms);
+            printf("kernel: GELU epilogue / pass: %.3f (below 1: the epilogue pays)\n",
+                   ms / pass_ms);
+        } else {
+            printf("kernel: mlp proj bwd + GELU epilogue: cuBLASLt has no DGELU algorithm\n");
+        }
+        void *bufs[] = {w16, dout16, dh, dw4, dbc};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+            CUDA_CHECK(cudaFree(bufs[i]));
+    }
     CUDA_CHECK(cudaFree(pre16));
     CUDA_CHECK(cudaFree(dh16));
     CUDA_CHECK(cudaFree(dpre16));

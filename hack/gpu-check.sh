@@ -366,7 +366,8 @@ tp() { # tp LIMIT ARGS: bench/gpu_torch.py
     shift
     PYTHONUNBUFFERED=1 timeout "$t" python3 "$here/bench/gpu_torch.py" "$@" >>"$out/bench.log" 2>&1
 }
-for v in "" "--attention fused" "--graphs" "--attention fused --graphs"; do
+for v in "" "--attention fused" "--graphs" "--attention fused --graphs" \
+    "--attention fused --graphs --dgelu-epilogue"; do
     gb --preset gpt2 --bf16 $v
 done
 tp 300 --preset gpt2 --variants eager-bf16,compile-bf16,compile-graphs-bf16
@@ -404,6 +405,7 @@ for r in rows:
     prec = r.get("precision", r["impl"].split("-")[-1])
     impl = r["impl"] + ("-fused-attn" if r.get("attention") == "fused" else "")
     impl += "-graphs" if r.get("graphs") else ""
+    impl += "-dgelu" if r.get("dgelu_epilogue") else ""
     print(f"{r['preset']:8} {impl:30} {prec:5} {r['batch']:3} {r['ms_per_step']:9.2f} "
           f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")
 PY

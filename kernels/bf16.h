@@ -45,6 +45,15 @@
  *                             from the fp32 d in matmul_backward_mixed's order), in one pass: no
  *                             fp32 d is stored (was a clear, gelu_backward, a cast and a
  *                             column-sum pass)
+ *      matmul_backward_mixed_dgelu_bf16: the backward of out = gelu(pre) @ weight^T + bias
+ *                             (inp = gelu(pre), bf16) through the GELU in one GEMM, cuBLASLt's
+ *                             DGELU epilogue: dweight, dbias as matmul_backward_mixed, dpre16 =
+ *                             (dout16 @ weight) * gelu'(pre) rounded once to bf16 (overwritten)
+ *                             and dpre_bias += its column sums (of the bf16 values: the fp32
+ *                             products are gone). Returns 0; or -1, having written nothing, when
+ *                             cuBLASLt has no such algorithm (C % 8, pre not 16-byte aligned, or
+ *                             the library's choice): then matmul_backward_mixed_set_bf16 and
+ *                             gelu_backward_bf16 compute the same (dpre16 rounded twice)
  *      layernorm_backward_bf16: layernorm_backward, and dinp16 = the accumulated dinp rounded to
  *                             bf16 (the next GEMM's operand) in the same pass instead of a cast
  *    GEMM dimensions (C, OC) must be multiples of 8 and the bf16 operands 16-byte aligned
@@ -144,6 +153,11 @@ void matmul_backward_mixed_set_bf16(uint16_t *dinp16, float *dweight, float *dbi
                                     struct CUstream_st *stream);
 void gelu_backward_bf16(uint16_t *dinp16, float *dbias, const uint16_t *inp,
                         const uint16_t *dout, int N, int OC, struct CUstream_st *stream);
+int matmul_backward_mixed_dgelu_bf16(uint16_t *dpre16, float *dpre_bias, float *dweight,
+                                     float *dbias, const float *dout, const uint16_t *dout16,
+                                     const uint16_t *inp, const uint16_t *pre,
+                                     const uint16_t *weight, int N, int C, int OC,
+                                     struct CUstream_st *stream);
 void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
                              const float *dout, const float *inp, const float *weight,
                              const float *mean, const float *rstd, int N, int C,

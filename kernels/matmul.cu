@@ -422,6 +422,32 @@ extern "C" void matmul_backward_mixed_set_bf16(uint16_t *dinp16, float *dweight,
                    stream);
 }
 
+extern "C" int matmul_backward_mixed_dgelu_bf16(uint16_t *dpre16, float *dpre_bias,
+                                                float *dweight, float *dbias, const float *dout,
+                                                const uint16_t *dout16, const uint16_t *inp,
+                                                const uint16_t *pre, const uint16_t *weight,
+                                                int N, int C, int OC, struct CUstream_st *stream)
+{
+    if (N == 0 || OC == 0)
+        return 0;
+    /* dpre = (dout16 @ weight) * gelu'(pre) in the GEMM's epilogue, rounded once to bf16; the
+     * aux (pre) conditions of matmul_forward_gelu */
+    struct gemm g = {false, false, C, N, OC, weight, dout16, C, OC, dpre16, C, CUDA_R_16BF,
+                     CUDA_R_16BF, 0.0f, CUBLASLT_EPILOGUE_DGELU, NULL, (void *)pre, NULL};
+    if (C % 8 || (uintptr_t)pre % 16 || gemm_run(&g, stream, true)) {
+        static int said; /* once a process */
+        if (!said++)
+            fprintf(stderr, "gantry: cuBLASLt has no DGELU epilogue for the %dx%d GEMM (or the "
+                            "pre-activation is not 16-byte aligned): the GELU backward runs as "
+                            "its own pass\n", N, C);
+        return -1;
+    }
+    backward_mixed(NULL, CUDA_R_16BF, 0.0f, dweight, dbias, dout, dout16, inp, weight, N, C, OC,
+                   stream);
+    colsum<uint16_t>(dpre_bias, dpre16, N, C, stream); /* the fp32 products are gone */
+    return 0;
+}
+
 extern "C" void matmul_forward_mixed_residual(float *out, const float *res, const uint16_t *inp,
                                               const uint16_t *weight, const float *bias, int N,
                                               int C, int OC, struct CUstream_st *stream)

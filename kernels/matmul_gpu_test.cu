@@ -4,6 +4,7 @@
 // bf16-rounded inputs, bias and residual.
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "kernels/gelu.h"
 #include "kernels/gpu_testutil.h"
 #include "kernels/matmul.h"
@@ -132,6 +133,42 @@ static void check_bf16(int N, int C, int OC, uint64_t seed)
     /* fp32 outputs from bf16 operands: only the accumulation order differs */
     gt_compare("matmul_backward_bf16 dw", d_dw, dw, nw, 1e-4 * sqrt((double)N), GT_F32_RTOL);
     gt_compare("matmul_backward_bf16 db", d_db, db, OC, 1e-4 * sqrt((double)N), GT_F32_RTOL);
+    { /* through the GELU in the dinp GEMM's epilogue (cuBLASLt DGELU, MODEL_GPU_DGELU_EPILOGUE):
+       * dpre = dinp * gelu'(pre) rounded once to bf16, dpre_bias = its column sums; cuBLASLt may
+       * have no such algorithm (-1, said here: the model then runs the GELU pass) */
+        float *pre = gt_randv(ni, &s, -4, 4), *ref = (float *)calloc(ni, sizeof(float));
+        float *pb = (float *)calloc(C, sizeof(float));
+        uint16_t *d_pre = bf16_up(pre, ni), *d_dpre;
+        float *d_dout32 = GT_UPF(dout, no), *d_pb, *d_dw2, *d_db2;
+        CUDA_CHECK(cudaMalloc(&d_dpre, ni * 2));
+        CUDA_CHECK(cudaMalloc(&d_pb, C * 4));
+        CUDA_CHECK(cudaMalloc(&d_dw2, nw * 4));
+        CUDA_CHECK(cudaMalloc(&d_db2, OC * 4));
+        CUDA_CHECK(cudaMemset(d_pb, 0, C * 4));
+        CUDA_CHECK(cudaMemset(d_dw2, 0, nw * 4));
+        CUDA_CHECK(cudaMemset(d_db2, 0, OC * 4));
+        gelu_backward_cpu(ref, pre, dinp, ni); /* dinp: dout @ w from zeros, above */
+        double bound = 0.0;
+        for (int c = 0; c < C; c++) {
+            double acc = 0.0, mag = 0.0;
+            for (int i = 0; i < N; i++)
+                acc += ref[(size_t)i * C + c], mag += fabs(ref[(size_t)i * C + c]);
+            pb[c] = (float)acc;
+            bound = mag > bound ? mag : bound;
+        }
+        int rc = matmul_backward_mixed_dgelu_bf16(d_dpre, d_pb, d_dw2, d_db2, d_dout32, d_dout,
+                                                  d_inp, d_pre, d_w, N, C, OC, 0);
+        printf("matmul_backward_mixed_dgelu_bf16: %s\n",
+               rc == 0 ? "cuBLASLt DGELU epilogue" : "no DGELU algorithm (the model runs the pass)");
+        if (rc == 0) {
+            cast_bf16_to_f32(d_dinp32, d_dpre, ni, 0);
+            gt_compare("dgelu_bf16 dpre16", d_dinp32, ref, ni, GT_BF16_ATOL, GT_BF16_RTOL);
+            gt_compare("dgelu_bf16 dpre_bias", d_pb, pb, C, 1e-3 + bound / 256, GT_F32_RTOL);
+        }
+        cudaFree(d_pre), cudaFree(d_dpre), cudaFree(d_dout32), cudaFree(d_pb), cudaFree(d_dw2);
+        cudaFree(d_db2);
+        free(pre), free(ref), free(pb);
+    }
     cudaFree(d_inp), cudaFree(d_w), cudaFree(d_bias), cudaFree(d_dout), cudaFree(d_out);
     cudaFree(d_dinp), cudaFree(d_out32), cudaFree(d_dinp32), cudaFree(d_dw), cudaFree(d_db);
     free(inp), free(w), free(bias), free(out), free(dout), free(dinp), free(dw), free(db);

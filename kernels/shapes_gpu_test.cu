@@ -776,6 +776,55 @@ static void matmul_mixed_run(int N, int C, int OC, uint64_t s)
         check("matmul_backward_mixed_set_bf16", "dbias", d_db2, db2, OC, 1e-3, GT_F32_RTOL);
         free(dw2), free(db2);
     }
+    { /* through a GELU in the GEMM's epilogue (matmul_backward_mixed_dgelu_bf16): dpre16 (from
+       * NaN) = dinp * gelu'(pre) rounded to bf16, dpre_bias += its column sums, dweight and dbias
+       * as above; the emulator's cuBLASLt has the epilogue (any GEMM here meets its alignment),
+       * a GPU's may not (-1: nothing written, the model runs the pass) */
+        float *pre = gt_randv(ni, &s, -4, 4);
+        uint16_t *d_pre = bf16_in(pre, ni); /* pre now holds the rounded values */
+        float *ref = (float *)calloc(ni + 1, sizeof(float)), *dw3 = gt_copyv(dw_set, nw);
+        float *pb0 = gt_randv(C, &s, -1, 1), *pb = gt_copyv(pb0, C);
+        float *db3 = (float *)calloc((size_t)OC + 1, sizeof(float));
+        gelu_backward_cpu(ref, pre, dinp_set, ni); /* into zeros: ref = dinp * gelu'(pre) */
+        double bound = 0.0; /* a column's sum of |ref|: the bf16 rounding is at most 2^-9 */
+        for (int c = 0; c < C; c++) {
+            double acc = 0.0, mag = 0.0;
+            for (int i = 0; i < N; i++)
+                acc += ref[(size_t)i * C + c], mag += fabs(ref[(size_t)i * C + c]);
+            pb[c] = (float)(pb[c] + acc);
+            bound = mag > bound ? mag : bound;
+        }
+        for (int o = 0; o < OC; o++) {
+            double acc = 0.0;
+            for (int i = 0; i < N; i++)
+                acc += dout[(size_t)i * OC + o];
+            db3[o] = (float)acc;
+        }
+        matmul_backward_cpu(NULL, dw3, NULL, dout_r, inp, w, N, C, OC);
+        const char *op = "matmul_backward_mixed_dgelu_bf16";
+        uint16_t *d_dpre = bf16_out(NULL, ni);
+        float *d_pb = OUT_F(pb0, C), *d_dw3 = OUT_F(dw_set, nw), *d_db3 = OUT_F(NULL, OC);
+        CUDA_CHECK(cudaMemset(d_db3, 0, OC * sizeof(float)));
+        int rc = matmul_backward_mixed_dgelu_bf16(d_dpre, d_pb, d_dw3, d_db3, d_dout, d_dout16,
+                                                  d_inp, d_pre, d_w, N, C, OC, 0);
+        launched(op);
+#ifdef GANTRY_EMU_CUDA_RUNTIME_H
+        if (rc != 0) {
+            fprintf(stderr, "FAIL %s: returned %d on the emulator, which has the epilogue (%s, "
+                            "seed %llu)\n", op, rc, g_case, g_seed);
+            gt_failed++;
+        }
+#endif
+        if (rc == 0) {
+            check_bf16(op, "dpre16", d_dpre, ref, ni, GT_BF16_ATOL, GT_BF16_RTOL);
+            check(op, "dpre_bias", d_pb, pb, C, 1e-3 + bound / 256, GT_F32_RTOL);
+            check(op, "dweight", d_dw3, dw3, nw, atol * 10, rtol);
+            check(op, "dbias", d_db3, db3, OC, 1e-3, GT_F32_RTOL);
+        } else { /* nothing written */
+            check(op, "dpre_bias untouched", d_pb, pb0, C, 0, 0);
+        }
+        free(pre), free(ref), free(dw3), free(pb0), free(pb), free(db3);
+    }
     free(dinp_set), free(dw_set);
     matmul_backward_cpu(dinp, dw, NULL, dout_r, inp, w, N, C, OC);
     matmul_backward_mixed(d_dinp, d_dw, d_db, d_dout, d_dout16, d_inp, d_w, N, C, OC, 0);

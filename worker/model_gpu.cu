@@ -66,6 +66,7 @@ struct model_gpu {
     void *ready_ctx;
     cudaEvent_t *unit_done; /* MODEL_GPU_UNITS(L): recorded behind each unit's last kernel */
     int graphs;             /* MODEL_GPU_GRAPHS */
+    int dgelu_epi;          /* MODEL_GPU_DGELU_EPILOGUE */
     struct graph_slot gs[GRAPH_SLOTS];
     unsigned long long gtick;
     long graph_captures, graph_launches, graph_evictions;
@@ -403,18 +404,29 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         const uint16_t *attyh = g->bf16 ? g->attyh + l * NC : NULL;
         const uint16_t *ln2h = g->bf16 ? g->ln2h + l * NC : NULL;
         const uint16_t *fchgh = g->bf16 ? g->fchgh + l * NF : NULL;
-        if (g->bf16) /* its only reader, the GELU backward, takes bf16 */
+        if (g->bf16 && g->dgelu_epi &&
+            matmul_backward_mixed_dgelu_bf16(g->s16a, G("fcb") + (size_t)l * F,
+                                             G("fcprojw") + (size_t)l * C * F,
+                                             G("fcprojb") + (size_t)l * C, g->dres, dres16, fchgh,
+                                             g->fchh + l * NF, P16("fcprojw") + (size_t)l * C * F,
+                                             N, F, C, s) == 0) {
+            /* dfch in bf16 (s16a) and fcb's gradient from the GEMM's DGELU epilogue */
+            mark(g, "MLP proj GEMM bwd + dGELU");
+        } else if (g->bf16) { /* its only reader, the GELU backward, takes bf16 */
             matmul_backward_mixed_set_bf16(g->dfchg16, G("fcprojw") + (size_t)l * C * F,
                                            G("fcprojb") + (size_t)l * C, g->dres, dres16, fchgh,
                                            P16("fcprojw") + (size_t)l * C * F, N, F, C, s);
-        else
-            fc_backward(g, g->dfchg, g->dres, dres16, fchg, NULL, "fcprojw", "fcprojb",
-                        (size_t)l * C * F, (size_t)l * C, N, F, C);
-        mark(g, "MLP proj GEMM bwd");
-        if (g->bf16) { /* dfch in bf16 only (the GEMMs' operand), fcb's gradient in that pass */
+            mark(g, "MLP proj GEMM bwd");
+            /* dfch in bf16 only (the GEMMs' operand), fcb's gradient in that pass */
             gelu_backward_bf16(g->s16a, G("fcb") + (size_t)l * F, g->fchh + l * NF, g->dfchg16,
                                N, F, s);
             mark(g, "GELU bwd");
+        } else {
+            fc_backward(g, g->dfchg, g->dres, dres16, fchg, NULL, "fcprojw", "fcprojb",
+                        (size_t)l * C * F, (size_t)l * C, N, F, C);
+            mark(g, "MLP proj GEMM bwd");
+        }
+        if (g->bf16) {
             matmul_backward_mixed_set(g->dln, G("fcw") + (size_t)l * F * C, NULL, NULL, g->s16a,
                                       ln2h, P16("fcw") + (size_t)l * F * C, N, C, F, s);
         } else {
@@ -659,6 +671,7 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     g->m = m, g->n = n, g->max_batch = max_batch, g->maxT = c->max_seq_len, g->bf16 = bf16;
     g->fused = fused, g->ngram = ngram;
     g->graphs = (flags & MODEL_GPU_GRAPHS) != 0;
+    g->dgelu_epi = bf16 && (flags & MODEL_GPU_DGELU_EPILOGUE) != 0;
     gpu_init();
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
     g->nseg = m->n_tensors;

@@ -58,6 +58,11 @@ int model_gpu_device_count(void);
  * for bit. Up to 16 shapes (B, T, labels; the backward's loss_scale) are kept, the least recently
  * used evicted. Changing the loss settings (model_gpu_loss) drops them. */
 #define MODEL_GPU_GRAPHS 4u
+/* bf16 only: the MLP projection's input gradient times GELU'(pre-activation) in that GEMM's
+ * cuBLASLt DGELU epilogue instead of a GELU backward pass (matmul_backward_mixed_dgelu_bf16;
+ * where cuBLASLt has no such algorithm, the pass). Off by default until a GPU run has measured
+ * it (gpu_bench --dgelu-epilogue beside the default, docs/gpu.md). */
+#define MODEL_GPU_DGELU_EPILOGUE 8u
 
 /* Device state for m's configuration (the Transformer, or MODEL_NGRAM: the bags of n-grams are
  * built on the host by model_gpu_batch, their mean, the head and the loss on the device; fp32,

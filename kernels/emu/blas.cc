@@ -142,7 +142,7 @@ struct gemm_args {
     void *d;
     cudaDataType_t dt;
     int64_t ldd;
-    bool bias_epi, relu, gelu, aux_epi;
+    bool bias_epi, relu, gelu, aux_epi, dgelu; /* aux_epi: GELU_AUX stores aux; dgelu reads it */
     const void *bias;
     cudaDataType_t bias_t;
     void *aux;
@@ -186,6 +186,15 @@ inline float gelu_tanh(float x)
     return 0.5f * x * (1.0f + tanhf(u));
 }
 
+/* d gelu_tanh(x) / dx (the DGELU epilogue's factor) */
+inline float gelu_tanh_grad(float x)
+{
+    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    float t = tanhf(u);
+    float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
 /* D = epilogue(alpha op(A) op(B) + beta C); A and B are read only when alpha != 0 and k > 0,
  * C only when beta != 0. Scratch vectors are reused across calls (batches). */
 void run_gemm(const gemm_args &g, std::vector<float> &pa, std::vector<float> &pb)
@@ -209,7 +218,9 @@ void run_gemm(const gemm_args &g, std::vector<float> &pa, std::vector<float> &pb
                     v += load(g.bias, g.bias_t, (size_t)i);
                 if (g.aux_epi)
                     store(g.aux, g.dt, (size_t)(i + j * g.ldaux), v);
-                if (g.gelu)
+                if (g.dgelu)
+                    v *= gelu_tanh_grad(load(g.aux, g.dt, (size_t)(i + j * g.ldaux)));
+                else if (g.gelu)
                     v = gelu_tanh(v);
                 else if (g.relu)
                     v = v > 0.0f ? v : 0.0f;
@@ -568,7 +579,7 @@ namespace {
 struct lt_problem {
     int64_t m, n, k;
     cudaDataType_t ab, cd, bias_t;
-    bool ta, tb, bias, relu, gelu, aux, tf32;
+    bool ta, tb, bias, relu, gelu, aux, dgelu, tf32;
     int64_t ld[4]; /* A B C D */
 };
 
@@ -601,12 +612,14 @@ cublasStatus_t lt_validate(const cublasLtMatmulDescOpaque_t *op, const cublasLtM
     if (epi != CUBLASLT_EPILOGUE_DEFAULT && epi != CUBLASLT_EPILOGUE_BIAS &&
         epi != CUBLASLT_EPILOGUE_RELU && epi != CUBLASLT_EPILOGUE_RELU_BIAS &&
         epi != CUBLASLT_EPILOGUE_GELU && epi != CUBLASLT_EPILOGUE_GELU_BIAS &&
-        epi != CUBLASLT_EPILOGUE_GELU_AUX && epi != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        epi != CUBLASLT_EPILOGUE_GELU_AUX && epi != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+        epi != CUBLASLT_EPILOGUE_DGELU)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     pr->bias = epi != CUBLASLT_EPILOGUE_DEFAULT && (epi & CUBLASLT_EPILOGUE_BIAS);
     pr->relu = epi != CUBLASLT_EPILOGUE_DEFAULT && (epi & CUBLASLT_EPILOGUE_RELU);
+    pr->dgelu = epi == CUBLASLT_EPILOGUE_DGELU;
     pr->gelu = (epi & CUBLASLT_EPILOGUE_GELU) != 0;
-    pr->aux = (epi & 128) != 0;
+    pr->aux = (epi & 128) != 0; /* GELU_AUX*: written; DGELU: read */
     if (pr->bias && op->bias == NULL)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (pr->aux && (op->aux == NULL || op->aux_ld < (int64_t)max1((int64_t)m)))
@@ -790,7 +803,8 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
     g.b = operand{B, pr.ab, pr.ld[1], pr.tb};
     g.c = C, g.ct = pr.cd, g.ldc = pr.ld[2];
     g.d = D, g.dt = pr.cd, g.ldd = pr.ld[3];
-    g.bias_epi = pr.bias, g.relu = pr.relu, g.gelu = pr.gelu, g.aux_epi = pr.aux;
+    g.bias_epi = pr.bias, g.relu = pr.relu, g.gelu = pr.gelu;
+    g.aux_epi = pr.aux && !pr.dgelu, g.dgelu = pr.dgelu;
     g.bias = computeDesc->bias, g.bias_t = pr.bias_t;
     g.aux = computeDesc->aux, g.ldaux = computeDesc->aux_ld;
     g.tf32 = pr.tf32;

@@ -57,6 +57,13 @@ static double gelu_tanh(double x)
     return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 
+/* its derivative, the DGELU epilogue's factor */
+static double gelu_tanh_grad(double x)
+{
+    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+}
+
 /* A device buffer of fp32 or bf16 elements; host mirror `h` holds the exact values stored. */
 struct dbuf {
     cudaDataType_t t;
@@ -141,12 +148,14 @@ static cublasStatus_t check_lt(cublasLtHandle_t lt, const rm_case &c, const char
                 C.set((size_t)i * c.ldc + j, NAN);
     const dbuf C0 = C;
     const bool has_bias = c.epi == CUBLASLT_EPILOGUE_BIAS || c.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    const bool has_aux = c.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const bool dgelu = c.epi == CUBLASLT_EPILOGUE_DGELU; /* aux is an input: the pre-activation */
+    const bool has_aux = c.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || dgelu;
     fill(bias, c.ct, 1, c.N, c.N, -1, 1);
-    fill(aux, c.ct, c.M, c.N, c.ldc, 0, 0);
-    for (int i = 0; i < c.M; i++) /* NaN in the part aux is written, padding stays NaN too */
+    fill(aux, c.ct, c.M, c.N, c.ldc, -4, 4);
+    for (int i = 0; i < c.M && !dgelu; i++) /* NaN in the part aux is written, padding NaN too */
         for (int j = 0; j < c.N; j++)
             aux.set((size_t)i * c.ldc + j, NAN);
+    const dbuf aux0 = aux;
 
     /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
     cublasOperation_t ta = c.tb ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -201,7 +210,12 @@ static cublasStatus_t check_lt(cublasLtHandle_t lt, const rm_case &c, const char
                 reference(c, A, B, C0, has_bias ? &bias : NULL, i, j, &pre, &tol);
                 size_t at = (size_t)i * c.ldc + j;
                 double rnd = c.ct == CUDA_R_16BF ? fabs(pre) / 256 : 0; /* bf16 half ulp */
-                if (has_aux) {
+                if (dgelu) { /* D = product * gelu'(aux); aux left as it was */
+                    double gp = gelu_tanh_grad(aux0.get(at)), got = C.get(at);
+                    double want = pre * gp, r = c.ct == CUDA_R_16BF ? fabs(want) / 256 : 0;
+                    bad += !(fabs(got - want) <= fabs(gp) * tol + r + 1e-6 * (1 + fabs(want)));
+                    bad_aux += aux.get(at) != aux0.get(at);
+                } else if (has_aux) {
                     bad_aux += !(fabs(aux.get(at) - pre) <= tol + rnd);
                     double want = gelu_tanh(pre), got = C.get(at);
                     bad += !(fabs(got - want) <= 1.2 * (tol + rnd) + 1e-6);
@@ -283,6 +297,18 @@ static void test_lt_bf16(void)
     rm_case dw = {true, false, OC, C, N, OC, C, C, CUDA_R_16BF, CUDA_R_32F, 1, 1,
                   CUBLASLT_EPILOGUE_DEFAULT};
     TEST_EQ_INT(check_lt(lt_handle, dw, "bf16 dweight"), CUBLAS_STATUS_SUCCESS);
+    /* the MLP's input gradient times the GELU's derivative at the saved pre-activation
+     * (matmul_backward_mixed_dgelu_bf16): bf16 D and aux, fp32 too; aux ld % 8 as for GELU_AUX */
+    for (cudaDataType_t dt : outs) {
+        rm_case dg = {false, false, N, C, OC, OC, C, C, CUDA_R_16BF, dt, 1, 0,
+                      CUBLASLT_EPILOGUE_DGELU};
+        if (dt == CUDA_R_32F)
+            dg.abt = CUDA_R_32F;
+        TEST_EQ_INT(check_lt(lt_handle, dg, "dgelu"), CUBLAS_STATUS_SUCCESS);
+    }
+    rm_case dg_odd = {false, false, N, 12, OC, OC, 12, 12, CUDA_R_32F, CUDA_R_32F, 1, 0,
+                      CUBLASLT_EPILOGUE_DGELU};
+    TEST_EQ_INT(check_lt(lt_handle, dg_odd, "dgelu ld 12"), CUBLAS_STATUS_NOT_SUPPORTED);
     /* ld not a multiple of 8 (C = 20): no bf16 algorithm, where fp32 has one */
     rm_case odd = {false, true, N, OC, 20, 20, 20, OC, CUDA_R_16BF, CUDA_R_32F, 1, 0,
                    CUBLASLT_EPILOGUE_DEFAULT};

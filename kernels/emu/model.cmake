@@ -43,7 +43,7 @@ gantry_emu_sources(_bench_cc ${PROJECT_SOURCE_DIR}/bench/gpu_bench.cu)
 add_executable(gpu_bench_emu ${_bench_cc})
 gantry_emu_target(gpu_bench_emu)
 target_link_libraries(gpu_bench_emu PRIVATE gantry_model_gpu_emu gantry_kernels_emu gantry_core)
-foreach(prec fp32 bf16 fused bf16_fused bf16_graphs)
+foreach(prec fp32 bf16 fused bf16_fused bf16_graphs bf16_dgelu)
     set(_flag)
     if(prec STREQUAL "bf16")
         set(_flag --bf16)
@@ -53,6 +53,8 @@ foreach(prec fp32 bf16 fused bf16_fused bf16_graphs)
         set(_flag --bf16 --attention fused)
     elseif(prec STREQUAL "bf16_graphs") # CUDA graphs from the second step on
         set(_flag --bf16 --graphs)
+    elseif(prec STREQUAL "bf16_dgelu") # the GELU backward in the GEMM's epilogue
+        set(_flag --bf16 --attention fused --dgelu-epilogue)
     endif()
     add_test(NAME gpu_bench_emu_check_${prec}
              COMMAND gpu_bench_emu --batch 4 --seq 24 --hidden 32 --layers 2 --heads 4
@@ -67,7 +69,11 @@ add_test(NAME gpu_bench_emu_profile
 add_test(NAME gpu_bench_emu_profile_bf16_fused
          COMMAND bash ${PROJECT_SOURCE_DIR}/bench/gpu_bench_profile_test.sh
                  $<TARGET_FILE:gpu_bench_emu> --bf16 --attention fused)
-set_tests_properties(gpu_bench_emu_profile gpu_bench_emu_profile_bf16_fused PROPERTIES
+add_test(NAME gpu_bench_emu_profile_bf16_dgelu
+         COMMAND bash ${PROJECT_SOURCE_DIR}/bench/gpu_bench_profile_test.sh
+                 $<TARGET_FILE:gpu_bench_emu> --bf16 --attention fused --dgelu-epilogue)
+set_tests_properties(gpu_bench_emu_profile gpu_bench_emu_profile_bf16_fused
+                     gpu_bench_emu_profile_bf16_dgelu PROPERTIES
                      LABELS emu TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # The training loop's device pieces (worker/train_gpu_device_test.cu, unchanged): bf16 on the

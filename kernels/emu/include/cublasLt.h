@@ -11,8 +11,10 @@
  *   GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS: GELU is the tanh form
  *   0.5 x (1 + tanhf(0.7978845608 (x + 0.044715 x^3))); the AUX ones also store the GELU input
  *   (after the bias) to EPILOGUE_AUX_POINTER, of D's type, column-major with EPILOGUE_AUX_LD
- *   (>= rows of D, a multiple of 8 as cuBLASLt documents).
- * Others (gradients, ReLU bit masks) return CUBLAS_STATUS_NOT_SUPPORTED.
+ *   (>= rows of D, a multiple of 8 as cuBLASLt documents); DGELU: D = (alpha op(A) op(B) +
+ *   beta C) * gelu'(aux), the derivative of that GELU at the aux matrix (an input here: the
+ *   pre-activation GELU_AUX stored, D's type and the same layout rules).
+ * Others (bias gradients, ReLU bit masks) return CUBLAS_STATUS_NOT_SUPPORTED.
  *
  * cublasLtMatmulAlgoGetHeuristic models what cuBLASLt can run: it returns one algorithm, or
  * CUBLAS_STATUS_NOT_SUPPORTED with *returnAlgoCount = 0 when there is none: bf16 matrices need
