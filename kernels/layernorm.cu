@@ -161,6 +161,118 @@ static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, 
     }
 }
 
+/* layernorm_backward_kernel with a lane's columns of the row in registers: IT chunks of V columns
+ * (lane * V + 32 * V * i, i < IT; C <= 32 * V * IT), the same arithmetic in the same order, so the
+ * same bits. The first pass's loads of x and dout are all issued before any is used (the loops
+ * are unrolled) and the second pass reuses them instead of reading the row again; the
+ * dweight/dbias partials of the lane's columns accumulate in registers over the warp's rows and
+ * go to shared memory once. At the GPT-2 width (C = 768, V = 4: IT = 6) the per-row loop of the
+ * kernel above has 6 dependent rounds of 3 loads a pass and 6 shared-memory round trips; this
+ * one 18 independent loads, then 6 of dinp. Written after the H200 run (layernorm backward at
+ * 42 % of copy bandwidth): unmeasured. */
+template <int V, int IT>
+static __global__ void layernorm_backward_reg_kernel(float *dinp, uint16_t *dinp16, float *part,
+                                                     const float *dout, const float *inp,
+                                                     const float *weight, const float *mean,
+                                                     const float *rstd, int N, int C)
+{
+    extern __shared__ float sh[]; /* (LN_WARPS, 2, C) */
+    int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    float sw[IT][V], sb[IT][V];
+#pragma unroll
+    for (int i = 0; i < IT; i++)
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            sw[i][k] = 0.0f, sb[i][k] = 0.0f;
+    for (int row = blockIdx.x * LN_WARPS + w; row < N; row += gridDim.x * LN_WARPS) {
+        const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+        float m = mean[row], r = rstd[row], mg = 0.0f, mgx = 0.0f;
+        float xv[IT][V] = {}, d[IT][V] = {}; /* (zeros past C: never used) */
+#pragma unroll
+        for (int i = 0; i < IT; i++) {
+            int c = (lane + 32 * i) * V;
+            if (c < C) {
+                ld_vec<V>(xv[i], x + c);
+                ld_vec<V>(d[i], dy + c);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < IT; i++) {
+            int c = (lane + 32 * i) * V;
+            if (c < C) {
+                float wv[V];
+                ld_vec<V>(wv, weight + c);
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    float g = d[i][k] * wv[k];
+                    mg += g;
+                    mgx += g * (xv[i][k] - m) * r;
+                }
+            }
+        }
+        mg = warp_sum(mg) / (float)C;
+        mgx = warp_sum(mgx) / (float)C;
+        float *dx = dinp + (size_t)row * C;
+#pragma unroll
+        for (int i = 0; i < IT; i++) {
+            int c = (lane + 32 * i) * V;
+            if (c < C) {
+                float wv[V], dxv[V];
+                ld_vec<V>(wv, weight + c);
+                ld_vec<V>(dxv, dx + c);
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    float xhat = (xv[i][k] - m) * r, g = d[i][k] * wv[k];
+                    sw[i][k] += d[i][k] * xhat;
+                    sb[i][k] += d[i][k];
+                    dxv[k] += r * (g - mg - xhat * mgx);
+                }
+                st_vec<V>(dx + c, dxv);
+                if (dinp16)
+                    st_vec<V>(dinp16 + (size_t)row * C + c, dxv);
+            }
+        }
+    }
+    float *dw = sh + (size_t)w * 2 * C, *db = dw + C;
+#pragma unroll
+    for (int i = 0; i < IT; i++) {
+        int c = (lane + 32 * i) * V;
+        if (c < C) {
+            st_vec<V>(dw + c, sw[i]);
+            st_vec<V>(db + c, sb[i]);
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float s_w = 0.0f, s_b = 0.0f;
+        for (int k = 0; k < LN_WARPS; k++) {
+            s_w += sh[(size_t)k * 2 * C + c];
+            s_b += sh[(size_t)k * 2 * C + C + c];
+        }
+        part[(size_t)blockIdx.x * 2 * C + c] = s_w;
+        part[(size_t)blockIdx.x * 2 * C + C + c] = s_b;
+    }
+}
+
+/* The backward kernel for V-wide chunks: the register-resident one when the row fits in 8
+ * chunks a lane (C <= 1024 with V = 4, <= 256 with V = 1), else the looping one. */
+typedef void ln_bwd_kernel_t(float *, uint16_t *, float *, const float *, const float *,
+                             const float *, const float *, const float *, int, int);
+template <int V> static ln_bwd_kernel_t *ln_bwd_kernel(int C)
+{
+    switch (CEIL_DIV(C, 32 * V)) {
+    case 1: return layernorm_backward_reg_kernel<V, 1>;
+    case 2: return layernorm_backward_reg_kernel<V, 2>;
+    case 3: return layernorm_backward_reg_kernel<V, 3>;
+    case 4: return layernorm_backward_reg_kernel<V, 4>;
+    case 5: return layernorm_backward_reg_kernel<V, 5>;
+    case 6: return layernorm_backward_reg_kernel<V, 6>;
+    case 7: return layernorm_backward_reg_kernel<V, 7>;
+    case 8: return layernorm_backward_reg_kernel<V, 8>;
+    default: return layernorm_backward_kernel<V>;
+    }
+}
+
 static __global__ void layernorm_sum_parts_kernel(float *dweight, float *dbias, const float *part,
                                                   int nparts, int C)
 {
@@ -186,9 +298,7 @@ static void backward(float *dinp, uint16_t *dinp16, float *dweight, float *dbias
     blocks = blocks < LN_BLOCKS_MAX ? blocks : LN_BLOCKS_MAX;
     size_t smem = (size_t)LN_WARPS * 2 * C * sizeof(float);
     const bool vec = C % 4 == 0 && vec4_ok(dinp, dout, inp, weight, dinp16);
-    typedef void kernel_t(float *, uint16_t *, float *, const float *, const float *,
-                          const float *, const float *, const float *, int, int);
-    kernel_t *k = vec ? layernorm_backward_kernel<4> : layernorm_backward_kernel<1>;
+    ln_bwd_kernel_t *k = vec ? ln_bwd_kernel<4>(C) : ln_bwd_kernel<1>(C);
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));

@@ -38,10 +38,13 @@ static void check(int N, int C, uint64_t seed)
 int main(void)
 {
     gt_require_device("layernorm_gpu_test");
-    check(4096, 768, 1); /* C % 4 == 0: the 16-byte kernels */
-    check(37, 100, 2);
-    check(3, 3000, 3); /* shared-memory partials over 48 KiB */
-    check(37, 102, 4); /* C % 4 != 0: one element at a time */
+    /* the backward's kernel: a lane's columns in registers while they fit in 8 chunks (C <= 1024
+     * with 16-byte chunks, 256 with single elements), the looping kernel past that */
+    check(4096, 768, 1); /* C % 4 == 0: the 16-byte kernels (registers: 6 chunks) */
+    check(37, 100, 2);   /* one partial chunk of a lane's 4 columns */
+    check(3, 3000, 3);   /* shared-memory partials over 48 KiB (looping) */
+    check(37, 102, 4);   /* C % 4 != 0: one element at a time (registers) */
+    check(9, 301, 6);    /* one element at a time, looping */
     /* 313 blocks of backward partials: two CS_ROWS chunks, the second partial, summed by
      * colsum_part_kernel (dweight and dbias in one (blocks, 2C) matrix) */
     check(5000, 36, 5);
