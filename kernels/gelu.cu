@@ -48,17 +48,20 @@ static __global__ void gelu_backward_kernel(float *dinp, const float *inp, const
 /* colsum.cuh's source for gelu_backward_bf16: element i of dout * gelu'(inp) in fp32 (0 + x, as
  * when accumulated into zeros: a -0 product becomes +0), its bf16 rounding stored on the side */
 struct gelu_bwd_src {
+    static constexpr int NRAW = 2; /* dout, inp */
     const uint16_t *dout;
     const uint16_t *inp;
     uint16_t *dinp16;
-    template <int V> __device__ void load(size_t i, float *v) const
+    template <int V> __device__ void fetch(size_t i, float *raw) const
     {
-        float d[V], x[V];
-        ld_vec<V>(d, dout + i);
-        ld_vec<V>(x, inp + i);
+        ld_vec<V>(raw, dout + i);
+        ld_vec<V>(raw + V, inp + i);
+    }
+    template <int V> __device__ void finish(size_t i, const float *raw, float *v) const
+    {
 #pragma unroll
         for (int k = 0; k < V; k++)
-            v[k] = 0.0f + d[k] * gelu_grad(x[k]);
+            v[k] = 0.0f + raw[k] * gelu_grad(raw[V + k]);
         st_vec<V>(dinp16 + i, v);
     }
 };

@@ -163,13 +163,14 @@ static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, 
 
 /* layernorm_backward_kernel with a lane's columns of the row in registers: IT chunks of V columns
  * (lane * V + 32 * V * i, i < IT; C <= 32 * V * IT), the same arithmetic in the same order, so the
- * same bits. The first pass's loads of x and dout are all issued before any is used (the loops
- * are unrolled) and the second pass reuses them instead of reading the row again; the
- * dweight/dbias partials of the lane's columns accumulate in registers over the warp's rows and
- * go to shared memory once. At the GPT-2 width (C = 768, V = 4: IT = 6) the per-row loop of the
- * kernel above has 6 dependent rounds of 3 loads a pass and 6 shared-memory round trips; this
- * one 18 independent loads, then 6 of dinp. Written after the H200 run (layernorm backward at
- * 42 % of copy bandwidth): unmeasured. */
+ * same bits. Every load of a pass is issued before any of its results is used or anything is
+ * stored (the loops are unrolled, and a load after a global store waits for it: the compiler must
+ * assume they may alias): the first pass loads the row's x, dout and weight chunks together and
+ * keeps x, dout and dout * weight for the second, which loads all of dinp's chunks, then updates
+ * and stores them. At the GPT-2 width (C = 768, V = 4: IT = 6) the looping kernel above waits for
+ * 6 dependent rounds of loads a pass (12 a row); this one for 2. The dweight/dbias partials stay
+ * in shared memory as there (registers for them would cost a block an SM). Written after the
+ * H200 run (layernorm backward at 42 % of copy bandwidth): unmeasured. */
 template <int V, int IT>
 static __global__ void layernorm_backward_reg_kernel(float *dinp, uint16_t *dinp16, float *part,
                                                      const float *dout, const float *inp,
@@ -178,68 +179,69 @@ static __global__ void layernorm_backward_reg_kernel(float *dinp, uint16_t *dinp
 {
     extern __shared__ float sh[]; /* (LN_WARPS, 2, C) */
     int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    float sw[IT][V], sb[IT][V];
-#pragma unroll
-    for (int i = 0; i < IT; i++)
-#pragma unroll
-        for (int k = 0; k < V; k++)
-            sw[i][k] = 0.0f, sb[i][k] = 0.0f;
-    for (int row = blockIdx.x * LN_WARPS + w; row < N; row += gridDim.x * LN_WARPS) {
-        const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
-        float m = mean[row], r = rstd[row], mg = 0.0f, mgx = 0.0f;
-        float xv[IT][V] = {}, d[IT][V] = {}; /* (zeros past C: never used) */
-#pragma unroll
-        for (int i = 0; i < IT; i++) {
-            int c = (lane + 32 * i) * V;
-            if (c < C) {
-                ld_vec<V>(xv[i], x + c);
-                ld_vec<V>(d[i], dy + c);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < IT; i++) {
-            int c = (lane + 32 * i) * V;
-            if (c < C) {
-                float wv[V];
-                ld_vec<V>(wv, weight + c);
-#pragma unroll
-                for (int k = 0; k < V; k++) {
-                    float g = d[i][k] * wv[k];
-                    mg += g;
-                    mgx += g * (xv[i][k] - m) * r;
-                }
-            }
-        }
-        mg = warp_sum(mg) / (float)C;
-        mgx = warp_sum(mgx) / (float)C;
-        float *dx = dinp + (size_t)row * C;
-#pragma unroll
-        for (int i = 0; i < IT; i++) {
-            int c = (lane + 32 * i) * V;
-            if (c < C) {
-                float wv[V], dxv[V];
-                ld_vec<V>(wv, weight + c);
-                ld_vec<V>(dxv, dx + c);
-#pragma unroll
-                for (int k = 0; k < V; k++) {
-                    float xhat = (xv[i][k] - m) * r, g = d[i][k] * wv[k];
-                    sw[i][k] += d[i][k] * xhat;
-                    sb[i][k] += d[i][k];
-                    dxv[k] += r * (g - mg - xhat * mgx);
-                }
-                st_vec<V>(dx + c, dxv);
-                if (dinp16)
-                    st_vec<V>(dinp16 + (size_t)row * C + c, dxv);
-            }
-        }
-    }
     float *dw = sh + (size_t)w * 2 * C, *db = dw + C;
 #pragma unroll
     for (int i = 0; i < IT; i++) {
-        int c = (lane + 32 * i) * V;
+        const int c = (lane + 32 * i) * V;
+        const float z[V] = {};
         if (c < C) {
-            st_vec<V>(dw + c, sw[i]);
-            st_vec<V>(db + c, sb[i]);
+            st_vec<V>(dw + c, z);
+            st_vec<V>(db + c, z);
+        }
+    }
+    for (int row = blockIdx.x * LN_WARPS + w; row < N; row += gridDim.x * LN_WARPS) {
+        const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+        float *dx = dinp + (size_t)row * C;
+        /* (zeros past C: never used) */
+        float xv[IT][V] = {}, d[IT][V] = {}, g[IT][V] = {}, dxv[IT][V] = {};
+#pragma unroll
+        for (int i = 0; i < IT; i++) {
+            const int c = (lane + 32 * i) * V;
+            if (c < C) {
+                ld_vec<V>(xv[i], x + c);
+                ld_vec<V>(d[i], dy + c);
+                ld_vec<V>(g[i], weight + c);
+            }
+        }
+        const float m = mean[row], r = rstd[row];
+        float mg = 0.0f, mgx = 0.0f;
+#pragma unroll
+        for (int i = 0; i < IT; i++)
+            if ((lane + 32 * i) * V < C)
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    g[i][k] = d[i][k] * g[i][k];
+                    mg += g[i][k];
+                    mgx += g[i][k] * (xv[i][k] - m) * r;
+                }
+        mg = warp_sum(mg) / (float)C;
+        mgx = warp_sum(mgx) / (float)C;
+#pragma unroll
+        for (int i = 0; i < IT; i++) {
+            const int c = (lane + 32 * i) * V;
+            if (c < C)
+                ld_vec<V>(dxv[i], dx + c);
+        }
+#pragma unroll
+        for (int i = 0; i < IT; i++) {
+            const int c = (lane + 32 * i) * V;
+            if (c < C) {
+                float sw[V], sb[V];
+                ld_vec<V>(sw, dw + c);
+                ld_vec<V>(sb, db + c);
+#pragma unroll
+                for (int k = 0; k < V; k++) {
+                    float xhat = (xv[i][k] - m) * r;
+                    sw[k] += d[i][k] * xhat;
+                    sb[k] += d[i][k];
+                    dxv[i][k] += r * (g[i][k] - mg - xhat * mgx);
+                }
+                st_vec<V>(dw + c, sw);
+                st_vec<V>(db + c, sb);
+                st_vec<V>(dx + c, dxv[i]);
+                if (dinp16)
+                    st_vec<V>(dinp16 + (size_t)row * C + c, dxv[i]);
+            }
         }
     }
     __syncthreads();
