@@ -200,14 +200,18 @@ check_cpu() {
         --varlen || rc=1
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
         --graphs || rc=1
+    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
+        --attention fused --dgelu-epilogue || rc=1
     return $rc
 }
+# (each run first compares the first step's gradients tensor by tensor, then every step's loss)
 check_cpu >"$out/check.log" 2>&1
 case $? in
-0) say "OK: GPU loss follows the CPU loss (check.log)" ;;
+0) say "OK: GPU gradients and losses follow the CPU's (check.log)" ;;
 77) say "SKIPPED: no CUDA device (check.log)"; exit $status ;;
-*) status=1; say "FAILED: GPU vs CPU loss (check.log)" ;;
+*) status=1; say "FAILED: GPU vs CPU gradients or losses (check.log)" ;;
 esac
+grep -E '^check (grads|-cpu)' "$out/check.log" >>"$summary" || true
 grep -E '^check-cpu' "$out/check.log" >>"$summary" || true
 
 # ---- the training loop on the GPU: carried gantry-worker (--device cuda) and its GPU test ----

@@ -53,9 +53,16 @@
  *                             products are gone). Returns 0; or -1, having written nothing, when
  *                             cuBLASLt has no such algorithm (C % 8, pre not 16-byte aligned, or
  *                             the library's choice): then matmul_backward_mixed_set_bf16 and
- *                             gelu_backward_bf16 compute the same (dpre16 rounded twice)
+ *                             gelu_backward_bf16 compute the same (dpre16 rounded twice).
+ *                             dpre16 must not overlap dout16 (the GEMMs read it while it is
+ *                             written)
  *      layernorm_backward_bf16: layernorm_backward, and dinp16 = the accumulated dinp rounded to
  *                             bf16 (the next GEMM's operand) in the same pass instead of a cast
+ *      layernorm_backward_bf16_sum: layernorm_backward_bf16, and dsum (C, may be NULL) += the
+ *                             column sums of the accumulated dinp: the bias gradient of the GEMM
+ *                             whose output gradient dinp is (the projections before a residual
+ *                             add), from the same partials as dweight and dbias instead of a
+ *                             column-sum pass over dinp (the GEMM backward then gets dbias NULL)
  *    GEMM dimensions (C, OC) must be multiples of 8 and the bf16 operands 16-byte aligned
  *    (cuBLASLt's bf16 alignment; cudaMalloc's 256-byte alignment plus offsets of whole rows
  *    of 8 elements keep both).
@@ -162,6 +169,10 @@ void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dweight, floa
                              const float *dout, const float *inp, const float *weight,
                              const float *mean, const float *rstd, int N, int C,
                              struct CUstream_st *stream);
+void layernorm_backward_bf16_sum(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
+                                 float *dsum, const float *dout, const float *inp,
+                                 const float *weight, const float *mean, const float *rstd, int N,
+                                 int C, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -92,22 +92,38 @@ extern "C" void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, 
     forward<uint16_t>(out, mean, rstd, inp, weight, bias, N, C, stream);
 }
 
-/* part (gridDim.x, 2, C): this block's sums of dout * xhat and dout over its rows. dinp16 (may
- * be NULL): the accumulated dinp rounded to bf16. */
+/* The block's partials: the warps' (LN_WARPS, ns, C) sums in shared memory added in warp order
+ * into part's row blockIdx.x (ns * C floats). */
+static __device__ void ln_block_parts(float *part, const float *sh, int C, int ns)
+{
+    __syncthreads();
+    for (int c = threadIdx.x; c < ns * C; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int k = 0; k < LN_WARPS; k++)
+            sum += sh[(size_t)k * ns * C + c];
+        part[(size_t)blockIdx.x * ns * C + c] = sum;
+    }
+}
+
+/* part (gridDim.x, ns, C): this block's sums of dout * xhat and dout over its rows, and with
+ * ns == 3 of the accumulated dinp (the bias gradient of the GEMM it is the output gradient of).
+ * dinp16 (may be NULL): the accumulated dinp rounded to bf16. */
 template <int V>
 static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, float *part,
                                                  const float *dout,
                                                  const float *inp, const float *weight,
                                                  const float *mean, const float *rstd, int N,
-                                                 int C)
+                                                 int C, int ns)
 {
-    extern __shared__ float sh[]; /* (LN_WARPS, 2, C) */
+    extern __shared__ float sh[]; /* (LN_WARPS, ns, C) */
     int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    float *dw = sh + (size_t)w * 2 * C, *db = dw + C;
+    float *dw = sh + (size_t)w * ns * C, *db = dw + C, *ds = db + C; /* ds: ns == 3 */
     for (int c = lane * V; c < C; c += 32 * V) {
         const float z[V] = {};
         st_vec<V>(dw + c, z);
         st_vec<V>(db + c, z);
+        if (ns == 3)
+            st_vec<V>(ds + c, z);
     }
     for (int row = blockIdx.x * LN_WARPS + w; row < N; row += gridDim.x * LN_WARPS) {
         const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
@@ -147,18 +163,17 @@ static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, 
             st_vec<V>(dx + c, dxv);
             if (dinp16)
                 st_vec<V>(dinp16 + (size_t)row * C + c, dxv);
+            if (ns == 3) {
+                float sd[V];
+                ld_vec<V>(sd, ds + c);
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    sd[k] += dxv[k];
+                st_vec<V>(ds + c, sd);
+            }
         }
     }
-    __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float sw = 0.0f, sb = 0.0f;
-        for (int k = 0; k < LN_WARPS; k++) {
-            sw += sh[(size_t)k * 2 * C + c];
-            sb += sh[(size_t)k * 2 * C + C + c];
-        }
-        part[(size_t)blockIdx.x * 2 * C + c] = sw;
-        part[(size_t)blockIdx.x * 2 * C + C + c] = sb;
-    }
+    ln_block_parts(part, sh, C, ns);
 }
 
 /* layernorm_backward_kernel with a lane's columns of the row in registers: IT chunks of V columns
@@ -175,11 +190,11 @@ template <int V, int IT>
 static __global__ void layernorm_backward_reg_kernel(float *dinp, uint16_t *dinp16, float *part,
                                                      const float *dout, const float *inp,
                                                      const float *weight, const float *mean,
-                                                     const float *rstd, int N, int C)
+                                                     const float *rstd, int N, int C, int ns)
 {
-    extern __shared__ float sh[]; /* (LN_WARPS, 2, C) */
+    extern __shared__ float sh[]; /* (LN_WARPS, ns, C) */
     int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    float *dw = sh + (size_t)w * 2 * C, *db = dw + C;
+    float *dw = sh + (size_t)w * ns * C, *db = dw + C, *ds = db + C; /* ds: ns == 3 */
 #pragma unroll
     for (int i = 0; i < IT; i++) {
         const int c = (lane + 32 * i) * V;
@@ -187,6 +202,8 @@ static __global__ void layernorm_backward_reg_kernel(float *dinp, uint16_t *dinp
         if (c < C) {
             st_vec<V>(dw + c, z);
             st_vec<V>(db + c, z);
+            if (ns == 3)
+                st_vec<V>(ds + c, z);
         }
     }
     for (int row = blockIdx.x * LN_WARPS + w; row < N; row += gridDim.x * LN_WARPS) {
@@ -241,25 +258,24 @@ static __global__ void layernorm_backward_reg_kernel(float *dinp, uint16_t *dinp
                 st_vec<V>(dx + c, dxv[i]);
                 if (dinp16)
                     st_vec<V>(dinp16 + (size_t)row * C + c, dxv[i]);
+                if (ns == 3) {
+                    float sd[V];
+                    ld_vec<V>(sd, ds + c);
+#pragma unroll
+                    for (int k = 0; k < V; k++)
+                        sd[k] += dxv[i][k];
+                    st_vec<V>(ds + c, sd);
+                }
             }
         }
     }
-    __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float s_w = 0.0f, s_b = 0.0f;
-        for (int k = 0; k < LN_WARPS; k++) {
-            s_w += sh[(size_t)k * 2 * C + c];
-            s_b += sh[(size_t)k * 2 * C + C + c];
-        }
-        part[(size_t)blockIdx.x * 2 * C + c] = s_w;
-        part[(size_t)blockIdx.x * 2 * C + C + c] = s_b;
-    }
+    ln_block_parts(part, sh, C, ns);
 }
 
 /* The backward kernel for V-wide chunks: the register-resident one when the row fits in 8
  * chunks a lane (C <= 1024 with V = 4, <= 256 with V = 1), else the looping one. */
 typedef void ln_bwd_kernel_t(float *, uint16_t *, float *, const float *, const float *,
-                             const float *, const float *, const float *, int, int);
+                             const float *, const float *, const float *, int, int, int);
 template <int V> static ln_bwd_kernel_t *ln_bwd_kernel(int C)
 {
     switch (CEIL_DIV(C, 32 * V)) {
@@ -275,54 +291,59 @@ template <int V> static ln_bwd_kernel_t *ln_bwd_kernel(int C)
     }
 }
 
-static __global__ void layernorm_sum_parts_kernel(float *dweight, float *dbias, const float *part,
-                                                  int nparts, int C)
+/* dweight, dbias (and dsum, with ns == 3) += the chunks' sums, in order */
+static __global__ void layernorm_sum_parts_kernel(float *dweight, float *dbias, float *dsum,
+                                                  const float *part, int nparts, int C, int ns)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
-    float sw = 0.0f, sb = 0.0f;
+    float sw = 0.0f, sb = 0.0f, sd = 0.0f;
     for (int p = 0; p < nparts; p++) {
-        sw += part[(size_t)p * 2 * C + c];
-        sb += part[(size_t)p * 2 * C + C + c];
+        sw += part[(size_t)p * ns * C + c];
+        sb += part[(size_t)p * ns * C + C + c];
+        if (ns == 3)
+            sd += part[(size_t)p * ns * C + 2 * C + c];
     }
     dweight[c] += sw;
     dbias[c] += sb;
+    if (ns == 3)
+        dsum[c] += sd;
 }
 
-static void backward(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
+static void backward(float *dinp, uint16_t *dinp16, float *dweight, float *dbias, float *dsum,
                      const float *dout, const float *inp, const float *weight, const float *mean,
                      const float *rstd, int N, int C, cudaStream_t stream)
 {
     if (N == 0)
         return;
+    const int ns = dsum ? 3 : 2;
     int blocks = CEIL_DIV(N, LN_WARPS * 4); /* at least 4 rows per warp */
     blocks = blocks < LN_BLOCKS_MAX ? blocks : LN_BLOCKS_MAX;
-    size_t smem = (size_t)LN_WARPS * 2 * C * sizeof(float);
+    size_t smem = (size_t)LN_WARPS * ns * C * sizeof(float);
     const bool vec = C % 4 == 0 && vec4_ok(dinp, dout, inp, weight, dinp16);
     ln_bwd_kernel_t *k = vec ? ln_bwd_kernel<4>(C) : ln_bwd_kernel<1>(C);
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
-    float *part = (float *)gpu_scratch((size_t)blocks * 2 * C * sizeof(float), stream);
+    float *part = (float *)gpu_scratch((size_t)blocks * ns * C * sizeof(float), stream);
     k<<<blocks, 32 * LN_WARPS, smem, stream>>>(dinp, dinp16, part, dout, inp, weight, mean, rstd,
-                                               N, C);
+                                               N, C, ns);
     GPU_LAUNCH_CHECK();
-    /* part is a (blocks, 2C) matrix whose column sums are dweight | dbias. Summed by columns
-     * alone (C threads, each walking up to 512 partials: 3 blocks on a GPU of 132 SMs) those
-     * sums were estimated at 15-30 us of this op's 65 us at the GPT-2 shape on an H200 (128+
-     * dependent L2 round trips);
-     * colsum_part_kernel spreads them over (2C / 32) x ceil(blocks / CS_ROWS) blocks of 256
-     * threads, and the finish adds the <= 2 chunks. */
+    /* part is a (blocks, ns C) matrix whose column sums are dweight | dbias (| dsum). Summed by
+     * columns alone (C threads, each walking up to 512 partials: 3 blocks on a GPU of 132 SMs)
+     * those sums were estimated at 15-30 us of this op's 65 us at the GPT-2 shape on an H200
+     * (128+ dependent L2 round trips); colsum_part_kernel spreads them over (ns C / 32) x
+     * ceil(blocks / CS_ROWS) blocks of 256 threads, and the finish adds the <= 2 chunks. */
     typedef colsum_load<float> Src;
     void (*cs)(float *, Src, int, int) = colsum_part_kernel<Src, 1>;
     int chunks = CEIL_DIV(blocks, CS_ROWS);
-    float *part2 = (float *)gpu_scratch((size_t)chunks * 2 * C * sizeof(float), stream);
-    cs<<<dim3(CEIL_DIV(2 * C, 32), chunks), dim3(32, 8), 0, stream>>>(part2, Src{part}, blocks,
-                                                                     2 * C);
+    float *part2 = (float *)gpu_scratch((size_t)chunks * ns * C * sizeof(float), stream);
+    cs<<<dim3(CEIL_DIV(ns * C, 32), chunks), dim3(32, 8), 0, stream>>>(part2, Src{part}, blocks,
+                                                                      ns * C);
     GPU_LAUNCH_CHECK();
-    layernorm_sum_parts_kernel<<<CEIL_DIV(C, 256), 256, 0, stream>>>(dweight, dbias, part2, chunks,
-                                                                     C);
+    layernorm_sum_parts_kernel<<<CEIL_DIV(C, 256), 256, 0, stream>>>(dweight, dbias, dsum, part2,
+                                                                     chunks, C, ns);
     GPU_LAUNCH_CHECK();
     gpu_scratch_free(part2, stream);
     gpu_scratch_free(part, stream);
@@ -332,7 +353,7 @@ extern "C" void layernorm_backward(float *dinp, float *dweight, float *dbias, co
                                    const float *inp, const float *weight, const float *mean,
                                    const float *rstd, int N, int C, struct CUstream_st *stream)
 {
-    backward(dinp, NULL, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream);
+    backward(dinp, NULL, dweight, dbias, NULL, dout, inp, weight, mean, rstd, N, C, stream);
 }
 
 extern "C" void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dweight,
@@ -340,5 +361,14 @@ extern "C" void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dw
                                         const float *weight, const float *mean, const float *rstd,
                                         int N, int C, struct CUstream_st *stream)
 {
-    backward(dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream);
+    backward(dinp, dinp16, dweight, dbias, NULL, dout, inp, weight, mean, rstd, N, C, stream);
+}
+
+extern "C" void layernorm_backward_bf16_sum(float *dinp, uint16_t *dinp16, float *dweight,
+                                            float *dbias, float *dsum, const float *dout,
+                                            const float *inp, const float *weight,
+                                            const float *mean, const float *rstd, int N, int C,
+                                            struct CUstream_st *stream)
+{
+    backward(dinp, dinp16, dweight, dbias, dsum, dout, inp, weight, mean, rstd, N, C, stream);
 }

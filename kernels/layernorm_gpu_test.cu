@@ -1,5 +1,7 @@
 // LayerNorm on the GPU against kernels/layernorm_cpu.c: forward (out, mean, rstd) and the
 // accumulating backward, on rows with a non-zero mean, at GPT-2's width and an odd one.
+#include "kernels/bf16.h"
+#include "kernels/gpu.h"
 #include "kernels/gpu_testutil.h"
 #include "kernels/layernorm.h"
 
@@ -28,6 +30,31 @@ static void check(int N, int C, uint64_t seed)
     /* sums over N rows: the error grows with sqrt(N) */
     gt_compare("layernorm_backward dw", d_dw, dw, C, 1e-3, GT_F32_RTOL);
     gt_compare("layernorm_backward db", d_db, db, C, 1e-3, GT_F32_RTOL);
+    { /* layernorm_backward_bf16_sum: dsum += the column sums of the accumulated dinp (the
+       * projection bias gradient the bf16 model takes from here), dinp16 its bf16 copy */
+        float *dinp2 = gt_randv(nc, &s, -1, 1), *ds = gt_randv(C, &s, -1, 1);
+        float *d_dinp2 = GT_UPF(dinp2, nc), *d_ds = GT_UPF(ds, C), *d_x32;
+        uint16_t *d_x16;
+        CUDA_CHECK(cudaMalloc(&d_x16, nc * 2));
+        CUDA_CHECK(cudaMalloc(&d_x32, nc * 4));
+        layernorm_backward_cpu(dinp2, dw, db, dout, inp, w, mean, rstd, N, C);
+        for (int c = 0; c < C; c++) {
+            double acc = 0.0;
+            for (int i = 0; i < N; i++)
+                acc += dinp2[(size_t)i * C + c];
+            ds[c] = (float)(ds[c] + acc);
+        }
+        layernorm_backward_bf16_sum(d_dinp2, d_x16, d_dw, d_db, d_ds, d_dout, d_inp, d_w, d_mean,
+                                    d_rstd, N, C, 0);
+        gt_compare("layernorm_backward_sum dinp", d_dinp2, dinp2, nc, GT_F32_ATOL, GT_F32_RTOL);
+        gt_compare("layernorm_backward_sum dw", d_dw, dw, C, 2e-3, GT_F32_RTOL);
+        gt_compare("layernorm_backward_sum db", d_db, db, C, 2e-3, GT_F32_RTOL);
+        gt_compare("layernorm_backward_sum dsum", d_ds, ds, C, 1e-3, GT_F32_RTOL);
+        cast_bf16_to_f32(d_x32, d_x16, nc, 0);
+        gt_compare("layernorm_backward_sum dinp16", d_x32, dinp2, nc, GT_F32_ATOL, 1.0 / 256);
+        cudaFree(d_dinp2), cudaFree(d_ds), cudaFree(d_x16), cudaFree(d_x32);
+        free(dinp2), free(ds);
+    }
     float *bufs[] = {d_inp, d_w, d_b, d_out, d_mean, d_rstd, d_dout, d_dinp, d_dw, d_db};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]);

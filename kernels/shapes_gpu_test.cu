@@ -476,6 +476,37 @@ static void case_layernorm(uint64_t *r)
     check_bits("layernorm_backward_bf16", "dinp", d_dinp, first_x, nc);
     check_bits("layernorm_backward_bf16", "dweight", d_dw, first_w, C);
     check_bits("layernorm_backward_bf16", "dbias", d_db, first_b, C);
+    { /* and dsum += the column sums of the accumulated dinp (a projection's bias gradient, from
+       * the same partials): dinp, dweight, dbias keep their bits */
+        float *ds0 = gt_randv(C, &s, -1, 1), *ds = gt_copyv(ds0, C), *d_ds = OUT_F(ds0, C);
+        double bound = 0.0;
+        for (int c = 0; c < C; c++) {
+            double acc = 0.0, mag = 0.0;
+            for (int i = 0; i < N; i++)
+                acc += first_x[(size_t)i * C + c], mag += fabs(first_x[(size_t)i * C + c]);
+            ds[c] = (float)(ds[c] + acc);
+            bound = mag > bound ? mag : bound;
+        }
+        reset(d_dinp, dinp0, nc * sizeof(float));
+        reset(d_dw, dw0, C * sizeof(float));
+        reset(d_db, db0, C * sizeof(float));
+        layernorm_backward_bf16_sum(d_dinp, d_dx16, d_dw, d_db, d_ds, d_dout, d_inp, d_w, d_mean,
+                                    d_rstd, N, C, 0);
+        launched("layernorm_backward_bf16_sum");
+        check_bits("layernorm_backward_bf16_sum", "dinp", d_dinp, first_x, nc);
+        check_bits("layernorm_backward_bf16_sum", "dweight", d_dw, first_w, C);
+        check_bits("layernorm_backward_bf16_sum", "dbias", d_db, first_b, C);
+        /* fp32 sums of N terms in another order: a few ulps of the sum of magnitudes */
+        check("layernorm_backward_bf16_sum", "dsum", d_ds, ds, C, 1e-5 + 1e-6 * bound,
+              GT_F32_RTOL);
+        float *again = gt_down(d_ds, C);
+        reset(d_dinp, dinp0, nc * sizeof(float));
+        reset(d_ds, ds0, C * sizeof(float));
+        layernorm_backward_bf16_sum(d_dinp, d_dx16, d_dw, d_db, d_ds, d_dout, d_inp, d_w, d_mean,
+                                    d_rstd, N, C, 0);
+        check_bits("layernorm_backward_bf16_sum", "repeat dsum", d_ds, again, C);
+        free(ds0), free(ds), free(again);
+    }
     for (size_t i = 0; i < nc; i++)
         first_x[i] = bf16_round(first_x[i]);
     check_bf16("layernorm_backward_bf16", "dinp16", d_dx16, first_x, nc, 0, 0);

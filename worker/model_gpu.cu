@@ -208,24 +208,26 @@ static void fc_backward(struct model_gpu *g, float *dinp, const float *dout,
         cast_f32_to_bf16(g->s16a, dout, (size_t)N * OC, s);
         dout16 = g->s16a;
     }
-    matmul_backward_mixed_set(dinp, G(w) + lw, G(b) + lb, dout, dout16, inp16, P16(w) + lw, N, C,
-                              OC, s);
+    matmul_backward_mixed_set(dinp, G(w) + lw, b ? G(b) + lb : NULL, dout, dout16, inp16,
+                              P16(w) + lw, N, C, OC, s);
 }
 
 /* dres += the LayerNorm backward of dln (weights w + lc, statistics mean, rstd); bf16 path: also
  * dres rounded to bf16 in the same pass, into s16a, where the GEMM backward that reads dres next
- * takes its operand (returned; NULL in fp32, where that GEMM reads the fp32 dres) */
+ * takes its operand (returned; NULL in fp32, where that GEMM reads the fp32 dres), and dsum (may
+ * be NULL) += dres's column sums: the bias gradient of that GEMM (a projection into the residual
+ * stream), from the LayerNorm's own partials instead of a column-sum pass over dres */
 static const uint16_t *ln_backward(struct model_gpu *g, const float *inp, const char *w,
                                    const char *b, size_t lc, const float *mean, const float *rstd,
-                                   int N, int C)
+                                   int N, int C, float *dsum)
 {
     if (!g->bf16) {
         layernorm_backward(g->dres, G(w) + lc, G(b) + lc, g->dln, inp, P(w) + lc, mean, rstd, N,
                            C, g->s);
         return NULL;
     }
-    layernorm_backward_bf16(g->dres, g->s16a, G(w) + lc, G(b) + lc, g->dln, inp, P(w) + lc, mean,
-                            rstd, N, C, g->s);
+    layernorm_backward_bf16_sum(g->dres, g->s16a, G(w) + lc, G(b) + lc, dsum, g->dln, inp,
+                                P(w) + lc, mean, rstd, N, C, g->s);
     return g->s16a;
 }
 
@@ -388,7 +390,12 @@ static void backward_body(struct model_gpu *g, float loss_scale)
     CUDA_CHECK(cudaMemsetAsync(g->dres, 0, NC * sizeof(float), s));
     const float *xL = c->layers ? g->res3 + (c->layers - 1) * NC : g->x0;
     mark(g, "head + pool bwd");
-    const uint16_t *dres16 = ln_backward(g, xL, "lnfw", "lnfb", 0, g->lnfm, g->lnfr, N, C);
+    /* bf16: the projections' bias gradients (fcprojb, attprojb) come from the LayerNorm backward
+     * that makes their output gradient dres (ln_backward's dsum), their GEMMs get none */
+    const bool lnsum = g->bf16;
+    const uint16_t *dres16 =
+        ln_backward(g, xL, "lnfw", "lnfb", 0, g->lnfm, g->lnfr, N, C,
+                    lnsum && c->layers ? G("fcprojb") + (size_t)(c->layers - 1) * C : NULL);
     mark(g, "layernorm bwd");
     unit_ready(g, ready, 0); /* head: clsw, clsb, lnfw, lnfb (+ the loss statistics) */
     for (int l = c->layers - 1; l >= 0; l--) {
@@ -404,22 +411,28 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         const uint16_t *attyh = g->bf16 ? g->attyh + l * NC : NULL;
         const uint16_t *ln2h = g->bf16 ? g->ln2h + l * NC : NULL;
         const uint16_t *fchgh = g->bf16 ? g->fchgh + l * NF : NULL;
+        /* bf16: dfch, the GEMMs' operand, in bf16 only; dres16 is s16a, which the epilogue's
+         * GEMM reads while it writes dfch (and then the weight gradient's reads it), so there
+         * dfch goes to dfchg16; with the GELU pass, dfchg16 holds the GEMM's output and the pass
+         * writes dfch to s16a */
+        const uint16_t *dfch16 = g->dfchg16;
         if (g->bf16 && g->dgelu_epi &&
-            matmul_backward_mixed_dgelu_bf16(g->s16a, G("fcb") + (size_t)l * F,
-                                             G("fcprojw") + (size_t)l * C * F,
-                                             G("fcprojb") + (size_t)l * C, g->dres, dres16, fchgh,
+            matmul_backward_mixed_dgelu_bf16(g->dfchg16, G("fcb") + (size_t)l * F,
+                                             G("fcprojw") + (size_t)l * C * F, NULL, g->dres,
+                                             dres16, fchgh,
                                              g->fchh + l * NF, P16("fcprojw") + (size_t)l * C * F,
                                              N, F, C, s) == 0) {
-            /* dfch in bf16 (s16a) and fcb's gradient from the GEMM's DGELU epilogue */
+            /* fcb's gradient from the epilogue's output */
             mark(g, "MLP proj GEMM bwd + dGELU");
         } else if (g->bf16) { /* its only reader, the GELU backward, takes bf16 */
-            matmul_backward_mixed_set_bf16(g->dfchg16, G("fcprojw") + (size_t)l * C * F,
-                                           G("fcprojb") + (size_t)l * C, g->dres, dres16, fchgh,
+            matmul_backward_mixed_set_bf16(g->dfchg16, G("fcprojw") + (size_t)l * C * F, NULL,
+                                           g->dres, dres16, fchgh,
                                            P16("fcprojw") + (size_t)l * C * F, N, F, C, s);
             mark(g, "MLP proj GEMM bwd");
-            /* dfch in bf16 only (the GEMMs' operand), fcb's gradient in that pass */
+            /* fcb's gradient in that pass */
             gelu_backward_bf16(g->s16a, G("fcb") + (size_t)l * F, g->fchh + l * NF, g->dfchg16,
                                N, F, s);
+            dfch16 = g->s16a;
             mark(g, "GELU bwd");
         } else {
             fc_backward(g, g->dfchg, g->dres, dres16, fchg, NULL, "fcprojw", "fcprojb",
@@ -427,7 +440,7 @@ static void backward_body(struct model_gpu *g, float loss_scale)
             mark(g, "MLP proj GEMM bwd");
         }
         if (g->bf16) {
-            matmul_backward_mixed_set(g->dln, G("fcw") + (size_t)l * F * C, NULL, NULL, g->s16a,
+            matmul_backward_mixed_set(g->dln, G("fcw") + (size_t)l * F * C, NULL, NULL, dfch16,
                                       ln2h, P16("fcw") + (size_t)l * F * C, N, C, F, s);
         } else {
             CUDA_CHECK(cudaMemsetAsync(g->dfch, 0, NF * sizeof(float), s));
@@ -438,15 +451,15 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         }
         mark(g, "MLP GEMM bwd");
         dres16 = ln_backward(g, res2, "ln2w", "ln2b", (size_t)l * C, g->ln2m + l * N,
-                             g->ln2r + l * N, N, C);
+                             g->ln2r + l * N, N, C, lnsum ? G("attprojb") + (size_t)l * C : NULL);
         mark(g, "layernorm bwd");
         if (g->fused && g->bf16) /* dO in bf16: the fused attention's only use of it */
-            matmul_backward_mixed_set_bf16(g->datty16, G("attprojw") + (size_t)l * C * C,
-                                           G("attprojb") + (size_t)l * C, g->dres, dres16, attyh,
+            matmul_backward_mixed_set_bf16(g->datty16, G("attprojw") + (size_t)l * C * C, NULL,
+                                           g->dres, dres16, attyh,
                                            P16("attprojw") + (size_t)l * C * C, N, C, C, s);
         else
             fc_backward(g, g->datty, g->dres, dres16, g->bf16 ? NULL : atty, attyh, "attprojw",
-                        "attprojb", (size_t)l * C * C, (size_t)l * C, N, C, C);
+                        lnsum ? NULL : "attprojb", (size_t)l * C * C, (size_t)l * C, N, C, C);
         mark(g, "attention proj GEMM bwd");
         if (g->fused && g->bf16) { /* dqkv in bf16 only, qkvb's gradient summed in the kernels */
             attention_backward_fused_bf16(g->s16a, G("qkvb") + (size_t)l * 3 * C, g->datty16,
@@ -473,7 +486,8 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         }
         mark(g, "qkv GEMM bwd");
         dres16 = ln_backward(g, x, "ln1w", "ln1b", (size_t)l * C, g->ln1m + l * N,
-                             g->ln1r + l * N, N, C);
+                             g->ln1r + l * N, N, C,
+                             lnsum && l ? G("fcprojb") + (size_t)(l - 1) * C : NULL);
         mark(g, "layernorm bwd");
         unit_ready(g, ready, c->layers - l); /* layer l's twelve slices */
     }
