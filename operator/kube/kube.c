@@ -305,7 +305,11 @@ static int progress_cb(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
          * connection is caught sooner and exactly by timing the last byte ourselves. */
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - x->last_data.tv_sec >= x->dead_after_s) {
+        /* in milliseconds: whole seconds alone called a byte 1 ms old dead when the second
+         * ticked over in between (kube_watch_test failed so with dead_after_s 1) */
+        long long ms = (long long)(now.tv_sec - x->last_data.tv_sec) * 1000 +
+                       (now.tv_nsec - x->last_data.tv_nsec) / 1000000;
+        if (ms >= (long long)x->dead_after_s * 1000) {
             x->dead = true;
             return 1;
         }

@@ -121,7 +121,7 @@ static int handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *r
     }
     int n = atomic_fetch_add(&nwatch, 1);
     if (n == 0) /* the list's connection is closed before the watch: only the watch's is open */
-        open_at_watch = wait_open(1, 800); /* < dead_after_s */
+        open_at_watch = wait_open(1, 800); /* well under dead_after_s */
     p = strstr(r->path, "resourceVersion=");
     if (n < 8 && p)
         snprintf(watch_rvs[n], sizeof(watch_rvs[n]), "%.*s", (int)strcspn(p + 16, "&"), p + 16);
@@ -188,7 +188,7 @@ static void test_list_watch_relist_dead(void)
     struct kube_config cfg = {0};
     struct watch_opts wo = {.path = "/api/v1/namespaces/ml/pods",
                             .timeout_s = 30,
-                            .dead_after_s = 1,
+                            .dead_after_s = 2, /* > the 0.8 s the first watch may wait */
                             .backoff_max_ms = 200};
     struct watch_stats st;
     char server[64];
