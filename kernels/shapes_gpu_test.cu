@@ -103,6 +103,21 @@ static int rows(uint64_t *s, int max)
     return dim(s, max);
 }
 
+/* sum[c] += the column sums of the (N, C) row-major m, in double; returns the largest column
+ * sum of |m| (what roundings of m's elements can add up to). */
+static double col_sums(float *sum, const float *m, int N, int C)
+{
+    double most = 0.0;
+    for (int c = 0; c < C; c++) {
+        double acc = 0.0, mag = 0.0;
+        for (int i = 0; i < N; i++)
+            acc += m[(size_t)i * C + c], mag += fabs(m[(size_t)i * C + c]);
+        sum[c] = (float)(sum[c] + acc);
+        most = mag > most ? mag : most;
+    }
+    return most;
+}
+
 /* Seed for gt_rand's xorshift (never 0). */
 static uint64_t vseed(uint64_t *s)
 {
@@ -479,14 +494,7 @@ static void case_layernorm(uint64_t *r)
     { /* and dsum += the column sums of the accumulated dinp (a projection's bias gradient, from
        * the same partials): dinp, dweight, dbias keep their bits */
         float *ds0 = gt_randv(C, &s, -1, 1), *ds = gt_copyv(ds0, C), *d_ds = OUT_F(ds0, C);
-        double bound = 0.0;
-        for (int c = 0; c < C; c++) {
-            double acc = 0.0, mag = 0.0;
-            for (int i = 0; i < N; i++)
-                acc += first_x[(size_t)i * C + c], mag += fabs(first_x[(size_t)i * C + c]);
-            ds[c] = (float)(ds[c] + acc);
-            bound = mag > bound ? mag : bound;
-        }
+        double bound = col_sums(ds, first_x, N, C);
         reset(d_dinp, dinp0, nc * sizeof(float));
         reset(d_dw, dw0, C * sizeof(float));
         reset(d_db, db0, C * sizeof(float));
@@ -761,12 +769,7 @@ static void matmul_mixed_run(int N, int C, int OC, uint64_t s)
         launched("matmul_forward_mixed");
         check("matmul_forward_mixed", with_bias ? "out +bias" : "out", d_out, out, no, atol, rtol);
     }
-    for (int o = 0; o < OC; o++) { /* dbias: column sums of the fp32 dout, in double */
-        double acc = 0.0;
-        for (int i = 0; i < N; i++)
-            acc += dout[(size_t)i * OC + o];
-        db[o] = (float)(db[o] + acc);
-    }
+    col_sums(db, dout, N, OC); /* dbias: column sums of the fp32 dout, in double */
     /* the residual add in the epilogue: out = res + (inp @ w^T + b); out starts as NaN */
     float *res = gt_randv(no, &s, -2, 2), *d_res = IN_F(res, no);
     CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));
@@ -791,12 +794,7 @@ static void matmul_mixed_run(int N, int C, int OC, uint64_t s)
         float *dw2 = gt_copyv(dw_set, nw), *d_dw2 = OUT_F(dw_set, nw), *d_db2 = OUT_F(NULL, OC);
         float *db2 = (float *)calloc((size_t)OC + 1, sizeof(float));
         CUDA_CHECK(cudaMemset(d_db2, 0, OC * sizeof(float)));
-        for (int o = 0; o < OC; o++) {
-            double acc = 0.0;
-            for (int i = 0; i < N; i++)
-                acc += dout[(size_t)i * OC + o];
-            db2[o] = (float)acc;
-        }
+        col_sums(db2, dout, N, OC);
         matmul_backward_cpu(NULL, dw2, NULL, dout_r, inp, w, N, C, OC);
         matmul_backward_mixed_set_bf16(d_dinp16, d_dw2, d_db2, d_dout, d_dout16, d_inp, d_w, N, C,
                                        OC, 0);
@@ -817,20 +815,9 @@ static void matmul_mixed_run(int N, int C, int OC, uint64_t s)
         float *pb0 = gt_randv(C, &s, -1, 1), *pb = gt_copyv(pb0, C);
         float *db3 = (float *)calloc((size_t)OC + 1, sizeof(float));
         gelu_backward_cpu(ref, pre, dinp_set, ni); /* into zeros: ref = dinp * gelu'(pre) */
-        double bound = 0.0; /* a column's sum of |ref|: the bf16 rounding is at most 2^-9 */
-        for (int c = 0; c < C; c++) {
-            double acc = 0.0, mag = 0.0;
-            for (int i = 0; i < N; i++)
-                acc += ref[(size_t)i * C + c], mag += fabs(ref[(size_t)i * C + c]);
-            pb[c] = (float)(pb[c] + acc);
-            bound = mag > bound ? mag : bound;
-        }
-        for (int o = 0; o < OC; o++) {
-            double acc = 0.0;
-            for (int i = 0; i < N; i++)
-                acc += dout[(size_t)i * OC + o];
-            db3[o] = (float)acc;
-        }
+        /* a column's sum of |ref| bounds the bf16 roundings (2^-9 each) */
+        double bound = col_sums(pb, ref, N, C);
+        col_sums(db3, dout, N, OC);
         matmul_backward_cpu(NULL, dw3, NULL, dout_r, inp, w, N, C, OC);
         const char *op = "matmul_backward_mixed_dgelu_bf16";
         uint16_t *d_dpre = bf16_out(NULL, ni);
