@@ -164,8 +164,10 @@ static void parse(struct opts *o, int argc, char **argv)
 
 /* The first step's gradients, tensor by tensor: |g_gpu - g_cpu| / |g_cpu| (L2 norms) within
  * gtol, so a gradient summed into the wrong tensor or layer fails here even where the losses,
- * with bf16's tolerance, would not tell. Leaves both gradient buffers dirty (the steps zero
- * them). Returns the tensors past gtol. */
+ * with bf16's tolerance, would not tell. The denominator is at least 1 % of the tensor's share
+ * of the whole gradient's norm (|g| sqrt(count / n)): a tensor whose sum cancels to almost
+ * nothing (the classifier bias of a balanced batch) is not judged by its rounding alone. Leaves
+ * both gradient buffers dirty (the steps zero them). Returns the tensors past gtol. */
 static int check_grads(struct model *m, struct model_gpu *g, const struct opts *o,
                        const int *tokens, const int *len, const int *labels)
 {
@@ -179,8 +181,10 @@ static int check_grads(struct model *m, struct model_gpu *g, const struct opts *
     model_gpu_backward(g, 1.0f / o->B);
     model_gpu_grads_get(g, gg, m->n_params);
     int bad = 0;
-    double worst = 0.0;
+    double worst = 0.0, all2 = 0.0;
     const char *worst_name = "";
+    for (size_t i = 0; i < m->n_params; i++)
+        all2 += (double)m->grads[i] * m->grads[i];
     for (int t = 0; t < m->n_tensors; t++) {
         const struct model_tensor *mt = &m->tensors[t];
         double d2 = 0.0, c2 = 0.0;
@@ -188,9 +192,9 @@ static int check_grads(struct model *m, struct model_gpu *g, const struct opts *
             double c = m->grads[mt->offset + i], d = gg[mt->offset + i] - c;
             d2 += d * d, c2 += c * c;
         }
-        double rel = sqrt(d2) / (sqrt(c2) > 1e-30 ? sqrt(c2) : 1e-30);
-        if (c2 == 0.0 && d2 == 0.0)
-            rel = 0.0;
+        double floor = 1e-2 * sqrt(all2 * (double)mt->count / (double)m->n_params);
+        double den = sqrt(c2) > floor ? sqrt(c2) : floor;
+        double rel = den > 0.0 ? sqrt(d2) / den : (d2 > 0.0 ? INFINITY : 0.0);
         if (rel > worst)
             worst = rel, worst_name = mt->name;
         if (!(rel <= gtol)) {
