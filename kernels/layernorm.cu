@@ -92,13 +92,16 @@ extern "C" void layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, 
     forward<uint16_t>(out, mean, rstd, inp, weight, bias, N, C, stream);
 }
 
-/* Zeros this lane's columns of its warp's ns partial rows (dw, then db and ds C apart). */
-template <int V> static __device__ void ln_zero_parts(float *dw, int C, int ns)
+/* This warp's ns partial rows in the block's shared memory sh (LN_WARPS, ns, C): dweight's, then
+ * dbias's and dsum's C apart; the lane's columns zeroed. */
+template <int V> static __device__ float *ln_warp_parts(float *sh, int C, int ns)
 {
+    float *dw = sh + (size_t)(threadIdx.x / 32) * ns * C;
     const float z[V] = {};
     for (int c = threadIdx.x % 32 * V; c < C; c += 32 * V)
         for (int k = 0; k < ns; k++)
             st_vec<V>(dw + (size_t)k * C + c, z);
+    return dw;
 }
 
 /* The block's partials: the warps' (LN_WARPS, ns, C) sums in shared memory added in warp order
@@ -126,8 +129,7 @@ static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, 
 {
     extern __shared__ float sh[]; /* (LN_WARPS, ns, C) */
     int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    float *dw = sh + (size_t)w * ns * C, *db = dw + C, *ds = db + C; /* ds: ns == 3 */
-    ln_zero_parts<V>(dw, C, ns);
+    float *dw = ln_warp_parts<V>(sh, C, ns), *db = dw + C, *ds = db + C; /* ds: ns == 3 */
     for (int row = blockIdx.x * LN_WARPS + w; row < N; row += gridDim.x * LN_WARPS) {
         const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
         float m = mean[row], r = rstd[row], mg = 0.0f, mgx = 0.0f;
@@ -197,8 +199,7 @@ static __global__ void layernorm_backward_reg_kernel(float *dinp, uint16_t *dinp
 {
     extern __shared__ float sh[]; /* (LN_WARPS, ns, C) */
     int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    float *dw = sh + (size_t)w * ns * C, *db = dw + C, *ds = db + C; /* ds: ns == 3 */
-    ln_zero_parts<V>(dw, C, ns);
+    float *dw = ln_warp_parts<V>(sh, C, ns), *db = dw + C, *ds = db + C; /* ds: ns == 3 */
     for (int row = blockIdx.x * LN_WARPS + w; row < N; row += gridDim.x * LN_WARPS) {
         const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
         float *dx = dinp + (size_t)row * C;
