@@ -192,7 +192,8 @@ static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, 
  * in shared memory as there (registers for them would cost a block an SM). Written after the
  * H200 run (layernorm backward at 42 % of copy bandwidth): unmeasured. */
 template <int V, int IT>
-static __global__ void layernorm_backward_reg_kernel(float *dinp, uint16_t *dinp16, float *part,
+static __global__ void __launch_bounds__(32 * LN_WARPS, IT <= 6 ? 4 : 1)
+    layernorm_backward_reg_kernel(float *dinp, uint16_t *dinp16, float *part,
                                                      const float *dout, const float *inp,
                                                      const float *weight, const float *mean,
                                                      const float *rstd, int N, int C, int ns)
