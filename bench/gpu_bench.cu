@@ -37,7 +37,8 @@ extern "C" { /* C headers without C++ guards */
 
 struct opts {
     int B, T, C, L, NH, V, K, steps, warmup, varlen, bf16, check_cpu, fused, graphs, profile;
-    int dgelu; /* --dgelu-epilogue */
+    int dgelu;  /* --dgelu-epilogue */
+    int attn_ds; /* --attention-ds */
     const char *name;
 };
 
@@ -84,6 +85,7 @@ static void usage(const char *argv0)
     printf("usage: %s [--preset gpt2|example] [--batch B] [--seq T] [--hidden C] [--layers L]\n"
            "          [--heads NH] [--vocab V] [--classes K] [--steps S] [--warmup W] [--varlen]\n"
            "          [--bf16] [--attention unfused|fused] [--graphs] [--dgelu-epilogue]\n"
+           "          [--attention-ds]\n"
            "          [--check-cpu] [--profile]\n"
            "  gpt2:    B=8 T=1024 C=768 L=12 NH=12 V=50257 K=2 (GPT-2 124M-sized encoder)\n"
            "  example: B=32 T=256 C=128 L=2 NH=4 V=20000 K=2 (bench/cpu_train's default model;\n"
@@ -96,6 +98,8 @@ static void usage(const char *argv0)
            "  --graphs: forward and backward replayed as CUDA graphs (training.cudaGraphs)\n"
            "  --dgelu-epilogue: with --bf16, the GELU backward in the MLP projection's input-\n"
            "           gradient GEMM (cuBLASLt DGELU) instead of its own pass\n"
+           "  --attention-ds: with --bf16 --attention fused, the attention backward stores dS^T\n"
+           "           and takes dQ from it (one product a tile) instead of recomputing it\n"
            "  --profile: after the timed steps, 3 more eager steps with an event behind every op,\n"
            "           and a table of the ops' device time per step (lines \"profile: ...\")\n",
            argv0);
@@ -104,9 +108,9 @@ static void usage(const char *argv0)
 static void preset(struct opts *o, const char *name)
 {
     if (strcmp(name, "gpt2") == 0)
-        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, 0, "gpt2"};
+        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, 0, 0, "gpt2"};
     else if (strcmp(name, "example") == 0)
-        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, 0, "example"};
+        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, 0, 0, "example"};
     else {
         fprintf(stderr, "gpu_bench: unknown preset '%s' (gpt2 or example)\n", name);
         exit(2);
@@ -121,17 +125,17 @@ static void parse(struct opts *o, int argc, char **argv)
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"varlen", 0, 0, 'v'}, {"bf16", 0, 0, 'b'},
         {"attention", 1, 0, 'a'}, {"check-cpu", 0, 0, 'c'}, {"graphs", 0, 0, 'g'},
         {"profile", 0, 0, 'P'},   {"dgelu-epilogue", 0, 0, 'd'}, {"help", 0, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"attention-ds", 0, 0, 'S'}, {0, 0, 0, 0}};
     int ch;
     preset(o, "example");
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
         case 'p': {
             int bf16 = o->bf16, check = o->check_cpu, varlen = o->varlen, fused = o->fused;
-            int graphs = o->graphs, profile = o->profile, dgelu = o->dgelu;
+            int graphs = o->graphs, profile = o->profile, dgelu = o->dgelu, ds = o->attn_ds;
             preset(o, optarg);
             o->bf16 = bf16, o->check_cpu = check, o->varlen = varlen, o->fused = fused;
-            o->graphs = graphs, o->profile = profile, o->dgelu = dgelu;
+            o->graphs = graphs, o->profile = profile, o->dgelu = dgelu, o->attn_ds = ds;
             break;
         }
         case 'B': o->B = atoi(optarg); break;
@@ -156,6 +160,7 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'g': o->graphs = 1; break;
         case 'P': o->profile = 1; break;
         case 'd': o->dgelu = 1; break;
+        case 'S': o->attn_ds = 1; break;
         case 'h': usage(argv[0]); exit(0);
         default: usage(argv[0]); exit(2);
         }
@@ -182,29 +187,46 @@ static int check_grads(struct model *m, struct model_gpu *g, const struct opts *
     model_gpu_grads_get(g, gg, m->n_params);
     int bad = 0;
     double worst = 0.0, all2 = 0.0;
-    const char *worst_name = "";
     for (size_t i = 0; i < m->n_params; i++)
         all2 += (double)m->grads[i] * m->grads[i];
+    /* qkvw and qkvb are judged as their q, k and v rows apart: at initialisation the softmax is
+     * near uniform, so dS (hence dQ and dK) is small beside dV, and a wrong dQ would hide in the
+     * whole tensor's norm (a dQ 1.5x too large passed that way) */
+    static const char *const part_name[3] = {"q", "k", "v"};
+    const size_t C = (size_t)m->cfg.hidden, L = (size_t)m->cfg.layers;
+    char name[64], worst_name[64] = "";
+    int nchecks = 0;
     for (int t = 0; t < m->n_tensors; t++) {
         const struct model_tensor *mt = &m->tensors[t];
-        double d2 = 0.0, c2 = 0.0;
-        for (size_t i = 0; i < mt->count; i++) {
-            double c = m->grads[mt->offset + i], d = gg[mt->offset + i] - c;
-            d2 += d * d, c2 += c * c;
-        }
-        double floor = 1e-2 * sqrt(all2 * (double)mt->count / (double)m->n_params);
-        double den = sqrt(c2) > floor ? sqrt(c2) : floor;
-        double rel = den > 0.0 ? sqrt(d2) / den : (d2 > 0.0 ? INFINITY : 0.0);
-        if (rel > worst)
-            worst = rel, worst_name = mt->name;
-        if (!(rel <= gtol)) {
-            printf("check grads: %-10s |gpu - cpu| / |cpu| = %.3g > %.0e  MISMATCH\n", mt->name,
-                   rel, gtol);
-            bad++;
+        const int qkv = strncmp(mt->name, "qkv", 3) == 0 && L * C > 0 &&
+                        mt->count % (L * 3 * C) == 0;
+        const size_t rowlen = qkv ? mt->count / (L * 3 * C) : mt->count;
+        for (int p = 0; p < (qkv ? 3 : 1); p++) {
+            double d2 = 0.0, c2 = 0.0;
+            size_t n = 0;
+            for (size_t i = 0; i < mt->count; i++) {
+                if (qkv && (int)(i / rowlen % (3 * C) / C) != p)
+                    continue;
+                double c = m->grads[mt->offset + i], d = gg[mt->offset + i] - c;
+                d2 += d * d, c2 += c * c, n++;
+            }
+            snprintf(name, sizeof(name), "%s%s%s", mt->name, qkv ? "." : "",
+                     qkv ? part_name[p] : "");
+            double floor = 1e-2 * sqrt(all2 * (double)n / (double)m->n_params);
+            double den = sqrt(c2) > floor ? sqrt(c2) : floor;
+            double rel = den > 0.0 ? sqrt(d2) / den : (d2 > 0.0 ? INFINITY : 0.0);
+            nchecks++;
+            if (rel > worst)
+                worst = rel, snprintf(worst_name, sizeof(worst_name), "%s", name);
+            if (!(rel <= gtol)) {
+                printf("check grads: %-10s |gpu - cpu| / |cpu| = %.3g > %.0e  MISMATCH\n", name,
+                       rel, gtol);
+                bad++;
+            }
         }
     }
-    printf("check grads: %d tensors, worst %s %.3g (tol %.0e): %s\n", m->n_tensors, worst_name,
-           worst, gtol, bad ? "FAILED" : "OK");
+    printf("check grads: %d tensors (qkv's q, k, v apart), worst %s %.3g (tol %.0e): %s\n",
+           nchecks, worst_name, worst, gtol, bad ? "FAILED" : "OK");
     free(gg);
     return bad;
 }
@@ -234,9 +256,10 @@ static int check_cpu(struct model *m, struct model_gpu *g, const struct opts *o,
         bad += !ok;
     }
     adamw_cleanup(&opt);
-    printf("check-cpu (%s, %s attention%s, tol %.0e relative): %s\n",
+    printf("check-cpu (%s, %s attention%s%s%s, tol %.0e relative): %s\n",
            o->bf16 ? "bf16 GEMMs" : "fp32", o->fused ? "fused" : "unfused",
-           o->graphs ? ", CUDA graphs" : "", tol, bad ? "FAILED" : "OK");
+           o->attn_ds ? " (stored dS)" : "", o->graphs ? ", CUDA graphs" : "",
+           o->dgelu ? ", DGELU epilogue" : "", tol, bad ? "FAILED" : "OK");
     return bad;
 }
 
@@ -286,7 +309,8 @@ int main(int argc, char **argv)
     if (!(g = model_gpu_new(&m, o.B, (o.bf16 ? MODEL_GPU_BF16 : 0) |
                                          (o.fused ? MODEL_GPU_FUSED_ATTENTION : 0) |
                                          (o.graphs ? MODEL_GPU_GRAPHS : 0) |
-                                         (o.dgelu ? MODEL_GPU_DGELU_EPILOGUE : 0),
+                                         (o.dgelu ? MODEL_GPU_DGELU_EPILOGUE : 0) |
+                                         (o.attn_ds ? MODEL_GPU_ATTENTION_DS : 0),
                             err, sizeof(err)))) {
         fprintf(stderr, "gpu_bench: %s\n", err);
         return 2;
@@ -312,19 +336,21 @@ int main(int argc, char **argv)
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         double sec = ms / 1e3 / o.steps, flops = model_step_flops(&cfg, o.B, o.T);
         double mfu = flops / sec / PEAK_BF16;
-        printf("gpu_bench %s on %s: %s, %s attention%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
+        printf("gpu_bench %s on %s: %s, %s attention%s%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
                "ms/step | %.0f tok/s (%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
                o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.fused ? "fused" : "unfused",
-               o.graphs ? ", CUDA graphs" : "", o.dgelu ? ", DGELU epilogue" : "", o.B, o.T,
+               o.attn_ds ? " (stored dS)" : "", o.graphs ? ", CUDA graphs" : "",
+               o.dgelu ? ", DGELU epilogue" : "", o.B, o.T,
                o.C, o.L, o.NH, sec * 1e3, N / sec, real / sec, flops / sec / 1e12, 100 * mfu,
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
-               "\"attention\":\"%s\",\"graphs\":%s,\"dgelu_epilogue\":%s,"
+               "\"attention\":\"%s\",\"graphs\":%s,\"dgelu_epilogue\":%s,\"attention_ds\":%s,"
                "\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,\"steps\":%d,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
                "\"tflops\":%.2f,\"mfu\":%.4f}\n",
                o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
-               o.graphs ? "true" : "false", o.dgelu ? "true" : "false", o.B, o.T, o.C, o.L,
+               o.graphs ? "true" : "false", o.dgelu ? "true" : "false",
+               o.attn_ds ? "true" : "false", o.B, o.T, o.C, o.L,
                o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu);
     }
@@ -337,9 +363,10 @@ int main(int argc, char **argv)
         for (int i = 0; i < ps; i++)
             step(g, &oc, o.warmup + o.steps + 2 + i, o.B);
         model_gpu_profile(g, 0);
-        printf("profile: %s, %s attention, B=%d T=%d C=%d L=%d NH=%d, %d eager steps\n",
-               o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused", o.B, o.T, o.C, o.L, o.NH,
-               ps);
+        printf("profile: %s, %s attention%s%s, B=%d T=%d C=%d L=%d NH=%d, %d eager steps\n",
+               o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
+               o.attn_ds ? " (stored dS)" : "", o.dgelu ? ", DGELU epilogue" : "", o.B, o.T, o.C,
+               o.L, o.NH, ps);
         if (model_gpu_profile_report(g, stdout, ps) != 0) {
             fprintf(stderr, "gpu_bench: --profile: nothing was timed\n");
             rc = 1;

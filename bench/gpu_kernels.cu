@@ -307,6 +307,14 @@ int main(int argc, char **argv)
         attention_backward_fused_bf16(dqkv16, dbq, do16, qkv16, o16, lse, len, B, T, C, NH, 0);
     });
     flop_line("attention fused bwd", shape, 2.5 * fwd, ms);
+    const double recompute_ms = ms;
+    ms = time_ms(&tm, [&] {
+        attention_backward_fused_bf16_ds(dqkv16, dbq, do16, qkv16, o16, lse, len, B, T, C, NH, 0);
+    });
+    flop_line("attn fused bwd, stored dS", shape, 2.5 * fwd, ms);
+    printf("kernel: attention bwd stored dS / recompute: %.3f (below 1: storing dS^T pays; "
+           "%.0f MB of it)\n",
+           ms / recompute_ms, attention_backward_ds_bytes(B, T, NH) / 1e6);
     float *att = (float *)dev((size_t)B * NH * T * T * 4);
     ms = time_ms(&tm, [&] { attention_forward_mixed(y, att, qkv, len, B, T, C, NH, 0); });
     flop_line("attention unfused fwd", shape, fwd, ms);

@@ -202,6 +202,8 @@ check_cpu() {
         --graphs || rc=1
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
         --attention fused --dgelu-epilogue || rc=1
+    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
+        --attention fused --attention-ds || rc=1
     return $rc
 }
 # (each run first compares the first step's gradients tensor by tensor, then every step's loss)
@@ -371,7 +373,8 @@ tp() { # tp LIMIT ARGS: bench/gpu_torch.py
     PYTHONUNBUFFERED=1 timeout "$t" python3 "$here/bench/gpu_torch.py" "$@" >>"$out/bench.log" 2>&1
 }
 for v in "" "--attention fused" "--graphs" "--attention fused --graphs" \
-    "--attention fused --graphs --dgelu-epilogue"; do
+    "--attention fused --graphs --dgelu-epilogue" "--attention fused --graphs --attention-ds" \
+    "--attention fused --graphs --attention-ds --dgelu-epilogue"; do
     gb --preset gpt2 --bf16 $v
 done
 tp 300 --preset gpt2 --variants eager-bf16,compile-bf16,compile-graphs-bf16
@@ -382,6 +385,7 @@ done
 tp 240 --preset example --variants eager-fp32,eager-bf16,compile-bf16,compile-graphs-bf16
 # 32 sequences a step at the GPT-2 shape (llm.c's H100 runs take more than 8), both sides
 gb --preset gpt2 --bf16 --attention fused --graphs --batch 32
+gb --preset gpt2 --bf16 --attention fused --graphs --batch 32 --attention-ds --dgelu-epilogue
 tp 150 --preset gpt2 --batch 32 --variants compile-bf16
 # the non-GEMM kernels one at a time at the GPT-2 shape: GB/s beside a device-to-device copy, and
 # the attention's TFLOP/s fused and unfused (the table also into summary.txt)
@@ -390,7 +394,7 @@ if t=$(left 120); then
 fi
 # where a step's time goes: an event behind every op (eager), both attentions at the GPT-2 shape
 # (into bench.log: the device tool brings back 8 files at most; the table also into summary.txt)
-for attn in fused unfused; do
+for attn in fused unfused "fused --attention-ds --dgelu-epilogue"; do
     t=$(left 120) || break
     timeout "$t" "$build/gpu_bench" --preset gpt2 --bf16 --attention $attn --steps 5 --profile \
         2>&1 | grep -v '^{' | tee -a "$out/bench.log" | grep -E '^profile:' >>"$summary"
@@ -409,6 +413,7 @@ for r in rows:
     prec = r.get("precision", r["impl"].split("-")[-1])
     impl = r["impl"] + ("-fused-attn" if r.get("attention") == "fused" else "")
     impl += "-graphs" if r.get("graphs") else ""
+    impl += "-ds" if r.get("attention_ds") else ""
     impl += "-dgelu" if r.get("dgelu_epilogue") else ""
     print(f"{r['preset']:8} {impl:30} {prec:5} {r['batch']:3} {r['ms_per_step']:9.2f} "
           f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")

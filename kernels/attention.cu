@@ -760,12 +760,19 @@ static __device__ __forceinline__ void tc_frags_by_tile_t(float (*acc)[4], const
         }
 }
 
+/* tc_acc_by_tile's default for what it does with each packed operand: nothing */
+struct tc_keep {
+    __device__ __forceinline__ void operator()(int, const uint32_t *) const {}
+};
+
 /* acc (16 x HSP) += P (16 x TC_BC, fp32 accumulators, rounded to bf16 here) x tile (TC_BC x HSP,
  * stored [k][n]): O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K. With MT m-tiles, acc and p
- * hold MT of each (m-tile i at acc + i * HSP / 8, p + i * TC_NB), sharing every B fragment. */
-template <int HSP, int LD, int MT = 1>
+ * hold MT of each (m-tile i at acc + i * HSP / 8, p + i * TC_NB), sharing every B fragment.
+ * on_a(kc, a) sees m-tile 0's packed operand of columns 16 kc.. (the dK/dV kernel stores dS^T
+ * from it), as it is made, so it needs no registers of its own. */
+template <int HSP, int LD, int MT = 1, typename F = tc_keep>
 static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const float (*p)[4],
-                                                      const __nv_bfloat16 *tile)
+                                                      const __nv_bfloat16 *tile, F on_a = F())
 {
 #pragma unroll
     for (int kc = 0; kc < TC_NB / 2; kc++) {
@@ -773,6 +780,7 @@ static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const flo
 #pragma unroll
         for (int i = 0; i < MT; i++)
             tc_pack_a(fa[i], p[i * TC_NB + 2 * kc], p[i * TC_NB + 2 * kc + 1]);
+        on_a(kc, fa[0]);
 #pragma unroll
         for (int n = 0; n < HSP / 8; n += 2) {
             uint32_t fb[4];
@@ -971,11 +979,15 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         }
 }
 
-template <int HSP>
+/* dK and dV; with DS also dS^T, unscaled, rounded to bf16 as the dK product's operand, stored
+ * at dsT ((B NH, TP, TP): [bh][key][query], TP = T rounded up to TC_BC) for tc_dq_ds_kernel.
+ * Every query column of a walked tile is written (padding queries' are 0, below), rows of
+ * padding keys too (never read: the dQ kernel stages rows >= L as zeros). */
+template <int HSP, bool DS>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_dkdv_kernel(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dout,
                    const __nv_bfloat16 *qkv, const float *lse, const float *Dr, const int *len,
-                   int T, int NH, int hs, float scale)
+                   int T, int NH, int hs, float scale, __nv_bfloat16 *dsT, int TP)
 {
     typedef tc_dims<HSP> D;
     extern __shared__ float tc_smem[];
@@ -1044,7 +1056,19 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
             for (int e = 0; e < 4; e++) /* dS^T; padding queries: P^T = 0 */
                 dp[n][e] = p[n][e] * (dp[n][e] - D_s[n * 8 + 2 * t + (e & 1)]);
-        tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs); /* dK += dS^T Q (times scale below) */
+        if constexpr (DS) { /* dK += dS^T Q, and the operand stored as it is packed */
+            __nv_bfloat16 *row =
+                dsT + ((size_t)bh * TP + k0 + warp * 16 + g) * TP + i0 + 2 * t;
+            tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs, [&](int kc, const uint32_t *a) {
+                __nv_bfloat16 *x = row + 16 * kc; /* a: rows g, g + 8; columns 2t, 2t + 8 */
+                tc_store32(x, a[0]);
+                tc_store32(x + 8 * (size_t)TP, a[1]);
+                tc_store32(x + 8, a[2]);
+                tc_store32(x + 8 * (size_t)TP + 8, a[3]);
+            });
+        } else {
+            tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs); /* dK += dS^T Q (times scale below) */
+        }
     }
     const bool valid[2] = {k0 + warp * 16 + g < L, k0 + warp * 16 + g + 8 < L};
     __nv_bfloat16 *dst = dqkv16 + ((size_t)b * T + k0) * ld + (size_t)h * hs;
@@ -1129,6 +1153,72 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
                        scale, hs, part ? part + at : NULL, (float *)sm);
 }
 
+/* Shared memory of tc_dq_ds_kernel: two buffers of a dS^T tile (TC_BC keys x TC_BR queries) and
+ * a K tile (TC_BC x HSP) */
+#define TC_LDS (TC_BR + 8)
+template <int HSP> static constexpr size_t tc_dq_ds_smem()
+{
+    return 2 * ((size_t)TC_BC * TC_LDS * 2 + tc_dims<HSP>::H);
+}
+
+/* dQ from the dS^T that tc_dkdv_kernel<HSP, true> stored: one product per tile (dQ += dS K)
+ * instead of tc_dq_kernel's three (S = Q K^T and dP = dO V^T again, then dS K) and its
+ * exponentials. A block takes TC_BR queries (16 a warp) and walks the key tiles, double-buffered
+ * like the others: the dS^T tile (rows: keys, so dS is read with ldmatrix .trans) and the K
+ * tile. Rows of keys >= L are staged as zeros (dS^T holds anything there, K zeros), padding
+ * queries' rows are stored as zeros, and the bias partial is tc_dq_kernel's: the same outputs,
+ * summed in a fixed order. */
+template <int HSP>
+static __global__ void __launch_bounds__(TC_WARPS * 32)
+    tc_dq_ds_kernel(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dsT, int TP,
+                    const __nv_bfloat16 *qkv, const int *len, int T, int NH, int hs, float scale)
+{
+    typedef tc_dims<HSP> D;
+    constexpr size_t SE = (size_t)TC_BC * TC_LDS; /* elements of a dS^T tile */
+    extern __shared__ float tc_smem[];
+    __nv_bfloat16 *buf = (__nv_bfloat16 *)tc_smem; /* buffer c: dS^T at c (SE + TE), K after */
+
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, C = NH * hs;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    const int q0 = blockIdx.x * TC_BR, L = len[b];
+    const bool live = q0 < L; /* block-uniform; a block of padding queries writes zeros */
+    const size_t ld = 3 * (size_t)C;
+    const __nv_bfloat16 *kbase = qkv + (size_t)b * T * ld + (size_t)h * hs + C;
+    const __nv_bfloat16 *sbase = dsT + (size_t)bh * TP * TP + q0;
+    const bool valid[2] = {q0 + warp * 16 + g < L, q0 + warp * 16 + g + 8 < L};
+    auto stage = [&](int j0, int c) { /* the key tile at j0 into buffer c */
+        __nv_bfloat16 *St = buf + c * (SE + D::TE);
+        tc_stage<TC_BR>(St, sbase, (size_t)TP, j0, TC_BC, L, TC_BR);
+        tc_stage<HSP>(St + SE, kbase, ld, j0, TC_BC, L, hs);
+    };
+
+    float dq[HSP / 8][4];
+    tc_zero<HSP / 8>(dq);
+    if (live) {
+        stage(0, 0);
+        tc_cp_commit();
+    }
+    for (int j0 = 0, c = 0; live && j0 < L; j0 += TC_BC, c ^= 1) {
+        tc_tile_begin(j0 + TC_BC < L, [&] { stage(j0 + TC_BC, c ^ 1); });
+        const __nv_bfloat16 *St = buf + c * (SE + D::TE), *Ks = St + SE;
+#pragma unroll
+        for (int kc = 0; kc < TC_BC / 16; kc++) {
+            uint32_t fa[4];
+            tc_load_a_km<TC_LDS>(fa, St, warp * 16, kc * 16);
+#pragma unroll
+            for (int n = 0; n < HSP / 8; n += 2) {
+                uint32_t fb[4];
+                tc_load_b_kn<D::LDH>(fb, Ks, kc * 16, n * 8);
+                tc_mma(dq[n], fa, fb);
+                tc_mma(dq[n + 1], fa, fb + 2);
+            }
+        }
+    }
+    const size_t at = ((size_t)b * gridDim.x + blockIdx.x) * ld + (size_t)h * hs;
+    tc_store_grad<HSP>(dqkv16 + ((size_t)b * T + q0) * ld + (size_t)h * hs, ld, T - q0, dq, valid,
+                       scale, hs, part ? part + at : NULL, (float *)tc_smem);
+}
+
 /* Raises kernel's dynamic shared memory limit past the default 48 KB to smem, once. */
 template <typename K> static void tc_allow_smem(K *kernel, size_t smem, int *raised)
 {
@@ -1152,21 +1242,36 @@ static void tc_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv,
     GPU_LAUNCH_CHECK();
 }
 
+/* dsT: NULL, dQ by tc_dq_kernel; else (B NH, TP, TP) bf16 of scratch for dS^T, dQ by
+ * tc_dq_ds_kernel */
 template <int HSP>
 static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dout,
                         const __nv_bfloat16 *qkv, const float *lse, const float *Dr,
-                        const int *len, int B, int T, int NH, int hs, cudaStream_t stream)
+                        const int *len, int B, int T, int NH, int hs, __nv_bfloat16 *dsT,
+                        int TP, cudaStream_t stream)
 {
-    static int raised_kv, raised_q;
+    static int raised_kv, raised_kvs, raised_q, raised_qs;
     const float scale = 1.0f / sqrtf((float)hs);
-    dim3 grid((unsigned)CEIL_DIV(T, TC_BR), (unsigned)(B * NH));
-    tc_allow_smem(tc_dkdv_kernel<HSP>, tc_dims<HSP>::dkdv, &raised_kv);
-    tc_dkdv_kernel<HSP><<<grid, TC_WARPS * 32, tc_dims<HSP>::dkdv, stream>>>(
-        dqkv16, part, dout, qkv, lse, Dr, len, T, NH, hs, scale);
+    const dim3 grid((unsigned)CEIL_DIV(T, TC_BR), (unsigned)(B * NH));
+    const size_t skv = tc_dims<HSP>::dkdv, sq = tc_dims<HSP>::dq, sqs = tc_dq_ds_smem<HSP>();
+    if (dsT) {
+        tc_allow_smem(tc_dkdv_kernel<HSP, true>, skv, &raised_kvs);
+        tc_dkdv_kernel<HSP, true><<<grid, TC_WARPS * 32, skv, stream>>>(
+            dqkv16, part, dout, qkv, lse, Dr, len, T, NH, hs, scale, dsT, TP);
+        GPU_LAUNCH_CHECK();
+        tc_allow_smem(tc_dq_ds_kernel<HSP>, sqs, &raised_qs);
+        tc_dq_ds_kernel<HSP><<<grid, TC_WARPS * 32, sqs, stream>>>(dqkv16, part, dsT, TP, qkv,
+                                                                   len, T, NH, hs, scale);
+        GPU_LAUNCH_CHECK();
+        return;
+    }
+    tc_allow_smem(tc_dkdv_kernel<HSP, false>, skv, &raised_kv);
+    tc_dkdv_kernel<HSP, false><<<grid, TC_WARPS * 32, skv, stream>>>(
+        dqkv16, part, dout, qkv, lse, Dr, len, T, NH, hs, scale, NULL, 0);
     GPU_LAUNCH_CHECK();
-    tc_allow_smem(tc_dq_kernel<HSP>, tc_dims<HSP>::dq, &raised_q);
-    tc_dq_kernel<HSP><<<grid, TC_WARPS * 32, tc_dims<HSP>::dq, stream>>>(
-        dqkv16, part, dout, qkv, lse, Dr, len, T, NH, hs, scale);
+    tc_allow_smem(tc_dq_kernel<HSP>, sq, &raised_q);
+    tc_dq_kernel<HSP><<<grid, TC_WARPS * 32, sq, stream>>>(dqkv16, part, dout, qkv, lse, Dr, len,
+                                                           T, NH, hs, scale);
     GPU_LAUNCH_CHECK();
 }
 
@@ -1187,11 +1292,16 @@ extern "C" void attention_forward_fused_bf16(uint16_t *out, float *lse, const ui
         tc_forward<128>(o, lse, q, len, B, T, NH, hs, stream);
 }
 
-extern "C" void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias,
-                                              const uint16_t *dout,
-                                              const uint16_t *qkv, const uint16_t *out,
-                                              const float *lse, const int *len, int B, int T,
-                                              int C, int NH, struct CUstream_st *stream)
+extern "C" size_t attention_backward_ds_bytes(int B, int T, int NH)
+{
+    const size_t TP = (size_t)CEIL_DIV(T, TC_BC) * TC_BC;
+    return (size_t)B * NH * TP * TP * 2;
+}
+
+static void backward_fused_bf16(uint16_t *dqkv16, float *dbias, const uint16_t *dout,
+                                const uint16_t *qkv, const uint16_t *out, const float *lse,
+                                const int *len, int B, int T, int C, int NH, bool stored_ds,
+                                cudaStream_t stream)
 {
     size_t rows = (size_t)B * NH * T;
     if ((size_t)B * T * C == 0)
@@ -1207,16 +1317,40 @@ extern "C" void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias,
     fa_rowdot_kernel<__nv_bfloat16><<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(
         Dr, dO, (const __nv_bfloat16 *)out, len, B, T, NH, hs);
     GPU_LAUNCH_CHECK();
+    const int TP = CEIL_DIV(T, TC_BC) * TC_BC;
+    __nv_bfloat16 *dsT =
+        stored_ds ? (__nv_bfloat16 *)gpu_scratch(attention_backward_ds_bytes(B, T, NH), stream)
+                  : NULL;
     if (hsp == 32)
-        tc_backward<32>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<32>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, dsT, TP, stream);
     else if (hsp == 64)
-        tc_backward<64>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<64>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, dsT, TP, stream);
     else
-        tc_backward<128>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, stream);
+        tc_backward<128>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, dsT, TP, stream);
+    if (dsT)
+        gpu_scratch_free(dsT, stream);
     if (dbias) {
         colsum_finish_kernel<<<CEIL_DIV(3 * C, 256), 256, 0, stream>>>(dbias, part, nparts, 3 * C);
         GPU_LAUNCH_CHECK();
         gpu_scratch_free(part, stream);
     }
     gpu_scratch_free(Dr, stream);
+}
+
+extern "C" void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias,
+                                              const uint16_t *dout, const uint16_t *qkv,
+                                              const uint16_t *out, const float *lse,
+                                              const int *len, int B, int T, int C, int NH,
+                                              struct CUstream_st *stream)
+{
+    backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH, false, stream);
+}
+
+extern "C" void attention_backward_fused_bf16_ds(uint16_t *dqkv16, float *dbias,
+                                                 const uint16_t *dout, const uint16_t *qkv,
+                                                 const uint16_t *out, const float *lse,
+                                                 const int *len, int B, int T, int C, int NH,
+                                                 struct CUstream_st *stream)
+{
+    backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH, true, stream);
 }

@@ -166,6 +166,34 @@ static void check_fused_bf16(const float *qkv, const float *dout, const float *o
     gt_failed += !same;
     free(again);
 
+    /* dQ from the stored dS^T (attention_backward_fused_bf16_ds): the CPU's gradient within the
+     * same tolerances; dK and dV (the same kernel, which also stores dS^T) the default's bits;
+     * dQ within a bf16 rounding or two of the default's (dS's fp32 sums run in another order) */
+    CUDA_CHECK(cudaMemset(d_dqkv16, 0xff, nq * 2));
+    CUDA_CHECK(cudaMemcpy(d_db, db0, 3 * C * sizeof(float), cudaMemcpyHostToDevice));
+    attention_backward_fused_bf16_ds(d_dqkv16, d_db, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C,
+                                     NH, 0);
+    w = widen(d_dqkv16, nq);
+    gt_compare("attention_bwd_fbf16_ds dqkv16", w, grad, nq, 2e-2, 5e-2);
+    gt_compare("attention_bwd_fbf16_ds dbias", d_db, db, (size_t)3 * C,
+               1e-2 * sqrt((double)B * T), 2e-2);
+    uint16_t *ds16 = down16(d_dqkv16, nq);
+    float *ds_db = gt_down(d_db, (size_t)3 * C);
+    float *def = (float *)malloc(nq * sizeof(float));
+    int kv_same = 1;
+    for (size_t i = 0; i < nq; i++) {
+        def[i] = bf16_to_f32(got16[i]);
+        if (i % (3 * (size_t)C) >= (size_t)C && ds16[i] != got16[i])
+            kv_same = 0;
+    }
+    printf("%-24s %s\n", "fbf16_ds dK, dV bits", kv_same ? "OK" : "FAILED (bits differ)");
+    gt_failed += !kv_same;
+    gt_compare("fbf16_ds dqkv16 vs default", w, def, nq, 2e-3, 1e-2);
+    gt_compare("fbf16_ds dbias vs default", d_db, got_db, (size_t)3 * C,
+               1e-3 * sqrt((double)B * T), 1e-2);
+    cudaFree(w);
+    free(def);
+
     /* NaN in qkv's and dout's padding rows changes no bit of any output */
     for (int b = 0; b < B; b++)
         for (int t = len[b]; t < T; t++) {
@@ -188,6 +216,17 @@ static void check_fused_bf16(const float *qkv, const float *dout, const float *o
     printf("%-24s %s\n", "fbf16 rerun, NaN pad d16", same16 ? "OK" : "FAILED (bits differ)");
     gt_failed += !same_out + !same16;
     gt_compare("fbf16 rerun, NaN pad dbias", d_db, got_db, (size_t)3 * C, 0, 0);
+    /* and the stored-dS^T backward: its own bits again */
+    CUDA_CHECK(cudaMemcpy(d_db, db0, 3 * C * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(d_dqkv16, 0xff, nq * 2));
+    attention_backward_fused_bf16_ds(d_dqkv16, d_db, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C,
+                                     NH, 0);
+    uint16_t *d3 = down16(d_dqkv16, nq);
+    int same_ds = memcmp(d3, ds16, nq * 2) == 0;
+    printf("%-24s %s\n", "fbf16_ds rerun, NaN pad", same_ds ? "OK" : "FAILED (bits differ)");
+    gt_failed += !same_ds;
+    gt_compare("fbf16_ds rerun, NaN pad dbias", d_db, ds_db, (size_t)3 * C, 0, 0);
+    free(d3), free(ds16), free(ds_db);
 
     free(got_out), free(got16), free(o2), free(d2), free(o16), free(got_db), free(q16), free(lse);
     free(db0), free(db);

@@ -148,6 +148,16 @@ void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias, const uint16_
                                    const uint16_t *qkv, const uint16_t *out, const float *lse,
                                    const int *len, int B, int T, int C, int NH,
                                    struct CUstream_st *stream);
+/* The same gradients with the dQ half done differently: the dK/dV kernel also stores dS^T (bf16,
+ * attention_backward_ds_bytes(B, T, NH) of stream-ordered scratch, T rounded up to 64 both ways:
+ * 201 MB at B 8, T 1024, NH 12), and dQ = dS K is one tensor-core product a tile instead of the
+ * recomputing kernel's three and its exponentials: fewer FLOPs for that much more memory
+ * traffic. Deterministic; dS is rounded to bf16 as in the default. */
+void attention_backward_fused_bf16_ds(uint16_t *dqkv16, float *dbias, const uint16_t *dout,
+                                      const uint16_t *qkv, const uint16_t *out, const float *lse,
+                                      const int *len, int B, int T, int C, int NH,
+                                      struct CUstream_st *stream);
+size_t attention_backward_ds_bytes(int B, int T, int NH);
 
 /* ---- pool.h ---- */
 void meanpool_forward(float *out, const float *inp, const int *len, int B, int T, int C,

@@ -935,6 +935,7 @@ static void case_attention(uint64_t *r)
     float *q16f = gt_copyv(qkv, nq), *grad = (float *)calloc(nq + 1, sizeof(float));
     float *o16f = gt_copyv(dout, no);
     float *db = gt_randv((size_t)3 * C, &s, -1, 1), *d_db = OUT_F(db, (size_t)3 * C);
+    float *db0 = gt_copyv(db, (size_t)3 * C);
     uint16_t *d_q16 = bf16_in(q16f, nq), *d_out16 = bf16_out(NULL, no);
     uint16_t *d_dout16 = bf16_in(o16f, no);
     uint16_t *d_dqkv16 = bf16_out(NULL, nq);
@@ -954,7 +955,16 @@ static void case_attention(uint64_t *r)
     check_bf16("attention_backward_fused_bf16", "dqkv16", d_dqkv16, grad, nq, 2e-2, 5e-2);
     check("attention_backward_fused_bf16", "dbias", d_db, db, (size_t)3 * C,
           1e-2 * sqrt((double)B * T), 2e-2);
-    free(q16f), free(o16f), free(grad), free(db);
+    /* dQ from the stored dS^T: the same outputs */
+    CUDA_CHECK(cudaMemset(d_dqkv16, 0xFF, nq * 2));
+    reset(d_db, db0, (size_t)3 * C * sizeof(float));
+    attention_backward_fused_bf16_ds(d_dqkv16, d_db, d_dout16, d_q16, d_out16, d_lse, d_len, B,
+                                     T, C, NH, 0);
+    launched("attention_backward_fused_bf16_ds");
+    check_bf16("attention_backward_fused_bf16_ds", "dqkv16", d_dqkv16, grad, nq, 2e-2, 5e-2);
+    check("attention_backward_fused_bf16_ds", "dbias", d_db, db, (size_t)3 * C,
+          1e-2 * sqrt((double)B * T), 2e-2);
+    free(q16f), free(o16f), free(grad), free(db), free(db0);
 
     /* bf16 tensor-core GEMMs inside (attention_gpu_test's tolerances) */
     CUDA_CHECK(cudaMemset(d_out, 0xFF, no * sizeof(float)));

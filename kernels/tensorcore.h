@@ -125,6 +125,16 @@ template <int N> static __device__ __forceinline__ void tc_cp_wait()
 #endif
 }
 
+/* A 32-bit store to global memory (4-byte aligned): two bf16 of a packed operand. */
+static __device__ __forceinline__ void tc_store32(void *dst, uint32_t v)
+{
+#if defined(__CUDA_ARCH__)
+    *(uint32_t *)dst = v;
+#else
+    memcpy(dst, &v, 4);
+#endif
+}
+
 /* Two fp32 values rounded to bf16 (to nearest even) in one register, lo in the low half. */
 static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
 {
@@ -151,7 +161,9 @@ static __device__ __forceinline__ void tc_pack_a(uint32_t a[4], const float c0[4
  *   tc_load_a:    A = tile rows 0-15, columns k0..k0+15
  *   tc_load_b_nk: B (k0..k0+15, n0..n0+15) = tile^T, the tile stored [n][k] (K used as K^T):
  *                 b[0..1] the 16x8 operand of columns n0..n0+7, b[2..3] of n0+8..n0+15
- *   tc_load_b_kn: B (k0..k0+15, n0..n0+15) = the tile stored [k][n] (V in P V), likewise */
+ *   tc_load_b_kn: B (k0..k0+15, n0..n0+15) = the tile stored [k][n] (V in P V), likewise
+ *   tc_load_a_km: A = rows m0..m0+15, columns k0..k0+15 of the tile's transpose: the tile
+ *                 stored [k][m] (a stored dS^T read as dS) */
 template <int LD>
 static __device__ __forceinline__ void tc_load_a(uint32_t a[4], const __nv_bfloat16 *tile, int k0)
 {
@@ -171,6 +183,15 @@ static __device__ __forceinline__ void tc_load_b_kn(uint32_t b[4], const __nv_bf
 {
     const int l = threadIdx.x % 32;
     tc_ldmatrix_x4<true>(b, tile + (k0 + l % 16) * LD + n0 + (l / 16) * 8);
+}
+template <int LD>
+static __device__ __forceinline__ void tc_load_a_km(uint32_t a[4], const __nv_bfloat16 *tile,
+                                                    int m0, int k0)
+{
+    /* matrix i of the operand (a[i]) is rows m0 + (i % 2) * 8 and columns k0 + (i / 2) * 8: the
+     * stored 8x8 block at [k0 + (i / 2) * 8][m0 + (i % 2) * 8], read transposed */
+    const int l = threadIdx.x % 32;
+    tc_ldmatrix_x4<true>(a, tile + (k0 + (l / 16) * 8 + l % 8) * LD + m0 + (l / 8 % 2) * 8);
 }
 
 #endif /* GANTRY_TENSORCORE_H */

@@ -6,7 +6,8 @@
 //   1. tc_mma with operands built lane by lane from the documented fragment tables (not from the
 //      helpers), D = A B + C for a 16x16 A and a 16x8 B of small integers;
 //   2. the ldmatrix helpers: A from a row-major tile (tc_load_a), B from a tile stored [n][k]
-//      (tc_load_b_nk) and from one stored [k][n] (tc_load_b_kn, ldmatrix .trans), 16x16 products;
+//      (tc_load_b_nk) and from one stored [k][n] (tc_load_b_kn, ldmatrix .trans), and A from a
+//      tile stored [k][m] (tc_load_a_km, .trans: a stored dS^T read as dS), 16x16 products;
 //   3. tc_pack_a: S = A B in fp32 accumulators, then S (as bf16) times B2 without shared memory;
 //   4. tc_cp_async16: the tiles of 2 and 3 staged by cp.async (a 16-byte chunk a lane and tile,
 //      one group, waited for), and a fourth, poisoned with NaN first, by zero fills: A times it
@@ -56,9 +57,11 @@ static __device__ void store16(float *d, const float (*acc)[4])
 }
 
 /* 2, 3 and 4: a (16x16, row-major), bnk (B stored [n][k]), bkn (B2 stored [k][n]); outputs
- * d_nk = A B, d_kn = A B2, d_pack = bf16(A B) B2, d_zero = A Z (Z zero-filled) */
+ * d_nk = A B, d_kn = A B2, d_pack = bf16(A B) B2, d_zero = A Z (Z zero-filled), d_km = M B2
+ * where M (m, k) is the tile bnk read as stored [k][m] */
 static __global__ void ldmatrix_kernel(float *d_nk, float *d_kn, float *d_pack, float *d_zero,
-                                       const uint16_t *a, const uint16_t *bnk, const uint16_t *bkn)
+                                       float *d_km, const uint16_t *a, const uint16_t *bnk,
+                                       const uint16_t *bkn)
 {
     extern __shared__ float tc_test_smem[];
     uint16_t *As = (uint16_t *)tc_test_smem, *Bnk = As + 16 * LD, *Bkn = Bnk + 16 * LD;
@@ -98,6 +101,12 @@ static __global__ void ldmatrix_kernel(float *d_nk, float *d_kn, float *d_pack, 
     tc_mma(z[0], fa, fb);
     tc_mma(z[1], fa, fb + 2);
     store16(d_zero, z);
+    float w[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    tc_load_a_km<LD>(fa, BN, 0, 0);
+    tc_load_b_kn<LD>(fb, BK, 0, 0);
+    tc_mma(w[0], fa, fb);
+    tc_mma(w[1], fa, fb + 2);
+    store16(d_km, w);
 }
 
 static uint16_t *rand_int_bf16(int n, uint64_t *s, float *f)
@@ -133,16 +142,17 @@ int main(void)
     gt_compare("mma m16n8k16 tables", d_d, ref, 128, 0, 0);
 
     /* B (k, n) stored [n][k] in bnk; B2 (k, n) stored [k][n] in bkn */
-    float bnkf[256], bknf[256], ref_nk[256], ref_kn[256], ref_pack[256];
+    float bnkf[256], bknf[256], ref_nk[256], ref_kn[256], ref_pack[256], ref_km[256];
     uint16_t *bnk = rand_int_bf16(256, &seed, bnkf), *bkn = rand_int_bf16(256, &seed, bknf);
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 16; j++) {
-            float x = 0, y = 0;
+            float x = 0, y = 0, z = 0;
             for (int k = 0; k < 16; k++) {
                 x += af[i * 16 + k] * bnkf[j * 16 + k];
                 y += af[i * 16 + k] * bknf[k * 16 + j];
+                z += bnkf[k * 16 + i] * bknf[k * 16 + j];
             }
-            ref_nk[i * 16 + j] = x, ref_kn[i * 16 + j] = y;
+            ref_nk[i * 16 + j] = x, ref_kn[i * 16 + j] = y, ref_km[i * 16 + j] = z;
         }
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 16; j++) {
@@ -152,20 +162,23 @@ int main(void)
             ref_pack[i * 16 + j] = x;
         }
     uint16_t *d_bnk = (uint16_t *)gt_up(bnk, 256, 2), *d_bkn = (uint16_t *)gt_up(bkn, 256, 2);
-    float *d_nk, *d_kn, *d_pack, *d_zero, zero[256] = {0};
+    float *d_nk, *d_kn, *d_pack, *d_zero, *d_km, zero[256] = {0};
+    CUDA_CHECK(cudaMalloc(&d_km, 256 * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&d_zero, 256 * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&d_nk, 256 * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&d_kn, 256 * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&d_pack, 256 * sizeof(float)));
-    ldmatrix_kernel<<<1, 32, 4 * 16 * LD * sizeof(uint16_t)>>>(d_nk, d_kn, d_pack, d_zero, d_a,
-                                                                d_bnk, d_bkn);
+    ldmatrix_kernel<<<1, 32, 4 * 16 * LD * sizeof(uint16_t)>>>(d_nk, d_kn, d_pack, d_zero, d_km,
+                                                                d_a, d_bnk, d_bkn);
     CUDA_CHECK(cudaGetLastError());
     gt_compare("ldmatrix A, B [n][k]", d_nk, ref_nk, 256, 0, 0);
     gt_compare("ldmatrix A, B [k][n]", d_kn, ref_kn, 256, 0, 0);
     gt_compare("tc_pack_a(S) B", d_pack, ref_pack, 256, 0, 0);
     gt_compare("cp.async zero fill", d_zero, zero, 256, 0, 0);
+    gt_compare("ldmatrix A [k][m], B [k][n]", d_km, ref_km, 256, 0, 0);
     cudaFree(d_a), cudaFree(d_b), cudaFree(d_c), cudaFree(d_d), cudaFree(d_bnk), cudaFree(d_bkn);
     cudaFree(d_nk), cudaFree(d_kn), cudaFree(d_pack), cudaFree(d_zero);
+    cudaFree(d_km);
     free(a), free(b), free(bnk), free(bkn);
     return gt_summary("tensorcore_gpu_test");
 }

@@ -67,6 +67,7 @@ struct model_gpu {
     cudaEvent_t *unit_done; /* MODEL_GPU_UNITS(L): recorded behind each unit's last kernel */
     int graphs;             /* MODEL_GPU_GRAPHS */
     int dgelu_epi;          /* MODEL_GPU_DGELU_EPILOGUE */
+    int attn_ds;            /* MODEL_GPU_ATTENTION_DS */
     struct graph_slot gs[GRAPH_SLOTS];
     unsigned long long gtick;
     long graph_captures, graph_launches, graph_evictions;
@@ -462,9 +463,9 @@ static void backward_body(struct model_gpu *g, float loss_scale)
                         lnsum ? NULL : "attprojb", (size_t)l * C * C, (size_t)l * C, N, C, C);
         mark(g, "attention proj GEMM bwd");
         if (g->fused && g->bf16) { /* dqkv in bf16 only, qkvb's gradient summed in the kernels */
-            attention_backward_fused_bf16(g->s16a, G("qkvb") + (size_t)l * 3 * C, g->datty16,
-                                          g->qkvh + 3 * l * NC, attyh, g->lse + l * nlse, g->len,
-                                          B, T, C, NH, s);
+            (g->attn_ds ? attention_backward_fused_bf16_ds : attention_backward_fused_bf16)(
+                g->s16a, G("qkvb") + (size_t)l * 3 * C, g->datty16, g->qkvh + 3 * l * NC, attyh,
+                g->lse + l * nlse, g->len, B, T, C, NH, s);
             mark(g, "attention bwd");
             matmul_backward_mixed_set(g->dln, G("qkvw") + (size_t)l * 3 * C * C, NULL, NULL,
                                       g->s16a, ln1h, P16("qkvw") + (size_t)l * 3 * C * C, N, C,
@@ -686,6 +687,15 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     g->fused = fused, g->ngram = ngram;
     g->graphs = (flags & MODEL_GPU_GRAPHS) != 0;
     g->dgelu_epi = bf16 && (flags & MODEL_GPU_DGELU_EPILOGUE) != 0;
+    g->attn_ds = bf16 && fused && (flags & MODEL_GPU_ATTENTION_DS) != 0;
+    if (g->attn_ds && attention_backward_ds_bytes(max_batch, c->max_seq_len, c->heads) >
+                          ((size_t)4 << 30)) {
+        fprintf(stderr, "model_gpu: the attention backward's stored dS^T would take %.1f GiB "
+                        "(batch %d, %d tokens, %d heads; past 4 GiB): dQ is recomputed instead\n",
+                attention_backward_ds_bytes(max_batch, c->max_seq_len, c->heads) / 1073741824.0,
+                max_batch, c->max_seq_len, c->heads);
+        g->attn_ds = 0;
+    }
     gpu_init();
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
     g->nseg = m->n_tensors;

@@ -63,6 +63,12 @@ int model_gpu_device_count(void);
  * where cuBLASLt has no such algorithm, the pass). Off by default until a GPU run has measured
  * it (gpu_bench --dgelu-epilogue beside the default, docs/gpu.md). */
 #define MODEL_GPU_DGELU_EPILOGUE 8u
+/* bf16 with the fused attention only: its backward stores dS^T and takes dQ from it in one
+ * product a tile (attention_backward_fused_bf16_ds) instead of recomputing S and dP in a second
+ * kernel; scratch of attention_backward_ds_bytes(max_batch, T, heads) (201 MB at B 8, T 1024,
+ * 12 heads), refused past 4 GiB with a note on stderr (the default then). Off by default until a
+ * GPU run has measured it (gpu_bench --attention-ds beside the default, docs/gpu.md). */
+#define MODEL_GPU_ATTENTION_DS 16u
 
 /* Device state for m's configuration (the Transformer, or MODEL_NGRAM: the bags of n-grams are
  * built on the host by model_gpu_batch, their mean, the head and the loss on the device; fp32,
