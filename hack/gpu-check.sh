@@ -417,5 +417,22 @@ for r in rows:
     impl += "-dgelu" if r.get("dgelu_epilogue") else ""
     print(f"{r['preset']:8} {impl:30} {prec:5} {r['batch']:3} {r['ms_per_step']:9.2f} "
           f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")
+    r["label"] = impl
+# the target, per shape: gantry's best bf16 row against PyTorch's best, and 45 % MFU at
+# the GPT-2 shape
+for preset, batch in sorted({(r["preset"], r["batch"]) for r in rows if "label" in r}):
+    same = [r for r in rows if "label" in r and r["preset"] == preset and r["batch"] == batch
+            and r.get("precision", "bf16") == "bf16" and not r["impl"].endswith("fp32")]
+    g = [r for r in same if r["impl"] == "gantry"]
+    t = [r for r in same if r["impl"].startswith("pytorch")]
+    if not g or not t:
+        continue
+    bg = min(g, key=lambda r: r["ms_per_step"])
+    bt = min(t, key=lambda r: r["ms_per_step"])
+    ratio = bt["ms_per_step"] / bg["ms_per_step"]
+    mfu = f", MFU {100 * bg['mfu']:.1f}% (target 45%)" if preset == "gpt2" else ""
+    print(f"best {preset} B={batch}: gantry {bg['label']} {bg['ms_per_step']:.2f} ms, "
+          f"{bt['label']} {bt['ms_per_step']:.2f} ms: gantry {ratio:.3f}x PyTorch's best "
+          f"({'at or ahead' if ratio >= 1 else 'behind'}){mfu}")
 PY
 exit $status
