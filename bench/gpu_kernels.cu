@@ -303,6 +303,13 @@ int main(int argc, char **argv)
         attention_forward_fused_bf16(o16, lse, qkv16, len, B, T, C, NH, 0);
     });
     flop_line("attention fused fwd", shape, fwd, ms);
+    const double fwd_ms = ms;
+    ms = time_ms(&tm, [&] {
+        attention_forward_fused_bf16_qhoist(o16, lse, qkv16, len, B, T, C, NH, 0);
+    });
+    flop_line("attn fused fwd, Q in regs", shape, fwd, ms);
+    printf("kernel: attention fwd Q in registers / default: %.3f (below 1: hoisting Q pays)\n",
+           ms / fwd_ms);
     ms = time_ms(&tm, [&] {
         attention_backward_fused_bf16(dqkv16, dbq, do16, qkv16, o16, lse, len, B, T, C, NH, 0);
     });

@@ -744,8 +744,8 @@ static __device__ __forceinline__ void tc_hoist(uint32_t (*a1)[4], const __nv_bf
     }
 }
 
-/* tc_rows_by_tile_t with A from tc_load_a_all's fragments. */
-template <int K, int NB, int LD>
+/* tc_rows_by_tile_t with A from tc_load_a_all's fragments (m-tile i's at fa + i * K / 16). */
+template <int K, int NB, int LD, int MT = 1>
 static __device__ __forceinline__ void tc_frags_by_tile_t(float (*acc)[4], const uint32_t (*fa)[4],
                                                           const __nv_bfloat16 *tile)
 {
@@ -755,8 +755,11 @@ static __device__ __forceinline__ void tc_frags_by_tile_t(float (*acc)[4], const
         for (int n = 0; n < NB; n += 2) {
             uint32_t fb[4];
             tc_load_b_nk<LD>(fb, tile, n * 8, k);
-            tc_mma(acc[n], fa[k / 16], fb);
-            tc_mma(acc[n + 1], fa[k / 16], fb + 2);
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                tc_mma(acc[i * NB + n], fa[i * (K / 16) + k / 16], fb);
+                tc_mma(acc[i * NB + n + 1], fa[i * (K / 16) + k / 16], fb + 2);
+            }
         }
 }
 
@@ -880,7 +883,11 @@ static __device__ void tc_store_grad(__nv_bfloat16 *dst, size_t ld, int rows_lef
     __syncthreads(); /* red read: the next call may write it */
 }
 
-template <int HSP>
+/* The forward. With QH the warp's queries' A fragments are loaded from shared memory once, for
+ * all key tiles, instead of again for every tile (8 of the 40 ldmatrix a tile at head size 64;
+ * 250 registers there instead of 198, no spills, still 2 blocks an SM): same arithmetic, same
+ * bits. Not the default until measured (attention_forward_fused_bf16_qhoist). */
+template <int HSP, bool QH>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_forward_kernel(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, const int *len,
                       int T, int NH, int hs, float scale)
@@ -904,6 +911,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
      * lane's part of the row sum) */
     float o[MT * NO][4];
     float m[MT][2], l[MT][2];
+    uint32_t qa[QH ? MT * (HSP / 16) : 1][4]; /* QH: the warp's queries as A operands */
     tc_zero<MT * NO>(o);
 #pragma unroll
     for (int i = 0; i < MT; i++)
@@ -919,7 +927,15 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;
         float s[MT * TC_NB][4]; /* unscaled scores Q K^T; m, the row max, likewise */
         tc_zero<MT * TC_NB>(s);
-        tc_rows_by_tile_t<HSP, TC_NB, D::LDH, MT>(s, Qw, Ks);
+        if constexpr (QH) {
+            if (j0 == 0) /* Q landed with the first tile */
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+                    tc_load_a_all<HSP, D::LDH>(qa + i * (HSP / 16), Qw + i * 16 * D::LDH);
+            tc_frags_by_tile_t<HSP, TC_NB, D::LDH, MT>(s, qa, Ks);
+        } else {
+            tc_rows_by_tile_t<HSP, TC_NB, D::LDH, MT>(s, Qw, Ks);
+        }
 #pragma unroll
         for (int i = 0; i < MT; i++) {
             float(*si)[4] = s + i * TC_NB;
@@ -1229,16 +1245,16 @@ template <typename K> static void tc_allow_smem(K *kernel, size_t smem, int *rai
     }
 }
 
-template <int HSP>
+template <int HSP, bool QH>
 static void tc_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, const int *len,
                        int B, int T, int NH, int hs, cudaStream_t stream)
 {
     static int raised;
     const size_t smem = tc_dims<HSP>::fwd;
     dim3 grid((unsigned)CEIL_DIV(T, tc_dims<HSP>::FBR), (unsigned)(B * NH));
-    tc_allow_smem(tc_forward_kernel<HSP>, smem, &raised);
-    tc_forward_kernel<HSP><<<grid, TC_WARPS * 32, smem, stream>>>(out, lse, qkv, len, T, NH, hs,
-                                                                  1.0f / sqrtf((float)hs));
+    tc_allow_smem(tc_forward_kernel<HSP, QH>, smem, &raised);
+    tc_forward_kernel<HSP, QH><<<grid, TC_WARPS * 32, smem, stream>>>(
+        out, lse, qkv, len, T, NH, hs, 1.0f / sqrtf((float)hs));
     GPU_LAUNCH_CHECK();
 }
 
@@ -1275,9 +1291,9 @@ static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 
     GPU_LAUNCH_CHECK();
 }
 
-extern "C" void attention_forward_fused_bf16(uint16_t *out, float *lse, const uint16_t *qkv,
-                                             const int *len, int B, int T, int C, int NH,
-                                             struct CUstream_st *stream)
+template <bool QH>
+static void forward_fused_bf16(uint16_t *out, float *lse, const uint16_t *qkv, const int *len,
+                               int B, int T, int C, int NH, cudaStream_t stream)
 {
     if ((size_t)B * T * C == 0)
         return;
@@ -1285,11 +1301,26 @@ extern "C" void attention_forward_fused_bf16(uint16_t *out, float *lse, const ui
     __nv_bfloat16 *o = (__nv_bfloat16 *)out;
     const __nv_bfloat16 *q = (const __nv_bfloat16 *)qkv;
     if (hsp == 32)
-        tc_forward<32>(o, lse, q, len, B, T, NH, hs, stream);
+        tc_forward<32, QH>(o, lse, q, len, B, T, NH, hs, stream);
     else if (hsp == 64)
-        tc_forward<64>(o, lse, q, len, B, T, NH, hs, stream);
+        tc_forward<64, QH>(o, lse, q, len, B, T, NH, hs, stream);
     else
-        tc_forward<128>(o, lse, q, len, B, T, NH, hs, stream);
+        tc_forward<128, QH>(o, lse, q, len, B, T, NH, hs, stream);
+}
+
+extern "C" void attention_forward_fused_bf16(uint16_t *out, float *lse, const uint16_t *qkv,
+                                             const int *len, int B, int T, int C, int NH,
+                                             struct CUstream_st *stream)
+{
+    forward_fused_bf16<false>(out, lse, qkv, len, B, T, C, NH, stream);
+}
+
+extern "C" void attention_forward_fused_bf16_qhoist(uint16_t *out, float *lse,
+                                                    const uint16_t *qkv, const int *len, int B,
+                                                    int T, int C, int NH,
+                                                    struct CUstream_st *stream)
+{
+    forward_fused_bf16<true>(out, lse, qkv, len, B, T, C, NH, stream);
 }
 
 extern "C" size_t attention_backward_ds_bytes(int B, int T, int NH)

@@ -146,6 +146,19 @@ static void check_fused_bf16(const float *qkv, const float *dout, const float *o
     gt_compare("attention_fwd_fbf16 out", w, out, no, 2e-2, 5e-2);
     cudaFree(w);
     gt_compare("attention_fwd_fbf16 lse", d_lse, lse, nl, 2e-2, 2e-2);
+    {   /* the forward with the queries' operands kept in registers: the same bits */
+        uint16_t *o_def = down16(d_out, no);
+        float *l_def = gt_down(d_lse, nl);
+        CUDA_CHECK(cudaMemset(d_out, 0xff, no * 2));
+        CUDA_CHECK(cudaMemset(d_lse, 0xff, nl * sizeof(float)));
+        attention_forward_fused_bf16_qhoist(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
+        uint16_t *o_h = down16(d_out, no);
+        float *l_h = gt_down(d_lse, nl);
+        int same_h = memcmp(o_h, o_def, no * 2) == 0 && memcmp(l_h, l_def, nl * 4) == 0;
+        printf("%-24s %s\n", "fbf16 qhoist out, lse", same_h ? "OK" : "FAILED (bits differ)");
+        gt_failed += !same_h;
+        free(o_def), free(l_def), free(o_h), free(l_h);
+    }
     attention_backward_fused_bf16(d_dqkv16, d_db, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH,
                                   0);
     w = widen(d_dqkv16, nq);

@@ -144,6 +144,12 @@ void attention_backward_fused(float *dqkv, const float *dout, const float *qkv, 
  * bf16 as operands; softmax, sums and the scaling are fp32. */
 void attention_forward_fused_bf16(uint16_t *out, float *lse, const uint16_t *qkv, const int *len,
                                   int B, int T, int C, int NH, struct CUstream_st *stream);
+/* The same forward, the same bits, with each warp's query operands kept in registers across the
+ * key tiles (fewer shared-memory reads, more registers): timed beside the default by
+ * bench/gpu_kernels until a GPU run says which is faster. */
+void attention_forward_fused_bf16_qhoist(uint16_t *out, float *lse, const uint16_t *qkv,
+                                         const int *len, int B, int T, int C, int NH,
+                                         struct CUstream_st *stream);
 void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias, const uint16_t *dout,
                                    const uint16_t *qkv, const uint16_t *out, const float *lse,
                                    const int *len, int B, int T, int C, int NH,
