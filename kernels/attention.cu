@@ -634,21 +634,45 @@ template <int HSP> struct tc_dims {
  * or dO (ld = C); rows >= L and columns >= hs are zeros (padding is never read). Rows of whole
  * 16-byte chunks are copied with cp.async, 16 bytes at a time (padding chunks as zero fills): in
  * flight until the caller's tc_cp_commit and tc_cp_wait; others element by element, at once. */
-template <int HSP>
+template <int HSP, int NROWS = TC_BC>
 static __device__ void tc_stage(__nv_bfloat16 *dst, const __nv_bfloat16 *src, size_t ld, int r0,
-                                int nrows, int L, int hs)
+                                int L, int hs)
 {
-    constexpr int LDH = tc_dims<HSP>::LDH;
-    if (hs % 8 == 0 && ld % 8 == 0 && (uintptr_t)src % 16 == 0) {
-        for (int x = threadIdx.x; x < nrows * (HSP / 8); x += blockDim.x) {
-            const int r = x / (HSP / 8), d = x % (HSP / 8) * 8, t = r0 + r;
-            const bool real = t < L && d < hs;
-            tc_cp_async16(dst + r * LDH + d, real ? src + (size_t)t * ld + d : src, real);
+    constexpr int LDH = tc_dims<HSP>::LDH, CH = HSP / 8, NT = TC_WARPS * 32;
+    const unsigned tid = threadIdx.x;
+    if (hs % 8 == 0 && ld % 8 == 0 && ld < (1u << 24) && (uintptr_t)src % 16 == 0) {
+        if constexpr (NROWS * CH <= 4 * NT && HSP >= 64) {
+            /* head size 64, up to 4 chunks a thread: every tc_ kernel runs TC_WARPS warps, so
+             * with NROWS known the loop unrolls, a chunk's row and column are constants plus
+             * the thread's own (unsigned shifts), and its address is one 64-bit base a call
+             * plus a 32-bit offset (NROWS * ld < 2^31): a few instructions a chunk instead of a
+             * loop's worth (ptxas, sm_90: dK/dV 222 registers, was 225). At head size 128 the
+             * 8 chunks unrolled take the dK/dV kernel past 255 registers (spills), at 32 from
+             * 127 to 138 (3 blocks an SM instead of 4): the loop below for those. */
+            const __nv_bfloat16 *row0 = src + (size_t)r0 * ld;
+            const unsigned lde = (unsigned)ld;
+#pragma unroll
+            for (int x0 = 0; x0 < NROWS * CH; x0 += NT) {
+                const unsigned x = x0 + tid;
+                if ((NROWS * CH) % NT != 0 && x >= (unsigned)(NROWS * CH))
+                    break;
+                const unsigned r = x / CH, d = x % CH * 8;
+                const bool real = r0 + (int)r < L && (int)d < hs;
+                /* a padding chunk reads nothing (zero fill) but names row r0's start, in range */
+                tc_cp_async16(dst + r * LDH + d, row0 + (real ? r * lde + d : 0u), real);
+            }
+        } else {
+#pragma unroll 1
+            for (int x = threadIdx.x; x < NROWS * CH; x += NT) {
+                const int r = x / CH, d = x % CH * 8, t = r0 + r;
+                const bool real = t < L && d < hs;
+                tc_cp_async16(dst + r * LDH + d, real ? src + (size_t)t * ld + d : src, real);
+            }
         }
         return;
     }
-    for (int x = threadIdx.x; x < nrows * HSP; x += blockDim.x) {
-        const int r = x / HSP, d = x % HSP, t = r0 + r;
+    for (unsigned x = tid; x < (unsigned)(NROWS * HSP); x += NT) {
+        const int r = (int)(x / HSP), d = (int)(x % HSP), t = r0 + r;
         dst[r * LDH + d] = t < L && d < hs ? src[(size_t)t * ld + d] : __float2bfloat16_rn(0.0f);
     }
 }
@@ -713,8 +737,8 @@ static __device__ void tc_stage2(__nv_bfloat16 *t1, const __nv_bfloat16 *src1, s
                                  __nv_bfloat16 *t2, const __nv_bfloat16 *src2, size_t ld2, int r0,
                                  int L, int hs)
 {
-    tc_stage<HSP>(t1, src1, ld1, r0, TC_BC, L, hs);
-    tc_stage<HSP>(t2, src2, ld2, r0, TC_BC, L, hs);
+    tc_stage<HSP>(t1, src1, ld1, r0, L, hs);
+    tc_stage<HSP>(t2, src2, ld2, r0, L, hs);
 }
 
 /* The K and V tiles at key j0 (rows of the head's k, v: base + C, base + 2C, row stride ld) into
@@ -837,6 +861,20 @@ static __device__ __forceinline__ void tc_row_each(const float (*acc)[4], int r,
 }
 
 
+/* f(d, v0, v1) for each of this lane's two adjacent elements (columns d, d + 1) of row r of a
+ * (16, HSP) accumulator with d < hs, where hs is even: what a 4-byte store of a bf16 pair takes */
+template <int HSP, typename F>
+static __device__ __forceinline__ void tc_row_pairs(const float (*acc)[4], int r, int hs, F f)
+{
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < HSP / 8; n++) {
+        const int d = n * 8 + 2 * t;
+        if (d < hs)
+            f(d, acc[n][2 * r], acc[n][2 * r + 1]);
+    }
+}
+
 /* A block's gradient rows for one head's columns (q, k or v), from the warps' accumulators: the
  * lane's rows warp * 16 + g (+ 8) hold acc times mul, or zeros for a padding row (!valid[r]),
  * stored rounded to bf16 at dst (the block's first row and the head's first column of dqkv16;
@@ -906,6 +944,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const __nv_bfloat16 *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
     const __nv_bfloat16 *Qw = Qs + warp * 16 * MT * D::LDH;
     const float sl2 = scale * TC_LOG2E;
+    /* O's rows stored as bf16 pairs (4 bytes) where every row start is 4-byte aligned */
+    const bool pairs = hs % 2 == 0 && (uintptr_t)out % 4 == 0;
 
     /* per m-tile i: O in o + i * NO, its rows g, g + 8 in m[i][0..1], l[i][0..1] (l: this
      * lane's part of the row sum) */
@@ -917,7 +957,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     for (int i = 0; i < MT; i++)
         m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.0f;
     if (q0 < L) { /* block-uniform: the barriers below are reached by all or none */
-        tc_stage<HSP>(Qs, base, ld, q0, D::FBR, L, hs);
+        tc_stage<HSP, D::FBR>(Qs, base, ld, q0, L, hs);
         tc_stage_kv<HSP>(KVs, 0, base, C, ld, 0, L, hs);
         tc_cp_commit();
     }
@@ -986,10 +1026,16 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
             if (q >= T)
                 continue;
             const bool valid = q < L;
+            const float inv = 1.0f / lr; /* one division a row */
             __nv_bfloat16 *dst = out + ((size_t)b * T + q) * C + (size_t)h * hs;
-            tc_row_each<HSP>(o + i * NO, r, hs, [&](int d, float v) {
-                dst[d] = __float2bfloat16_rn(valid ? v / lr : 0.0f);
-            });
+            if (pairs)
+                tc_row_pairs<HSP>(o + i * NO, r, hs, [&](int d, float v0, float v1) {
+                    tc_store32(dst + d, valid ? tc_pack(v0 * inv, v1 * inv) : 0u);
+                });
+            else
+                tc_row_each<HSP>(o + i * NO, r, hs, [&](int d, float v) {
+                    dst[d] = __float2bfloat16_rn(valid ? v * inv : 0.0f);
+                });
             if (t == 0)
                 lse[(size_t)bh * T + q] = valid ? m[i][r] * scale + logf(lr) : 0.0f;
         }
@@ -1204,8 +1250,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const bool valid[2] = {q0 + warp * 16 + g < L, q0 + warp * 16 + g + 8 < L};
     auto stage = [&](int j0, int c) { /* the key tile at j0 into buffer c */
         __nv_bfloat16 *St = buf + c * (SE + D::TE);
-        tc_stage<TC_BR>(St, sbase, (size_t)TP, j0, TC_BC, L, TC_BR);
-        tc_stage<HSP>(St + SE, kbase, ld, j0, TC_BC, L, hs);
+        tc_stage<TC_BR>(St, sbase, (size_t)TP, j0, L, TC_BR);
+        tc_stage<HSP>(St + SE, kbase, ld, j0, L, hs);
     };
 
     float dq[HSP / 8][4];
