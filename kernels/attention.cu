@@ -359,8 +359,11 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
 /* D (B,NH,T): D_i = dO_i . O_i over the head's dims, 0 for padding rows; one warp per row. dO
  * and O are fp32 (attention_backward_fused) or bf16 (attention_backward_fused_bf16). */
 template <typename O>
+/* D (B NH T) = rowsum(dO o O), 0 in padding rows; with lse2, also lse2 = lse log2(e) (0 in
+ * padding rows), the form the tensor-core dK/dV kernel stages with cp.async */
 static __global__ void fa_rowdot_kernel(float *D, const O *dout, const O *out, const int *len,
-                                        int B, int T, int NH, int hs)
+                                        int B, int T, int NH, int hs, float *lse2,
+                                        const float *lse)
 {
     size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -374,8 +377,11 @@ static __global__ void fa_rowdot_kernel(float *D, const O *dout, const O *out, c
             s += to_f32(dout[o + d]) * to_f32(out[o + d]);
     }
     s = warp_sum(s);
-    if (lane == 0)
+    if (lane == 0) {
         D[row] = s;
+        if (lse2)
+            lse2[row] = i < len[b] ? lse[row] * 1.4426950408889634f : 0.0f;
+    }
 }
 
 /* One warp per key j (block: FA_WARPS keys of one (b, h)); lanes over a tile of 32 queries:
@@ -565,7 +571,7 @@ extern "C" void attention_backward_fused(float *dqkv, const float *dout, const f
     int hsp = fa_padded_head(C, NH, "attention_backward_fused"), hs = C / NH;
     float *D = (float *)gpu_scratch(rows * sizeof(float), stream);
     fa_rowdot_kernel<float><<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(D, dout, out, len, B,
-                                                                             T, NH, hs);
+                                                                             T, NH, hs, NULL, NULL);
     GPU_LAUNCH_CHECK();
     if (hsp == 32)
         fa_backward<32>(dqkv, dout, qkv, lse, D, len, B, T, NH, hs, stream);
@@ -1048,8 +1054,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 template <int HSP, bool DS>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_dkdv_kernel(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dout,
-                   const __nv_bfloat16 *qkv, const float *lse, const float *Dr, const int *len,
-                   int T, int NH, int hs, float scale, __nv_bfloat16 *dsT, int TP)
+                   const __nv_bfloat16 *qkv, const float *lse2, const float *Dr, const int *len,
+                   int T, int NH, int hs, float scale, __nv_bfloat16 *dsT, int TP, int rows16)
 {
     typedef tc_dims<HSP> D;
     extern __shared__ float tc_smem[];
@@ -1076,9 +1082,21 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     auto stage = [&](int i0, int c) { /* the query tile at i0 into buffer c */
         tc_stage2<HSP>(QOs + 2 * c * D::TE, base, ld, QOs + (2 * c + 1) * D::TE, dbase, C, i0, L,
                        hs);
-        for (int r = threadIdx.x; r < TC_BC; r += blockDim.x) {
-            LDs[2 * c * TC_BC + r] = i0 + r < L ? lse[(size_t)bh * T + i0 + r] * TC_LOG2E : 0.0f;
-            LDs[(2 * c + 1) * TC_BC + r] = i0 + r < L ? Dr[(size_t)bh * T + i0 + r] : 0.0f;
+        /* head size 128: the loop below (the cp.async form took the kernel's 255 registers to
+         * spills there) */
+        if (HSP <= 64 && rows16) { /* lse2, D by cp.async too, 4 rows a chunk, in the group */
+            if (threadIdx.x < 2 * TC_BC / 4) {
+                const int k = threadIdx.x % (TC_BC / 4), which = threadIdx.x / (TC_BC / 4);
+                const int r = i0 + 4 * k; /* rows L..T-1 hold zeros; a chunk at T or past: 0 */
+                const float *row = (which ? Dr : lse2) + (size_t)bh * T;
+                tc_cp_async16(LDs + (2 * c + which) * TC_BC + 4 * k, row + (r < T ? r : 0),
+                              r < T);
+            }
+        } else {
+            for (int r = threadIdx.x; r < TC_BC; r += blockDim.x) {
+                LDs[2 * c * TC_BC + r] = i0 + r < L ? lse2[(size_t)bh * T + i0 + r] : 0.0f;
+                LDs[(2 * c + 1) * TC_BC + r] = i0 + r < L ? Dr[(size_t)bh * T + i0 + r] : 0.0f;
+            }
         }
     };
     if (live) {
@@ -1309,17 +1327,20 @@ static void tc_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv,
 template <int HSP>
 static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dout,
                         const __nv_bfloat16 *qkv, const float *lse, const float *Dr,
-                        const int *len, int B, int T, int NH, int hs, __nv_bfloat16 *dsT,
-                        int TP, cudaStream_t stream)
+                        const float *lse2, const int *len, int B, int T, int NH, int hs,
+                        __nv_bfloat16 *dsT, int TP, cudaStream_t stream)
 {
     static int raised_kv, raised_kvs, raised_q, raised_qs;
     const float scale = 1.0f / sqrtf((float)hs);
     const dim3 grid((unsigned)CEIL_DIV(T, TC_BR), (unsigned)(B * NH));
     const size_t skv = tc_dims<HSP>::dkdv, sq = tc_dims<HSP>::dq, sqs = tc_dq_ds_smem<HSP>();
+    /* a head's rows of lse2 and D start 16-byte aligned (the caller's rows4 keeps lse2 so): the
+     * dK/dV kernel stages them by cp.async */
+    const int rows16 = T % 4 == 0 && (uintptr_t)lse2 % 16 == 0 && (uintptr_t)Dr % 16 == 0;
     if (dsT) {
         tc_allow_smem(tc_dkdv_kernel<HSP, true>, skv, &raised_kvs);
         tc_dkdv_kernel<HSP, true><<<grid, TC_WARPS * 32, skv, stream>>>(
-            dqkv16, part, dout, qkv, lse, Dr, len, T, NH, hs, scale, dsT, TP);
+            dqkv16, part, dout, qkv, lse2, Dr, len, T, NH, hs, scale, dsT, TP, rows16);
         GPU_LAUNCH_CHECK();
         tc_allow_smem(tc_dq_ds_kernel<HSP>, sqs, &raised_qs);
         tc_dq_ds_kernel<HSP><<<grid, TC_WARPS * 32, sqs, stream>>>(dqkv16, part, dsT, TP, qkv,
@@ -1329,7 +1350,7 @@ static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 
     }
     tc_allow_smem(tc_dkdv_kernel<HSP, false>, skv, &raised_kv);
     tc_dkdv_kernel<HSP, false><<<grid, TC_WARPS * 32, skv, stream>>>(
-        dqkv16, part, dout, qkv, lse, Dr, len, T, NH, hs, scale, NULL, 0);
+        dqkv16, part, dout, qkv, lse2, Dr, len, T, NH, hs, scale, NULL, 0, rows16);
     GPU_LAUNCH_CHECK();
     tc_allow_smem(tc_dq_kernel<HSP>, sq, &raised_q);
     tc_dq_kernel<HSP><<<grid, TC_WARPS * 32, sq, stream>>>(dqkv16, part, dout, qkv, lse, Dr, len,
@@ -1387,23 +1408,25 @@ static void backward_fused_bf16(uint16_t *dqkv16, float *dbias, const uint16_t *
     int nparts = B * CEIL_DIV(T, TC_BR); /* a partial column sum per block of rows */
     __nv_bfloat16 *d16 = (__nv_bfloat16 *)dqkv16;
     const __nv_bfloat16 *q = (const __nv_bfloat16 *)qkv;
-    float *Dr = (float *)gpu_scratch(rows * sizeof(float), stream);
+    /* D, then lse log2(e) 16-byte aligned after it (tc_dkdv_kernel stages both by cp.async) */
+    const size_t rows4 = (rows + 3) / 4 * 4;
+    float *Dr = (float *)gpu_scratch(2 * rows4 * sizeof(float), stream), *lse2 = Dr + rows4;
     float *part = dbias ? (float *)gpu_scratch((size_t)nparts * 3 * C * sizeof(float), stream)
                         : NULL;
     const __nv_bfloat16 *dO = (const __nv_bfloat16 *)dout;
     fa_rowdot_kernel<__nv_bfloat16><<<(unsigned)CEIL_DIV(rows, 8), 256, 0, stream>>>(
-        Dr, dO, (const __nv_bfloat16 *)out, len, B, T, NH, hs);
+        Dr, dO, (const __nv_bfloat16 *)out, len, B, T, NH, hs, lse2, lse);
     GPU_LAUNCH_CHECK();
     const int TP = CEIL_DIV(T, TC_BC) * TC_BC;
     __nv_bfloat16 *dsT =
         stored_ds ? (__nv_bfloat16 *)gpu_scratch(attention_backward_ds_bytes(B, T, NH), stream)
                   : NULL;
     if (hsp == 32)
-        tc_backward<32>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, dsT, TP, stream);
+        tc_backward<32>(d16, part, dO, q, lse, Dr, lse2, len, B, T, NH, hs, dsT, TP, stream);
     else if (hsp == 64)
-        tc_backward<64>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, dsT, TP, stream);
+        tc_backward<64>(d16, part, dO, q, lse, Dr, lse2, len, B, T, NH, hs, dsT, TP, stream);
     else
-        tc_backward<128>(d16, part, dO, q, lse, Dr, len, B, T, NH, hs, dsT, TP, stream);
+        tc_backward<128>(d16, part, dO, q, lse, Dr, lse2, len, B, T, NH, hs, dsT, TP, stream);
     if (dsT)
         gpu_scratch_free(dsT, stream);
     if (dbias) {
