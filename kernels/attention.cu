@@ -929,7 +929,7 @@ static __device__ void tc_store_grad(__nv_bfloat16 *dst, size_t ld, int rows_lef
 
 /* The forward. With QH the warp's queries' A fragments are loaded from shared memory once, for
  * all key tiles, instead of again for every tile (8 of the 40 ldmatrix a tile at head size 64;
- * 250 registers there instead of 198, no spills, still 2 blocks an SM): same arithmetic, same
+ * 243 registers there instead of 198, no spills, still 2 blocks an SM): same arithmetic, same
  * bits. Not the default until measured (attention_forward_fused_bf16_qhoist). */
 template <int HSP, bool QH>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
