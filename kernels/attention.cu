@@ -356,11 +356,13 @@ static __global__ void __launch_bounds__(FA_WARPS * 32)
         lse[(size_t)bh * T + i] = valid ? m + logf(l) : 0.0f;
 }
 
+#define TC_LOG2E 1.4426950408889634f
+
 /* D (B,NH,T): D_i = dO_i . O_i over the head's dims, 0 for padding rows; one warp per row. dO
- * and O are fp32 (attention_backward_fused) or bf16 (attention_backward_fused_bf16). */
+ * and O are fp32 (attention_backward_fused) or bf16 (attention_backward_fused_bf16). With lse2
+ * (the bf16 path), also lse2 = lse log2(e), 0 in padding rows: the form the tensor-core dK/dV
+ * kernel stages with cp.async. */
 template <typename O>
-/* D (B NH T) = rowsum(dO o O), 0 in padding rows; with lse2, also lse2 = lse log2(e) (0 in
- * padding rows), the form the tensor-core dK/dV kernel stages with cp.async */
 static __global__ void fa_rowdot_kernel(float *D, const O *dout, const O *out, const int *len,
                                         int B, int T, int NH, int hs, float *lse2,
                                         const float *lse)
@@ -380,7 +382,7 @@ static __global__ void fa_rowdot_kernel(float *D, const O *dout, const O *out, c
     if (lane == 0) {
         D[row] = s;
         if (lse2)
-            lse2[row] = i < len[b] ? lse[row] * 1.4426950408889634f : 0.0f;
+            lse2[row] = i < len[b] ? lse[row] * TC_LOG2E : 0.0f;
     }
 }
 
@@ -652,7 +654,7 @@ static __device__ void tc_stage(__nv_bfloat16 *dst, const __nv_bfloat16 *src, si
              * with NROWS known the loop unrolls, a chunk's row and column are constants plus
              * the thread's own (unsigned shifts), and its address is one 64-bit base a call
              * plus a 32-bit offset (NROWS * ld < 2^31): a few instructions a chunk instead of a
-             * loop's worth (ptxas, sm_90: dK/dV 222 registers, was 225). At head size 128 the
+             * loop's worth (ptxas, sm_90: dK/dV 223 registers, was 225). At head size 128 the
              * 8 chunks unrolled take the dK/dV kernel past 255 registers (spills), at 32 from
              * 127 to 138 (3 blocks an SM instead of 4): the loop below for those. */
             const __nv_bfloat16 *row0 = src + (size_t)r0 * ld;
@@ -826,8 +828,6 @@ static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const flo
         }
     }
 }
-
-#define TC_LOG2E 1.4426950408889634f
 
 /* Columns c0 + c >= L of a warp's 16 x TC_BC scores (keys of padding) set to -inf, before the
  * exponential. */

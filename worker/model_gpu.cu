@@ -688,12 +688,11 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     g->graphs = (flags & MODEL_GPU_GRAPHS) != 0;
     g->dgelu_epi = bf16 && (flags & MODEL_GPU_DGELU_EPILOGUE) != 0;
     g->attn_ds = bf16 && fused && (flags & MODEL_GPU_ATTENTION_DS) != 0;
-    if (g->attn_ds && attention_backward_ds_bytes(max_batch, c->max_seq_len, c->heads) >
-                          ((size_t)4 << 30)) {
+    const size_t ds_bytes = attention_backward_ds_bytes(max_batch, c->max_seq_len, c->heads);
+    if (g->attn_ds && ds_bytes > ((size_t)4 << 30)) {
         fprintf(stderr, "model_gpu: the attention backward's stored dS^T would take %.1f GiB "
                         "(batch %d, %d tokens, %d heads; past 4 GiB): dQ is recomputed instead\n",
-                attention_backward_ds_bytes(max_batch, c->max_seq_len, c->heads) / 1073741824.0,
-                max_batch, c->max_seq_len, c->heads);
+                ds_bytes / 1073741824.0, max_batch, c->max_seq_len, c->heads);
         g->attn_ds = 0;
     }
     gpu_init();
