@@ -319,6 +319,9 @@ for _ in range(1000):
     except ConnectionResetError:  # queued in the backlog as the listening socket closed
         time.sleep(0.01)          # (not served either): poll until refused
     except urllib.error.URLError as e:
+        if isinstance(e.reason, ConnectionResetError):  # the same, reset while the request
+            time.sleep(0.01)                            # was still being sent (urllib wraps it)
+            continue
         assert isinstance(e.reason, ConnectionRefusedError), e
         break
 else:
