@@ -37,7 +37,7 @@ static void usage(const char *argv0)
            "Times the bf16 step's non-GEMM kernels one at a time (default: GPT-2 shape B=8 "
            "T=1024\nC=768 NH=12, 124M parameters, K=20, W=3) beside a device-to-device copy: "
            "GB/s and\nshare of the copy's for the memory-bound ones, TFLOP/s and share of the "
-           "bf16 peak\nfor the attention (fused and unfused). Exit 77 without a CUDA device.\n",
+           "bf16 peak\nfor the attention (fused and unfused). --iters 1 --warmup 0 runs each op once (for a\nprofiler such as ncu). Exit 77 without a CUDA device.\n",
            argv0);
 }
 
@@ -58,9 +58,9 @@ static int parse(int argc, char **argv, struct opts *o)
         }
         if (c == '?')
             return 64; /* getopt said which */
-        if (!end || *end || v <= 0 || v > (1LL << 40)) {
-            fprintf(stderr, "gpu_kernels: %s: every value is a positive integer (--help)\n",
-                    optarg);
+        if (!end || *end || v < (c == 'W' ? 0 : 1) || v > (1LL << 40)) {
+            fprintf(stderr, "gpu_kernels: %s: every value is a positive integer, --warmup may "
+                            "be 0 (--help)\n", optarg);
             return 64;
         }
         switch (c) {

@@ -13,9 +13,9 @@
 #                                 .carry/gpu-bin; the SpamAssassin split into .carry/gpu-data
 #   hack/gpu-check.sh [--quick]   ON THE GPU MACHINE: build, test, check, train, benchmark
 #                                 (--quick: no benchmarks)
-# Device call (~5.5 min on an H200, 2026-12-04, everything included):
-#   run(command="GANTRY_GPU_TIME=430 bash hack/gpu-check.sh",
-#       carry=[".carry/gpu-debs", ".carry/gpu-bin", ".carry/gpu-data"], timeout_s=460)
+# Device call (~5.5 min on an H200, 2026-12-04, before the variants, ncu and the sanitizers):
+#   run(command="GANTRY_GPU_TIME=480 bash hack/gpu-check.sh",
+#       carry=[".carry/gpu-debs", ".carry/gpu-bin", ".carry/gpu-data"], timeout_s=510)
 #
 # GANTRY_NCCL_PKG=<dir with include/ and lib/> overrides where NCCL is taken from;
 # GANTRY_GPU_PREP_BUILD (--prepare) the CUDA build folder (default /tmp/gantry-gpu-prepare);
@@ -67,9 +67,9 @@ case "${1:-}" in
     mkdir -p "$here/.carry/gpu-data"
     cp "$data/train.jsonl" "$data/eval.jsonl" "$here/.carry/gpu-data/"
     du -sh "$here/.carry/gpu-data"
-    echo "gpu-check: now, on the GPU machine: run(command=\"GANTRY_GPU_TIME=430 bash" \
+    echo "gpu-check: now, on the GPU machine: run(command=\"GANTRY_GPU_TIME=480 bash" \
         "hack/gpu-check.sh\", carry=[\".carry/gpu-debs\", \".carry/gpu-bin\"," \
-        "\".carry/gpu-data\"], timeout_s=460)"
+        "\".carry/gpu-data\"], timeout_s=510)"
     exit 0 ;;
 --quick) quick=1 ;;
 "") ;;
@@ -394,11 +394,64 @@ if t=$(left 120); then
 fi
 # where a step's time goes: an event behind every op (eager), both attentions at the GPT-2 shape
 # (into bench.log: the device tool brings back 8 files at most; the table also into summary.txt)
-for attn in fused unfused "fused --attention-ds --dgelu-epilogue"; do
+for attn in fused unfused "fused --attention-ds --dgelu-epilogue" \
+    "fused --attention-ds --dgelu-epilogue --batch 32"; do
     t=$(left 120) || break
     timeout "$t" "$build/gpu_bench" --preset gpt2 --bf16 --attention $attn --steps 5 --profile \
         2>&1 | grep -v '^{' | tee -a "$out/bench.log" | grep -E '^profile:' >>"$summary"
 done
+# why the hand-written kernels run as they do: Nsight Compute's hardware counters for each of them
+# at the GPT-2 shape, one launch each (gpu_kernels --iters 1 --warmup 0): the attention's
+# tensor-core kernels, its D pass, the LayerNorm backward and the column sums (the GELU and
+# LayerNorm backwards' bias gradients). The details page goes to bench.log; summary.txt gets a
+# few lines a kernel: time, SM and memory throughput against their peaks, occupancy, the cycles
+# between a warp's instructions and the four stall reasons that take most of them.
+ncu_bin=$(command -v ncu || first "$cuda_root/bin/ncu" /usr/local/cuda/bin/ncu \
+    /opt/nvidia/nsight-compute/*/ncu || true)
+if [ -z "$ncu_bin" ]; then
+    say "ncu: not on this machine, no hardware counters"
+elif t=$(left 90); then
+    rep=/tmp/gantry-ncu/kernels
+    rm -rf /tmp/gantry-ncu; mkdir -p /tmp/gantry-ncu
+    if timeout "$t" "$ncu_bin" --clock-control none -f -o "$rep" \
+            --kernel-name regex:'tc_|fa_rowdot|layernorm_backward|colsum_part' --launch-count 24 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --section WarpStateStats --section ComputeWorkloadAnalysis \
+            --section MemoryWorkloadAnalysis \
+            "$build/gpu_kernels" --iters 1 --warmup 0 >/tmp/gantry-ncu/run.log 2>&1; then
+        { echo "== ncu details"; "$ncu_bin" -i "$rep.ncu-rep" --page details; } \
+            >>"$out/bench.log" 2>&1
+        "$ncu_bin" -i "$rep.ncu-rep" --page raw --csv >/tmp/gantry-ncu/raw.csv 2>&1
+        python3 "$here/bench/ncu_summary.py" /tmp/gantry-ncu/raw.csv | tee -a "$out/bench.log" \
+            >>"$summary"
+    else
+        say "ncu: FAILED or out of time ($t s); its output in bench.log"
+    fi
+    { echo "== ncu run"; tail -n 40 /tmp/gantry-ncu/run.log; } >>"$out/bench.log"
+fi
+# out-of-bounds accesses and shared-memory races in the attention kernels, which pass their
+# tests whether or not a stray read lands in memory that happens to be mapped
+san_bin=$(command -v compute-sanitizer || first "$cuda_root/bin/compute-sanitizer" \
+    /usr/local/cuda/bin/compute-sanitizer || true)
+if [ -n "$san_bin" ] && [ -x "$build/attention_gpu_test" ]; then
+    for tool in memcheck racecheck; do
+        t=$(left 90) || break
+        if timeout "$t" "$san_bin" --tool "$tool" --error-exitcode 99 \
+                "$build/attention_gpu_test" >/tmp/gantry-san.log 2>&1; then
+            say "OK: compute-sanitizer --tool $tool attention_gpu_test: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/gantry-san.log | tail -1 | sed 's/^=* *//')"
+        else
+            rc=$?
+            if [ "$rc" = 124 ]; then
+                say "compute-sanitizer --tool $tool attention_gpu_test: out of time ($t s)"
+            else # (racecheck's hazards are reported, not judged: cp.async may be one it reads wrong)
+                [ "$tool" = memcheck ] && status=1
+                say "FAILED: compute-sanitizer --tool $tool attention_gpu_test (rc $rc, bench.log)"
+            fi
+        fi
+        { echo "== compute-sanitizer --tool $tool"; tail -n 60 /tmp/gantry-san.log; } \
+            >>"$out/bench.log"
+    done
+fi
 gb --preset gpt2
 tp 120 --preset gpt2 --variants eager-fp32
 grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
