@@ -37,6 +37,12 @@ foreach(t runtime tensorcore embed layernorm matmul attention pool crossentropy 
     endif()
 endforeach()
 
+# tensorcore_gpu_test also checks wgmma, which only sm_90a code has (H100, H200): its own SASS is
+# sm_90a, with compute_90 PTX beside it as everywhere (on another GPU its wgmma case is skipped).
+if(TARGET tensorcore_gpu_test)
+    set_target_properties(tensorcore_gpu_test PROPERTIES CUDA_ARCHITECTURES "90a-real;90-virtual")
+endif()
+
 # worker/model_gpu.cu: the Transformer's device state, forward, backward and step on these kernels,
 # for the training loop (worker/train_gpu.c, in gantry_core) and bench/gpu_bench. Its own library
 # so that the stand-alone build (bench/gpu_check) has it without the worker's other libraries.

@@ -29,7 +29,7 @@
 
 #include <cuda_bf16.h>
 #if !defined(__CUDACC__)
-#include <mma.h> /* the emulator's emu::mma_m16n8k16_bf16, emu::ldmatrix_x4 */
+#include <mma.h> /* the emulator's emu::mma_m16n8k16_bf16, emu::ldmatrix_x4, emu::wgmma_* */
 #endif
 
 /* d (16x8) += a (16x16) b (16x8); every lane of the warp must call it (mma.sync.aligned). */
@@ -192,6 +192,109 @@ static __device__ __forceinline__ void tc_load_a_km(uint32_t a[4], const __nv_bf
      * stored 8x8 block at [k0 + (i / 2) * 8][m0 + (i % 2) * 8], read transposed */
     const int l = threadIdx.x % 32;
     tc_ldmatrix_x4<true>(a, tile + (k0 + (l / 16) * 8 + l % 8) * LD + m0 + (l / 8 % 2) * 8);
+}
+
+/* ---- wgmma: Hopper's warpgroup products (sm_90a), B read from shared memory ----
+ *
+ * wgmma.mma_async m64nNk16 multiplies for a warpgroup (4 consecutive warps, 128 threads, all of
+ * which must call it): D (64 x N, fp32) = A (64 x 16) B (16 x N) (+ D). Warp w of the group
+ * holds rows 16w..16w+15 of A and D, in mma.m16n8k16's layouts above: A in four registers as
+ * there (a row's operand depends only on its own warp's registers), D as N/8 of the 16x8
+ * accumulators, d[4j + e] = C's c[e] of columns 8j..8j+7. So a FlashAttention warp's scores
+ * (s[j][e]), its packed P (tc_pack_a) and its O accumulators keep their layouts. B is not in
+ * registers: a 64-bit descriptor names it in shared memory, which the tensor cores read
+ * themselves (no ldmatrix). Without swizzling, B is made of "core matrices" of 8 rows of 16
+ * contiguous bytes (128 contiguous bytes each), core matrix (i along N, j along K) at
+ * start + i * sbo + j * lbo bytes:
+ *   K-major (TRANS false; B stored [n][k], as K in S = Q K^T): row r of a core matrix is
+ *     B[8j .. 8j+7][8i + r] (its 8 k values);
+ *   MN-major (TRANS true; B stored [k][n], as V in O = P V): row r is B[8j + r][8i .. 8i+7].
+ * That reading of the descriptor (PTX ISA, "Matrix Descriptor Format" and the canonical layouts
+ * without swizzle) is what the emulator implements and what tensorcore_gpu_test checks on a GPU
+ * with both layouts and an lbo different from sbo; the next k-step of 16 is start + 2 * lbo.
+ * Asynchronous: tc_wg_fence() before the first product of a batch (and after any other write to
+ * its accumulators), the products, tc_wg_commit(), then tc_wg_wait<0>() before the accumulators
+ * or the A registers are touched or the B tile is overwritten. The emulator applies a product
+ * to its accumulators only at the wait, so reading them sooner sees stale values, as it may on a
+ * GPU. Only where the compiler targets sm_90a (__CUDA_ARCH_FEAT_SM90_ALL: H100, H200); any other
+ * device code traps. N = 64 here (the attention's tiles at head size 64). */
+static __device__ __forceinline__ uint64_t tc_wg_desc(const void *smem, unsigned lbo,
+                                                      unsigned sbo)
+{
+#if defined(__CUDA_ARCH__)
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+#elif !defined(__CUDACC__)
+    const unsigned a = emu::smem_offset(smem);
+#else
+    const unsigned a = 0;
+    (void)smem;
+#endif
+    /* bits 0-13 start, 16-29 lbo, 32-45 sbo (all >> 4); base offset 0; 62-63 swizzle: none */
+    return (uint64_t)((a >> 4) & 0x3fffu) | (uint64_t)((lbo >> 4) & 0x3fffu) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3fffu) << 32;
+}
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TC_WG_NONE() __trap() /* no wgmma in this device code: see above */
+#endif
+
+static __device__ __forceinline__ void tc_wg_fence()
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+    TC_WG_NONE();
+#endif
+}
+static __device__ __forceinline__ void tc_wg_commit()
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+    TC_WG_NONE();
+#elif !defined(__CUDACC__)
+    emu::wgmma_commit();
+#endif
+}
+template <int N> static __device__ __forceinline__ void tc_wg_wait()
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#elif defined(__CUDA_ARCH__)
+    TC_WG_NONE();
+#elif !defined(__CUDACC__)
+    emu::wgmma_wait(N);
+#endif
+}
+
+/* d (the warp's 16 x 64 of the group's 64 x 64) = a (its 16 x 16 of A) x B (16 x 64, bdesc) + d,
+ * or without acc, + 0 (d's old values unread). TRANS: B MN-major (above). */
+template <bool TRANS>
+static __device__ __forceinline__ void tc_wgmma_n64(float d[32], const uint32_t a[4],
+                                                    uint64_t bdesc, bool acc)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+                 "%31}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(TRANS ? 1 : 0),
+                   "r"(acc ? 1 : 0));
+#elif defined(__CUDA_ARCH__)
+    (void)d, (void)a, (void)bdesc, (void)acc;
+    TC_WG_NONE();
+#elif !defined(__CUDACC__)
+    emu::wgmma_m64n64k16_bf16(d, a, bdesc, acc, TRANS);
+#else
+    (void)d, (void)a, (void)bdesc, (void)acc;
+#endif
 }
 
 #endif /* GANTRY_TENSORCORE_H */

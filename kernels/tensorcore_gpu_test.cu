@@ -11,7 +11,15 @@
 //   3. tc_pack_a: S = A B in fp32 accumulators, then S (as bf16) times B2 without shared memory;
 //   4. tc_cp_async16: the tiles of 2 and 3 staged by cp.async (a 16-byte chunk a lane and tile,
 //      one group, waited for), and a fourth, poisoned with NaN first, by zero fills: A times it
-//      must be 0.
+//      must be 0;
+//   5. wgmma (tc_wgmma_n64, on sm_90a devices: H100, H200): one warpgroup's 64x64 products with
+//      A from registers in the documented layout and B from shared memory through descriptors
+//      without swizzle: K-major B with lbo 128 and sbo 512 (S = A B over one k-step; U over two,
+//      the second accumulating at start + 2 lbo), then MN-major V with lbo 1024 and sbo 128
+//      (O = bf16(S) V over four k-steps, S's accumulators packed by tc_pack_a as the attention
+//      packs P). The accumulators start as NaN, so a product that read them where it should
+//      not, or an output read before the wait, shows; lbo and sbo differ, so swapping their
+//      meaning gives wrong integers.
 // Values are integers in [-3, 3] so every sum is exact in fp32 and every S in bf16: any element
 // in the wrong register gives a wrong integer. Exits 77 without a device.
 #include <stdint.h>
@@ -109,6 +117,63 @@ static __global__ void ldmatrix_kernel(float *d_nk, float *d_kn, float *d_pack, 
     store16(d_km, w);
 }
 
+/* 5: wgmma. a2 (64 x 32) row-major, b3 (32 x 64) and v (64 x 64) stored [k][n]; outputs
+ * S = A2[:, :16] B3[:16, :], U = A2 B3, O = bf16(S) V, each 64 x 64 row-major. */
+#define WG_KB 0    /* b3 K-major: core matrix (i along n, j along k) at i * 512 + j * 128 */
+#define WG_VB 4096 /* v MN-major: core matrix (i along n, j along k) at i * 128 + j * 1024 */
+#define WG_SMEM (4096 + 8192)
+static __device__ void wg_store(float *dst, const float d[32])
+{
+    const int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++)
+            dst[(16 * w + g + (e / 2) * 8) * 64 + 8 * j + 2 * t + e % 2] = d[4 * j + e];
+}
+static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, const uint16_t *a2,
+                                    const uint16_t *b3, const uint16_t *v)
+{
+    extern __shared__ float tc_test_smem[];
+    unsigned char *sm = (unsigned char *)tc_test_smem;
+    for (int x = threadIdx.x; x < 32 * 64; x += blockDim.x) {
+        const int k = x / 64, n = x % 64;
+        memcpy(sm + WG_KB + (n / 8) * 512 + (k / 8) * 128 + (n % 8) * 16 + (k % 8) * 2,
+               &b3[k * 64 + n], 2);
+    }
+    for (int x = threadIdx.x; x < 64 * 64; x += blockDim.x) {
+        const int k = x / 64, n = x % 64;
+        memcpy(sm + WG_VB + (n / 8) * 128 + (k / 8) * 1024 + (k % 8) * 16 + (n % 8) * 2,
+               &v[k * 64 + n], 2);
+    }
+    __syncthreads();
+    const int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    uint32_t fa[2][4]; /* A2's k-steps 0 and 1, the warp's rows 16w.. (mma.m16n8k16's A table) */
+    for (int ks = 0; ks < 2; ks++)
+        for (int i = 0; i < 4; i++) {
+            const int row = 16 * w + g + (i % 2) * 8, col = 16 * ks + 2 * t + (i / 2) * 8;
+            fa[ks][i] = (uint32_t)a2[row * 32 + col] | (uint32_t)a2[row * 32 + col + 1] << 16;
+        }
+    float s[32], u[32], o[32];
+    for (int i = 0; i < 32; i++)
+        s[i] = u[i] = o[i] = __int_as_float(0x7fc00000); /* NaN: the first products ignore it */
+    tc_wg_fence();
+    tc_wgmma_n64<false>(s, fa[0], tc_wg_desc(sm + WG_KB, 128, 512), false);
+    tc_wgmma_n64<false>(u, fa[0], tc_wg_desc(sm + WG_KB, 128, 512), false);
+    tc_wgmma_n64<false>(u, fa[1], tc_wg_desc(sm + WG_KB + 2 * 128, 128, 512), true);
+    tc_wg_commit();
+    tc_wg_wait<0>();
+    uint32_t pa[4][4]; /* kept until the wait: the products read them asynchronously */
+    for (int kc = 0; kc < 4; kc++)
+        tc_pack_a(pa[kc], s + 8 * kc, s + 8 * kc + 4); /* S's columns 16 kc .. 16 kc + 15 */
+    tc_wg_fence();
+    for (int kc = 0; kc < 4; kc++)
+        tc_wgmma_n64<true>(o, pa[kc], tc_wg_desc(sm + WG_VB + kc * 2 * 1024, 1024, 128), kc > 0);
+    tc_wg_commit();
+    tc_wg_wait<0>();
+    wg_store(d_s, s);
+    wg_store(d_u, u);
+    wg_store(d_o, o);
+}
+
 static uint16_t *rand_int_bf16(int n, uint64_t *s, float *f)
 {
     uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t));
@@ -180,5 +245,52 @@ int main(void)
     cudaFree(d_nk), cudaFree(d_kn), cudaFree(d_pack), cudaFree(d_zero);
     cudaFree(d_km);
     free(a), free(b), free(bnk), free(bkn);
+
+    /* 5: wgmma, on sm_90 devices (the code is sm_90a's; elsewhere it would trap) */
+    int dev = 0;
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    if (prop.major != 9) {
+        printf("wgmma: SKIPPED (compute capability %d.%d; wgmma is sm_90a's)\n", prop.major,
+               prop.minor);
+        return gt_summary("tensorcore_gpu_test");
+    }
+    {
+        static float a2f[64 * 32], b3f[32 * 64], vf[64 * 64];
+        static float ref_s[64 * 64], ref_u[64 * 64], ref_o[64 * 64];
+        uint16_t *a2 = rand_int_bf16(64 * 32, &seed, a2f), *b3 = rand_int_bf16(32 * 64, &seed, b3f);
+        uint16_t *v = rand_int_bf16(64 * 64, &seed, vf);
+        for (int i = 0; i < 64; i++)
+            for (int j = 0; j < 64; j++) {
+                float x = 0, y = 0;
+                for (int k = 0; k < 32; k++) {
+                    y += a2f[i * 32 + k] * b3f[k * 64 + j];
+                    if (k == 15)
+                        x = y; /* |S| <= 144: exact in bf16 */
+                }
+                ref_s[i * 64 + j] = x, ref_u[i * 64 + j] = y;
+            }
+        for (int i = 0; i < 64; i++)
+            for (int j = 0; j < 64; j++) {
+                float x = 0;
+                for (int k = 0; k < 64; k++)
+                    x += ref_s[i * 64 + k] * vf[k * 64 + j];
+                ref_o[i * 64 + j] = x;
+            }
+        uint16_t *d_a2 = (uint16_t *)gt_up(a2, 64 * 32, 2), *d_b3 = (uint16_t *)gt_up(b3, 32 * 64, 2);
+        uint16_t *d_v = (uint16_t *)gt_up(v, 64 * 64, 2);
+        float *d_s, *d_u, *d_o;
+        CUDA_CHECK(cudaMalloc(&d_s, 64 * 64 * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&d_u, 64 * 64 * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&d_o, 64 * 64 * sizeof(float)));
+        wgmma_kernel<<<1, 128, WG_SMEM>>>(d_s, d_u, d_o, d_a2, d_b3, d_v);
+        CUDA_CHECK(cudaGetLastError());
+        gt_compare("wgmma K-major B, 1 k-step", d_s, ref_s, 64 * 64, 0, 0);
+        gt_compare("wgmma K-major B, 2 k-steps", d_u, ref_u, 64 * 64, 0, 0);
+        gt_compare("wgmma tc_pack_a(S), MN-major V", d_o, ref_o, 64 * 64, 0, 0);
+        cudaFree(d_a2), cudaFree(d_b3), cudaFree(d_v), cudaFree(d_s), cudaFree(d_u), cudaFree(d_o);
+        free(a2), free(b3), free(v);
+    }
     return gt_summary("tensorcore_gpu_test");
 }

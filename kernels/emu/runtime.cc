@@ -105,6 +105,13 @@ struct cp_copy {
     unsigned char data[16];
 };
 
+/* A wgmma product's results, kept until its group is waited for (wgmma_defer). */
+struct wg_acc {
+    float *d;
+    int n;
+    float v[32];
+};
+
 struct fiber {
     ctx c;
     uint3 tid;
@@ -113,6 +120,8 @@ struct fiber {
     char *stack; // lowest usable byte
     std::vector<cp_copy> cp_open;               // issued, not yet committed
     std::deque<std::vector<cp_copy>> cp_groups; // committed, oldest first
+    std::vector<wg_acc> wg_open;                // wgmma products not yet committed
+    std::deque<std::vector<wg_acc>> wg_groups;  // committed, oldest first
 };
 
 struct warp_state {
@@ -302,6 +311,8 @@ static void run_block(sched *s)
         s->f[i].state = F_READY;
         s->f[i].cp_open.clear(); // the last block's copies still in flight went with it
         s->f[i].cp_groups.clear();
+        s->f[i].wg_open.clear(); // and its wgmma products (their accumulators are gone)
+        s->f[i].wg_groups.clear();
         fiber_init(s, i);
     }
     s->done = 0, s->bar_arrived = 0, s->bar_gen = 0;
@@ -403,6 +414,48 @@ void cp_async_wait(int pending)
         for (const cp_copy &c : f->cp_groups.front())
             memcpy(c.dst, c.data, c.n);
         f->cp_groups.pop_front();
+    }
+}
+
+void wgmma_defer(float *d, const float *v, int n)
+{
+    if (!S || !S->body)
+        die("wgmma outside a kernel");
+    if (n < 1 || n > 32)
+        die("wgmma_defer of %d accumulators (1 to 32)", n);
+    wg_acc a;
+    a.d = d, a.n = n;
+    memcpy(a.v, v, n * sizeof(float));
+    S->f[S->cur].wg_open.push_back(a);
+}
+
+const float *wgmma_pending(const float *d)
+{
+    fiber *f = &S->f[S->cur];
+    for (size_t i = f->wg_open.size(); i-- > 0;)
+        if (f->wg_open[i].d == d)
+            return f->wg_open[i].v;
+    for (size_t gi = f->wg_groups.size(); gi-- > 0;)
+        for (size_t i = f->wg_groups[gi].size(); i-- > 0;)
+            if (f->wg_groups[gi][i].d == d)
+                return f->wg_groups[gi][i].v;
+    return nullptr;
+}
+
+void wgmma_commit()
+{
+    fiber *f = &S->f[S->cur];
+    f->wg_groups.push_back(std::move(f->wg_open));
+    f->wg_open.clear();
+}
+
+void wgmma_wait(int pending)
+{
+    fiber *f = &S->f[S->cur];
+    while ((int)f->wg_groups.size() > pending) {
+        for (const wg_acc &a : f->wg_groups.front())
+            memcpy(a.d, a.v, a.n * sizeof(float));
+        f->wg_groups.pop_front();
     }
 }
 

@@ -68,6 +68,15 @@ int lane_id();
 void cp_async(void *dst, const void *src, unsigned bytes, unsigned src_bytes);
 void cp_async_commit();
 void cp_async_wait(int pending);
+/* wgmma's asynchrony (include/mma.h's wgmma_m64n64k16_bf16, kernels/tensorcore.h's tc_wg_*):
+ * wgmma_defer keeps a product's n <= 32 results for the thread's accumulators at d, open until
+ * wgmma_commit closes them into a group; wgmma_wait(n) writes all but the n newest groups to
+ * their accumulators, in order. wgmma_pending(d): the newest kept results for d (a product on
+ * d in flight, which the next one on d accumulates onto), or NULL. */
+void wgmma_defer(float *d, const float *v, int n);
+const float *wgmma_pending(const float *d);
+void wgmma_commit();
+void wgmma_wait(int pending);
 void *dyn_smem();
 size_t dyn_smem_bytes(); /* the running launch's dynamic shared memory */
 

@@ -238,6 +238,80 @@ static inline void ldmatrix_x4(uint32_t r[4], const void *row, bool trans)
     }
 }
 
+/* The byte offset of p in the block's dynamic shared memory, as a wgmma descriptor's start
+ * address (kernels/tensorcore.h's tc_wg_desc): 16-byte aligned, inside it, below 256 KB. */
+static inline unsigned smem_offset(const void *p)
+{
+    const char *base = (const char *)dyn_smem(), *q = (const char *)p;
+    if (!base || q < base || q >= base + dyn_smem_bytes() || (q - base) % 16 ||
+        q - base >= (1 << 18)) {
+        fprintf(stderr, "emu: wgmma descriptor: %p must be 16-byte aligned and inside the "
+                        "block's dynamic shared memory\n", p);
+        abort();
+    }
+    return (unsigned)(q - base);
+}
+
+/* wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 with A in registers (kernels/
+ * tensorcore.h's tc_wgmma_n64 gives the layouts): this lane's 32 accumulators of its warp's 16
+ * rows. A warp's rows of D need only its own A registers (gathered from its lanes as in
+ * mma_m16n8k16_bf16) and B, read from shared memory through the descriptor (no swizzle: start,
+ * lbo, sbo in bytes >> 4; core matrix (i along N, j along K) at start + i sbo + j lbo, its row r
+ * at + 16 r: K-major B[8j..8j+7][8i+r], or with trans MN-major B[8j+r][8i..8i+7]). B is read at
+ * the call; the result goes to d only at wgmma_wait (wgmma_defer keeps it, and a later product
+ * on the same d before the wait accumulates onto it, as the hardware chains them). */
+static inline void wgmma_m64n64k16_bf16(float d[32], const uint32_t a[4], uint64_t desc,
+                                        bool acc, bool trans)
+{
+    if ((desc >> 62) != 0 || (desc >> 49 & 7) != 0) {
+        fprintf(stderr, "emu: wgmma: descriptor 0x%016llx asks for a swizzle or a base offset; "
+                        "the emulator implements the no-swizzle layout only\n",
+                (unsigned long long)desc);
+        abort();
+    }
+    const unsigned start = (unsigned)(desc & 0x3fff) << 4;
+    const unsigned lbo = (unsigned)(desc >> 16 & 0x3fff) << 4;
+    const unsigned sbo = (unsigned)(desc >> 32 & 0x3fff) << 4;
+    const unsigned char *sm = (const unsigned char *)dyn_smem();
+    const size_t bytes = dyn_smem_bytes();
+    const unsigned last = start + 7 * sbo + lbo + 7 * 16 + 16; /* one past the last byte read */
+    if (!sm || last > bytes) {
+        fprintf(stderr, "emu: wgmma: B (start %u, lbo %u, sbo %u) reaches byte %u of %zu of "
+                        "dynamic shared memory\n", start, lbo, sbo, last, bytes);
+        abort();
+    }
+    uint32_t mine[4] = {a[0], a[1], a[2], a[3]};
+    const unsigned char *all = warp_gather(mine, sizeof mine);
+    const int g = lane_id() / 4, t = lane_id() % 4;
+    float A[2][16]; /* this lane's rows g, g + 8 of the warp's A */
+    for (int q = 0; q < 4; q++) {
+        const uint32_t *r = (const uint32_t *)(all + (4 * g + q) * EMU_GATHER_MAX);
+        for (int h = 0; h < 2; h++) {
+            A[h][2 * q] = emu_bf16_lo(r[h]), A[h][2 * q + 1] = emu_bf16_hi(r[h]);
+            A[h][2 * q + 8] = emu_bf16_lo(r[h + 2]), A[h][2 * q + 9] = emu_bf16_hi(r[h + 2]);
+        }
+    }
+    auto B = [&](int k, int n) -> float {
+        const unsigned off = (unsigned)(n / 8) * sbo + (unsigned)(k / 8) * lbo +
+                             (trans ? (unsigned)(k % 8) * 16 + (unsigned)(n % 8) * 2
+                                    : (unsigned)(n % 8) * 16 + (unsigned)(k % 8) * 2);
+        uint16_t v;
+        memcpy(&v, sm + start + off, 2);
+        return emu_bf16_to_f32(v);
+    };
+    const float *prev = wgmma_pending(d); /* a product still in flight on d, or its registers */
+    float out[32];
+    for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++) { /* d[4j + e]: row g + (e / 2) 8, column 8j + 2t + e % 2 */
+            const int n = 8 * j + 2 * t + e % 2;
+            float s = acc ? (prev ? prev[4 * j + e] : d[4 * j + e]) : 0.0f;
+            for (int k = 0; k < 16; k++)
+                s += A[e >> 1][k] * B(k, n);
+            out[4 * j + e] = s;
+        }
+    wgmma_defer(d, out, 32);
+}
+
 } // namespace emu
 
 #endif /* GANTRY_EMU_MMA_H */
