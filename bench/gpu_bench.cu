@@ -39,6 +39,7 @@ struct opts {
     int B, T, C, L, NH, V, K, steps, warmup, varlen, bf16, check_cpu, fused, graphs, profile;
     int dgelu;  /* --dgelu-epilogue */
     int attn_ds; /* --attention-ds */
+    int attn_wg; /* --attention-wgmma */
     const char *name;
 };
 
@@ -85,7 +86,7 @@ static void usage(const char *argv0)
     printf("usage: %s [--preset gpt2|example] [--batch B] [--seq T] [--hidden C] [--layers L]\n"
            "          [--heads NH] [--vocab V] [--classes K] [--steps S] [--warmup W] [--varlen]\n"
            "          [--bf16] [--attention unfused|fused] [--graphs] [--dgelu-epilogue]\n"
-           "          [--attention-ds]\n"
+           "          [--attention-ds] [--attention-wgmma]\n"
            "          [--check-cpu] [--profile]\n"
            "  gpt2:    B=8 T=1024 C=768 L=12 NH=12 V=50257 K=2 (GPT-2 124M-sized encoder)\n"
            "  example: B=32 T=256 C=128 L=2 NH=4 V=20000 K=2 (bench/cpu_train's default model;\n"
@@ -100,6 +101,8 @@ static void usage(const char *argv0)
            "           gradient GEMM (cuBLASLt DGELU) instead of its own pass\n"
            "  --attention-ds: with --bf16 --attention fused, the attention backward stores dS^T\n"
            "           and takes dQ from it (one product a tile) instead of recomputing it\n"
+           "  --attention-wgmma: with --bf16 --attention fused, the attention forward on Hopper's\n"
+           "           wgmma (head size 64, the sm_90a build on an H100/H200; else mma.sync)\n"
            "  --profile: after the timed steps, 3 more eager steps with an event behind every op,\n"
            "           and a table of the ops' device time per step (lines \"profile: ...\")\n",
            argv0);
@@ -108,9 +111,11 @@ static void usage(const char *argv0)
 static void preset(struct opts *o, const char *name)
 {
     if (strcmp(name, "gpt2") == 0)
-        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, 0, 0, "gpt2"};
+        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                           "gpt2"};
     else if (strcmp(name, "example") == 0)
-        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, 0, 0, "example"};
+        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                           "example"};
     else {
         fprintf(stderr, "gpu_bench: unknown preset '%s' (gpt2 or example)\n", name);
         exit(2);
@@ -125,7 +130,7 @@ static void parse(struct opts *o, int argc, char **argv)
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"varlen", 0, 0, 'v'}, {"bf16", 0, 0, 'b'},
         {"attention", 1, 0, 'a'}, {"check-cpu", 0, 0, 'c'}, {"graphs", 0, 0, 'g'},
         {"profile", 0, 0, 'P'},   {"dgelu-epilogue", 0, 0, 'd'}, {"help", 0, 0, 'h'},
-        {"attention-ds", 0, 0, 'S'}, {0, 0, 0, 0}};
+        {"attention-ds", 0, 0, 'S'}, {"attention-wgmma", 0, 0, 'G'}, {0, 0, 0, 0}};
     int ch;
     preset(o, "example");
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -133,9 +138,11 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'p': {
             int bf16 = o->bf16, check = o->check_cpu, varlen = o->varlen, fused = o->fused;
             int graphs = o->graphs, profile = o->profile, dgelu = o->dgelu, ds = o->attn_ds;
+            int wg = o->attn_wg;
             preset(o, optarg);
             o->bf16 = bf16, o->check_cpu = check, o->varlen = varlen, o->fused = fused;
             o->graphs = graphs, o->profile = profile, o->dgelu = dgelu, o->attn_ds = ds;
+            o->attn_wg = wg;
             break;
         }
         case 'B': o->B = atoi(optarg); break;
@@ -161,6 +168,7 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'P': o->profile = 1; break;
         case 'd': o->dgelu = 1; break;
         case 'S': o->attn_ds = 1; break;
+        case 'G': o->attn_wg = 1; break;
         case 'h': usage(argv[0]); exit(0);
         default: usage(argv[0]); exit(2);
         }
@@ -256,9 +264,10 @@ static int check_cpu(struct model *m, struct model_gpu *g, const struct opts *o,
         bad += !ok;
     }
     adamw_cleanup(&opt);
-    printf("check-cpu (%s, %s attention%s%s%s, tol %.0e relative): %s\n",
+    printf("check-cpu (%s, %s attention%s%s%s%s, tol %.0e relative): %s\n",
            o->bf16 ? "bf16 GEMMs" : "fp32", o->fused ? "fused" : "unfused",
-           o->attn_ds ? " (stored dS)" : "", o->graphs ? ", CUDA graphs" : "",
+           o->attn_ds ? " (stored dS)" : "", o->attn_wg ? " (wgmma forward)" : "",
+           o->graphs ? ", CUDA graphs" : "",
            o->dgelu ? ", DGELU epilogue" : "", tol, bad ? "FAILED" : "OK");
     return bad;
 }
@@ -310,7 +319,8 @@ int main(int argc, char **argv)
                                          (o.fused ? MODEL_GPU_FUSED_ATTENTION : 0) |
                                          (o.graphs ? MODEL_GPU_GRAPHS : 0) |
                                          (o.dgelu ? MODEL_GPU_DGELU_EPILOGUE : 0) |
-                                         (o.attn_ds ? MODEL_GPU_ATTENTION_DS : 0),
+                                         (o.attn_ds ? MODEL_GPU_ATTENTION_DS : 0) |
+                                         (o.attn_wg ? MODEL_GPU_ATTENTION_WGMMA : 0),
                             err, sizeof(err)))) {
         fprintf(stderr, "gpu_bench: %s\n", err);
         return 2;
@@ -336,21 +346,23 @@ int main(int argc, char **argv)
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         double sec = ms / 1e3 / o.steps, flops = model_step_flops(&cfg, o.B, o.T);
         double mfu = flops / sec / PEAK_BF16;
-        printf("gpu_bench %s on %s: %s, %s attention%s%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
+        printf("gpu_bench %s on %s: %s, %s attention%s%s%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
                "ms/step | %.0f tok/s (%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
                o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.fused ? "fused" : "unfused",
-               o.attn_ds ? " (stored dS)" : "", o.graphs ? ", CUDA graphs" : "",
+               o.attn_ds ? " (stored dS)" : "", o.attn_wg ? " (wgmma forward)" : "",
+               o.graphs ? ", CUDA graphs" : "",
                o.dgelu ? ", DGELU epilogue" : "", o.B, o.T,
                o.C, o.L, o.NH, sec * 1e3, N / sec, real / sec, flops / sec / 1e12, 100 * mfu,
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
                "\"attention\":\"%s\",\"graphs\":%s,\"dgelu_epilogue\":%s,\"attention_ds\":%s,"
+               "\"attention_wgmma\":%s,"
                "\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,\"steps\":%d,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
                "\"tflops\":%.2f,\"mfu\":%.4f}\n",
                o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
                o.graphs ? "true" : "false", o.dgelu ? "true" : "false",
-               o.attn_ds ? "true" : "false", o.B, o.T, o.C, o.L,
+               o.attn_ds ? "true" : "false", o.attn_wg ? "true" : "false", o.B, o.T, o.C, o.L,
                o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu);
     }
@@ -363,9 +375,10 @@ int main(int argc, char **argv)
         for (int i = 0; i < ps; i++)
             step(g, &oc, o.warmup + o.steps + 2 + i, o.B);
         model_gpu_profile(g, 0);
-        printf("profile: %s, %s attention%s%s, B=%d T=%d C=%d L=%d NH=%d, %d eager steps\n",
+        printf("profile: %s, %s attention%s%s%s, B=%d T=%d C=%d L=%d NH=%d, %d eager steps\n",
                o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
-               o.attn_ds ? " (stored dS)" : "", o.dgelu ? ", DGELU epilogue" : "", o.B, o.T, o.C,
+               o.attn_ds ? " (stored dS)" : "", o.attn_wg ? " (wgmma forward)" : "",
+               o.dgelu ? ", DGELU epilogue" : "", o.B, o.T, o.C,
                o.L, o.NH, ps);
         if (model_gpu_profile_report(g, stdout, ps) != 0) {
             fprintf(stderr, "gpu_bench: --profile: nothing was timed\n");

@@ -310,6 +310,17 @@ int main(int argc, char **argv)
     flop_line("attn fused fwd, Q in regs", shape, fwd, ms);
     printf("kernel: attention fwd Q in registers / default: %.3f (below 1: hoisting Q pays)\n",
            ms / fwd_ms);
+    if (C / NH > 32 && C / NH <= 64 && attention_fused_wgmma_available()) {
+        ms = time_ms(&tm, [&] {
+            attention_forward_fused_bf16_wgmma(o16, lse, qkv16, len, B, T, C, NH, 0);
+        });
+        flop_line("attn fused fwd, wgmma", shape, fwd, ms);
+        printf("kernel: attention fwd wgmma / default: %.3f (below 1: wgmma pays)\n",
+               ms / fwd_ms);
+    } else {
+        printf("kernel: attn fused fwd, wgmma: not here (head size %d; wgmma in this device "
+               "code: %s)\n", C / NH, attention_fused_wgmma_available() ? "yes" : "no");
+    }
     ms = time_ms(&tm, [&] {
         attention_backward_fused_bf16(dqkv16, dbq, do16, qkv16, o16, lse, len, B, T, C, NH, 0);
     });

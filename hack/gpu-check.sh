@@ -204,6 +204,9 @@ check_cpu() {
         --attention fused --dgelu-epilogue || rc=1
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
         --attention fused --attention-ds || rc=1
+    # (head size 64: the wgmma forward's only one)
+    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
+        --attention fused --attention-wgmma --heads 2 || rc=1
     return $rc
 }
 # (each run first compares the first step's gradients tensor by tensor, then every step's loss)
@@ -374,7 +377,9 @@ tp() { # tp LIMIT ARGS: bench/gpu_torch.py
 }
 for v in "" "--attention fused" "--graphs" "--attention fused --graphs" \
     "--attention fused --graphs --dgelu-epilogue" "--attention fused --graphs --attention-ds" \
-    "--attention fused --graphs --attention-ds --dgelu-epilogue"; do
+    "--attention fused --graphs --attention-ds --dgelu-epilogue" \
+    "--attention fused --graphs --attention-wgmma" \
+    "--attention fused --graphs --attention-ds --dgelu-epilogue --attention-wgmma"; do
     gb --preset gpt2 --bf16 $v
 done
 tp 300 --preset gpt2 --variants eager-bf16,compile-bf16,compile-graphs-bf16
@@ -386,6 +391,8 @@ tp 240 --preset example --variants eager-fp32,eager-bf16,compile-bf16,compile-gr
 # 32 sequences a step at the GPT-2 shape (llm.c's H100 runs take more than 8), both sides
 gb --preset gpt2 --bf16 --attention fused --graphs --batch 32
 gb --preset gpt2 --bf16 --attention fused --graphs --batch 32 --attention-ds --dgelu-epilogue
+gb --preset gpt2 --bf16 --attention fused --graphs --batch 32 --attention-ds --dgelu-epilogue \
+    --attention-wgmma
 tp 150 --preset gpt2 --batch 32 --variants compile-bf16
 # the non-GEMM kernels one at a time at the GPT-2 shape: GB/s beside a device-to-device copy, and
 # the attention's TFLOP/s fused and unfused (the table also into summary.txt)
@@ -394,8 +401,8 @@ if t=$(left 120); then
 fi
 # where a step's time goes: an event behind every op (eager), both attentions at the GPT-2 shape
 # (into bench.log: the device tool brings back 8 files at most; the table also into summary.txt)
-for attn in fused unfused "fused --attention-ds --dgelu-epilogue" \
-    "fused --attention-ds --dgelu-epilogue --batch 32"; do
+for attn in fused unfused "fused --attention-ds --dgelu-epilogue --attention-wgmma" \
+    "fused --attention-ds --dgelu-epilogue --attention-wgmma --batch 32"; do
     t=$(left 120) || break
     timeout "$t" "$build/gpu_bench" --preset gpt2 --bf16 --attention $attn --steps 5 --profile \
         2>&1 | grep -v '^{' | tee -a "$out/bench.log" | grep -E '^profile:' >>"$summary"
@@ -458,17 +465,18 @@ grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
 python3 - "$out/bench.jsonl" <<'PY' | tee -a "$summary"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"{'preset':8} {'impl':30} {'prec':5} {'B':>3} {'ms/step':>9} {'tok/s':>10} {'TFLOP/s':>8} {'MFU':>6}")
+print(f"{'preset':8} {'impl':38} {'prec':5} {'B':>3} {'ms/step':>9} {'tok/s':>10} {'TFLOP/s':>8} {'MFU':>6}")
 for r in rows:
     if "error" in r:
-        print(f"{r.get('preset','?'):8} {r['impl']:30} error: {r['error'][:60]}")
+        print(f"{r.get('preset','?'):8} {r['impl']:38} error: {r['error'][:60]}")
         continue
     prec = r.get("precision", r["impl"].split("-")[-1])
     impl = r["impl"] + ("-fused-attn" if r.get("attention") == "fused" else "")
     impl += "-graphs" if r.get("graphs") else ""
     impl += "-ds" if r.get("attention_ds") else ""
     impl += "-dgelu" if r.get("dgelu_epilogue") else ""
-    print(f"{r['preset']:8} {impl:30} {prec:5} {r['batch']:3} {r['ms_per_step']:9.2f} "
+    impl += "-wg" if r.get("attention_wgmma") else ""
+    print(f"{r['preset']:8} {impl:38} {prec:5} {r['batch']:3} {r['ms_per_step']:9.2f} "
           f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")
     r["label"] = impl
 # the issue's target, per shape: gantry's best bf16 row against PyTorch's best, and 45 % MFU at

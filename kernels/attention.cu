@@ -761,6 +761,33 @@ static __device__ __forceinline__ void tc_stage_kv(__nv_bfloat16 *KVs, int c,
                    L, hs);
 }
 
+/* dst (TC_BC rows, HSP) bf16 <- rows r0.. of src as tc_stage does, but laid out for wgmma
+ * (kernels/tensorcore.h): 8 x 16-byte core matrices, 128 contiguous bytes each, core matrix
+ * (row group rg, column chunk c) at (rg * HSP / 8 + c) * 128 bytes, its row r % 8 at + 16 (r % 8).
+ * As a K-major B (K in S = Q K^T: n = row) its descriptor has lbo 128 (the next 8 columns) and
+ * sbo HSP * 16 (the next 8 rows); as an MN-major B (V in O = P V: k = row) lbo HSP * 16 and sbo
+ * 128. Chunk x of the tile is row (x / (8 CH)) * 8 + x % 8, columns (x / 8 % CH) * 8.., so it
+ * lands at dst + 8 x: eight neighbouring threads write 128 contiguous bytes. */
+template <int HSP>
+static __device__ void tc_stage_blk(__nv_bfloat16 *dst, const __nv_bfloat16 *src, size_t ld,
+                                    int r0, int L, int hs)
+{
+    constexpr int CH = HSP / 8, NT = TC_WARPS * 32;
+    const bool async = hs % 8 == 0 && ld % 8 == 0 && (uintptr_t)src % 16 == 0;
+#pragma unroll 1
+    for (int x = threadIdx.x; x < TC_BC * CH; x += NT) {
+        const int r = x / (8 * CH) * 8 + x % 8, d = x / 8 % CH * 8, t = r0 + r;
+        if (async) {
+            const bool real = t < L && d < hs;
+            tc_cp_async16(dst + 8 * x, real ? src + (size_t)t * ld + d : src, real);
+        } else {
+            for (int e = 0; e < 8; e++)
+                dst[8 * x + e] = t < L && d + e < hs ? src[(size_t)t * ld + d + e]
+                                                     : __float2bfloat16_rn(0.0f);
+        }
+    }
+}
+
 /* The backward's own rows (K, V in dK/dV; Q, dO in dQ): with HOIST, the warp's 16 rows of each
  * (w1, w2: staged, and visible after the first tile's barrier) loaded as A fragments once for
  * all the tiles the block walks. */
@@ -930,12 +957,22 @@ static __device__ void tc_store_grad(__nv_bfloat16 *dst, size_t ld, int rows_lef
 /* The forward. With QH the warp's queries' A fragments are loaded from shared memory once, for
  * all key tiles, instead of again for every tile (8 of the 40 ldmatrix a tile at head size 64;
  * 243 registers there instead of 198, no spills, still 2 blocks an SM): same arithmetic, same
- * bits. Not the default until measured (attention_forward_fused_bf16_qhoist). */
-template <int HSP, bool QH>
+ * bits. Not the default until measured (attention_forward_fused_bf16_qhoist).
+ * With WG (head size 64 only, QH false) both products of a tile are Hopper's wgmma
+ * (kernels/tensorcore.h): the block's 4 warps are one warpgroup, and m-tile i of every warp
+ * (rows 32 w + 16 i) is one m64 product, so S = Q K^T is 2 m-tiles x 4 k-steps of m64n64k16 with
+ * K read by the tensor cores from shared memory, staged in core matrices (tc_stage_blk), and
+ * O += P V likewise with V read MN-major; no ldmatrix but Q's. The softmax between them is
+ * the same code on the same accumulator layout. Each batch of products is fenced, committed and
+ * waited for before its results are read (no overlap of the softmax with the next products yet:
+ * FlashAttention-3's ping-pong is the step after). The products sum in an order the hardware
+ * does not specify, so the bits may differ from the mma.sync kernels' by fp32 roundings. */
+template <int HSP, bool QH, bool WG = false>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_forward_kernel(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, const int *len,
                       int T, int NH, int hs, float scale)
 {
+    static_assert(!WG || (HSP == 64 && !QH), "the wgmma forward: head size 64, its own Q loads");
     typedef tc_dims<HSP> D;
     constexpr int MT = D::FMT, NO = HSP / 8; /* m-tiles a warp, O accumulators an m-tile */
     extern __shared__ float tc_smem[];
@@ -962,24 +999,51 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < MT; i++)
         m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.0f;
+    /* the K and V tiles at key j0 into buffer c: as tc_stage_kv, or in wgmma's core matrices */
+    auto stage_kv = [&](int cb, int j0) {
+        if constexpr (WG) {
+            tc_stage_blk<HSP>(KVs + 2 * cb * D::TE, base + C, ld, j0, L, hs);
+            tc_stage_blk<HSP>(KVs + (2 * cb + 1) * D::TE, base + 2 * C, ld, j0, L, hs);
+        } else {
+            tc_stage_kv<HSP>(KVs, cb, base, C, ld, j0, L, hs);
+        }
+    };
     if (q0 < L) { /* block-uniform: the barriers below are reached by all or none */
         tc_stage<HSP, D::FBR>(Qs, base, ld, q0, L, hs);
-        tc_stage_kv<HSP>(KVs, 0, base, C, ld, 0, L, hs);
+        stage_kv(0, 0);
         tc_cp_commit();
     }
     for (int j0 = 0, c = 0; q0 < L && j0 < L; j0 += TC_BC, c ^= 1) {
-        tc_tile_begin(j0 + TC_BC < L,
-                      [&] { tc_stage_kv<HSP>(KVs, c ^ 1, base, C, ld, j0 + TC_BC, L, hs); });
+        tc_tile_begin(j0 + TC_BC < L, [&] { stage_kv(c ^ 1, j0 + TC_BC); });
         const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;
         float s[MT * TC_NB][4]; /* unscaled scores Q K^T; m, the row max, likewise */
-        tc_zero<MT * TC_NB>(s);
-        if constexpr (QH) {
+        if constexpr (WG) {
+            /* Q's operands from shared memory every tile (8 ldmatrix a warp): held across the
+             * tiles, ptxas 13.0 gave their registers to P after the first tile's products */
+            uint32_t qw[MT * (HSP / 16)][4];
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+                tc_load_a_all<HSP, D::LDH>(qw + i * (HSP / 16), Qw + i * 16 * D::LDH);
+            /* K as a K-major B: lbo 128, sbo HSP * 16; a k-step of 16 is 2 core matrices (128
+             * elements) on; the first one overwrites s */
+            tc_wg_fence();
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int ks = 0; ks < HSP / 16; ks++)
+                    tc_wgmma_n64<false>(&s[i * TC_NB][0], qw[i * (HSP / 16) + ks],
+                                        tc_wg_desc(Ks + ks * 128, 128, HSP * 16), ks > 0);
+            tc_wg_commit();
+            tc_wg_wait<0>();
+        } else if constexpr (QH) {
+            tc_zero<MT * TC_NB>(s);
             if (j0 == 0) /* Q landed with the first tile */
 #pragma unroll
                 for (int i = 0; i < MT; i++)
                     tc_load_a_all<HSP, D::LDH>(qa + i * (HSP / 16), Qw + i * 16 * D::LDH);
             tc_frags_by_tile_t<HSP, TC_NB, D::LDH, MT>(s, qa, Ks);
         } else {
+            tc_zero<MT * TC_NB>(s);
             tc_rows_by_tile_t<HSP, TC_NB, D::LDH, MT>(s, Qw, Ks);
         }
 #pragma unroll
@@ -1019,7 +1083,25 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
                 for (int e = 0; e < 4; e++)
                     o[i * NO + n][e] *= corr[e >> 1];
         }
-        tc_acc_by_tile<HSP, D::LDH, MT>(o, s, Vs);
+        if constexpr (WG) {
+            uint32_t pa[MT][TC_NB / 2][4]; /* P as A operands, kept until the wait */
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int kc = 0; kc < TC_NB / 2; kc++)
+                    tc_pack_a(pa[i][kc], s[i * TC_NB + 2 * kc], s[i * TC_NB + 2 * kc + 1]);
+            tc_wg_fence(); /* o was rescaled above */
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int kc = 0; kc < TC_NB / 2; kc++) /* V MN-major: lbo HSP * 16, sbo 128; */
+                    tc_wgmma_n64<true>(&o[i * NO][0], pa[i][kc], /* 16 keys: 2 row groups */
+                                       tc_wg_desc(Vs + kc * 16 * HSP, HSP * 16, 128), true);
+            tc_wg_commit();
+            tc_wg_wait<0>();
+        } else {
+            tc_acc_by_tile<HSP, D::LDH, MT>(o, s, Vs);
+        }
     }
 #pragma unroll
     for (int i = 0; i < MT; i++)
@@ -1309,17 +1391,44 @@ template <typename K> static void tc_allow_smem(K *kernel, size_t smem, int *rai
     }
 }
 
-template <int HSP, bool QH>
+template <int HSP, bool QH, bool WG = false>
 static void tc_forward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, const int *len,
                        int B, int T, int NH, int hs, cudaStream_t stream)
 {
     static int raised;
     const size_t smem = tc_dims<HSP>::fwd;
     dim3 grid((unsigned)CEIL_DIV(T, tc_dims<HSP>::FBR), (unsigned)(B * NH));
-    tc_allow_smem(tc_forward_kernel<HSP, QH>, smem, &raised);
-    tc_forward_kernel<HSP, QH><<<grid, TC_WARPS * 32, smem, stream>>>(
+    tc_allow_smem(tc_forward_kernel<HSP, QH, WG>, smem, &raised);
+    tc_forward_kernel<HSP, QH, WG><<<grid, TC_WARPS * 32, smem, stream>>>(
         out, lse, qkv, len, T, NH, hs, 1.0f / sqrtf((float)hs));
     GPU_LAUNCH_CHECK();
+}
+
+/* 1 where this build's device code for the current GPU has wgmma (sm_90a code on an H100/H200;
+ * the emulator), else 0: what attention_forward_fused_bf16_wgmma asks before using it. */
+static __global__ void tc_wg_probe_kernel(int *has)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
+    *has = 1;
+#else
+    *has = 0;
+#endif
+}
+
+extern "C" int attention_fused_wgmma_available(void)
+{
+    static int known = -1; /* per process: one GPU model a process */
+    if (known < 0) {
+        int *d = NULL, h = 0;
+        CUDA_CHECK(cudaMalloc((void **)&d, sizeof(int)));
+        CUDA_CHECK(cudaMemset(d, 0, sizeof(int)));
+        tc_wg_probe_kernel<<<1, 1>>>(d);
+        GPU_LAUNCH_CHECK();
+        CUDA_CHECK(cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaFree(d));
+        known = h;
+    }
+    return known;
 }
 
 /* dsT: NULL, dQ by tc_dq_kernel; else (B NH, TP, TP) bf16 of scratch for dS^T, dQ by
@@ -1358,7 +1467,7 @@ static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 
     GPU_LAUNCH_CHECK();
 }
 
-template <bool QH>
+template <bool QH, bool WG = false>
 static void forward_fused_bf16(uint16_t *out, float *lse, const uint16_t *qkv, const int *len,
                                int B, int T, int C, int NH, cudaStream_t stream)
 {
@@ -1367,7 +1476,9 @@ static void forward_fused_bf16(uint16_t *out, float *lse, const uint16_t *qkv, c
     int hsp = fa_padded_head(C, NH, "attention_forward_fused_bf16"), hs = C / NH;
     __nv_bfloat16 *o = (__nv_bfloat16 *)out;
     const __nv_bfloat16 *q = (const __nv_bfloat16 *)qkv;
-    if (hsp == 32)
+    if (WG && hsp == 64 && attention_fused_wgmma_available())
+        tc_forward<64, false, true>(o, lse, q, len, B, T, NH, hs, stream);
+    else if (hsp == 32)
         tc_forward<32, QH>(o, lse, q, len, B, T, NH, hs, stream);
     else if (hsp == 64)
         tc_forward<64, QH>(o, lse, q, len, B, T, NH, hs, stream);
@@ -1388,6 +1499,14 @@ extern "C" void attention_forward_fused_bf16_qhoist(uint16_t *out, float *lse,
                                                     struct CUstream_st *stream)
 {
     forward_fused_bf16<true>(out, lse, qkv, len, B, T, C, NH, stream);
+}
+
+extern "C" void attention_forward_fused_bf16_wgmma(uint16_t *out, float *lse,
+                                                   const uint16_t *qkv, const int *len, int B,
+                                                   int T, int C, int NH,
+                                                   struct CUstream_st *stream)
+{
+    forward_fused_bf16<true, true>(out, lse, qkv, len, B, T, C, NH, stream);
 }
 
 extern "C" size_t attention_backward_ds_bytes(int B, int T, int NH)

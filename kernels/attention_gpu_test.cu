@@ -157,6 +157,25 @@ static void check_fused_bf16(const float *qkv, const float *dout, const float *o
         int same_h = memcmp(o_h, o_def, no * 2) == 0 && memcmp(l_h, l_def, nl * 4) == 0;
         printf("%-24s %s\n", "fbf16 qhoist out, lse", same_h ? "OK" : "FAILED (bits differ)");
         gt_failed += !same_h;
+        /* the wgmma forward (head size 64 where the device code has wgmma; else the one above):
+         * the CPU's values within the same tolerances, the default's within an fp32 rounding
+         * before the bf16 one (its products sum in the hardware's order) */
+        const bool wg = C / NH > 32 && C / NH <= 64 && attention_fused_wgmma_available();
+        CUDA_CHECK(cudaMemset(d_out, 0xff, no * 2));
+        CUDA_CHECK(cudaMemset(d_lse, 0xff, nl * sizeof(float)));
+        attention_forward_fused_bf16_wgmma(d_out, d_lse, d_qkv, d_len, B, T, C, NH, 0);
+        printf("fbf16 wgmma: %s\n", wg ? "on tensor cores by wgmma" : "not here (qhoist's)");
+        float *wg_out = widen(d_out, no), *def_out = (float *)malloc(no * sizeof(float));
+        for (size_t i = 0; i < no; i++)
+            def_out[i] = bf16_to_f32(o_def[i]);
+        gt_compare("attention_fwd_wgmma out", wg_out, out, no, 2e-2, 5e-2);
+        gt_compare("attention_fwd_wgmma lse", d_lse, lse, nl, 2e-2, 2e-2);
+        gt_compare("wgmma out vs default", wg_out, def_out, no, 1e-6, 1.0 / 128);
+        gt_compare("wgmma lse vs default", d_lse, l_def, nl, 1e-5, 1e-5);
+        cudaFree(wg_out);
+        free(def_out);
+        CUDA_CHECK(cudaMemcpy(d_out, o_def, no * 2, cudaMemcpyHostToDevice)); /* the default's */
+        CUDA_CHECK(cudaMemcpy(d_lse, l_def, nl * 4, cudaMemcpyHostToDevice));
         free(o_def), free(l_def), free(o_h), free(l_h);
     }
     attention_backward_fused_bf16(d_dqkv16, d_db, d_dout, d_qkv, d_out, d_lse, d_len, B, T, C, NH,

@@ -14,6 +14,13 @@ foreach(op gpu_runtime embed layernorm matmul attention pool crossentropy adamw)
     endif()
 endforeach()
 target_link_libraries(gantry_kernels_cuda PUBLIC gantry::cublas gantry::cublaslt)
+# Built for sm_90 (the default, 90): its SASS as sm_90a instead, which every H100/H200 runs and
+# which has wgmma (kernels/tensorcore.h; attention_forward_fused_bf16_wgmma), beside the same
+# compute_90 PTX for newer GPUs, where the wgmma code is left out and its callers take the
+# mma.sync kernels (attention_fused_wgmma_available). Other architectures as asked.
+if("${CMAKE_CUDA_ARCHITECTURES}" STREQUAL "90")
+    set_target_properties(gantry_kernels_cuda PROPERTIES CUDA_ARCHITECTURES "90a-real;90-virtual")
+endif()
 # Device code: warnings as errors too (nvcc's own, and the host compiler's through -Xcompiler).
 # The stand-alone GPU-machine build turns -Werror off: another host compiler may warn differently,
 # and a warning must not cost a device run.
@@ -39,7 +46,7 @@ endforeach()
 
 # tensorcore_gpu_test also checks wgmma, which only sm_90a code has (H100, H200): its own SASS is
 # sm_90a, with compute_90 PTX beside it as everywhere (on another GPU its wgmma case is skipped).
-if(TARGET tensorcore_gpu_test)
+if(TARGET tensorcore_gpu_test AND "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL "90")
     set_target_properties(tensorcore_gpu_test PROPERTIES CUDA_ARCHITECTURES "90a-real;90-virtual")
 endif()
 

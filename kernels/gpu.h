@@ -150,6 +150,15 @@ void attention_forward_fused_bf16(uint16_t *out, float *lse, const uint16_t *qkv
 void attention_forward_fused_bf16_qhoist(uint16_t *out, float *lse, const uint16_t *qkv,
                                          const int *len, int B, int T, int C, int NH,
                                          struct CUstream_st *stream);
+/* The same forward on Hopper's wgmma (kernels/tensorcore.h) where it can run: head size 64 (41
+ * to 64, padded) and device code with wgmma (attention_fused_wgmma_available: the sm_90a build
+ * on an H100/H200, or the emulator); otherwise exactly attention_forward_fused_bf16_qhoist.
+ * Within fp32 roundings of the others (the hardware's order of summation). Timed beside them by
+ * bench/gpu_kernels until a GPU run says which is faster. */
+void attention_forward_fused_bf16_wgmma(uint16_t *out, float *lse, const uint16_t *qkv,
+                                        const int *len, int B, int T, int C, int NH,
+                                        struct CUstream_st *stream);
+int attention_fused_wgmma_available(void);
 void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias, const uint16_t *dout,
                                    const uint16_t *qkv, const uint16_t *out, const float *lse,
                                    const int *len, int B, int T, int C, int NH,

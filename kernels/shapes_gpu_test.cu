@@ -951,6 +951,10 @@ static void case_attention(uint64_t *r)
     launched("attention_forward_fused_bf16_qhoist");
     check_bf16("attention_forward_fused_bf16_qhoist", "out", d_out16, out, no, 2e-2, 5e-2);
     CUDA_CHECK(cudaMemset(d_out16, 0xFF, no * 2));
+    attention_forward_fused_bf16_wgmma(d_out16, d_lse, d_q16, d_len, B, T, C, NH, 0);
+    launched("attention_forward_fused_bf16_wgmma");
+    check_bf16("attention_forward_fused_bf16_wgmma", "out", d_out16, out, no, 2e-2, 5e-2);
+    CUDA_CHECK(cudaMemset(d_out16, 0xFF, no * 2));
     attention_forward_fused_bf16(d_out16, d_lse, d_q16, d_len, B, T, C, NH, 0);
     launched("attention_forward_fused_bf16");
     check_bf16("attention_forward_fused_bf16", "out", d_out16, out, no, 2e-2, 5e-2);

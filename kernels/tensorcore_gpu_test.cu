@@ -174,6 +174,17 @@ static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, const ui
     wg_store(d_o, o);
 }
 
+/* 1 where this test's device code for the GPU has wgmma (sm_90a code: built for 90 on an
+ * H100/H200; the emulator) */
+static __global__ void wg_probe_kernel(int *has)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
+    *has = 1;
+#else
+    *has = 0;
+#endif
+}
+
 static uint16_t *rand_int_bf16(int n, uint64_t *s, float *f)
 {
     uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t));
@@ -246,14 +257,17 @@ int main(void)
     cudaFree(d_km);
     free(a), free(b), free(bnk), free(bkn);
 
-    /* 5: wgmma, on sm_90 devices (the code is sm_90a's; elsewhere it would trap) */
-    int dev = 0;
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    if (prop.major != 9) {
-        printf("wgmma: SKIPPED (compute capability %d.%d; wgmma is sm_90a's)\n", prop.major,
-               prop.minor);
+    /* 5: wgmma, where the device code has it (elsewhere it would trap) */
+    int *d_has, has = 0;
+    CUDA_CHECK(cudaMalloc(&d_has, sizeof(int)));
+    CUDA_CHECK(cudaMemset(d_has, 0, sizeof(int)));
+    wg_probe_kernel<<<1, 1>>>(d_has);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaMemcpy(&has, d_has, sizeof(int), cudaMemcpyDeviceToHost));
+    cudaFree(d_has);
+    if (!has) {
+        printf("wgmma: SKIPPED (this GPU runs device code without wgmma: not an H100/H200 with "
+               "the sm_90a build)\n");
         return gt_summary("tensorcore_gpu_test");
     }
     {

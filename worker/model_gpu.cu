@@ -68,6 +68,7 @@ struct model_gpu {
     int graphs;             /* MODEL_GPU_GRAPHS */
     int dgelu_epi;          /* MODEL_GPU_DGELU_EPILOGUE */
     int attn_ds;            /* MODEL_GPU_ATTENTION_DS */
+    int attn_wg;            /* MODEL_GPU_ATTENTION_WGMMA */
     struct graph_slot gs[GRAPH_SLOTS];
     unsigned long long gtick;
     long graph_captures, graph_launches, graph_evictions;
@@ -261,8 +262,8 @@ static void transformer_forward(struct model_gpu *g)
                 matmul_forward_bf16(qkvh, ln1h, P16("qkvw") + (size_t)l * 3 * C * C,
                                     P16("qkvb") + (size_t)l * 3 * C, N, C, 3 * C, s);
                 mark(g, "qkv GEMM");
-                attention_forward_fused_bf16(attyh, g->lse + l * nlse, qkvh, g->len, B, T, C, NH,
-                                             s);
+                (g->attn_wg ? attention_forward_fused_bf16_wgmma : attention_forward_fused_bf16)(
+                    attyh, g->lse + l * nlse, qkvh, g->len, B, T, C, NH, s);
             } else {
                 fc_forward(g, qkv, NULL, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
                            (size_t)l * 3 * C, N, C, 3 * C);
@@ -696,6 +697,13 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         g->attn_ds = 0;
     }
     gpu_init();
+    g->attn_wg = bf16 && fused && (flags & MODEL_GPU_ATTENTION_WGMMA) != 0;
+    if (g->attn_wg && (c->hidden / c->heads <= 32 || c->hidden / c->heads > 64 ||
+                       !attention_fused_wgmma_available())) /* (asked here: not in a capture) */
+        fprintf(stderr, "model_gpu: the wgmma attention forward needs head size 33 to 64 and "
+                        "the sm_90a build on an H100/H200 (head size %d here%s): the mma.sync "
+                        "forward instead\n", c->hidden / c->heads,
+                attention_fused_wgmma_available() ? "" : ", no wgmma in this device code");
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
     g->nseg = m->n_tensors;
     for (int i = 0; i < m->n_tensors; i++)

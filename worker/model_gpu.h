@@ -69,6 +69,11 @@ int model_gpu_device_count(void);
  * 12 heads), refused past 4 GiB with a note on stderr (the default then). Off by default until a
  * GPU run has measured it (gpu_bench --attention-ds beside the default, docs/gpu.md). */
 #define MODEL_GPU_ATTENTION_DS 16u
+/* bf16 with the fused attention only: its forward on Hopper's wgmma
+ * (attention_forward_fused_bf16_wgmma: head size 64, the sm_90a build on an H100/H200; elsewhere
+ * the mma.sync forward, with a note on stderr). Off by default until a GPU run has measured it
+ * (gpu_bench --attention-wgmma beside the default, docs/gpu.md). */
+#define MODEL_GPU_ATTENTION_WGMMA 32u
 
 /* Device state for m's configuration (the Transformer, or MODEL_NGRAM: the bags of n-grams are
  * built on the host by model_gpu_batch, their mean, the head and the loss on the device; fp32,
