@@ -172,7 +172,7 @@ if ! cmake -S "$here/bench/gpu_check" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE
     say "FAILED: configure (build.log)"; tail -30 "$out/build.log"; exit 1
 fi
 if cmake --build "$build" -j "$(nproc)" -- "${keep[@]}" >>"$out/build.log" 2>&1; then
-    say "OK: build ($(grep -c 'Building CUDA' "$out/build.log") CUDA objects, sm_90 + PTX)"
+    say "OK: build ($(grep -c 'Building CUDA' "$out/build.log") CUDA objects, sm_90a/sm_90 + PTX)"
 else
     status=1
     say "FAILED: build (build.log); running what did build"
