@@ -856,6 +856,65 @@ static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const flo
     }
 }
 
+/* The two products above on Hopper's wgmma (kernels/tensorcore.h), for head size 64, where the
+ * walked tile is staged in core matrices (tc_stage_blk) and the block's 4 warps are one
+ * warpgroup: each m64 product is the 4 warps' m-tile i together. Same accumulator layouts as
+ * the mma.sync forms, so the code around them is shared; each call fences, issues, commits and
+ * waits, so its results may be read when it returns.
+ *   tc_wg_rows_by_tile_t: acc (16 x TC_BC a warp and m-tile) = A (16 x HSP rows of a row-major
+ *     tile, m-tile i at a + 16 i LD; loaded by ldmatrix every call) x tile^T, the tile stored
+ *     [n][k] (K-major: lbo 128, sbo HSP * 16; a k-step is 2 core matrices on); overwrites acc.
+ *   tc_wg_acc_by_tile: acc (16 x HSP) += P (16 x TC_BC fp32, rounded to bf16 here) x tile, the
+ *     tile stored [k][n] (MN-major: lbo HSP * 16, sbo 128; a k-step is 2 row groups on); on_a
+ *     as in tc_acc_by_tile. The A registers are kept until the wait, as wgmma reads them late.
+ * A operand held in registers across calls was seen to lose them to other values in ptxas
+ * 13.0.88's code (the forward with Q hoisted: its later tiles' S products read P), so these
+ * take A from shared memory or from the accumulators every call. */
+template <int HSP, int LD, int MT = 1>
+static __device__ __forceinline__ void tc_wg_rows_by_tile_t(float (*acc)[4],
+                                                            const __nv_bfloat16 *a,
+                                                            const __nv_bfloat16 *tile)
+{
+    static_assert(TC_BC == 64, "wgmma n64: TC_BC columns");
+    uint32_t fa[MT][HSP / 16][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+        tc_load_a_all<HSP, LD>(fa[i], a + i * 16 * LD);
+    tc_wg_fence();
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int ks = 0; ks < HSP / 16; ks++)
+            tc_wgmma_n64<false>(&acc[i * TC_NB][0], fa[i][ks],
+                                tc_wg_desc(tile + ks * 128, 128, HSP * 16), ks > 0);
+    tc_wg_commit();
+    tc_wg_wait<0>();
+}
+template <int HSP, int MT = 1, typename F = tc_keep>
+static __device__ __forceinline__ void tc_wg_acc_by_tile(float (*acc)[4], const float (*p)[4],
+                                                         const __nv_bfloat16 *tile, F on_a = F())
+{
+    static_assert(HSP == 64, "wgmma n64: head size 64");
+    uint32_t pa[MT][TC_NB / 2][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int kc = 0; kc < TC_NB / 2; kc++) {
+            tc_pack_a(pa[i][kc], p[i * TC_NB + 2 * kc], p[i * TC_NB + 2 * kc + 1]);
+            if (i == 0)
+                on_a(kc, pa[0][kc]);
+        }
+    tc_wg_fence(); /* acc may have been written since the last wait (the forward rescales O) */
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int kc = 0; kc < TC_NB / 2; kc++)
+            tc_wgmma_n64<true>(&acc[i * (HSP / 8)][0], pa[i][kc],
+                               tc_wg_desc(tile + kc * 16 * HSP, HSP * 16, 128), true);
+    tc_wg_commit();
+    tc_wg_wait<0>();
+}
+
 /* Columns c0 + c >= L of a warp's 16 x TC_BC scores (keys of padding) set to -inf, before the
  * exponential. */
 static __device__ __forceinline__ void tc_mask_cols(float (*s)[4], int c0, int L)
@@ -1018,23 +1077,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;
         float s[MT * TC_NB][4]; /* unscaled scores Q K^T; m, the row max, likewise */
         if constexpr (WG) {
-            /* Q's operands from shared memory every tile (8 ldmatrix a warp): held across the
-             * tiles, ptxas 13.0 gave their registers to P after the first tile's products */
-            uint32_t qw[MT * (HSP / 16)][4];
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-                tc_load_a_all<HSP, D::LDH>(qw + i * (HSP / 16), Qw + i * 16 * D::LDH);
-            /* K as a K-major B: lbo 128, sbo HSP * 16; a k-step of 16 is 2 core matrices (128
-             * elements) on; the first one overwrites s */
-            tc_wg_fence();
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int ks = 0; ks < HSP / 16; ks++)
-                    tc_wgmma_n64<false>(&s[i * TC_NB][0], qw[i * (HSP / 16) + ks],
-                                        tc_wg_desc(Ks + ks * 128, 128, HSP * 16), ks > 0);
-            tc_wg_commit();
-            tc_wg_wait<0>();
+            tc_wg_rows_by_tile_t<HSP, D::LDH, MT>(s, Qw, Ks); /* Q by ldmatrix every tile */
         } else if constexpr (QH) {
             tc_zero<MT * TC_NB>(s);
             if (j0 == 0) /* Q landed with the first tile */
@@ -1083,25 +1126,10 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
                 for (int e = 0; e < 4; e++)
                     o[i * NO + n][e] *= corr[e >> 1];
         }
-        if constexpr (WG) {
-            uint32_t pa[MT][TC_NB / 2][4]; /* P as A operands, kept until the wait */
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int kc = 0; kc < TC_NB / 2; kc++)
-                    tc_pack_a(pa[i][kc], s[i * TC_NB + 2 * kc], s[i * TC_NB + 2 * kc + 1]);
-            tc_wg_fence(); /* o was rescaled above */
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int kc = 0; kc < TC_NB / 2; kc++) /* V MN-major: lbo HSP * 16, sbo 128; */
-                    tc_wgmma_n64<true>(&o[i * NO][0], pa[i][kc], /* 16 keys: 2 row groups */
-                                       tc_wg_desc(Vs + kc * 16 * HSP, HSP * 16, 128), true);
-            tc_wg_commit();
-            tc_wg_wait<0>();
-        } else {
+        if constexpr (WG)
+            tc_wg_acc_by_tile<HSP, MT>(o, s, Vs);
+        else
             tc_acc_by_tile<HSP, D::LDH, MT>(o, s, Vs);
-        }
     }
 #pragma unroll
     for (int i = 0; i < MT; i++)
@@ -1133,12 +1161,13 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
  * at dsT ((B NH, TP, TP): [bh][key][query], TP = T rounded up to TC_BC) for tc_dq_ds_kernel.
  * Every query column of a walked tile is written (padding queries' are 0, below), rows of
  * padding keys too (never read: the dQ kernel stages rows >= L as zeros). */
-template <int HSP, bool DS>
+template <int HSP, bool DS, bool WG = false>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_dkdv_kernel(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dout,
                    const __nv_bfloat16 *qkv, const float *lse2, const float *Dr, const int *len,
                    int T, int NH, int hs, float scale, __nv_bfloat16 *dsT, int TP, int rows16)
 {
+    static_assert(!WG || HSP == 64, "the wgmma backward: head size 64");
     typedef tc_dims<HSP> D;
     extern __shared__ float tc_smem[];
     char *sm = (char *)tc_smem;
@@ -1162,8 +1191,13 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_zero<HSP / 8>(dk);
     tc_zero<HSP / 8>(dv);
     auto stage = [&](int i0, int c) { /* the query tile at i0 into buffer c */
-        tc_stage2<HSP>(QOs + 2 * c * D::TE, base, ld, QOs + (2 * c + 1) * D::TE, dbase, C, i0, L,
-                       hs);
+        if constexpr (WG) { /* in wgmma's core matrices */
+            tc_stage_blk<HSP>(QOs + 2 * c * D::TE, base, ld, i0, L, hs);
+            tc_stage_blk<HSP>(QOs + (2 * c + 1) * D::TE, dbase, C, i0, L, hs);
+        } else {
+            tc_stage2<HSP>(QOs + 2 * c * D::TE, base, ld, QOs + (2 * c + 1) * D::TE, dbase, C,
+                           i0, L, hs);
+        }
         /* head size 128: the loop below (the cp.async form took the kernel's 255 registers to
          * spills there) */
         if (HSP <= 64 && rows16) { /* lse2, D by cp.async too, 4 rows a chunk, in the group */
@@ -1188,8 +1222,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     }
     for (int i0 = 0, c = 0; live && i0 < L; i0 += TC_BC, c ^= 1) {
         tc_tile_begin(i0 + TC_BC < L, [&] { stage(i0 + TC_BC, c ^ 1); });
-        if (i0 == 0)
-            tc_hoist<HSP, D::HOIST>(ka, Kw, va, Vw);
+        if (!WG && i0 == 0)
+            tc_hoist<HSP, D::HOIST && !WG>(ka, Kw, va, Vw);
         const __nv_bfloat16 *Qs = QOs + 2 * c * D::TE, *dOs = Qs + D::TE;
         const float *lse_s = LDs + 2 * c * TC_BC, *D_s = lse_s + TC_BC;
         /* S^T (the warp's 16 keys x TC_BC queries) = scale K_w Q^T, P^T = exp(S^T - lse) (lse_s
@@ -1197,22 +1231,31 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
          * zeros and their lse, D as 0, so P^T = 1 there and both dV += P^T dO and dS^T =
          * P^T (dP^T - D) = 0 get nothing from them. */
         float p[TC_NB][4], dp[TC_NB][4];
-        tc_zero<TC_NB>(p);
-        tc_zero<TC_NB>(dp);
-        if constexpr (D::HOIST)
-            tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(p, ka, Qs);
-        else
-            tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Kw, Qs);
+        if constexpr (WG) {
+            tc_wg_rows_by_tile_t<HSP, D::LDH>(p, Kw, Qs);
+        } else {
+            tc_zero<TC_NB>(p);
+            tc_zero<TC_NB>(dp);
+            if constexpr (D::HOIST)
+                tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(p, ka, Qs);
+            else
+                tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Kw, Qs);
+        }
 #pragma unroll
         for (int n = 0; n < TC_NB; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 p[n][e] = tc_exp2(fmaf(p[n][e], sl2, -lse_s[n * 8 + 2 * t + (e & 1)]));
-        tc_acc_by_tile<HSP, D::LDH>(dv, p, dOs);            /* dV += P^T dO */
-        if constexpr (D::HOIST) /* dP^T = V_w dO^T */
-            tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(dp, va, dOs);
-        else
-            tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, Vw, dOs);
+        if constexpr (WG) { /* dV += P^T dO; dP^T = V_w dO^T */
+            tc_wg_acc_by_tile<HSP>(dv, p, dOs);
+            tc_wg_rows_by_tile_t<HSP, D::LDH>(dp, Vw, dOs);
+        } else {
+            tc_acc_by_tile<HSP, D::LDH>(dv, p, dOs);
+            if constexpr (D::HOIST)
+                tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(dp, va, dOs);
+            else
+                tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, Vw, dOs);
+        }
 #pragma unroll
         for (int n = 0; n < TC_NB; n++)
 #pragma unroll
@@ -1221,13 +1264,19 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         if constexpr (DS) { /* dK += dS^T Q, and the operand stored as it is packed */
             __nv_bfloat16 *row =
                 dsT + ((size_t)bh * TP + k0 + warp * 16 + g) * TP + i0 + 2 * t;
-            tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs, [&](int kc, const uint32_t *a) {
+            auto store = [&](int kc, const uint32_t *a) {
                 __nv_bfloat16 *x = row + 16 * kc; /* a: rows g, g + 8; columns 2t, 2t + 8 */
                 tc_store32(x, a[0]);
                 tc_store32(x + 8 * (size_t)TP, a[1]);
                 tc_store32(x + 8, a[2]);
                 tc_store32(x + 8 * (size_t)TP + 8, a[3]);
-            });
+            };
+            if constexpr (WG)
+                tc_wg_acc_by_tile<HSP>(dk, dp, Qs, store);
+            else
+                tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs, store);
+        } else if constexpr (WG) {
+            tc_wg_acc_by_tile<HSP>(dk, dp, Qs);
         } else {
             tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs); /* dK += dS^T Q (times scale below) */
         }
@@ -1241,13 +1290,14 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
                        (float *)sm);
 }
 
-template <int HSP>
+template <int HSP, bool WG = false>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_dq_kernel(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dout,
                  const __nv_bfloat16 *qkv,
                  const float *lse, const float *Dr, const int *len, int T, int NH, int hs,
                  float scale)
 {
+    static_assert(!WG || HSP == 64, "the wgmma backward: head size 64");
     typedef tc_dims<HSP> D;
     extern __shared__ float tc_smem[];
     char *sm = (char *)tc_smem;
@@ -1276,24 +1326,36 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
     uint32_t qa[D::NA][4], oa[D::NA][4]; /* D::HOIST: the warp's queries' q, dO as A operands */
     tc_zero<HSP / 8>(dq);
+    auto stage_kv = [&](int cb, int j0) { /* as tc_stage_kv, or in wgmma's core matrices */
+        if constexpr (WG) {
+            tc_stage_blk<HSP>(KVs + 2 * cb * D::TE, base + C, ld, j0, L, hs);
+            tc_stage_blk<HSP>(KVs + (2 * cb + 1) * D::TE, base + 2 * C, ld, j0, L, hs);
+        } else {
+            tc_stage_kv<HSP>(KVs, cb, base, C, ld, j0, L, hs);
+        }
+    };
     if (live) {
         tc_stage2<HSP>(Qs, base, ld, dOs, dbase, C, q0, L, hs);
-        tc_stage_kv<HSP>(KVs, 0, base, C, ld, 0, L, hs);
+        stage_kv(0, 0);
         tc_cp_commit();
     }
     for (int j0 = 0, c = 0; live && j0 < L; j0 += TC_BC, c ^= 1) {
-        tc_tile_begin(j0 + TC_BC < L,
-                      [&] { tc_stage_kv<HSP>(KVs, c ^ 1, base, C, ld, j0 + TC_BC, L, hs); });
-        if (j0 == 0)
-            tc_hoist<HSP, D::HOIST>(qa, Qw, oa, dOw);
+        tc_tile_begin(j0 + TC_BC < L, [&] { stage_kv(c ^ 1, j0 + TC_BC); });
+        if (!WG && j0 == 0)
+            tc_hoist<HSP, D::HOIST && !WG>(qa, Qw, oa, dOw);
         const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;
         float p[TC_NB][4], dp[TC_NB][4];
-        tc_zero<TC_NB>(p);
-        tc_zero<TC_NB>(dp);
-        if constexpr (D::HOIST) { /* S = scale Q_w K^T, dP = dO_w V^T */
+        if constexpr (WG) { /* S = scale Q_w K^T, dP = dO_w V^T */
+            tc_wg_rows_by_tile_t<HSP, D::LDH>(p, Qw, Ks);
+            tc_wg_rows_by_tile_t<HSP, D::LDH>(dp, dOw, Vs);
+        } else if constexpr (D::HOIST) {
+            tc_zero<TC_NB>(p);
+            tc_zero<TC_NB>(dp);
             tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(p, qa, Ks);
             tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(dp, oa, Vs);
         } else {
+            tc_zero<TC_NB>(p);
+            tc_zero<TC_NB>(dp);
             tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(p, Qw, Ks);
             tc_rows_by_tile_t<HSP, TC_NB, D::LDH>(dp, dOw, Vs);
         }
@@ -1308,7 +1370,10 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
                 const float pe = tc_exp2(fmaf(p[n][e], sl2, -lse_r[e >> 1]));
                 dp[n][e] = pe * (dp[n][e] - D_r[e >> 1]);
             }
-        tc_acc_by_tile<HSP, D::LDH>(dq, dp, Ks); /* dQ += dS K (times scale below) */
+        if constexpr (WG) /* dQ += dS K (times scale below) */
+            tc_wg_acc_by_tile<HSP>(dq, dp, Ks);
+        else
+            tc_acc_by_tile<HSP, D::LDH>(dq, dp, Ks);
     }
     const size_t at = ((size_t)b * gridDim.x + blockIdx.x) * ld + (size_t)h * hs;
     tc_store_grad<HSP>(dqkv16 + ((size_t)b * T + q0) * ld + (size_t)h * hs, ld, T - q0, dq, valid,
@@ -1433,7 +1498,7 @@ extern "C" int attention_fused_wgmma_available(void)
 
 /* dsT: NULL, dQ by tc_dq_kernel; else (B NH, TP, TP) bf16 of scratch for dS^T, dQ by
  * tc_dq_ds_kernel */
-template <int HSP>
+template <int HSP, bool WG = false>
 static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dout,
                         const __nv_bfloat16 *qkv, const float *lse, const float *Dr,
                         const float *lse2, const int *len, int B, int T, int NH, int hs,
@@ -1447,8 +1512,8 @@ static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 
      * dK/dV kernel stages them by cp.async */
     const int rows16 = T % 4 == 0 && (uintptr_t)lse2 % 16 == 0 && (uintptr_t)Dr % 16 == 0;
     if (dsT) {
-        tc_allow_smem(tc_dkdv_kernel<HSP, true>, skv, &raised_kvs);
-        tc_dkdv_kernel<HSP, true><<<grid, TC_WARPS * 32, skv, stream>>>(
+        tc_allow_smem(tc_dkdv_kernel<HSP, true, WG>, skv, &raised_kvs);
+        tc_dkdv_kernel<HSP, true, WG><<<grid, TC_WARPS * 32, skv, stream>>>(
             dqkv16, part, dout, qkv, lse2, Dr, len, T, NH, hs, scale, dsT, TP, rows16);
         GPU_LAUNCH_CHECK();
         tc_allow_smem(tc_dq_ds_kernel<HSP>, sqs, &raised_qs);
@@ -1457,13 +1522,13 @@ static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 
         GPU_LAUNCH_CHECK();
         return;
     }
-    tc_allow_smem(tc_dkdv_kernel<HSP, false>, skv, &raised_kv);
-    tc_dkdv_kernel<HSP, false><<<grid, TC_WARPS * 32, skv, stream>>>(
+    tc_allow_smem(tc_dkdv_kernel<HSP, false, WG>, skv, &raised_kv);
+    tc_dkdv_kernel<HSP, false, WG><<<grid, TC_WARPS * 32, skv, stream>>>(
         dqkv16, part, dout, qkv, lse2, Dr, len, T, NH, hs, scale, NULL, 0, rows16);
     GPU_LAUNCH_CHECK();
-    tc_allow_smem(tc_dq_kernel<HSP>, sq, &raised_q);
-    tc_dq_kernel<HSP><<<grid, TC_WARPS * 32, sq, stream>>>(dqkv16, part, dout, qkv, lse, Dr, len,
-                                                           T, NH, hs, scale);
+    tc_allow_smem(tc_dq_kernel<HSP, WG>, sq, &raised_q);
+    tc_dq_kernel<HSP, WG><<<grid, TC_WARPS * 32, sq, stream>>>(dqkv16, part, dout, qkv, lse, Dr,
+                                                               len, T, NH, hs, scale);
     GPU_LAUNCH_CHECK();
 }
 
@@ -1518,7 +1583,7 @@ extern "C" size_t attention_backward_ds_bytes(int B, int T, int NH)
 static void backward_fused_bf16(uint16_t *dqkv16, float *dbias, const uint16_t *dout,
                                 const uint16_t *qkv, const uint16_t *out, const float *lse,
                                 const int *len, int B, int T, int C, int NH, bool stored_ds,
-                                cudaStream_t stream)
+                                bool wg, cudaStream_t stream)
 {
     size_t rows = (size_t)B * NH * T;
     if ((size_t)B * T * C == 0)
@@ -1540,7 +1605,10 @@ static void backward_fused_bf16(uint16_t *dqkv16, float *dbias, const uint16_t *
     __nv_bfloat16 *dsT =
         stored_ds ? (__nv_bfloat16 *)gpu_scratch(attention_backward_ds_bytes(B, T, NH), stream)
                   : NULL;
-    if (hsp == 32)
+    if (wg && hsp == 64 && attention_fused_wgmma_available())
+        tc_backward<64, true>(d16, part, dO, q, lse, Dr, lse2, len, B, T, NH, hs, dsT, TP,
+                              stream);
+    else if (hsp == 32)
         tc_backward<32>(d16, part, dO, q, lse, Dr, lse2, len, B, T, NH, hs, dsT, TP, stream);
     else if (hsp == 64)
         tc_backward<64>(d16, part, dO, q, lse, Dr, lse2, len, B, T, NH, hs, dsT, TP, stream);
@@ -1562,7 +1630,8 @@ extern "C" void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias,
                                               const int *len, int B, int T, int C, int NH,
                                               struct CUstream_st *stream)
 {
-    backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH, false, stream);
+    backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH, false, false,
+                        stream);
 }
 
 extern "C" void attention_backward_fused_bf16_ds(uint16_t *dqkv16, float *dbias,
@@ -1571,5 +1640,16 @@ extern "C" void attention_backward_fused_bf16_ds(uint16_t *dqkv16, float *dbias,
                                                  const int *len, int B, int T, int C, int NH,
                                                  struct CUstream_st *stream)
 {
-    backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH, true, stream);
+    backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH, true, false,
+                        stream);
+}
+
+extern "C" void attention_backward_fused_bf16_wgmma(uint16_t *dqkv16, float *dbias,
+                                                    const uint16_t *dout, const uint16_t *qkv,
+                                                    const uint16_t *out, const float *lse,
+                                                    const int *len, int B, int T, int C, int NH,
+                                                    int stored_ds, struct CUstream_st *stream)
+{
+    backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH, stored_ds != 0,
+                        true, stream);
 }

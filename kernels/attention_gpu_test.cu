@@ -224,6 +224,28 @@ static void check_fused_bf16(const float *qkv, const float *dout, const float *o
     gt_compare("fbf16_ds dbias vs default", d_db, got_db, (size_t)3 * C,
                1e-3 * sqrt((double)B * T), 1e-2);
     cudaFree(w);
+
+    /* the wgmma backward (head size 33 to 64 where the device code has wgmma; else the kernels
+     * above), recomputing dQ and from the stored dS^T: the CPU's gradient within the same
+     * tolerances, the default's within a bf16 rounding or two (the hardware's order of sums) */
+    uint16_t *wg16 = NULL;
+    for (int sds = 0; sds < 2; sds++) {
+        CUDA_CHECK(cudaMemset(d_dqkv16, 0xff, nq * 2));
+        CUDA_CHECK(cudaMemcpy(d_db, db0, 3 * C * sizeof(float), cudaMemcpyHostToDevice));
+        attention_backward_fused_bf16_wgmma(d_dqkv16, d_db, d_dout, d_qkv, d_out, d_lse, d_len, B,
+                                            T, C, NH, sds, 0);
+        float *wq = widen(d_dqkv16, nq);
+        gt_compare(sds ? "bwd_wgmma_ds dqkv16" : "bwd_wgmma dqkv16", wq, grad, nq, 2e-2, 5e-2);
+        gt_compare(sds ? "bwd_wgmma_ds dbias" : "bwd_wgmma dbias", d_db, db, (size_t)3 * C,
+                   1e-2 * sqrt((double)B * T), 2e-2);
+        gt_compare(sds ? "bwd_wgmma_ds vs default" : "bwd_wgmma vs default", wq, def, nq, 2e-3,
+                   1e-2);
+        gt_compare(sds ? "bwd_wgmma_ds dbias vs def" : "bwd_wgmma dbias vs def", d_db, got_db,
+                   (size_t)3 * C, 1e-3 * sqrt((double)B * T), 1e-2);
+        if (!sds)
+            wg16 = down16(d_dqkv16, nq);
+        cudaFree(wq);
+    }
     free(def);
 
     /* NaN in qkv's and dout's padding rows changes no bit of any output */
@@ -257,6 +279,16 @@ static void check_fused_bf16(const float *qkv, const float *dout, const float *o
     int same_ds = memcmp(d3, ds16, nq * 2) == 0;
     printf("%-24s %s\n", "fbf16_ds rerun, NaN pad", same_ds ? "OK" : "FAILED (bits differ)");
     gt_failed += !same_ds;
+    /* and the wgmma backward: its own bits again */
+    CUDA_CHECK(cudaMemcpy(d_db, db0, 3 * C * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(d_dqkv16, 0xff, nq * 2));
+    attention_backward_fused_bf16_wgmma(d_dqkv16, d_db, d_dout, d_qkv, d_out, d_lse, d_len, B, T,
+                                        C, NH, 0, 0);
+    uint16_t *d4 = down16(d_dqkv16, nq);
+    int same_wg = memcmp(d4, wg16, nq * 2) == 0;
+    printf("%-24s %s\n", "bwd_wgmma rerun, NaN pad", same_wg ? "OK" : "FAILED (bits differ)");
+    gt_failed += !same_wg;
+    free(d4), free(wg16);
     gt_compare("fbf16_ds rerun, NaN pad dbias", d_db, ds_db, (size_t)3 * C, 0, 0);
     free(d3), free(ds16), free(ds_db);
 

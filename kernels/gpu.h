@@ -159,6 +159,14 @@ void attention_forward_fused_bf16_wgmma(uint16_t *out, float *lse, const uint16_
                                         const int *len, int B, int T, int C, int NH,
                                         struct CUstream_st *stream);
 int attention_fused_wgmma_available(void);
+/* attention_backward_fused_bf16 (stored_ds 0) or its _ds form (1) with the dK/dV and dQ
+ * kernels' products on wgmma (tc_dq_ds_kernel's stays mma.sync), where the forward's wgmma can
+ * run; elsewhere exactly those. Within fp32 roundings of them. Timed beside them by
+ * bench/gpu_kernels and in gpu_bench --attention-wgmma until a GPU run says which is faster. */
+void attention_backward_fused_bf16_wgmma(uint16_t *dqkv16, float *dbias, const uint16_t *dout,
+                                         const uint16_t *qkv, const uint16_t *out,
+                                         const float *lse, const int *len, int B, int T, int C,
+                                         int NH, int stored_ds, struct CUstream_st *stream);
 void attention_backward_fused_bf16(uint16_t *dqkv16, float *dbias, const uint16_t *dout,
                                    const uint16_t *qkv, const uint16_t *out, const float *lse,
                                    const int *len, int B, int T, int C, int NH,

@@ -958,6 +958,12 @@ static void case_attention(uint64_t *r)
     attention_forward_fused_bf16(d_out16, d_lse, d_q16, d_len, B, T, C, NH, 0);
     launched("attention_forward_fused_bf16");
     check_bf16("attention_forward_fused_bf16", "out", d_out16, out, no, 2e-2, 5e-2);
+    CUDA_CHECK(cudaMemset(d_dqkv16, 0xFF, nq * 2));
+    attention_backward_fused_bf16_wgmma(d_dqkv16, NULL, d_dout16, d_q16, d_out16, d_lse, d_len, B,
+                                        T, C, NH, 0, 0);
+    launched("attention_backward_fused_bf16_wgmma");
+    check_bf16("attention_backward_fused_bf16_wgmma", "dqkv16", d_dqkv16, grad, nq, 2e-2, 5e-2);
+    CUDA_CHECK(cudaMemset(d_dqkv16, 0xFF, nq * 2));
     attention_backward_fused_bf16(d_dqkv16, d_db, d_dout16, d_q16, d_out16, d_lse, d_len, B, T,
                                   C, NH, 0);
     launched("attention_backward_fused_bf16");

@@ -464,9 +464,16 @@ static void backward_body(struct model_gpu *g, float loss_scale)
                         lnsum ? NULL : "attprojb", (size_t)l * C * C, (size_t)l * C, N, C, C);
         mark(g, "attention proj GEMM bwd");
         if (g->fused && g->bf16) { /* dqkv in bf16 only, qkvb's gradient summed in the kernels */
-            (g->attn_ds ? attention_backward_fused_bf16_ds : attention_backward_fused_bf16)(
-                g->s16a, G("qkvb") + (size_t)l * 3 * C, g->datty16, g->qkvh + 3 * l * NC, attyh,
-                g->lse + l * nlse, g->len, B, T, C, NH, s);
+            float *dqkvb = G("qkvb") + (size_t)l * 3 * C;
+            const uint16_t *qkvh = g->qkvh + 3 * l * NC;
+            if (g->attn_wg)
+                attention_backward_fused_bf16_wgmma(g->s16a, dqkvb, g->datty16, qkvh, attyh,
+                                                    g->lse + l * nlse, g->len, B, T, C, NH,
+                                                    g->attn_ds, s);
+            else
+                (g->attn_ds ? attention_backward_fused_bf16_ds : attention_backward_fused_bf16)(
+                    g->s16a, dqkvb, g->datty16, qkvh, attyh, g->lse + l * nlse, g->len, B, T, C,
+                    NH, s);
             mark(g, "attention bwd");
             matmul_backward_mixed_set(g->dln, G("qkvw") + (size_t)l * 3 * C * C, NULL, NULL,
                                       g->s16a, ln1h, P16("qkvw") + (size_t)l * 3 * C * C, N, C,
@@ -700,7 +707,7 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     g->attn_wg = bf16 && fused && (flags & MODEL_GPU_ATTENTION_WGMMA) != 0;
     if (g->attn_wg && (c->hidden / c->heads <= 32 || c->hidden / c->heads > 64 ||
                        !attention_fused_wgmma_available())) /* (asked here: not in a capture) */
-        fprintf(stderr, "model_gpu: the wgmma attention forward needs head size 33 to 64 and "
+        fprintf(stderr, "model_gpu: the wgmma attention needs head size 33 to 64 and "
                         "the sm_90a build on an H100/H200 (head size %d here%s): the mma.sync "
                         "forward instead\n", c->hidden / c->heads,
                 attention_fused_wgmma_available() ? "" : ", no wgmma in this device code");

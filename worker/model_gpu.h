@@ -69,9 +69,10 @@ int model_gpu_device_count(void);
  * 12 heads), refused past 4 GiB with a note on stderr (the default then). Off by default until a
  * GPU run has measured it (gpu_bench --attention-ds beside the default, docs/gpu.md). */
 #define MODEL_GPU_ATTENTION_DS 16u
-/* bf16 with the fused attention only: its forward on Hopper's wgmma
- * (attention_forward_fused_bf16_wgmma: head size 64, the sm_90a build on an H100/H200; elsewhere
- * the mma.sync forward, with a note on stderr). Off by default until a GPU run has measured it
+/* bf16 with the fused attention only: its forward and backward on Hopper's wgmma
+ * (attention_forward_fused_bf16_wgmma, attention_backward_fused_bf16_wgmma: head size 33 to 64,
+ * the sm_90a build on an H100/H200; elsewhere the mma.sync kernels, with a note on stderr).
+ * Combines with MODEL_GPU_ATTENTION_DS. Off by default until a GPU run has measured it
  * (gpu_bench --attention-wgmma beside the default, docs/gpu.md). */
 #define MODEL_GPU_ATTENTION_WGMMA 32u
 
