@@ -204,7 +204,7 @@ check_cpu() {
         --attention fused --dgelu-epilogue || rc=1
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
         --attention fused --attention-ds || rc=1
-    # (head size 64: the wgmma forward's only one)
+    # (head size 64: where the wgmma attention runs)
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
         --attention fused --attention-wgmma --heads 2 || rc=1
     return $rc
@@ -421,7 +421,7 @@ elif t=$(left 90); then
     rep=/tmp/gantry-ncu/kernels
     rm -rf /tmp/gantry-ncu; mkdir -p /tmp/gantry-ncu
     if timeout "$t" "$ncu_bin" --clock-control none -f -o "$rep" \
-            --kernel-name regex:'tc_|fa_rowdot|layernorm_backward|colsum_part' --launch-count 24 \
+            --kernel-name regex:'tc_|fa_rowdot|layernorm_backward|colsum_part' --launch-count 32 \
             --section SpeedOfLight --section Occupancy --section LaunchStats \
             --section WarpStateStats --section ComputeWorkloadAnalysis \
             --section MemoryWorkloadAnalysis \
