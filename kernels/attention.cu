@@ -689,11 +689,15 @@ static __device__ void tc_stage(__nv_bfloat16 *dst, const __nv_bfloat16 *src, si
  * before the walk; at each tile, tc_tile_begin waits for its copies, and after the barrier (which
  * makes them visible and tells that every warp is done with the previous tile, so the other
  * buffer is free) issues the next tile's copies into the other buffer (stage_next, when there is
- * a next tile), which then land while this tile's products run. One barrier a tile. */
-template <typename F>
+ * a next tile), which then land while this tile's products run. One barrier a tile. With WG the
+ * tiles are read by wgmma, through the async proxy: each thread fences its landed copies (and
+ * plain stores) to it before the barrier. */
+template <bool WG = false, typename F>
 static __device__ __forceinline__ void tc_tile_begin(bool more, F stage_next)
 {
     tc_cp_wait<0>();
+    if constexpr (WG)
+        tc_wg_proxy_fence();
     __syncthreads();
     if (more) {
         stage_next();
@@ -1073,7 +1077,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         tc_cp_commit();
     }
     for (int j0 = 0, c = 0; q0 < L && j0 < L; j0 += TC_BC, c ^= 1) {
-        tc_tile_begin(j0 + TC_BC < L, [&] { stage_kv(c ^ 1, j0 + TC_BC); });
+        tc_tile_begin<WG>(j0 + TC_BC < L, [&] { stage_kv(c ^ 1, j0 + TC_BC); });
         const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;
         float s[MT * TC_NB][4]; /* unscaled scores Q K^T; m, the row max, likewise */
         if constexpr (WG) {
@@ -1221,7 +1225,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         tc_cp_commit();
     }
     for (int i0 = 0, c = 0; live && i0 < L; i0 += TC_BC, c ^= 1) {
-        tc_tile_begin(i0 + TC_BC < L, [&] { stage(i0 + TC_BC, c ^ 1); });
+        tc_tile_begin<WG>(i0 + TC_BC < L, [&] { stage(i0 + TC_BC, c ^ 1); });
         if (!WG && i0 == 0)
             tc_hoist<HSP, D::HOIST && !WG>(ka, Kw, va, Vw);
         const __nv_bfloat16 *Qs = QOs + 2 * c * D::TE, *dOs = Qs + D::TE;
@@ -1340,7 +1344,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         tc_cp_commit();
     }
     for (int j0 = 0, c = 0; live && j0 < L; j0 += TC_BC, c ^= 1) {
-        tc_tile_begin(j0 + TC_BC < L, [&] { stage_kv(c ^ 1, j0 + TC_BC); });
+        tc_tile_begin<WG>(j0 + TC_BC < L, [&] { stage_kv(c ^ 1, j0 + TC_BC); });
         if (!WG && j0 == 0)
             tc_hoist<HSP, D::HOIST && !WG>(qa, Qw, oa, dOw);
         const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;

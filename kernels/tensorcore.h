@@ -212,6 +212,8 @@ static __device__ __forceinline__ void tc_load_a_km(uint32_t a[4], const __nv_bf
  * That reading of the descriptor (PTX ISA, "Matrix Descriptor Format" and the canonical layouts
  * without swizzle) is what the emulator implements and what tensorcore_gpu_test checks on a GPU
  * with both layouts and an lbo different from sbo; the next k-step of 16 is start + 2 * lbo.
+ * B's shared memory, written by threads, is fenced to the tensor cores' (async) proxy by each
+ * writer (tc_wg_proxy_fence) before the barrier after which the products read it.
  * Asynchronous: tc_wg_fence() before the first product of a batch (and after any other write to
  * its accumulators), the products, tc_wg_commit(), then tc_wg_wait<0>() before the accumulators
  * or the A registers are touched or the B tile is overwritten. The emulator applies a product
@@ -264,6 +266,16 @@ template <int N> static __device__ __forceinline__ void tc_wg_wait()
     TC_WG_NONE();
 #elif !defined(__CUDACC__)
     emu::wgmma_wait(N);
+#endif
+}
+
+/* Shared memory this thread wrote (plain stores, or cp.async copies it has waited for: the
+ * generic proxy) made visible to wgmma's reads of B (the async proxy): after the writes, before
+ * the barrier that orders them with the products. */
+static __device__ __forceinline__ void tc_wg_proxy_fence()
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 

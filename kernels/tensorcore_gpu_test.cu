@@ -144,6 +144,7 @@ static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, const ui
         memcpy(sm + WG_VB + (n / 8) * 128 + (k / 8) * 1024 + (k % 8) * 16 + (n % 8) * 2,
                &v[k * 64 + n], 2);
     }
+    tc_wg_proxy_fence();
     __syncthreads();
     const int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     uint32_t fa[2][4]; /* A2's k-steps 0 and 1, the warp's rows 16w.. (mma.m16n8k16's A table) */
