@@ -919,6 +919,60 @@ static __device__ __forceinline__ void tc_wg_acc_by_tile(float (*acc)[4], const 
     tc_wg_wait<0>();
 }
 
+/* Two independent products of each kind in one batch (one fence, one wait): the backward's
+ * S and dP (both by tile^T), and its two accumulations (dV and dK in dK/dV), so a tile waits for
+ * the tensor cores twice instead of four times. on_a sees the second product's operands. */
+template <int HSP, int LD>
+static __device__ __forceinline__ void tc_wg_rows2_by_tile_t(float (*acc1)[4],
+                                                             const __nv_bfloat16 *a1,
+                                                             const __nv_bfloat16 *tile1,
+                                                             float (*acc2)[4],
+                                                             const __nv_bfloat16 *a2,
+                                                             const __nv_bfloat16 *tile2)
+{
+    uint32_t f1[HSP / 16][4], f2[HSP / 16][4];
+    tc_load_a_all<HSP, LD>(f1, a1);
+    tc_load_a_all<HSP, LD>(f2, a2);
+    tc_wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < HSP / 16; ks++)
+        tc_wgmma_n64<false>(&acc1[0][0], f1[ks], tc_wg_desc(tile1 + ks * 128, 128, HSP * 16),
+                            ks > 0);
+#pragma unroll
+    for (int ks = 0; ks < HSP / 16; ks++)
+        tc_wgmma_n64<false>(&acc2[0][0], f2[ks], tc_wg_desc(tile2 + ks * 128, 128, HSP * 16),
+                            ks > 0);
+    tc_wg_commit();
+    tc_wg_wait<0>();
+}
+template <int HSP, typename F = tc_keep>
+static __device__ __forceinline__ void tc_wg_acc2_by_tile(float (*acc1)[4], const float (*p1)[4],
+                                                          const __nv_bfloat16 *tile1,
+                                                          float (*acc2)[4], const float (*p2)[4],
+                                                          const __nv_bfloat16 *tile2,
+                                                          F on_a = F())
+{
+    static_assert(HSP == 64, "wgmma n64: head size 64");
+    uint32_t a1[TC_NB / 2][4], a2[TC_NB / 2][4];
+#pragma unroll
+    for (int kc = 0; kc < TC_NB / 2; kc++) {
+        tc_pack_a(a1[kc], p1[2 * kc], p1[2 * kc + 1]);
+        tc_pack_a(a2[kc], p2[2 * kc], p2[2 * kc + 1]);
+        on_a(kc, a2[kc]);
+    }
+    tc_wg_fence();
+#pragma unroll
+    for (int kc = 0; kc < TC_NB / 2; kc++)
+        tc_wgmma_n64<true>(&acc1[0][0], a1[kc], tc_wg_desc(tile1 + kc * 16 * HSP, HSP * 16, 128),
+                           true);
+#pragma unroll
+    for (int kc = 0; kc < TC_NB / 2; kc++)
+        tc_wgmma_n64<true>(&acc2[0][0], a2[kc], tc_wg_desc(tile2 + kc * 16 * HSP, HSP * 16, 128),
+                           true);
+    tc_wg_commit();
+    tc_wg_wait<0>();
+}
+
 /* Columns c0 + c >= L of a warp's 16 x TC_BC scores (keys of padding) set to -inf, before the
  * exponential. */
 static __device__ __forceinline__ void tc_mask_cols(float (*s)[4], int c0, int L)
@@ -1235,8 +1289,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
          * zeros and their lse, D as 0, so P^T = 1 there and both dV += P^T dO and dS^T =
          * P^T (dP^T - D) = 0 get nothing from them. */
         float p[TC_NB][4], dp[TC_NB][4];
-        if constexpr (WG) {
-            tc_wg_rows_by_tile_t<HSP, D::LDH>(p, Kw, Qs);
+        if constexpr (WG) { /* S^T = K_w Q^T and dP^T = V_w dO^T in one batch */
+            tc_wg_rows2_by_tile_t<HSP, D::LDH>(p, Kw, Qs, dp, Vw, dOs);
         } else {
             tc_zero<TC_NB>(p);
             tc_zero<TC_NB>(dp);
@@ -1250,10 +1304,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 p[n][e] = tc_exp2(fmaf(p[n][e], sl2, -lse_s[n * 8 + 2 * t + (e & 1)]));
-        if constexpr (WG) { /* dV += P^T dO; dP^T = V_w dO^T */
-            tc_wg_acc_by_tile<HSP>(dv, p, dOs);
-            tc_wg_rows_by_tile_t<HSP, D::LDH>(dp, Vw, dOs);
-        } else {
+        if constexpr (!WG) { /* dV += P^T dO; dP^T = V_w dO^T (WG: dV below, dP^T above) */
             tc_acc_by_tile<HSP, D::LDH>(dv, p, dOs);
             if constexpr (D::HOIST)
                 tc_frags_by_tile_t<HSP, TC_NB, D::LDH>(dp, va, dOs);
@@ -1275,12 +1326,12 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
                 tc_store32(x + 8, a[2]);
                 tc_store32(x + 8 * (size_t)TP + 8, a[3]);
             };
-            if constexpr (WG)
-                tc_wg_acc_by_tile<HSP>(dk, dp, Qs, store);
+            if constexpr (WG) /* dV += P^T dO and dK += dS^T Q in one batch */
+                tc_wg_acc2_by_tile<HSP>(dv, p, dOs, dk, dp, Qs, store);
             else
                 tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs, store);
         } else if constexpr (WG) {
-            tc_wg_acc_by_tile<HSP>(dk, dp, Qs);
+            tc_wg_acc2_by_tile<HSP>(dv, p, dOs, dk, dp, Qs);
         } else {
             tc_acc_by_tile<HSP, D::LDH>(dk, dp, Qs); /* dK += dS^T Q (times scale below) */
         }
@@ -1349,9 +1400,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
             tc_hoist<HSP, D::HOIST && !WG>(qa, Qw, oa, dOw);
         const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;
         float p[TC_NB][4], dp[TC_NB][4];
-        if constexpr (WG) { /* S = scale Q_w K^T, dP = dO_w V^T */
-            tc_wg_rows_by_tile_t<HSP, D::LDH>(p, Qw, Ks);
-            tc_wg_rows_by_tile_t<HSP, D::LDH>(dp, dOw, Vs);
+        if constexpr (WG) { /* S = scale Q_w K^T, dP = dO_w V^T, one batch */
+            tc_wg_rows2_by_tile_t<HSP, D::LDH>(p, Qw, Ks, dp, dOw, Vs);
         } else if constexpr (D::HOIST) {
             tc_zero<TC_NB>(p);
             tc_zero<TC_NB>(dp);
