@@ -869,17 +869,46 @@ static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const flo
  *     tile, m-tile i at a + 16 i LD; loaded by ldmatrix every call) x tile^T, the tile stored
  *     [n][k] (K-major: lbo 128, sbo HSP * 16; a k-step is 2 core matrices on); overwrites acc.
  *   tc_wg_acc_by_tile: acc (16 x HSP) += P (16 x TC_BC fp32, rounded to bf16 here) x tile, the
- *     tile stored [k][n] (MN-major: lbo HSP * 16, sbo 128; a k-step is 2 row groups on); on_a
- *     as in tc_acc_by_tile. The A registers are kept until the wait, as wgmma reads them late.
+ *     tile stored [k][n] (MN-major: lbo HSP * 16, sbo 128; a k-step is 2 row groups on). The A
+ *     registers are kept until the wait, as wgmma reads them late.
  * A operand held in registers across calls was seen to lose them to other values in ptxas
  * 13.0.88's code (the forward with Q hoisted: its later tiles' S products read P), so these
  * take A from shared memory or from the accumulators every call. */
+/* The products of one A (16 x HSP, as HSP / 16 k-steps of fragments) or one P (packed, TC_BC / 16
+ * k-steps) with a walked tile, issued (no fence, commit or wait) */
+template <int HSP>
+static __device__ __forceinline__ void tc_wg_issue_rows(float (*acc)[4], const uint32_t (*fa)[4],
+                                                        const __nv_bfloat16 *tile)
+{
+    static_assert(TC_BC == 64, "wgmma n64: TC_BC columns");
+#pragma unroll
+    for (int ks = 0; ks < HSP / 16; ks++) /* K-major: lbo 128, sbo HSP * 16 */
+        tc_wgmma_n64<false>(&acc[0][0], fa[ks], tc_wg_desc(tile + ks * 128, 128, HSP * 16),
+                            ks > 0);
+}
+template <int HSP>
+static __device__ __forceinline__ void tc_wg_issue_acc(float (*acc)[4], const uint32_t (*pa)[4],
+                                                       const __nv_bfloat16 *tile)
+{
+    static_assert(HSP == 64, "wgmma n64: head size 64");
+#pragma unroll
+    for (int kc = 0; kc < TC_NB / 2; kc++) /* MN-major: lbo HSP * 16, sbo 128 */
+        tc_wgmma_n64<true>(&acc[0][0], pa[kc], tc_wg_desc(tile + kc * 16 * HSP, HSP * 16, 128),
+                           true);
+}
+/* P's operands (the fp32 accumulators of 16 x TC_BC, rounded to bf16) for tc_wg_issue_acc */
+static __device__ __forceinline__ void tc_wg_pack(uint32_t (*pa)[4], const float (*p)[4])
+{
+#pragma unroll
+    for (int kc = 0; kc < TC_NB / 2; kc++)
+        tc_pack_a(pa[kc], p[2 * kc], p[2 * kc + 1]);
+}
+
 template <int HSP, int LD, int MT = 1>
 static __device__ __forceinline__ void tc_wg_rows_by_tile_t(float (*acc)[4],
                                                             const __nv_bfloat16 *a,
                                                             const __nv_bfloat16 *tile)
 {
-    static_assert(TC_BC == 64, "wgmma n64: TC_BC columns");
     uint32_t fa[MT][HSP / 16][4];
 #pragma unroll
     for (int i = 0; i < MT; i++)
@@ -887,41 +916,30 @@ static __device__ __forceinline__ void tc_wg_rows_by_tile_t(float (*acc)[4],
     tc_wg_fence();
 #pragma unroll
     for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int ks = 0; ks < HSP / 16; ks++)
-            tc_wgmma_n64<false>(&acc[i * TC_NB][0], fa[i][ks],
-                                tc_wg_desc(tile + ks * 128, 128, HSP * 16), ks > 0);
+        tc_wg_issue_rows<HSP>(acc + i * TC_NB, fa[i], tile);
     tc_wg_commit();
     tc_wg_wait<0>();
 }
-template <int HSP, int MT = 1, typename F = tc_keep>
+template <int HSP, int MT = 1>
 static __device__ __forceinline__ void tc_wg_acc_by_tile(float (*acc)[4], const float (*p)[4],
-                                                         const __nv_bfloat16 *tile, F on_a = F())
+                                                         const __nv_bfloat16 *tile)
 {
-    static_assert(HSP == 64, "wgmma n64: head size 64");
     uint32_t pa[MT][TC_NB / 2][4];
 #pragma unroll
     for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int kc = 0; kc < TC_NB / 2; kc++) {
-            tc_pack_a(pa[i][kc], p[i * TC_NB + 2 * kc], p[i * TC_NB + 2 * kc + 1]);
-            if (i == 0)
-                on_a(kc, pa[0][kc]);
-        }
+        tc_wg_pack(pa[i], p + i * TC_NB);
     tc_wg_fence(); /* acc may have been written since the last wait (the forward rescales O) */
 #pragma unroll
     for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int kc = 0; kc < TC_NB / 2; kc++)
-            tc_wgmma_n64<true>(&acc[i * (HSP / 8)][0], pa[i][kc],
-                               tc_wg_desc(tile + kc * 16 * HSP, HSP * 16, 128), true);
+        tc_wg_issue_acc<HSP>(acc + i * (HSP / 8), pa[i], tile);
     tc_wg_commit();
     tc_wg_wait<0>();
 }
 
 /* Two independent products of each kind in one batch (one fence, one wait): the backward's
  * S and dP (both by tile^T), and its two accumulations (dV and dK in dK/dV), so a tile waits for
- * the tensor cores twice instead of four times. on_a sees the second product's operands. */
+ * the tensor cores twice instead of four times. on_a (as in tc_acc_by_tile) sees the second
+ * product's operands. */
 template <int HSP, int LD>
 static __device__ __forceinline__ void tc_wg_rows2_by_tile_t(float (*acc1)[4],
                                                              const __nv_bfloat16 *a1,
@@ -934,14 +952,8 @@ static __device__ __forceinline__ void tc_wg_rows2_by_tile_t(float (*acc1)[4],
     tc_load_a_all<HSP, LD>(f1, a1);
     tc_load_a_all<HSP, LD>(f2, a2);
     tc_wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < HSP / 16; ks++)
-        tc_wgmma_n64<false>(&acc1[0][0], f1[ks], tc_wg_desc(tile1 + ks * 128, 128, HSP * 16),
-                            ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < HSP / 16; ks++)
-        tc_wgmma_n64<false>(&acc2[0][0], f2[ks], tc_wg_desc(tile2 + ks * 128, 128, HSP * 16),
-                            ks > 0);
+    tc_wg_issue_rows<HSP>(acc1, f1, tile1);
+    tc_wg_issue_rows<HSP>(acc2, f2, tile2);
     tc_wg_commit();
     tc_wg_wait<0>();
 }
@@ -952,23 +964,15 @@ static __device__ __forceinline__ void tc_wg_acc2_by_tile(float (*acc1)[4], cons
                                                           const __nv_bfloat16 *tile2,
                                                           F on_a = F())
 {
-    static_assert(HSP == 64, "wgmma n64: head size 64");
     uint32_t a1[TC_NB / 2][4], a2[TC_NB / 2][4];
+    tc_wg_pack(a1, p1);
+    tc_wg_pack(a2, p2);
 #pragma unroll
-    for (int kc = 0; kc < TC_NB / 2; kc++) {
-        tc_pack_a(a1[kc], p1[2 * kc], p1[2 * kc + 1]);
-        tc_pack_a(a2[kc], p2[2 * kc], p2[2 * kc + 1]);
+    for (int kc = 0; kc < TC_NB / 2; kc++)
         on_a(kc, a2[kc]);
-    }
     tc_wg_fence();
-#pragma unroll
-    for (int kc = 0; kc < TC_NB / 2; kc++)
-        tc_wgmma_n64<true>(&acc1[0][0], a1[kc], tc_wg_desc(tile1 + kc * 16 * HSP, HSP * 16, 128),
-                           true);
-#pragma unroll
-    for (int kc = 0; kc < TC_NB / 2; kc++)
-        tc_wgmma_n64<true>(&acc2[0][0], a2[kc], tc_wg_desc(tile2 + kc * 16 * HSP, HSP * 16, 128),
-                           true);
+    tc_wg_issue_acc<HSP>(acc1, a1, tile1);
+    tc_wg_issue_acc<HSP>(acc2, a2, tile2);
     tc_wg_commit();
     tc_wg_wait<0>();
 }
