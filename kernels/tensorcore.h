@@ -298,7 +298,8 @@ static __device__ __forceinline__ void tc_wgmma_n64(float d[32], const uint32_t 
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
                    "+f"(d[30]), "+f"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(TRANS ? 1 : 0),
-                   "r"(acc ? 1 : 0));
+                   "r"(acc ? 1 : 0)
+                 : "memory"); /* it reads shared memory: no store may move across it */
 #elif defined(__CUDA_ARCH__)
     (void)d, (void)a, (void)bdesc, (void)acc;
     TC_WG_NONE();
