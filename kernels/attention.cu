@@ -754,16 +754,12 @@ static __device__ void tc_stage2(__nv_bfloat16 *t1, const __nv_bfloat16 *src1, s
 }
 
 /* The K and V tiles at key j0 (rows of the head's k, v: base + C, base + 2C, row stride ld) into
- * buffer c of KVs (K at tile 2c, V at 2c + 1): the tiles the forward and dQ walk. */
-template <int HSP>
+ * buffer c of KVs (K at tile 2c, V at 2c + 1): the tiles the forward and dQ walk; with WG in
+ * wgmma's core matrices (tc_stage_blk, defined below). */
+template <int HSP, bool WG = false>
 static __device__ __forceinline__ void tc_stage_kv(__nv_bfloat16 *KVs, int c,
                                                    const __nv_bfloat16 *base, int C, size_t ld,
-                                                   int j0, int L, int hs)
-{
-    constexpr size_t TE = tc_dims<HSP>::TE;
-    tc_stage2<HSP>(KVs + 2 * c * TE, base + C, ld, KVs + (2 * c + 1) * TE, base + 2 * C, ld, j0,
-                   L, hs);
-}
+                                                   int j0, int L, int hs);
 
 /* dst (TC_BC rows, HSP) bf16 <- rows r0.. of src as tc_stage does, but laid out for wgmma
  * (kernels/tensorcore.h): 8 x 16-byte core matrices, 128 contiguous bytes each, core matrix
@@ -789,6 +785,21 @@ static __device__ void tc_stage_blk(__nv_bfloat16 *dst, const __nv_bfloat16 *src
                 dst[8 * x + e] = t < L && d + e < hs ? src[(size_t)t * ld + d + e]
                                                      : __float2bfloat16_rn(0.0f);
         }
+    }
+}
+
+template <int HSP, bool WG>
+static __device__ __forceinline__ void tc_stage_kv(__nv_bfloat16 *KVs, int c,
+                                                   const __nv_bfloat16 *base, int C, size_t ld,
+                                                   int j0, int L, int hs)
+{
+    constexpr size_t TE = tc_dims<HSP>::TE;
+    if constexpr (WG) {
+        tc_stage_blk<HSP>(KVs + 2 * c * TE, base + C, ld, j0, L, hs);
+        tc_stage_blk<HSP>(KVs + (2 * c + 1) * TE, base + 2 * C, ld, j0, L, hs);
+    } else {
+        tc_stage2<HSP>(KVs + 2 * c * TE, base + C, ld, KVs + (2 * c + 1) * TE, base + 2 * C, ld,
+                       j0, L, hs);
     }
 }
 
@@ -1120,15 +1131,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < MT; i++)
         m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.0f;
-    /* the K and V tiles at key j0 into buffer c: as tc_stage_kv, or in wgmma's core matrices */
-    auto stage_kv = [&](int cb, int j0) {
-        if constexpr (WG) {
-            tc_stage_blk<HSP>(KVs + 2 * cb * D::TE, base + C, ld, j0, L, hs);
-            tc_stage_blk<HSP>(KVs + (2 * cb + 1) * D::TE, base + 2 * C, ld, j0, L, hs);
-        } else {
-            tc_stage_kv<HSP>(KVs, cb, base, C, ld, j0, L, hs);
-        }
-    };
+    auto stage_kv = [&](int cb, int j0) { tc_stage_kv<HSP, WG>(KVs, cb, base, C, ld, j0, L, hs); };
     if (q0 < L) { /* block-uniform: the barriers below are reached by all or none */
         tc_stage<HSP, D::FBR>(Qs, base, ld, q0, L, hs);
         stage_kv(0, 0);
@@ -1385,14 +1388,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const __nv_bfloat16 *Qw = Qs + warp * 16 * D::LDH, *dOw = dOs + warp * 16 * D::LDH;
     uint32_t qa[D::NA][4], oa[D::NA][4]; /* D::HOIST: the warp's queries' q, dO as A operands */
     tc_zero<HSP / 8>(dq);
-    auto stage_kv = [&](int cb, int j0) { /* as tc_stage_kv, or in wgmma's core matrices */
-        if constexpr (WG) {
-            tc_stage_blk<HSP>(KVs + 2 * cb * D::TE, base + C, ld, j0, L, hs);
-            tc_stage_blk<HSP>(KVs + (2 * cb + 1) * D::TE, base + 2 * C, ld, j0, L, hs);
-        } else {
-            tc_stage_kv<HSP>(KVs, cb, base, C, ld, j0, L, hs);
-        }
-    };
+    auto stage_kv = [&](int cb, int j0) { tc_stage_kv<HSP, WG>(KVs, cb, base, C, ld, j0, L, hs); };
     if (live) {
         tc_stage2<HSP>(Qs, base, ld, dOs, dbase, C, q0, L, hs);
         stage_kv(0, 0);
