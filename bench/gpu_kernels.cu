@@ -334,21 +334,18 @@ int main(int argc, char **argv)
            "%.0f MB of it)\n",
            ms / recompute_ms, attention_backward_ds_bytes(B, T, NH) / 1e6);
     if (C / NH > 32 && C / NH <= 64 && attention_fused_wgmma_available()) {
-        const double ds_ms = ms;
-        ms = time_ms(&tm, [&] {
-            attention_backward_fused_bf16_wgmma(dqkv16, dbq, do16, qkv16, o16, lse, len, B, T, C,
-                                                NH, 0, 0);
-        });
-        flop_line("attn fused bwd, wgmma", shape, 2.5 * fwd, ms);
-        printf("kernel: attention bwd wgmma / default: %.3f (below 1: wgmma pays)\n",
-               ms / recompute_ms);
-        ms = time_ms(&tm, [&] {
-            attention_backward_fused_bf16_wgmma(dqkv16, dbq, do16, qkv16, o16, lse, len, B, T, C,
-                                                NH, 1, 0);
-        });
-        flop_line("attn fused bwd, wgmma, dS", shape, 2.5 * fwd, ms);
-        printf("kernel: attention bwd wgmma stored dS / stored dS: %.3f (below 1: wgmma pays)\n",
-               ms / ds_ms);
+        /* both backward modes on wgmma, each against its mma.sync form above */
+        const double base_ms[2] = {recompute_ms, ms};
+        for (int sds = 0; sds < 2; sds++) {
+            ms = time_ms(&tm, [&] {
+                attention_backward_fused_bf16_wgmma(dqkv16, dbq, do16, qkv16, o16, lse, len, B, T,
+                                                    C, NH, sds, 0);
+            });
+            flop_line(sds ? "attn fused bwd, wgmma, dS" : "attn fused bwd, wgmma", shape,
+                      2.5 * fwd, ms);
+            printf("kernel: attention bwd wgmma%s / %s: %.3f (below 1: wgmma pays)\n",
+                   sds ? " stored dS" : "", sds ? "stored dS" : "default", ms / base_ms[sds]);
+        }
     }
     float *att = (float *)dev((size_t)B * NH * T * T * 4);
     ms = time_ms(&tm, [&] { attention_forward_mixed(y, att, qkv, len, B, T, C, NH, 0); });
