@@ -930,6 +930,8 @@ static __device__ __forceinline__ void tc_wg_rows_by_tile_t(float (*acc)[4],
         tc_wg_issue_rows<HSP>(acc + i * TC_NB, fa[i], tile);
     tc_wg_commit();
     tc_wg_wait<0>();
+    tc_wg_pin<MT * TC_NB>(acc);
+    tc_wg_pin<MT * (HSP / 16)>(fa[0]); /* read by the products until the wait */
 }
 template <int HSP, int MT = 1>
 static __device__ __forceinline__ void tc_wg_acc_by_tile(float (*acc)[4], const float (*p)[4],
@@ -939,12 +941,18 @@ static __device__ __forceinline__ void tc_wg_acc_by_tile(float (*acc)[4], const 
 #pragma unroll
     for (int i = 0; i < MT; i++)
         tc_wg_pack(pa[i], p + i * TC_NB);
-    tc_wg_fence(); /* acc may have been written since the last wait (the forward rescales O) */
+    /* acc may have been written since the last wait (the forward rescales O): pinned before
+     * the fence, as P's operands are */
+    tc_wg_pin<MT * (HSP / 8)>(acc);
+    tc_wg_pin<MT * (TC_NB / 2)>(pa[0]);
+    tc_wg_fence();
 #pragma unroll
     for (int i = 0; i < MT; i++)
         tc_wg_issue_acc<HSP>(acc + i * (HSP / 8), pa[i], tile);
     tc_wg_commit();
     tc_wg_wait<0>();
+    tc_wg_pin<MT * (HSP / 8)>(acc);
+    tc_wg_pin<MT * (TC_NB / 2)>(pa[0]);
 }
 
 /* Two independent products of each kind in one batch (one fence, one wait): the backward's
@@ -967,6 +975,10 @@ static __device__ __forceinline__ void tc_wg_rows2_by_tile_t(float (*acc1)[4],
     tc_wg_issue_rows<HSP>(acc2, f2, tile2);
     tc_wg_commit();
     tc_wg_wait<0>();
+    tc_wg_pin<TC_NB>(acc1);
+    tc_wg_pin<TC_NB>(acc2);
+    tc_wg_pin<HSP / 16>(f1);
+    tc_wg_pin<HSP / 16>(f2);
 }
 template <int HSP, typename F = tc_keep>
 static __device__ __forceinline__ void tc_wg_acc2_by_tile(float (*acc1)[4], const float (*p1)[4],
@@ -981,11 +993,19 @@ static __device__ __forceinline__ void tc_wg_acc2_by_tile(float (*acc1)[4], cons
 #pragma unroll
     for (int kc = 0; kc < TC_NB / 2; kc++)
         on_a(kc, a2[kc]);
+    tc_wg_pin<HSP / 8>(acc1);
+    tc_wg_pin<HSP / 8>(acc2);
+    tc_wg_pin<TC_NB / 2>(a1);
+    tc_wg_pin<TC_NB / 2>(a2);
     tc_wg_fence();
     tc_wg_issue_acc<HSP>(acc1, a1, tile1);
     tc_wg_issue_acc<HSP>(acc2, a2, tile2);
     tc_wg_commit();
     tc_wg_wait<0>();
+    tc_wg_pin<HSP / 8>(acc1);
+    tc_wg_pin<HSP / 8>(acc2);
+    tc_wg_pin<TC_NB / 2>(a1);
+    tc_wg_pin<TC_NB / 2>(a2);
 }
 
 /* Columns c0 + c >= L of a warp's 16 x TC_BC scores (keys of padding) set to -inf, before the

@@ -50,6 +50,14 @@ if(TARGET tensorcore_gpu_test AND "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL "90")
     set_target_properties(tensorcore_gpu_test PROPERTIES CUDA_ARCHITECTURES "90a-real;90-virtual")
 endif()
 
+# What ptxas makes of the wgmma attention (no GPU needed, so in every CUDA build's unit tests):
+# no product serialized or fenced by ptxas itself, no tc_ kernel spilling.
+if("${CMAKE_CUDA_ARCHITECTURES}" STREQUAL "90")
+    add_test(NAME wgmma_ptxas_test
+             COMMAND bash ${_gpu_dir}/wgmma_ptxas_test.sh ${CMAKE_CUDA_COMPILER} ${_gpu_dir}/..)
+    set_tests_properties(wgmma_ptxas_test PROPERTIES TIMEOUT 300)
+endif()
+
 # worker/model_gpu.cu: the Transformer's device state, forward, backward and step on these kernels,
 # for the training loop (worker/train_gpu.c, in gantry_core) and bench/gpu_bench. Its own library
 # so that the stand-alone build (bench/gpu_check) has it without the worker's other libraries.

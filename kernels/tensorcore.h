@@ -212,6 +212,9 @@ static __device__ __forceinline__ void tc_load_a_km(uint32_t a[4], const __nv_bf
  * That reading of the descriptor (PTX ISA, "Matrix Descriptor Format" and the canonical layouts
  * without swizzle) is what the emulator implements and what tensorcore_gpu_test checks on a GPU
  * with both layouts and an lbo different from sbo; the next k-step of 16 is start + 2 * lbo.
+ * CUTLASS's GMMA descriptors document the same canonical layouts (units of 16 bytes, T elements
+ * each): K-major ((8,m),(T,2k)):((1T,SBO),(1,LBO)), MN-major ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)),
+ * that is, along N by sbo and along K by lbo in both.
  * B's shared memory, written by threads, is fenced to the tensor cores' (async) proxy by each
  * writer (tc_wg_proxy_fence) before the barrier after which the products read it.
  * Asynchronous: tc_wg_fence() before the first product of a batch (and after any other write to
@@ -266,6 +269,38 @@ template <int N> static __device__ __forceinline__ void tc_wg_wait()
     TC_WG_NONE();
 #elif !defined(__CUDACC__)
     emu::wgmma_wait(N);
+#endif
+}
+
+/* Registers a wgmma reads or writes (accumulators, A operands) pinned in program order: the
+ * fence, commit and wait are asm statements that do not name them, so the compiler may otherwise
+ * sink a write to them (the forward's rescale of O, P's packing) past tc_wg_fence() or hoist a
+ * read of a result above tc_wg_wait() (as CUTLASS's warpgroup_fence_operand prevents). ptxas
+ * 13.0.88 did sink the rescale: it then injected a second fence between the products itself
+ * ("C7519 warpgroup.arrive is injected"). Call on what a batch writes or reads, before its
+ * tc_wg_fence() and after its tc_wg_wait(). */
+template <int N> static __device__ __forceinline__ void tc_wg_pin(float (*acc)[4])
+{
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+f"(acc[i][e])::"memory");
+#else
+    (void)acc;
+#endif
+}
+template <int N> static __device__ __forceinline__ void tc_wg_pin(uint32_t (*a)[4])
+{
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+r"(a[i][e])::"memory");
+#else
+    (void)a;
 #endif
 }
 

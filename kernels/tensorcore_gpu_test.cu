@@ -15,7 +15,7 @@
 //   5. wgmma (tc_wgmma_n64, on sm_90a devices: H100, H200): one warpgroup's 64x64 products with
 //      A from registers in the documented layout and B from shared memory through descriptors
 //      without swizzle: K-major B with lbo 128 and sbo 512 (S = A B over one k-step; U over two,
-//      the second accumulating at start + 2 lbo), then MN-major V with lbo 1024 and sbo 128
+//      the one at start + 2 lbo first, then the other accumulating onto it), then MN-major V with lbo 1024 and sbo 128
 //      (O = bf16(S) V over four k-steps, S's accumulators packed by tc_pack_a as the attention
 //      packs P). The accumulators start as NaN, so a product that read them where it should
 //      not, or an output read before the wait, shows; lbo and sbo differ, so swapping their
@@ -156,20 +156,26 @@ static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, const ui
     float s[32], u[32], o[32];
     for (int i = 0; i < 32; i++)
         s[i] = u[i] = o[i] = __int_as_float(0x7fc00000); /* NaN: the first products ignore it */
+    float(*s4)[4] = (float(*)[4])s, (*u4)[4] = (float(*)[4])u, (*o4)[4] = (float(*)[4])o;
+    tc_wg_pin<8>(s4), tc_wg_pin<8>(u4), tc_wg_pin<8>(o4); /* as the kernels do (tensorcore.h) */
     tc_wg_fence();
     tc_wgmma_n64<false>(s, fa[0], tc_wg_desc(sm + WG_KB, 128, 512), false);
-    tc_wgmma_n64<false>(u, fa[0], tc_wg_desc(sm + WG_KB, 128, 512), false);
-    tc_wgmma_n64<false>(u, fa[1], tc_wg_desc(sm + WG_KB + 2 * 128, 128, 512), true);
+    /* U's second k-step first: as a copy of S's product, ptxas merged the two and waited */
+    tc_wgmma_n64<false>(u, fa[1], tc_wg_desc(sm + WG_KB + 2 * 128, 128, 512), false);
+    tc_wgmma_n64<false>(u, fa[0], tc_wg_desc(sm + WG_KB, 128, 512), true);
     tc_wg_commit();
     tc_wg_wait<0>();
+    tc_wg_pin<8>(s4), tc_wg_pin<8>(u4), tc_wg_pin<2>(fa);
     uint32_t pa[4][4]; /* kept until the wait: the products read them asynchronously */
     for (int kc = 0; kc < 4; kc++)
         tc_pack_a(pa[kc], s + 8 * kc, s + 8 * kc + 4); /* S's columns 16 kc .. 16 kc + 15 */
+    tc_wg_pin<4>(pa);
     tc_wg_fence();
     for (int kc = 0; kc < 4; kc++)
         tc_wgmma_n64<true>(o, pa[kc], tc_wg_desc(sm + WG_VB + kc * 2 * 1024, 1024, 128), kc > 0);
     tc_wg_commit();
     tc_wg_wait<0>();
+    tc_wg_pin<8>(o4), tc_wg_pin<4>(pa);
     wg_store(d_s, s);
     wg_store(d_u, u);
     wg_store(d_o, o);
