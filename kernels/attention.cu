@@ -772,19 +772,43 @@ template <int HSP>
 static __device__ void tc_stage_blk(__nv_bfloat16 *dst, const __nv_bfloat16 *src, size_t ld,
                                     int r0, int L, int hs)
 {
-    constexpr int CH = HSP / 8, NT = TC_WARPS * 32;
-    const bool async = hs % 8 == 0 && ld % 8 == 0 && (uintptr_t)src % 16 == 0;
+    constexpr int CH = HSP / 8, NT = TC_WARPS * 32, NCH = TC_BC * CH;
+    const unsigned tid = threadIdx.x;
+    if (hs % 8 == 0 && ld % 8 == 0 && (uintptr_t)src % 16 == 0) {
+        if constexpr (NCH <= 4 * NT) {
+            if (ld < (1u << 24)) {
+                /* as tc_stage's unrolled form (head size 64: 4 chunks a thread): a chunk's row
+                 * and column from unsigned shifts, its address one base plus a 32-bit offset;
+                 * the loop below took ~35 instructions a chunk (sm_90a SASS: signed
+                 * divisions, 64-bit products, the element path's branch inside it) */
+                const __nv_bfloat16 *row0 = src + (size_t)r0 * ld;
+                const unsigned lde = (unsigned)ld;
+#pragma unroll
+                for (int x0 = 0; x0 < NCH; x0 += NT) {
+                    const unsigned x = x0 + tid;
+                    if (NCH % NT != 0 && x >= (unsigned)NCH)
+                        break;
+                    const unsigned r = x / (8 * CH) * 8 + x % 8, d = x / 8 % CH * 8;
+                    const bool real = r0 + (int)r < L && (int)d < hs;
+                    tc_cp_async16(dst + 8 * x, row0 + (real ? r * lde + d : 0u), real);
+                }
+                return;
+            }
+        }
 #pragma unroll 1
-    for (int x = threadIdx.x; x < TC_BC * CH; x += NT) {
-        const int r = x / (8 * CH) * 8 + x % 8, d = x / 8 % CH * 8, t = r0 + r;
-        if (async) {
+        for (int x = tid; x < NCH; x += NT) {
+            const int r = x / (8 * CH) * 8 + x % 8, d = x / 8 % CH * 8, t = r0 + r;
             const bool real = t < L && d < hs;
             tc_cp_async16(dst + 8 * x, real ? src + (size_t)t * ld + d : src, real);
-        } else {
-            for (int e = 0; e < 8; e++)
-                dst[8 * x + e] = t < L && d + e < hs ? src[(size_t)t * ld + d + e]
-                                                     : __float2bfloat16_rn(0.0f);
         }
+        return;
+    }
+#pragma unroll 1
+    for (int x = tid; x < NCH; x += NT) {
+        const int r = x / (8 * CH) * 8 + x % 8, d = x / 8 % CH * 8, t = r0 + r;
+        for (int e = 0; e < 8; e++)
+            dst[8 * x + e] = t < L && d + e < hs ? src[(size_t)t * ld + d + e]
+                                                 : __float2bfloat16_rn(0.0f);
     }
 }
 
