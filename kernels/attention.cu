@@ -896,30 +896,30 @@ static __device__ __forceinline__ void tc_acc_by_tile(float (*acc)[4], const flo
 }
 
 /* The two products above on Hopper's wgmma (kernels/tensorcore.h), for head size 64, where the
- * walked tile is staged in core matrices (tc_stage_blk) and the block's 4 warps are one
- * warpgroup: each m64 product is the 4 warps' m-tile i together. Same accumulator layouts as
- * the mma.sync forms, so the code around them is shared; each call fences, issues, commits and
+ * tiles are staged in core matrices (tc_stage_blk) and the block's 4 warps are one warpgroup:
+ * each m64 product is the 4 warps' 16-row m-tiles together. Same accumulator layouts as the
+ * mma.sync forms, so the code around them is shared; each call fences, issues, commits and
  * waits, so its results may be read when it returns.
- *   tc_wg_rows_by_tile_t: acc (16 x TC_BC a warp and m-tile) = A (16 x HSP rows of a row-major
- *     tile, m-tile i at a + 16 i LD; loaded by ldmatrix every call) x tile^T, the tile stored
- *     [n][k] (K-major: lbo 128, sbo HSP * 16; a k-step is 2 core matrices on); overwrites acc.
- *   tc_wg_acc_by_tile: acc (16 x HSP) += P (16 x TC_BC fp32, rounded to bf16 here) x tile, the
- *     tile stored [k][n] (MN-major: lbo HSP * 16, sbo 128; a k-step is 2 row groups on). The A
- *     registers are kept until the wait, as wgmma reads them late.
- * A operand held in registers across calls was seen to lose them to other values in ptxas
- * 13.0.88's code (the forward with Q hoisted: its later tiles' S products read P), so these
- * take A from shared memory or from the accumulators every call. */
-/* The products of one A (16 x HSP, as HSP / 16 k-steps of fragments) or one P (packed, TC_BC / 16
- * k-steps) with a walked tile, issued (no fence, commit or wait) */
+ *   tc_wg_ss_by_tile_t: acc (16 x TC_BC a warp and m-tile) = A x tile^T with both operands read
+ *     by the tensor cores from shared memory (no ldmatrix, no A registers): A a block of 64 rows
+ *     x HSP (m-tile i the rows 64 i .. of a + i TE, warp w's the 16 w .. of those), the tile
+ *     stored [n][k]; both K-major: lbo 128, sbo HSP * 16, a k-step 2 core matrices on.
+ *     Overwrites acc.
+ *   tc_wg_acc_by_tile: acc (16 x HSP) += P (16 x TC_BC fp32, rounded to bf16 here, A in
+ *     registers) x tile, the tile stored [k][n] (MN-major: lbo HSP * 16, sbo 128; a k-step is 2
+ *     row groups on). The A registers are kept until the wait, as wgmma reads them late.
+ * A held in registers across calls was seen to lose them to other values in ptxas 13.0.88's
+ * code (the forward with Q hoisted in registers: its later tiles' S products read P); from shared
+ * memory there is nothing to hold. */
 template <int HSP>
-static __device__ __forceinline__ void tc_wg_issue_rows(float (*acc)[4], const uint32_t (*fa)[4],
-                                                        const __nv_bfloat16 *tile)
+static __device__ __forceinline__ void tc_wg_issue_ss(float (*acc)[4], const __nv_bfloat16 *a,
+                                                      const __nv_bfloat16 *tile)
 {
-    static_assert(TC_BC == 64, "wgmma n64: TC_BC columns");
+    static_assert(TC_BC == 64 && TC_BR == 64, "wgmma m64n64: 64-row blocks and tiles");
 #pragma unroll
-    for (int ks = 0; ks < HSP / 16; ks++) /* K-major: lbo 128, sbo HSP * 16 */
-        tc_wgmma_n64<false>(&acc[0][0], fa[ks], tc_wg_desc(tile + ks * 128, 128, HSP * 16),
-                            ks > 0);
+    for (int ks = 0; ks < HSP / 16; ks++) /* both K-major: lbo 128, sbo HSP * 16 */
+        tc_wgmma_n64_ss<false>(&acc[0][0], tc_wg_desc(a + ks * 128, 128, HSP * 16),
+                               tc_wg_desc(tile + ks * 128, 128, HSP * 16), ks > 0);
 }
 template <int HSP>
 static __device__ __forceinline__ void tc_wg_issue_acc(float (*acc)[4], const uint32_t (*pa)[4],
@@ -939,23 +939,17 @@ static __device__ __forceinline__ void tc_wg_pack(uint32_t (*pa)[4], const float
         tc_pack_a(pa[kc], p[2 * kc], p[2 * kc + 1]);
 }
 
-template <int HSP, int LD, int MT = 1>
-static __device__ __forceinline__ void tc_wg_rows_by_tile_t(float (*acc)[4],
-                                                            const __nv_bfloat16 *a,
-                                                            const __nv_bfloat16 *tile)
+template <int HSP, int MT = 1>
+static __device__ __forceinline__ void tc_wg_ss_by_tile_t(float (*acc)[4], const __nv_bfloat16 *a,
+                                                          const __nv_bfloat16 *tile)
 {
-    uint32_t fa[MT][HSP / 16][4];
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-        tc_load_a_all<HSP, LD>(fa[i], a + i * 16 * LD);
     tc_wg_fence();
 #pragma unroll
     for (int i = 0; i < MT; i++)
-        tc_wg_issue_rows<HSP>(acc + i * TC_NB, fa[i], tile);
+        tc_wg_issue_ss<HSP>(acc + i * TC_NB, a + i * tc_dims<HSP>::TE, tile);
     tc_wg_commit();
     tc_wg_wait<0>();
     tc_wg_pin<MT * TC_NB>(acc);
-    tc_wg_pin<MT * (HSP / 16)>(fa[0]); /* read by the products until the wait */
 }
 template <int HSP, int MT = 1>
 static __device__ __forceinline__ void tc_wg_acc_by_tile(float (*acc)[4], const float (*p)[4],
@@ -983,26 +977,21 @@ static __device__ __forceinline__ void tc_wg_acc_by_tile(float (*acc)[4], const 
  * S and dP (both by tile^T), and its two accumulations (dV and dK in dK/dV), so a tile waits for
  * the tensor cores twice instead of four times. on_a (as in tc_acc_by_tile) sees the second
  * product's operands. */
-template <int HSP, int LD>
-static __device__ __forceinline__ void tc_wg_rows2_by_tile_t(float (*acc1)[4],
-                                                             const __nv_bfloat16 *a1,
-                                                             const __nv_bfloat16 *tile1,
-                                                             float (*acc2)[4],
-                                                             const __nv_bfloat16 *a2,
-                                                             const __nv_bfloat16 *tile2)
+template <int HSP>
+static __device__ __forceinline__ void tc_wg_ss2_by_tile_t(float (*acc1)[4],
+                                                           const __nv_bfloat16 *a1,
+                                                           const __nv_bfloat16 *tile1,
+                                                           float (*acc2)[4],
+                                                           const __nv_bfloat16 *a2,
+                                                           const __nv_bfloat16 *tile2)
 {
-    uint32_t f1[HSP / 16][4], f2[HSP / 16][4];
-    tc_load_a_all<HSP, LD>(f1, a1);
-    tc_load_a_all<HSP, LD>(f2, a2);
     tc_wg_fence();
-    tc_wg_issue_rows<HSP>(acc1, f1, tile1);
-    tc_wg_issue_rows<HSP>(acc2, f2, tile2);
+    tc_wg_issue_ss<HSP>(acc1, a1, tile1);
+    tc_wg_issue_ss<HSP>(acc2, a2, tile2);
     tc_wg_commit();
     tc_wg_wait<0>();
     tc_wg_pin<TC_NB>(acc1);
     tc_wg_pin<TC_NB>(acc2);
-    tc_wg_pin<HSP / 16>(f1);
-    tc_wg_pin<HSP / 16>(f2);
 }
 template <int HSP, typename F = tc_keep>
 static __device__ __forceinline__ void tc_wg_acc2_by_tile(float (*acc1)[4], const float (*p1)[4],
@@ -1136,9 +1125,9 @@ static __device__ void tc_store_grad(__nv_bfloat16 *dst, size_t ld, int rows_lef
  * bits. Not the default until measured (attention_forward_fused_bf16_qhoist).
  * With WG (head size 64 only, QH false) both products of a tile are Hopper's wgmma
  * (kernels/tensorcore.h): the block's 4 warps are one warpgroup, and m-tile i of every warp
- * (rows 32 w + 16 i) is one m64 product, so S = Q K^T is 2 m-tiles x 4 k-steps of m64n64k16 with
- * K read by the tensor cores from shared memory, staged in core matrices (tc_stage_blk), and
- * O += P V likewise with V read MN-major; no ldmatrix but Q's. The softmax between them is
+ * (rows 64 i + 16 w) is one m64 product, so S = Q K^T is 2 m-tiles x 4 k-steps of m64n64k16 with
+ * Q and K read by the tensor cores from shared memory, staged in core matrices (tc_stage_blk),
+ * and O += P V likewise with V read MN-major and P from registers; no ldmatrix. The softmax is
  * the same code on the same accumulator layout. Each batch of products is fenced, committed and
  * waited for before its results are read (no overlap of the softmax with the next products yet:
  * FlashAttention-3's ping-pong is the step after). The products sum in an order the hardware
@@ -1177,7 +1166,12 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.0f;
     auto stage_kv = [&](int cb, int j0) { tc_stage_kv<HSP, WG>(KVs, cb, base, C, ld, j0, L, hs); };
     if (q0 < L) { /* block-uniform: the barriers below are reached by all or none */
-        tc_stage<HSP, D::FBR>(Qs, base, ld, q0, L, hs);
+        if constexpr (WG) /* m-tile i in core matrices at Qs + i TE, for the tensor cores */
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+                tc_stage_blk<HSP>(Qs + i * D::TE, base, ld, q0 + i * TC_BR, L, hs);
+        else
+            tc_stage<HSP, D::FBR>(Qs, base, ld, q0, L, hs);
         stage_kv(0, 0);
         tc_cp_commit();
     }
@@ -1186,7 +1180,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;
         float s[MT * TC_NB][4]; /* unscaled scores Q K^T; m, the row max, likewise */
         if constexpr (WG) {
-            tc_wg_rows_by_tile_t<HSP, D::LDH, MT>(s, Qw, Ks); /* Q by ldmatrix every tile */
+            tc_wg_ss_by_tile_t<HSP, MT>(s, Qs, Ks); /* Q read by the tensor cores */
         } else if constexpr (QH) {
             tc_zero<MT * TC_NB>(s);
             if (j0 == 0) /* Q landed with the first tile */
@@ -1247,7 +1241,8 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
             float lr = l[i][r]; /* the row's sum over its four lanes */
             lr += __shfl_xor_sync(0xffffffffu, lr, 1);
             lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-            const int q = q0 + (warp * MT + i) * 16 + g + 8 * r;
+            /* WG: m-tile i of every warp makes the 64 rows of product i */
+            const int q = q0 + (WG ? i * TC_BR + warp * 16 : (warp * MT + i) * 16) + g + 8 * r;
             if (q >= T)
                 continue;
             const bool valid = q < L;
@@ -1325,7 +1320,12 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         }
     };
     if (live) {
-        tc_stage2<HSP>(Ks, base + C, ld, Vs, base + 2 * C, ld, k0, L, hs);
+        if constexpr (WG) { /* in core matrices, for the tensor cores */
+            tc_stage_blk<HSP>(Ks, base + C, ld, k0, L, hs);
+            tc_stage_blk<HSP>(Vs, base + 2 * C, ld, k0, L, hs);
+        } else {
+            tc_stage2<HSP>(Ks, base + C, ld, Vs, base + 2 * C, ld, k0, L, hs);
+        }
         stage(0, 0);
         tc_cp_commit();
     }
@@ -1341,7 +1341,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
          * P^T (dP^T - D) = 0 get nothing from them. */
         float p[TC_NB][4], dp[TC_NB][4];
         if constexpr (WG) { /* S^T = K_w Q^T and dP^T = V_w dO^T in one batch */
-            tc_wg_rows2_by_tile_t<HSP, D::LDH>(p, Kw, Qs, dp, Vw, dOs);
+            tc_wg_ss2_by_tile_t<HSP>(p, Ks, Qs, dp, Vs, dOs);
         } else {
             tc_zero<TC_NB>(p);
             tc_zero<TC_NB>(dp);
@@ -1434,7 +1434,12 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_zero<HSP / 8>(dq);
     auto stage_kv = [&](int cb, int j0) { tc_stage_kv<HSP, WG>(KVs, cb, base, C, ld, j0, L, hs); };
     if (live) {
-        tc_stage2<HSP>(Qs, base, ld, dOs, dbase, C, q0, L, hs);
+        if constexpr (WG) { /* in core matrices, for the tensor cores */
+            tc_stage_blk<HSP>(Qs, base, ld, q0, L, hs);
+            tc_stage_blk<HSP>(dOs, dbase, C, q0, L, hs);
+        } else {
+            tc_stage2<HSP>(Qs, base, ld, dOs, dbase, C, q0, L, hs);
+        }
         stage_kv(0, 0);
         tc_cp_commit();
     }
@@ -1445,7 +1450,7 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         const __nv_bfloat16 *Ks = KVs + 2 * c * D::TE, *Vs = Ks + D::TE;
         float p[TC_NB][4], dp[TC_NB][4];
         if constexpr (WG) { /* S = scale Q_w K^T, dP = dO_w V^T, one batch */
-            tc_wg_rows2_by_tile_t<HSP, D::LDH>(p, Qw, Ks, dp, dOw, Vs);
+            tc_wg_ss2_by_tile_t<HSP>(p, Qs, Ks, dp, dOs, Vs);
         } else if constexpr (D::HOIST) {
             tc_zero<TC_NB>(p);
             tc_zero<TC_NB>(dp);

@@ -15,7 +15,9 @@
 //   5. wgmma (tc_wgmma_n64, on sm_90a devices: H100, H200): one warpgroup's 64x64 products with
 //      A from registers in the documented layout and B from shared memory through descriptors
 //      without swizzle: K-major B with lbo 128 and sbo 512 (S = A B over one k-step; U over two,
-//      the one at start + 2 lbo first, then the other accumulating onto it), then MN-major V with lbo 1024 and sbo 128
+//      the one at start + 2 lbo first, then the other accumulating onto it; and X, the same
+//      product with A from shared memory too, K-major with lbo 1024 and sbo 128), then MN-major
+//      V with lbo 1024 and sbo 128
 //      (O = bf16(S) V over four k-steps, S's accumulators packed by tc_pack_a as the attention
 //      packs P). The accumulators start as NaN, so a product that read them where it should
 //      not, or an output read before the wait, shows; lbo and sbo differ, so swapping their
@@ -121,7 +123,9 @@ static __global__ void ldmatrix_kernel(float *d_nk, float *d_kn, float *d_pack, 
  * S = A2[:, :16] B3[:16, :], U = A2 B3, O = bf16(S) V, each 64 x 64 row-major. */
 #define WG_KB 0    /* b3 K-major: core matrix (i along n, j along k) at i * 512 + j * 128 */
 #define WG_VB 4096 /* v MN-major: core matrix (i along n, j along k) at i * 128 + j * 1024 */
-#define WG_SMEM (4096 + 8192)
+#define WG_AB 12288 /* a2 K-major, for A from shared memory: (i along m, j along k) at i * 128 +
+                     * j * 1024 (lbo and sbo the other way round from b3's) */
+#define WG_SMEM (4096 + 8192 + 4096)
 static __device__ void wg_store(float *dst, const float d[32])
 {
     const int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -129,8 +133,8 @@ static __device__ void wg_store(float *dst, const float d[32])
         for (int e = 0; e < 4; e++)
             dst[(16 * w + g + (e / 2) * 8) * 64 + 8 * j + 2 * t + e % 2] = d[4 * j + e];
 }
-static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, const uint16_t *a2,
-                                    const uint16_t *b3, const uint16_t *v)
+static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, float *d_w,
+                                    const uint16_t *a2, const uint16_t *b3, const uint16_t *v)
 {
     extern __shared__ float tc_test_smem[];
     unsigned char *sm = (unsigned char *)tc_test_smem;
@@ -144,6 +148,11 @@ static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, const ui
         memcpy(sm + WG_VB + (n / 8) * 128 + (k / 8) * 1024 + (k % 8) * 16 + (n % 8) * 2,
                &v[k * 64 + n], 2);
     }
+    for (int x = threadIdx.x; x < 64 * 32; x += blockDim.x) {
+        const int m = x / 32, k = x % 32;
+        memcpy(sm + WG_AB + (m / 8) * 128 + (k / 8) * 1024 + (m % 8) * 16 + (k % 8) * 2,
+               &a2[m * 32 + k], 2);
+    }
     tc_wg_proxy_fence();
     __syncthreads();
     const int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -153,19 +162,24 @@ static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, const ui
             const int row = 16 * w + g + (i % 2) * 8, col = 16 * ks + 2 * t + (i / 2) * 8;
             fa[ks][i] = (uint32_t)a2[row * 32 + col] | (uint32_t)a2[row * 32 + col + 1] << 16;
         }
-    float s[32], u[32], o[32];
-    for (int i = 0; i < 32; i++)
-        s[i] = u[i] = o[i] = __int_as_float(0x7fc00000); /* NaN: the first products ignore it */
+    float s[32], u[32], o[32], x[32];
+    for (int i = 0; i < 32; i++) /* NaN: the first products ignore it */
+        s[i] = u[i] = o[i] = x[i] = __int_as_float(0x7fc00000);
     float(*s4)[4] = (float(*)[4])s, (*u4)[4] = (float(*)[4])u, (*o4)[4] = (float(*)[4])o;
-    tc_wg_pin<8>(s4), tc_wg_pin<8>(u4), tc_wg_pin<8>(o4); /* as the kernels do (tensorcore.h) */
+    float(*x4)[4] = (float(*)[4])x;
+    tc_wg_pin<8>(s4), tc_wg_pin<8>(u4), tc_wg_pin<8>(o4), tc_wg_pin<8>(x4); /* as the kernels */
     tc_wg_fence();
     tc_wgmma_n64<false>(s, fa[0], tc_wg_desc(sm + WG_KB, 128, 512), false);
     /* U's second k-step first: as a copy of S's product, ptxas merged the two and waited */
     tc_wgmma_n64<false>(u, fa[1], tc_wg_desc(sm + WG_KB + 2 * 128, 128, 512), false);
     tc_wgmma_n64<false>(u, fa[0], tc_wg_desc(sm + WG_KB, 128, 512), true);
+    for (int ks = 0; ks < 2; ks++) /* X = A2 B3 again, A2 read from shared memory: a k-step on
+                                    * is 2 lbo on for both */
+        tc_wgmma_n64_ss<false>(x, tc_wg_desc(sm + WG_AB + ks * 2 * 1024, 1024, 128),
+                               tc_wg_desc(sm + WG_KB + ks * 2 * 128, 128, 512), ks > 0);
     tc_wg_commit();
     tc_wg_wait<0>();
-    tc_wg_pin<8>(s4), tc_wg_pin<8>(u4), tc_wg_pin<2>(fa);
+    tc_wg_pin<8>(s4), tc_wg_pin<8>(u4), tc_wg_pin<8>(x4), tc_wg_pin<2>(fa);
     uint32_t pa[4][4]; /* kept until the wait: the products read them asynchronously */
     for (int kc = 0; kc < 4; kc++)
         tc_pack_a(pa[kc], s + 8 * kc, s + 8 * kc + 4); /* S's columns 16 kc .. 16 kc + 15 */
@@ -178,6 +192,7 @@ static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, const ui
     tc_wg_pin<8>(o4), tc_wg_pin<4>(pa);
     wg_store(d_s, s);
     wg_store(d_u, u);
+    wg_store(d_w, x);
     wg_store(d_o, o);
 }
 
@@ -301,16 +316,19 @@ int main(void)
             }
         uint16_t *d_a2 = (uint16_t *)gt_up(a2, 64 * 32, 2), *d_b3 = (uint16_t *)gt_up(b3, 32 * 64, 2);
         uint16_t *d_v = (uint16_t *)gt_up(v, 64 * 64, 2);
-        float *d_s, *d_u, *d_o;
+        float *d_s, *d_u, *d_o, *d_w;
+        CUDA_CHECK(cudaMalloc(&d_w, 64 * 64 * sizeof(float)));
         CUDA_CHECK(cudaMalloc(&d_s, 64 * 64 * sizeof(float)));
         CUDA_CHECK(cudaMalloc(&d_u, 64 * 64 * sizeof(float)));
         CUDA_CHECK(cudaMalloc(&d_o, 64 * 64 * sizeof(float)));
-        wgmma_kernel<<<1, 128, WG_SMEM>>>(d_s, d_u, d_o, d_a2, d_b3, d_v);
+        wgmma_kernel<<<1, 128, WG_SMEM>>>(d_s, d_u, d_o, d_w, d_a2, d_b3, d_v);
         CUDA_CHECK(cudaGetLastError());
         gt_compare("wgmma K-major B, 1 k-step", d_s, ref_s, 64 * 64, 0, 0);
         gt_compare("wgmma K-major B, 2 k-steps", d_u, ref_u, 64 * 64, 0, 0);
+        gt_compare("wgmma A and B from shared memory", d_w, ref_u, 64 * 64, 0, 0);
         gt_compare("wgmma tc_pack_a(S), MN-major V", d_o, ref_o, 64 * 64, 0, 0);
         cudaFree(d_a2), cudaFree(d_b3), cudaFree(d_v), cudaFree(d_s), cudaFree(d_u), cudaFree(d_o);
+        cudaFree(d_w);
         free(a2), free(b3), free(v);
     }
     return gt_summary("tensorcore_gpu_test");

@@ -252,37 +252,79 @@ static inline unsigned smem_offset(const void *p)
     return (unsigned)(q - base);
 }
 
+/* A no-swizzle wgmma descriptor (kernels/tensorcore.h's tc_wg_desc): start, lbo, sbo in bytes
+ * (stored >> 4); which operand ("A", "B") for the messages. Its 8 x 2 core matrices (core
+ * matrix (i, j) at start + i sbo + j lbo, 128 bytes each) must lie in dynamic shared memory. */
+struct wg_desc {
+    unsigned start, lbo, sbo;
+};
+static inline wg_desc wgmma_desc(uint64_t desc, const char *which)
+{
+    if ((desc >> 62) != 0 || (desc >> 49 & 7) != 0) {
+        fprintf(stderr, "emu: wgmma: %s descriptor 0x%016llx asks for a swizzle or a base "
+                        "offset; the emulator implements the no-swizzle layout only\n",
+                which, (unsigned long long)desc);
+        abort();
+    }
+    wg_desc d;
+    d.start = (unsigned)(desc & 0x3fff) << 4;
+    d.lbo = (unsigned)(desc >> 16 & 0x3fff) << 4;
+    d.sbo = (unsigned)(desc >> 32 & 0x3fff) << 4;
+    const size_t bytes = dyn_smem_bytes();
+    const unsigned last = d.start + 7 * d.sbo + d.lbo + 7 * 16 + 16; /* one past the last byte */
+    if (!dyn_smem() || last > bytes) {
+        fprintf(stderr, "emu: wgmma: %s (start %u, lbo %u, sbo %u) reaches byte %u of %zu of "
+                        "dynamic shared memory\n", which, d.start, d.lbo, d.sbo, last, bytes);
+        abort();
+    }
+    return d;
+}
+
+/* Element (k, n) of B (16 x 64), or with the roles named (m, k) of a K-major A, through a
+ * descriptor: core matrix (i along N (M), j along K) at start + i sbo + j lbo, its row r at
+ * + 16 r: K-major B[8j..8j+7][8i+r] (A[8i+r][8j..8j+7]), or with trans MN-major
+ * B[8j+r][8i..8i+7]. */
+static inline float wgmma_elem(const wg_desc &d, int k, int n, bool trans)
+{
+    const unsigned off = (unsigned)(n / 8) * d.sbo + (unsigned)(k / 8) * d.lbo +
+                         (trans ? (unsigned)(k % 8) * 16 + (unsigned)(n % 8) * 2
+                                : (unsigned)(n % 8) * 16 + (unsigned)(k % 8) * 2);
+    uint16_t v;
+    memcpy(&v, (const unsigned char *)dyn_smem() + d.start + off, 2);
+    return emu_bf16_to_f32(v);
+}
+
+/* d (this lane's 32 accumulators: rows g, g + 8 of its warp's 16, column 8j + 2t + e % 2 in
+ * d[4j + e]) = A (this lane's two rows, 16 k each) x B (bdesc) (+ d): B is read now, and the
+ * result goes to d only at wgmma_wait (wgmma_defer keeps it, and a later product on the same d
+ * before the wait accumulates onto it, as the hardware chains them). */
+static inline void wgmma_rows(float d[32], const float A[2][16], uint64_t bdesc, bool acc,
+                              bool trans)
+{
+    const wg_desc bd = wgmma_desc(bdesc, "B");
+    const int t = lane_id() % 4;
+    const float *prev = wgmma_pending(d); /* a product still in flight on d, or its registers */
+    float out[32];
+    for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++) {
+            const int n = 8 * j + 2 * t + e % 2;
+            float s = acc ? (prev ? prev[4 * j + e] : d[4 * j + e]) : 0.0f;
+            for (int k = 0; k < 16; k++)
+                s += A[e >> 1][k] * wgmma_elem(bd, k, n, trans);
+            out[4 * j + e] = s;
+        }
+    wgmma_defer(d, out, 32);
+}
+
 /* wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 with A in registers (kernels/
- * tensorcore.h's tc_wgmma_n64 gives the layouts): this lane's 32 accumulators of its warp's 16
- * rows. A warp's rows of D need only its own A registers (gathered from its lanes as in
- * mma_m16n8k16_bf16) and B, read from shared memory through the descriptor (no swizzle: start,
- * lbo, sbo in bytes >> 4; core matrix (i along N, j along K) at start + i sbo + j lbo, its row r
- * at + 16 r: K-major B[8j..8j+7][8i+r], or with trans MN-major B[8j+r][8i..8i+7]). B is read at
- * the call; the result goes to d only at wgmma_wait (wgmma_defer keeps it, and a later product
- * on the same d before the wait accumulates onto it, as the hardware chains them). */
+ * tensorcore.h's tc_wgmma_n64 gives the layouts): a warp's rows of D need only its own A
+ * registers (gathered from its lanes as in mma_m16n8k16_bf16) and B. */
 static inline void wgmma_m64n64k16_bf16(float d[32], const uint32_t a[4], uint64_t desc,
                                         bool acc, bool trans)
 {
-    if ((desc >> 62) != 0 || (desc >> 49 & 7) != 0) {
-        fprintf(stderr, "emu: wgmma: descriptor 0x%016llx asks for a swizzle or a base offset; "
-                        "the emulator implements the no-swizzle layout only\n",
-                (unsigned long long)desc);
-        abort();
-    }
-    const unsigned start = (unsigned)(desc & 0x3fff) << 4;
-    const unsigned lbo = (unsigned)(desc >> 16 & 0x3fff) << 4;
-    const unsigned sbo = (unsigned)(desc >> 32 & 0x3fff) << 4;
-    const unsigned char *sm = (const unsigned char *)dyn_smem();
-    const size_t bytes = dyn_smem_bytes();
-    const unsigned last = start + 7 * sbo + lbo + 7 * 16 + 16; /* one past the last byte read */
-    if (!sm || last > bytes) {
-        fprintf(stderr, "emu: wgmma: B (start %u, lbo %u, sbo %u) reaches byte %u of %zu of "
-                        "dynamic shared memory\n", start, lbo, sbo, last, bytes);
-        abort();
-    }
     uint32_t mine[4] = {a[0], a[1], a[2], a[3]};
     const unsigned char *all = warp_gather(mine, sizeof mine);
-    const int g = lane_id() / 4, t = lane_id() % 4;
+    const int g = lane_id() / 4;
     float A[2][16]; /* this lane's rows g, g + 8 of the warp's A */
     for (int q = 0; q < 4; q++) {
         const uint32_t *r = (const uint32_t *)(all + (4 * g + q) * EMU_GATHER_MAX);
@@ -291,25 +333,21 @@ static inline void wgmma_m64n64k16_bf16(float d[32], const uint32_t a[4], uint64
             A[h][2 * q + 8] = emu_bf16_lo(r[h + 2]), A[h][2 * q + 9] = emu_bf16_hi(r[h + 2]);
         }
     }
-    auto B = [&](int k, int n) -> float {
-        const unsigned off = (unsigned)(n / 8) * sbo + (unsigned)(k / 8) * lbo +
-                             (trans ? (unsigned)(k % 8) * 16 + (unsigned)(n % 8) * 2
-                                    : (unsigned)(n % 8) * 16 + (unsigned)(k % 8) * 2);
-        uint16_t v;
-        memcpy(&v, sm + start + off, 2);
-        return emu_bf16_to_f32(v);
-    };
-    const float *prev = wgmma_pending(d); /* a product still in flight on d, or its registers */
-    float out[32];
-    for (int j = 0; j < 8; j++)
-        for (int e = 0; e < 4; e++) { /* d[4j + e]: row g + (e / 2) 8, column 8j + 2t + e % 2 */
-            const int n = 8 * j + 2 * t + e % 2;
-            float s = acc ? (prev ? prev[4 * j + e] : d[4 * j + e]) : 0.0f;
-            for (int k = 0; k < 16; k++)
-                s += A[e >> 1][k] * B(k, n);
-            out[4 * j + e] = s;
-        }
-    wgmma_defer(d, out, 32);
+    wgmma_rows(d, A, desc, acc, trans);
+}
+
+/* The same with A from shared memory too (tc_wgmma_n64_ss): K-major through adesc, warp w of
+ * the warpgroup taking A's rows 16w .. 16w+15 (this lane's g and g + 8 of them). */
+static inline void wgmma_m64n64k16_bf16_ss(float d[32], uint64_t adesc, uint64_t bdesc, bool acc,
+                                           bool trans)
+{
+    const wg_desc ad = wgmma_desc(adesc, "A");
+    const int m0 = 16 * (int)(tid.x / 32 % 4) + lane_id() / 4;
+    float A[2][16];
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 16; k++)
+            A[h][k] = wgmma_elem(ad, k, m0 + 8 * h, false);
+    wgmma_rows(d, A, bdesc, acc, trans);
 }
 
 } // namespace emu
