@@ -916,20 +916,23 @@ static __device__ __forceinline__ void tc_wg_issue_ss(float (*acc)[4], const __n
                                                       const __nv_bfloat16 *tile)
 {
     static_assert(TC_BC == 64 && TC_BR == 64, "wgmma m64n64: 64-row blocks and tiles");
+    /* both K-major: lbo 128, sbo HSP * 16; a k-step 2 core matrices (256 bytes) on */
+    const uint64_t ad = tc_wg_desc(a, 128, HSP * 16), bd = tc_wg_desc(tile, 128, HSP * 16);
 #pragma unroll
-    for (int ks = 0; ks < HSP / 16; ks++) /* both K-major: lbo 128, sbo HSP * 16 */
-        tc_wgmma_n64_ss<false>(&acc[0][0], tc_wg_desc(a + ks * 128, 128, HSP * 16),
-                               tc_wg_desc(tile + ks * 128, 128, HSP * 16), ks > 0);
+    for (int ks = 0; ks < HSP / 16; ks++)
+        tc_wgmma_n64_ss<false>(&acc[0][0], tc_wg_desc_add(ad, ks * 256),
+                               tc_wg_desc_add(bd, ks * 256), ks > 0);
 }
 template <int HSP>
 static __device__ __forceinline__ void tc_wg_issue_acc(float (*acc)[4], const uint32_t (*pa)[4],
                                                        const __nv_bfloat16 *tile)
 {
     static_assert(HSP == 64, "wgmma n64: head size 64");
+    /* MN-major: lbo HSP * 16, sbo 128; a k-step 2 row groups (32 HSP bytes) on */
+    const uint64_t bd = tc_wg_desc(tile, HSP * 16, 128);
 #pragma unroll
-    for (int kc = 0; kc < TC_NB / 2; kc++) /* MN-major: lbo HSP * 16, sbo 128 */
-        tc_wgmma_n64<true>(&acc[0][0], pa[kc], tc_wg_desc(tile + kc * 16 * HSP, HSP * 16, 128),
-                           true);
+    for (int kc = 0; kc < TC_NB / 2; kc++)
+        tc_wgmma_n64<true>(&acc[0][0], pa[kc], tc_wg_desc_add(bd, kc * 32 * HSP), true);
 }
 /* P's operands (the fp32 accumulators of 16 x TC_BC, rounded to bf16) for tc_wg_issue_acc */
 static __device__ __forceinline__ void tc_wg_pack(uint32_t (*pa)[4], const float (*p)[4])

@@ -239,6 +239,15 @@ static __device__ __forceinline__ uint64_t tc_wg_desc(const void *smem, unsigned
            (uint64_t)((sbo >> 4) & 0x3fffu) << 32;
 }
 
+/* The descriptor of the same layout bytes further on (a multiple of 16): its start field is
+ * the address >> 4, so the offset adds there, as long as the address stays in the 14 bits'
+ * 256 KB (all shared memory); one integer add, where tc_wg_desc again would convert, shift
+ * and mask. The k-steps of a product and the m-tiles of a tile take their descriptors so. */
+static __device__ __forceinline__ uint64_t tc_wg_desc_add(uint64_t desc, unsigned bytes)
+{
+    return desc + (bytes >> 4);
+}
+
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TC_WG_NONE() __trap() /* no wgmma in this device code: see above */
 #endif
