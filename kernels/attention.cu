@@ -1501,11 +1501,12 @@ template <int HSP> static constexpr size_t tc_dq_ds_smem()
  * tile. Rows of keys >= L are staged as zeros (dS^T holds anything there, K zeros), padding
  * queries' rows are stored as zeros, and the bias partial is tc_dq_kernel's: the same outputs,
  * summed in a fixed order. */
-template <int HSP>
+template <int HSP, bool WG = false>
 static __global__ void __launch_bounds__(TC_WARPS * 32)
     tc_dq_ds_kernel(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 *dsT, int TP,
                     const __nv_bfloat16 *qkv, const int *len, int T, int NH, int hs, float scale)
 {
+    static_assert(!WG || HSP == 64, "the wgmma backward: head size 64");
     typedef tc_dims<HSP> D;
     constexpr size_t SE = (size_t)TC_BC * TC_LDS; /* elements of a dS^T tile */
     extern __shared__ float tc_smem[];
@@ -1521,8 +1522,13 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
     const bool valid[2] = {q0 + warp * 16 + g < L, q0 + warp * 16 + g + 8 < L};
     auto stage = [&](int j0, int c) { /* the key tile at j0 into buffer c */
         __nv_bfloat16 *St = buf + c * (SE + D::TE);
-        tc_stage<TC_BR>(St, sbase, (size_t)TP, j0, L, TC_BR);
-        tc_stage<HSP>(St + SE, kbase, ld, j0, L, hs);
+        if constexpr (WG) { /* both in core matrices (key groups along K), for the tensor cores */
+            tc_stage_blk<TC_BR>(St, sbase, (size_t)TP, j0, L, TC_BR);
+            tc_stage_blk<HSP>(St + SE, kbase, ld, j0, L, hs);
+        } else {
+            tc_stage<TC_BR>(St, sbase, (size_t)TP, j0, L, TC_BR);
+            tc_stage<HSP>(St + SE, kbase, ld, j0, L, hs);
+        }
     };
 
     float dq[HSP / 8][4];
@@ -1532,18 +1538,32 @@ static __global__ void __launch_bounds__(TC_WARPS * 32)
         tc_cp_commit();
     }
     for (int j0 = 0, c = 0; live && j0 < L; j0 += TC_BC, c ^= 1) {
-        tc_tile_begin(j0 + TC_BC < L, [&] { stage(j0 + TC_BC, c ^ 1); });
+        tc_tile_begin<WG>(j0 + TC_BC < L, [&] { stage(j0 + TC_BC, c ^ 1); });
         const __nv_bfloat16 *St = buf + c * (SE + D::TE), *Ks = St + SE;
+        if constexpr (WG) { /* dQ += dS K, dS^T and K both MN-major: lbo 1024, sbo 128 */
+            tc_wg_pin<HSP / 8>(dq);
+            tc_wg_fence();
+            const uint64_t ad = tc_wg_desc(St, TC_BR * 16, 128);
+            const uint64_t bd = tc_wg_desc(Ks, HSP * 16, 128);
 #pragma unroll
-        for (int kc = 0; kc < TC_BC / 16; kc++) {
-            uint32_t fa[4];
-            tc_load_a_km<TC_LDS>(fa, St, warp * 16, kc * 16);
+            for (int kc = 0; kc < TC_BC / 16; kc++) /* a k-step: 2 key groups on */
+                tc_wgmma_n64_ss<true, true>(&dq[0][0], tc_wg_desc_add(ad, kc * 32 * TC_BR),
+                                            tc_wg_desc_add(bd, kc * 32 * HSP), true);
+            tc_wg_commit();
+            tc_wg_wait<0>();
+            tc_wg_pin<HSP / 8>(dq);
+        } else {
 #pragma unroll
-            for (int n = 0; n < HSP / 8; n += 2) {
-                uint32_t fb[4];
-                tc_load_b_kn<D::LDH>(fb, Ks, kc * 16, n * 8);
-                tc_mma(dq[n], fa, fb);
-                tc_mma(dq[n + 1], fa, fb + 2);
+            for (int kc = 0; kc < TC_BC / 16; kc++) {
+                uint32_t fa[4];
+                tc_load_a_km<TC_LDS>(fa, St, warp * 16, kc * 16);
+#pragma unroll
+                for (int n = 0; n < HSP / 8; n += 2) {
+                    uint32_t fb[4];
+                    tc_load_b_kn<D::LDH>(fb, Ks, kc * 16, n * 8);
+                    tc_mma(dq[n], fa, fb);
+                    tc_mma(dq[n + 1], fa, fb + 2);
+                }
             }
         }
     }
@@ -1622,9 +1642,9 @@ static void tc_backward(__nv_bfloat16 *dqkv16, float *part, const __nv_bfloat16 
         tc_dkdv_kernel<HSP, true, WG><<<grid, TC_WARPS * 32, skv, stream>>>(
             dqkv16, part, dout, qkv, lse2, Dr, len, T, NH, hs, scale, dsT, TP, rows16);
         GPU_LAUNCH_CHECK();
-        tc_allow_smem(tc_dq_ds_kernel<HSP>, sqs, &raised_qs);
-        tc_dq_ds_kernel<HSP><<<grid, TC_WARPS * 32, sqs, stream>>>(dqkv16, part, dsT, TP, qkv,
-                                                                   len, T, NH, hs, scale);
+        tc_allow_smem(tc_dq_ds_kernel<HSP, WG>, sqs, &raised_qs);
+        tc_dq_ds_kernel<HSP, WG><<<grid, TC_WARPS * 32, sqs, stream>>>(dqkv16, part, dsT, TP,
+                                                                       qkv, len, T, NH, hs, scale);
         GPU_LAUNCH_CHECK();
         return;
     }

@@ -354,34 +354,36 @@ static __device__ __forceinline__ void tc_wgmma_n64(float d[32], const uint32_t 
 #endif
 }
 
-/* The same product with A (64 x 16) read from shared memory too, through adesc: K-major (A
- * stored [m][k], as Q, K or V rows), core matrix (i along M, j along K) at start + i * sbo +
- * j * lbo, its row r A[8i + r][8j .. 8j+7]. Warp w's D rows are A's rows 16w .. 16w+15. No A
- * registers: the operand the kernels would otherwise load by ldmatrix every tile (FlashAttention-3
- * reads Q so). TRANS: B MN-major, as above. */
-template <bool TRANS>
+/* The same product with A (64 x 16) read from shared memory too, through adesc, core matrix
+ * (i along M, j along K) at start + i * sbo + j * lbo: K-major (TRANS_A false; A stored [m][k],
+ * as Q, K or V rows), its row r A[8i + r][8j .. 8j+7]; or MN-major (TRANS_A true; A stored
+ * [k][m], as dS^T for dQ = dS K), its row r A[8i .. 8i+7][8j + r]. Warp w's D rows are A's rows
+ * 16w .. 16w+15. No A registers: the operand the kernels would otherwise load by ldmatrix every
+ * tile (FlashAttention-3 reads Q so). TRANS_B: B MN-major, as above. */
+template <bool TRANS_B, bool TRANS_A = false>
 static __device__ __forceinline__ void tc_wgmma_n64_ss(float d[32], uint64_t adesc, uint64_t bdesc,
                                                        bool acc)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %35, 0;\n"
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
-                 "%31}, %32, %33, p, 1, 1, 0, %34;\n}\n"
+                 "%31}, %32, %33, p, 1, 1, %34, %35;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
                    "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
                    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
                    "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
                    "+f"(d[30]), "+f"(d[31])
-                 : "l"(adesc), "l"(bdesc), "n"(TRANS ? 1 : 0), "r"(acc ? 1 : 0)
+                 : "l"(adesc), "l"(bdesc), "n"(TRANS_A ? 1 : 0), "n"(TRANS_B ? 1 : 0),
+                   "r"(acc ? 1 : 0)
                  : "memory");
 #elif defined(__CUDA_ARCH__)
     (void)d, (void)adesc, (void)bdesc, (void)acc;
     TC_WG_NONE();
 #elif !defined(__CUDACC__)
-    emu::wgmma_m64n64k16_bf16_ss(d, adesc, bdesc, acc, TRANS);
+    emu::wgmma_m64n64k16_bf16_ss(d, adesc, bdesc, acc, TRANS_B, TRANS_A);
 #else
     (void)d, (void)adesc, (void)bdesc, (void)acc;
 #endif

@@ -16,7 +16,8 @@
 //      A from registers in the documented layout and B from shared memory through descriptors
 //      without swizzle: K-major B with lbo 128 and sbo 512 (S = A B over one k-step; U over two,
 //      the one at start + 2 lbo first, then the other accumulating onto it; and X, the same
-//      product with A from shared memory too, K-major with lbo 1024 and sbo 128), then MN-major
+//      product with A from shared memory too, K-major with lbo 1024 and sbo 128; and Y, with A
+//      MN-major, lbo 128 and sbo 512), then MN-major
 //      V with lbo 1024 and sbo 128
 //      (O = bf16(S) V over four k-steps, S's accumulators packed by tc_pack_a as the attention
 //      packs P). The accumulators start as NaN, so a product that read them where it should
@@ -125,7 +126,9 @@ static __global__ void ldmatrix_kernel(float *d_nk, float *d_kn, float *d_pack, 
 #define WG_VB 4096 /* v MN-major: core matrix (i along n, j along k) at i * 128 + j * 1024 */
 #define WG_AB 12288 /* a2 K-major, for A from shared memory: (i along m, j along k) at i * 128 +
                      * j * 1024 (lbo and sbo the other way round from b3's) */
-#define WG_SMEM (4096 + 8192 + 4096)
+#define WG_AT 16384 /* a2 MN-major (stored [k][m], as dS^T): (i along m, j along k) at i * 512 +
+                     * j * 128 */
+#define WG_SMEM (4096 + 8192 + 4096 + 4096)
 static __device__ void wg_store(float *dst, const float d[32])
 {
     const int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -133,7 +136,7 @@ static __device__ void wg_store(float *dst, const float d[32])
         for (int e = 0; e < 4; e++)
             dst[(16 * w + g + (e / 2) * 8) * 64 + 8 * j + 2 * t + e % 2] = d[4 * j + e];
 }
-static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, float *d_w,
+static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, float *d_w, float *d_y,
                                     const uint16_t *a2, const uint16_t *b3, const uint16_t *v)
 {
     extern __shared__ float tc_test_smem[];
@@ -152,6 +155,8 @@ static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, float *d
         const int m = x / 32, k = x % 32;
         memcpy(sm + WG_AB + (m / 8) * 128 + (k / 8) * 1024 + (m % 8) * 16 + (k % 8) * 2,
                &a2[m * 32 + k], 2);
+        memcpy(sm + WG_AT + (m / 8) * 512 + (k / 8) * 128 + (k % 8) * 16 + (m % 8) * 2,
+               &a2[m * 32 + k], 2);
     }
     tc_wg_proxy_fence();
     __syncthreads();
@@ -162,12 +167,12 @@ static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, float *d
             const int row = 16 * w + g + (i % 2) * 8, col = 16 * ks + 2 * t + (i / 2) * 8;
             fa[ks][i] = (uint32_t)a2[row * 32 + col] | (uint32_t)a2[row * 32 + col + 1] << 16;
         }
-    float s[32], u[32], o[32], x[32];
+    float s[32], u[32], o[32], x[32], y[32];
     for (int i = 0; i < 32; i++) /* NaN: the first products ignore it */
-        s[i] = u[i] = o[i] = x[i] = __int_as_float(0x7fc00000);
+        s[i] = u[i] = o[i] = x[i] = y[i] = __int_as_float(0x7fc00000);
     float(*s4)[4] = (float(*)[4])s, (*u4)[4] = (float(*)[4])u, (*o4)[4] = (float(*)[4])o;
-    float(*x4)[4] = (float(*)[4])x;
-    tc_wg_pin<8>(s4), tc_wg_pin<8>(u4), tc_wg_pin<8>(o4), tc_wg_pin<8>(x4); /* as the kernels */
+    float(*x4)[4] = (float(*)[4])x, (*y4)[4] = (float(*)[4])y;
+    tc_wg_pin<8>(s4), tc_wg_pin<8>(u4), tc_wg_pin<8>(o4), tc_wg_pin<8>(x4), tc_wg_pin<8>(y4);
     tc_wg_fence();
     tc_wgmma_n64<false>(s, fa[0], tc_wg_desc(sm + WG_KB, 128, 512), false);
     /* U's second k-step first: as a copy of S's product, ptxas merged the two and waited */
@@ -177,9 +182,12 @@ static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, float *d
                                     * is 2 lbo on for both */
         tc_wgmma_n64_ss<false>(x, tc_wg_desc(sm + WG_AB + ks * 2 * 1024, 1024, 128),
                                tc_wg_desc(sm + WG_KB + ks * 2 * 128, 128, 512), ks > 0);
+    for (int ks = 0; ks < 2; ks++) /* Y = A2 B3 again, A2 MN-major: a k-step 2 lbo on */
+        tc_wgmma_n64_ss<false, true>(y, tc_wg_desc(sm + WG_AT + ks * 2 * 128, 128, 512),
+                                     tc_wg_desc(sm + WG_KB + ks * 2 * 128, 128, 512), ks > 0);
     tc_wg_commit();
     tc_wg_wait<0>();
-    tc_wg_pin<8>(s4), tc_wg_pin<8>(u4), tc_wg_pin<8>(x4), tc_wg_pin<2>(fa);
+    tc_wg_pin<8>(s4), tc_wg_pin<8>(u4), tc_wg_pin<8>(x4), tc_wg_pin<8>(y4), tc_wg_pin<2>(fa);
     uint32_t pa[4][4]; /* kept until the wait: the products read them asynchronously */
     for (int kc = 0; kc < 4; kc++)
         tc_pack_a(pa[kc], s + 8 * kc, s + 8 * kc + 4); /* S's columns 16 kc .. 16 kc + 15 */
@@ -193,6 +201,7 @@ static __global__ void wgmma_kernel(float *d_s, float *d_u, float *d_o, float *d
     wg_store(d_s, s);
     wg_store(d_u, u);
     wg_store(d_w, x);
+    wg_store(d_y, y);
     wg_store(d_o, o);
 }
 
@@ -316,19 +325,21 @@ int main(void)
             }
         uint16_t *d_a2 = (uint16_t *)gt_up(a2, 64 * 32, 2), *d_b3 = (uint16_t *)gt_up(b3, 32 * 64, 2);
         uint16_t *d_v = (uint16_t *)gt_up(v, 64 * 64, 2);
-        float *d_s, *d_u, *d_o, *d_w;
+        float *d_s, *d_u, *d_o, *d_w, *d_y;
         CUDA_CHECK(cudaMalloc(&d_w, 64 * 64 * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&d_y, 64 * 64 * sizeof(float)));
         CUDA_CHECK(cudaMalloc(&d_s, 64 * 64 * sizeof(float)));
         CUDA_CHECK(cudaMalloc(&d_u, 64 * 64 * sizeof(float)));
         CUDA_CHECK(cudaMalloc(&d_o, 64 * 64 * sizeof(float)));
-        wgmma_kernel<<<1, 128, WG_SMEM>>>(d_s, d_u, d_o, d_w, d_a2, d_b3, d_v);
+        wgmma_kernel<<<1, 128, WG_SMEM>>>(d_s, d_u, d_o, d_w, d_y, d_a2, d_b3, d_v);
         CUDA_CHECK(cudaGetLastError());
         gt_compare("wgmma K-major B, 1 k-step", d_s, ref_s, 64 * 64, 0, 0);
         gt_compare("wgmma K-major B, 2 k-steps", d_u, ref_u, 64 * 64, 0, 0);
         gt_compare("wgmma A and B from shared memory", d_w, ref_u, 64 * 64, 0, 0);
+        gt_compare("wgmma MN-major A from shared memory", d_y, ref_u, 64 * 64, 0, 0);
         gt_compare("wgmma tc_pack_a(S), MN-major V", d_o, ref_o, 64 * 64, 0, 0);
         cudaFree(d_a2), cudaFree(d_b3), cudaFree(d_v), cudaFree(d_s), cudaFree(d_u), cudaFree(d_o);
-        cudaFree(d_w);
+        cudaFree(d_w), cudaFree(d_y);
         free(a2), free(b3), free(v);
     }
     return gt_summary("tensorcore_gpu_test");

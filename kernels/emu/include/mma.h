@@ -336,18 +336,19 @@ static inline void wgmma_m64n64k16_bf16(float d[32], const uint32_t a[4], uint64
     wgmma_rows(d, A, desc, acc, trans);
 }
 
-/* The same with A from shared memory too (tc_wgmma_n64_ss): K-major through adesc, warp w of
- * the warpgroup taking A's rows 16w .. 16w+15 (this lane's g and g + 8 of them). */
+/* The same with A from shared memory too (tc_wgmma_n64_ss): through adesc, K-major or with
+ * trans_a MN-major (wgmma_elem with M in N's place), warp w of the warpgroup taking A's rows
+ * 16w .. 16w+15 (this lane's g and g + 8 of them). */
 static inline void wgmma_m64n64k16_bf16_ss(float d[32], uint64_t adesc, uint64_t bdesc, bool acc,
-                                           bool trans)
+                                           bool trans_b, bool trans_a)
 {
     const wg_desc ad = wgmma_desc(adesc, "A");
     const int m0 = 16 * (int)(tid.x / 32 % 4) + lane_id() / 4;
     float A[2][16];
     for (int h = 0; h < 2; h++)
         for (int k = 0; k < 16; k++)
-            A[h][k] = wgmma_elem(ad, k, m0 + 8 * h, false);
-    wgmma_rows(d, A, bdesc, acc, trans);
+            A[h][k] = wgmma_elem(ad, k, m0 + 8 * h, trans_a);
+    wgmma_rows(d, A, bdesc, acc, trans_b);
 }
 
 } // namespace emu
