@@ -288,29 +288,30 @@ template <int N> static __device__ __forceinline__ void tc_wg_wait()
  * 13.0.88 did sink the rescale: it then injected a second fence between the products itself
  * ("C7519 warpgroup.arrive is injected"). Call on what a batch writes or reads, before its
  * tc_wg_fence() and after its tc_wg_wait(). */
-template <int N> static __device__ __forceinline__ void tc_wg_pin(float (*acc)[4])
+static __device__ __forceinline__ void tc_wg_pin1(float &x)
 {
 #if defined(__CUDA_ARCH__)
-#pragma unroll
-    for (int i = 0; i < N; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            asm volatile("" : "+f"(acc[i][e])::"memory");
+    asm volatile("" : "+f"(x)::"memory");
 #else
-    (void)acc;
+    (void)x;
 #endif
 }
-template <int N> static __device__ __forceinline__ void tc_wg_pin(uint32_t (*a)[4])
+static __device__ __forceinline__ void tc_wg_pin1(uint32_t &x)
 {
 #if defined(__CUDA_ARCH__)
+    asm volatile("" : "+r"(x)::"memory");
+#else
+    (void)x;
+#endif
+}
+/* N rows of 4: accumulators (float) or A operands (uint32_t) */
+template <int N, typename R> static __device__ __forceinline__ void tc_wg_pin(R (*a)[4])
+{
 #pragma unroll
     for (int i = 0; i < N; i++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            asm volatile("" : "+r"(a[i][e])::"memory");
-#else
-    (void)a;
-#endif
+            tc_wg_pin1(a[i][e]);
 }
 
 /* Shared memory this thread wrote (plain stores, or cp.async copies it has waited for: the
@@ -323,6 +324,17 @@ static __device__ __forceinline__ void tc_wg_proxy_fence()
 #endif
 }
 
+/* The 32 accumulators of an m64n64 product as asm operands %0..%31 ("+f"), and their list */
+#define TC_WG_D32(d)                                                                            \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),         \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),           \
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),           \
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define TC_WG_D32_ASM                                                                           \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
 /* d (the warp's 16 x 64 of the group's 64 x 64) = a (its 16 x 16 of A) x B (16 x 64, bdesc) + d,
  * or without acc, + 0 (d's old values unread). TRANS: B MN-major (above). */
 template <bool TRANS>
@@ -332,15 +344,8 @@ static __device__ __forceinline__ void tc_wgmma_n64(float d[32], const uint32_t 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
-                 "%31}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
+                 TC_WG_D32_ASM ", {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+                 : TC_WG_D32(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(TRANS ? 1 : 0),
                    "r"(acc ? 1 : 0)
                  : "memory"); /* it reads shared memory: no store may move across it */
@@ -367,15 +372,8 @@ static __device__ __forceinline__ void tc_wgmma_n64_ss(float d[32], uint64_t ade
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
-                 "%31}, %32, %33, p, 1, 1, %34, %35;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
+                 TC_WG_D32_ASM ", %32, %33, p, 1, 1, %34, %35;\n}\n"
+                 : TC_WG_D32(d)
                  : "l"(adesc), "l"(bdesc), "n"(TRANS_A ? 1 : 0), "n"(TRANS_B ? 1 : 0),
                    "r"(acc ? 1 : 0)
                  : "memory");
