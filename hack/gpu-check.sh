@@ -207,6 +207,8 @@ check_cpu() {
     # (head size 64: where the wgmma attention runs)
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
         --attention fused --attention-wgmma --heads 2 || rc=1
+    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
+        --attention fused --attention-wgmma --attention-ds --heads 2 || rc=1
     return $rc
 }
 # (each run first compares the first step's gradients tensor by tensor, then every step's loss)

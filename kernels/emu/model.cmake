@@ -43,7 +43,7 @@ gantry_emu_sources(_bench_cc ${PROJECT_SOURCE_DIR}/bench/gpu_bench.cu)
 add_executable(gpu_bench_emu ${_bench_cc})
 gantry_emu_target(gpu_bench_emu)
 target_link_libraries(gpu_bench_emu PRIVATE gantry_model_gpu_emu gantry_kernels_emu gantry_core)
-foreach(prec fp32 bf16 fused bf16_fused bf16_graphs bf16_dgelu bf16_ds bf16_wgmma)
+foreach(prec fp32 bf16 fused bf16_fused bf16_graphs bf16_dgelu bf16_ds bf16_wgmma bf16_wgmma_ds)
     set(_flag)
     if(prec STREQUAL "bf16")
         set(_flag --bf16)
@@ -57,8 +57,10 @@ foreach(prec fp32 bf16 fused bf16_fused bf16_graphs bf16_dgelu bf16_ds bf16_wgmm
         set(_flag --bf16 --attention fused --dgelu-epilogue)
     elseif(prec STREQUAL "bf16_ds") # the attention's dQ from a stored dS^T
         set(_flag --bf16 --attention fused --attention-ds)
-    elseif(prec STREQUAL "bf16_wgmma") # the forward on wgmma: head size 64 (the flags after win)
+    elseif(prec STREQUAL "bf16_wgmma") # the attention on wgmma: head size 64 (the flags after win)
         set(_flag --bf16 --attention fused --attention-wgmma --hidden 128 --heads 2)
+    elseif(prec STREQUAL "bf16_wgmma_ds") # and its dQ from the stored dS^T, on wgmma too
+        set(_flag --bf16 --attention fused --attention-wgmma --attention-ds --hidden 128 --heads 2)
     endif()
     add_test(NAME gpu_bench_emu_check_${prec}
              COMMAND gpu_bench_emu --batch 4 --seq 24 --hidden 32 --layers 2 --heads 4
