@@ -40,6 +40,7 @@ struct opts {
     int dgelu;  /* --dgelu-epilogue */
     int attn_ds; /* --attention-ds */
     int attn_wg; /* --attention-wgmma */
+    int tune;    /* --tune */
     const char *name;
 };
 
@@ -86,7 +87,7 @@ static void usage(const char *argv0)
     printf("usage: %s [--preset gpt2|example] [--batch B] [--seq T] [--hidden C] [--layers L]\n"
            "          [--heads NH] [--vocab V] [--classes K] [--steps S] [--warmup W] [--varlen]\n"
            "          [--bf16] [--attention unfused|fused] [--graphs] [--dgelu-epilogue]\n"
-           "          [--attention-ds] [--attention-wgmma]\n"
+           "          [--attention-ds] [--attention-wgmma] [--tune]\n"
            "          [--check-cpu] [--profile]\n"
            "  gpt2:    B=8 T=1024 C=768 L=12 NH=12 V=50257 K=2 (GPT-2 124M-sized encoder)\n"
            "  example: B=32 T=256 C=128 L=2 NH=4 V=20000 K=2 (bench/cpu_train's default model;\n"
@@ -103,6 +104,9 @@ static void usage(const char *argv0)
            "           and takes dQ from it (one product a tile) instead of recomputing it\n"
            "  --attention-wgmma: with --bf16 --attention fused, the attention forward on Hopper's\n"
            "           wgmma (head size 64, the sm_90a build on an H100/H200; else mma.sync)\n"
+           "  --tune: with --bf16 --attention fused, the attention's kernels picked by timing\n"
+           "           every variant that agrees with the default here (MODEL_GPU_TUNE, what\n"
+           "           training.attention: auto does; the two flags above are then ignored)\n"
            "  --profile: after the timed steps, 3 more eager steps with an event behind every op,\n"
            "           and a table of the ops' device time per step (lines \"profile: ...\")\n",
            argv0);
@@ -111,10 +115,10 @@ static void usage(const char *argv0)
 static void preset(struct opts *o, const char *name)
 {
     if (strcmp(name, "gpt2") == 0)
-        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                            "gpt2"};
     else if (strcmp(name, "example") == 0)
-        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                            "example"};
     else {
         fprintf(stderr, "gpu_bench: unknown preset '%s' (gpt2 or example)\n", name);
@@ -130,7 +134,8 @@ static void parse(struct opts *o, int argc, char **argv)
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"varlen", 0, 0, 'v'}, {"bf16", 0, 0, 'b'},
         {"attention", 1, 0, 'a'}, {"check-cpu", 0, 0, 'c'}, {"graphs", 0, 0, 'g'},
         {"profile", 0, 0, 'P'},   {"dgelu-epilogue", 0, 0, 'd'}, {"help", 0, 0, 'h'},
-        {"attention-ds", 0, 0, 'S'}, {"attention-wgmma", 0, 0, 'G'}, {0, 0, 0, 0}};
+        {"attention-ds", 0, 0, 'S'}, {"attention-wgmma", 0, 0, 'G'}, {"tune", 0, 0, 'u'},
+        {0, 0, 0, 0}};
     int ch;
     preset(o, "example");
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -138,11 +143,11 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'p': {
             int bf16 = o->bf16, check = o->check_cpu, varlen = o->varlen, fused = o->fused;
             int graphs = o->graphs, profile = o->profile, dgelu = o->dgelu, ds = o->attn_ds;
-            int wg = o->attn_wg;
+            int wg = o->attn_wg, tune = o->tune;
             preset(o, optarg);
             o->bf16 = bf16, o->check_cpu = check, o->varlen = varlen, o->fused = fused;
             o->graphs = graphs, o->profile = profile, o->dgelu = dgelu, o->attn_ds = ds;
-            o->attn_wg = wg;
+            o->attn_wg = wg, o->tune = tune;
             break;
         }
         case 'B': o->B = atoi(optarg); break;
@@ -169,6 +174,7 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'd': o->dgelu = 1; break;
         case 'S': o->attn_ds = 1; break;
         case 'G': o->attn_wg = 1; break;
+        case 'u': o->tune = 1; break;
         case 'h': usage(argv[0]); exit(0);
         default: usage(argv[0]); exit(2);
         }
@@ -239,6 +245,19 @@ static int check_grads(struct model *m, struct model_gpu *g, const struct opts *
     return bad;
 }
 
+/* " (forward kernel / backward kernel[, tuned])" of the bf16 fused attention in use; else "" */
+static const char *kinds_label(struct model_gpu *g, const struct opts *o, char *buf, size_t n)
+{
+    int f, b;
+    buf[0] = '\0';
+    if (o->bf16 && o->fused) {
+        model_gpu_attention_kinds(g, &f, &b);
+        snprintf(buf, n, " (%s / %s%s)", attention_fwd_kind_name(f), attention_bwd_kind_name(b),
+                 o->tune ? ", tuned" : "");
+    }
+    return buf;
+}
+
 /* Compares CPU and GPU losses step by step from the same weights; returns mismatches. */
 static int check_cpu(struct model *m, struct model_gpu *g, const struct opts *o, const int *tokens,
                      const int *len, const int *labels)
@@ -264,10 +283,10 @@ static int check_cpu(struct model *m, struct model_gpu *g, const struct opts *o,
         bad += !ok;
     }
     adamw_cleanup(&opt);
-    printf("check-cpu (%s, %s attention%s%s%s%s, tol %.0e relative): %s\n",
+    char kl[128];
+    printf("check-cpu (%s, %s attention%s%s%s, tol %.0e relative): %s\n",
            o->bf16 ? "bf16 GEMMs" : "fp32", o->fused ? "fused" : "unfused",
-           o->attn_ds ? " (stored dS)" : "", o->attn_wg ? " (wgmma forward)" : "",
-           o->graphs ? ", CUDA graphs" : "",
+           kinds_label(g, o, kl, sizeof(kl)), o->graphs ? ", CUDA graphs" : "",
            o->dgelu ? ", DGELU epilogue" : "", tol, bad ? "FAILED" : "OK");
     return bad;
 }
@@ -320,7 +339,8 @@ int main(int argc, char **argv)
                                          (o.graphs ? MODEL_GPU_GRAPHS : 0) |
                                          (o.dgelu ? MODEL_GPU_DGELU_EPILOGUE : 0) |
                                          (o.attn_ds ? MODEL_GPU_ATTENTION_DS : 0) |
-                                         (o.attn_wg ? MODEL_GPU_ATTENTION_WGMMA : 0),
+                                         (o.attn_wg ? MODEL_GPU_ATTENTION_WGMMA : 0) |
+                                         (o.tune ? MODEL_GPU_TUNE : 0),
                             err, sizeof(err)))) {
         fprintf(stderr, "gpu_bench: %s\n", err);
         return 2;
@@ -346,23 +366,29 @@ int main(int argc, char **argv)
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         double sec = ms / 1e3 / o.steps, flops = model_step_flops(&cfg, o.B, o.T);
         double mfu = flops / sec / PEAK_BF16;
-        printf("gpu_bench %s on %s: %s, %s attention%s%s%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
+        char kl[128];
+        int kf = 0, kb = 0;
+        model_gpu_attention_kinds(g, &kf, &kb);
+        printf("gpu_bench %s on %s: %s, %s attention%s%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
                "ms/step | %.0f tok/s (%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
                o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.fused ? "fused" : "unfused",
-               o.attn_ds ? " (stored dS)" : "", o.attn_wg ? " (wgmma forward)" : "",
-               o.graphs ? ", CUDA graphs" : "",
+               kinds_label(g, &o, kl, sizeof(kl)), o.graphs ? ", CUDA graphs" : "",
                o.dgelu ? ", DGELU epilogue" : "", o.B, o.T,
                o.C, o.L, o.NH, sec * 1e3, N / sec, real / sec, flops / sec / 1e12, 100 * mfu,
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
                "\"attention\":\"%s\",\"graphs\":%s,\"dgelu_epilogue\":%s,\"attention_ds\":%s,"
-               "\"attention_wgmma\":%s,"
+               "\"attention_wgmma\":%s,\"tune\":%s,\"attention_kernels\":\"%s / %s\","
                "\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,\"steps\":%d,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
                "\"tflops\":%.2f,\"mfu\":%.4f}\n",
                o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
                o.graphs ? "true" : "false", o.dgelu ? "true" : "false",
-               o.attn_ds ? "true" : "false", o.attn_wg ? "true" : "false", o.B, o.T, o.C, o.L,
+               kb == ATTN_BWD_DS || kb == ATTN_BWD_WGMMA_DS ? "true" : "false",
+               kf == ATTN_FWD_WGMMA || kb == ATTN_BWD_WGMMA || kb == ATTN_BWD_WGMMA_DS ? "true"
+                                                                                  : "false",
+               o.tune ? "true" : "false", attention_fwd_kind_name(kf),
+               attention_bwd_kind_name(kb), o.B, o.T, o.C, o.L,
                o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu);
     }
@@ -375,9 +401,10 @@ int main(int argc, char **argv)
         for (int i = 0; i < ps; i++)
             step(g, &oc, o.warmup + o.steps + 2 + i, o.B);
         model_gpu_profile(g, 0);
-        printf("profile: %s, %s attention%s%s%s, B=%d T=%d C=%d L=%d NH=%d, %d eager steps\n",
+        char kl[128];
+        printf("profile: %s, %s attention%s%s, B=%d T=%d C=%d L=%d NH=%d, %d eager steps\n",
                o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
-               o.attn_ds ? " (stored dS)" : "", o.attn_wg ? " (wgmma forward)" : "",
+               kinds_label(g, &o, kl, sizeof(kl)),
                o.dgelu ? ", DGELU epilogue" : "", o.B, o.T, o.C,
                o.L, o.NH, ps);
         if (model_gpu_profile_report(g, stdout, ps) != 0) {

@@ -209,6 +209,9 @@ check_cpu() {
         --attention fused --attention-wgmma --heads 2 || rc=1
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
         --attention fused --attention-wgmma --attention-ds --heads 2 || rc=1
+    # the kernels training.attention: auto picks here (every variant checked and timed first)
+    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
+        --attention fused --tune --heads 2 || rc=1
     return $rc
 }
 # (each run first compares the first step's gradients tensor by tensor, then every step's loss)
@@ -220,6 +223,7 @@ case $? in
 esac
 grep -E '^check (grads|-cpu)' "$out/check.log" >>"$summary" || true
 grep -E '^check-cpu' "$out/check.log" >>"$summary" || true
+grep -E '^model_gpu: attention kernels timed' "$out/check.log" >>"$summary" || true
 
 # ---- the training loop on the GPU: carried gantry-worker (--device cuda) and its GPU test ----
 wlog="$out/worker.log"
@@ -378,6 +382,7 @@ tp() { # tp LIMIT ARGS: bench/gpu_torch.py
     PYTHONUNBUFFERED=1 timeout "$t" python3 "$here/bench/gpu_torch.py" "$@" >>"$out/bench.log" 2>&1
 }
 for v in "" "--attention fused" "--graphs" "--attention fused --graphs" \
+    "--attention fused --graphs --tune" "--attention fused --graphs --tune --dgelu-epilogue" \
     "--attention fused --graphs --dgelu-epilogue" "--attention fused --graphs --attention-ds" \
     "--attention fused --graphs --attention-ds --dgelu-epilogue" \
     "--attention fused --graphs --attention-wgmma" \
@@ -395,6 +400,7 @@ gb --preset gpt2 --bf16 --attention fused --graphs --batch 32
 gb --preset gpt2 --bf16 --attention fused --graphs --batch 32 --attention-ds --dgelu-epilogue
 gb --preset gpt2 --bf16 --attention fused --graphs --batch 32 --attention-ds --dgelu-epilogue \
     --attention-wgmma
+gb --preset gpt2 --bf16 --attention fused --graphs --batch 32 --tune --dgelu-epilogue
 tp 150 --preset gpt2 --batch 32 --variants compile-bf16
 # the non-GEMM kernels one at a time at the GPT-2 shape: GB/s beside a device-to-device copy, and
 # the attention's TFLOP/s fused and unfused (the table also into summary.txt)
@@ -464,6 +470,8 @@ fi
 gb --preset gpt2
 tp 120 --preset gpt2 --variants eager-fp32
 grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
+# what the tuned runs timed and took (kernels/attention_tune.cu), one line a shape
+grep -h '^model_gpu: attention kernels timed' "$out/bench.log" | sort -u >>"$summary" || true
 python3 - "$out/bench.jsonl" <<'PY' | tee -a "$summary"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -477,6 +485,7 @@ for r in rows:
     impl += "-graphs" if r.get("graphs") else ""
     impl += "-ds" if r.get("attention_ds") else ""
     impl += "-dgelu" if r.get("dgelu_epilogue") else ""
+    impl += "-tuned" if r.get("tune") else ""
     impl += "-wg" if r.get("attention_wgmma") else ""
     print(f"{r['preset']:8} {impl:38} {prec:5} {r['batch']:3} {r['ms_per_step']:9.2f} "
           f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")

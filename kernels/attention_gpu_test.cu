@@ -355,6 +355,92 @@ static void check(int B, int T, int C, int NH, const int *len, uint64_t seed, fl
     free(qkv), free(out), free(att), free(dout), free(dqkv);
 }
 
+/* One line "name: OK|FAILED (why)" and a failure counted when !ok */
+static void tune_expect(const char *name, bool ok, const char *why)
+{
+    printf("%-24s %s%s%s\n", name, ok ? "OK" : "FAILED (", ok ? "" : why, ok ? "" : ")");
+    if (!ok)
+        gt_failed++;
+}
+
+/* attention_tune_mismatch_bf16: 0 for the same bits, <= 1 with every element an ulp of bf16 away,
+ * > 1 with one element off by 4 tolerances, infinite with a NaN */
+static void check_mismatch(void)
+{
+    const size_t n = 5000;
+    uint64_t s = 11;
+    float *x = gt_randv(n, &s, -2, 2);
+    uint16_t *h = to_bf16(x, n), *h2 = (uint16_t *)malloc(n * 2);
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++)
+        ss += (double)bf16_to_f32(h[i]) * bf16_to_f32(h[i]);
+    const float rms = (float)sqrt(ss / n);
+    uint16_t *d = (uint16_t *)gt_up(h, n, 2), *d2;
+    CUDA_CHECK(cudaMalloc((void **)&d2, n * 2));
+    float m = attention_tune_mismatch_bf16(d, d, n, 0);
+    printf("tune mismatch, same bits: %g\n", m);
+    tune_expect("tune mismatch same", m == 0.0f, "not 0");
+    for (size_t i = 0; i < n; i++) /* the next bf16 away from zero: one ulp */
+        h2[i] = (uint16_t)(h[i] + 1);
+    CUDA_CHECK(cudaMemcpy(d2, h2, n * 2, cudaMemcpyHostToDevice));
+    m = attention_tune_mismatch_bf16(d2, d, n, 0);
+    printf("tune mismatch, every element an ulp off: %g\n", m);
+    tune_expect("tune mismatch ulp", m <= 1.0f, "a rounding difference refused");
+    memcpy(h2, h, n * 2);
+    const size_t k = 1234;
+    const float v = bf16_to_f32(h[k]);
+    h2[k] = bf16_from_f32(v + (v < 0 ? -1 : 1) * (4.0f * rms / 128 + fabsf(v) / 64));
+    CUDA_CHECK(cudaMemcpy(d2, h2, n * 2, cudaMemcpyHostToDevice));
+    m = attention_tune_mismatch_bf16(d2, d, n, 0);
+    printf("tune mismatch, one element 4 tolerances off: %g\n", m);
+    tune_expect("tune mismatch one", m > 2.5f && m < 5.5f, "not about 4");
+    h2[k] = 0x7fc0; /* NaN */
+    CUDA_CHECK(cudaMemcpy(d2, h2, n * 2, cudaMemcpyHostToDevice));
+    m = attention_tune_mismatch_bf16(d2, d, n, 0);
+    tune_expect("tune mismatch NaN", isinf(m), "a NaN not caught");
+    float *df = GT_UPF(x, n), *df2;
+    CUDA_CHECK(cudaMalloc((void **)&df2, n * sizeof(float)));
+    x[k] += 1.0f;
+    CUDA_CHECK(cudaMemcpy(df2, x, n * sizeof(float), cudaMemcpyHostToDevice));
+    m = attention_tune_mismatch_f32(df2, df, n, 0);
+    printf("tune mismatch f32, one element 1 off: %g\n", m);
+    tune_expect("tune mismatch f32", m > 1.0f, "a wrong element passed");
+    cudaFree(d), cudaFree(d2), cudaFree(df), cudaFree(df2);
+    free(x), free(h), free(h2);
+}
+
+/* attention_fused_bf16_tune: every variant that can run here timed, each agreeing with the
+ * default (the q-hoist forward exactly: the same bits), picks among those; the stored dS^T only
+ * when allowed, wgmma only at head sizes 33 to 64 on wgmma device code; a second call cached. */
+static void check_tune(int B, int T, int C, int NH, int allow_ds)
+{
+    struct attention_tune t, t2;
+    char line[1024];
+    attention_fused_bf16_tune(&t, B, T, C, NH, allow_ds, 0);
+    attention_tune_describe(&t, line, sizeof(line));
+    printf("tune B=%d T=%d C=%d NH=%d ds %d: %s\n", B, T, C, NH, allow_ds, line);
+    const int hs = C / NH, wg = hs > 32 && hs <= 64 && attention_fused_wgmma_available();
+    bool ok = !t.cached && t.fwd[ATTN_FWD_DEFAULT].timed && t.fwd[ATTN_FWD_QHOIST].timed &&
+              t.fwd[ATTN_FWD_WGMMA].timed == wg && t.bwd[ATTN_BWD_DEFAULT].timed &&
+              t.bwd[ATTN_BWD_DS].timed == allow_ds && t.bwd[ATTN_BWD_WGMMA].timed == wg &&
+              t.bwd[ATTN_BWD_WGMMA_DS].timed == (wg && allow_ds);
+    tune_expect("tune eligible", ok, "the wrong variants ran");
+    ok = t.fwd[ATTN_FWD_QHOIST].err == 0.0f;
+    for (int k = 0; k < ATTN_FWD_KINDS; k++)
+        ok = ok && (!t.fwd[k].timed || (t.fwd[k].agrees && t.fwd[k].ms > 0 && t.fwd[k].ms < 1e9f));
+    for (int k = 0; k < ATTN_BWD_KINDS; k++)
+        ok = ok && (!t.bwd[k].timed || (t.bwd[k].agrees && t.bwd[k].ms > 0 && t.bwd[k].ms < 1e9f));
+    tune_expect("tune agree", ok, "a variant differs from the default, or has no time");
+    ok = t.fwd[t.fwd_pick].timed && t.fwd[t.fwd_pick].agrees && t.bwd[t.bwd_pick].timed &&
+         t.bwd[t.bwd_pick].agrees && t.fwd[t.fwd_pick].ms <= t.fwd[0].ms &&
+         t.bwd[t.bwd_pick].ms <= t.bwd[0].ms;
+    tune_expect("tune pick", ok, "picked a variant that did not run, agree or win");
+    attention_fused_bf16_tune(&t2, B, T, C, NH, allow_ds, 0);
+    tune_expect("tune cached", t2.cached && t2.fwd_pick == t.fwd_pick &&
+                                   t2.bwd_pick == t.bwd_pick && t2.bwd[0].ms == t.bwd[0].ms,
+                "not the first call's results");
+}
+
 int main(void)
 {
     gt_require_device("attention_gpu_test");
@@ -372,5 +458,9 @@ int main(void)
     check(2, 200, 128, 2, len6, 6, 3.0f, 0.0f);
     const int len7[2] = {40, 70}; /* scores near -100: exp(0 - lse) overflows; masks needed */
     check(2, 70, 64, 2, len7, 7, 1.0f, 4.0f);
+    check_mismatch();
+    check_tune(2, 130, 128, 2, 1); /* head size 64: wgmma where it can run */
+    check_tune(2, 130, 128, 2, 0); /* without the stored dS^T */
+    check_tune(3, 40, 96, 3, 1);   /* head size 32: mma.sync only */
     return gt_summary("attention_gpu_test");
 }

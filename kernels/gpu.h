@@ -182,6 +182,52 @@ void attention_backward_fused_bf16_ds(uint16_t *dqkv16, float *dbias, const uint
                                       struct CUstream_st *stream);
 size_t attention_backward_ds_bytes(int B, int T, int NH);
 
+/* The bf16 fused attention's variants above, by kind: the forward's (attention_forward_fused_bf16,
+ * _qhoist, _wgmma) and the backward's (attention_backward_fused_bf16, _ds, _wgmma without and with
+ * the stored dS^T). Kind 0 is the default each time. */
+enum { ATTN_FWD_DEFAULT, ATTN_FWD_QHOIST, ATTN_FWD_WGMMA, ATTN_FWD_KINDS };
+enum { ATTN_BWD_DEFAULT, ATTN_BWD_DS, ATTN_BWD_WGMMA, ATTN_BWD_WGMMA_DS, ATTN_BWD_KINDS };
+const char *attention_fwd_kind_name(int kind);
+const char *attention_bwd_kind_name(int kind);
+void attention_forward_fused_bf16_kind(int kind, uint16_t *out, float *lse, const uint16_t *qkv,
+                                       const int *len, int B, int T, int C, int NH,
+                                       struct CUstream_st *stream);
+void attention_backward_fused_bf16_kind(int kind, uint16_t *dqkv16, float *dbias,
+                                        const uint16_t *dout, const uint16_t *qkv,
+                                        const uint16_t *out, const float *lse, const int *len,
+                                        int B, int T, int C, int NH, struct CUstream_st *stream);
+/* ---- attention_tune.cu: the variants picked on the GPU at hand, like cuDNN's benchmark mode ----
+ * attention_fused_bf16_tune runs every variant that can run here (wgmma: head size 33 to 64 and
+ * attention_fused_wgmma_available; the stored dS^T: allow_ds) on random inputs of the shape
+ * (B sequences of T tokens, the first full and the others padded), checks each one's outputs
+ * against the default's (attention_tune_mismatch_*), times each (the fastest of 5, interleaved)
+ * and picks the fastest that agrees; another variant replaces the default only when at least 3 %
+ * faster. Results are kept per process by shape: a second call with the same arguments returns
+ * them (cached = 1) without running anything. Synchronises the stream; allocates and frees its
+ * own buffers (about 2.5 x the layer's qkv, plus the stored dS^T's scratch). */
+struct attention_tune_entry {
+    float ms;   /* fastest time */
+    float err;  /* attention_tune_mismatch of its outputs against the default's (0 for it) */
+    int timed;  /* 1: it can run here and ran */
+    int agrees; /* err <= 1 */
+};
+struct attention_tune {
+    struct attention_tune_entry fwd[ATTN_FWD_KINDS], bwd[ATTN_BWD_KINDS];
+    int fwd_pick, bwd_pick; /* the kinds picked */
+    int cached;
+};
+void attention_fused_bf16_tune(struct attention_tune *t, int B, int T, int C, int NH,
+                               int allow_ds, struct CUstream_st *stream);
+/* One line: every variant's time, those refused and why, and the picks. */
+void attention_tune_describe(const struct attention_tune *t, char *buf, size_t n);
+/* How far device arrays a and ref (n elements) are apart, in units of the tune's tolerance:
+ * max over elements of (|a - ref| - |ref| / 64) / (RMS(ref) / 128), 0 when within it everywhere;
+ * <= 1 agrees; infinite with a NaN or infinity in either. Synchronises the stream. */
+float attention_tune_mismatch_bf16(const uint16_t *a, const uint16_t *ref, size_t n,
+                                   struct CUstream_st *stream);
+float attention_tune_mismatch_f32(const float *a, const float *ref, size_t n,
+                                  struct CUstream_st *stream);
+
 /* ---- pool.h ---- */
 void meanpool_forward(float *out, const float *inp, const int *len, int B, int T, int C,
                       struct CUstream_st *stream);

@@ -105,7 +105,8 @@ static const struct field fields[] = {
     {"attention", F_ENUM, S(attention), 0, 0, "auto|unfused|fused",
      "GPU attention: unfused (GEMMs + softmax, keeps the T x T probabilities), fused (one "
      "pass, memory O(T); device: cuda) or auto (fused in bf16 on the GPU, where it measured "
-     "faster; else unfused)"},
+     "faster, its kernels picked at start by timing those that agree with the default ones on "
+     "that GPU; else unfused)"},
     {"cudaGraphs", F_BOOL, S(cuda_graphs), 0, 0, NULL,
      "GPU: replay each batch shape's forward and backward as a CUDA graph (one launch instead of "
      "hundreds; the same results bit for bit; device: cuda)"},
@@ -501,6 +502,11 @@ bool cfg_fused_attention(const struct cfg *c)
                strcmp(c->model_type, "ngram") && c->heads > 0 &&
                c->hidden / c->heads <= ATTENTION_FUSED_MAX_HS;
     return !strcmp(c->attention, "fused");
+}
+
+bool cfg_tune_attention(const struct cfg *c)
+{
+    return !strcmp(c->attention, "auto") && cfg_fused_attention(c);
 }
 
 int cfg_validate(const struct cfg *c, char *err, size_t errlen)

@@ -108,6 +108,10 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen);
  * from 44.5 to 19.0 ms and the example model's from 1.35 to 0.81 ms; in fp32 (CUDA cores against
  * cuBLAS) it trained the SpamAssassin job at 2.01M tokens/s against unfused's 2.34M. */
 bool cfg_fused_attention(const struct cfg *c);
+/* true when the fused attention's kernels are picked by timing them on the GPU at start
+ * (MODEL_GPU_TUNE): attention auto where it runs the fused one (bf16); an explicit fused keeps
+ * the default kernels */
+bool cfg_tune_attention(const struct cfg *c);
 
 /* The usage text: every flag, its env variable and default. */
 void cfg_usage(FILE *f, const char *prog);

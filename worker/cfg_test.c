@@ -162,25 +162,26 @@ static void test_precision(void)
 
 /* training.attention: auto | unfused | fused (fused on the GPU only); auto, the default, runs
  * fused in bf16 where the kernel runs (device cuda, a transformer, head size <= 128), else
- * unfused */
+ * unfused; and then (auto only) with the kernels picked by timing them (cfg_tune_attention) */
 static void test_attention(void)
 {
     static const struct {
         const char *json;
-        bool fused;
+        bool fused, tune;
     } cases[] = {
 #define BF16 "\"device\": \"cuda\", \"precision\": \"bf16\""
-        {"\"device\": \"cpu\"", false},
-        {"\"device\": \"cuda\"", false}, /* fp32 */
-        {BF16, true},
-        {BF16 ", \"attention\": \"auto\"", true},
-        {"\"device\": \"cuda\", \"attention\": \"auto\"", false},
-        {"\"device\": \"cuda\", \"attention\": \"fused\"", true},
-        {BF16 ", \"attention\": \"unfused\"", false},
-        {"\"device\": \"cpu\", \"attention\": \"unfused\"", false},
-        {BF16 ", \"model\": {\"hidden\": 512, \"heads\": 4}", true},
-        {BF16 ", \"model\": {\"hidden\": 512, \"heads\": 2}", false},
-        {"\"device\": \"cuda\", \"model\": {\"type\": \"ngram\"}", false},
+        {"\"device\": \"cpu\"", false, false},
+        {"\"device\": \"cuda\"", false, false}, /* fp32 */
+        {BF16, true, true},
+        {BF16 ", \"attention\": \"auto\"", true, true},
+        {"\"device\": \"cuda\", \"attention\": \"auto\"", false, false},
+        {"\"device\": \"cuda\", \"attention\": \"fused\"", true, false},
+        {BF16 ", \"attention\": \"fused\"", true, false}, /* the default kernels, as asked */
+        {BF16 ", \"attention\": \"unfused\"", false, false},
+        {"\"device\": \"cpu\", \"attention\": \"unfused\"", false, false},
+        {BF16 ", \"model\": {\"hidden\": 512, \"heads\": 4}", true, true},
+        {BF16 ", \"model\": {\"hidden\": 512, \"heads\": 2}", false, false},
+        {"\"device\": \"cuda\", \"model\": {\"type\": \"ngram\"}", false, false},
 #undef BF16
     };
     const char *argv[] = {"gantry-worker", "--config", path, NULL};
@@ -197,6 +198,8 @@ static void test_attention(void)
         TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
         if (!TEST_CHECK(cfg_fused_attention(&c) == cases[i].fused))
             fprintf(stderr, "       %s: want fused = %d\n", text, cases[i].fused);
+        if (!TEST_CHECK(cfg_tune_attention(&c) == cases[i].tune))
+            fprintf(stderr, "       %s: want tune = %d\n", text, cases[i].tune);
     }
     expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"attention\": \"fused\", "
                "\"model\": {\"hidden\": 512, \"heads\": 2}}",

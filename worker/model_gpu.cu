@@ -67,8 +67,7 @@ struct model_gpu {
     cudaEvent_t *unit_done; /* MODEL_GPU_UNITS(L): recorded behind each unit's last kernel */
     int graphs;             /* MODEL_GPU_GRAPHS */
     int dgelu_epi;          /* MODEL_GPU_DGELU_EPILOGUE */
-    int attn_ds;            /* MODEL_GPU_ATTENTION_DS */
-    int attn_wg;            /* MODEL_GPU_ATTENTION_WGMMA */
+    int attn_fwd, attn_bwd; /* the bf16 fused attention's kinds (ATTN_FWD_*, ATTN_BWD_*) */
     struct graph_slot gs[GRAPH_SLOTS];
     unsigned long long gtick;
     long graph_captures, graph_launches, graph_evictions;
@@ -262,8 +261,8 @@ static void transformer_forward(struct model_gpu *g)
                 matmul_forward_bf16(qkvh, ln1h, P16("qkvw") + (size_t)l * 3 * C * C,
                                     P16("qkvb") + (size_t)l * 3 * C, N, C, 3 * C, s);
                 mark(g, "qkv GEMM");
-                (g->attn_wg ? attention_forward_fused_bf16_wgmma : attention_forward_fused_bf16)(
-                    attyh, g->lse + l * nlse, qkvh, g->len, B, T, C, NH, s);
+                attention_forward_fused_bf16_kind(g->attn_fwd, attyh, g->lse + l * nlse, qkvh,
+                                                  g->len, B, T, C, NH, s);
             } else {
                 fc_forward(g, qkv, NULL, ln1h, "qkvw", "qkvb", (size_t)l * 3 * C * C,
                            (size_t)l * 3 * C, N, C, 3 * C);
@@ -466,14 +465,8 @@ static void backward_body(struct model_gpu *g, float loss_scale)
         if (g->fused && g->bf16) { /* dqkv in bf16 only, qkvb's gradient summed in the kernels */
             float *dqkvb = G("qkvb") + (size_t)l * 3 * C;
             const uint16_t *qkvh = g->qkvh + 3 * l * NC;
-            if (g->attn_wg)
-                attention_backward_fused_bf16_wgmma(g->s16a, dqkvb, g->datty16, qkvh, attyh,
-                                                    g->lse + l * nlse, g->len, B, T, C, NH,
-                                                    g->attn_ds, s);
-            else
-                (g->attn_ds ? attention_backward_fused_bf16_ds : attention_backward_fused_bf16)(
-                    g->s16a, dqkvb, g->datty16, qkvh, attyh, g->lse + l * nlse, g->len, B, T, C,
-                    NH, s);
+            attention_backward_fused_bf16_kind(g->attn_bwd, g->s16a, dqkvb, g->datty16, qkvh,
+                                               attyh, g->lse + l * nlse, g->len, B, T, C, NH, s);
             mark(g, "attention bwd");
             matmul_backward_mixed_set(g->dln, G("qkvw") + (size_t)l * 3 * C * C, NULL, NULL,
                                       g->s16a, ln1h, P16("qkvw") + (size_t)l * 3 * C * C, N, C,
@@ -695,23 +688,39 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     g->fused = fused, g->ngram = ngram;
     g->graphs = (flags & MODEL_GPU_GRAPHS) != 0;
     g->dgelu_epi = bf16 && (flags & MODEL_GPU_DGELU_EPILOGUE) != 0;
-    g->attn_ds = bf16 && fused && (flags & MODEL_GPU_ATTENTION_DS) != 0;
+    int attn_ds = bf16 && fused && (flags & MODEL_GPU_ATTENTION_DS) != 0;
     const size_t ds_bytes = attention_backward_ds_bytes(max_batch, c->max_seq_len, c->heads);
-    if (g->attn_ds && ds_bytes > ((size_t)4 << 30)) {
+    const bool ds_fits = ds_bytes <= ((size_t)4 << 30);
+    if (attn_ds && !ds_fits) {
         fprintf(stderr, "model_gpu: the attention backward's stored dS^T would take %.1f GiB "
                         "(batch %d, %d tokens, %d heads; past 4 GiB): dQ is recomputed instead\n",
                 ds_bytes / 1073741824.0, max_batch, c->max_seq_len, c->heads);
-        g->attn_ds = 0;
+        attn_ds = 0;
     }
     gpu_init();
-    g->attn_wg = bf16 && fused && (flags & MODEL_GPU_ATTENTION_WGMMA) != 0;
-    if (g->attn_wg && (c->hidden / c->heads <= 32 || c->hidden / c->heads > 64 ||
-                       !attention_fused_wgmma_available())) /* (asked here: not in a capture) */
+    const int attn_wg = bf16 && fused && (flags & MODEL_GPU_ATTENTION_WGMMA) != 0;
+    if (attn_wg && (c->hidden / c->heads <= 32 || c->hidden / c->heads > 64 ||
+                    !attention_fused_wgmma_available())) /* (asked here: not in a capture) */
         fprintf(stderr, "model_gpu: the wgmma attention needs head size 33 to 64 and "
                         "the sm_90a build on an H100/H200 (head size %d here%s): the mma.sync "
                         "forward instead\n", c->hidden / c->heads,
                 attention_fused_wgmma_available() ? "" : ", no wgmma in this device code");
+    g->attn_fwd = attn_wg ? ATTN_FWD_WGMMA : ATTN_FWD_DEFAULT;
+    g->attn_bwd = attn_wg ? (attn_ds ? ATTN_BWD_WGMMA_DS : ATTN_BWD_WGMMA)
+                          : (attn_ds ? ATTN_BWD_DS : ATTN_BWD_DEFAULT);
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
+    if (bf16 && fused && (flags & MODEL_GPU_TUNE)) { /* before this model's own buffers */
+        struct attention_tune t;
+        char line[1024];
+        attention_fused_bf16_tune(&t, max_batch, c->max_seq_len, c->hidden, c->heads, ds_fits,
+                                  g->s);
+        g->attn_fwd = t.fwd_pick, g->attn_bwd = t.bwd_pick;
+        attention_tune_describe(&t, line, sizeof(line));
+        if (!t.cached)
+            fprintf(stderr, "model_gpu: attention kernels timed at batch %d x %d tokens, %d heads "
+                            "of %d: %s\n", max_batch, c->max_seq_len, c->heads,
+                    c->hidden / c->heads, line);
+    }
     g->nseg = m->n_tensors;
     for (int i = 0; i < m->n_tensors; i++)
         g->segs[i] = (struct adamw_segment){m->tensors[i].offset, m->tensors[i].count,
@@ -793,6 +802,11 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     CUDA_CHECK(cudaDeviceSynchronize());
     model_gpu_upload(g, m->params, NULL, NULL);
     return g;
+}
+
+extern "C" void model_gpu_attention_kinds(const struct model_gpu *g, int *fwd, int *bwd)
+{
+    *fwd = g->attn_fwd, *bwd = g->attn_bwd;
 }
 
 extern "C" void model_gpu_free(struct model_gpu *g)

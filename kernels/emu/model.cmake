@@ -67,6 +67,15 @@ foreach(prec fp32 bf16 fused bf16_fused bf16_graphs bf16_dgelu bf16_ds bf16_wgmm
                      --vocab 200 --classes 3 --steps 4 --warmup 1 --varlen --check-cpu ${_flag})
     set_tests_properties(gpu_bench_emu_check_${prec} PROPERTIES LABELS emu TIMEOUT 300)
 endforeach()
+# The attention's kernels picked at start (--tune, what training.attention: auto does): every
+# variant checked against the default and timed, and the model with the pick against the CPU
+add_test(NAME gpu_bench_emu_check_bf16_tune
+         COMMAND gpu_bench_emu --batch 4 --seq 24 --hidden 128 --layers 2 --heads 2 --vocab 200
+                 --classes 3 --steps 4 --warmup 1 --varlen --check-cpu --bf16 --attention fused
+                 --tune)
+set_tests_properties(gpu_bench_emu_check_bf16_tune PROPERTIES LABELS emu TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "check-cpu \\(bf16 GEMMs, fused attention \\([^)]*, tuned\\)[^\n]*: OK"
+    FAIL_REGULAR_EXPRESSION "FAILED|REFUSED")
 # gpu_bench --profile: a row per op, launches per step as the model has them (fp32 unfused and
 # bf16 fused: their ops differ most)
 add_test(NAME gpu_bench_emu_profile

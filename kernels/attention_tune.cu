@@ -1,0 +1,377 @@
+// Picking the bf16 fused attention's kernels on the GPU at hand, the way cuDNN's benchmark mode
+// picks convolution algorithms: every variant that can run here (kernels/gpu.h, "tuned") is run
+// on random inputs of the training shape, checked against the default kernels' results on the
+// same inputs, and timed; the fastest one that agrees is kept.
+//
+// Why at run time: the variants trade differently on different GPUs and shapes (wgmma exists only
+// on sm_90a; the stored dS^T costs memory traffic to save exponentials), and the wgmma kernels'
+// operand layouts are checked on hardware only where a test run has had a GPU (docs/gpu.md): a
+// variant whose results differ from the default's by more than rounding is never taken, and the
+// line the caller prints says so.
+//
+// Agreement: the same sums in another order and the same bf16 roundings of operands can differ
+// by an ulp of bf16 (2^-8 relative) in a few elements, and by fp32 roundings everywhere; a wrong
+// layout or mask is off by the size of the values. So a variant agrees when every element of
+// every output is within 1/64 of the default's value plus 1/128 of the output's RMS.
+#include "kernels/gpu_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const fwd_names[ATTN_FWD_KINDS] = {"mma.sync", "mma.sync q-hoist", "wgmma"};
+static const char *const bwd_names[ATTN_BWD_KINDS] = {"mma.sync", "mma.sync dS^T", "wgmma",
+                                                      "wgmma dS^T"};
+
+extern "C" const char *attention_fwd_kind_name(int kind)
+{
+    return kind >= 0 && kind < ATTN_FWD_KINDS ? fwd_names[kind] : "?";
+}
+
+extern "C" const char *attention_bwd_kind_name(int kind)
+{
+    return kind >= 0 && kind < ATTN_BWD_KINDS ? bwd_names[kind] : "?";
+}
+
+extern "C" void attention_forward_fused_bf16_kind(int kind, uint16_t *out, float *lse,
+                                                  const uint16_t *qkv, const int *len, int B,
+                                                  int T, int C, int NH,
+                                                  struct CUstream_st *stream)
+{
+    switch (kind) {
+    case ATTN_FWD_QHOIST:
+        attention_forward_fused_bf16_qhoist(out, lse, qkv, len, B, T, C, NH, stream);
+        break;
+    case ATTN_FWD_WGMMA:
+        attention_forward_fused_bf16_wgmma(out, lse, qkv, len, B, T, C, NH, stream);
+        break;
+    default:
+        attention_forward_fused_bf16(out, lse, qkv, len, B, T, C, NH, stream);
+    }
+}
+
+extern "C" void attention_backward_fused_bf16_kind(int kind, uint16_t *dqkv16, float *dbias,
+                                                   const uint16_t *dout, const uint16_t *qkv,
+                                                   const uint16_t *out, const float *lse,
+                                                   const int *len, int B, int T, int C, int NH,
+                                                   struct CUstream_st *stream)
+{
+    switch (kind) {
+    case ATTN_BWD_DS:
+        attention_backward_fused_bf16_ds(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH,
+                                         stream);
+        break;
+    case ATTN_BWD_WGMMA:
+    case ATTN_BWD_WGMMA_DS:
+        attention_backward_fused_bf16_wgmma(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH,
+                                            kind == ATTN_BWD_WGMMA_DS, stream);
+        break;
+    default:
+        attention_backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH,
+                                      stream);
+    }
+}
+
+/* ---- agreement ---- */
+
+static __device__ __forceinline__ float tune_f32(float x)
+{
+    return x;
+}
+static __device__ __forceinline__ float tune_f32(uint16_t x)
+{
+    return bf16_bits_to_f32(x);
+}
+
+#define TUNE_RTOL (1.0f / 64)
+#define TUNE_ATOL_RMS (1.0f / 128)
+#define TUNE_THREADS 256
+#define TUNE_BLOCKS_MAX 512
+
+struct tune_part {
+    float s, m;
+};
+
+/* part[block] = (sum of ref^2, max of |a - ref| - TUNE_RTOL |ref|) over the block's elements; a
+ * NaN or infinity in either makes the max infinite. */
+template <typename T>
+static __global__ void tune_diff_kernel(struct tune_part *part, const T *a, const T *ref, size_t n)
+{
+    float s = 0.0f, m = -INFINITY;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float x = tune_f32(a[i]), r = tune_f32(ref[i]);
+        const float d = fabsf(x - r) - TUNE_RTOL * fabsf(r);
+        m = fmaxf(m, isfinite(x) && isfinite(r) ? d : INFINITY);
+        s += r * r;
+    }
+    s = block_sum(s);
+    m = block_max(m);
+    if (threadIdx.x == 0)
+        part[blockIdx.x].s = s, part[blockIdx.x].m = m;
+}
+
+template <typename T>
+static float mismatch(const T *a, const T *ref, size_t n, cudaStream_t stream)
+{
+    if (n == 0)
+        return 0.0f;
+    const int blocks = (int)(CEIL_DIV(n, TUNE_THREADS * 8) < TUNE_BLOCKS_MAX
+                                 ? CEIL_DIV(n, TUNE_THREADS * 8)
+                                 : TUNE_BLOCKS_MAX);
+    struct tune_part *d = (struct tune_part *)gpu_scratch(blocks * sizeof(*d), stream),
+                     h[TUNE_BLOCKS_MAX];
+    tune_diff_kernel<T><<<blocks, TUNE_THREADS, 0, stream>>>(d, a, ref, n);
+    GPU_LAUNCH_CHECK();
+    CUDA_CHECK(cudaMemcpyAsync(h, d, blocks * sizeof(*d), cudaMemcpyDeviceToHost, stream));
+    gpu_scratch_free(d, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    double s = 0.0;
+    float m = -INFINITY;
+    for (int b = 0; b < blocks; b++)
+        s += h[b].s, m = fmaxf(m, h[b].m);
+    if (!isfinite(m) && m > 0)
+        return INFINITY;
+    const float atol = TUNE_ATOL_RMS * (float)sqrt(s / (double)n);
+    if (m <= 0.0f)
+        return 0.0f;
+    return atol > 0.0f ? m / atol : INFINITY;
+}
+
+extern "C" float attention_tune_mismatch_bf16(const uint16_t *a, const uint16_t *ref, size_t n,
+                                              struct CUstream_st *stream)
+{
+    return mismatch(a, ref, n, stream);
+}
+
+extern "C" float attention_tune_mismatch_f32(const float *a, const float *ref, size_t n,
+                                             struct CUstream_st *stream)
+{
+    return mismatch(a, ref, n, stream);
+}
+
+/* ---- the inputs: uniform in [-amp, amp), from a hash of the index (no host copy) ---- */
+
+static __device__ __forceinline__ uint32_t tune_hash(uint32_t x)
+{
+    x ^= x >> 16, x *= 0x7feb352du;
+    x ^= x >> 15, x *= 0x846ca68bu;
+    return x ^ (x >> 16);
+}
+
+static __global__ void tune_fill_kernel(uint16_t *p, size_t n, uint32_t seed, float amp)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t hi = tune_hash(seed + (uint32_t)(i >> 32));
+        const uint32_t h = tune_hash((uint32_t)i * 2654435761u ^ hi);
+        p[i] = f32_to_bf16_bits(amp * ((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f));
+    }
+}
+
+static void fill(uint16_t *p, size_t n, uint32_t seed, float amp, cudaStream_t stream)
+{
+    const size_t blocks = CEIL_DIV(n, 256) < 4096 ? CEIL_DIV(n, 256) : 4096;
+    tune_fill_kernel<<<(unsigned)blocks, 256, 0, stream>>>(p, n, seed, amp);
+    GPU_LAUNCH_CHECK();
+}
+
+/* ---- timing and picking ---- */
+
+#define TUNE_REPS 5
+#define TUNE_MARGIN 0.97f /* a variant replaces the default only when at least 3 % faster */
+#define TUNE_CACHE 4
+
+struct tune_key {
+    int B, T, C, NH, allow_ds;
+};
+static struct {
+    struct tune_key key;
+    struct attention_tune t;
+} cache[TUNE_CACHE];
+static int cached;
+
+static bool eligible_fwd(int kind, int hs)
+{
+    return kind != ATTN_FWD_WGMMA || (hs > 32 && hs <= 64 && attention_fused_wgmma_available());
+}
+
+static bool eligible_bwd(int kind, int hs, int allow_ds)
+{
+    if ((kind == ATTN_BWD_DS || kind == ATTN_BWD_WGMMA_DS) && !allow_ds)
+        return false;
+    return (kind != ATTN_BWD_WGMMA && kind != ATTN_BWD_WGMMA_DS) ||
+           (hs > 32 && hs <= 64 && attention_fused_wgmma_available());
+}
+
+/* The fastest agreeing entry of e[0..n), e[0] (the default) unless another is TUNE_MARGIN faster */
+static int pick(const struct attention_tune_entry *e, int n)
+{
+    int best = 0;
+    for (int k = 1; k < n; k++)
+        if (e[k].timed && e[k].agrees && e[k].ms < e[best].ms)
+            best = k;
+    return best != 0 && e[best].ms < TUNE_MARGIN * e[0].ms ? best : 0;
+}
+
+static float elapsed(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+}
+
+extern "C" void attention_fused_bf16_tune(struct attention_tune *t, int B, int T, int C, int NH,
+                                          int allow_ds, struct CUstream_st *stream)
+{
+    const struct tune_key key = {B, T, C, NH, allow_ds != 0};
+    for (int i = 0; i < cached && i < TUNE_CACHE; i++)
+        if (!memcmp(&cache[i].key, &key, sizeof(key))) {
+            *t = cache[i].t;
+            t->cached = 1;
+            return;
+        }
+    memset(t, 0, sizeof(*t));
+    const size_t NC = (size_t)B * T * C, rows = (size_t)B * NH * T;
+    const int hs = C / NH;
+    if (NC == 0)
+        return;
+    uint16_t *qkv, *dout, *out[2], *dqkv[2];
+    float *lse[2], *dbias[2];
+    int *len;
+    CUDA_CHECK(cudaMalloc((void **)&qkv, 3 * NC * 2));
+    CUDA_CHECK(cudaMalloc((void **)&dout, NC * 2));
+    for (int i = 0; i < 2; i++) { /* [0]: the default's results, [1]: the variant's */
+        CUDA_CHECK(cudaMalloc((void **)&out[i], NC * 2));
+        CUDA_CHECK(cudaMalloc((void **)&dqkv[i], 3 * NC * 2));
+        CUDA_CHECK(cudaMalloc((void **)&lse[i], rows * sizeof(float)));
+        CUDA_CHECK(cudaMalloc((void **)&dbias[i], 3 * C * sizeof(float)));
+    }
+    CUDA_CHECK(cudaMalloc((void **)&len, B * sizeof(int)));
+    /* Sequences padded as in training: the first full, the others T/2 to T tokens */
+    int *hlen = (int *)malloc(B * sizeof(int));
+    if (!hlen) {
+        fprintf(stderr, "attention_fused_bf16_tune: out of host memory\n");
+        abort();
+    }
+    for (int b = 0; b < B; b++)
+        hlen[b] = b == 0 ? T
+                         : T - (int)((1103515245u * (unsigned)b + 12345u) % (unsigned)(T / 2 + 1));
+    CUDA_CHECK(cudaMemcpyAsync(len, hlen, B * sizeof(int), cudaMemcpyHostToDevice, stream));
+    /* scores of a few units' spread, as after a trained LayerNorm and qkv projection */
+    fill(qkv, 3 * NC, 1, 2.0f, stream);
+    fill(dout, NC, 2, 1.0f, stream);
+    cudaEvent_t ev[2];
+    CUDA_CHECK(cudaEventCreate(&ev[0]));
+    CUDA_CHECK(cudaEventCreate(&ev[1]));
+
+    /* Each eligible variant once on the inputs, checked against the default's results; then
+     * TUNE_REPS rounds over all of them (interleaved, so a slow spell of a shared GPU falls on
+     * every variant), each keeping its fastest time. */
+    for (int k = 0; k < ATTN_FWD_KINDS; k++) {
+        struct attention_tune_entry *e = &t->fwd[k];
+        if (!eligible_fwd(k, hs))
+            continue;
+        const int r = k != 0;
+        attention_forward_fused_bf16_kind(k, out[r], lse[r], qkv, len, B, T, C, NH, stream);
+        e->err = k == 0 ? 0.0f
+                        : fmaxf(mismatch(out[1], out[0], NC, stream),
+                                mismatch(lse[1], lse[0], rows, stream));
+        e->timed = 1, e->agrees = e->err <= 1.0f, e->ms = INFINITY;
+    }
+    for (int k = 0; k < ATTN_BWD_KINDS; k++) {
+        struct attention_tune_entry *e = &t->bwd[k];
+        if (!eligible_bwd(k, hs, allow_ds))
+            continue;
+        const int r = k != 0; /* every backward from the default forward's results */
+        CUDA_CHECK(cudaMemsetAsync(dbias[r], 0, 3 * C * sizeof(float), stream));
+        attention_backward_fused_bf16_kind(k, dqkv[r], dbias[r], dout, qkv, out[0], lse[0], len,
+                                           B, T, C, NH, stream);
+        e->err = k == 0 ? 0.0f
+                        : fmaxf(mismatch(dqkv[1], dqkv[0], 3 * NC, stream),
+                                mismatch(dbias[1], dbias[0], 3 * C, stream));
+        e->timed = 1, e->agrees = e->err <= 1.0f, e->ms = INFINITY;
+    }
+    for (int rep = 0; rep < TUNE_REPS; rep++) {
+        for (int k = 0; k < ATTN_FWD_KINDS; k++) {
+            if (!t->fwd[k].timed)
+                continue;
+            CUDA_CHECK(cudaEventRecord(ev[0], stream));
+            attention_forward_fused_bf16_kind(k, out[1], lse[1], qkv, len, B, T, C, NH, stream);
+            CUDA_CHECK(cudaEventRecord(ev[1], stream));
+            CUDA_CHECK(cudaEventSynchronize(ev[1]));
+            t->fwd[k].ms = fminf(t->fwd[k].ms, elapsed(ev[0], ev[1]));
+        }
+        for (int k = 0; k < ATTN_BWD_KINDS; k++) {
+            if (!t->bwd[k].timed)
+                continue;
+            CUDA_CHECK(cudaEventRecord(ev[0], stream));
+            attention_backward_fused_bf16_kind(k, dqkv[1], dbias[1], dout, qkv, out[0], lse[0],
+                                               len, B, T, C, NH, stream);
+            CUDA_CHECK(cudaEventRecord(ev[1], stream));
+            CUDA_CHECK(cudaEventSynchronize(ev[1]));
+            t->bwd[k].ms = fminf(t->bwd[k].ms, elapsed(ev[0], ev[1]));
+        }
+    }
+    t->fwd_pick = pick(t->fwd, ATTN_FWD_KINDS);
+    t->bwd_pick = pick(t->bwd, ATTN_BWD_KINDS);
+
+    CUDA_CHECK(cudaEventDestroy(ev[0]));
+    CUDA_CHECK(cudaEventDestroy(ev[1]));
+    free(hlen);
+    CUDA_CHECK(cudaFree(len));
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaFree(out[i]));
+        CUDA_CHECK(cudaFree(dqkv[i]));
+        CUDA_CHECK(cudaFree(lse[i]));
+        CUDA_CHECK(cudaFree(dbias[i]));
+    }
+    CUDA_CHECK(cudaFree(dout));
+    CUDA_CHECK(cudaFree(qkv));
+    cache[cached % TUNE_CACHE].key = key;
+    cache[cached % TUNE_CACHE].t = *t;
+    cached++;
+}
+
+/* "forward mma.sync 0.144 ms, ... wgmma 0.101 ms (differs: 35x tolerance); backward ...: taking
+ * ..." */
+static void put(char *buf, size_t n, size_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void put(char *buf, size_t n, size_t *at, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int w = *at < n ? vsnprintf(buf + *at, n - *at, fmt, ap) : 0;
+    va_end(ap);
+    if (w > 0)
+        *at += (size_t)w;
+}
+
+static void describe(char *buf, size_t n, size_t *at, const char *dir,
+                     const struct attention_tune_entry *e, int kinds, const char *(*name)(int))
+{
+    put(buf, n, at, "%s", dir);
+    const char *sep = " ";
+    for (int k = 0; k < kinds; k++) {
+        if (!e[k].timed)
+            continue;
+        put(buf, n, at, "%s%s %.3f ms", sep, name(k), e[k].ms);
+        if (!e[k].agrees)
+            put(buf, n, at, " (REFUSED: differs from mma.sync's results, %.3g x tolerance)",
+                e[k].err);
+        sep = ", ";
+    }
+}
+
+extern "C" void attention_tune_describe(const struct attention_tune *t, char *buf, size_t n)
+{
+    size_t at = 0;
+    if (n)
+        buf[0] = '\0';
+    describe(buf, n, &at, "forward", t->fwd, ATTN_FWD_KINDS, attention_fwd_kind_name);
+    describe(buf, n, &at, "; backward", t->bwd, ATTN_BWD_KINDS, attention_bwd_kind_name);
+    put(buf, n, &at, ": taking %s / %s%s", attention_fwd_kind_name(t->fwd_pick),
+        attention_bwd_kind_name(t->bwd_pick), t->cached ? " (timed before in this process)" : "");
+}
