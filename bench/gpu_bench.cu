@@ -104,9 +104,10 @@ static void usage(const char *argv0)
            "           and takes dQ from it (one product a tile) instead of recomputing it\n"
            "  --attention-wgmma: with --bf16 --attention fused, the attention forward on Hopper's\n"
            "           wgmma (head size 64, the sm_90a build on an H100/H200; else mma.sync)\n"
-           "  --tune: with --bf16 --attention fused, the attention's kernels picked by timing\n"
-           "           every variant that agrees with the default here (MODEL_GPU_TUNE, what\n"
-           "           training.attention: auto does; the two flags above are then ignored)\n"
+           "  --tune: with --bf16, kernels picked by timing every form whose results agree\n"
+           "           with the default kernels' here: the fused attention's variants, the GELU\n"
+           "           backward's pass or epilogue (MODEL_GPU_TUNE, training.autotune; the three\n"
+           "           flags above are then ignored)\n"
            "  --profile: after the timed steps, 3 more eager steps with an event behind every op,\n"
            "           and a table of the ops' device time per step (lines \"profile: ...\")\n",
            argv0);
@@ -245,16 +246,18 @@ static int check_grads(struct model *m, struct model_gpu *g, const struct opts *
     return bad;
 }
 
-/* " (forward kernel / backward kernel[, tuned])" of the bf16 fused attention in use; else "" */
+/* In bf16, the kernels in use (they may differ from the flags with --tune): " (attention forward
+ * / backward, GELU pass or DGELU epilogue[, tuned])"; in fp32 "". */
 static const char *kinds_label(struct model_gpu *g, const struct opts *o, char *buf, size_t n)
 {
-    int f, b;
+    int f, b, dgelu;
     buf[0] = '\0';
-    if (o->bf16 && o->fused) {
-        model_gpu_attention_kinds(g, &f, &b);
-        snprintf(buf, n, " (%s / %s%s)", attention_fwd_kind_name(f), attention_bwd_kind_name(b),
+    model_gpu_kernels(g, &f, &b, &dgelu);
+    if (o->bf16)
+        snprintf(buf, n, " (%s%s%s%s%s%s)", o->fused ? attention_fwd_kind_name(f) : "",
+                 o->fused ? " / " : "", o->fused ? attention_bwd_kind_name(b) : "",
+                 o->fused ? ", " : "", dgelu ? "DGELU epilogue" : "GELU pass",
                  o->tune ? ", tuned" : "");
-    }
     return buf;
 }
 
@@ -284,10 +287,10 @@ static int check_cpu(struct model *m, struct model_gpu *g, const struct opts *o,
     }
     adamw_cleanup(&opt);
     char kl[128];
-    printf("check-cpu (%s, %s attention%s%s%s, tol %.0e relative): %s\n",
+    printf("check-cpu (%s, %s attention%s%s, tol %.0e relative): %s\n",
            o->bf16 ? "bf16 GEMMs" : "fp32", o->fused ? "fused" : "unfused",
-           kinds_label(g, o, kl, sizeof(kl)), o->graphs ? ", CUDA graphs" : "",
-           o->dgelu ? ", DGELU epilogue" : "", tol, bad ? "FAILED" : "OK");
+           kinds_label(g, o, kl, sizeof(kl)), o->graphs ? ", CUDA graphs" : "", tol,
+           bad ? "FAILED" : "OK");
     return bad;
 }
 
@@ -367,13 +370,12 @@ int main(int argc, char **argv)
         double sec = ms / 1e3 / o.steps, flops = model_step_flops(&cfg, o.B, o.T);
         double mfu = flops / sec / PEAK_BF16;
         char kl[128];
-        int kf = 0, kb = 0;
-        model_gpu_attention_kinds(g, &kf, &kb);
-        printf("gpu_bench %s on %s: %s, %s attention%s%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
+        int kf = 0, kb = 0, kd = 0;
+        model_gpu_kernels(g, &kf, &kb, &kd);
+        printf("gpu_bench %s on %s: %s, %s attention%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
                "ms/step | %.0f tok/s (%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
                o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.fused ? "fused" : "unfused",
-               kinds_label(g, &o, kl, sizeof(kl)), o.graphs ? ", CUDA graphs" : "",
-               o.dgelu ? ", DGELU epilogue" : "", o.B, o.T,
+               kinds_label(g, &o, kl, sizeof(kl)), o.graphs ? ", CUDA graphs" : "", o.B, o.T,
                o.C, o.L, o.NH, sec * 1e3, N / sec, real / sec, flops / sec / 1e12, 100 * mfu,
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
@@ -383,12 +385,12 @@ int main(int argc, char **argv)
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
                "\"tflops\":%.2f,\"mfu\":%.4f}\n",
                o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
-               o.graphs ? "true" : "false", o.dgelu ? "true" : "false",
+               o.graphs ? "true" : "false", kd ? "true" : "false",
                kb == ATTN_BWD_DS || kb == ATTN_BWD_WGMMA_DS ? "true" : "false",
                kf == ATTN_FWD_WGMMA || kb == ATTN_BWD_WGMMA || kb == ATTN_BWD_WGMMA_DS ? "true"
                                                                                   : "false",
-               o.tune ? "true" : "false", attention_fwd_kind_name(kf),
-               attention_bwd_kind_name(kb), o.B, o.T, o.C, o.L,
+               o.tune ? "true" : "false", o.bf16 && o.fused ? attention_fwd_kind_name(kf) : "-",
+               o.bf16 && o.fused ? attention_bwd_kind_name(kb) : "-", o.B, o.T, o.C, o.L,
                o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu);
     }
@@ -402,11 +404,9 @@ int main(int argc, char **argv)
             step(g, &oc, o.warmup + o.steps + 2 + i, o.B);
         model_gpu_profile(g, 0);
         char kl[128];
-        printf("profile: %s, %s attention%s%s, B=%d T=%d C=%d L=%d NH=%d, %d eager steps\n",
+        printf("profile: %s, %s attention%s, B=%d T=%d C=%d L=%d NH=%d, %d eager steps\n",
                o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
-               kinds_label(g, &o, kl, sizeof(kl)),
-               o.dgelu ? ", DGELU epilogue" : "", o.B, o.T, o.C,
-               o.L, o.NH, ps);
+               kinds_label(g, &o, kl, sizeof(kl)), o.B, o.T, o.C, o.L, o.NH, ps);
         if (model_gpu_profile_report(g, stdout, ps) != 0) {
             fprintf(stderr, "gpu_bench: --profile: nothing was timed\n");
             rc = 1;

@@ -470,7 +470,7 @@ fi
 gb --preset gpt2
 tp 120 --preset gpt2 --variants eager-fp32
 grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
-# what the tuned runs timed and took (kernels/attention_tune.cu), one line a shape
+# what the tuned runs timed and took (kernels/tune.cu), one line a shape
 grep -h '^model_gpu: attention kernels timed' "$out/bench.log" | sort -u >>"$summary" || true
 python3 - "$out/bench.jsonl" <<'PY' | tee -a "$summary"
 import json, sys

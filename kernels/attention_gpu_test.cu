@@ -363,7 +363,7 @@ static void tune_expect(const char *name, bool ok, const char *why)
         gt_failed++;
 }
 
-/* attention_tune_mismatch_bf16: 0 for the same bits, <= 1 with every element an ulp of bf16 away,
+/* tune_mismatch_bf16: 0 for the same bits, <= 1 with every element an ulp of bf16 away,
  * > 1 with one element off by 4 tolerances, infinite with a NaN */
 static void check_mismatch(void)
 {
@@ -377,13 +377,13 @@ static void check_mismatch(void)
     const float rms = (float)sqrt(ss / n);
     uint16_t *d = (uint16_t *)gt_up(h, n, 2), *d2;
     CUDA_CHECK(cudaMalloc((void **)&d2, n * 2));
-    float m = attention_tune_mismatch_bf16(d, d, n, 0);
+    float m = tune_mismatch_bf16(d, d, n, 0);
     printf("tune mismatch, same bits: %g\n", m);
     tune_expect("tune mismatch same", m == 0.0f, "not 0");
     for (size_t i = 0; i < n; i++) /* the next bf16 away from zero: one ulp */
         h2[i] = (uint16_t)(h[i] + 1);
     CUDA_CHECK(cudaMemcpy(d2, h2, n * 2, cudaMemcpyHostToDevice));
-    m = attention_tune_mismatch_bf16(d2, d, n, 0);
+    m = tune_mismatch_bf16(d2, d, n, 0);
     printf("tune mismatch, every element an ulp off: %g\n", m);
     tune_expect("tune mismatch ulp", m <= 1.0f, "a rounding difference refused");
     memcpy(h2, h, n * 2);
@@ -391,33 +391,33 @@ static void check_mismatch(void)
     const float v = bf16_to_f32(h[k]);
     h2[k] = bf16_from_f32(v + (v < 0 ? -1 : 1) * (4.0f * rms / 128 + fabsf(v) / 64));
     CUDA_CHECK(cudaMemcpy(d2, h2, n * 2, cudaMemcpyHostToDevice));
-    m = attention_tune_mismatch_bf16(d2, d, n, 0);
+    m = tune_mismatch_bf16(d2, d, n, 0);
     printf("tune mismatch, one element 4 tolerances off: %g\n", m);
     tune_expect("tune mismatch one", m > 2.5f && m < 5.5f, "not about 4");
     h2[k] = 0x7fc0; /* NaN */
     CUDA_CHECK(cudaMemcpy(d2, h2, n * 2, cudaMemcpyHostToDevice));
-    m = attention_tune_mismatch_bf16(d2, d, n, 0);
+    m = tune_mismatch_bf16(d2, d, n, 0);
     tune_expect("tune mismatch NaN", isinf(m), "a NaN not caught");
     float *df = GT_UPF(x, n), *df2;
     CUDA_CHECK(cudaMalloc((void **)&df2, n * sizeof(float)));
     x[k] += 1.0f;
     CUDA_CHECK(cudaMemcpy(df2, x, n * sizeof(float), cudaMemcpyHostToDevice));
-    m = attention_tune_mismatch_f32(df2, df, n, 0);
+    m = tune_mismatch_f32(df2, df, n, 0);
     printf("tune mismatch f32, one element 1 off: %g\n", m);
     tune_expect("tune mismatch f32", m > 1.0f, "a wrong element passed");
     cudaFree(d), cudaFree(d2), cudaFree(df), cudaFree(df2);
     free(x), free(h), free(h2);
 }
 
-/* attention_fused_bf16_tune: every variant that can run here timed, each agreeing with the
+/* tune_attention: every variant that can run here timed, each agreeing with the
  * default (the q-hoist forward exactly: the same bits), picks among those; the stored dS^T only
  * when allowed, wgmma only at head sizes 33 to 64 on wgmma device code; a second call cached. */
 static void check_tune(int B, int T, int C, int NH, int allow_ds)
 {
-    struct attention_tune t, t2;
+    struct tune_attention_result t, t2;
     char line[1024];
-    attention_fused_bf16_tune(&t, B, T, C, NH, allow_ds, 0);
-    attention_tune_describe(&t, line, sizeof(line));
+    tune_attention(&t, B, T, C, NH, allow_ds, 0);
+    tune_attention_describe(&t, line, sizeof(line));
     printf("tune B=%d T=%d C=%d NH=%d ds %d: %s\n", B, T, C, NH, allow_ds, line);
     const int hs = C / NH, wg = hs > 32 && hs <= 64 && attention_fused_wgmma_available();
     bool ok = !t.cached && t.fwd[ATTN_FWD_DEFAULT].timed && t.fwd[ATTN_FWD_QHOIST].timed &&
@@ -435,7 +435,7 @@ static void check_tune(int B, int T, int C, int NH, int allow_ds)
          t.bwd[t.bwd_pick].agrees && t.fwd[t.fwd_pick].ms <= t.fwd[0].ms &&
          t.bwd[t.bwd_pick].ms <= t.bwd[0].ms;
     tune_expect("tune pick", ok, "picked a variant that did not run, agree or win");
-    attention_fused_bf16_tune(&t2, B, T, C, NH, allow_ds, 0);
+    tune_attention(&t2, B, T, C, NH, allow_ds, 0);
     tune_expect("tune cached", t2.cached && t2.fwd_pick == t.fwd_pick &&
                                    t2.bwd_pick == t.bwd_pick && t2.bwd[0].ms == t.bwd[0].ms,
                 "not the first call's results");

@@ -8,7 +8,7 @@ if(NOT GANTRY_HAVE_CUDA)
 endif()
 
 set(_gpu_dir ${CMAKE_CURRENT_LIST_DIR})
-foreach(op gpu_runtime embed layernorm matmul attention attention_tune pool crossentropy adamw)
+foreach(op gpu_runtime embed layernorm matmul attention tune pool crossentropy adamw)
     if(EXISTS ${_gpu_dir}/${op}.cu)
         target_sources(gantry_kernels_cuda PRIVATE ${_gpu_dir}/${op}.cu)
     endif()

@@ -196,37 +196,48 @@ void attention_backward_fused_bf16_kind(int kind, uint16_t *dqkv16, float *dbias
                                         const uint16_t *dout, const uint16_t *qkv,
                                         const uint16_t *out, const float *lse, const int *len,
                                         int B, int T, int C, int NH, struct CUstream_st *stream);
-/* ---- attention_tune.cu: the variants picked on the GPU at hand, like cuDNN's benchmark mode ----
- * attention_fused_bf16_tune runs every variant that can run here (wgmma: head size 33 to 64 and
+/* ---- tune.cu: kernels picked on the GPU at hand (training.autotune), as cuDNN benchmarks ----
+ * tune_attention runs every variant that can run here (wgmma: head size 33 to 64 and
  * attention_fused_wgmma_available; the stored dS^T: allow_ds) on random inputs of the shape
  * (B sequences of T tokens, the first full and the others padded), checks each one's outputs
- * against the default's (attention_tune_mismatch_*), times each (the fastest of 5, interleaved)
+ * against the default's (tune_mismatch_*), times each (the fastest of 5, interleaved)
  * and picks the fastest that agrees; another variant replaces the default only when at least 3 %
  * faster. Results are kept per process by shape: a second call with the same arguments returns
  * them (cached = 1) without running anything. Synchronises the stream; allocates and frees its
  * own buffers (about 2.5 x the layer's qkv, plus the stored dS^T's scratch). */
-struct attention_tune_entry {
+struct tune_entry {
     float ms;   /* fastest time */
-    float err;  /* attention_tune_mismatch of its outputs against the default's (0 for it) */
+    float err;  /* tune_mismatch_* of its outputs against the default's (0 for it) */
     int timed;  /* 1: it can run here and ran */
     int agrees; /* err <= 1 */
 };
-struct attention_tune {
-    struct attention_tune_entry fwd[ATTN_FWD_KINDS], bwd[ATTN_BWD_KINDS];
+struct tune_attention_result {
+    struct tune_entry fwd[ATTN_FWD_KINDS], bwd[ATTN_BWD_KINDS];
     int fwd_pick, bwd_pick; /* the kinds picked */
     int cached;
 };
-void attention_fused_bf16_tune(struct attention_tune *t, int B, int T, int C, int NH,
-                               int allow_ds, struct CUstream_st *stream);
+void tune_attention(struct tune_attention_result *t, int B, int T, int C, int NH, int allow_ds,
+                    struct CUstream_st *stream);
 /* One line: every variant's time, those refused and why, and the picks. */
-void attention_tune_describe(const struct attention_tune *t, char *buf, size_t n);
+void tune_attention_describe(const struct tune_attention_result *t, char *buf, size_t n);
+/* tune_dgelu: the same for the bf16 MLP projection's backward through the GELU (N rows, its
+ * input F wide, its output C wide: the model's fcproj), two ways: matmul_backward_mixed_set_bf16
+ * and gelu_backward_bf16 (kind 0, the default), or matmul_backward_mixed_dgelu_bf16, cuBLASLt's
+ * DGELU epilogue (kind 1; not timed where cuBLASLt has none); the epilogue's dpre16 and bias
+ * gradient checked against the pass's. pick: the kind taken. */
+struct tune_dgelu_result {
+    struct tune_entry k[2];
+    int pick;
+    int cached;
+};
+void tune_dgelu(struct tune_dgelu_result *t, int N, int F, int C, struct CUstream_st *stream);
+void tune_dgelu_describe(const struct tune_dgelu_result *t, char *buf, size_t n);
 /* How far device arrays a and ref (n elements) are apart, in units of the tune's tolerance:
  * max over elements of (|a - ref| - |ref| / 64) / (RMS(ref) / 128), 0 when within it everywhere;
  * <= 1 agrees; infinite with a NaN or infinity in either. Synchronises the stream. */
-float attention_tune_mismatch_bf16(const uint16_t *a, const uint16_t *ref, size_t n,
-                                   struct CUstream_st *stream);
-float attention_tune_mismatch_f32(const float *a, const float *ref, size_t n,
-                                  struct CUstream_st *stream);
+float tune_mismatch_bf16(const uint16_t *a, const uint16_t *ref, size_t n,
+                         struct CUstream_st *stream);
+float tune_mismatch_f32(const float *a, const float *ref, size_t n, struct CUstream_st *stream);
 
 /* ---- pool.h ---- */
 void meanpool_forward(float *out, const float *inp, const int *len, int B, int T, int C,

@@ -168,6 +168,21 @@ static void check_bf16(int N, int C, int OC, uint64_t seed)
         cudaFree(d_pre), cudaFree(d_dpre), cudaFree(d_dout32), cudaFree(d_pb), cudaFree(d_dw2);
         cudaFree(d_db2);
         free(pre), free(ref), free(pb);
+        /* tune_dgelu at this shape: the pass timed; the epilogue timed exactly where it ran above,
+         * then agreeing with the pass; the pick one that ran and agrees; a second call cached */
+        struct tune_dgelu_result t, t2;
+        char line[512];
+        tune_dgelu(&t, N, C, OC, 0);
+        tune_dgelu_describe(&t, line, sizeof(line));
+        printf("tune_dgelu N=%d F=%d C=%d: %s\n", N, C, OC, line);
+        bool ok = t.k[0].timed && t.k[0].agrees && t.k[1].timed == (rc == 0) &&
+                  (!t.k[1].timed || t.k[1].agrees) && t.k[t.pick].timed && t.k[t.pick].agrees &&
+                  !t.cached;
+        tune_dgelu(&t2, N, C, OC, 0);
+        ok = ok && t2.cached && t2.pick == t.pick && t2.k[0].ms == t.k[0].ms;
+        printf("%-24s %s\n", "tune_dgelu", ok ? "OK" : "FAILED");
+        if (!ok)
+            gt_failed++;
     }
     cudaFree(d_inp), cudaFree(d_w), cudaFree(d_bias), cudaFree(d_dout), cudaFree(d_out);
     cudaFree(d_dinp), cudaFree(d_out32), cudaFree(d_dinp32), cudaFree(d_dw), cudaFree(d_db);

@@ -226,6 +226,7 @@ static const struct train_field train_fields[] = {
     {"precision", FK_ENUM, 0, 0, "fp32|bf16", NULL},
     {"attention", FK_ENUM, 0, 0, "auto|unfused|fused", NULL},
     {"cudaGraphs", FK_BOOL, 0, 0, NULL, NULL},
+    {"autotune", FK_BOOL, 0, 0, NULL, NULL},
     {"gradBucketMB", FK_NUM, 0, 4096, NULL, NULL},
     {"report", FK_STR, 0, 0, NULL, NULL},
 };

@@ -236,6 +236,8 @@ static void test_errors_name_the_field(void)
          "spec.training.cudaGraphs: true needs device: cuda"},
         {"{\"gpusPerReplica\":1,\"training\":{\"cudaGraphs\":\"yes\"}}",
          "spec.training.cudaGraphs"},
+        {"{\"gpusPerReplica\":1,\"training\":{\"autotune\":\"yes\"}}",
+         "spec.training.autotune"},
         {"{\"gpusPerReplica\":1,\"training\":{\"attention\":\"fused\",\"model\":{\"hidden\":512,"
          "\"heads\":2}}}",
          "spec.training.attention: fused takes head sizes (model.hidden / model.heads) up to 128, "

@@ -105,11 +105,14 @@ static const struct field fields[] = {
     {"attention", F_ENUM, S(attention), 0, 0, "auto|unfused|fused",
      "GPU attention: unfused (GEMMs + softmax, keeps the T x T probabilities), fused (one "
      "pass, memory O(T); device: cuda) or auto (fused in bf16 on the GPU, where it measured "
-     "faster, its kernels picked at start by timing those that agree with the default ones on "
-     "that GPU; else unfused)"},
+     "faster; else unfused)"},
     {"cudaGraphs", F_BOOL, S(cuda_graphs), 0, 0, NULL,
      "GPU: replay each batch shape's forward and backward as a CUDA graph (one launch instead of "
      "hundreds; the same results bit for bit; device: cuda)"},
+    {"autotune", F_BOOL, S(autotune), 0, 0, NULL,
+     "GPU, bf16: pick kernels when the worker starts by timing those whose results agree with "
+     "the default kernels' on that GPU (the fused attention's variants, the GELU backward in "
+     "the GEMM epilogue), as cuDNN's benchmark mode does; false: the default kernels every run"},
     {"gradBucketMB", F_DBL, S(grad_bucket_mb), 0, 4096, NULL,
      "all-reduce bucket in MiB: with 2+ ranks, gradients are summed bucket by bucket while "
      "backward still runs; 0 = one all-reduce after backward"},
@@ -149,6 +152,7 @@ void cfg_defaults(struct cfg *c)
     snprintf(c->device, sizeof(c->device), "cpu");
     snprintf(c->precision, sizeof(c->precision), "fp32");
     snprintf(c->attention, sizeof(c->attention), "auto");
+    c->autotune = true;
     c->grad_bucket_mb = TRAIN_BUCKET_MB;
     c->min_lr_ratio = 0.0, c->weight_decay = 0.01, c->grad_clip = 1.0;
     c->beta1 = 0.9, c->beta2 = 0.999, c->eps = 1e-8;
@@ -504,9 +508,9 @@ bool cfg_fused_attention(const struct cfg *c)
     return !strcmp(c->attention, "fused");
 }
 
-bool cfg_tune_attention(const struct cfg *c)
+bool cfg_autotune(const struct cfg *c)
 {
-    return !strcmp(c->attention, "auto") && cfg_fused_attention(c);
+    return c->autotune && !strcmp(c->device, "cuda") && !strcmp(c->precision, "bf16");
 }
 
 int cfg_validate(const struct cfg *c, char *err, size_t errlen)

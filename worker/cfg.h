@@ -71,6 +71,7 @@ struct cfg {
     char attention[8]; /* auto | unfused | fused (fused: device cuda only; kernels/attention.cu);
                         * cfg_fused_attention() says which one auto runs */
     bool cuda_graphs;  /* replay forward/backward as CUDA graphs (device cuda only; model_gpu.h) */
+    bool autotune;     /* pick kernels by timing them at start (cfg_autotune; kernels/tune.cu) */
     double grad_bucket_mb; /* all-reduce bucket size in MiB (worker/train_plan.h); 0: after backward */
     char report[CFG_MAX_PATH];
     int metrics_port;                   /* rank 0 serves /metrics and /progress; -1 = off */
@@ -108,10 +109,10 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen);
  * from 44.5 to 19.0 ms and the example model's from 1.35 to 0.81 ms; in fp32 (CUDA cores against
  * cuBLAS) it trained the SpamAssassin job at 2.01M tokens/s against unfused's 2.34M. */
 bool cfg_fused_attention(const struct cfg *c);
-/* true when the fused attention's kernels are picked by timing them on the GPU at start
- * (MODEL_GPU_TUNE): attention auto where it runs the fused one (bf16); an explicit fused keeps
- * the default kernels */
-bool cfg_tune_attention(const struct cfg *c);
+/* Whether kernels are picked by timing them on the GPU when training starts (MODEL_GPU_TUNE,
+ * kernels/tune.cu): training.autotune (true by default) with device cuda and precision bf16, the
+ * only configuration with more than one set of kernels. */
+bool cfg_autotune(const struct cfg *c);
 
 /* The usage text: every flag, its env variable and default. */
 void cfg_usage(FILE *f, const char *prog);

@@ -162,26 +162,25 @@ static void test_precision(void)
 
 /* training.attention: auto | unfused | fused (fused on the GPU only); auto, the default, runs
  * fused in bf16 where the kernel runs (device cuda, a transformer, head size <= 128), else
- * unfused; and then (auto only) with the kernels picked by timing them (cfg_tune_attention) */
+ * unfused */
 static void test_attention(void)
 {
     static const struct {
         const char *json;
-        bool fused, tune;
+        bool fused;
     } cases[] = {
 #define BF16 "\"device\": \"cuda\", \"precision\": \"bf16\""
-        {"\"device\": \"cpu\"", false, false},
-        {"\"device\": \"cuda\"", false, false}, /* fp32 */
-        {BF16, true, true},
-        {BF16 ", \"attention\": \"auto\"", true, true},
-        {"\"device\": \"cuda\", \"attention\": \"auto\"", false, false},
-        {"\"device\": \"cuda\", \"attention\": \"fused\"", true, false},
-        {BF16 ", \"attention\": \"fused\"", true, false}, /* the default kernels, as asked */
-        {BF16 ", \"attention\": \"unfused\"", false, false},
-        {"\"device\": \"cpu\", \"attention\": \"unfused\"", false, false},
-        {BF16 ", \"model\": {\"hidden\": 512, \"heads\": 4}", true, true},
-        {BF16 ", \"model\": {\"hidden\": 512, \"heads\": 2}", false, false},
-        {"\"device\": \"cuda\", \"model\": {\"type\": \"ngram\"}", false, false},
+        {"\"device\": \"cpu\"", false},
+        {"\"device\": \"cuda\"", false}, /* fp32 */
+        {BF16, true},
+        {BF16 ", \"attention\": \"auto\"", true},
+        {"\"device\": \"cuda\", \"attention\": \"auto\"", false},
+        {"\"device\": \"cuda\", \"attention\": \"fused\"", true},
+        {BF16 ", \"attention\": \"unfused\"", false},
+        {"\"device\": \"cpu\", \"attention\": \"unfused\"", false},
+        {BF16 ", \"model\": {\"hidden\": 512, \"heads\": 4}", true},
+        {BF16 ", \"model\": {\"hidden\": 512, \"heads\": 2}", false},
+        {"\"device\": \"cuda\", \"model\": {\"type\": \"ngram\"}", false},
 #undef BF16
     };
     const char *argv[] = {"gantry-worker", "--config", path, NULL};
@@ -198,8 +197,6 @@ static void test_attention(void)
         TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
         if (!TEST_CHECK(cfg_fused_attention(&c) == cases[i].fused))
             fprintf(stderr, "       %s: want fused = %d\n", text, cases[i].fused);
-        if (!TEST_CHECK(cfg_tune_attention(&c) == cases[i].tune))
-            fprintf(stderr, "       %s: want tune = %d\n", text, cases[i].tune);
     }
     expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"attention\": \"fused\", "
                "\"model\": {\"hidden\": 512, \"heads\": 2}}",
@@ -234,6 +231,41 @@ static void test_cuda_graphs(void)
                "training.cudaGraphs: true needs device: cuda");
     expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"cudaGraphs\": \"often\"}",
                "training.cudaGraphs");
+}
+
+/* training.autotune: true by default, in effect (cfg_autotune) only with device cuda and precision
+ * bf16; false from the file, GANTRY_AUTOTUNE or --autotune=false (flag over env over file); a
+ * non-boolean refused naming the field. */
+static void test_autotune(void)
+{
+    struct cfg c;
+    char err[512] = "";
+    const char *argv[] = {"gantry-worker", "--config", path, NULL};
+    const char *off[] = {"gantry-worker", "--config", path, "--autotune=false", NULL};
+    const char *on[] = {"gantry-worker", "--config", path, "--autotune", NULL};
+    write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"precision\": \"bf16\"}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_CHECK(c.autotune && cfg_autotune(&c));
+    TEST_EQ_INT(load(&c, err, sizeof(err), 4, off), CFG_OK);
+    TEST_CHECK(!c.autotune && !cfg_autotune(&c));
+    setenv("GANTRY_AUTOTUNE", "false", 1);
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_CHECK(!cfg_autotune(&c));
+    TEST_EQ_INT(load(&c, err, sizeof(err), 4, on), CFG_OK);
+    TEST_CHECK(cfg_autotune(&c));
+    unsetenv("GANTRY_AUTOTUNE");
+    write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"precision\": \"bf16\", "
+                 "\"autotune\": false}");
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_CHECK(!cfg_autotune(&c));
+    write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\"}"); /* fp32: one set */
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_CHECK(c.autotune && !cfg_autotune(&c));
+    write_config("{\"data\": {\"train\": \"t\"}}"); /* the CPU */
+    TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
+    TEST_CHECK(!cfg_autotune(&c));
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"autotune\": \"sometimes\"}",
+               "training.autotune");
 }
 
 /* training.evalInterval: 0 (only after training) by default; needs data.eval */
@@ -432,6 +464,7 @@ int main(void)
     TEST_RUN(test_usage_lists_every_form);
     TEST_RUN(test_checkpoint_section);
     TEST_RUN(test_precision);
+    TEST_RUN(test_autotune);
     TEST_RUN(test_attention);
     TEST_RUN(test_cuda_graphs);
     TEST_RUN(test_eval_interval);

@@ -1139,13 +1139,14 @@ int main(int argc, char **argv)
     train_gpu_opts_default(&go);
     go.bf16 = strcmp(w.cfg.precision, "bf16") == 0;
     go.fused_attention = cfg_fused_attention(&w.cfg);
-    go.tune_attention = cfg_tune_attention(&w.cfg);
+    go.autotune = cfg_autotune(&w.cfg);
     go.cuda_graphs = w.cfg.cuda_graphs;
     if (w.gpu >= 0 && w.env.rank == 0)
         fprintf(stderr, "gantry-worker: training on the GPU: precision %s, attention %s%s, CUDA "
-                        "graphs %s\n", w.cfg.precision, go.fused_attention ? "fused" : "unfused",
-                go.tune_attention ? " (auto: kernels picked by timing them here)"
-                : strcmp(w.cfg.attention, "auto") ? "" : " (auto)", go.cuda_graphs ? "on" : "off");
+                        "graphs %s, autotune %s\n", w.cfg.precision,
+                go.fused_attention ? "fused" : "unfused",
+                strcmp(w.cfg.attention, "auto") ? "" : " (auto)", go.cuda_graphs ? "on" : "off",
+                go.autotune ? "on (kernels timed here first)" : "off");
     go.bucket_bytes = bucket_bytes;
     go.nccl = w.gpu >= 0 ? w.coll : NULL; /* NULL with one rank: nothing to reduce */
     rc = w.gpu >= 0 ? train_gpu_run_opts(&w.model, &td, &to, &go, &tr)

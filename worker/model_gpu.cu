@@ -710,16 +710,25 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
                           : (attn_ds ? ATTN_BWD_DS : ATTN_BWD_DEFAULT);
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
     if (bf16 && fused && (flags & MODEL_GPU_TUNE)) { /* before this model's own buffers */
-        struct attention_tune t;
+        struct tune_attention_result t;
         char line[1024];
-        attention_fused_bf16_tune(&t, max_batch, c->max_seq_len, c->hidden, c->heads, ds_fits,
-                                  g->s);
+        tune_attention(&t, max_batch, c->max_seq_len, c->hidden, c->heads, ds_fits, g->s);
         g->attn_fwd = t.fwd_pick, g->attn_bwd = t.bwd_pick;
-        attention_tune_describe(&t, line, sizeof(line));
+        tune_attention_describe(&t, line, sizeof(line));
         if (!t.cached)
             fprintf(stderr, "model_gpu: attention kernels timed at batch %d x %d tokens, %d heads "
                             "of %d: %s\n", max_batch, c->max_seq_len, c->heads,
                     c->hidden / c->heads, line);
+    }
+    if (bf16 && (flags & MODEL_GPU_TUNE)) { /* the MLP projection's backward: N x F -> C */
+        struct tune_dgelu_result t;
+        char line[512];
+        tune_dgelu(&t, (int)N, (int)F, (int)C, g->s);
+        g->dgelu_epi = t.pick == 1;
+        tune_dgelu_describe(&t, line, sizeof(line));
+        if (!t.cached)
+            fprintf(stderr, "model_gpu: GELU backward timed at %zu x %zu -> %zu: %s\n", N, F, C,
+                    line);
     }
     g->nseg = m->n_tensors;
     for (int i = 0; i < m->n_tensors; i++)
@@ -804,9 +813,10 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     return g;
 }
 
-extern "C" void model_gpu_attention_kinds(const struct model_gpu *g, int *fwd, int *bwd)
+extern "C" void model_gpu_kernels(const struct model_gpu *g, int *attn_fwd, int *attn_bwd,
+                                  int *dgelu)
 {
-    *fwd = g->attn_fwd, *bwd = g->attn_bwd;
+    *attn_fwd = g->attn_fwd, *attn_bwd = g->attn_bwd, *dgelu = g->dgelu_epi;
 }
 
 extern "C" void model_gpu_free(struct model_gpu *g)

@@ -75,13 +75,15 @@ int model_gpu_device_count(void);
  * Combines with MODEL_GPU_ATTENTION_DS. Off by default until a GPU run has measured it
  * (gpu_bench --attention-wgmma beside the default, docs/gpu.md). */
 #define MODEL_GPU_ATTENTION_WGMMA 32u
-/* bf16 with the fused attention only: its forward and backward kernels picked on this GPU at
- * this shape (attention_fused_bf16_tune, kernels/gpu.h: every variant above that can run here,
- * run on random inputs of (max_batch, max_seq_len), checked against the default kernels' results
- * and timed; the fastest that agrees, the default unless another is 3 % faster), like cuDNN's
- * benchmark mode; one line on stderr says what it timed and took (once per process and shape).
- * MODEL_GPU_ATTENTION_DS and _WGMMA are then ignored. training.attention: auto (kept per process,
- * so ranks on different GPUs may pick differently; their results agree within rounding). */
+/* bf16 only: kernels picked on this GPU at this shape (kernels/tune.cu), like cuDNN's benchmark
+ * mode: with the fused attention its forward and backward (tune_attention: every variant above
+ * that can run here), and the GELU backward's pass or DGELU epilogue (tune_dgelu); each run on
+ * random inputs of (max_batch, max_seq_len), checked against the default kernels' results and
+ * timed; the fastest that agrees is taken, the default unless another is 3 % faster. A line on
+ * stderr says what was timed and taken (once per process and shape). MODEL_GPU_ATTENTION_DS,
+ * _WGMMA and MODEL_GPU_DGELU_EPILOGUE are then ignored. training.autotune (true by default).
+ * Kept per process, so ranks on different GPUs may pick differently; their results agree within
+ * rounding, and the all-reduced gradients keep the replicas identical. */
 #define MODEL_GPU_TUNE 64u
 
 /* Device state for m's configuration (the Transformer, or MODEL_NGRAM: the bags of n-grams are
@@ -94,9 +96,10 @@ struct model_gpu *model_gpu_new(const struct model *m, int max_batch, unsigned f
                                 size_t errlen);
 /* NULL is a no-op. */
 void model_gpu_free(struct model_gpu *g);
-/* The bf16 fused attention's kernels in use (ATTN_FWD_*, ATTN_BWD_*, kernels/gpu.h; the default
- * ones without bf16 and the fused attention). */
-void model_gpu_attention_kinds(const struct model_gpu *g, int *fwd, int *bwd);
+/* The kernels in use: the bf16 fused attention's (ATTN_FWD_*, ATTN_BWD_*, kernels/gpu.h; the
+ * default ones without bf16 and the fused attention) and whether the GELU backward is in the GEMM's
+ * DGELU epilogue (1) or its own pass (0). */
+void model_gpu_kernels(const struct model_gpu *g, int *attn_fwd, int *attn_bwd, int *dgelu);
 
 /* Host -> device: params (n_params floats); am, av (AdamW moments) or NULL for zeros. Waits. */
 void model_gpu_upload(struct model_gpu *g, const float *params, const float *am, const float *av);

@@ -56,7 +56,7 @@ void train_gpu_opts_default(struct train_gpu_opts *go)
 {
     go->bf16 = 0; /* training.precision, .attention and .gradBucketMB: the caller's (cfg.c) */
     go->fused_attention = 0;
-    go->tune_attention = 0;
+    go->autotune = 0;
     go->cuda_graphs = 0;
     go->bucket_bytes = (size_t)TRAIN_BUCKET_MB << 20;
     go->nccl = NULL;
@@ -66,7 +66,7 @@ void train_gpu_opts_default(struct train_gpu_opts *go)
 static unsigned model_flags(const struct train_gpu_opts *go)
 {
     return (go->bf16 ? MODEL_GPU_BF16 : 0) | (go->fused_attention ? MODEL_GPU_FUSED_ATTENTION : 0) |
-           (go->tune_attention ? MODEL_GPU_TUNE : 0) | (go->cuda_graphs ? MODEL_GPU_GRAPHS : 0);
+           (go->autotune ? MODEL_GPU_TUNE : 0) | (go->cuda_graphs ? MODEL_GPU_GRAPHS : 0);
 }
 
 /* The comm thread: reduces bucket after bucket as backward's ready hook (on the loop's thread)

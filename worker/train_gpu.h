@@ -51,10 +51,9 @@
 struct coll;
 struct train_gpu_opts {
     int bf16;            /* 0: fp32; 1: bf16 mixed precision (training.precision: bf16) */
-    int fused_attention; /* 1: attention_*_fused (training.attention: fused or auto) */
-    /* 1 (with bf16 and fused_attention): the attention's kernels picked by timing at start
-     * (MODEL_GPU_TUNE; training.attention: auto) */
-    int tune_attention;
+    int fused_attention; /* 1: attention_*_fused (training.attention: fused) */
+    /* 1 (with bf16): kernels picked by timing them at start (MODEL_GPU_TUNE; training.autotune) */
+    int autotune;
     int cuda_graphs;     /* 1: forward and backward replayed as CUDA graphs (training.cudaGraphs) */
     size_t bucket_bytes; /* all-reduce bucket size (training.gradBucketMB); 0: no overlap */
     /* The nccl collective (coll_nccl_new) that o->reduce sums over, or NULL. Set with overlap:
@@ -126,7 +125,7 @@ static inline void train_gpu_opts_default(struct train_gpu_opts *go)
 {
     go->bf16 = 0;
     go->fused_attention = 0;
-    go->tune_attention = 0;
+    go->autotune = 0;
     go->cuda_graphs = 0;
     go->bucket_bytes = (size_t)TRAIN_BUCKET_MB << 20;
 }

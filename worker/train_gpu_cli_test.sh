@@ -5,7 +5,8 @@
 #   - with a device: trains on it (progress lines say "device":"cuda"), memorises the 6 examples,
 #     model.type ngram trains on it too (memorises them, final loss within 1e-3 of the CPU's;
 #     precision bf16 with it refused, 78); attention auto (the default) runs unfused in fp32 and
-#     fused in bf16, its kernels picked by timing them, and says so; --attention fused trains to the same final loss (1e-3 relative); progress lines carry
+#     fused in bf16 and says so; autotune (the default) times the bf16 kernels first and says
+#     what it took, --autotune=false does not; --attention fused trains to the same final loss (1e-3 relative); progress lines carry
 #     model TFLOP/s, and MFU with a known peak: the device's datasheet fp32 peak when gpu_peak_flops knows its name (none
 #     otherwise), GANTRY_PEAK_TFLOPS when set (mfu = tflops / peak);
 #     with 2+ GPUs, LOCAL_RANK past the last one is refused (78, says how many it sees);
@@ -62,16 +63,28 @@ grep -q '"device":"cuda"' "$tmp/out" || { echo "FAIL no GPU progress line"; fail
 rc=0
 "$bin" --config "$tmp/cfg.json" --precision bf16 --max-steps 2 --report "$tmp/r16.json" \
     >/dev/null 2>"$tmp/err16" || rc=$?
-# (and in bf16 with the kernels picked by timing every variant that agrees with the default)
 grep -q 'precision fp32, attention unfused (auto)' "$tmp/err" && [ "$rc" = 0 ] &&
-    grep -q 'precision bf16, attention fused (auto: kernels picked by timing them here)' \
-        "$tmp/err16" &&
-    grep -qE '^model_gpu: attention kernels timed at batch 3 x 24 tokens, 4 heads of 8: '\
-'forward mma\.sync [0-9.]+ ms.*; backward mma\.sync [0-9.]+ ms.*: taking ' "$tmp/err16" &&
-    ! grep -q 'REFUSED' "$tmp/err16" &&
-    echo "ok   attention auto: unfused in fp32, fused in bf16 with timed kernels, and the log says so" ||
+    grep -q 'precision bf16, attention fused (auto)' "$tmp/err16" &&
+    echo "ok   attention auto: unfused in fp32, fused in bf16, and the log says so" ||
     { echo "FAIL attention auto (bf16 run: exit $rc):"; fail=1
       grep -h '^gantry-worker' "$tmp/err" "$tmp/err16"; }
+# autotune (the default) in bf16: the attention's variants and the GELU backward's two forms
+# checked against the default kernels and timed before training, each a line saying what was
+# timed and taken, nothing refused; --autotune=false: the default kernels, no timing
+rc=0
+"$bin" --config "$tmp/cfg.json" --precision bf16 --max-steps 2 --autotune=false \
+    --report "$tmp/r16n.json" >/dev/null 2>"$tmp/err16n" || rc=$?
+re_att='^model_gpu: attention kernels timed at batch 3 x 24 tokens, 4 heads of 8: forward '
+re_att+='mma\.sync [0-9.]+ ms.*; backward mma\.sync [0-9.]+ ms.*: taking '
+re_gelu='^model_gpu: GELU backward timed at 72 x [0-9]+ -> 32: GEMM \+ GELU pass '
+re_gelu+='[0-9.]+ ms.*: taking '
+grep -q 'autotune on (kernels timed here first)' "$tmp/err16" && grep -qE "$re_att" "$tmp/err16" &&
+    grep -qE "$re_gelu" "$tmp/err16" && ! grep -q 'REFUSED' "$tmp/err16" && [ "$rc" = 0 ] &&
+    grep -q 'autotune off' "$tmp/err16n" && ! grep -q '^model_gpu: .* timed at' "$tmp/err16n" &&
+    echo "ok   autotune: bf16 kernels checked and timed first, and the log says what was taken;" \
+        "off with --autotune=false" ||
+    { echo "FAIL autotune (off run: exit $rc):"; fail=1
+      grep -h '^gantry-worker\|^model_gpu' "$tmp/err16" "$tmp/err16n"; }
 # model FLOP/s on every GPU progress line; MFU only with a known peak: the fp32 datasheet peak of
 # a device gpu_peak_flops knows by the name the worker logs, else none (GANTRY_PEAK_TFLOPS below)
 python3 - "$tmp/out" "$tmp/err" <<'PY' || { fail=1; head -2 "$tmp/out"; }

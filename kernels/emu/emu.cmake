@@ -61,7 +61,7 @@ target_link_libraries(gantry_emu_rt PUBLIC gantry_emu_blas Threads::Threads)
 include(${_emu}/nccl.cmake)
 
 set(_ops)
-foreach(op gpu_runtime gelu embed layernorm matmul attention attention_tune pool crossentropy adamw)
+foreach(op gpu_runtime gelu embed layernorm matmul attention tune pool crossentropy adamw)
     list(APPEND _ops ${PROJECT_SOURCE_DIR}/kernels/${op}.cu)
 endforeach()
 gantry_emu_sources(_ops_cc ${_ops})

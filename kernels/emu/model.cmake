@@ -67,8 +67,9 @@ foreach(prec fp32 bf16 fused bf16_fused bf16_graphs bf16_dgelu bf16_ds bf16_wgmm
                      --vocab 200 --classes 3 --steps 4 --warmup 1 --varlen --check-cpu ${_flag})
     set_tests_properties(gpu_bench_emu_check_${prec} PROPERTIES LABELS emu TIMEOUT 300)
 endforeach()
-# The attention's kernels picked at start (--tune, what training.attention: auto does): every
-# variant checked against the default and timed, and the model with the pick against the CPU
+# The kernels picked at start (--tune, what training.autotune does): every form of the
+# attention and the GELU backward checked against the default and timed, and the model with the
+# picks against the CPU
 add_test(NAME gpu_bench_emu_check_bf16_tune
          COMMAND gpu_bench_emu --batch 4 --seq 24 --hidden 128 --layers 2 --heads 2 --vocab 200
                  --classes 3 --steps 4 --warmup 1 --varlen --check-cpu --bf16 --attention fused

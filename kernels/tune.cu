@@ -1,13 +1,14 @@
-// Picking the bf16 fused attention's kernels on the GPU at hand, the way cuDNN's benchmark mode
-// picks convolution algorithms: every variant that can run here (kernels/gpu.h, "tuned") is run
-// on random inputs of the training shape, checked against the default kernels' results on the
-// same inputs, and timed; the fastest one that agrees is kept.
+// Picking kernels on the GPU at hand, the way cuDNN's benchmark mode picks convolution
+// algorithms (training.autotune; kernels/gpu.h, "tune.cu"): the bf16 fused attention's variants
+// and the GELU backward's two forms (its own pass, or cuBLASLt's DGELU epilogue) are each run on
+// random inputs of the training shape, checked against the default kernels' results on the same
+// inputs, and timed; the fastest one that agrees is kept.
 //
 // Why at run time: the variants trade differently on different GPUs and shapes (wgmma exists only
-// on sm_90a; the stored dS^T costs memory traffic to save exponentials), and the wgmma kernels'
-// operand layouts are checked on hardware only where a test run has had a GPU (docs/gpu.md): a
-// variant whose results differ from the default's by more than rounding is never taken, and the
-// line the caller prints says so.
+// on sm_90a; the stored dS^T costs memory traffic to save exponentials; cuBLASLt's epilogue
+// choice is the library's), and the wgmma kernels' operand layouts are checked on hardware only
+// where a test run has had a GPU (docs/gpu.md): a variant whose results differ from the
+// default's by more than rounding is never taken, and the line the caller prints says so.
 //
 // Agreement: the same sums in another order and the same bf16 roundings of operands can differ
 // by an ulp of bf16 (2^-8 relative) in a few elements, and by fp32 roundings everywhere; a wrong
@@ -140,13 +141,13 @@ static float mismatch(const T *a, const T *ref, size_t n, cudaStream_t stream)
     return atol > 0.0f ? m / atol : INFINITY;
 }
 
-extern "C" float attention_tune_mismatch_bf16(const uint16_t *a, const uint16_t *ref, size_t n,
+extern "C" float tune_mismatch_bf16(const uint16_t *a, const uint16_t *ref, size_t n,
                                               struct CUstream_st *stream)
 {
     return mismatch(a, ref, n, stream);
 }
 
-extern "C" float attention_tune_mismatch_f32(const float *a, const float *ref, size_t n,
+extern "C" float tune_mismatch_f32(const float *a, const float *ref, size_t n,
                                              struct CUstream_st *stream)
 {
     return mismatch(a, ref, n, stream);
@@ -189,7 +190,7 @@ struct tune_key {
 };
 static struct {
     struct tune_key key;
-    struct attention_tune t;
+    struct tune_attention_result t;
 } cache[TUNE_CACHE];
 static int cached;
 
@@ -207,7 +208,7 @@ static bool eligible_bwd(int kind, int hs, int allow_ds)
 }
 
 /* The fastest agreeing entry of e[0..n), e[0] (the default) unless another is TUNE_MARGIN faster */
-static int pick(const struct attention_tune_entry *e, int n)
+static int pick(const struct tune_entry *e, int n)
 {
     int best = 0;
     for (int k = 1; k < n; k++)
@@ -223,7 +224,7 @@ static float elapsed(cudaEvent_t a, cudaEvent_t b)
     return ms;
 }
 
-extern "C" void attention_fused_bf16_tune(struct attention_tune *t, int B, int T, int C, int NH,
+extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, int C, int NH,
                                           int allow_ds, struct CUstream_st *stream)
 {
     const struct tune_key key = {B, T, C, NH, allow_ds != 0};
@@ -253,7 +254,7 @@ extern "C" void attention_fused_bf16_tune(struct attention_tune *t, int B, int T
     /* Sequences padded as in training: the first full, the others T/2 to T tokens */
     int *hlen = (int *)malloc(B * sizeof(int));
     if (!hlen) {
-        fprintf(stderr, "attention_fused_bf16_tune: out of host memory\n");
+        fprintf(stderr, "tune_attention: out of host memory\n");
         abort();
     }
     for (int b = 0; b < B; b++)
@@ -271,7 +272,7 @@ extern "C" void attention_fused_bf16_tune(struct attention_tune *t, int B, int T
      * TUNE_REPS rounds over all of them (interleaved, so a slow spell of a shared GPU falls on
      * every variant), each keeping its fastest time. */
     for (int k = 0; k < ATTN_FWD_KINDS; k++) {
-        struct attention_tune_entry *e = &t->fwd[k];
+        struct tune_entry *e = &t->fwd[k];
         if (!eligible_fwd(k, hs))
             continue;
         const int r = k != 0;
@@ -282,7 +283,7 @@ extern "C" void attention_fused_bf16_tune(struct attention_tune *t, int B, int T
         e->timed = 1, e->agrees = e->err <= 1.0f, e->ms = INFINITY;
     }
     for (int k = 0; k < ATTN_BWD_KINDS; k++) {
-        struct attention_tune_entry *e = &t->bwd[k];
+        struct tune_entry *e = &t->bwd[k];
         if (!eligible_bwd(k, hs, allow_ds))
             continue;
         const int r = k != 0; /* every backward from the default forward's results */
@@ -350,22 +351,22 @@ static void put(char *buf, size_t n, size_t *at, const char *fmt, ...)
 }
 
 static void describe(char *buf, size_t n, size_t *at, const char *dir,
-                     const struct attention_tune_entry *e, int kinds, const char *(*name)(int))
+                     const struct tune_entry *e, int kinds, const char *(*name)(int))
 {
     put(buf, n, at, "%s", dir);
-    const char *sep = " ";
+    const char *sep = *dir ? " " : "";
     for (int k = 0; k < kinds; k++) {
         if (!e[k].timed)
             continue;
         put(buf, n, at, "%s%s %.3f ms", sep, name(k), e[k].ms);
         if (!e[k].agrees)
-            put(buf, n, at, " (REFUSED: differs from mma.sync's results, %.3g x tolerance)",
+            put(buf, n, at, " (REFUSED: differs from %s's results, %.3g x tolerance)", name(0),
                 e[k].err);
         sep = ", ";
     }
 }
 
-extern "C" void attention_tune_describe(const struct attention_tune *t, char *buf, size_t n)
+extern "C" void tune_attention_describe(const struct tune_attention_result *t, char *buf, size_t n)
 {
     size_t at = 0;
     if (n)
@@ -374,4 +375,119 @@ extern "C" void attention_tune_describe(const struct attention_tune *t, char *bu
     describe(buf, n, &at, "; backward", t->bwd, ATTN_BWD_KINDS, attention_bwd_kind_name);
     put(buf, n, &at, ": taking %s / %s%s", attention_fwd_kind_name(t->fwd_pick),
         attention_bwd_kind_name(t->bwd_pick), t->cached ? " (timed before in this process)" : "");
+}
+
+/* ---- the GELU backward: its own pass, or in the GEMM's epilogue ---- */
+
+static const char *dgelu_name(int kind)
+{
+    return kind == 0 ? "GEMM + GELU pass" : kind == 1 ? "GEMM with DGELU epilogue" : "?";
+}
+
+struct dgelu_key {
+    int N, F, C;
+};
+static struct {
+    struct dgelu_key key;
+    struct tune_dgelu_result t;
+} dcache[TUNE_CACHE];
+static int dcached;
+
+/* kind 0: matmul_backward_mixed_set_bf16 then gelu_backward_bf16; 1: the epilogue (-1: none) */
+static int dgelu_run(int kind, uint16_t *dpre16, float *dpre_bias, float *dweight,
+                     const float *dout, const uint16_t *dout16, const uint16_t *inp,
+                     const uint16_t *pre, const uint16_t *weight, uint16_t *tmp16, int N, int F,
+                     int C, cudaStream_t stream)
+{
+    if (kind == 1)
+        return matmul_backward_mixed_dgelu_bf16(dpre16, dpre_bias, dweight, NULL, dout, dout16,
+                                                inp, pre, weight, N, F, C, stream);
+    matmul_backward_mixed_set_bf16(tmp16, dweight, NULL, dout, dout16, inp, weight, N, F, C,
+                                   stream);
+    gelu_backward_bf16(dpre16, dpre_bias, pre, tmp16, N, F, stream);
+    return 0;
+}
+
+extern "C" void tune_dgelu(struct tune_dgelu_result *t, int N, int F, int C,
+                           struct CUstream_st *stream)
+{
+    const struct dgelu_key key = {N, F, C};
+    for (int i = 0; i < dcached && i < TUNE_CACHE; i++)
+        if (!memcmp(&dcache[i].key, &key, sizeof(key))) {
+            *t = dcache[i].t;
+            t->cached = 1;
+            return;
+        }
+    memset(t, 0, sizeof(*t));
+    const size_t NF = (size_t)N * F, NC = (size_t)N * C;
+    if (NF == 0 || NC == 0)
+        return;
+    uint16_t *dout16, *inp, *pre, *w, *tmp16, *dpre[2];
+    float *dout, *dweight, *dbias[2];
+    CUDA_CHECK(cudaMalloc((void **)&dout16, NC * 2));
+    CUDA_CHECK(cudaMalloc((void **)&dout, NC * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&inp, NF * 2));
+    CUDA_CHECK(cudaMalloc((void **)&pre, NF * 2));
+    CUDA_CHECK(cudaMalloc((void **)&tmp16, NF * 2));
+    CUDA_CHECK(cudaMalloc((void **)&w, (size_t)C * F * 2));
+    CUDA_CHECK(cudaMalloc((void **)&dweight, (size_t)C * F * sizeof(float)));
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMalloc((void **)&dpre[i], NF * 2));
+        CUDA_CHECK(cudaMalloc((void **)&dbias[i], F * sizeof(float)));
+    }
+    fill(dout16, NC, 3, 1.0f, stream);
+    fill(pre, NF, 4, 3.0f, stream); /* pre-activations across GELU's bend */
+    fill(inp, NF, 5, 1.0f, stream);
+    fill(w, (size_t)C * F, 6, 0.05f, stream);
+    CUDA_CHECK(cudaMemsetAsync(dout, 0, NC * sizeof(float), stream)); /* (read for dbias only) */
+    CUDA_CHECK(cudaMemsetAsync(dweight, 0, (size_t)C * F * sizeof(float), stream));
+    cudaEvent_t ev[2];
+    CUDA_CHECK(cudaEventCreate(&ev[0]));
+    CUDA_CHECK(cudaEventCreate(&ev[1]));
+    for (int k = 0; k < 2; k++) {
+        CUDA_CHECK(cudaMemsetAsync(dbias[k], 0, F * sizeof(float), stream));
+        if (dgelu_run(k, dpre[k], dbias[k], dweight, dout, dout16, inp, pre, w, tmp16, N, F, C,
+                      stream))
+            continue; /* no epilogue algorithm here */
+        struct tune_entry *e = &t->k[k];
+        e->err = k == 0 ? 0.0f
+                        : fmaxf(mismatch(dpre[1], dpre[0], NF, stream),
+                                mismatch(dbias[1], dbias[0], (size_t)F, stream));
+        e->timed = 1, e->agrees = e->err <= 1.0f, e->ms = INFINITY;
+    }
+    for (int rep = 0; rep < TUNE_REPS; rep++)
+        for (int k = 0; k < 2; k++) {
+            if (!t->k[k].timed)
+                continue;
+            CUDA_CHECK(cudaEventRecord(ev[0], stream));
+            dgelu_run(k, dpre[1], dbias[1], dweight, dout, dout16, inp, pre, w, tmp16, N, F, C,
+                      stream);
+            CUDA_CHECK(cudaEventRecord(ev[1], stream));
+            CUDA_CHECK(cudaEventSynchronize(ev[1]));
+            t->k[k].ms = fminf(t->k[k].ms, elapsed(ev[0], ev[1]));
+        }
+    t->pick = pick(t->k, 2);
+    CUDA_CHECK(cudaEventDestroy(ev[0]));
+    CUDA_CHECK(cudaEventDestroy(ev[1]));
+    uint16_t *b16[] = {dout16, inp, pre, tmp16, w, dpre[0], dpre[1]};
+    for (size_t i = 0; i < sizeof(b16) / sizeof(b16[0]); i++)
+        CUDA_CHECK(cudaFree(b16[i]));
+    float *b32[] = {dout, dweight, dbias[0], dbias[1]};
+    for (size_t i = 0; i < sizeof(b32) / sizeof(b32[0]); i++)
+        CUDA_CHECK(cudaFree(b32[i]));
+    dcache[dcached % TUNE_CACHE].key = key;
+    dcache[dcached % TUNE_CACHE].t = *t;
+    dcached++;
+}
+
+extern "C" void tune_dgelu_describe(const struct tune_dgelu_result *t, char *buf, size_t n)
+{
+    size_t at = 0;
+    if (n)
+        buf[0] = '\0';
+    describe(buf, n, &at, "", t->k, 2, dgelu_name);
+    if (!t->k[1].timed)
+        put(buf, n, &at, " (no DGELU epilogue in cuBLASLt here)");
+    put(buf, n, &at, ": taking %s%s", dgelu_name(t->pick),
+        t->cached ? " (timed before in this process)" : "");
 }
