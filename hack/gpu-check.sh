@@ -223,7 +223,7 @@ case $? in
 esac
 grep -E '^check (grads|-cpu)' "$out/check.log" >>"$summary" || true
 grep -E '^check-cpu' "$out/check.log" >>"$summary" || true
-grep -E '^model_gpu: attention kernels timed' "$out/check.log" >>"$summary" || true
+grep -E '^model_gpu: autotune' "$out/check.log" >>"$summary" || true
 
 # ---- the training loop on the GPU: carried gantry-worker (--device cuda) and its GPU test ----
 wlog="$out/worker.log"
@@ -471,7 +471,7 @@ gb --preset gpt2
 tp 120 --preset gpt2 --variants eager-fp32
 grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
 # what the tuned runs timed and took (kernels/tune.cu), one line a shape
-grep -h '^model_gpu: attention kernels timed' "$out/bench.log" | sort -u >>"$summary" || true
+grep -h '^model_gpu: autotune' "$out/bench.log" | sort -u >>"$summary" || true
 python3 - "$out/bench.jsonl" <<'PY' | tee -a "$summary"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

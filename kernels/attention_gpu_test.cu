@@ -9,6 +9,8 @@
 #include "kernels/bf16.h"
 #include "kernels/gpu_testutil.h"
 
+#include <string.h>
+
 
 /* lse (B,NH,T) of the scaled scores over the keys j < len[b] (0 for padding rows), in double */
 static float *lse_reference(const float *qkv, const int *len, int B, int T, int C, int NH)
@@ -409,13 +411,33 @@ static void check_mismatch(void)
     free(x), free(h), free(h2);
 }
 
-/* tune_attention: every variant that can run here timed, each agreeing with the
- * default (the q-hoist forward exactly: the same bits), picks among those; the stored dS^T only
- * when allowed, wgmma only at head sizes 33 to 64 on wgmma device code; a second call cached. */
+/* tune_attention without GANTRY_AUTOTUNE_UNVERIFIED: none of the variants has run on a GPU yet,
+ * so nothing runs, the defaults are taken, and the ones that could have run are named */
+static void check_tune_verified_only(int B, int T, int C, int NH)
+{
+    struct tune_attention_result t;
+    char line[1024];
+    unsetenv("GANTRY_AUTOTUNE_UNVERIFIED");
+    tune_attention(&t, B, T, C, NH, 1, 0);
+    tune_attention_describe(&t, line, sizeof(line));
+    printf("tune, verified only: %s\n", line);
+    const int hs = C / NH, wg = hs > 32 && hs <= 64 && attention_fused_wgmma_available();
+    bool ok = t.fwd_pick == 0 && t.bwd_pick == 0 && !t.fwd[0].timed && !t.bwd[0].timed &&
+              t.fwd[ATTN_FWD_QHOIST].unverified && t.fwd[ATTN_FWD_WGMMA].unverified == wg &&
+              t.bwd[ATTN_BWD_DS].unverified && t.bwd[ATTN_BWD_WGMMA_DS].unverified == wg &&
+              strstr(line, "not yet run on a GPU, so not timed: mma.sync q-hoist") != NULL;
+    tune_expect("tune verified only", ok, "an unverified variant ran, or was not named");
+}
+
+/* tune_attention with GANTRY_AUTOTUNE_UNVERIFIED=1: every variant that can run here timed,
+ * each agreeing with the default (the q-hoist forward exactly: the same bits), picks among those;
+ * the stored dS^T only when allowed, wgmma only at head sizes 33 to 64 on wgmma device code; a
+ * second call cached. */
 static void check_tune(int B, int T, int C, int NH, int allow_ds)
 {
     struct tune_attention_result t, t2;
     char line[1024];
+    setenv("GANTRY_AUTOTUNE_UNVERIFIED", "1", 1);
     tune_attention(&t, B, T, C, NH, allow_ds, 0);
     tune_attention_describe(&t, line, sizeof(line));
     printf("tune B=%d T=%d C=%d NH=%d ds %d: %s\n", B, T, C, NH, allow_ds, line);
@@ -459,6 +481,7 @@ int main(void)
     const int len7[2] = {40, 70}; /* scores near -100: exp(0 - lse) overflows; masks needed */
     check(2, 70, 64, 2, len7, 7, 1.0f, 4.0f);
     check_mismatch();
+    check_tune_verified_only(2, 130, 128, 2);
     check_tune(2, 130, 128, 2, 1); /* head size 64: wgmma where it can run */
     check_tune(2, 130, 128, 2, 0); /* without the stored dS^T */
     check_tune(3, 40, 96, 3, 1);   /* head size 32: mma.sync only */

@@ -202,7 +202,9 @@ void attention_backward_fused_bf16_kind(int kind, uint16_t *dqkv16, float *dbias
  * (B sequences of T tokens, the first full and the others padded), checks each one's outputs
  * against the default's (tune_mismatch_*), times each (the fastest of 5, interleaved)
  * and picks the fastest that agrees; another variant replaces the default only when at least 3 %
- * faster. Results are kept per process by shape: a second call with the same arguments returns
+ * faster. Only variants that hack/gpu-check.sh has run on a GPU are run unless
+ * GANTRY_AUTOTUNE_UNVERIFIED=1 (tune.cu says which); with nothing besides the default left,
+ * nothing runs (the defaults, timed 0). Results are kept per process by shape: a second call with the same arguments returns
  * them (cached = 1) without running anything. Synchronises the stream; allocates and frees its
  * own buffers (about 2.5 x the layer's qkv, plus the stored dS^T's scratch). */
 struct tune_entry {
@@ -210,6 +212,9 @@ struct tune_entry {
     float err;  /* tune_mismatch_* of its outputs against the default's (0 for it) */
     int timed;  /* 1: it can run here and ran */
     int agrees; /* err <= 1 */
+    /* 1: it could run here but has not yet been run on a GPU by hack/gpu-check.sh, so it was
+     * not (GANTRY_AUTOTUNE_UNVERIFIED=1 runs it too) */
+    int unverified;
 };
 struct tune_attention_result {
     struct tune_entry fwd[ATTN_FWD_KINDS], bwd[ATTN_BWD_KINDS];

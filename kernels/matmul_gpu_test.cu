@@ -168,10 +168,21 @@ static void check_bf16(int N, int C, int OC, uint64_t seed)
         cudaFree(d_pre), cudaFree(d_dpre), cudaFree(d_dout32), cudaFree(d_pb), cudaFree(d_dw2);
         cudaFree(d_db2);
         free(pre), free(ref), free(pb);
-        /* tune_dgelu at this shape: the pass timed; the epilogue timed exactly where it ran above,
-         * then agreeing with the pass; the pick one that ran and agrees; a second call cached */
+        /* tune_dgelu at this shape: without GANTRY_AUTOTUNE_UNVERIFIED nothing runs (the epilogue
+         * has not run on a GPU yet) and the pass is taken; with it, the pass timed; the epilogue
+         * timed exactly where it ran above, then agreeing with the pass; the pick one that ran
+         * and agrees; a second call cached */
         struct tune_dgelu_result t, t2;
         char line[512];
+        unsetenv("GANTRY_AUTOTUNE_UNVERIFIED");
+        tune_dgelu(&t, N, C, OC, 0);
+        tune_dgelu_describe(&t, line, sizeof(line));
+        printf("tune_dgelu, verified only: %s\n", line);
+        bool vok = t.pick == 0 && !t.k[0].timed && !t.k[1].timed && t.k[1].unverified;
+        printf("%-24s %s\n", "tune_dgelu verified only", vok ? "OK" : "FAILED");
+        if (!vok)
+            gt_failed++;
+        setenv("GANTRY_AUTOTUNE_UNVERIFIED", "1", 1);
         tune_dgelu(&t, N, C, OC, 0);
         tune_dgelu_describe(&t, line, sizeof(line));
         printf("tune_dgelu N=%d F=%d C=%d: %s\n", N, C, OC, line);

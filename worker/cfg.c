@@ -112,7 +112,8 @@ static const struct field fields[] = {
     {"autotune", F_BOOL, S(autotune), 0, 0, NULL,
      "GPU, bf16: pick kernels when the worker starts by timing those whose results agree with "
      "the default kernels' on that GPU (the fused attention's variants, the GELU backward in "
-     "the GEMM epilogue), as cuDNN's benchmark mode does; false: the default kernels every run"},
+     "the GEMM epilogue; those a GPU test run has verified), as cuDNN's benchmark mode does; "
+     "false: the default kernels every run"},
     {"gradBucketMB", F_DBL, S(grad_bucket_mb), 0, 4096, NULL,
      "all-reduce bucket in MiB: with 2+ ranks, gradients are summed bucket by bucket while "
      "backward still runs; 0 = one all-reduce after backward"},

@@ -716,7 +716,7 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         g->attn_fwd = t.fwd_pick, g->attn_bwd = t.bwd_pick;
         tune_attention_describe(&t, line, sizeof(line));
         if (!t.cached)
-            fprintf(stderr, "model_gpu: attention kernels timed at batch %d x %d tokens, %d heads "
+            fprintf(stderr, "model_gpu: autotune, attention at batch %d x %d tokens, %d heads "
                             "of %d: %s\n", max_batch, c->max_seq_len, c->heads,
                     c->hidden / c->heads, line);
     }
@@ -727,8 +727,8 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         g->dgelu_epi = t.pick == 1;
         tune_dgelu_describe(&t, line, sizeof(line));
         if (!t.cached)
-            fprintf(stderr, "model_gpu: GELU backward timed at %zu x %zu -> %zu: %s\n", N, F, C,
-                    line);
+            fprintf(stderr, "model_gpu: autotune, GELU backward at %zu x %zu -> %zu: %s\n", N, F,
+                    C, line);
     }
     g->nseg = m->n_tensors;
     for (int i = 0; i < m->n_tensors; i++)

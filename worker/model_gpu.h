@@ -79,9 +79,10 @@ int model_gpu_device_count(void);
  * mode: with the fused attention its forward and backward (tune_attention: every variant above
  * that can run here), and the GELU backward's pass or DGELU epilogue (tune_dgelu); each run on
  * random inputs of (max_batch, max_seq_len), checked against the default kernels' results and
- * timed; the fastest that agrees is taken, the default unless another is 3 % faster. A line on
- * stderr says what was timed and taken (once per process and shape). MODEL_GPU_ATTENTION_DS,
- * _WGMMA and MODEL_GPU_DGELU_EPILOGUE are then ignored. training.autotune (true by default).
+ * timed (only the forms hack/gpu-check.sh has run on a GPU, unless GANTRY_AUTOTUNE_UNVERIFIED=1:
+ * kernels/tune.cu); the fastest that agrees is taken, the default unless another is 3 % faster.
+ * A line on stderr says what was timed and taken (once per process and shape).
+ * MODEL_GPU_ATTENTION_DS, _WGMMA and MODEL_GPU_DGELU_EPILOGUE are then ignored. training.autotune (true by default).
  * Kept per process, so ranks on different GPUs may pick differently; their results agree within
  * rounding, and the all-reduced gradients keep the replicas identical. */
 #define MODEL_GPU_TUNE 64u
