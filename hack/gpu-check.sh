@@ -507,4 +507,37 @@ for preset, batch in sorted({(r["preset"], r["batch"]) for r in rows if "label" 
           f"{bt['label']} {bt['ms_per_step']:.2f} ms: gantry {ratio:.3f}x PyTorch's best "
           f"({'at or ahead' if ratio >= 1 else 'behind'}){mfu}")
 PY
+# Which of the variants written since the last verified run this run showed clean (docs/gpu.md,
+# "What has to be verified on a GPU", 5b): PASS when every piece of its evidence is there and
+# none says FAILED, MISMATCH or REFUSED; each PASS is one flag to set in kernels/tune.cu.
+verify() { # verify WHAT FLAG FILE:REGEX...
+    local what=$1 flag=$2 ok=1 n=0 spec hits
+    shift 2
+    for spec; do
+        hits=$(grep -hE "${spec#*:}" "$out/${spec%%:*}" 2>/dev/null || true)
+        if [ -z "$hits" ]; then ok=0; continue; fi
+        n=$((n + $(wc -l <<<"$hits")))
+        ! grep -qE 'FAILED|MISMATCH|REFUSED' <<<"$hits" || ok=0
+    done
+    grep -qE '^model_gpu: autotune.*REFUSED' "$summary" && ok=0
+    if [ "$ok" = 1 ]; then
+        say "verify: $what: PASS ($n lines of evidence): set $flag in kernels/tune.cu"
+    else
+        say "verify: $what: not shown (a line failed, was refused or is missing)"
+    fi
+}
+san='summary.txt:compute-sanitizer --tool memcheck attention_gpu_test'
+verify "q-hoist forward" "fwd_verified[ATTN_FWD_QHOIST]" 'ctest.log:fbf16 qhoist out' "$san"
+verify "stored-dS^T backward" "bwd_verified[ATTN_BWD_DS]" \
+    'ctest.log:attention_bwd_fbf16_ds|fbf16_ds .* vs default' \
+    'check.log:^check-cpu .*mma\.sync / mma\.sync dS\^T' "$san"
+verify "wgmma forward" "fwd_verified[ATTN_FWD_WGMMA]" 'ctest.log:^[0-9]+: wgmma ' \
+    'ctest.log:attention_fwd_wgmma|wgmma (out|lse) vs default' \
+    'check.log:^check-cpu .*\(wgmma / wgmma' "$san"
+verify "wgmma backward" "bwd_verified[ATTN_BWD_WGMMA]" 'ctest.log:^[0-9]+: wgmma ' \
+    'ctest.log:bwd_wgmma (dqkv16|dbias|vs def)' 'check.log:^check-cpu .*/ wgmma, ' "$san"
+verify "wgmma stored-dS^T backward" "bwd_verified[ATTN_BWD_WGMMA_DS]" 'ctest.log:^[0-9]+: wgmma ' \
+    'ctest.log:bwd_wgmma_ds ' 'check.log:^check-cpu .*/ wgmma dS\^T' "$san"
+verify "DGELU epilogue" "dgelu_verified[1]" 'ctest.log:dgelu_bf16 dpre' \
+    'check.log:^check-cpu .*DGELU epilogue'
 exit $status
