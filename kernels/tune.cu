@@ -189,7 +189,8 @@ static void fill(uint16_t *p, size_t n, uint32_t seed, float amp, cudaStream_t s
  * check-cpu line and compute-sanitizer clean (docs/gpu.md, "What has to be verified on a GPU").
  * A kernel that faults or hangs would otherwise take every bf16 training run down with it before
  * the check against the default could refuse it. GANTRY_AUTOTUNE_UNVERIFIED=1 times the others
- * too (hack/gpu-check.sh and the emulator's tests set it). Mark one here when a run has shown it. */
+ * too (gpu_bench --tune sets it, so hack/gpu-check.sh measures them; so do the emulator's tests).
+ * Mark one here when a run has shown it (its "verify:" line in gpu-check's summary.txt). */
 static const bool fwd_verified[ATTN_FWD_KINDS] = {true, false, false};
 static const bool bwd_verified[ATTN_BWD_KINDS] = {true, false, false, false};
 static const bool dgelu_verified[2] = {true, false};
@@ -266,8 +267,11 @@ extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, in
         nf += run_f[k] = admit(&t->fwd[k], eligible_fwd(k, hs), fwd_verified[k], unv);
     for (int k = 0; k < ATTN_BWD_KINDS; k++)
         nb += run_b[k] = admit(&t->bwd[k], eligible_bwd(k, hs, allow_ds), bwd_verified[k], unv);
-    if (NC == 0 || (nf <= 1 && nb <= 1))
-        return; /* nothing to choose from: the defaults, nothing run */
+    if (NC == 0 || (nf <= 1 && nb <= 1)) { /* nothing to choose from: the defaults, none run */
+        cache[cached % TUNE_CACHE].key = key;
+        cache[cached++ % TUNE_CACHE].t = *t;
+        return;
+    }
     uint16_t *qkv, *dout, *out[2], *dqkv[2];
     float *lse[2], *dbias[2];
     int *len;
@@ -462,8 +466,11 @@ extern "C" void tune_dgelu(struct tune_dgelu_result *t, int N, int F, int C,
     const size_t NF = (size_t)N * F, NC = (size_t)N * C;
     admit(&t->k[0], true, dgelu_verified[0], unv);
     /* (whether cuBLASLt has the epilogue shows only by running it) */
-    if (!admit(&t->k[1], true, dgelu_verified[1], unv) || NF == 0 || NC == 0)
+    if (!admit(&t->k[1], true, dgelu_verified[1], unv) || NF == 0 || NC == 0) {
+        dcache[dcached % TUNE_CACHE].key = key;
+        dcache[dcached++ % TUNE_CACHE].t = *t;
         return;
+    }
     uint16_t *dout16, *inp, *pre, *w, *tmp16, *dpre[2];
     float *dout, *dweight, *dbias[2];
     CUDA_CHECK(cudaMalloc((void **)&dout16, NC * 2));
