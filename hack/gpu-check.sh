@@ -366,6 +366,32 @@ fi
 
 # ---- benchmarks: gantry, then PyTorch (eager and torch.compile) on the same GPU ----
 : >"$out/bench.jsonl"
+# out-of-bounds accesses and shared-memory races in the attention kernels, which pass their
+# tests whether or not a stray read lands in memory that happens to be mapped. memcheck runs
+# before the benchmarks (the verify: lines at the end need it for every attention variant),
+# racecheck with what is left at the end.
+san_bin=$(command -v compute-sanitizer || first "$cuda_root/bin/compute-sanitizer" \
+    /usr/local/cuda/bin/compute-sanitizer || true)
+sanitize() { # sanitize TOOL LIMIT
+    local tool=$1 t rc
+    [ -n "$san_bin" ] && [ -x "$build/attention_gpu_test" ] || return 0
+    t=$(left "$2") || return 0
+    if timeout "$t" "$san_bin" --tool "$tool" --error-exitcode 99 \
+            "$build/attention_gpu_test" >/tmp/gantry-san.log 2>&1; then
+        say "OK: compute-sanitizer --tool $tool attention_gpu_test: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/gantry-san.log | tail -1 | sed 's/^=* *//')"
+    else
+        rc=$?
+        if [ "$rc" = 124 ]; then
+            say "compute-sanitizer --tool $tool attention_gpu_test: out of time ($t s)"
+        else # (racecheck's hazards are reported, not judged: cp.async may be one it reads wrong)
+            [ "$tool" = memcheck ] && status=1
+            say "FAILED: compute-sanitizer --tool $tool attention_gpu_test (rc $rc, bench.log)"
+        fi
+    fi
+    { echo "== compute-sanitizer --tool $tool"; tail -n 60 /tmp/gantry-san.log; } \
+        >>"$out/bench.log"
+}
+sanitize memcheck 75
 # Most wanted first, so that a call cut short loses the least: the comparison (the GPT-2
 # shape in bf16, gantry's variants and then PyTorch's), the shipped example model, 32 sequences a
 # step, where gantry's time goes, then fp32. Each run gets at most what is left of
@@ -444,29 +470,7 @@ elif t=$(left 90); then
     fi
     { echo "== ncu run"; tail -n 40 /tmp/gantry-ncu/run.log; } >>"$out/bench.log"
 fi
-# out-of-bounds accesses and shared-memory races in the attention kernels, which pass their
-# tests whether or not a stray read lands in memory that happens to be mapped
-san_bin=$(command -v compute-sanitizer || first "$cuda_root/bin/compute-sanitizer" \
-    /usr/local/cuda/bin/compute-sanitizer || true)
-if [ -n "$san_bin" ] && [ -x "$build/attention_gpu_test" ]; then
-    for tool in memcheck racecheck; do
-        t=$(left 90) || break
-        if timeout "$t" "$san_bin" --tool "$tool" --error-exitcode 99 \
-                "$build/attention_gpu_test" >/tmp/gantry-san.log 2>&1; then
-            say "OK: compute-sanitizer --tool $tool attention_gpu_test: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/gantry-san.log | tail -1 | sed 's/^=* *//')"
-        else
-            rc=$?
-            if [ "$rc" = 124 ]; then
-                say "compute-sanitizer --tool $tool attention_gpu_test: out of time ($t s)"
-            else # (racecheck's hazards are reported, not judged: cp.async may be one it reads wrong)
-                [ "$tool" = memcheck ] && status=1
-                say "FAILED: compute-sanitizer --tool $tool attention_gpu_test (rc $rc, bench.log)"
-            fi
-        fi
-        { echo "== compute-sanitizer --tool $tool"; tail -n 60 /tmp/gantry-san.log; } \
-            >>"$out/bench.log"
-    done
-fi
+sanitize racecheck 90
 gb --preset gpt2
 tp 120 --preset gpt2 --variants eager-fp32
 grep -h '^{' "$out/bench.log" >"$out/bench.jsonl"
