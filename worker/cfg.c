@@ -754,6 +754,15 @@ static int load_env(struct cfg *c, char *err, size_t errlen)
     return CFG_OK;
 }
 
+static bool is_bool_word(const char *v)
+{
+    static const char *const words[] = {"true", "false", "1", "0", "yes", "no"};
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (!strcmp(v, words[i]))
+            return true;
+    return false;
+}
+
 int cfg_load(struct cfg *c, int argc, char **argv, FILE *out, char *err, size_t errlen)
 {
     static char names[NFIELDS][96];
@@ -784,6 +793,10 @@ int cfg_load(struct cfg *c, int argc, char **argv, FILE *out, char *err, size_t 
             config = optarg;
         } else if (o >= 1000 && o < 1000 + NFIELDS) {
             vals[o - 1000] = optarg ? optarg : "true";
+            /* a boolean's value as the next word too (--autotune false), as the usage shows it */
+            if (!optarg && fields[o - 1000].type == F_BOOL && optind < argc &&
+                is_bool_word(argv[optind]))
+                vals[o - 1000] = argv[optind++];
         } else {
             snprintf(err, errlen, "%s: %s %s; run %s --help for the flags", argv[0],
                      o == ':' ? "missing value for" : "unknown flag", argv[optind - 1], argv[0]);

@@ -243,11 +243,19 @@ static void test_autotune(void)
     const char *argv[] = {"gantry-worker", "--config", path, NULL};
     const char *off[] = {"gantry-worker", "--config", path, "--autotune=false", NULL};
     const char *on[] = {"gantry-worker", "--config", path, "--autotune", NULL};
+    const char *off2[] = {"gantry-worker", "--config", path, "--autotune", "false", "--threads",
+                          "2", NULL};
+    const char *on2[] = {"gantry-worker", "--autotune", "yes", "--config", path, NULL};
     write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"precision\": \"bf16\"}");
     TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
     TEST_CHECK(c.autotune && cfg_autotune(&c));
     TEST_EQ_INT(load(&c, err, sizeof(err), 4, off), CFG_OK);
     TEST_CHECK(!c.autotune && !cfg_autotune(&c));
+    /* the value as the next word, as --help writes it; the flags after it still read */
+    TEST_EQ_INT(load(&c, err, sizeof(err), 7, off2), CFG_OK);
+    TEST_CHECK(!c.autotune && c.threads == 2);
+    TEST_EQ_INT(load(&c, err, sizeof(err), 5, on2), CFG_OK);
+    TEST_CHECK(c.autotune);
     setenv("GANTRY_AUTOTUNE", "false", 1);
     TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
     TEST_CHECK(!cfg_autotune(&c));
