@@ -208,14 +208,47 @@ static int admit(struct tune_entry *e, bool can_run, bool verified, int unverifi
     return can_run && (verified || unverified);
 }
 
+/* The last TUNE_CACHE results by key (plain ints: compared by memcmp), per process */
+template <typename K, typename R> struct tune_memo {
+    struct {
+        K key;
+        R r;
+    } e[TUNE_CACHE];
+    int n;
+    bool find(const K &key, R *r) const
+    {
+        for (int i = 0; i < n && i < TUNE_CACHE; i++)
+            if (!memcmp(&e[i].key, &key, sizeof(key))) {
+                *r = e[i].r;
+                r->cached = 1;
+                return true;
+            }
+        return false;
+    }
+    void put(const K &key, const R &r)
+    {
+        e[n % TUNE_CACHE].key = key, e[n % TUNE_CACHE].r = r;
+        n++;
+    }
+};
+
+/* e->ms = the smaller of it and the time of run() (its work on the stream) */
+template <typename F>
+static void time_into(struct tune_entry *e, cudaEvent_t *ev, cudaStream_t stream, F run)
+{
+    CUDA_CHECK(cudaEventRecord(ev[0], stream));
+    run();
+    CUDA_CHECK(cudaEventRecord(ev[1], stream));
+    CUDA_CHECK(cudaEventSynchronize(ev[1]));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+    e->ms = fminf(e->ms, ms);
+}
+
 struct tune_key {
     int B, T, C, NH, allow_ds, unverified;
 };
-static struct {
-    struct tune_key key;
-    struct tune_attention_result t;
-} cache[TUNE_CACHE];
-static int cached;
+static tune_memo<tune_key, tune_attention_result> attn_memo;
 
 static bool eligible_fwd(int kind, int hs)
 {
@@ -240,24 +273,13 @@ static int pick(const struct tune_entry *e, int n)
     return best != 0 && e[best].ms < TUNE_MARGIN * e[0].ms ? best : 0;
 }
 
-static float elapsed(cudaEvent_t a, cudaEvent_t b)
-{
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    return ms;
-}
-
 extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, int C, int NH,
                                           int allow_ds, struct CUstream_st *stream)
 {
     const int unv = unverified_ok();
     const struct tune_key key = {B, T, C, NH, allow_ds != 0, unv};
-    for (int i = 0; i < cached && i < TUNE_CACHE; i++)
-        if (!memcmp(&cache[i].key, &key, sizeof(key))) {
-            *t = cache[i].t;
-            t->cached = 1;
-            return;
-        }
+    if (attn_memo.find(key, t))
+        return;
     memset(t, 0, sizeof(*t));
     const size_t NC = (size_t)B * T * C, rows = (size_t)B * NH * T;
     const int hs = C / NH;
@@ -268,8 +290,7 @@ extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, in
     for (int k = 0; k < ATTN_BWD_KINDS; k++)
         nb += run_b[k] = admit(&t->bwd[k], eligible_bwd(k, hs, allow_ds), bwd_verified[k], unv);
     if (NC == 0 || (nf <= 1 && nb <= 1)) { /* nothing to choose from: the defaults, none run */
-        cache[cached % TUNE_CACHE].key = key;
-        cache[cached++ % TUNE_CACHE].t = *t;
+        attn_memo.put(key, *t);
         return;
     }
     uint16_t *qkv, *dout, *out[2], *dqkv[2];
@@ -329,25 +350,18 @@ extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, in
         e->timed = 1, e->agrees = e->err <= 1.0f, e->ms = INFINITY;
     }
     for (int rep = 0; rep < TUNE_REPS; rep++) {
-        for (int k = 0; k < ATTN_FWD_KINDS; k++) {
-            if (!t->fwd[k].timed)
-                continue;
-            CUDA_CHECK(cudaEventRecord(ev[0], stream));
-            attention_forward_fused_bf16_kind(k, out[1], lse[1], qkv, len, B, T, C, NH, stream);
-            CUDA_CHECK(cudaEventRecord(ev[1], stream));
-            CUDA_CHECK(cudaEventSynchronize(ev[1]));
-            t->fwd[k].ms = fminf(t->fwd[k].ms, elapsed(ev[0], ev[1]));
-        }
-        for (int k = 0; k < ATTN_BWD_KINDS; k++) {
-            if (!t->bwd[k].timed)
-                continue;
-            CUDA_CHECK(cudaEventRecord(ev[0], stream));
-            attention_backward_fused_bf16_kind(k, dqkv[1], dbias[1], dout, qkv, out[0], lse[0],
-                                               len, B, T, C, NH, stream);
-            CUDA_CHECK(cudaEventRecord(ev[1], stream));
-            CUDA_CHECK(cudaEventSynchronize(ev[1]));
-            t->bwd[k].ms = fminf(t->bwd[k].ms, elapsed(ev[0], ev[1]));
-        }
+        for (int k = 0; k < ATTN_FWD_KINDS; k++)
+            if (t->fwd[k].timed)
+                time_into(&t->fwd[k], ev, stream, [&] {
+                    attention_forward_fused_bf16_kind(k, out[1], lse[1], qkv, len, B, T, C, NH,
+                                                      stream);
+                });
+        for (int k = 0; k < ATTN_BWD_KINDS; k++)
+            if (t->bwd[k].timed)
+                time_into(&t->bwd[k], ev, stream, [&] {
+                    attention_backward_fused_bf16_kind(k, dqkv[1], dbias[1], dout, qkv, out[0],
+                                                       lse[0], len, B, T, C, NH, stream);
+                });
     }
     t->fwd_pick = pick(t->fwd, ATTN_FWD_KINDS);
     t->bwd_pick = pick(t->bwd, ATTN_BWD_KINDS);
@@ -364,9 +378,7 @@ extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, in
     }
     CUDA_CHECK(cudaFree(dout));
     CUDA_CHECK(cudaFree(qkv));
-    cache[cached % TUNE_CACHE].key = key;
-    cache[cached % TUNE_CACHE].t = *t;
-    cached++;
+    attn_memo.put(key, *t);
 }
 
 /* "forward mma.sync 0.144 ms, ... wgmma 0.101 ms (differs: 35x tolerance); backward ...: taking
@@ -430,11 +442,7 @@ static const char *dgelu_name(int kind)
 struct dgelu_key {
     int N, F, C, unverified;
 };
-static struct {
-    struct dgelu_key key;
-    struct tune_dgelu_result t;
-} dcache[TUNE_CACHE];
-static int dcached;
+static tune_memo<dgelu_key, tune_dgelu_result> dgelu_memo;
 
 /* kind 0: matmul_backward_mixed_set_bf16 then gelu_backward_bf16; 1: the epilogue (-1: none) */
 static int dgelu_run(int kind, uint16_t *dpre16, float *dpre_bias, float *dweight,
@@ -456,19 +464,14 @@ extern "C" void tune_dgelu(struct tune_dgelu_result *t, int N, int F, int C,
 {
     const int unv = unverified_ok();
     const struct dgelu_key key = {N, F, C, unv};
-    for (int i = 0; i < dcached && i < TUNE_CACHE; i++)
-        if (!memcmp(&dcache[i].key, &key, sizeof(key))) {
-            *t = dcache[i].t;
-            t->cached = 1;
-            return;
-        }
+    if (dgelu_memo.find(key, t))
+        return;
     memset(t, 0, sizeof(*t));
     const size_t NF = (size_t)N * F, NC = (size_t)N * C;
     admit(&t->k[0], true, dgelu_verified[0], unv);
     /* (whether cuBLASLt has the epilogue shows only by running it) */
     if (!admit(&t->k[1], true, dgelu_verified[1], unv) || NF == 0 || NC == 0) {
-        dcache[dcached % TUNE_CACHE].key = key;
-        dcache[dcached++ % TUNE_CACHE].t = *t;
+        dgelu_memo.put(key, *t);
         return;
     }
     uint16_t *dout16, *inp, *pre, *w, *tmp16, *dpre[2];
@@ -505,16 +508,12 @@ extern "C" void tune_dgelu(struct tune_dgelu_result *t, int N, int F, int C,
         e->timed = 1, e->agrees = e->err <= 1.0f, e->ms = INFINITY;
     }
     for (int rep = 0; rep < TUNE_REPS; rep++)
-        for (int k = 0; k < 2; k++) {
-            if (!t->k[k].timed)
-                continue;
-            CUDA_CHECK(cudaEventRecord(ev[0], stream));
-            dgelu_run(k, dpre[1], dbias[1], dweight, dout, dout16, inp, pre, w, tmp16, N, F, C,
-                      stream);
-            CUDA_CHECK(cudaEventRecord(ev[1], stream));
-            CUDA_CHECK(cudaEventSynchronize(ev[1]));
-            t->k[k].ms = fminf(t->k[k].ms, elapsed(ev[0], ev[1]));
-        }
+        for (int k = 0; k < 2; k++)
+            if (t->k[k].timed)
+                time_into(&t->k[k], ev, stream, [&] {
+                    dgelu_run(k, dpre[1], dbias[1], dweight, dout, dout16, inp, pre, w, tmp16, N,
+                              F, C, stream);
+                });
     t->pick = pick(t->k, 2);
     CUDA_CHECK(cudaEventDestroy(ev[0]));
     CUDA_CHECK(cudaEventDestroy(ev[1]));
@@ -524,9 +523,7 @@ extern "C" void tune_dgelu(struct tune_dgelu_result *t, int N, int F, int C,
     float *b32[] = {dout, dweight, dbias[0], dbias[1]};
     for (size_t i = 0; i < sizeof(b32) / sizeof(b32[0]); i++)
         CUDA_CHECK(cudaFree(b32[i]));
-    dcache[dcached % TUNE_CACHE].key = key;
-    dcache[dcached % TUNE_CACHE].t = *t;
-    dcached++;
+    dgelu_memo.put(key, *t);
 }
 
 extern "C" void tune_dgelu_describe(const struct tune_dgelu_result *t, char *buf, size_t n)
