@@ -40,6 +40,7 @@ struct opts {
     int dgelu;  /* --dgelu-epilogue */
     int attn_ds; /* --attention-ds */
     int attn_wg; /* --attention-wgmma */
+    int attn_cudnn; /* --attention-cudnn */
     int tune;    /* --tune */
     const char *name;
 };
@@ -87,7 +88,7 @@ static void usage(const char *argv0)
     printf("usage: %s [--preset gpt2|example] [--batch B] [--seq T] [--hidden C] [--layers L]\n"
            "          [--heads NH] [--vocab V] [--classes K] [--steps S] [--warmup W] [--varlen]\n"
            "          [--bf16] [--attention unfused|fused] [--graphs] [--dgelu-epilogue]\n"
-           "          [--attention-ds] [--attention-wgmma] [--tune]\n"
+           "          [--attention-ds] [--attention-wgmma] [--attention-cudnn] [--tune]\n"
            "          [--check-cpu] [--profile]\n"
            "  gpt2:    B=8 T=1024 C=768 L=12 NH=12 V=50257 K=2 (GPT-2 124M-sized encoder)\n"
            "  example: B=32 T=256 C=128 L=2 NH=4 V=20000 K=2 (bench/cpu_train's default model;\n"
@@ -104,9 +105,11 @@ static void usage(const char *argv0)
            "           and takes dQ from it (one product a tile) instead of recomputing it\n"
            "  --attention-wgmma: with --bf16 --attention fused, the attention forward on Hopper's\n"
            "           wgmma (head size 64, the sm_90a build on an H100/H200; else mma.sync)\n"
+           "  --attention-cudnn: with --bf16 --attention fused, cuDNN's fused attention\n"
+           "           (libcudnn.so.9 or $GANTRY_CUDNN_LIB opened at run time; else ours)\n"
            "  --tune: with --bf16, kernels picked by timing every form whose results agree\n"
            "           with the default kernels' here: the fused attention's variants, the GELU\n"
-           "           backward's pass or epilogue (MODEL_GPU_TUNE, training.autotune; the three\n"
+           "           backward's pass or epilogue (MODEL_GPU_TUNE, training.autotune; the four\n"
            "           flags above are then ignored), including those not yet run on a GPU,\n"
            "           which training leaves out (GANTRY_AUTOTUNE_UNVERIFIED=0: left out here too)\n"
            "  --profile: after the timed steps, 3 more eager steps with an event behind every op,\n"
@@ -117,10 +120,10 @@ static void usage(const char *argv0)
 static void preset(struct opts *o, const char *name)
 {
     if (strcmp(name, "gpt2") == 0)
-        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                            "gpt2"};
     else if (strcmp(name, "example") == 0)
-        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                            "example"};
     else {
         fprintf(stderr, "gpu_bench: unknown preset '%s' (gpt2 or example)\n", name);
@@ -137,6 +140,7 @@ static void parse(struct opts *o, int argc, char **argv)
         {"attention", 1, 0, 'a'}, {"check-cpu", 0, 0, 'c'}, {"graphs", 0, 0, 'g'},
         {"profile", 0, 0, 'P'},   {"dgelu-epilogue", 0, 0, 'd'}, {"help", 0, 0, 'h'},
         {"attention-ds", 0, 0, 'S'}, {"attention-wgmma", 0, 0, 'G'}, {"tune", 0, 0, 'u'},
+        {"attention-cudnn", 0, 0, 'N'},
         {0, 0, 0, 0}};
     int ch;
     preset(o, "example");
@@ -145,11 +149,11 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'p': {
             int bf16 = o->bf16, check = o->check_cpu, varlen = o->varlen, fused = o->fused;
             int graphs = o->graphs, profile = o->profile, dgelu = o->dgelu, ds = o->attn_ds;
-            int wg = o->attn_wg, tune = o->tune;
+            int wg = o->attn_wg, tune = o->tune, cudnn = o->attn_cudnn;
             preset(o, optarg);
             o->bf16 = bf16, o->check_cpu = check, o->varlen = varlen, o->fused = fused;
             o->graphs = graphs, o->profile = profile, o->dgelu = dgelu, o->attn_ds = ds;
-            o->attn_wg = wg, o->tune = tune;
+            o->attn_wg = wg, o->tune = tune, o->attn_cudnn = cudnn;
             break;
         }
         case 'B': o->B = atoi(optarg); break;
@@ -176,6 +180,7 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'd': o->dgelu = 1; break;
         case 'S': o->attn_ds = 1; break;
         case 'G': o->attn_wg = 1; break;
+        case 'N': o->attn_cudnn = 1; break;
         case 'u':
             o->tune = 1;
             setenv("GANTRY_AUTOTUNE_UNVERIFIED", "1", 0); /* (unless set: =0 as in training) */
@@ -347,6 +352,7 @@ int main(int argc, char **argv)
                                          (o.dgelu ? MODEL_GPU_DGELU_EPILOGUE : 0) |
                                          (o.attn_ds ? MODEL_GPU_ATTENTION_DS : 0) |
                                          (o.attn_wg ? MODEL_GPU_ATTENTION_WGMMA : 0) |
+                                         (o.attn_cudnn ? MODEL_GPU_ATTENTION_CUDNN : 0) |
                                          (o.tune ? MODEL_GPU_TUNE : 0),
                             err, sizeof(err)))) {
         fprintf(stderr, "gpu_bench: %s\n", err);
@@ -384,7 +390,8 @@ int main(int argc, char **argv)
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
                "\"attention\":\"%s\",\"graphs\":%s,\"dgelu_epilogue\":%s,\"attention_ds\":%s,"
-               "\"attention_wgmma\":%s,\"tune\":%s,\"attention_kernels\":\"%s / %s\","
+               "\"attention_wgmma\":%s,\"attention_cudnn\":%s,\"tune\":%s,"
+               "\"attention_kernels\":\"%s / %s\","
                "\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,\"steps\":%d,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
                "\"tflops\":%.2f,\"mfu\":%.4f}\n",
@@ -393,6 +400,7 @@ int main(int argc, char **argv)
                kb == ATTN_BWD_DS || kb == ATTN_BWD_WGMMA_DS ? "true" : "false",
                kf == ATTN_FWD_WGMMA || kb == ATTN_BWD_WGMMA || kb == ATTN_BWD_WGMMA_DS ? "true"
                                                                                   : "false",
+               kf == ATTN_FWD_CUDNN || kb == ATTN_BWD_CUDNN ? "true" : "false",
                o.tune ? "true" : "false", o.bf16 && o.fused ? attention_fwd_kind_name(kf) : "-",
                o.bf16 && o.fused ? attention_bwd_kind_name(kb) : "-", o.B, o.T, o.C, o.L,
                o.NH, o.steps,

@@ -321,11 +321,40 @@ int main(int argc, char **argv)
         printf("kernel: attn fused fwd, wgmma: not here (head size %d; wgmma in this device "
                "code: %s)\n", C / NH, attention_fused_wgmma_available() ? "yes" : "no");
     }
+    /* cuDNN's (attention_cudnn.cpp, where cuDNN can be opened), with the padding fix-ups the
+     * training step runs after it; its backward below */
+    char why[256];
+    const int cudnn = attention_cudnn_load(why, sizeof(why)) &&
+                      !attention_forward_cudnn_bf16(o16, lse, qkv16, len, B, T, C, NH, 0, why,
+                                                    sizeof(why));
+    if (cudnn) {
+        ms = time_ms(&tm, [&] {
+            attention_forward_fused_bf16_kind(ATTN_FWD_CUDNN, o16, lse, qkv16, len, B, T, C, NH,
+                                              0);
+        });
+        flop_line("attn fused fwd, cuDNN", shape, fwd, ms);
+        printf("kernel: attention fwd cuDNN / default: %.3f (below 1: cuDNN pays)\n",
+               ms / fwd_ms);
+    } else {
+        printf("kernel: attn fused fwd, cuDNN: not here (%s)\n", why);
+    }
     ms = time_ms(&tm, [&] {
         attention_backward_fused_bf16(dqkv16, dbq, do16, qkv16, o16, lse, len, B, T, C, NH, 0);
     });
     flop_line("attention fused bwd", shape, 2.5 * fwd, ms);
     const double recompute_ms = ms;
+    if (cudnn && !attention_backward_cudnn_bf16(dqkv16, do16, qkv16, o16, lse, len, B, T, C, NH,
+                                                0, why, sizeof(why))) {
+        ms = time_ms(&tm, [&] {
+            attention_backward_fused_bf16_kind(ATTN_BWD_CUDNN, dqkv16, dbq, do16, qkv16, o16, lse,
+                                               len, B, T, C, NH, 0);
+        });
+        flop_line("attn fused bwd, cuDNN", shape, 2.5 * fwd, ms);
+        printf("kernel: attention bwd cuDNN / default: %.3f (below 1: cuDNN pays)\n",
+               ms / recompute_ms);
+    } else if (cudnn) {
+        printf("kernel: attn fused bwd, cuDNN: not here (%s)\n", why);
+    }
     ms = time_ms(&tm, [&] {
         attention_backward_fused_bf16_ds(dqkv16, dbq, do16, qkv16, o16, lse, len, B, T, C, NH, 0);
     });

@@ -4,7 +4,8 @@
 #   OFF:  never look.
 # Search order for the toolkit: -DGANTRY_CUDA_ROOT, $GANTRY_CUDA_ROOT, the pinned wheels unpacked by
 # `hack/install-deps.sh --cuda` under $GANTRY_CACHE (default ~/.cache/gantry), /usr/local/cuda, PATH.
-# Sets GANTRY_HAVE_CUDA, GANTRY_HAVE_NCCL and the imported targets gantry::nccl, gantry::cublaslt.
+# Sets GANTRY_HAVE_CUDA, GANTRY_HAVE_NCCL and the imported targets gantry::nccl, gantry::cublaslt;
+# GANTRY_HAVE_CUDNN_FE and GANTRY_CUDNN_FE_INCLUDES where the cuDNN frontend's headers are found.
 
 set(GANTRY_CUDA AUTO CACHE STRING "Build the CUDA kernels and the NCCL backend: AUTO, ON or OFF")
 set_property(CACHE GANTRY_CUDA PROPERTY STRINGS AUTO ON OFF)
@@ -66,6 +67,28 @@ if(NOT GANTRY_CUDA STREQUAL "OFF")
         # Binaries find the wheel's libraries without LD_LIBRARY_PATH; a real GPU node's driver
         # (libcuda.so) still comes from the system.
         list(APPEND CMAKE_BUILD_RPATH "${_nccl_libdir}" "${_cuda_libdir}")
+        # cuDNN's fused attention (kernels/attention_cudnn.cpp): the frontend's headers and
+        # cudnn.h / nvrtc.h for its types, unpacked by `hack/install-deps.sh --cuda`, or
+        # elsewhere (-DGANTRY_CUDNN_INCLUDE=dir;dir). cuDNN itself is opened at run time.
+        set(GANTRY_CUDNN_INCLUDE "" CACHE STRING "Folders holding cudnn_frontend.h, cudnn.h, nvrtc.h")
+        set(_cudnn_cache
+            "${_cache}/cudnn-${GANTRY_PIN_CUDNN_VERSION}-fe-${GANTRY_PIN_CUDNN_FRONTEND_VERSION}/include")
+        set(_cudnn_hints ${GANTRY_CUDNN_INCLUDE} "${_cudnn_cache}" "${_cuda_root}/include"
+            /usr/include /usr/include/x86_64-linux-gnu)
+        set(GANTRY_CUDNN_FE_INCLUDES)
+        set(GANTRY_HAVE_CUDNN_FE ON)
+        foreach(_h cudnn_frontend.h cudnn.h nvrtc.h)
+            find_path(_cudnn_dir ${_h} HINTS ${_cudnn_hints} NO_CACHE NO_DEFAULT_PATH)
+            if(_cudnn_dir)
+                list(APPEND GANTRY_CUDNN_FE_INCLUDES "${_cudnn_dir}")
+            else()
+                set(GANTRY_HAVE_CUDNN_FE OFF)
+                message(STATUS "  ${_h} not found: cuDNN's attention left out of the autotune "
+                               "(hack/install-deps.sh --cuda fetches the headers)")
+            endif()
+            unset(_cudnn_dir)
+        endforeach()
+        list(REMOVE_DUPLICATES GANTRY_CUDNN_FE_INCLUDES)
     elseif(GANTRY_CUDA STREQUAL "ON")
         message(FATAL_ERROR "GANTRY_CUDA=ON but the CUDA toolkit, cuBLASLt or NCCL was not found "
             "(nvcc: '${GANTRY_NVCC}', nccl.h: '${GANTRY_NCCL_INCLUDE}', libnccl: '${GANTRY_NCCL_LIB}', "

@@ -35,6 +35,9 @@ quick=0
 case "${1:-}" in
 --prepare)
     set -e
+    # shellcheck source=hack/versions.env
+    . "$here/hack/versions.env"
+    "$here/hack/install-deps.sh" --cuda
     mkdir -p "$debs"
     (cd "$debs" && apt-get download libopenblas0-pthread libopenblas-pthread-dev libgfortran5 \
         libquadmath0)
@@ -61,6 +64,10 @@ case "${1:-}" in
         while read -r l; do cp -L "$l" "$bin/lib/"; done
     strip --strip-debug "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" \
         "$bin/train_gpu_device_test" "$bin/gantry-predict"
+    # the cuDNN frontend's headers (with cudnn.h and nvrtc.h) for the build there
+    # (kernels/attention_cudnn.cpp); cuDNN itself is that machine's PyTorch's
+    cp -r "$(dirname "$("$here/hack/install-deps.sh" --print-cuda-root)")/cudnn-$CUDNN_VERSION-fe-$CUDNN_FRONTEND_VERSION/include" \
+        "$bin/cudnn-include"
     du -sh "$bin" "$bin"/* "$bin/lib"
     data=$("$here/hack/spam-data.sh" | awk '/^\//{print; exit}')
     [ -f "$data/train.jsonl" ] || data=${GANTRY_CACHE:-$HOME/.cache/gantry}/data/spam-0.2.3-seed42
@@ -160,6 +167,23 @@ if first "$debs"/*.deb >/dev/null; then
     export LD_LIBRARY_PATH="$blas_root/usr/lib/x86_64-linux-gnu/openblas-pthread:$blas_root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
 export LD_LIBRARY_PATH="$shim/lib:${ncclpkg:+$ncclpkg/lib:}${LD_LIBRARY_PATH:-}"
+# cuDNN (opened at run time by kernels/attention_cudnn.cpp) and the NVRTC its fused attention
+# compiles with: PyTorch's packages, else the system's
+cudnn_so=$(first "$pyroot"/nvidia/cudnn/lib/libcudnn.so.9 /usr/lib/x86_64-linux-gnu/libcudnn.so.9 \
+    "$cuda_root"/lib64/libcudnn.so.9 || true)
+nvrtc_so=$(first "$cuda_root"/lib64/libnvrtc.so.13 "$cuda_root"/targets/*/lib/libnvrtc.so.13 \
+    "$pyroot"/nvidia/*/lib/libnvrtc.so.13 || true)
+# (the cuDNN frontend opens a CUDA runtime of its own by name: the toolkit's, by path)
+cudart_so=$(first "$cuda_root"/lib64/libcudart.so.13 "$cuda_root"/targets/*/lib/libcudart.so.13 \
+    "$pyroot"/nvidia/*/lib/libcudart.so.13 || true)
+[ -n "$cudart_so" ] && export CUDNN_FRONTEND_CUDART_LIB_NAME="$cudart_so"
+if [ -n "$cudnn_so" ]; then
+    export GANTRY_CUDNN_LIB="$cudnn_so"
+    export LD_LIBRARY_PATH="$(dirname "$cudnn_so")${nvrtc_so:+:$(dirname "$nvrtc_so")}:$LD_LIBRARY_PATH"
+fi
+echo "cuDNN: ${cudnn_so:-none found}; NVRTC: ${nvrtc_so:-none found}; cudart for the cuDNN frontend: ${cudart_so:-none found}" >>"$out/env.txt"
+cudnn_inc=""
+[ -d "$here/.carry/gpu-bin/cudnn-include" ] && cudnn_inc="$here/.carry/gpu-bin/cudnn-include"
 
 # ---- build ----
 build=/tmp/gantry-build-gpu
@@ -168,6 +192,7 @@ keep=(-k 0); [ ${#gen[@]} -eq 0 ] && keep=(-k) # keep going: one broken file mus
 if ! cmake -S "$here/bench/gpu_check" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DGANTRY_CUDA_ROOT="$cuda_root" -DGANTRY_OPENBLAS_ROOT="$blas_root" \
         -DCMAKE_LIBRARY_PATH="$shim/lib" -DCMAKE_CUDA_ARCHITECTURES=90 \
+        ${cudnn_inc:+-DGANTRY_CUDNN_INCLUDE="$cudnn_inc"} \
         ${extra_inc:+-DCMAKE_CUDA_FLAGS="$extra_inc"} >"$out/build.log" 2>&1; then
     say "FAILED: configure (build.log)"; tail -30 "$out/build.log"; exit 1
 fi
@@ -209,6 +234,9 @@ check_cpu() {
         --attention fused --attention-wgmma --heads 2 || rc=1
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
         --attention fused --attention-wgmma --attention-ds --heads 2 || rc=1
+    # cuDNN's attention (where this machine has cuDNN; else ours, and a note that says so)
+    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
+        --attention fused --attention-cudnn --heads 2 || rc=1
     # the kernels training.attention: auto picks here (every variant checked and timed first)
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
         --attention fused --tune --heads 2 || rc=1
@@ -409,6 +437,7 @@ tp() { # tp LIMIT ARGS: bench/gpu_torch.py
 }
 for v in "" "--attention fused" "--graphs" "--attention fused --graphs" \
     "--attention fused --graphs --tune" "--attention fused --graphs --tune --dgelu-epilogue" \
+    "--attention fused --graphs --attention-cudnn" \
     "--attention fused --graphs --dgelu-epilogue" "--attention fused --graphs --attention-ds" \
     "--attention fused --graphs --attention-ds --dgelu-epilogue" \
     "--attention fused --graphs --attention-wgmma" \
@@ -427,6 +456,7 @@ gb --preset gpt2 --bf16 --attention fused --graphs --batch 32 --attention-ds --d
 gb --preset gpt2 --bf16 --attention fused --graphs --batch 32 --attention-ds --dgelu-epilogue \
     --attention-wgmma
 gb --preset gpt2 --bf16 --attention fused --graphs --batch 32 --tune --dgelu-epilogue
+gb --preset gpt2 --bf16 --attention fused --graphs --batch 32 --attention-cudnn
 tp 150 --preset gpt2 --batch 32 --variants compile-bf16
 # the non-GEMM kernels one at a time at the GPT-2 shape: GB/s beside a device-to-device copy, and
 # the attention's TFLOP/s fused and unfused (the table also into summary.txt)
@@ -491,6 +521,7 @@ for r in rows:
     impl += "-dgelu" if r.get("dgelu_epilogue") else ""
     impl += "-tuned" if r.get("tune") else ""
     impl += "-wg" if r.get("attention_wgmma") else ""
+    impl += "-cudnn" if r.get("attention_cudnn") else ""
     print(f"{r['preset']:8} {impl:38} {prec:5} {r['batch']:3} {r['ms_per_step']:9.2f} "
           f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")
     r["label"] = impl
@@ -521,7 +552,7 @@ verify() { # verify WHAT FLAG FILE:REGEX...
         hits=$(grep -hE "${spec#*:}" "$out/${spec%%:*}" 2>/dev/null || true)
         if [ -z "$hits" ]; then ok=0; continue; fi
         n=$((n + $(wc -l <<<"$hits")))
-        ! grep -qE 'FAILED|MISMATCH|REFUSED' <<<"$hits" || ok=0
+        ! grep -qE 'FAILED|MISMATCH|REFUSED|did not run' <<<"$hits" || ok=0
     done
     grep -qE '^model_gpu: autotune.*REFUSED' "$summary" && ok=0
     if [ "$ok" = 1 ]; then
@@ -544,4 +575,9 @@ verify "wgmma stored-dS^T backward" "bwd_verified[ATTN_BWD_WGMMA_DS]" 'ctest.log
     'ctest.log:bwd_wgmma_ds ' 'check.log:^check-cpu .*/ wgmma dS\^T' "$san"
 verify "DGELU epilogue" "dgelu_verified[1]" 'ctest.log:dgelu_bf16 dpre' \
     'check.log:^check-cpu .*DGELU epilogue'
+# cuDNN's: it ran (not ours in its place) and agreed in the GPU test, and trained like the CPU
+cudnn_ev=('ctest.log:^[0-9]+: cudnn runs ' 'ctest.log:^[0-9]+: cudnn agrees '
+    "check.log:^check-cpu .*cuDNN / cuDNN|cuDNN's attention .*did not run" "$san")
+verify "cuDNN forward" "fwd_verified[ATTN_FWD_CUDNN]" "${cudnn_ev[@]}"
+verify "cuDNN backward" "bwd_verified[ATTN_BWD_CUDNN]" "${cudnn_ev[@]}"
 exit $status

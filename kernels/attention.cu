@@ -1779,3 +1779,93 @@ extern "C" void attention_backward_fused_bf16_wgmma(uint16_t *dqkv16, float *dbi
     backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH, stored_ds != 0,
                         true, stream);
 }
+
+/* ---- cuDNN's attention (attention_cudnn.cpp): what ours writes in padding rows ---- */
+
+/* Row r = b T + t of out (C wide) and lse[b, h, t] for every head: zeros where t >= len[b] */
+static __global__ void cudnn_fixup_fwd_kernel(uint16_t *out, float *lse, const int *len, int T,
+                                              int C, int NH)
+{
+    const int r = blockIdx.x, b = r / T, t = r % T;
+    if (t < len[b])
+        return;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        out[(size_t)r * C + c] = 0;
+    for (int h = threadIdx.x; h < NH; h += blockDim.x)
+        lse[((size_t)b * NH + h) * T + t] = 0.0f;
+}
+
+static __global__ void cudnn_zero_rows_kernel(uint16_t *p, const int *len, int T, int width)
+{
+    const int r = blockIdx.x;
+    if (r % T < len[r / T])
+        return;
+    for (int c = threadIdx.x; c < width; c += blockDim.x)
+        p[(size_t)r * width + c] = 0;
+}
+
+/* colsum.cuh's source over dqkv16 (B T rows, OC = 3C wide): each element as is, except in padding
+ * rows (t >= len[b]), which are stored as zeros and summed as zeros */
+struct cudnn_dqkv_src {
+    static constexpr int NRAW = 1;
+    uint16_t *dqkv16;
+    const int *len;
+    int T, OC;
+    __device__ bool pad(size_t i) const
+    {
+        const size_t row = i / (size_t)OC;
+        return (int)(row % (size_t)T) >= len[row / (size_t)T];
+    }
+    template <int V> __device__ void fetch(size_t i, float *raw) const
+    {
+        if (pad(i)) {
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                raw[k] = 0.0f;
+        } else {
+            ld_vec<V>(raw, dqkv16 + i);
+        }
+    }
+    template <int V> __device__ void finish(size_t i, const float *raw, float *v) const
+    {
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            v[k] = raw[k];
+        if (pad(i))
+            st_vec<V>(dqkv16 + i, v);
+    }
+};
+
+extern "C" void attention_cudnn_fixup_fwd(uint16_t *out, float *lse, const int *len, int B, int T,
+                                          int C, int NH, struct CUstream_st *stream)
+{
+    if (B <= 0 || T <= 0)
+        return;
+    cudnn_fixup_fwd_kernel<<<(unsigned)(B * T), 128, 0, stream>>>(out, lse, len, T, C, NH);
+    GPU_LAUNCH_CHECK();
+}
+
+extern "C" void attention_cudnn_fixup_bwd(uint16_t *dqkv16, float *dbias, const int *len, int B,
+                                          int T, int C, struct CUstream_st *stream)
+{
+    const int N = B * T, OC = 3 * C;
+    if (N <= 0)
+        return;
+    if (!dbias) {
+        cudnn_zero_rows_kernel<<<(unsigned)N, 128, 0, stream>>>(dqkv16, len, T, OC);
+        GPU_LAUNCH_CHECK();
+        return;
+    }
+    const int nparts = CEIL_DIV(N, CS_ROWS);
+    float *part = (float *)gpu_scratch((size_t)nparts * OC * sizeof(float), stream);
+    const int V = OC % 4 == 0 && vec4_ok(dqkv16) ? 4 : 1;
+    typedef void kernel_t(float *, cudnn_dqkv_src, int, int);
+    kernel_t *k =
+        V == 4 ? colsum_part_kernel<cudnn_dqkv_src, 4> : colsum_part_kernel<cudnn_dqkv_src, 1>;
+    k<<<dim3(CEIL_DIV(OC, 32 * V), nparts), dim3(32, 8), 0, stream>>>(
+        part, cudnn_dqkv_src{dqkv16, len, T, OC}, N, OC);
+    GPU_LAUNCH_CHECK();
+    colsum_finish_kernel<<<CEIL_DIV(OC, 256), 256, 0, stream>>>(dbias, part, nparts, OC);
+    GPU_LAUNCH_CHECK();
+    gpu_scratch_free(part, stream);
+}

@@ -463,6 +463,118 @@ static void check_tune(int B, int T, int C, int NH, int allow_ds)
                 "not the first call's results");
 }
 
+/* attention_cudnn_fixup_*: padding rows (t >= len[b]) of out and entries of lse zeroed, the rest
+ * untouched; padding rows of dqkv16 zeroed and, with dbias, its column sums over the other rows
+ * added to dbias (checked against double sums of the host copy); without dbias the same rows. */
+static void check_cudnn_fixups(void)
+{
+    const int B = 3, T = 40, C = 48, NH = 2, hlen[3] = {40, 17, 1};
+    const size_t NC = (size_t)B * T * C, rows = (size_t)B * NH * T;
+    uint64_t seed = 11;
+    float *x = gt_randv(3 * NC, &seed, -2.0f, 2.0f), *l = gt_randv(rows, &seed, 1.0f, 5.0f);
+    float *b0 = gt_randv(3 * C, &seed, -1.0f, 1.0f);
+    uint16_t *h = to_bf16(x, 3 * NC);
+    uint16_t *d_out = (uint16_t *)gt_up(h, NC, 2), *d_dq = (uint16_t *)gt_up(h, 3 * NC, 2);
+    uint16_t *d_dq2 = (uint16_t *)gt_up(h, 3 * NC, 2);
+    float *d_lse = GT_UPF(l, rows), *d_db = GT_UPF(b0, 3 * C);
+    int *d_len = GT_UPI(hlen, B);
+    attention_cudnn_fixup_fwd(d_out, d_lse, d_len, B, T, C, NH, 0);
+    attention_cudnn_fixup_bwd(d_dq, d_db, d_len, B, T, C, 0);
+    attention_cudnn_fixup_bwd(d_dq2, NULL, d_len, B, T, C, 0);
+    uint16_t *out = down16(d_out, NC), *dq = down16(d_dq, 3 * NC), *dq2 = down16(d_dq2, 3 * NC);
+    float *lse = gt_down(d_lse, rows), *db = gt_down(d_db, 3 * C);
+    bool rows_ok = true, lse_ok = true, db_ok = true;
+    double *sum = (double *)calloc(3 * C, sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const bool pad = t >= hlen[b];
+            const size_t r = (size_t)b * T + t;
+            for (int c = 0; c < C; c++)
+                rows_ok &= out[r * C + c] == (pad ? 0 : h[r * C + c]);
+            for (int c = 0; c < 3 * C; c++) {
+                const uint16_t want = pad ? 0 : h[r * 3 * C + c];
+                rows_ok &= dq[r * 3 * C + c] == want && dq2[r * 3 * C + c] == want;
+                if (!pad)
+                    sum[c] += bf16_to_f32(h[r * 3 * C + c]);
+            }
+            for (int hh = 0; hh < NH; hh++) {
+                const size_t i = ((size_t)b * NH + hh) * T + t;
+                lse_ok &= lse[i] == (pad ? 0.0f : l[i]);
+            }
+        }
+    for (int c = 0; c < 3 * C; c++)
+        db_ok &= fabs(db[c] - (b0[c] + sum[c])) <= 1e-4 * (1.0 + fabs(sum[c]));
+    tune_expect("cudnn fixup rows", rows_ok, "padding rows not zero, or other rows changed");
+    tune_expect("cudnn fixup lse", lse_ok, "padding entries not zero, or others changed");
+    tune_expect("cudnn fixup dbias", db_ok, "not dbias + the column sums of the valid rows");
+    cudaFree(d_out), cudaFree(d_dq), cudaFree(d_dq2), cudaFree(d_lse), cudaFree(d_db);
+    cudaFree(d_len);
+    free(x), free(l), free(b0), free(h), free(out), free(dq), free(dq2), free(lse), free(db);
+    free(sum);
+}
+
+/* cuDNN's attention (ATTN_FWD_CUDNN, ATTN_BWD_CUDNN) against ours on random inputs. Where cuDNN
+ * is loaded, it must run at this shape (a graph cuDNN refuses is this code's fault) and agree
+ * with ours within the autotune's tolerance (tune_mismatch_*); where it is not (the emulator, a
+ * machine without cuDNN), the kinds must run ours: the same bits. */
+static void check_cudnn(int B, int T, int C, int NH, const int *hlen)
+{
+    char why[256];
+    const int have = attention_cudnn_load(why, sizeof(why));
+    printf("cudnn B=%d T=%d C=%d NH=%d: %s%s\n", B, T, C, NH, have ? "loaded, " : "", why);
+    const size_t NC = (size_t)B * T * C, rows = (size_t)B * NH * T;
+    uint64_t seed = 12;
+    float *x = gt_randv(3 * NC, &seed, -2.0f, 2.0f), *g = gt_randv(NC, &seed, -1.0f, 1.0f);
+    uint16_t *hq = to_bf16(x, 3 * NC), *hg = to_bf16(g, NC);
+    uint16_t *qkv = (uint16_t *)gt_up(hq, 3 * NC, 2), *dout = (uint16_t *)gt_up(hg, NC, 2);
+    int *len = GT_UPI(hlen, B);
+    uint16_t *out[2], *dq[2];
+    float *lse[2], *db[2];
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMalloc((void **)&out[i], NC * 2));
+        CUDA_CHECK(cudaMalloc((void **)&dq[i], 3 * NC * 2));
+        CUDA_CHECK(cudaMalloc((void **)&lse[i], rows * sizeof(float)));
+        CUDA_CHECK(cudaMalloc((void **)&db[i], 3 * C * sizeof(float)));
+        CUDA_CHECK(cudaMemset(out[i], 0xff, NC * 2)); /* NaN: what nobody writes shows */
+        CUDA_CHECK(cudaMemset(dq[i], 0xff, 3 * NC * 2));
+        CUDA_CHECK(cudaMemset(lse[i], 0xff, rows * sizeof(float)));
+        CUDA_CHECK(cudaMemset(db[i], 0, 3 * C * sizeof(float)));
+    }
+    attention_forward_fused_bf16(out[0], lse[0], qkv, len, B, T, C, NH, 0);
+    attention_backward_fused_bf16(dq[0], db[0], dout, qkv, out[0], lse[0], len, B, T, C, NH, 0);
+    int ran = 1;
+    if (have) { /* directly first: a refusal must not hide behind the kinds' fallback */
+        char w[256];
+        ran = !attention_forward_cudnn_bf16(out[1], lse[1], qkv, len, B, T, C, NH, 0, w,
+                                            sizeof(w));
+        if (ran)
+            ran = !attention_backward_cudnn_bf16(dq[1], dout, qkv, out[0], lse[0], len, B, T, C,
+                                                 NH, 0, w, sizeof(w));
+        if (!ran)
+            printf("cudnn: %s\n", w);
+    }
+    tune_expect("cudnn runs", ran, "cuDNN is loaded but refused the attention");
+    attention_forward_fused_bf16_kind(ATTN_FWD_CUDNN, out[1], lse[1], qkv, len, B, T, C, NH, 0);
+    attention_backward_fused_bf16_kind(ATTN_BWD_CUDNN, dq[1], db[1], dout, qkv, out[0], lse[0],
+                                       len, B, T, C, NH, 0);
+    const float e_out = tune_mismatch_bf16(out[1], out[0], NC, 0),
+                e_lse = tune_mismatch_f32(lse[1], lse[0], rows, 0),
+                e_dq = tune_mismatch_bf16(dq[1], dq[0], 3 * NC, 0),
+                e_db = tune_mismatch_f32(db[1], db[0], 3 * C, 0);
+    printf("cudnn vs ours, in tolerances: out %g, lse %g, dqkv %g, dbias %g\n", e_out, e_lse,
+           e_dq, e_db);
+    if (have)
+        tune_expect("cudnn agrees", e_out <= 1 && e_lse <= 1 && e_dq <= 1 && e_db <= 1,
+                    "cuDNN's results differ from ours");
+    else
+        tune_expect("cudnn kinds run ours", e_out == 0 && e_lse == 0 && e_dq == 0 && e_db == 0,
+                    "without cuDNN the kinds did not run our kernels");
+    for (int i = 0; i < 2; i++)
+        cudaFree(out[i]), cudaFree(dq[i]), cudaFree(lse[i]), cudaFree(db[i]);
+    cudaFree(qkv), cudaFree(dout), cudaFree(len);
+    free(x), free(g), free(hq), free(hg);
+}
+
 int main(void)
 {
     gt_require_device("attention_gpu_test");
@@ -485,5 +597,10 @@ int main(void)
     check_tune(2, 130, 128, 2, 1); /* head size 64: wgmma where it can run */
     check_tune(2, 130, 128, 2, 0); /* without the stored dS^T */
     check_tune(3, 40, 96, 3, 1);   /* head size 32: mma.sync only */
+    check_cudnn_fixups();
+    const int len8[3] = {130, 64, 1};
+    check_cudnn(3, 130, 128, 2, len8); /* head size 64 */
+    const int len9[2] = {40, 23};
+    check_cudnn(2, 40, 96, 3, len9); /* head size 32 */
     return gt_summary("attention_gpu_test");
 }

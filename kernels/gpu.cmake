@@ -14,6 +14,19 @@ foreach(op gpu_runtime embed layernorm matmul attention tune pool crossentropy a
     endif()
 endforeach()
 target_link_libraries(gantry_kernels_cuda PUBLIC gantry::cublas gantry::cublaslt)
+# cuDNN's fused attention, one more autotune variant (attention_cudnn.cpp): host C++ on the cuDNN
+# frontend's headers, cuDNN itself opened at run time (nothing links against it). Without the
+# headers the file builds as "not in this build".
+target_sources(gantry_kernels_cuda PRIVATE ${_gpu_dir}/attention_cudnn.cpp)
+target_include_directories(gantry_kernels_cuda PRIVATE
+    "$<$<COMPILE_LANGUAGE:CXX>:${CMAKE_CUDA_TOOLKIT_INCLUDE_DIRECTORIES}>")
+if(GANTRY_HAVE_CUDNN_FE)
+    target_compile_definitions(gantry_kernels_cuda PRIVATE
+        "$<$<COMPILE_LANGUAGE:CXX>:GANTRY_WITH_CUDNN;NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING;CUDNN_FRONTEND_SKIP_JSON_LIB>")
+    target_include_directories(gantry_kernels_cuda SYSTEM PRIVATE
+        "$<$<COMPILE_LANGUAGE:CXX>:${GANTRY_CUDNN_FE_INCLUDES}>")
+    target_link_libraries(gantry_kernels_cuda PUBLIC ${CMAKE_DL_LIBS})
+endif()
 # Built for sm_90 (the default, 90): its SASS as sm_90a instead, which every H100/H200 runs and
 # which has wgmma (kernels/tensorcore.h; attention_forward_fused_bf16_wgmma), beside the same
 # compute_90 PTX for newer GPUs, where the wgmma code is left out and its callers take the

@@ -182,11 +182,42 @@ void attention_backward_fused_bf16_ds(uint16_t *dqkv16, float *dbias, const uint
                                       struct CUstream_st *stream);
 size_t attention_backward_ds_bytes(int B, int T, int NH);
 
+/* cuDNN's fused attention (attention_cudnn.cpp: its SDPA graph through the cuDNN frontend, cuDNN
+ * loaded at run time from $GANTRY_CUDNN_LIB or libcudnn.so.9; deterministic backward). The same
+ * tensors as the bf16 fused kernels above, except that what lands in padding rows is cuDNN's:
+ * the _kind dispatch below follows each call with attention_cudnn_fixup_*. Each returns 0 when
+ * it ran, else 1 with why (n bytes) saying what is missing (no cuDNN, no plan for the shape,
+ * a shape first seen during CUDA graph capture) and nothing written. attention_cudnn_load: 1
+ * when cuDNN is loaded (why: its version), else 0 (why: what to do). */
+int attention_cudnn_load(char *why, size_t n);
+int attention_forward_cudnn_bf16(uint16_t *out, float *lse, const uint16_t *qkv, const int *len,
+                                 int B, int T, int C, int NH, struct CUstream_st *stream,
+                                 char *why, size_t n);
+int attention_backward_cudnn_bf16(uint16_t *dqkv16, const uint16_t *dout, const uint16_t *qkv,
+                                  const uint16_t *out, const float *lse, const int *len, int B,
+                                  int T, int C, int NH, struct CUstream_st *stream, char *why,
+                                  size_t n);
+/* What the default kernels write where t >= len[b]: zeros in out's rows and lse's entries; zeros
+ * in dqkv16's rows, and, with dbias (3C), dqkv16's column sums added to it (the qkv bias
+ * gradient, deterministic; of the bf16 values, where ours sums the fp32 ones). */
+void attention_cudnn_fixup_fwd(uint16_t *out, float *lse, const int *len, int B, int T, int C,
+                               int NH, struct CUstream_st *stream);
+void attention_cudnn_fixup_bwd(uint16_t *dqkv16, float *dbias, const int *len, int B, int T,
+                               int C, struct CUstream_st *stream);
+
 /* The bf16 fused attention's variants above, by kind: the forward's (attention_forward_fused_bf16,
- * _qhoist, _wgmma) and the backward's (attention_backward_fused_bf16, _ds, _wgmma without and with
- * the stored dS^T). Kind 0 is the default each time. */
-enum { ATTN_FWD_DEFAULT, ATTN_FWD_QHOIST, ATTN_FWD_WGMMA, ATTN_FWD_KINDS };
-enum { ATTN_BWD_DEFAULT, ATTN_BWD_DS, ATTN_BWD_WGMMA, ATTN_BWD_WGMMA_DS, ATTN_BWD_KINDS };
+ * _qhoist, _wgmma, cuDNN's) and the backward's (attention_backward_fused_bf16, _ds, _wgmma without
+ * and with the stored dS^T, cuDNN's). Kind 0 is the default each time. A cuDNN kind that cannot
+ * run a call (see above) runs the default kernel for it instead and says so on stderr, once. */
+enum { ATTN_FWD_DEFAULT, ATTN_FWD_QHOIST, ATTN_FWD_WGMMA, ATTN_FWD_CUDNN, ATTN_FWD_KINDS };
+enum {
+    ATTN_BWD_DEFAULT,
+    ATTN_BWD_DS,
+    ATTN_BWD_WGMMA,
+    ATTN_BWD_WGMMA_DS,
+    ATTN_BWD_CUDNN,
+    ATTN_BWD_KINDS
+};
 const char *attention_fwd_kind_name(int kind);
 const char *attention_bwd_kind_name(int kind);
 void attention_forward_fused_bf16_kind(int kind, uint16_t *out, float *lse, const uint16_t *qkv,
@@ -220,6 +251,7 @@ struct tune_attention_result {
     struct tune_entry fwd[ATTN_FWD_KINDS], bwd[ATTN_BWD_KINDS];
     int fwd_pick, bwd_pick; /* the kinds picked */
     int cached;
+    char cudnn[160]; /* why cuDNN's kinds were not timed, when they were not; else its version */
 };
 void tune_attention(struct tune_attention_result *t, int B, int T, int C, int NH, int allow_ds,
                     struct CUstream_st *stream);

@@ -22,9 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const fwd_names[ATTN_FWD_KINDS] = {"mma.sync", "mma.sync q-hoist", "wgmma"};
+static const char *const fwd_names[ATTN_FWD_KINDS] = {"mma.sync", "mma.sync q-hoist", "wgmma",
+                                                      "cuDNN"};
 static const char *const bwd_names[ATTN_BWD_KINDS] = {"mma.sync", "mma.sync dS^T", "wgmma",
-                                                      "wgmma dS^T"};
+                                                      "wgmma dS^T", "cuDNN"};
 
 extern "C" const char *attention_fwd_kind_name(int kind)
 {
@@ -36,12 +37,32 @@ extern "C" const char *attention_bwd_kind_name(int kind)
     return kind >= 0 && kind < ATTN_BWD_KINDS ? bwd_names[kind] : "?";
 }
 
+/* A cuDNN call that could not run (the default kernel ran instead): said once per direction */
+static void cudnn_fell_back(int bwd, const char *why)
+{
+    static bool said[2];
+    if (!said[bwd])
+        fprintf(stderr, "gantry: cuDNN's attention %s did not run, so ours did (said once): %s\n",
+                bwd ? "backward" : "forward", why);
+    said[bwd] = true;
+}
+
 extern "C" void attention_forward_fused_bf16_kind(int kind, uint16_t *out, float *lse,
                                                   const uint16_t *qkv, const int *len, int B,
                                                   int T, int C, int NH,
                                                   struct CUstream_st *stream)
 {
+    char why[256];
     switch (kind) {
+    case ATTN_FWD_CUDNN:
+        if (!attention_forward_cudnn_bf16(out, lse, qkv, len, B, T, C, NH, stream, why,
+                                          sizeof(why))) {
+            attention_cudnn_fixup_fwd(out, lse, len, B, T, C, NH, stream);
+            break;
+        }
+        cudnn_fell_back(0, why);
+        attention_forward_fused_bf16(out, lse, qkv, len, B, T, C, NH, stream);
+        break;
     case ATTN_FWD_QHOIST:
         attention_forward_fused_bf16_qhoist(out, lse, qkv, len, B, T, C, NH, stream);
         break;
@@ -59,7 +80,18 @@ extern "C" void attention_backward_fused_bf16_kind(int kind, uint16_t *dqkv16, f
                                                    const int *len, int B, int T, int C, int NH,
                                                    struct CUstream_st *stream)
 {
+    char why[256];
     switch (kind) {
+    case ATTN_BWD_CUDNN:
+        if (!attention_backward_cudnn_bf16(dqkv16, dout, qkv, out, lse, len, B, T, C, NH, stream,
+                                           why, sizeof(why))) {
+            attention_cudnn_fixup_bwd(dqkv16, dbias, len, B, T, C, stream);
+            break;
+        }
+        cudnn_fell_back(1, why);
+        attention_backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH,
+                                      stream);
+        break;
     case ATTN_BWD_DS:
         attention_backward_fused_bf16_ds(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH,
                                          stream);
@@ -191,8 +223,8 @@ static void fill(uint16_t *p, size_t n, uint32_t seed, float amp, cudaStream_t s
  * the check against the default could refuse it. GANTRY_AUTOTUNE_UNVERIFIED=1 times the others
  * too (gpu_bench --tune sets it, so hack/gpu-check.sh measures them; so do the emulator's tests).
  * Mark one here when a run has shown it (its "verify:" line in gpu-check's summary.txt). */
-static const bool fwd_verified[ATTN_FWD_KINDS] = {true, false, false};
-static const bool bwd_verified[ATTN_BWD_KINDS] = {true, false, false, false};
+static const bool fwd_verified[ATTN_FWD_KINDS] = {true, false, false, false};
+static const bool bwd_verified[ATTN_BWD_KINDS] = {true, false, false, false, false};
 static const bool dgelu_verified[2] = {true, false};
 
 static int unverified_ok(void)
@@ -250,13 +282,18 @@ struct tune_key {
 };
 static tune_memo<tune_key, tune_attention_result> attn_memo;
 
-static bool eligible_fwd(int kind, int hs)
+/* cudnn: cuDNN is loaded (whether it has a plan for the shape shows when it first runs) */
+static bool eligible_fwd(int kind, int hs, bool cudnn)
 {
+    if (kind == ATTN_FWD_CUDNN)
+        return cudnn;
     return kind != ATTN_FWD_WGMMA || (hs > 32 && hs <= 64 && attention_fused_wgmma_available());
 }
 
-static bool eligible_bwd(int kind, int hs, int allow_ds)
+static bool eligible_bwd(int kind, int hs, int allow_ds, bool cudnn)
 {
+    if (kind == ATTN_BWD_CUDNN)
+        return cudnn;
     if ((kind == ATTN_BWD_DS || kind == ATTN_BWD_WGMMA_DS) && !allow_ds)
         return false;
     return (kind != ATTN_BWD_WGMMA && kind != ATTN_BWD_WGMMA_DS) ||
@@ -284,11 +321,13 @@ extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, in
     const size_t NC = (size_t)B * T * C, rows = (size_t)B * NH * T;
     const int hs = C / NH;
     bool run_f[ATTN_FWD_KINDS], run_b[ATTN_BWD_KINDS];
+    const bool cudnn = attention_cudnn_load(t->cudnn, sizeof(t->cudnn)) != 0;
     int nf = 0, nb = 0;
     for (int k = 0; k < ATTN_FWD_KINDS; k++)
-        nf += run_f[k] = admit(&t->fwd[k], eligible_fwd(k, hs), fwd_verified[k], unv);
+        nf += run_f[k] = admit(&t->fwd[k], eligible_fwd(k, hs, cudnn), fwd_verified[k], unv);
     for (int k = 0; k < ATTN_BWD_KINDS; k++)
-        nb += run_b[k] = admit(&t->bwd[k], eligible_bwd(k, hs, allow_ds), bwd_verified[k], unv);
+        nb += run_b[k] =
+            admit(&t->bwd[k], eligible_bwd(k, hs, allow_ds, cudnn), bwd_verified[k], unv);
     if (NC == 0 || (nf <= 1 && nb <= 1)) { /* nothing to choose from: the defaults, none run */
         attn_memo.put(key, *t);
         return;
@@ -330,7 +369,15 @@ extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, in
         if (!run_f[k])
             continue;
         const int r = k != 0;
-        attention_forward_fused_bf16_kind(k, out[r], lse[r], qkv, len, B, T, C, NH, stream);
+        /* cuDNN's first run here builds its plan for the shape, or says why it has none */
+        if (k == ATTN_FWD_CUDNN) {
+            if (attention_forward_cudnn_bf16(out[r], lse[r], qkv, len, B, T, C, NH, stream,
+                                             t->cudnn, sizeof(t->cudnn)))
+                continue;
+            attention_cudnn_fixup_fwd(out[r], lse[r], len, B, T, C, NH, stream);
+        } else {
+            attention_forward_fused_bf16_kind(k, out[r], lse[r], qkv, len, B, T, C, NH, stream);
+        }
         e->err = k == 0 ? 0.0f
                         : fmaxf(mismatch(out[1], out[0], NC, stream),
                                 mismatch(lse[1], lse[0], rows, stream));
@@ -342,8 +389,15 @@ extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, in
             continue;
         const int r = k != 0; /* every backward from the default forward's results */
         CUDA_CHECK(cudaMemsetAsync(dbias[r], 0, 3 * C * sizeof(float), stream));
-        attention_backward_fused_bf16_kind(k, dqkv[r], dbias[r], dout, qkv, out[0], lse[0], len,
-                                           B, T, C, NH, stream);
+        if (k == ATTN_BWD_CUDNN) {
+            if (attention_backward_cudnn_bf16(dqkv[r], dout, qkv, out[0], lse[0], len, B, T, C,
+                                              NH, stream, t->cudnn, sizeof(t->cudnn)))
+                continue;
+            attention_cudnn_fixup_bwd(dqkv[r], dbias[r], len, B, T, C, stream);
+        } else {
+            attention_backward_fused_bf16_kind(k, dqkv[r], dbias[r], dout, qkv, out[0], lse[0],
+                                               len, B, T, C, NH, stream);
+        }
         e->err = k == 0 ? 0.0f
                         : fmaxf(mismatch(dqkv[1], dqkv[0], 3 * NC, stream),
                                 mismatch(dbias[1], dbias[0], 3 * C, stream));
@@ -428,6 +482,9 @@ extern "C" void tune_attention_describe(const struct tune_attention_result *t, c
         buf[0] = '\0';
     describe(buf, n, &at, "forward", t->fwd, ATTN_FWD_KINDS, attention_fwd_kind_name);
     describe(buf, n, &at, "; backward", t->bwd, ATTN_BWD_KINDS, attention_bwd_kind_name);
+    const struct tune_entry *cf = &t->fwd[ATTN_FWD_CUDNN], *cb = &t->bwd[ATTN_BWD_CUDNN];
+    if (t->cudnn[0] && !cf->timed && !cf->unverified && !cb->timed && !cb->unverified)
+        put(buf, n, &at, "; cuDNN not timed: %s", t->cudnn);
     put(buf, n, &at, ": taking %s / %s%s", attention_fwd_kind_name(t->fwd_pick),
         attention_bwd_kind_name(t->bwd_pick), t->cached ? " (timed before in this process)" : "");
 }

@@ -708,6 +708,13 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     g->attn_fwd = attn_wg ? ATTN_FWD_WGMMA : ATTN_FWD_DEFAULT;
     g->attn_bwd = attn_wg ? (attn_ds ? ATTN_BWD_WGMMA_DS : ATTN_BWD_WGMMA)
                           : (attn_ds ? ATTN_BWD_DS : ATTN_BWD_DEFAULT);
+    if (bf16 && fused && (flags & MODEL_GPU_ATTENTION_CUDNN)) {
+        char why[256];
+        if (!attention_cudnn_load(why, sizeof(why)))
+            fprintf(stderr, "model_gpu: cuDNN's attention asked for, but %s: ours instead\n",
+                    why);
+        g->attn_fwd = ATTN_FWD_CUDNN, g->attn_bwd = ATTN_BWD_CUDNN; /* (they fall back) */
+    }
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking));
     if (bf16 && fused && (flags & MODEL_GPU_TUNE)) { /* before this model's own buffers */
         struct tune_attention_result t;

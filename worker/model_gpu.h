@@ -75,6 +75,12 @@ int model_gpu_device_count(void);
  * Combines with MODEL_GPU_ATTENTION_DS. Off by default until a GPU run has measured it
  * (gpu_bench --attention-wgmma beside the default, docs/gpu.md). */
 #define MODEL_GPU_ATTENTION_WGMMA 32u
+/* bf16 with the fused attention only: cuDNN's fused attention forward and backward
+ * (attention_cudnn.cpp; cuDNN opened at run time), where it is loaded and has a plan for the
+ * shape; else, call by call, ours, with a note on stderr. Overrides MODEL_GPU_ATTENTION_DS and
+ * _WGMMA. For gpu_bench --attention-cudnn's check against the CPU; training reaches cuDNN
+ * through MODEL_GPU_TUNE. */
+#define MODEL_GPU_ATTENTION_CUDNN 128u
 /* bf16 only: kernels picked on this GPU at this shape (kernels/tune.cu), like cuDNN's benchmark
  * mode: with the fused attention its forward and backward (tune_attention: every variant above
  * that can run here), and the GELU backward's pass or DGELU epilogue (tune_dgelu); each run on
@@ -82,7 +88,8 @@ int model_gpu_device_count(void);
  * timed (only the forms hack/gpu-check.sh has run on a GPU, unless GANTRY_AUTOTUNE_UNVERIFIED=1:
  * kernels/tune.cu); the fastest that agrees is taken, the default unless another is 3 % faster.
  * A line on stderr says what was timed and taken (once per process and shape).
- * MODEL_GPU_ATTENTION_DS, _WGMMA and MODEL_GPU_DGELU_EPILOGUE are then ignored. training.autotune (true by default).
+ * MODEL_GPU_ATTENTION_DS, _WGMMA, _CUDNN and MODEL_GPU_DGELU_EPILOGUE are then ignored.
+ * training.autotune (true by default).
  * Kept per process, so ranks on different GPUs may pick differently; their results agree within
  * rounding, and the all-reduced gradients keep the replicas identical. */
 #define MODEL_GPU_TUNE 64u

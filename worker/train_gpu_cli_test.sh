@@ -80,11 +80,13 @@ GANTRY_AUTOTUNE_UNVERIFIED=1 "$bin" --config "$tmp/cfg.json" --precision bf16 --
 re_att='^model_gpu: autotune, attention at batch 3 x 24 tokens, 4 heads of 8: forward '
 re_gelu='^model_gpu: autotune, GELU backward at 72 x [0-9]+ -> 32: GEMM \+ GELU pass'
 un='not yet run on a GPU, so not timed'
-att_un="${re_att}mma\\.sync \\($un: mma\\.sync q-hoist; .*backward mma\\.sync "
-att_un+="\\($un: mma\\.sync dS\\^T; .*: taking mma\\.sync / mma\\.sync$"
+# (cuDNN's attention is timed too where cuDNN can be opened; the emulator has none)
+att_un="${re_att}mma\\.sync \\($un: mma\\.sync q-hoist(, cuDNN)?; .*backward mma\\.sync "
+att_un+="\\($un: mma\\.sync dS\\^T(, cuDNN)?; .*: taking mma\\.sync / mma\\.sync$"
 gelu_un="${re_gelu} \\($un: GEMM with DGELU epilogue; .*\\): taking GEMM \\+ GELU pass$"
-att_t="${re_att}mma\\.sync [0-9.]+ ms, mma\\.sync q-hoist [0-9.]+ ms; backward mma\\.sync "
-att_t+="[0-9.]+ ms, mma\\.sync dS\\^T [0-9.]+ ms: taking "
+att_t="${re_att}mma\\.sync [0-9.]+ ms, mma\\.sync q-hoist [0-9.]+ ms(, cuDNN [0-9.]+ ms)?; "
+att_t+="backward mma\\.sync [0-9.]+ ms, mma\\.sync dS\\^T [0-9.]+ ms(, cuDNN [0-9.]+ ms)?"
+att_t+="(; cuDNN not timed: .*)?: taking "
 # (a GPU's cuBLASLt may have no DGELU epilogue at this shape; the emulator's has)
 gelu_t="${re_gelu} [0-9.]+ ms(, GEMM with DGELU epilogue [0-9.]+ ms| \\(no DGELU epilogue in "
 gelu_t+="cuBLASLt here\\)): taking "

@@ -65,7 +65,10 @@ foreach(op gpu_runtime gelu embed layernorm matmul attention tune pool crossentr
     list(APPEND _ops ${PROJECT_SOURCE_DIR}/kernels/${op}.cu)
 endforeach()
 gantry_emu_sources(_ops_cc ${_ops})
-add_library(gantry_kernels_emu STATIC ${_ops_cc})
+# cuDNN's attention (attention_cudnn.cpp) as built without cuDNN: the emulator has none, and the
+# autotune says so and times the rest.
+add_library(gantry_kernels_emu STATIC ${_ops_cc} ${PROJECT_SOURCE_DIR}/kernels/attention_cudnn.cpp)
+target_compile_definitions(gantry_kernels_emu PRIVATE GANTRY_EMU)
 gantry_emu_target(gantry_kernels_emu)
 target_link_libraries(gantry_kernels_emu PUBLIC gantry_emu_rt gantry_kernels)
 

@@ -77,6 +77,15 @@ add_test(NAME gpu_bench_emu_check_bf16_tune
 set_tests_properties(gpu_bench_emu_check_bf16_tune PROPERTIES LABELS emu TIMEOUT 300
     PASS_REGULAR_EXPRESSION "check-cpu \\(bf16 GEMMs, fused attention \\([^)]*, tuned\\)[^\n]*: OK"
     FAIL_REGULAR_EXPRESSION "FAILED|REFUSED")
+# --attention-cudnn where there is no cuDNN (the emulator): the model asks for cuDNN's attention,
+# each call runs ours instead, and it still trains like the CPU
+add_test(NAME gpu_bench_emu_check_bf16_cudnn
+         COMMAND gpu_bench_emu --batch 3 --seq 24 --hidden 128 --layers 1 --heads 2 --vocab 200
+                 --classes 3 --steps 3 --warmup 1 --varlen --check-cpu --bf16 --attention fused
+                 --attention-cudnn)
+set_tests_properties(gpu_bench_emu_check_bf16_cudnn PROPERTIES LABELS emu TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "check-cpu \\(bf16 GEMMs, fused attention \\(cuDNN / cuDNN[^\n]*: OK"
+    FAIL_REGULAR_EXPRESSION "FAILED|REFUSED")
 # gpu_bench --profile: a row per op, launches per step as the model has them (fp32 unfused and
 # bf16 fused: their ops differ most)
 add_test(NAME gpu_bench_emu_profile
