@@ -89,6 +89,15 @@ if(NOT GANTRY_CUDA STREQUAL "OFF")
             unset(_cudnn_dir)
         endforeach()
         list(REMOVE_DUPLICATES GANTRY_CUDNN_FE_INCLUDES)
+        # cuDNN's and NVRTC's libraries beside them (install-deps), for attention_cudnn_aot_test
+        get_filename_component(_cudnn_lib "${_cudnn_cache}/../lib" ABSOLUTE)
+        set(GANTRY_CUDNN_AOT_LIBDIR "")
+        if(GANTRY_HAVE_CUDNN_FE AND EXISTS "${_cudnn_lib}/libcudnn.so.9"
+           AND EXISTS "${_cudnn_lib}/libnvrtc.so.13")
+            set(GANTRY_CUDNN_AOT_LIBDIR "${_cudnn_lib}")
+        endif()
+        find_library(GANTRY_CUDART_STATIC cudart_static
+            HINTS "${_cuda_root}/lib" "${_cuda_root}/lib64" NO_CACHE)
     elseif(GANTRY_CUDA STREQUAL "ON")
         message(FATAL_ERROR "GANTRY_CUDA=ON but the CUDA toolkit, cuBLASLt or NCCL was not found "
             "(nvcc: '${GANTRY_NVCC}', nccl.h: '${GANTRY_NCCL_INCLUDE}', libnccl: '${GANTRY_NCCL_LIB}', "

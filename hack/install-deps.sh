@@ -4,7 +4,7 @@
 #   hack/install-deps.sh           Debian -dev packages (curl+OpenSSL, Jansson, libyaml, OpenBLAS, ...)
 #   hack/install-deps.sh --cuda    also the pinned CUDA 13 + NCCL + cuBLAS wheels from PyPI, unpacked
 #                                  into $GANTRY_CACHE/cuda-<ver>-nccl-<ver> (outside the repo), and
-#                                  the cuDNN frontend's headers into $GANTRY_CACHE/cudnn-<ver>-fe-<ver>
+#                                  cuDNN + its frontend's headers into $GANTRY_CACHE/cudnn-<ver>-fe-<ver>
 #   hack/install-deps.sh --print-cuda-root   print where the CUDA toolkit is (or would be) unpacked
 #
 # Environment: GANTRY_CACHE (default ~/.cache/gantry) holds every download, keyed by version.
@@ -61,15 +61,16 @@ fi
 
 # CUDA 13 toolkit pieces, cuBLAS(Lt) and NCCL come as PyPI wheels (plain zips). They are unpacked,
 # not pip-installed, so nothing touches the system Python. A stamp marks a complete unpack.
-# The cuDNN frontend's headers, with cudnn.h and nvrtc.h for its types (kernels/attention_cudnn.cpp):
-# headers only, merged into one include folder; the wheels are not kept (cuDNN's is 540 MB).
-cudnn_headers() {
+# The cuDNN frontend's headers, with cudnn.h and nvrtc.h for its types (kernels/attention_cudnn.cpp),
+# merged into include/; and cuDNN's and NVRTC's libraries in lib/, for attention_cudnn_aot_test
+# (cuDNN builds its plans for an H200 there, without one). The wheels are not kept.
+cudnn_deps() {
     local dir="$cache/cudnn-$CUDNN_VERSION-fe-$CUDNN_FRONTEND_VERSION" tmp w f
-    [ -f "$dir/.complete" ] && return 0
-    echo "install-deps: fetching the cuDNN $CUDNN_VERSION and cuDNN frontend $CUDNN_FRONTEND_VERSION headers (~640 MB of wheels, once; headers kept)"
+    [ -f "$dir/.complete" ] && [ -f "$dir/lib/libcudnn.so.9" ] && return 0
+    echo "install-deps: fetching cuDNN $CUDNN_VERSION, the cuDNN frontend $CUDNN_FRONTEND_VERSION and NVRTC (~640 MB of wheels, once; ~1.1 GB unpacked)"
     tmp="$dir.tmp.$$"
     rm -rf "$tmp"
-    mkdir -p "$tmp/wheels" "$tmp/x" "$tmp/include"
+    mkdir -p "$tmp/wheels" "$tmp/x" "$tmp/include" "$tmp/lib"
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
@@ -78,20 +79,23 @@ cudnn_headers() {
         "nvidia-cuda-nvrtc==$CUDA_NVCC_VERSION"
     for w in "$tmp"/wheels/*.whl; do
         unzip -q -o "$w" 'include/*' 'nvidia/cudnn/include/*' 'nvidia/cu13/include/nvrtc.h' \
+            'nvidia/cudnn/lib/*' 'nvidia/cu13/lib/libnvrtc*' \
             -d "$tmp/x" 2>/dev/null || [ $? = 11 ] # 11: some patterns matched nothing in it
     done
     cp -r "$tmp"/x/include/. "$tmp"/x/nvidia/cudnn/include/. "$tmp/include/"
     cp "$tmp/x/nvidia/cu13/include/nvrtc.h" "$tmp/include/"
-    for f in cudnn_frontend.h cudnn.h cudnn_graph.h nvrtc.h; do
-        [ -f "$tmp/include/$f" ] || { echo "install-deps: $f missing from the wheels" >&2; exit 1; }
+    mv "$tmp"/x/nvidia/cudnn/lib/* "$tmp"/x/nvidia/cu13/lib/* "$tmp/lib/"
+    for f in include/cudnn_frontend.h include/cudnn.h include/cudnn_graph.h include/nvrtc.h \
+        lib/libcudnn.so.9 lib/libnvrtc.so.13; do
+        [ -f "$tmp/$f" ] || { echo "install-deps: $f missing from the wheels" >&2; exit 1; }
     done
     rm -rf "$tmp/wheels" "$tmp/x"
     touch "$tmp/.complete"
     rm -rf "$dir"
     mv "$tmp" "$dir"
-    echo "install-deps: cuDNN headers ready in $dir/include"
+    echo "install-deps: cuDNN headers and libraries ready in $dir"
 }
-cudnn_headers
+cudnn_deps
 
 stamp="$cuda_root/.complete"
 [ -f "$stamp" ] && exit 0

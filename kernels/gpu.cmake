@@ -27,6 +27,33 @@ if(GANTRY_HAVE_CUDNN_FE)
         "$<$<COMPILE_LANGUAGE:CXX>:${GANTRY_CUDNN_FE_INCLUDES}>")
     target_link_libraries(gantry_kernels_cuda PUBLIC ${CMAKE_DL_LIBS})
 endif()
+# Does cuDNN accept those graphs on Hopper at the shapes we train? Its plans for an H200, built
+# without a device by the real cuDNN and NVRTC (attention_cudnn_aot_test.cpp; the two stand-ins
+# for a driver and a device in cudnn_aot/), where install-deps has unpacked them.
+if(GANTRY_HAVE_CUDNN_FE AND GANTRY_CUDNN_AOT_LIBDIR AND GANTRY_CUDART_STATIC)
+    add_library(gantry_aot_nodriver SHARED ${_gpu_dir}/cudnn_aot/nodriver.c)
+    add_library(gantry_aot_sm90 SHARED ${_gpu_dir}/cudnn_aot/sm90_runtime.c)
+    set_target_properties(gantry_aot_nodriver PROPERTIES OUTPUT_NAME cuda SOVERSION 1
+        LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/cudnn_aot)
+    set_target_properties(gantry_aot_sm90 PROPERTIES
+        LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/cudnn_aot)
+    # (C entry points named as CUDA's, declared by no header of ours)
+    target_compile_options(gantry_aot_nodriver PRIVATE -Wno-missing-prototypes)
+    target_compile_options(gantry_aot_sm90 PRIVATE -Wno-missing-prototypes)
+    get_filename_component(_cublaslt_dir "${GANTRY_CUBLASLT_LIB}" DIRECTORY) # cuDNN opens it
+    add_executable(attention_cudnn_aot_test ${_gpu_dir}/attention_cudnn_aot_test.cpp)
+    target_include_directories(attention_cudnn_aot_test PRIVATE "${PROJECT_SOURCE_DIR}"
+        ${CMAKE_CUDA_TOOLKIT_INCLUDE_DIRECTORIES})
+    target_include_directories(attention_cudnn_aot_test SYSTEM PRIVATE ${GANTRY_CUDNN_FE_INCLUDES})
+    target_compile_definitions(attention_cudnn_aot_test PRIVATE GANTRY_WITH_CUDNN
+        NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING CUDNN_FRONTEND_SKIP_JSON_LIB)
+    target_link_libraries(attention_cudnn_aot_test PRIVATE ${GANTRY_CUDART_STATIC}
+        ${CMAKE_DL_LIBS} pthread rt)
+    add_dependencies(attention_cudnn_aot_test gantry_aot_nodriver gantry_aot_sm90)
+    add_test(NAME attention_cudnn_aot_test COMMAND attention_cudnn_aot_test)
+    set_tests_properties(attention_cudnn_aot_test PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300
+        ENVIRONMENT "GANTRY_CUDNN_LIB=${GANTRY_CUDNN_AOT_LIBDIR}/libcudnn.so.9;CUDNN_FRONTEND_CUDART_LIB_NAME=$<TARGET_FILE:gantry_aot_sm90>;LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/cudnn_aot:${GANTRY_CUDNN_AOT_LIBDIR}:${_cublaslt_dir}")
+endif()
 # Built for sm_90 (the default, 90): its SASS as sm_90a instead, which every H100/H200 runs and
 # which has wgmma (kernels/tensorcore.h; attention_forward_fused_bf16_wgmma), beside the same
 # compute_90 PTX for newer GPUs, where the wgmma code is left out and its callers take the
