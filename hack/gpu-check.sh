@@ -400,26 +400,30 @@ fi
 # racecheck with what is left at the end.
 san_bin=$(command -v compute-sanitizer || first "$cuda_root/bin/compute-sanitizer" \
     /usr/local/cuda/bin/compute-sanitizer || true)
-sanitize() { # sanitize TOOL LIMIT
-    local tool=$1 t rc
+# Our kernels without cuDNN (GANTRY_CUDNN=0), then, with "cudnn", only the test's cuDNN part
+# (`attention_gpu_test cudnn`), each within its own limit.
+sanitize() { # sanitize TOOL LIMIT [cudnn]
+    local tool=$1 t rc what="attention_gpu_test" cudnn=0 arg=()
+    [ "${3:-}" = cudnn ] && what="attention_gpu_test with cuDNN" cudnn=1 arg=(cudnn)
     [ -n "$san_bin" ] && [ -x "$build/attention_gpu_test" ] || return 0
     t=$(left "$2") || return 0
-    if timeout "$t" "$san_bin" --tool "$tool" --error-exitcode 99 \
-            "$build/attention_gpu_test" >/tmp/gantry-san.log 2>&1; then
-        say "OK: compute-sanitizer --tool $tool attention_gpu_test: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/gantry-san.log | tail -1 | sed 's/^=* *//')"
+    if GANTRY_CUDNN=$cudnn timeout "$t" "$san_bin" --tool "$tool" --error-exitcode 99 \
+            "$build/attention_gpu_test" "${arg[@]}" >/tmp/gantry-san.log 2>&1; then
+        say "OK: compute-sanitizer --tool $tool $what: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/gantry-san.log | tail -1 | sed 's/^=* *//')"
     else
         rc=$?
         if [ "$rc" = 124 ]; then
-            say "compute-sanitizer --tool $tool attention_gpu_test: out of time ($t s)"
+            say "compute-sanitizer --tool $tool $what: out of time ($t s)"
         else # (racecheck's hazards are reported, not judged: cp.async may be one it reads wrong)
             [ "$tool" = memcheck ] && status=1
-            say "FAILED: compute-sanitizer --tool $tool attention_gpu_test (rc $rc, bench.log)"
+            say "FAILED: compute-sanitizer --tool $tool $what (rc $rc, bench.log)"
         fi
     fi
     { echo "== compute-sanitizer --tool $tool"; tail -n 60 /tmp/gantry-san.log; } \
         >>"$out/bench.log"
 }
 sanitize memcheck 75
+sanitize memcheck 45 cudnn
 # Most wanted first, so that a call cut short loses the least: the issue's comparison (the GPT-2
 # shape in bf16, gantry's variants and then PyTorch's), the shipped example model, 32 sequences a
 # step, where gantry's time goes, then fp32. Each run gets at most what is left of
@@ -545,39 +549,43 @@ PY
 # Which of the variants written since the last verified run this run showed clean (docs/gpu.md,
 # "What has to be verified on a GPU", 5b): PASS when every piece of its evidence is there and
 # none says FAILED, MISMATCH or REFUSED; each PASS is one flag to set in kernels/tune.cu.
-verify() { # verify WHAT FLAG FILE:REGEX...
-    local what=$1 flag=$2 ok=1 n=0 spec hits
-    shift 2
+verify() { # verify WHAT FLAG REFUSED FILE:REGEX... (REFUSED: its refusal on an autotune line)
+    local what=$1 flag=$2 refused=$3 ok=1 n=0 spec hits
+    shift 3
     for spec; do
         hits=$(grep -hE "${spec#*:}" "$out/${spec%%:*}" 2>/dev/null || true)
         if [ -z "$hits" ]; then ok=0; continue; fi
         n=$((n + $(wc -l <<<"$hits")))
         ! grep -qE 'FAILED|MISMATCH|REFUSED|did not run' <<<"$hits" || ok=0
     done
-    grep -qE '^model_gpu: autotune.*REFUSED' "$summary" && ok=0
+    grep -qE "^model_gpu: autotune.*$refused [0-9.]+ ms \(REFUSED" "$summary" && ok=0
     if [ "$ok" = 1 ]; then
         say "verify: $what: PASS ($n lines of evidence): set $flag in kernels/tune.cu"
     else
         say "verify: $what: not shown (a line failed, was refused or is missing)"
     fi
 }
-san='summary.txt:compute-sanitizer --tool memcheck attention_gpu_test'
-verify "q-hoist forward" "fwd_verified[ATTN_FWD_QHOIST]" 'ctest.log:fbf16 qhoist out' "$san"
-verify "stored-dS^T backward" "bwd_verified[ATTN_BWD_DS]" \
+san='summary.txt:^OK: compute-sanitizer --tool memcheck attention_gpu_test:'
+verify "q-hoist forward" "fwd_verified[ATTN_FWD_QHOIST]" 'mma\.sync q-hoist' \
+    'ctest.log:fbf16 qhoist out' "$san"
+verify "stored-dS^T backward" "bwd_verified[ATTN_BWD_DS]" 'mma\.sync dS\^T' \
     'ctest.log:attention_bwd_fbf16_ds|fbf16_ds .* vs default' \
     'check.log:^check-cpu .*mma\.sync / mma\.sync dS\^T' "$san"
-verify "wgmma forward" "fwd_verified[ATTN_FWD_WGMMA]" 'ctest.log:^[0-9]+: wgmma ' \
-    'ctest.log:attention_fwd_wgmma|wgmma (out|lse) vs default' \
+verify "wgmma forward" "fwd_verified[ATTN_FWD_WGMMA]" 'forward [^;]*wgmma' \
+    'ctest.log:^[0-9]+: wgmma ' 'ctest.log:attention_fwd_wgmma|wgmma (out|lse) vs default' \
     'check.log:^check-cpu .*\(wgmma / wgmma' "$san"
-verify "wgmma backward" "bwd_verified[ATTN_BWD_WGMMA]" 'ctest.log:^[0-9]+: wgmma ' \
-    'ctest.log:bwd_wgmma (dqkv16|dbias|vs def)' 'check.log:^check-cpu .*/ wgmma, ' "$san"
-verify "wgmma stored-dS^T backward" "bwd_verified[ATTN_BWD_WGMMA_DS]" 'ctest.log:^[0-9]+: wgmma ' \
-    'ctest.log:bwd_wgmma_ds ' 'check.log:^check-cpu .*/ wgmma dS\^T' "$san"
-verify "DGELU epilogue" "dgelu_verified[1]" 'ctest.log:dgelu_bf16 dpre' \
+verify "wgmma backward" "bwd_verified[ATTN_BWD_WGMMA]" 'backward [^;]*[ ,]wgmma' \
+    'ctest.log:^[0-9]+: wgmma ' 'ctest.log:bwd_wgmma (dqkv16|dbias|vs def)' \
+    'check.log:^check-cpu .*/ wgmma, ' "$san"
+verify "wgmma stored-dS^T backward" "bwd_verified[ATTN_BWD_WGMMA_DS]" 'wgmma dS\^T' \
+    'ctest.log:^[0-9]+: wgmma ' 'ctest.log:bwd_wgmma_ds ' 'check.log:^check-cpu .*/ wgmma dS\^T' \
+    "$san"
+verify "DGELU epilogue" "dgelu_verified[1]" 'DGELU epilogue' 'ctest.log:dgelu_bf16 dpre' \
     'check.log:^check-cpu .*DGELU epilogue'
 # cuDNN's: it ran (not ours in its place) and agreed in the GPU test, and trained like the CPU
 cudnn_ev=('ctest.log:^[0-9]+: cudnn runs ' 'ctest.log:^[0-9]+: cudnn agrees '
-    "check.log:^check-cpu .*cuDNN / cuDNN|cuDNN's attention .*did not run" "$san")
-verify "cuDNN forward" "fwd_verified[ATTN_FWD_CUDNN]" "${cudnn_ev[@]}"
-verify "cuDNN backward" "bwd_verified[ATTN_BWD_CUDNN]" "${cudnn_ev[@]}"
+    "check.log:^check-cpu .*cuDNN / cuDNN|cuDNN's attention .*did not run"
+    'summary.txt:^OK: compute-sanitizer --tool memcheck attention_gpu_test with cuDNN:')
+verify "cuDNN forward" "fwd_verified[ATTN_FWD_CUDNN]" 'forward [^;]*cuDNN' "${cudnn_ev[@]}"
+verify "cuDNN backward" "bwd_verified[ATTN_BWD_CUDNN]" 'backward [^;]*cuDNN' "${cudnn_ev[@]}"
 exit $status

@@ -7,7 +7,7 @@
 // backward's speed depends on the version, and our own kernels are the tested default.
 //
 // So cuDNN is loaded at run time (dlopen: $GANTRY_CUDNN_LIB, else libcudnn.so.9 on the library
-// path) and only ever used through the autotune (kernels/tune.cu), which checks its results
+// path; GANTRY_CUDNN=0 never opens it) and only ever used through the autotune (kernels/tune.cu), which checks its results
 // against the default kernels' on this GPU before taking it. Nothing links against it: a build
 // with the frontend's headers runs the same everywhere; where cuDNN is missing, the variant says
 // why and is not timed.
@@ -99,6 +99,11 @@ int load_locked()
     if (loaded >= 0)
         return loaded;
     loaded = 0;
+    const char *off = getenv("GANTRY_CUDNN");
+    if (off && (!strcmp(off, "0") || !strcmp(off, "false") || !strcmp(off, "no"))) {
+        snprintf(load_why, sizeof(load_why), "not opened (GANTRY_CUDNN=%s)", off);
+        return 0;
+    }
     const char *env = getenv("GANTRY_CUDNN_LIB");
     const char *lib = env && *env ? env : "libcudnn.so.9";
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);

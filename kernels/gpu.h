@@ -183,7 +183,8 @@ void attention_backward_fused_bf16_ds(uint16_t *dqkv16, float *dbias, const uint
 size_t attention_backward_ds_bytes(int B, int T, int NH);
 
 /* cuDNN's fused attention (attention_cudnn.cpp: its SDPA graph through the cuDNN frontend, cuDNN
- * loaded at run time from $GANTRY_CUDNN_LIB or libcudnn.so.9; deterministic backward). The same
+ * loaded at run time from $GANTRY_CUDNN_LIB or libcudnn.so.9, never with GANTRY_CUDNN=0;
+ * deterministic backward). The same
  * tensors as the bf16 fused kernels above, except that what lands in padding rows is cuDNN's:
  * the _kind dispatch below follows each call with attention_cudnn_fixup_*. Each returns 0 when
  * it ran, else 1 with why (n bytes) saying what is missing (no cuDNN, no plan for the shape,
