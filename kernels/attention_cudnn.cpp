@@ -281,8 +281,9 @@ std::shared_ptr<plan> get(int bwd, int B, int T, int NH, int hs, cudaStream_t st
     return nullptr;
 }
 
-int run(const plan &p, std::unordered_map<std::shared_ptr<TA>, void *> &pack, cudaStream_t stream,
-        char *why, size_t n)
+using pack_t = std::unordered_map<std::shared_ptr<TA>, void *>;
+
+int run(const plan &p, pack_t &pack, cudaStream_t stream, char *why, size_t n)
 {
     if (fe::detail::set_stream(handle, stream) != CUDNN_STATUS_SUCCESS) {
         say(why, n, "cudnnSetStream failed");
@@ -304,6 +305,30 @@ int run(const plan &p, std::unordered_map<std::shared_ptr<TA>, void *> &pack, cu
     return 0;
 }
 
+// One call of direction bwd: the plan, the tensors both directions read (q, k and v in qkv, the
+// lengths), those bind() adds, and cuDNN's errors and exceptions turned into 1 and why.
+template <typename F>
+int call(int bwd, const uint16_t *qkv, const int *len, int B, int T, int C, int NH,
+         cudaStream_t stream, char *why, size_t n, F bind)
+{
+    std::lock_guard<std::mutex> lock(mu);
+    try {
+        auto p = get(bwd, B, T, NH, C / NH, stream, why, n);
+        if (!p)
+            return 1;
+        pack_t pack = {{p->q, (void *)qkv},
+                       {p->k, (void *)(qkv + C)},
+                       {p->v, (void *)(qkv + 2 * C)},
+                       {p->sq, (void *)len},
+                       {p->skv, (void *)len}};
+        bind(*p, pack);
+        return run(*p, pack, stream, why, n);
+    } catch (const std::exception &e) {
+        say(why, n, "cuDNN's attention %s: %s", bwd ? "backward" : "forward", e.what());
+        return 1;
+    }
+}
+
 } // namespace
 
 extern "C" int attention_cudnn_load(char *why, size_t n)
@@ -318,21 +343,10 @@ extern "C" int attention_forward_cudnn_bf16(uint16_t *out, float *lse, const uin
                                             const int *len, int B, int T, int C, int NH,
                                             struct CUstream_st *stream, char *why, size_t n)
 {
-    std::lock_guard<std::mutex> lock(mu);
-    try {
-        auto p = get(0, B, T, NH, C / NH, stream, why, n);
-        if (!p)
-            return 1;
-        std::unordered_map<std::shared_ptr<TA>, void *> pack = {
-            {p->q, (void *)qkv},           {p->k, (void *)(qkv + C)},
-            {p->v, (void *)(qkv + 2 * C)}, {p->o, out},
-            {p->stats, lse},               {p->sq, (void *)len},
-            {p->skv, (void *)len}};
-        return run(*p, pack, stream, why, n);
-    } catch (const std::exception &e) {
-        say(why, n, "cuDNN's attention forward: %s", e.what());
-        return 1;
-    }
+    return call(0, qkv, len, B, T, C, NH, stream, why, n, [&](const plan &p, pack_t &pack) {
+        pack[p.o] = out;
+        pack[p.stats] = lse;
+    });
 }
 
 extern "C" int attention_backward_cudnn_bf16(uint16_t *dqkv16, const uint16_t *dout,
@@ -341,23 +355,14 @@ extern "C" int attention_backward_cudnn_bf16(uint16_t *dqkv16, const uint16_t *d
                                              int C, int NH, struct CUstream_st *stream, char *why,
                                              size_t n)
 {
-    std::lock_guard<std::mutex> lock(mu);
-    try {
-        auto p = get(1, B, T, NH, C / NH, stream, why, n);
-        if (!p)
-            return 1;
-        std::unordered_map<std::shared_ptr<TA>, void *> pack = {
-            {p->q, (void *)qkv},           {p->k, (void *)(qkv + C)},
-            {p->v, (void *)(qkv + 2 * C)}, {p->o, (void *)out},
-            {p->dout, (void *)dout},       {p->stats, (void *)lse},
-            {p->sq, (void *)len},          {p->skv, (void *)len},
-            {p->dq, dqkv16},               {p->dk, dqkv16 + C},
-            {p->dv, dqkv16 + 2 * C}};
-        return run(*p, pack, stream, why, n);
-    } catch (const std::exception &e) {
-        say(why, n, "cuDNN's attention backward: %s", e.what());
-        return 1;
-    }
+    return call(1, qkv, len, B, T, C, NH, stream, why, n, [&](const plan &p, pack_t &pack) {
+        pack[p.o] = (void *)out;
+        pack[p.dout] = (void *)dout;
+        pack[p.stats] = (void *)lse;
+        pack[p.dq] = dqkv16;
+        pack[p.dk] = dqkv16 + C;
+        pack[p.dv] = dqkv16 + 2 * C;
+    });
 }
 
 #endif
