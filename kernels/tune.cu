@@ -47,6 +47,30 @@ static void cudnn_fell_back(int bwd, const char *why)
     said[bwd] = true;
 }
 
+/* cuDNN's attention with what ours writes in padding rows (attention_cudnn_fixup_*); 0 when it
+ * ran, else 1 with why and nothing written. The kinds below fall back to ours on 1; the tune
+ * instead leaves the variant out and says why. */
+static int cudnn_forward(uint16_t *out, float *lse, const uint16_t *qkv, const int *len, int B,
+                         int T, int C, int NH, cudaStream_t stream, char *why, size_t n)
+{
+    if (attention_forward_cudnn_bf16(out, lse, qkv, len, B, T, C, NH, stream, why, n))
+        return 1;
+    attention_cudnn_fixup_fwd(out, lse, len, B, T, C, NH, stream);
+    return 0;
+}
+
+static int cudnn_backward(uint16_t *dqkv16, float *dbias, const uint16_t *dout,
+                          const uint16_t *qkv, const uint16_t *out, const float *lse,
+                          const int *len, int B, int T, int C, int NH, cudaStream_t stream,
+                          char *why, size_t n)
+{
+    if (attention_backward_cudnn_bf16(dqkv16, dout, qkv, out, lse, len, B, T, C, NH, stream, why,
+                                      n))
+        return 1;
+    attention_cudnn_fixup_bwd(dqkv16, dbias, len, B, T, C, stream);
+    return 0;
+}
+
 extern "C" void attention_forward_fused_bf16_kind(int kind, uint16_t *out, float *lse,
                                                   const uint16_t *qkv, const int *len, int B,
                                                   int T, int C, int NH,
@@ -55,11 +79,8 @@ extern "C" void attention_forward_fused_bf16_kind(int kind, uint16_t *out, float
     char why[256];
     switch (kind) {
     case ATTN_FWD_CUDNN:
-        if (!attention_forward_cudnn_bf16(out, lse, qkv, len, B, T, C, NH, stream, why,
-                                          sizeof(why))) {
-            attention_cudnn_fixup_fwd(out, lse, len, B, T, C, NH, stream);
+        if (!cudnn_forward(out, lse, qkv, len, B, T, C, NH, stream, why, sizeof(why)))
             break;
-        }
         cudnn_fell_back(0, why);
         attention_forward_fused_bf16(out, lse, qkv, len, B, T, C, NH, stream);
         break;
@@ -83,11 +104,9 @@ extern "C" void attention_backward_fused_bf16_kind(int kind, uint16_t *dqkv16, f
     char why[256];
     switch (kind) {
     case ATTN_BWD_CUDNN:
-        if (!attention_backward_cudnn_bf16(dqkv16, dout, qkv, out, lse, len, B, T, C, NH, stream,
-                                           why, sizeof(why))) {
-            attention_cudnn_fixup_bwd(dqkv16, dbias, len, B, T, C, stream);
+        if (!cudnn_backward(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH, stream, why,
+                            sizeof(why)))
             break;
-        }
         cudnn_fell_back(1, why);
         attention_backward_fused_bf16(dqkv16, dbias, dout, qkv, out, lse, len, B, T, C, NH,
                                       stream);
@@ -370,14 +389,11 @@ extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, in
             continue;
         const int r = k != 0;
         /* cuDNN's first run here builds its plan for the shape, or says why it has none */
-        if (k == ATTN_FWD_CUDNN) {
-            if (attention_forward_cudnn_bf16(out[r], lse[r], qkv, len, B, T, C, NH, stream,
-                                             t->cudnn, sizeof(t->cudnn)))
-                continue;
-            attention_cudnn_fixup_fwd(out[r], lse[r], len, B, T, C, NH, stream);
-        } else {
+        if (k != ATTN_FWD_CUDNN)
             attention_forward_fused_bf16_kind(k, out[r], lse[r], qkv, len, B, T, C, NH, stream);
-        }
+        else if (cudnn_forward(out[r], lse[r], qkv, len, B, T, C, NH, stream, t->cudnn,
+                               sizeof(t->cudnn)))
+            continue;
         e->err = k == 0 ? 0.0f
                         : fmaxf(mismatch(out[1], out[0], NC, stream),
                                 mismatch(lse[1], lse[0], rows, stream));
@@ -389,15 +405,12 @@ extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, in
             continue;
         const int r = k != 0; /* every backward from the default forward's results */
         CUDA_CHECK(cudaMemsetAsync(dbias[r], 0, 3 * C * sizeof(float), stream));
-        if (k == ATTN_BWD_CUDNN) {
-            if (attention_backward_cudnn_bf16(dqkv[r], dout, qkv, out[0], lse[0], len, B, T, C,
-                                              NH, stream, t->cudnn, sizeof(t->cudnn)))
-                continue;
-            attention_cudnn_fixup_bwd(dqkv[r], dbias[r], len, B, T, C, stream);
-        } else {
+        if (k != ATTN_BWD_CUDNN)
             attention_backward_fused_bf16_kind(k, dqkv[r], dbias[r], dout, qkv, out[0], lse[0],
                                                len, B, T, C, NH, stream);
-        }
+        else if (cudnn_backward(dqkv[r], dbias[r], dout, qkv, out[0], lse[0], len, B, T, C, NH,
+                                stream, t->cudnn, sizeof(t->cudnn)))
+            continue;
         e->err = k == 0 ? 0.0f
                         : fmaxf(mismatch(dqkv[1], dqkv[0], 3 * NC, stream),
                                 mismatch(dbias[1], dbias[0], 3 * C, stream));
