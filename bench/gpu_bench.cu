@@ -16,9 +16,13 @@
 // worker/model_gpu.h: captured on the second step, one launch each after); zeroing, clipping and
 // AdamW stay ordinary launches.
 //
-// MFU = model FLOPs per second / 989.4e12 (H100/H200 dense bf16, no sparsity), FLOPs counted by
-// model_step_flops (worker/model.h): 3 x forward (GEMMs 2*N*C*OC each, attention 4*B*T*T*C per
-// layer, the full T x T: that is what this implementation computes).
+// MFU = model FLOPs per second / the device's dense bf16 peak (kernels/gpu.h gpu_peak_flops: the
+// datasheet figure for the GPU's name, 989.4 TFLOP/s on an H100 SXM or H200, 756 on an H100 PCIe;
+// GANTRY_PEAK_TFLOPS over it; "n/a" and null in the JSON for a GPU the table does not know),
+// FLOPs counted by model_step_flops (worker/model.h): 3 x forward (GEMMs 2*N*C*OC each, attention
+// 4*B*T*T*C per layer, the full T x T: that is what this implementation computes). --peak prints
+// that peak and exits (hack/gpu-check.sh hands it to bench/gpu_torch.py, so that both divide by
+// the same number).
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +37,6 @@ extern "C" { /* C headers without C++ guards */
 
 #include <math.h>
 
-#define PEAK_BF16 989.4e12
-
 struct opts {
     int B, T, C, L, NH, V, K, steps, warmup, varlen, bf16, check_cpu, fused, graphs, profile;
     int dgelu;  /* --dgelu-epilogue */
@@ -42,6 +44,7 @@ struct opts {
     int attn_wg; /* --attention-wgmma */
     int attn_cudnn; /* --attention-cudnn */
     int tune;    /* --tune */
+    int peak;    /* --peak */
     const char *name;
 };
 
@@ -89,7 +92,7 @@ static void usage(const char *argv0)
            "          [--heads NH] [--vocab V] [--classes K] [--steps S] [--warmup W] [--varlen]\n"
            "          [--bf16] [--attention unfused|fused] [--graphs] [--dgelu-epilogue]\n"
            "          [--attention-ds] [--attention-wgmma] [--attention-cudnn] [--tune]\n"
-           "          [--check-cpu] [--profile]\n"
+           "          [--check-cpu] [--profile] [--peak]\n"
            "  gpt2:    B=8 T=1024 C=768 L=12 NH=12 V=50257 K=2 (GPT-2 124M-sized encoder)\n"
            "  example: B=32 T=256 C=128 L=2 NH=4 V=20000 K=2 (bench/cpu_train's default model;\n"
            "           the default preset)\n"
@@ -113,7 +116,9 @@ static void usage(const char *argv0)
            "           flags above are then ignored), including those not yet run on a GPU,\n"
            "           which training leaves out (GANTRY_AUTOTUNE_UNVERIFIED=0: left out here too)\n"
            "  --profile: after the timed steps, 3 more eager steps with an event behind every op,\n"
-           "           and a table of the ops' device time per step (lines \"profile: ...\")\n",
+           "           and a table of the ops' device time per step (lines \"profile: ...\")\n"
+           "  --peak:  print the device's dense bf16 peak in TFLOP/s, the MFU denominator (the\n"
+           "           datasheet figure for its name, or GANTRY_PEAK_TFLOPS; \"unknown\"), and exit\n",
            argv0);
 }
 
@@ -121,10 +126,10 @@ static void preset(struct opts *o, const char *name)
 {
     if (strcmp(name, "gpt2") == 0)
         *o = (struct opts){8, 1024, 768, 12, 12, 50257, 2, 20, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                           "gpt2"};
+                           0, "gpt2"};
     else if (strcmp(name, "example") == 0)
         *o = (struct opts){32, 256, 128, 2, 4, 20000, 2, 50, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                           "example"};
+                           0, "example"};
     else {
         fprintf(stderr, "gpu_bench: unknown preset '%s' (gpt2 or example)\n", name);
         exit(2);
@@ -140,7 +145,7 @@ static void parse(struct opts *o, int argc, char **argv)
         {"attention", 1, 0, 'a'}, {"check-cpu", 0, 0, 'c'}, {"graphs", 0, 0, 'g'},
         {"profile", 0, 0, 'P'},   {"dgelu-epilogue", 0, 0, 'd'}, {"help", 0, 0, 'h'},
         {"attention-ds", 0, 0, 'S'}, {"attention-wgmma", 0, 0, 'G'}, {"tune", 0, 0, 'u'},
-        {"attention-cudnn", 0, 0, 'N'},
+        {"attention-cudnn", 0, 0, 'N'}, {"peak", 0, 0, 'k'},
         {0, 0, 0, 0}};
     int ch;
     preset(o, "example");
@@ -149,11 +154,11 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'p': {
             int bf16 = o->bf16, check = o->check_cpu, varlen = o->varlen, fused = o->fused;
             int graphs = o->graphs, profile = o->profile, dgelu = o->dgelu, ds = o->attn_ds;
-            int wg = o->attn_wg, tune = o->tune, cudnn = o->attn_cudnn;
+            int wg = o->attn_wg, tune = o->tune, cudnn = o->attn_cudnn, peak = o->peak;
             preset(o, optarg);
             o->bf16 = bf16, o->check_cpu = check, o->varlen = varlen, o->fused = fused;
             o->graphs = graphs, o->profile = profile, o->dgelu = dgelu, o->attn_ds = ds;
-            o->attn_wg = wg, o->tune = tune, o->attn_cudnn = cudnn;
+            o->attn_wg = wg, o->tune = tune, o->attn_cudnn = cudnn, o->peak = peak;
             break;
         }
         case 'B': o->B = atoi(optarg); break;
@@ -181,6 +186,7 @@ static void parse(struct opts *o, int argc, char **argv)
         case 'S': o->attn_ds = 1; break;
         case 'G': o->attn_wg = 1; break;
         case 'N': o->attn_cudnn = 1; break;
+        case 'k': o->peak = 1; break;
         case 'u':
             o->tune = 1;
             setenv("GANTRY_AUTOTUNE_UNVERIFIED", "1", 0); /* (unless set: =0 as in training) */
@@ -321,6 +327,14 @@ int main(int argc, char **argv)
         return 77;
     }
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const double peak = gpu_peak_flops(1); /* 0: not known */
+    if (o.peak) {
+        if (peak > 0)
+            printf("%g %s\n", peak / 1e12, prop.name);
+        else
+            printf("unknown %s\n", prop.name);
+        return 0;
+    }
     memset(&cfg, 0, sizeof(cfg));
     cfg.kind = MODEL_TRANSFORMER, cfg.vocab = o.V, cfg.classes = o.K, cfg.max_seq_len = o.T;
     cfg.hidden = o.C, cfg.layers = o.L, cfg.heads = o.NH, cfg.ffn = 4 * o.C;
@@ -378,15 +392,23 @@ int main(int argc, char **argv)
         float ms = 0.0f;
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         double sec = ms / 1e3 / o.steps, flops = model_step_flops(&cfg, o.B, o.T);
-        double mfu = flops / sec / PEAK_BF16;
-        char kl[128];
+        char kl[128], mfu[96], mfu_json[64];
+        if (peak > 0) {
+            snprintf(mfu, sizeof(mfu), "MFU %.1f%% (peak %g)", 100 * flops / sec / peak,
+                     peak / 1e12);
+            snprintf(mfu_json, sizeof(mfu_json), "\"peak_tflops\":%g,\"mfu\":%.4g",
+                     peak / 1e12, flops / sec / peak);
+        } else {
+            snprintf(mfu, sizeof(mfu), "MFU n/a (peak unknown: set GANTRY_PEAK_TFLOPS)");
+            snprintf(mfu_json, sizeof(mfu_json), "\"peak_tflops\":null,\"mfu\":null");
+        }
         int kf = 0, kb = 0, kd = 0;
         model_gpu_kernels(g, &kf, &kb, &kd);
         printf("gpu_bench %s on %s: %s, %s attention%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
-               "ms/step | %.0f tok/s (%.0f real) | %.1f TFLOP/s | MFU %.1f%% | loss %.4f\n",
+               "ms/step | %.0f tok/s (%.0f real) | %.1f TFLOP/s | %s | loss %.4f\n",
                o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.fused ? "fused" : "unfused",
                kinds_label(g, &o, kl, sizeof(kl)), o.graphs ? ", CUDA graphs" : "", o.B, o.T,
-               o.C, o.L, o.NH, sec * 1e3, N / sec, real / sec, flops / sec / 1e12, 100 * mfu,
+               o.C, o.L, o.NH, sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu,
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
                "\"attention\":\"%s\",\"graphs\":%s,\"dgelu_epilogue\":%s,\"attention_ds\":%s,"
@@ -394,7 +416,7 @@ int main(int argc, char **argv)
                "\"attention_kernels\":\"%s / %s\","
                "\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,\"steps\":%d,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
-               "\"tflops\":%.2f,\"mfu\":%.4f}\n",
+               "\"tflops\":%.2f,%s}\n",
                o.name, prop.name, o.bf16 ? "bf16" : "fp32", o.fused ? "fused" : "unfused",
                o.graphs ? "true" : "false", kd ? "true" : "false",
                kb == ATTN_BWD_DS || kb == ATTN_BWD_WGMMA_DS ? "true" : "false",
@@ -404,7 +426,7 @@ int main(int argc, char **argv)
                o.tune ? "true" : "false", o.bf16 && o.fused ? attention_fwd_kind_name(kf) : "-",
                o.bf16 && o.fused ? attention_bwd_kind_name(kb) : "-", o.B, o.T, o.C, o.L,
                o.NH, o.steps,
-               sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu);
+               sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu_json);
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

@@ -6,10 +6,13 @@ zero_grad, forward, backward, clip_grad_norm_(1.0), fused AdamW. compile-graphs-
 torch.compile(mode="reduce-overhead"): the compiled forward and backward replayed as CUDA graphs,
 the peer of gpu_bench --graphs. Prints one JSON line per variant
 with tokens/s and MFU computed exactly as gpu_bench computes them (3 x forward FLOPs, the full
-T x T attention, H100/H200 dense bf16 peak 989.4 TFLOP/s).
+T x T attention). The MFU's denominator is --peak-tflops, else $GANTRY_PEAK_TFLOPS: the device's
+dense bf16 peak as `gpu_bench --peak` prints it (989.4 on an H100 SXM or H200, 756 on an H100
+PCIe); hack/gpu-check.sh passes it, so both sides divide by the same number. Without either,
+"mfu" is null.
 
-  python3 bench/gpu_torch.py --preset gpt2 \
-      [--variants eager-fp32,eager-bf16,compile-bf16,compile-graphs-bf16]
+  GANTRY_PEAK_TFLOPS=$(build/gpu_bench --peak | cut -d' ' -f1) python3 bench/gpu_torch.py \
+      --preset gpt2 [--variants eager-fp32,eager-bf16,compile-bf16,compile-graphs-bf16]
 """
 import argparse
 import json
@@ -22,7 +25,6 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_model  # noqa: E402
 
-PEAK_BF16 = 989.4e12
 PRESETS = {
     "gpt2": dict(batch=8, seq=1024, hidden=768, layers=12, heads=12, vocab=50257, classes=2,
                  steps=20, warmup=3),
@@ -89,7 +91,8 @@ def run(a, variant):
             "layers": a.layers, "heads": a.heads, "steps": a.steps,
             "ms_per_step": round(sec * 1e3, 3), "tokens_per_s": round(B * T / sec),
             "real_tokens_per_s": round(int(lens.sum()) / sec),
-            "tflops": round(flops / sec / 1e12, 2), "mfu": round(flops / sec / PEAK_BF16, 4),
+            "tflops": round(flops / sec / 1e12, 2), "peak_tflops": a.peak_tflops,
+            "mfu": round(flops / sec / (a.peak_tflops * 1e12), 4) if a.peak_tflops else None,
             "final_loss": round(loss.item(), 4)}
 
 
@@ -100,7 +103,20 @@ def main():
         ap.add_argument("--" + name, type=int, default=None)
     ap.add_argument("--varlen", action="store_true")
     ap.add_argument("--variants", default="eager-fp32,eager-bf16,compile-bf16,compile-graphs-bf16")
+    ap.add_argument("--peak-tflops", type=float, default=None,
+                    help="dense bf16 peak of the GPU, the MFU denominator "
+                         "(default: $GANTRY_PEAK_TFLOPS; neither: no MFU)")
     a = ap.parse_args()
+    if a.peak_tflops is None and os.environ.get("GANTRY_PEAK_TFLOPS"):
+        try:
+            a.peak_tflops = float(os.environ["GANTRY_PEAK_TFLOPS"])
+        except ValueError:
+            ap.error("GANTRY_PEAK_TFLOPS=%r is not a number" % os.environ["GANTRY_PEAK_TFLOPS"])
+    if a.peak_tflops is not None and not a.peak_tflops > 0:
+        ap.error("the peak must be a positive number of TFLOP/s, got %r" % a.peak_tflops)
+    if a.peak_tflops is None:
+        print("gpu_torch: no --peak-tflops or GANTRY_PEAK_TFLOPS: MFU left out "
+              "(`gpu_bench --peak` prints the device's)", file=sys.stderr)
     for k, v in PRESETS[a.preset].items():
         if getattr(a, k) is None:
             setattr(a, k, v)

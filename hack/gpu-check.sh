@@ -394,6 +394,16 @@ fi
 
 # ---- benchmarks: gantry, then PyTorch (eager and torch.compile) on the same GPU ----
 : >"$out/bench.jsonl"
+# The MFU denominator: this device's dense bf16 peak as gantry knows it (kernels/gpu.h
+# gpu_peak_flops: the datasheet figure for the GPU's name, or GANTRY_PEAK_TFLOPS as given),
+# exported so that bench/gpu_torch.py divides by the same number.
+peak=$("$build/gpu_bench" --peak 2>/dev/null || true)
+if [[ "$peak" =~ ^[0-9]+(\.[0-9]+)?\  ]]; then
+    export GANTRY_PEAK_TFLOPS=${peak%% *}
+    say "peak: $GANTRY_PEAK_TFLOPS TFLOP/s dense bf16 on ${peak#* } (the MFU denominator)"
+else
+    say "peak: not known for this GPU (${peak:-gpu_bench --peak failed}): no MFU; set GANTRY_PEAK_TFLOPS=<TFLOP/s>"
+fi
 # out-of-bounds accesses and shared-memory races in the attention kernels, which pass their
 # tests whether or not a stray read lands in memory that happens to be mapped. memcheck runs
 # before the benchmarks (the verify: lines at the end need it for every attention variant),
@@ -526,8 +536,9 @@ for r in rows:
     impl += "-tuned" if r.get("tune") else ""
     impl += "-wg" if r.get("attention_wgmma") else ""
     impl += "-cudnn" if r.get("attention_cudnn") else ""
+    mfu = "   n/a" if r.get("mfu") is None else f"{100 * r['mfu']:5.1f}%"
     print(f"{r['preset']:8} {impl:38} {prec:5} {r['batch']:3} {r['ms_per_step']:9.2f} "
-          f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {100 * r['mfu']:5.1f}%")
+          f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {mfu}")
     r["label"] = impl
 # the target, per shape: gantry's best bf16 row against PyTorch's best, and 45 % MFU at
 # the GPT-2 shape
@@ -541,7 +552,8 @@ for preset, batch in sorted({(r["preset"], r["batch"]) for r in rows if "label" 
     bg = min(g, key=lambda r: r["ms_per_step"])
     bt = min(t, key=lambda r: r["ms_per_step"])
     ratio = bt["ms_per_step"] / bg["ms_per_step"]
-    mfu = f", MFU {100 * bg['mfu']:.1f}% (target 45%)" if preset == "gpt2" else ""
+    mfu = (", MFU n/a (peak unknown)" if bg.get("mfu") is None else
+           f", MFU {100 * bg['mfu']:.1f}% (target 45%)") if preset == "gpt2" else ""
     print(f"best {preset} B={batch}: gantry {bg['label']} {bg['ms_per_step']:.2f} ms, "
           f"{bt['label']} {bt['ms_per_step']:.2f} ms: gantry {ratio:.3f}x PyTorch's best "
           f"({'at or ahead' if ratio >= 1 else 'behind'}){mfu}")

@@ -44,9 +44,12 @@ int gpu_select_device(int local_rank);
 
 /* The current device's dense peak in FLOP/s for bf16 tensor-core work (bf16 = 1) or plain fp32
  * (bf16 = 0: no TF32, as the fp32 path runs), the denominator of MFU: GANTRY_PEAK_TFLOPS (a
- * number, for a device the table lacks) when set, else by the device name (H100/H200/GH200 SXM,
- * H100 PCIe/NVL, A100); 0 when unknown (logs then show TFLOP/s without MFU). */
+ * number, for a device the table lacks) when set, else gpu_peak_flops_named(the device's name);
+ * 0 when unknown (logs then show TFLOP/s without MFU). */
 double gpu_peak_flops(int bf16);
+/* The datasheet peak for a device name as CUDA reports it (H100 SXM/PCIe/NVL, H200 and its NVL,
+ * GH200, H800, A100, A800); 0 for any other name. */
+double gpu_peak_flops_named(const char *name, int bf16);
 
 /* Creates the cuBLAS/cuBLASLt handles and the GEMM workspace on the current device, and makes the
  * default memory pool keep freed memory. Idempotent; launchers call it themselves when needed. */

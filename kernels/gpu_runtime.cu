@@ -55,14 +55,25 @@ extern "C" int gpu_select_device(int local_rank)
     return dev;
 }
 
-extern "C" double gpu_peak_flops(int bf16)
+extern "C" double gpu_peak_flops_named(const char *name, int bf16)
 {
-    /* dense (no sparsity) TFLOP/s from NVIDIA's datasheets: bf16 tensor cores, fp32 CUDA cores */
+    /* dense (no sparsity) TFLOP/s from NVIDIA's datasheets: bf16 tensor cores, fp32 CUDA cores;
+     * the first entry the name contains wins, so the PCIe and NVL boards come before the SXM
+     * ones ("NVIDIA H100 80GB HBM3" is the SXM H100, "NVIDIA GH200 480GB" matches "H200") */
     static const struct {
         const char *name;
         double bf16, fp32;
-    } table[] = {{"H100 PCIe", 756.0, 51.2}, {"H100 NVL", 835.0, 60.0}, {"H100", 989.4, 66.9},
-                 {"H200", 989.4, 66.9},      {"A100", 312.0, 19.5}};
+    } table[] = {{"H100 PCIe", 756.0, 51.2}, {"H100 NVL", 835.5, 60.0}, {"H200 NVL", 835.5, 60.0},
+                 {"H100", 989.4, 66.9},      {"H200", 989.4, 66.9},     {"H800", 989.4, 66.9},
+                 {"A100", 312.0, 19.5},      {"A800", 312.0, 19.5}};
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+        if (name && strstr(name, table[i].name))
+            return (bf16 ? table[i].bf16 : table[i].fp32) * 1e12;
+    return 0.0;
+}
+
+extern "C" double gpu_peak_flops(int bf16)
+{
     const char *e = getenv("GANTRY_PEAK_TFLOPS");
     cudaDeviceProp prop;
     int dev = 0;
@@ -76,10 +87,7 @@ extern "C" double gpu_peak_flops(int bf16)
     }
     if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
         return 0.0;
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) /* the first match: PCIe first */
-        if (strstr(prop.name, table[i].name))
-            return (bf16 ? table[i].bf16 : table[i].fp32) * 1e12;
-    return 0.0;
+    return gpu_peak_flops_named(prop.name, bf16);
 }
 
 extern "C" void gpu_init(void)

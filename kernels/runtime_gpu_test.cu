@@ -56,6 +56,23 @@ int main(void)
     unsetenv("GANTRY_PEAK_TFLOPS");
     printf("gpu_peak_flops on %s: bf16 %.1f, fp32 %.1f TFLOP/s\n", prop.name, p16 / 1e12,
            p32 / 1e12);
+    /* the table by the names CUDA reports (the boards with a lower peak must not take the SXM
+     * figure their name also contains) */
+    static const struct {
+        const char *name;
+        double tflops;
+    } named[] = {{"NVIDIA H100 80GB HBM3", 989.4}, {"NVIDIA H100 PCIe", 756.0},
+                 {"NVIDIA H100 NVL", 835.5},       {"NVIDIA H200", 989.4},
+                 {"NVIDIA H200 NVL", 835.5},       {"NVIDIA GH200 480GB", 989.4},
+                 {"NVIDIA A100-SXM4-80GB", 312.0}, {"NVIDIA A100 80GB PCIe", 312.0},
+                 {"NVIDIA L4", 0.0},               {"gantry CUDA emulator (CPU)", 0.0}};
+    for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
+        if (gpu_peak_flops_named(named[i].name, 1) != named[i].tflops * 1e12)
+            gt_failed++, printf("gpu_peak_flops_named(\"%s\") = %.1f TFLOP/s, want %.1f\n",
+                                named[i].name, gpu_peak_flops_named(named[i].name, 1) / 1e12,
+                                named[i].tflops);
+    if (gpu_peak_flops_named(NULL, 1) != 0.0)
+        gt_failed++, printf("gpu_peak_flops_named(NULL) not 0\n");
     gpu_init();
 
     const size_t cnt = 1 << 16;

@@ -86,6 +86,12 @@ add_test(NAME gpu_bench_emu_check_bf16_cudnn
 set_tests_properties(gpu_bench_emu_check_bf16_cudnn PROPERTIES LABELS emu TIMEOUT 300
     PASS_REGULAR_EXPRESSION "check-cpu \\(bf16 GEMMs, fused attention \\(cuDNN / cuDNN[^\n]*: OK"
     FAIL_REGULAR_EXPRESSION "FAILED|REFUSED")
+# gpu_bench --peak and the MFU's denominator in its output (unknown here: null; GANTRY_PEAK_TFLOPS)
+add_test(NAME gpu_bench_emu_peak
+         COMMAND bash ${PROJECT_SOURCE_DIR}/bench/gpu_bench_peak_test.sh
+                 $<TARGET_FILE:gpu_bench_emu>)
+set_tests_properties(gpu_bench_emu_peak PROPERTIES LABELS emu TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "gpu_bench_peak_test: OK" SKIP_RETURN_CODE 77)
 # gpu_bench --profile: a row per op, launches per step as the model has them (fp32 unfused and
 # bf16 fused: their ops differ most)
 add_test(NAME gpu_bench_emu_profile
