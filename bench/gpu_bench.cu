@@ -112,9 +112,11 @@ static void usage(const char *argv0)
            "           (libcudnn.so.9 or $GANTRY_CUDNN_LIB opened at run time; else ours)\n"
            "  --tune: with --bf16, kernels picked by timing every form whose results agree\n"
            "           with the default kernels' here: the fused attention's variants, the GELU\n"
-           "           backward's pass or epilogue (MODEL_GPU_TUNE, training.autotune; the four\n"
-           "           flags above are then ignored), including those not yet run on a GPU,\n"
-           "           which training leaves out (GANTRY_AUTOTUNE_UNVERIFIED=0: left out here too)\n"
+           "           backward's pass or epilogue, and each GEMM's cuBLASLt candidates at its\n"
+           "           first call (of 1 GFLOP or more; GANTRY_AUTOTUNE_GEMM_MIN_FLOP sets it)\n"
+           "           (MODEL_GPU_TUNE, training.autotune; the four flags above are then\n"
+           "           ignored), including those not yet run on a GPU, which training leaves out\n"
+           "           (GANTRY_AUTOTUNE_UNVERIFIED=0: left out here too)\n"
            "  --profile: after the timed steps, 3 more eager steps with an event behind every op,\n"
            "           and a table of the ops' device time per step (lines \"profile: ...\")\n"
            "  --peak:  print the device's dense bf16 peak in TFLOP/s, the MFU denominator (the\n"
@@ -404,6 +406,16 @@ int main(int argc, char **argv)
         }
         int kf = 0, kb = 0, kd = 0;
         model_gpu_kernels(g, &kf, &kb, &kd);
+        /* the GEMMs' cuBLASLt candidates timed (--tune): shapes, candidates, how many took
+         * another than the first, and one call of each with the first and with the pick */
+        char gemm_json[160] = "null";
+        struct matmul_tune_stats ts;
+        matmul_tune_stats(&ts);
+        if (ts.timed)
+            snprintf(gemm_json, sizeof(gemm_json),
+                     "{\"shapes\":%d,\"candidates\":%d,\"changed\":%d,\"first_ms\":%.4f,"
+                     "\"pick_ms\":%.4f}", ts.timed, ts.candidates, ts.changed, ts.first_ms,
+                     ts.pick_ms);
         printf("gpu_bench %s on %s: %s, %s attention%s%s, B=%d T=%d C=%d L=%d NH=%d | %.2f "
                "ms/step | %.0f tok/s (%.0f real) | %.1f TFLOP/s | %s | loss %.4f\n",
                o.name, prop.name, o.bf16 ? "bf16 GEMMs" : "fp32", o.fused ? "fused" : "unfused",
@@ -412,7 +424,7 @@ int main(int argc, char **argv)
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
                "\"attention\":\"%s\",\"graphs\":%s,\"dgelu_epilogue\":%s,\"attention_ds\":%s,"
-               "\"attention_wgmma\":%s,\"attention_cudnn\":%s,\"tune\":%s,"
+               "\"attention_wgmma\":%s,\"attention_cudnn\":%s,\"tune\":%s,\"gemm_tune\":%s,"
                "\"attention_kernels\":\"%s / %s\","
                "\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,\"steps\":%d,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
@@ -423,7 +435,8 @@ int main(int argc, char **argv)
                kf == ATTN_FWD_WGMMA || kb == ATTN_BWD_WGMMA || kb == ATTN_BWD_WGMMA_DS ? "true"
                                                                                   : "false",
                kf == ATTN_FWD_CUDNN || kb == ATTN_BWD_CUDNN ? "true" : "false",
-               o.tune ? "true" : "false", o.bf16 && o.fused ? attention_fwd_kind_name(kf) : "-",
+               o.tune ? "true" : "false", gemm_json,
+               o.bf16 && o.fused ? attention_fwd_kind_name(kf) : "-",
                o.bf16 && o.fused ? attention_bwd_kind_name(kb) : "-", o.B, o.T, o.C, o.L,
                o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu_json);

@@ -237,9 +237,10 @@ check_cpu() {
     # cuDNN's attention (where this machine has cuDNN; else ours, and a note that says so)
     timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
         --attention fused --attention-cudnn --heads 2 || rc=1
-    # the kernels training.attention: auto picks here (every variant checked and timed first)
-    timeout 240 "$build/gpu_bench" --preset example --steps 10 --check-cpu --bf16 --varlen \
-        --attention fused --tune --heads 2 || rc=1
+    # the kernels training.attention: auto picks here (every variant checked and timed first;
+    # every GEMM's cuBLASLt candidates too, which the default 1 GFLOP floor leaves out here)
+    GANTRY_AUTOTUNE_GEMM_MIN_FLOP=0 timeout 240 "$build/gpu_bench" --preset example --steps 10 \
+        --check-cpu --bf16 --varlen --attention fused --tune --heads 2 || rc=1
     return $rc
 }
 # (each run first compares the first step's gradients tensor by tensor, then every step's loss)
@@ -600,4 +601,10 @@ cudnn_ev=('ctest.log:^[0-9]+: cudnn runs ' 'ctest.log:^[0-9]+: cudnn agrees '
     'summary.txt:^OK: compute-sanitizer --tool memcheck attention_gpu_test with cuDNN:')
 verify "cuDNN forward" "fwd_verified[ATTN_FWD_CUDNN]" 'forward [^;]*cuDNN' "${cudnn_ev[@]}"
 verify "cuDNN backward" "bwd_verified[ATTN_BWD_CUDNN]" 'backward [^;]*cuDNN' "${cudnn_ev[@]}"
+# the GEMMs' cuBLASLt candidates timed (matmul.cu): right results and the cache in the GPU test,
+# training like the CPU with them, and timed at the GPT-2 shape in the -tuned rows
+verify "GEMM algorithms" "gemm_verified" 'GEMM algorithms' 'ctest.log:gemm tune (timed|cached) ' \
+    'ctest.log:tuned (forward|backward)_bf16' \
+    'check.log:^model_gpu: autotune, GEMM algorithms: [1-9]' 'check.log:^check-cpu .*, tuned\)' \
+    'summary.txt:^model_gpu: autotune, GEMM algorithms: [1-9]'
 exit $status

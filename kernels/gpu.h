@@ -231,6 +231,29 @@ void attention_backward_fused_bf16_kind(int kind, uint16_t *dqkv16, float *dbias
                                         const uint16_t *dout, const uint16_t *qkv,
                                         const uint16_t *out, const float *lse, const int *len,
                                         int B, int T, int C, int NH, struct CUstream_st *stream);
+/* ---- matmul.cu: cuBLASLt's candidate algorithms timed (training.autotune) ----
+ * Armed, the first call of each GEMM shape of at least min_flop FLOPs (2mnk) times up to 8 of
+ * cuBLASLt's candidates on its own operands (into scratch: the call's output is written once)
+ * and keeps the fastest for the process, cuBLASLt's first unless another is 3 % faster; not
+ * while the stream is being captured. Results may differ from an untuned run by rounding (a
+ * split-K candidate sums in another order); every later call of a shape runs the same kernel.
+ * matmul_tune_reset forgets every shape's algorithm (tests). */
+struct matmul_tune_stats {
+    int timed;                  /* GEMM shapes whose candidates were timed */
+    int candidates;             /* candidates run, over those shapes */
+    int changed;                /* shapes that took another than cuBLASLt's first */
+    double first_ms, pick_ms;   /* one call of each timed shape: with the first, with the pick */
+};
+void matmul_tune_arm(int on, double min_flop);
+void matmul_tune_reset(void);
+void matmul_tune_stats(struct matmul_tune_stats *s);
+/* "N shapes timed (M candidates), K faster than cuBLASLt's first: mxnxk a -> b us (#i of c), ...;
+ * one call of each: x -> y ms" */
+void matmul_tune_describe(char *buf, size_t n);
+/* Whether training's autotune may arm it: once a GPU run has shown it clean (tune.cu), or with
+ * GANTRY_AUTOTUNE_UNVERIFIED=1. */
+int tune_gemm_admitted(void);
+
 /* ---- tune.cu: kernels picked on the GPU at hand (training.autotune), as cuDNN benchmarks ----
  * tune_attention runs every variant that can run here (wgmma: head size 33 to 64 and
  * attention_fused_wgmma_available; the stored dS^T: allow_ds) on random inputs of the shape

@@ -13,7 +13,9 @@
 #include "kernels/gpu_internal.h"
 #include "kernels/matmul.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 struct gemm {
@@ -49,20 +51,160 @@ struct algo_key {
     uint32_t align[4]; /* a, b, d, c */
 };
 #define ALGO_CACHE_MAX 128
-static struct {
+static struct algo_entry {
     struct algo_key key;
     cublasLtMatmulAlgo_t algo;
     int found;
+    /* timed (matmul_tune_arm): candidates run, the one taken (0: cuBLASLt's first), and one
+     * call's time with the first and with the one taken */
+    int tuned, candidates, pick;
+    float first_ms, pick_ms;
 } algo_cache[ALGO_CACHE_MAX];
 static int algo_cache_n;
+
+/* ---- timing cuBLASLt's candidates (matmul_tune_arm; training.autotune) ----
+ * cuBLASLt's heuristic ranks its kernels by a model of the GPU, and its first pick is not always
+ * the fastest on the device at hand at a given shape (why PyTorch has TunableOp and cuBLASLt's
+ * samples time the top few). Armed, the first call of each GEMM (shape, types, epilogue and
+ * alignment: the cache's key) of at least min_flop FLOPs asks for up to TUNE_ALGOS candidates
+ * and times them on the call's own operands. Each writes to scratch instead of the call's output,
+ * so an accumulating GEMM (beta = 1: the weight gradients) is not added into its output once per
+ * run; a GELU_AUX epilogue rewrites its pre-activation, which the real call then writes again.
+ * One untimed run each (which also leaves out a candidate that fails), then TUNE_ROUNDS timed
+ * rounds, interleaved, keeping each one's fastest. Another than the first is taken only when
+ * TUNE_GAIN faster, so near-ties stay with cuBLASLt's pick. Never while the stream is being
+ * captured into a CUDA graph (it synchronises): such a shape keeps the first pick.
+ * Every candidate computes the same products; a split-K one sums them in another order, so a
+ * tuned run can differ from an untuned one by rounding. The pick is cached for the process, so
+ * every later call of the shape (eager or in a graph) runs the same kernel, the same bits. */
+#define TUNE_ALGOS 8
+#define TUNE_ROUNDS 3
+#define TUNE_GAIN 0.97f
+static struct {
+    bool armed;
+    double min_flop;
+} gemm_tune;
+
+static size_t dtype_bytes(cudaDataType_t t)
+{
+    return t == CUDA_R_16BF ? 2 : 4;
+}
+
+/* Times h[0..n) for g into e (pick, times); returns the index taken. */
+static int tune_candidates(const struct gemm *g, cublasLtMatmulDesc_t op,
+                           cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                           cublasLtMatrixLayout_t ld, const cublasLtMatmulHeuristicResult_t *h,
+                           int n, struct algo_entry *e, cudaStream_t stream)
+{
+    struct gpu_rt *rt = gpu_rt();
+    const float alpha = 1.0f;
+    float best[TUNE_ALGOS];
+    bool ok[TUNE_ALGOS];
+    void *d = gpu_scratch((size_t)g->ldd * (size_t)g->n * dtype_bytes(g->d_type), stream);
+    const void *c = g->c ? g->c : g->d; /* read only when beta != 0 */
+    cudaEvent_t ev[2];
+    CUDA_CHECK(cudaEventCreate(&ev[0]));
+    CUDA_CHECK(cudaEventCreate(&ev[1]));
+    for (int i = 0; i < n; i++) {
+        best[i] = INFINITY;
+        ok[i] = cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta, c, ld, d, ld,
+                               &h[i].algo, rt->workspace, GPU_WORKSPACE_BYTES,
+                               stream) == CUBLAS_STATUS_SUCCESS;
+    }
+    for (int r = 0; r < TUNE_ROUNDS; r++)
+        for (int i = 0; i < n; i++) {
+            if (!ok[i])
+                continue;
+            float ms;
+            CUDA_CHECK(cudaEventRecord(ev[0], stream));
+            cublasStatus_t st = cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta,
+                                               c, ld, d, ld, &h[i].algo, rt->workspace,
+                                               GPU_WORKSPACE_BYTES, stream);
+            CUDA_CHECK(cudaEventRecord(ev[1], stream));
+            CUDA_CHECK(cudaEventSynchronize(ev[1]));
+            CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+            if (st != CUBLAS_STATUS_SUCCESS)
+                ok[i] = false;
+            else if (ms < best[i])
+                best[i] = ms;
+        }
+    CUDA_CHECK(cudaEventDestroy(ev[0]));
+    CUDA_CHECK(cudaEventDestroy(ev[1]));
+    gpu_scratch_free(d, stream);
+    int pick = 0;
+    for (int i = 1; i < n; i++)
+        if (ok[i] && best[i] < best[pick])
+            pick = i;
+    if (pick && ok[0] && best[pick] > TUNE_GAIN * best[0])
+        pick = 0;
+    e->tuned = 1, e->candidates = n, e->pick = pick;
+    e->first_ms = best[0], e->pick_ms = best[pick];
+    return pick;
+}
+
+extern "C" void matmul_tune_arm(int on, double min_flop)
+{
+    gemm_tune.armed = on != 0;
+    gemm_tune.min_flop = min_flop;
+}
+
+extern "C" void matmul_tune_reset(void)
+{
+    algo_cache_n = 0;
+}
+
+extern "C" void matmul_tune_stats(struct matmul_tune_stats *s)
+{
+    memset(s, 0, sizeof(*s));
+    for (int i = 0; i < algo_cache_n; i++) {
+        const struct algo_entry *e = &algo_cache[i];
+        if (!e->tuned)
+            continue;
+        s->timed++;
+        s->candidates += e->candidates;
+        s->changed += e->pick != 0;
+        s->first_ms += e->first_ms;
+        s->pick_ms += e->pick_ms;
+    }
+}
+
+extern "C" void matmul_tune_describe(char *buf, size_t n)
+{
+    struct matmul_tune_stats s;
+    size_t at = 0;
+    matmul_tune_stats(&s);
+    if (n)
+        buf[0] = '\0';
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        if (at < n)                                                                                \
+            at += (size_t)snprintf(buf + at, n - at, __VA_ARGS__);                                 \
+    } while (0)
+    PUT("%d shapes timed (%d candidates), %d faster than cuBLASLt's first", s.timed,
+        s.candidates, s.changed);
+    const char *sep = ": ";
+    for (int i = 0; i < algo_cache_n; i++) {
+        const struct algo_entry *e = &algo_cache[i];
+        if (!e->tuned || !e->pick)
+            continue;
+        PUT("%s%dx%dx%d%s %.1f -> %.1f us (#%d of %d)", sep, e->key.m, e->key.n, e->key.k,
+            e->key.aux ? (e->key.epi == CUBLASLT_EPILOGUE_DGELU ? " dgelu" : " gelu") : "",
+            1e3 * e->first_ms, 1e3 * e->pick_ms, e->pick + 1, e->candidates);
+        sep = ", ";
+    }
+    PUT("; one call of each: %.3f -> %.3f ms", s.first_ms, s.pick_ms);
+#undef PUT
+    if (n && at >= n)
+        buf[n - 1] = '\0';
+}
 
 /* Algorithm for op/layouts into *algo; returns 0 when cuBLASLt has none. For an `optional`
  * GEMM (a fused epilogue with a fallback) any refusal of the heuristic counts as "none": the
  * documented answer is NOT_SUPPORTED, but a library that said INVALID_VALUE must not end the
- * run. */
+ * run. Armed (above), a new key's candidates are timed on g's operands on `stream`. */
 static int gemm_algo(const struct gemm *g, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                      cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
-                     cublasLtMatmulAlgo_t *algo, bool optional)
+                     cublasLtMatmulAlgo_t *algo, bool optional, cudaStream_t stream)
 {
     struct algo_key key;
     memset(&key, 0, sizeof(key)); /* padding too: keys are compared with memcmp */
@@ -76,10 +218,18 @@ static int gemm_algo(const struct gemm *g, cublasLtMatmulDesc_t op, cublasLtMatr
             return algo_cache[i].found;
         }
     }
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    const bool tune = gemm_tune.armed && algo_cache_n < ALGO_CACHE_MAX &&
+                      2.0 * g->m * g->n * g->k >= gemm_tune.min_flop &&
+                      cudaStreamIsCapturing(stream, &cs) == cudaSuccess &&
+                      cs == cudaStreamCaptureStatusNone;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t h;
+    cublasLtMatmulHeuristicResult_t h[TUNE_ALGOS];
+    memset(h, 0, sizeof(h));
     size_t ws = GPU_WORKSPACE_BYTES;
-    int found = 0;
+    int found = 0, pick = 0;
+    struct algo_entry e;
+    memset(&e, 0, sizeof(e));
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
@@ -89,20 +239,23 @@ static int gemm_algo(const struct gemm *g, cublasLtMatmulDesc_t op, cublasLtMatr
     const uint32_t al[4] = {key.align[0], key.align[1], key.align[3], key.align[2]};
     for (int i = 0; i < 4; i++)
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &al[i], sizeof(al[i])));
-    cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(gpu_rt()->lt, op, la, lb, ld, ld, pref, 1, &h, &found);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(gpu_rt()->lt, op, la, lb, ld, ld, pref,
+                                                       tune ? TUNE_ALGOS : 1, h, &found);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED || (optional && st != CUBLAS_STATUS_SUCCESS))
         found = 0; /* "no algorithm", as found == 0 */
     else
         CUBLAS_CHECK(st);
     cublasLtMatmulPreferenceDestroy(pref);
+    if (tune && found > 1)
+        pick = tune_candidates(g, op, la, lb, ld, h, found, &e, stream);
     found = found > 0;
     if (found)
-        *algo = h.algo;
+        *algo = h[pick].algo;
     if (algo_cache_n < ALGO_CACHE_MAX) {
-        algo_cache[algo_cache_n].key = key;
-        algo_cache[algo_cache_n].algo = h.algo;
-        algo_cache[algo_cache_n++].found = found;
+        e.key = key;
+        e.algo = h[pick].algo;
+        e.found = found;
+        algo_cache[algo_cache_n++] = e;
     }
     return found;
 }
@@ -139,7 +292,7 @@ static int gemm_run(const struct gemm *g, cudaStream_t stream, bool optional = f
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g->ab_type, g->tb ? g->n : g->k,
                                             g->tb ? g->k : g->n, g->ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, g->d_type, g->m, g->n, g->ldd));
-    if (gemm_algo(g, op, la, lb, ld, &algo, optional)) {
+    if (gemm_algo(g, op, la, lb, ld, &algo, optional, stream)) {
         cublasStatus_t st = cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta,
                                            g->c ? g->c : g->d, ld, g->d, ld, &algo, rt->workspace,
                                            GPU_WORKSPACE_BYTES, stream);

@@ -14,6 +14,9 @@
 #define GRAPH_SLOTS 16 /* MODEL_GPU_GRAPHS: forward and backward graphs kept, by shape */
 #define PROF_MARKS 4096 /* model_gpu_profile: events between collections */
 #define PROF_OPS 32     /* distinct op names */
+/* MODEL_GPU_TUNE: GEMMs of fewer FLOPs keep cuBLASLt's first pick untimed (a few microseconds
+ * each: timing 8 candidates costs more than a run could win back) */
+#define GEMM_TUNE_MIN_FLOP 1e9
 
 struct prof_row {
     const char *op;
@@ -67,6 +70,7 @@ struct model_gpu {
     cudaEvent_t *unit_done; /* MODEL_GPU_UNITS(L): recorded behind each unit's last kernel */
     int graphs;             /* MODEL_GPU_GRAPHS */
     int dgelu_epi;          /* MODEL_GPU_DGELU_EPILOGUE */
+    int gemm_say;           /* MODEL_GPU_TUNE: say what the GEMMs' tune took after a backward */
     int attn_fwd, attn_bwd; /* the bf16 fused attention's kinds (ATTN_FWD_*, ATTN_BWD_*) */
     struct graph_slot gs[GRAPH_SLOTS];
     unsigned long long gtick;
@@ -573,6 +577,18 @@ extern "C" void model_gpu_backward(struct model_gpu *g, float loss_scale)
 {
     if (g->ready || g->prof || !g->graphs || !graph_run(g, 1, loss_scale))
         backward_body(g, loss_scale);
+    if (g->gemm_say) { /* the first forward and backward timed their GEMMs' candidates */
+        static int said; /* shapes said so far, in this process */
+        struct matmul_tune_stats st;
+        char line[1024];
+        matmul_tune_stats(&st);
+        if (st.timed > said) {
+            matmul_tune_describe(line, sizeof(line));
+            fprintf(stderr, "model_gpu: autotune, GEMM algorithms: %s\n", line);
+            said = st.timed;
+        }
+        g->gemm_say = 0;
+    }
 }
 
 extern "C" int model_gpu_profile(struct model_gpu *g, int on)
@@ -736,6 +752,18 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         if (!t.cached)
             fprintf(stderr, "model_gpu: autotune, GELU backward at %zu x %zu -> %zu: %s\n", N, F,
                     C, line);
+    }
+    { /* cuBLASLt's candidates timed at each GEMM's first call: armed (or not) by the newest
+       * model, for the process; shapes already timed keep their pick */
+        static int said;
+        const char *v = getenv("GANTRY_AUTOTUNE_GEMM_MIN_FLOP"); /* (tests: 0) */
+        const int tune = bf16 && (flags & MODEL_GPU_TUNE), on = tune && tune_gemm_admitted();
+        matmul_tune_arm(on, v && *v ? atof(v) : GEMM_TUNE_MIN_FLOP);
+        g->gemm_say = on;
+        if (tune && !on && !said++)
+            fprintf(stderr, "model_gpu: autotune, GEMM algorithms: cuBLASLt's first (not yet "
+                            "run on a GPU, so not timed: its other candidates; "
+                            "GANTRY_AUTOTUNE_UNVERIFIED=1 times them)\n");
     }
     g->nseg = m->n_tensors;
     for (int i = 0; i < m->n_tensors; i++)

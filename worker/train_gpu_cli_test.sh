@@ -71,9 +71,11 @@ grep -q 'precision fp32, attention unfused (auto)' "$tmp/err" && [ "$rc" = 0 ] &
 # autotune (the default) in bf16: the attention's variants and the GELU backward's two forms
 # that have run on a GPU checked against the default kernels and timed before training (none
 # has yet: each line names them, untimed), with GANTRY_AUTOTUNE_UNVERIFIED=1 all of them (each
-# timed, nothing refused); --autotune=false: the default kernels, no lines
+# timed, nothing refused); the same for the GEMMs' cuBLASLt candidates (at every GEMM's first
+# call; GANTRY_AUTOTUNE_GEMM_MIN_FLOP=0, as this model's GEMMs are below the default's 1 GFLOP);
+# --autotune=false: the default kernels, no lines
 rc=0
-GANTRY_AUTOTUNE_UNVERIFIED=1 "$bin" --config "$tmp/cfg.json" --precision bf16 --max-steps 2 \
+GANTRY_AUTOTUNE_UNVERIFIED=1 GANTRY_AUTOTUNE_GEMM_MIN_FLOP=0 "$bin" --config "$tmp/cfg.json" --precision bf16 --max-steps 2 \
     --report "$tmp/r16u.json" >/dev/null 2>"$tmp/err16u" || rc=$?
 "$bin" --config "$tmp/cfg.json" --precision bf16 --max-steps 2 --autotune=false \
     --report "$tmp/r16n.json" >/dev/null 2>"$tmp/err16n" || rc=$?
@@ -90,13 +92,18 @@ att_t+="(; cuDNN not timed: .*)?: taking "
 # (a GPU's cuBLASLt may have no DGELU epilogue at this shape; the emulator's has)
 gelu_t="${re_gelu} [0-9.]+ ms(, GEMM with DGELU epilogue [0-9.]+ ms| \\(no DGELU epilogue in "
 gelu_t+="cuBLASLt here\\)): taking "
+gemm_un="^model_gpu: autotune, GEMM algorithms: cuBLASLt's first \\($un: its other candidates; "
+gemm_t='^model_gpu: autotune, GEMM algorithms: [1-9][0-9]* shapes timed \([0-9]+ candidates\), '
+gemm_t+='[0-9]+ faster than cuBLASLt.s first.*; one call of each: [0-9.]+ -> [0-9.]+ ms$'
 grep -q 'autotune on (kernels timed here first)' "$tmp/err16" &&
     grep -qE "$att_un" "$tmp/err16" && grep -qE "$gelu_un" "$tmp/err16" &&
+    grep -qE "$gemm_un" "$tmp/err16" && ! grep -q 'GEMM algorithms: [0-9]' "$tmp/err16" &&
     grep -qE "$att_t" "$tmp/err16u" && grep -qE "$gelu_t" "$tmp/err16u" &&
+    grep -qE "$gemm_t" "$tmp/err16u" &&
     ! grep -q 'REFUSED' "$tmp/err16u" && [ "$rc" = 0 ] &&
     grep -q 'autotune off' "$tmp/err16n" && ! grep -q '^model_gpu: autotune' "$tmp/err16n" &&
     echo "ok   autotune: untimed variants named; with GANTRY_AUTOTUNE_UNVERIFIED=1 all checked" \
-        "and timed first; off with --autotune=false" ||
+        "and timed first, and the GEMMs' candidates timed; off with --autotune=false" ||
     { echo "FAIL autotune (runs: exit $rc):"; fail=1
       grep -h '^gantry-worker\|^model_gpu' "$tmp/err16" "$tmp/err16u" "$tmp/err16n"; }
 # model FLOP/s on every GPU progress line; MFU only with a known peak: the fp32 datasheet peak of

@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <chrono>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include "kernels/bf16.h"
@@ -77,6 +79,7 @@ namespace {
 
 const uint32_t BLAS_MAGIC = 0x62736c61u, LT_MAGIC = 0x4c746c61u;
 const uint64_t ALGO_MAGIC = 0x67616e7472794c74ull; /* "gantryLt" */
+const int EMU_LT_ALGOS = 3; /* candidates the heuristic offers: k in 1, 2 or 3 slices */
 
 size_t elsize(cudaDataType_t t)
 {
@@ -148,6 +151,7 @@ struct gemm_args {
     void *aux;
     int64_t ldaux;
     bool tf32;
+    int ksplit; /* the algorithm's split of k: 1, or that many slices summed in order (split-K) */
 };
 
 /* out[x * k + l] = element (x, l) of the k-contiguous view: src[l + x ld] when the stored matrix
@@ -210,7 +214,15 @@ void run_gemm(const gemm_args &g, std::vector<float> &pa, std::vector<float> &pb
         for (int64_t j = 0; j < g.n; j++) {
             const float *bj = products ? pb.data() + (size_t)j * (size_t)g.k : NULL;
             for (int64_t i = i0; i < i1; i++) {
-                float acc = products ? dot(pa.data() + (size_t)i * (size_t)g.k, bj, g.k) : 0.0f;
+                float acc = 0.0f;
+                if (products) { /* slices of k as a split-K kernel sums them: one after another */
+                    const float *ai = pa.data() + (size_t)i * (size_t)g.k;
+                    const int64_t ks = g.ksplit > 1 ? g.ksplit : 1;
+                    for (int64_t s = 0; s < ks; s++) {
+                        const int64_t lo = g.k * s / ks, hi = g.k * (s + 1) / ks;
+                        acc += dot(ai + lo, bj + lo, hi - lo);
+                    }
+                }
                 float v = g.alpha * acc;
                 if (g.beta != 0.0f)
                     v += g.beta * load(g.c, g.ct, (size_t)(i + j * g.ldc));
@@ -730,7 +742,14 @@ cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t ope
     r->workspaceSize = 0;
     r->state = CUBLAS_STATUS_SUCCESS;
     r->wavesCount = 1.0f;
-    *returnAlgoCount = 1;
+    /* the same kernel splitting k into 2, 3, ... slices: what cuBLASLt's later candidates often
+     * are, the same products summed in another order */
+    int n = requestedAlgoCount < EMU_LT_ALGOS ? requestedAlgoCount : EMU_LT_ALGOS;
+    for (int i = 1; i < n; i++) {
+        heuristicResultsArray[i] = *r;
+        heuristicResultsArray[i].algo.data[3] = (uint64_t)i;
+    }
+    *returnAlgoCount = n;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -769,7 +788,8 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
     } else {
         if (algo->data[0] != ALGO_MAGIC ||
             algo->data[1] != ((uint64_t)pr.ab | (uint64_t)pr.cd << 8 |
-                              (uint64_t)computeDesc->epi << 32))
+                              (uint64_t)computeDesc->epi << 32) ||
+            algo->data[3] >= EMU_LT_ALGOS)
             return CUBLAS_STATUS_INVALID_VALUE; /* not an algorithm for this operation */
         if (!lt_algo_fits(pr, computeDesc, ptr, algo))
             return CUBLAS_STATUS_NOT_SUPPORTED; /* chosen for stricter alignment */
@@ -808,9 +828,15 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
     g.bias = computeDesc->bias, g.bias_t = pr.bias_t;
     g.aux = computeDesc->aux, g.ldaux = computeDesc->aux_ld;
     g.tf32 = pr.tf32;
-    emu_on_stream(stream, [g]() {
+    g.ksplit = (int)algo->data[3] + 1;
+    /* GANTRY_EMU_LT_SLOW_ALGO=i: candidate i takes 20 ms longer, for tests of a tune's timing */
+    const char *slow = getenv("GANTRY_EMU_LT_SLOW_ALGO");
+    const bool stall = slow && *slow && (uint64_t)atoi(slow) == algo->data[3];
+    emu_on_stream(stream, [g, stall]() {
         std::vector<float> pa, pb;
         run_gemm(g, pa, pb);
+        if (stall)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
     });
     return CUBLAS_STATUS_SUCCESS;
 }

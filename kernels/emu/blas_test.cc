@@ -718,12 +718,71 @@ static void test_device_range(void)
     cublasDestroy(h);
 }
 
+/* Several candidates (as a caller that times them asks): the first and k split into 2 and 3
+ * slices; each gives the product within fp32 rounding of a double reference, the split ones
+ * summed in another order (not the first's bits everywhere); an index past them is refused. */
+static void test_lt_candidates(void)
+{
+    const int M = 8, N = 8, K = 37; /* k not a multiple of the slices */
+    const float one = 1, zero = 0;
+    std::vector<float> a(K * M), b(K * N), d[3];
+    uint64_t s = 7;
+    auto next = [&s]() { /* uniform in [-0.5, 0.5) */
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return (float)(s >> 40) / (1 << 24) - 0.5f;
+    };
+    for (auto &x : a)
+        x = next();
+    for (auto &x : b)
+        x = next();
+    lt_fixture f(CUDA_R_32F, CUDA_R_32F, M, N, K, K, K, M);
+    cublasLtMatmulHeuristicResult_t h[8];
+    int found = -1;
+    TEST_EQ_INT(cublasLtMatmulAlgoGetHeuristic(lt_handle, f.op, f.la, f.lb, f.ld, f.ld, f.pref, 8,
+                                               h, &found),
+                CUBLAS_STATUS_SUCCESS);
+    TEST_EQ_INT(found, 3);
+    TEST_EQ_INT(cublasLtMatmulAlgoGetHeuristic(lt_handle, f.op, f.la, f.lb, f.ld, f.ld, f.pref, 2,
+                                               h, &found),
+                CUBLAS_STATUS_SUCCESS);
+    TEST_EQ_INT(found, 2);
+    TEST_EQ_INT(cublasLtMatmulAlgoGetHeuristic(lt_handle, f.op, f.la, f.lb, f.ld, f.ld, f.pref, 8,
+                                               h, &found),
+                CUBLAS_STATUS_SUCCESS);
+    int bad = 0, differ = 0;
+    for (int c = 0; c < 3; c++) {
+        TEST_EQ_INT(h[c].state, CUBLAS_STATUS_SUCCESS);
+        d[c].assign(M * N, NAN);
+        TEST_EQ_INT(cublasLtMatmul(lt_handle, f.op, &one, a.data(), f.la, b.data(), f.lb, &zero,
+                                   d[c].data(), f.ld, d[c].data(), f.ld, &h[c].algo, NULL, 0, 0),
+                    CUBLAS_STATUS_SUCCESS);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double ref = 0, mag = 0;
+                for (int l = 0; l < K; l++) {
+                    double p = (double)a[i * K + l] * b[j * K + l];
+                    ref += p, mag += fabs(p);
+                }
+                bad += !(fabs(d[c][i + j * M] - ref) <= 1e-6 * mag + 1e-7);
+                differ += c > 0 && d[c][i + j * M] != d[0][i + j * M];
+            }
+    }
+    TEST_CHECK(bad == 0);
+    TEST_CHECK(differ > 0);
+    cublasLtMatmulAlgo_t past = h[2].algo;
+    past.data[3]++;
+    TEST_EQ_INT(cublasLtMatmul(lt_handle, f.op, &one, a.data(), f.la, b.data(), f.lb, &zero,
+                               d[0].data(), f.ld, d[0].data(), f.ld, &past, NULL, 0, 0),
+                CUBLAS_STATUS_INVALID_VALUE);
+}
+
 int main(void)
 {
     TEST_EQ_INT(cublasLtCreate(&lt_handle), CUBLAS_STATUS_SUCCESS);
     TEST_RUN(test_lt_fp32);
     TEST_RUN(test_lt_bf16);
     TEST_RUN(test_lt_errors);
+    TEST_RUN(test_lt_candidates);
     TEST_RUN(test_gemm_batched);
     TEST_RUN(test_sort);
     TEST_RUN(test_device_range);

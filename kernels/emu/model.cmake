@@ -68,14 +68,16 @@ foreach(prec fp32 bf16 fused bf16_fused bf16_graphs bf16_dgelu bf16_ds bf16_wgmm
     set_tests_properties(gpu_bench_emu_check_${prec} PROPERTIES LABELS emu TIMEOUT 300)
 endforeach()
 # The kernels picked at start (--tune, what training.autotune does): every form of the
-# attention and the GELU backward checked against the default and timed, and the model with the
-# picks against the CPU
+# attention and the GELU backward checked against the default and timed, every GEMM's cuBLASLt
+# candidates timed at its first call (GANTRY_AUTOTUNE_GEMM_MIN_FLOP=0: these GEMMs are tiny), and
+# the model with the picks against the CPU
 add_test(NAME gpu_bench_emu_check_bf16_tune
          COMMAND gpu_bench_emu --batch 4 --seq 24 --hidden 128 --layers 2 --heads 2 --vocab 200
                  --classes 3 --steps 4 --warmup 1 --varlen --check-cpu --bf16 --attention fused
                  --tune)
 set_tests_properties(gpu_bench_emu_check_bf16_tune PROPERTIES LABELS emu TIMEOUT 300
-    PASS_REGULAR_EXPRESSION "check-cpu \\(bf16 GEMMs, fused attention \\([^)]*, tuned\\)[^\n]*: OK"
+    ENVIRONMENT "GANTRY_AUTOTUNE_GEMM_MIN_FLOP=0"
+    PASS_REGULAR_EXPRESSION "model_gpu: autotune, GEMM algorithms: [1-9][0-9]* shapes timed(.|\n)*check-cpu \\(bf16 GEMMs, fused attention \\([^)]*, tuned\\)[^\n]*: OK"
     FAIL_REGULAR_EXPRESSION "FAILED|REFUSED")
 # --attention-cudnn where there is no cuDNN (the emulator): the model asks for cuDNN's attention,
 # each call runs ours instead, and it still trains like the CPU

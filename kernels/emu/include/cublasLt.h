@@ -16,7 +16,11 @@
  *   pre-activation GELU_AUX stored, D's type and the same layout rules).
  * Others (bias gradients, ReLU bit masks) return CUBLAS_STATUS_NOT_SUPPORTED.
  *
- * cublasLtMatmulAlgoGetHeuristic models what cuBLASLt can run: it returns one algorithm, or
+ * cublasLtMatmulAlgoGetHeuristic models what cuBLASLt can run: it returns up to
+ * requestedAlgoCount algorithms (3 at most: the first sums k in one pass, the others split k
+ * into 2 or 3 slices added in order, as split-K kernels do, so their results differ from the
+ * first's by rounding; GANTRY_EMU_LT_SLOW_ALGO=i makes candidate i take 20 ms longer, for tests
+ * of code that times them), or
  * CUBLAS_STATUS_NOT_SUPPORTED with *returnAlgoCount = 0 when there is none: bf16 matrices need
  * 16-byte aligned pointers (from the preference's MIN_ALIGNMENT_*_BYTES, default 256) and leading
  * dimensions (ld a multiple of 8), a GELU aux buffer an ld multiple of 8 and 16-byte alignment;
