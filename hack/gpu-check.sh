@@ -604,7 +604,7 @@ verify "cuDNN backward" "bwd_verified[ATTN_BWD_CUDNN]" 'backward [^;]*cuDNN' "${
 # the GEMMs' cuBLASLt candidates timed (matmul.cu): right results and the cache in the GPU test,
 # training like the CPU with them, and timed at the GPT-2 shape in the -tuned rows
 verify "GEMM algorithms" "gemm_verified" 'GEMM algorithms' 'ctest.log:gemm tune (timed|cached) ' \
-    'ctest.log:tuned (forward|backward)_bf16' \
+    'ctest.log:tuned_(forward|backward)_bf16' \
     'check.log:^model_gpu: autotune, GEMM algorithms: [1-9]' 'check.log:^check-cpu .*, tuned\)' \
     'summary.txt:^model_gpu: autotune, GEMM algorithms: [1-9]'
 exit $status
