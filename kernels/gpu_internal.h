@@ -10,7 +10,9 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/bf16.h"
@@ -125,6 +127,36 @@ template <int V> static __device__ __forceinline__ void st_vec(uint16_t *p, cons
 template <typename... P> static inline bool vec4_ok(const P *...p)
 {
     return ((((uintptr_t)p % (4 * sizeof(P))) == 0) && ...);
+}
+
+/* Timing what run() queues on `stream` between the events ev[0] and ev[1], in ms (synchronises:
+ * not inside a graph capture). The autotunes' clock (tune.cu, matmul.cu). */
+template <typename F> static inline float gpu_time_ms(cudaEvent_t *ev, cudaStream_t stream, F run)
+{
+    CUDA_CHECK(cudaEventRecord(ev[0], stream));
+    run();
+    CUDA_CHECK(cudaEventRecord(ev[1], stream));
+    CUDA_CHECK(cudaEventSynchronize(ev[1]));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+    return ms;
+}
+
+/* The autotunes' rule: another form replaces the default only when at least 3 % faster, so that
+ * near-ties do not flip between runs. */
+#define TUNE_MARGIN 0.97f
+
+/* Appends printf output to buf (n bytes) at *at, truncating at the end (the tune lines). */
+static inline void buf_put(char *buf, size_t n, size_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static inline void buf_put(char *buf, size_t n, size_t *at, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int w = *at < n ? vsnprintf(buf + *at, n - *at, fmt, ap) : 0;
+    va_end(ap);
+    if (w > 0)
+        *at += (size_t)w;
 }
 
 /* Scratch on the stream-ordered pool: valid for work queued on `stream` until gpu_scratch_free. */

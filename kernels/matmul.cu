@@ -15,7 +15,6 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 struct gemm {
@@ -72,14 +71,13 @@ static int algo_cache_n;
  * run; a GELU_AUX epilogue rewrites its pre-activation, which the real call then writes again.
  * One untimed run each (which also leaves out a candidate that fails), then TUNE_ROUNDS timed
  * rounds, interleaved, keeping each one's fastest. Another than the first is taken only when
- * TUNE_GAIN faster, so near-ties stay with cuBLASLt's pick. Never while the stream is being
+ * TUNE_MARGIN faster, so near-ties stay with cuBLASLt's pick. Never while the stream is being
  * captured into a CUDA graph (it synchronises): such a shape keeps the first pick.
  * Every candidate computes the same products; a split-K one sums them in another order, so a
  * tuned run can differ from an untuned one by rounding. The pick is cached for the process, so
  * every later call of the shape (eager or in a graph) runs the same kernel, the same bits. */
 #define TUNE_ALGOS 8
 #define TUNE_ROUNDS 3
-#define TUNE_GAIN 0.97f
 static struct {
     bool armed;
     double min_flop;
@@ -115,14 +113,11 @@ static int tune_candidates(const struct gemm *g, cublasLtMatmulDesc_t op,
         for (int i = 0; i < n; i++) {
             if (!ok[i])
                 continue;
-            float ms;
-            CUDA_CHECK(cudaEventRecord(ev[0], stream));
-            cublasStatus_t st = cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta,
-                                               c, ld, d, ld, &h[i].algo, rt->workspace,
-                                               GPU_WORKSPACE_BYTES, stream);
-            CUDA_CHECK(cudaEventRecord(ev[1], stream));
-            CUDA_CHECK(cudaEventSynchronize(ev[1]));
-            CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+            cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+            const float ms = gpu_time_ms(ev, stream, [&] {
+                st = cublasLtMatmul(rt->lt, op, &alpha, g->a, la, g->b, lb, &g->beta, c, ld, d, ld,
+                                    &h[i].algo, rt->workspace, GPU_WORKSPACE_BYTES, stream);
+            });
             if (st != CUBLAS_STATUS_SUCCESS)
                 ok[i] = false;
             else if (ms < best[i])
@@ -135,7 +130,7 @@ static int tune_candidates(const struct gemm *g, cublasLtMatmulDesc_t op,
     for (int i = 1; i < n; i++)
         if (ok[i] && best[i] < best[pick])
             pick = i;
-    if (pick && ok[0] && best[pick] > TUNE_GAIN * best[0])
+    if (pick && ok[0] && best[pick] > TUNE_MARGIN * best[0])
         pick = 0;
     e->tuned = 1, e->candidates = n, e->pick = pick;
     e->first_ms = best[0], e->pick_ms = best[pick];
@@ -175,27 +170,20 @@ extern "C" void matmul_tune_describe(char *buf, size_t n)
     matmul_tune_stats(&s);
     if (n)
         buf[0] = '\0';
-#define PUT(...)                                                                                   \
-    do {                                                                                           \
-        if (at < n)                                                                                \
-            at += (size_t)snprintf(buf + at, n - at, __VA_ARGS__);                                 \
-    } while (0)
-    PUT("%d shapes timed (%d candidates), %d faster than cuBLASLt's first", s.timed,
-        s.candidates, s.changed);
+    buf_put(buf, n, &at, "%d shapes timed (%d candidates), %d faster than cuBLASLt's first",
+            s.timed, s.candidates, s.changed);
     const char *sep = ": ";
     for (int i = 0; i < algo_cache_n; i++) {
         const struct algo_entry *e = &algo_cache[i];
         if (!e->tuned || !e->pick)
             continue;
-        PUT("%s%dx%dx%d%s %.1f -> %.1f us (#%d of %d)", sep, e->key.m, e->key.n, e->key.k,
-            e->key.aux ? (e->key.epi == CUBLASLT_EPILOGUE_DGELU ? " dgelu" : " gelu") : "",
-            1e3 * e->first_ms, 1e3 * e->pick_ms, e->pick + 1, e->candidates);
+        buf_put(buf, n, &at, "%s%dx%dx%d%s %.1f -> %.1f us (#%d of %d)", sep, e->key.m,
+                e->key.n, e->key.k,
+                e->key.aux ? (e->key.epi == CUBLASLT_EPILOGUE_DGELU ? " dgelu" : " gelu") : "",
+                1e3 * e->first_ms, 1e3 * e->pick_ms, e->pick + 1, e->candidates);
         sep = ", ";
     }
-    PUT("; one call of each: %.3f -> %.3f ms", s.first_ms, s.pick_ms);
-#undef PUT
-    if (n && at >= n)
-        buf[n - 1] = '\0';
+    buf_put(buf, n, &at, "; one call of each: %.3f -> %.3f ms", s.first_ms, s.pick_ms);
 }
 
 /* Algorithm for op/layouts into *algo; returns 0 when cuBLASLt has none. For an `optional`

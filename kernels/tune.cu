@@ -233,7 +233,6 @@ static void fill(uint16_t *p, size_t n, uint32_t seed, float amp, cudaStream_t s
 /* ---- timing and picking ---- */
 
 #define TUNE_REPS 5
-#define TUNE_MARGIN 0.97f /* a variant replaces the default only when at least 3 % faster */
 #define TUNE_CACHE 4
 
 /* A variant is timed by default only once hack/gpu-check.sh has run it on a GPU: its GPU tests, its
@@ -294,13 +293,7 @@ template <typename K, typename R> struct tune_memo {
 template <typename F>
 static void time_into(struct tune_entry *e, cudaEvent_t *ev, cudaStream_t stream, F run)
 {
-    CUDA_CHECK(cudaEventRecord(ev[0], stream));
-    run();
-    CUDA_CHECK(cudaEventRecord(ev[1], stream));
-    CUDA_CHECK(cudaEventSynchronize(ev[1]));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
-    e->ms = fminf(e->ms, ms);
+    e->ms = fminf(e->ms, gpu_time_ms(ev, stream, run));
 }
 
 struct tune_key {
@@ -457,42 +450,30 @@ extern "C" void tune_attention(struct tune_attention_result *t, int B, int T, in
 
 /* "forward mma.sync 0.144 ms, ... wgmma 0.101 ms (differs: 35x tolerance); backward ...: taking
  * ..." */
-static void put(char *buf, size_t n, size_t *at, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void put(char *buf, size_t n, size_t *at, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int w = *at < n ? vsnprintf(buf + *at, n - *at, fmt, ap) : 0;
-    va_end(ap);
-    if (w > 0)
-        *at += (size_t)w;
-}
-
 static void describe(char *buf, size_t n, size_t *at, const char *dir,
                      const struct tune_entry *e, int kinds, const char *(*name)(int))
 {
-    put(buf, n, at, "%s", dir);
+    buf_put(buf, n, at, "%s", dir);
     const char *sep = *dir ? " " : "";
     for (int k = 0; k < kinds; k++) {
         if (!e[k].timed && k != 0)
             continue;
-        put(buf, n, at, "%s%s", sep, name(k));
+        buf_put(buf, n, at, "%s%s", sep, name(k));
         if (e[k].timed)
-            put(buf, n, at, " %.3f ms", e[k].ms);
+            buf_put(buf, n, at, " %.3f ms", e[k].ms);
         if (e[k].timed && !e[k].agrees)
-            put(buf, n, at, " (REFUSED: differs from %s's results, %.3g x tolerance)", name(0),
+            buf_put(buf, n, at, " (REFUSED: differs from %s's results, %.3g x tolerance)", name(0),
                 e[k].err);
         sep = ", ";
     }
     sep = " (not yet run on a GPU, so not timed: ";
     for (int k = 0; k < kinds; k++)
         if (e[k].unverified) {
-            put(buf, n, at, "%s%s", sep, name(k));
+            buf_put(buf, n, at, "%s%s", sep, name(k));
             sep = ", ";
         }
     if (sep[0] == ',')
-        put(buf, n, at, "; GANTRY_AUTOTUNE_UNVERIFIED=1 times them)");
+        buf_put(buf, n, at, "; GANTRY_AUTOTUNE_UNVERIFIED=1 times them)");
 }
 
 extern "C" void tune_attention_describe(const struct tune_attention_result *t, char *buf, size_t n)
@@ -504,8 +485,8 @@ extern "C" void tune_attention_describe(const struct tune_attention_result *t, c
     describe(buf, n, &at, "; backward", t->bwd, ATTN_BWD_KINDS, attention_bwd_kind_name);
     const struct tune_entry *cf = &t->fwd[ATTN_FWD_CUDNN], *cb = &t->bwd[ATTN_BWD_CUDNN];
     if (t->cudnn[0] && !cf->timed && !cf->unverified && !cb->timed && !cb->unverified)
-        put(buf, n, &at, "; cuDNN not timed: %s", t->cudnn);
-    put(buf, n, &at, ": taking %s / %s%s", attention_fwd_kind_name(t->fwd_pick),
+        buf_put(buf, n, &at, "; cuDNN not timed: %s", t->cudnn);
+    buf_put(buf, n, &at, ": taking %s / %s%s", attention_fwd_kind_name(t->fwd_pick),
         attention_bwd_kind_name(t->bwd_pick), t->cached ? " (timed before in this process)" : "");
 }
 
@@ -610,7 +591,7 @@ extern "C" void tune_dgelu_describe(const struct tune_dgelu_result *t, char *buf
         buf[0] = '\0';
     describe(buf, n, &at, "", t->k, 2, dgelu_name);
     if (!t->k[1].timed && !t->k[1].unverified && t->k[0].timed)
-        put(buf, n, &at, " (no DGELU epilogue in cuBLASLt here)");
-    put(buf, n, &at, ": taking %s%s", dgelu_name(t->pick),
+        buf_put(buf, n, &at, " (no DGELU epilogue in cuBLASLt here)");
+    buf_put(buf, n, &at, ": taking %s%s", dgelu_name(t->pick),
         t->cached ? " (timed before in this process)" : "");
 }
