@@ -9,6 +9,7 @@
 #      appVersion, never latest; leader election on with replicas > 1 (refused off), Recreate
 #      without it; ClusterRole vs Role in watchNamespace; rbac.create apart from
 #      serviceAccount.create; hardened securityContext; probes, metrics Service, ServiceMonitor.
+#   4. values.schema.json refuses misspelt keys and wrong types, enums and ranges, naming the path.
 # Exits non-zero on any difference or failed check; 77 (skipped) when helm or kubectl is missing.
 set -euo pipefail
 
@@ -54,8 +55,9 @@ pkg=$(mktemp -d)
 if "$HELM" package "$CHART" -d "$pkg" >/dev/null 2>&1; then
     listing=$(tar -tzf "$pkg"/gantry-*.tgz)
     if grep -qx 'gantry/crds/gantry.dev_trainingjobs.yaml' <<<"$listing" && grep -qx 'gantry/README.md' <<<"$listing" &&
+       grep -qx 'gantry/values.schema.json' <<<"$listing" &&
        ! grep -q '^gantry/tests/' <<<"$listing"; then
-        ok "helm package: crds/ and README.md in, tests/ out"
+        ok "helm package: crds/, values.schema.json and README.md in, tests/ out"
     else
         bad "helm package contents: $listing"
     fi
@@ -122,11 +124,47 @@ hasnt "health/metrics off: no probes, ports, Service or addresses" "$out" "liven
 
 out=$(render --set image.tag=0.2.0-rc.1)
 has "image.tag overrides appVersion" "$out" 'image: "gantry-operator:0.2.0-rc.1"'
-out=$(render --set image.repository=reg.example/g/op --set image.digest=sha256:0123)
-has "image.digest pins by digest" "$out" 'image: "reg.example/g/op@sha256:0123"'
+dg=sha256:$(printf '0123456789abcdef%.0s' 1 2 3 4)
+out=$(render --set image.repository=reg.example/g/op --set image.digest=$dg)
+has "image.digest pins by digest" "$out" "image: \"reg.example/g/op@$dg\""
 refused "image.tag=latest is refused" "'latest' is not allowed" --set image.tag=latest
 refused "replicas > 1 without leader election is refused" "needs leaderElection.enabled=true" \
     --set replicaCount=2 --set leaderElection.enabled=false
+# values.schema.json: a misspelt key or a wrong type, enum or range is refused at install time with
+# its path named, instead of rendering a pod that exits 64 or a setting that is silently ignored
+refused "a misspelt key is refused (schema)" "additional properties 'replicas' not allowed" \
+    --set replicas=2
+refused "a misspelt nested key is refused (schema)" "additional properties 'worker' not allowed" \
+    --set operator.worker=8
+refused "operator.workers must be an integer (schema)" "at '/operator/workers'" \
+    --set operator.workers=many
+refused "operator.workers is at most 256, as the operator (schema)" "at '/operator/workers'" \
+    --set operator.workers=300
+refused "operator.qps must be > 0 (schema)" "at '/operator/qps'" --set operator.qps=0
+refused "operator.logLevel is one of four (schema)" "at '/operator/logLevel'" \
+    --set operator.logLevel=verbose
+refused "image.pullPolicy is one of three (schema)" "at '/image/pullPolicy'" \
+    --set image.pullPolicy=Sometimes
+refused "image.digest must be sha256:<64 hex> (schema)" "at '/image/digest'" \
+    --set image.digest=sha256:0123
+refused "a float image.tag is refused, not printed as another number (schema)" "at '/image/tag'" \
+    --set-json image.tag=1.10
+refused "ports are 1-65535 (schema)" "at '/metrics/port'" --set metrics.port=70000
+refused "metrics.service.type is a Service type (schema)" "at '/metrics/service/type'" \
+    --set metrics.service.type=Internal
+refused "serviceMonitor.interval is a duration (schema)" "at '/metrics/serviceMonitor/interval'" \
+    --set metrics.serviceMonitor.interval=30
+refused "extraEnv entries need a name (schema)" "missing property 'name'" \
+    --set-json 'operator.extraEnv=[{"value":"x"}]'
+refused "watchNamespace is a namespace name (schema)" "at '/watchNamespace'" \
+    --set watchNamespace=Team_A
+refused "lease timings the operator refuses are refused" "need retryPeriod (2) < renewDeadline (20)" \
+    --set leaderElection.renewDeadline=20
+out=$(render --set leaderElection.renewDeadline=20 --set leaderElection.enabled=false) &&
+    ok "lease timings unchecked without leader election (not passed to the operator)" ||
+    bad "lease timings refused without leader election: $out"
+out=$(render --set image.tag=12) && has "an integer image.tag is taken as its digits" "$out" \
+    'image: "gantry-operator:12"' || bad "--set image.tag=12 refused: $out"
 
 out=$(render --set leaderElection.enabled=false)
 has "no leader election: Recreate, GANTRY_LEADER_ELECT false" "$out" "type: Recreate" 'value: "false"'

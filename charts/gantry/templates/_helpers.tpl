@@ -63,10 +63,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* "true" when the operator should elect a leader; fails on replicas > 1 without it. */}}
+{{/* "true" when the operator should elect a leader; fails on replicas > 1 without it, and on
+    lease timings the operator would refuse (values.schema.json checks each alone). */}}
 {{- define "gantry.leaderElect" -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
 {{- fail "replicaCount > 1 needs leaderElection.enabled=true (else every replica acts)" }}
+{{- end }}
+{{- $le := .Values.leaderElection }}
+{{- if and $le.enabled (not (and (lt (int $le.retryPeriod) (int $le.renewDeadline)) (lt (int $le.renewDeadline) (int $le.leaseDuration)))) }}
+{{- fail (printf "leaderElection: need retryPeriod (%v) < renewDeadline (%v) < leaseDuration (%v) (the operator refuses the rest)" $le.retryPeriod $le.renewDeadline $le.leaseDuration) }}
 {{- end }}
 {{- ternary "true" "false" (or .Values.leaderElection.enabled (gt (int .Values.replicaCount) 1)) }}
 {{- end }}
