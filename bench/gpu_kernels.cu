@@ -211,6 +211,13 @@ int main(int argc, char **argv)
         layernorm_backward_bf16(dx, dx16, dw, db, dy, x, w, mean, rstd, N, C, 0);
     });
     mem_line("layernorm_backward_bf16", shape, nc * 18.0 + N * 8.0, ms, copy_gbs);
+    /* what the bf16 step runs since 2026-12-05: dout in bf16 (as the GEMM backward writes it) */
+    uint16_t *dy16 = (uint16_t *)dev(nc * 2);
+    cast_f32_to_bf16(dy16, dy, nc, 0);
+    ms = time_ms(&tm, [&] {
+        layernorm_backward_bf16_d16(dx, dx16, dw, db, NULL, dy16, x, w, mean, rstd, N, C, 0);
+    });
+    mem_line("layernorm_backward_bf16_d16", shape, nc * 16.0 + N * 8.0, ms, copy_gbs);
     /* the bias gradient of a GEMM with an fp32 dout: its column sums */
     ms = time_ms(&tm, [&] { bias_backward(db, dy, N, C, 0); });
     mem_line("bias_backward (column sums)", shape, nc * 4.0, ms, copy_gbs);

@@ -63,6 +63,10 @@
  *                             whose output gradient dinp is (the projections before a residual
  *                             add), from the same partials as dweight and dbias instead of a
  *                             column-sum pass over dinp (the GEMM backward then gets dbias NULL)
+ *      layernorm_backward_bf16_d16: layernorm_backward_bf16_sum with dout in bf16 (dout16, as
+ *                             matmul_backward_mixed_set_bf16 writes it: the bf16 step's LayerNorm
+ *                             input gradient, as under PyTorch's autocast), read into fp32; the
+ *                             rest (statistics, dinp, sums) fp32 as there
  *    GEMM dimensions (C, OC) must be multiples of 8 and the bf16 operands 16-byte aligned
  *    (cuBLASLt's bf16 alignment; cudaMalloc's 256-byte alignment plus offsets of whole rows
  *    of 8 elements keep both).
@@ -171,6 +175,10 @@ void layernorm_backward_bf16(float *dinp, uint16_t *dinp16, float *dweight, floa
                              struct CUstream_st *stream);
 void layernorm_backward_bf16_sum(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
                                  float *dsum, const float *dout, const float *inp,
+                                 const float *weight, const float *mean, const float *rstd, int N,
+                                 int C, struct CUstream_st *stream);
+void layernorm_backward_bf16_d16(float *dinp, uint16_t *dinp16, float *dweight, float *dbias,
+                                 float *dsum, const uint16_t *dout16, const float *inp,
                                  const float *weight, const float *mean, const float *rstd, int N,
                                  int C, struct CUstream_st *stream);
 

@@ -119,10 +119,11 @@ static __device__ void ln_block_parts(float *part, const float *sh, int C, int n
 
 /* part (gridDim.x, ns, C): this block's sums of dout * xhat and dout over its rows, and with
  * ns == 3 of the accumulated dinp (the bias gradient of the GEMM it is the output gradient of).
- * dinp16 (may be NULL): the accumulated dinp rounded to bf16. */
-template <int V>
+ * dinp16 (may be NULL): the accumulated dinp rounded to bf16. dout: fp32, or bf16 (TD uint16_t:
+ * as the bf16 step's GEMM backward writes it; read into fp32, the rest the same). */
+template <int V, typename TD>
 static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, float *part,
-                                                 const float *dout,
+                                                 const TD *dout,
                                                  const float *inp, const float *weight,
                                                  const float *mean, const float *rstd, int N,
                                                  int C, int ns)
@@ -131,7 +132,8 @@ static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, 
     int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     float *dw = ln_warp_parts<V>(sh, C, ns), *db = dw + C, *ds = db + C; /* ds: ns == 3 */
     for (int row = blockIdx.x * LN_WARPS + w; row < N; row += gridDim.x * LN_WARPS) {
-        const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+        const float *x = inp + (size_t)row * C;
+        const TD *dy = dout + (size_t)row * C;
         float m = mean[row], r = rstd[row], mg = 0.0f, mgx = 0.0f;
         for (int c = lane * V; c < C; c += 32 * V) {
             float xv[V], d[V], wv[V];
@@ -191,10 +193,10 @@ static __global__ void layernorm_backward_kernel(float *dinp, uint16_t *dinp16, 
  * 6 dependent rounds of loads a pass (12 a row); this one for 2. The dweight/dbias partials stay
  * in shared memory as there (registers for them would cost a block an SM). Written after the
  * H200 run (layernorm backward at 42 % of copy bandwidth): unmeasured. */
-template <int V, int IT>
+template <int V, int IT, typename TD>
 static __global__ void __launch_bounds__(32 * LN_WARPS, IT <= 6 ? 4 : 1)
     layernorm_backward_reg_kernel(float *dinp, uint16_t *dinp16, float *part,
-                                                     const float *dout, const float *inp,
+                                                     const TD *dout, const float *inp,
                                                      const float *weight, const float *mean,
                                                      const float *rstd, int N, int C, int ns)
 {
@@ -202,7 +204,8 @@ static __global__ void __launch_bounds__(32 * LN_WARPS, IT <= 6 ? 4 : 1)
     int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     float *dw = ln_warp_parts<V>(sh, C, ns), *db = dw + C, *ds = db + C; /* ds: ns == 3 */
     for (int row = blockIdx.x * LN_WARPS + w; row < N; row += gridDim.x * LN_WARPS) {
-        const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+        const float *x = inp + (size_t)row * C;
+        const TD *dy = dout + (size_t)row * C;
         float *dx = dinp + (size_t)row * C;
         /* (zeros past C: never used) */
         float xv[IT][V] = {}, d[IT][V] = {}, g[IT][V] = {}, dxv[IT][V] = {};
@@ -269,20 +272,21 @@ static __global__ void __launch_bounds__(32 * LN_WARPS, IT <= 6 ? 4 : 1)
 
 /* The backward kernel for V-wide chunks: the register-resident one when the row fits in 8
  * chunks a lane (C <= 1024 with V = 4, <= 256 with V = 1), else the looping one. */
-typedef void ln_bwd_kernel_t(float *, uint16_t *, float *, const float *, const float *,
+template <typename TD>
+using ln_bwd_kernel_t = void(float *, uint16_t *, float *, const TD *, const float *,
                              const float *, const float *, const float *, int, int, int);
-template <int V> static ln_bwd_kernel_t *ln_bwd_kernel(int C)
+template <int V, typename TD> static ln_bwd_kernel_t<TD> *ln_bwd_kernel(int C)
 {
     switch (CEIL_DIV(C, 32 * V)) {
-    case 1: return layernorm_backward_reg_kernel<V, 1>;
-    case 2: return layernorm_backward_reg_kernel<V, 2>;
-    case 3: return layernorm_backward_reg_kernel<V, 3>;
-    case 4: return layernorm_backward_reg_kernel<V, 4>;
-    case 5: return layernorm_backward_reg_kernel<V, 5>;
-    case 6: return layernorm_backward_reg_kernel<V, 6>;
-    case 7: return layernorm_backward_reg_kernel<V, 7>;
-    case 8: return layernorm_backward_reg_kernel<V, 8>;
-    default: return layernorm_backward_kernel<V>;
+    case 1: return layernorm_backward_reg_kernel<V, 1, TD>;
+    case 2: return layernorm_backward_reg_kernel<V, 2, TD>;
+    case 3: return layernorm_backward_reg_kernel<V, 3, TD>;
+    case 4: return layernorm_backward_reg_kernel<V, 4, TD>;
+    case 5: return layernorm_backward_reg_kernel<V, 5, TD>;
+    case 6: return layernorm_backward_reg_kernel<V, 6, TD>;
+    case 7: return layernorm_backward_reg_kernel<V, 7, TD>;
+    case 8: return layernorm_backward_reg_kernel<V, 8, TD>;
+    default: return layernorm_backward_kernel<V, TD>;
     }
 }
 
@@ -306,8 +310,9 @@ static __global__ void layernorm_sum_parts_kernel(float *dweight, float *dbias, 
         dsum[c] += sd;
 }
 
+template <typename TD>
 static void backward(float *dinp, uint16_t *dinp16, float *dweight, float *dbias, float *dsum,
-                     const float *dout, const float *inp, const float *weight, const float *mean,
+                     const TD *dout, const float *inp, const float *weight, const float *mean,
                      const float *rstd, int N, int C, cudaStream_t stream)
 {
     if (N == 0)
@@ -317,7 +322,7 @@ static void backward(float *dinp, uint16_t *dinp16, float *dweight, float *dbias
     blocks = blocks < LN_BLOCKS_MAX ? blocks : LN_BLOCKS_MAX;
     size_t smem = (size_t)LN_WARPS * ns * C * sizeof(float);
     const bool vec = C % 4 == 0 && vec4_ok(dinp, dout, inp, weight, dinp16);
-    ln_bwd_kernel_t *k = vec ? ln_bwd_kernel<4>(C) : ln_bwd_kernel<1>(C);
+    ln_bwd_kernel_t<TD> *k = vec ? ln_bwd_kernel<4, TD>(C) : ln_bwd_kernel<1, TD>(C);
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
@@ -366,4 +371,13 @@ extern "C" void layernorm_backward_bf16_sum(float *dinp, uint16_t *dinp16, float
                                             struct CUstream_st *stream)
 {
     backward(dinp, dinp16, dweight, dbias, dsum, dout, inp, weight, mean, rstd, N, C, stream);
+}
+
+extern "C" void layernorm_backward_bf16_d16(float *dinp, uint16_t *dinp16, float *dweight,
+                                            float *dbias, float *dsum, const uint16_t *dout16,
+                                            const float *inp, const float *weight,
+                                            const float *mean, const float *rstd, int N, int C,
+                                            struct CUstream_st *stream)
+{
+    backward(dinp, dinp16, dweight, dbias, dsum, dout16, inp, weight, mean, rstd, N, C, stream);
 }

@@ -55,6 +55,28 @@ static void check(int N, int C, uint64_t seed)
         cudaFree(d_dinp2), cudaFree(d_ds), cudaFree(d_x16), cudaFree(d_x32);
         free(dinp2), free(ds);
     }
+    { /* layernorm_backward_bf16_d16: the incoming gradient in bf16 (the bf16 step's), against
+       * the CPU given the same rounded values */
+        float *dr = (float *)malloc(nc * sizeof(float)), *dinp3 = gt_randv(nc, &s, -1, 1);
+        float *d_dinp3 = GT_UPF(dinp3, nc), *d_dr = GT_UPF(dout, nc), *d_x32;
+        uint16_t *d_x16, *d_d16;
+        CUDA_CHECK(cudaMalloc(&d_x16, nc * 2));
+        CUDA_CHECK(cudaMalloc(&d_d16, nc * 2));
+        CUDA_CHECK(cudaMalloc(&d_x32, nc * 4));
+        cast_f32_to_bf16(d_d16, d_dr, nc, 0);
+        cast_bf16_to_f32(d_dr, d_d16, nc, 0);
+        CUDA_CHECK(cudaMemcpy(dr, d_dr, nc * sizeof(float), cudaMemcpyDeviceToHost));
+        layernorm_backward_cpu(dinp3, dw, db, dr, inp, w, mean, rstd, N, C);
+        layernorm_backward_bf16_d16(d_dinp3, d_x16, d_dw, d_db, NULL, d_d16, d_inp, d_w, d_mean,
+                                    d_rstd, N, C, 0);
+        gt_compare("layernorm_backward_d16 dinp", d_dinp3, dinp3, nc, GT_F32_ATOL, GT_F32_RTOL);
+        gt_compare("layernorm_backward_d16 dw", d_dw, dw, C, 3e-3, GT_F32_RTOL);
+        gt_compare("layernorm_backward_d16 db", d_db, db, C, 3e-3, GT_F32_RTOL);
+        cast_bf16_to_f32(d_x32, d_x16, nc, 0);
+        gt_compare("layernorm_backward_d16 dinp16", d_x32, dinp3, nc, GT_F32_ATOL, 1.0 / 256);
+        cudaFree(d_dinp3), cudaFree(d_dr), cudaFree(d_x16), cudaFree(d_d16), cudaFree(d_x32);
+        free(dr), free(dinp3);
+    }
     float *bufs[] = {d_inp, d_w, d_b, d_out, d_mean, d_rstd, d_dout, d_dinp, d_dw, d_db};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]);

@@ -513,11 +513,36 @@ static void case_layernorm(uint64_t *r)
         layernorm_backward_bf16_sum(d_dinp, d_dx16, d_dw, d_db, d_ds, d_dout, d_inp, d_w, d_mean,
                                     d_rstd, N, C, 0);
         check_bits("layernorm_backward_bf16_sum", "repeat dsum", d_ds, again, C);
+        for (size_t i = 0; i < nc; i++)
+            first_x[i] = bf16_round(first_x[i]);
+        check_bf16("layernorm_backward_bf16", "dinp16", d_dx16, first_x, nc, 0, 0);
+        /* dout in bf16: the bits of the fp32-dout launcher given the same rounded values, every
+         * output (dout is only ever read into fp32) */
+        float *dr = gt_copyv(dout, nc);
+        uint16_t *d_dout16 = bf16_in(dr, nc); /* dr now holds the rounded values */
+        float *d_dr = IN_F(dr, nc);
+        reset(d_dinp, dinp0, nc * sizeof(float)), reset(d_ds, ds0, C * sizeof(float));
+        reset(d_dw, dw0, C * sizeof(float)), reset(d_db, db0, C * sizeof(float));
+        layernorm_backward_bf16_sum(d_dinp, d_dx16, d_dw, d_db, d_ds, d_dr, d_inp, d_w, d_mean,
+                                    d_rstd, N, C, 0);
+        float *rx = gt_down(d_dinp, nc), *rw = gt_down(d_dw, C), *rb = gt_down(d_db, C);
+        float *rs = gt_down(d_ds, C);
+        reset(d_dinp, dinp0, nc * sizeof(float)), reset(d_ds, ds0, C * sizeof(float));
+        reset(d_dw, dw0, C * sizeof(float)), reset(d_db, db0, C * sizeof(float));
+        CUDA_CHECK(cudaMemset(d_dx16, 0xFF, nc * 2));
+        layernorm_backward_bf16_d16(d_dinp, d_dx16, d_dw, d_db, d_ds, d_dout16, d_inp, d_w,
+                                    d_mean, d_rstd, N, C, 0);
+        launched("layernorm_backward_bf16_d16");
+        check_bits("layernorm_backward_bf16_d16", "dinp", d_dinp, rx, nc);
+        check_bits("layernorm_backward_bf16_d16", "dweight", d_dw, rw, C);
+        check_bits("layernorm_backward_bf16_d16", "dbias", d_db, rb, C);
+        check_bits("layernorm_backward_bf16_d16", "dsum", d_ds, rs, C);
+        for (size_t i = 0; i < nc; i++)
+            rx[i] = bf16_round(rx[i]);
+        check_bf16("layernorm_backward_bf16_d16", "dinp16", d_dx16, rx, nc, 0, 0);
+        free(dr), free(rx), free(rw), free(rb), free(rs);
         free(ds0), free(ds), free(again);
     }
-    for (size_t i = 0; i < nc; i++)
-        first_x[i] = bf16_round(first_x[i]);
-    check_bf16("layernorm_backward_bf16", "dinp16", d_dx16, first_x, nc, 0, 0);
     free(first_w), free(first_b), free(first_x), free(dinp0), free(dw0), free(db0);
     CUDA_CHECK(cudaMemset(d_mean, 0xFF, N * sizeof(float)));
     CUDA_CHECK(cudaMemset(d_rstd, 0xFF, N * sizeof(float)));

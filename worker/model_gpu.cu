@@ -60,6 +60,8 @@ struct model_gpu {
     uint16_t *fchh; /* bf16: the pre-GELU activation (L, N, F), in place of the fp32 fch */
     uint16_t *dfchg16; /* bf16: the GELU output's gradient (N, F), in place of the fp32 dfchg */
     uint16_t *datty16; /* bf16 with fused attention: the attention output's gradient (N, C) */
+    uint16_t *dln16;   /* bf16: a LayerNorm output's gradient (N, C) as the GEMM backward writes
+                        * it for the LayerNorm backward (autocast's precision; g->dln in fp32) */
     uint16_t *qkvh; /* bf16 with fused attention: (L, N, 3C) in place of qkv (and no fp32 atty) */
     int *stage[STAGE_SLOTS];      /* pinned: tokens, len, labels of one batch */
     cudaEvent_t staged[STAGE_SLOTS];
@@ -217,22 +219,27 @@ static void fc_backward(struct model_gpu *g, float *dinp, const float *dout,
                               P16(w) + lw, N, C, OC, s);
 }
 
-/* dres += the LayerNorm backward of dln (weights w + lc, statistics mean, rstd); bf16 path: also
- * dres rounded to bf16 in the same pass, into s16a, where the GEMM backward that reads dres next
- * takes its operand (returned; NULL in fp32, where that GEMM reads the fp32 dres), and dsum (may
- * be NULL) += dres's column sums: the bias gradient of that GEMM (a projection into the residual
- * stream), from the LayerNorm's own partials instead of a column-sum pass over dres */
-static const uint16_t *ln_backward(struct model_gpu *g, const float *inp, const char *w,
-                                   const char *b, size_t lc, const float *mean, const float *rstd,
-                                   int N, int C, float *dsum)
+/* dres += the LayerNorm backward of dln (weights w + lc, statistics mean, rstd), or of dln16
+ * when given (the bf16 gradient the GEMM backward wrote: half the bytes written and read); bf16
+ * path: also dres rounded to bf16 in the same pass, into s16a, where the GEMM backward that reads
+ * dres next takes its operand (returned; NULL in fp32, where that GEMM reads the fp32 dres), and
+ * dsum (may be NULL) += dres's column sums: the bias gradient of that GEMM (a projection into the
+ * residual stream), from the LayerNorm's own partials instead of a column-sum pass over dres */
+static const uint16_t *ln_backward(struct model_gpu *g, const uint16_t *dln16, const float *inp,
+                                   const char *w, const char *b, size_t lc, const float *mean,
+                                   const float *rstd, int N, int C, float *dsum)
 {
     if (!g->bf16) {
         layernorm_backward(g->dres, G(w) + lc, G(b) + lc, g->dln, inp, P(w) + lc, mean, rstd, N,
                            C, g->s);
         return NULL;
     }
-    layernorm_backward_bf16_sum(g->dres, g->s16a, G(w) + lc, G(b) + lc, dsum, g->dln, inp,
-                                P(w) + lc, mean, rstd, N, C, g->s);
+    if (dln16)
+        layernorm_backward_bf16_d16(g->dres, g->s16a, G(w) + lc, G(b) + lc, dsum, dln16, inp,
+                                    P(w) + lc, mean, rstd, N, C, g->s);
+    else
+        layernorm_backward_bf16_sum(g->dres, g->s16a, G(w) + lc, G(b) + lc, dsum, g->dln, inp,
+                                    P(w) + lc, mean, rstd, N, C, g->s);
     return g->s16a;
 }
 
@@ -399,7 +406,7 @@ static void backward_body(struct model_gpu *g, float loss_scale)
      * that makes their output gradient dres (ln_backward's dsum), their GEMMs get none */
     const bool lnsum = g->bf16;
     const uint16_t *dres16 =
-        ln_backward(g, xL, "lnfw", "lnfb", 0, g->lnfm, g->lnfr, N, C,
+        ln_backward(g, NULL, xL, "lnfw", "lnfb", 0, g->lnfm, g->lnfr, N, C,
                     lnsum && c->layers ? G("fcprojb") + (size_t)(c->layers - 1) * C : NULL);
     mark(g, "layernorm bwd");
     unit_ready(g, ready, 0); /* head: clsw, clsb, lnfw, lnfb (+ the loss statistics) */
@@ -444,9 +451,10 @@ static void backward_body(struct model_gpu *g, float loss_scale)
                         (size_t)l * C * F, (size_t)l * C, N, F, C);
             mark(g, "MLP proj GEMM bwd");
         }
-        if (g->bf16) {
-            matmul_backward_mixed_set(g->dln, G("fcw") + (size_t)l * F * C, NULL, NULL, dfch16,
-                                      ln2h, P16("fcw") + (size_t)l * F * C, N, C, F, s);
+        if (g->bf16) { /* dln in bf16 only: the LayerNorm backward below is its one reader */
+            matmul_backward_mixed_set_bf16(g->dln16, G("fcw") + (size_t)l * F * C, NULL, NULL,
+                                           dfch16, ln2h, P16("fcw") + (size_t)l * F * C, N, C, F,
+                                           s);
         } else {
             CUDA_CHECK(cudaMemsetAsync(g->dfch, 0, NF * sizeof(float), s));
             gelu_backward(g->dfch, fch, g->dfchg, NF, s);
@@ -455,8 +463,9 @@ static void backward_body(struct model_gpu *g, float loss_scale)
                         (size_t)l * F, N, C, F);
         }
         mark(g, "MLP GEMM bwd");
-        dres16 = ln_backward(g, res2, "ln2w", "ln2b", (size_t)l * C, g->ln2m + l * N,
-                             g->ln2r + l * N, N, C, lnsum ? G("attprojb") + (size_t)l * C : NULL);
+        dres16 = ln_backward(g, g->bf16 ? g->dln16 : NULL, res2, "ln2w", "ln2b", (size_t)l * C,
+                             g->ln2m + l * N, g->ln2r + l * N, N, C,
+                             lnsum ? G("attprojb") + (size_t)l * C : NULL);
         mark(g, "layernorm bwd");
         if (g->fused && g->bf16) /* dO in bf16: the fused attention's only use of it */
             matmul_backward_mixed_set_bf16(g->datty16, G("attprojw") + (size_t)l * C * C, NULL,
@@ -472,9 +481,9 @@ static void backward_body(struct model_gpu *g, float loss_scale)
             attention_backward_fused_bf16_kind(g->attn_bwd, g->s16a, dqkvb, g->datty16, qkvh,
                                                attyh, g->lse + l * nlse, g->len, B, T, C, NH, s);
             mark(g, "attention bwd");
-            matmul_backward_mixed_set(g->dln, G("qkvw") + (size_t)l * 3 * C * C, NULL, NULL,
-                                      g->s16a, ln1h, P16("qkvw") + (size_t)l * 3 * C * C, N, C,
-                                      3 * C, s);
+            matmul_backward_mixed_set_bf16(g->dln16, G("qkvw") + (size_t)l * 3 * C * C, NULL,
+                                           NULL, g->s16a, ln1h,
+                                           P16("qkvw") + (size_t)l * 3 * C * C, N, C, 3 * C, s);
         } else {
             CUDA_CHECK(cudaMemsetAsync(g->dqkv, 0, 3 * NC * sizeof(float), s));
             if (g->fused)
@@ -491,8 +500,8 @@ static void backward_body(struct model_gpu *g, float loss_scale)
                         (size_t)l * 3 * C * C, (size_t)l * 3 * C, N, C, 3 * C);
         }
         mark(g, "qkv GEMM bwd");
-        dres16 = ln_backward(g, x, "ln1w", "ln1b", (size_t)l * C, g->ln1m + l * N,
-                             g->ln1r + l * N, N, C,
+        dres16 = ln_backward(g, g->fused && g->bf16 ? g->dln16 : NULL, x, "ln1w", "ln1b",
+                             (size_t)l * C, g->ln1m + l * N, g->ln1r + l * N, N, C,
                              lnsum && l ? G("fcprojb") + (size_t)(l - 1) * C : NULL);
         mark(g, "layernorm bwd");
         unit_ready(g, ready, c->layers - l); /* layer l's twelve slices */
@@ -820,6 +829,7 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         if (bf16) { /* the saved GEMM inputs in bf16 only */
             size_t big = N * (F > 3 * C ? F : 3 * C);
             CUDA_CHECK(cudaMalloc(&g->s16a, big * 2));
+            CUDA_CHECK(cudaMalloc(&g->dln16, N * C * 2));
             CUDA_CHECK(cudaMalloc(&g->ln1h, L * N * C * 2));
             CUDA_CHECK(cudaMalloc(&g->attyh, L * N * C * 2));
             CUDA_CHECK(cudaMalloc(&g->ln2h, L * N * C * 2));
@@ -869,7 +879,7 @@ extern "C" void model_gpu_free(struct model_gpu *g)
                      g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,
                      g->coef, (float *)g->s16a, (float *)g->ln1h, (float *)g->attyh,
                      (float *)g->ln2h, (float *)g->fchgh, (float *)g->qkvh, (float *)g->fchh,
-                     (float *)g->datty16, (float *)g->dfchg16, g->cw, (float *)g->bag_ids,
+                     (float *)g->datty16, (float *)g->dfchg16, (float *)g->dln16, g->cw, (float *)g->bag_ids,
                      (float *)g->bag_count};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]); /* NULL is a no-op */

@@ -94,7 +94,7 @@ target_link_libraries(gpu_kernels_emu PRIVATE gantry_kernels_emu gantry_kernels)
 add_test(NAME gpu_kernels_emu COMMAND gpu_kernels_emu --batch 2 --seq 40 --hidden 64 --heads 1
                                       --params 1000 --iters 1 --warmup 0)
 set_tests_properties(gpu_kernels_emu PROPERTIES LABELS emu TIMEOUT 300
-                     PASS_REGULAR_EXPRESSION "gpu_kernels: 19 ops timed")
+                     PASS_REGULAR_EXPRESSION "gpu_kernels: 20 ops timed")
 
 # Device selection with two emulated GPUs (local ranks 0 and 1 on their own, 2 and up refused).
 add_test(NAME runtime_gpu_emu2_test COMMAND runtime_gpu_emu_test)
