@@ -562,6 +562,16 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
                               "only); set device: cuda, or precision: fp32");
         return CFG_EBAD;
     }
+    if (!strcmp(c->precision, "bf16") && !strcmp(c->model_type, "transformer")) {
+        /* cuBLASLt's bf16 operands need 16-byte rows (model_gpu_new checks the same) */
+        const int ffn = c->ffn ? c->ffn : 4 * c->hidden;
+        if (c->hidden % 8 || ffn % 8) {
+            snprintf(err, errlen, "training.precision: bf16 needs model.hidden and model.ffn "
+                                  "divisible by 8 (got %d and %d); round them up, or use "
+                                  "precision: fp32", c->hidden, ffn);
+            return CFG_EBAD;
+        }
+    }
     if (!strcmp(c->attention, "fused") && strcmp(c->device, "cuda")) {
         snprintf(err, errlen, "training.attention: fused is a GPU kernel and needs device: cuda; "
                               "set device: cuda, or remove attention (the CPU has one attention)");

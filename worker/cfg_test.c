@@ -158,6 +158,22 @@ static void test_precision(void)
     expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"attention\": \"fused\", "
                "\"model\": {\"type\": \"ngram\"}}",
                "training.attention: fused is for model.type transformer");
+    /* bf16 GEMM operands: 16-byte rows, refused here (permanent, 78) rather than by the device
+     * model after the data is loaded */
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"precision\": \"bf16\", "
+               "\"model\": {\"hidden\": 36, \"heads\": 4}}",
+               "training.precision: bf16 needs model.hidden and model.ffn divisible by 8 (got 36 "
+               "and 144)");
+    expect_bad("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", \"precision\": \"bf16\", "
+               "\"model\": {\"hidden\": 32, \"heads\": 4, \"ffn\": 100}}",
+               "(got 32 and 100)");
+    struct cfg c;
+    char err[512] = "";
+    const char *argv[] = {"gantry-worker", "--config", path, NULL};
+    write_config("{\"data\": {\"train\": \"t\"}, \"device\": \"cuda\", "
+                 "\"model\": {\"hidden\": 36, \"heads\": 4}}");
+    if (!TEST_CHECK(load(&c, err, sizeof(err), 3, argv) == 0)) /* fp32 takes any width */
+        fprintf(stderr, "       message: %s\n", err);
 }
 
 /* training.attention: auto | unfused | fused (fused on the GPU only); auto, the default, runs

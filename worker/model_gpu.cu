@@ -84,15 +84,43 @@ struct model_gpu {
     const char **prof_op;    /* the op that ends at each event (NULL: a start) */
     struct prof_row prof_tab[PROF_OPS];
     int prof_nrows;
+    /* the device buffers' bytes, counted by dev_alloc: all of them (dev_want), and the first
+     * request the device refused (dev_short; 0: none). dev_dry: count only, allocate nothing
+     * (model_gpu_new's check that they fit before anything is allocated) */
+    size_t dev_want, dev_short, dev_held; /* dev_held: what this model holds */
+    int dev_dry;
 };
 
-static float *dalloc(size_t n)
+/* *p = a device buffer of `bytes`, counted in g->dev_want; NULL (and false) when counting only,
+ * or when the device is out of memory (g->dev_short: the request; nothing more is allocated
+ * after it, the rest only counted, so that the refusal can say what the whole model needs). */
+static bool dev_alloc(struct model_gpu *g, void **p, size_t bytes)
+{
+    g->dev_want += bytes;
+    *p = NULL;
+    if (g->dev_dry || g->dev_short)
+        return false;
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* (not sticky: clears it) */
+        *p = NULL;
+        g->dev_short = bytes;
+        return false;
+    }
+    CUDA_CHECK(e);
+    g->dev_held += bytes;
+    return true;
+}
+
+/* n floats, zeroed (+ 16 bytes: vector loads past a tensor's end stay inside) */
+static float *dalloc(struct model_gpu *g, size_t n)
 {
     float *p;
-    CUDA_CHECK(cudaMalloc(&p, n * sizeof(float) + 16));
-    CUDA_CHECK(cudaMemset(p, 0, n * sizeof(float) + 16));
+    if (dev_alloc(g, (void **)&p, n * sizeof(float) + 16))
+        CUDA_CHECK(cudaMemset(p, 0, n * sizeof(float) + 16));
     return p;
 }
+#define DEV_ALLOC(g, ptr, bytes) dev_alloc((g), (void **)&(ptr), (bytes))
 
 static size_t off(const struct model_gpu *g, const char *name)
 {
@@ -665,6 +693,112 @@ extern "C" int model_gpu_device_count(void)
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
+/* model_gpu_new's device buffers for g's shape (g->dev_dry: only counted); returns the ints a
+ * batch stages through pinned memory */
+static size_t alloc_buffers(struct model_gpu *g, const struct model_config *c)
+{
+    const int bf16 = g->bf16, fused = g->fused, ngram = g->ngram;
+    const size_t n = g->n, B = (size_t)g->max_batch, N = B * c->max_seq_len, C = c->hidden;
+    const size_t F = c->ffn, L = c->layers;
+    const size_t natt = B * c->heads * c->max_seq_len * c->max_seq_len;
+    g->p = dalloc(g, n), g->g = dalloc(g, n + 2), g->am = dalloc(g, n), g->av = dalloc(g, n);
+    DEV_ALLOC(g, g->p16, n * 2 + 16);
+    g->loss_acc = (double *)dalloc(g, sizeof(double) / sizeof(float));
+    g->len = (int *)dalloc(g, B), g->labels = (int *)dalloc(g, B);
+    g->pooled = dalloc(g, B * C), g->logits = dalloc(g, B * c->classes);
+    g->probs = dalloc(g, B * c->classes), g->losses = dalloc(g, B);
+    g->cw = dalloc(g, c->classes);
+    if (!g->dev_dry && !(g->cw_host = (float *)calloc((size_t)c->classes, sizeof(float)))) {
+        fprintf(stderr, "model_gpu: out of host memory\n");
+        exit(1);
+    }
+    g->dpooled = dalloc(g, B * C), g->dlogits = dalloc(g, B * c->classes);
+    g->norm = dalloc(g, 1), g->coef = dalloc(g, 1);
+    size_t stage = N + 2 * B; /* ints: tokens, len, labels; or the n-gram bags, counts, labels */
+    if (ngram) {
+        g->bag_ids = (int *)dalloc(g, 2 * N), g->bag_count = (int *)dalloc(g, B);
+        stage = 2 * N + 2 * B;
+    } else { /* the Transformer's activations and their gradients */
+        g->tokens = (int *)dalloc(g, N);
+        g->x0 = dalloc(g, N * C);
+        if (bf16 && fused) /* both in bf16 only (qkvh, attyh) */
+            DEV_ALLOC(g, g->qkvh, 3 * L * N * C * 2);
+        else
+            g->qkv = dalloc(g, 3 * L * N * C), g->atty = dalloc(g, L * N * C);
+        g->ln1m = dalloc(g, L * N), g->ln1r = dalloc(g, L * N), g->ln2m = dalloc(g, L * N);
+        g->ln2r = dalloc(g, L * N);
+        if (fused) /* O(T) per row instead of O(T^2) */
+            g->lse = dalloc(g, L * B * c->heads * c->max_seq_len);
+        else
+            g->att = dalloc(g, L * natt);
+        g->res2 = dalloc(g, L * N * C);
+        if (bf16)
+            DEV_ALLOC(g, g->fchh, L * N * F * 2);
+        else
+            g->fch = dalloc(g, L * N * F);
+        if (!bf16) /* bf16: the residual add is in the projections' GEMM epilogue */
+            g->attproj = dalloc(g, N * C), g->fcproj = dalloc(g, N * C);
+        g->res3 = dalloc(g, L * N * C), g->lnf = dalloc(g, N * C);
+        g->lnfm = dalloc(g, N), g->lnfr = dalloc(g, N);
+        g->dres = dalloc(g, N * C), g->dln = dalloc(g, N * C);
+        if (bf16)
+            DEV_ALLOC(g, g->dfchg16, N * F * 2);
+        else
+            g->dfchg = dalloc(g, N * F);
+        if (bf16 && fused) /* dO and dqkv in bf16 only (datty16, s16a) */
+            DEV_ALLOC(g, g->datty16, N * C * 2);
+        else
+            g->datty = dalloc(g, N * C), g->dqkv = dalloc(g, 3 * N * C);
+        if (!bf16) /* bf16: the GELU's input gradient is only ever bf16 (s16a) */
+            g->dfch = dalloc(g, N * F);
+        if (bf16) { /* the saved GEMM inputs in bf16 only */
+            size_t big = N * (F > 3 * C ? F : 3 * C);
+            DEV_ALLOC(g, g->s16a, big * 2);
+            DEV_ALLOC(g, g->dln16, N * C * 2);
+            DEV_ALLOC(g, g->ln1h, L * N * C * 2);
+            DEV_ALLOC(g, g->attyh, L * N * C * 2);
+            DEV_ALLOC(g, g->ln2h, L * N * C * 2);
+            DEV_ALLOC(g, g->fchgh, L * N * F * 2);
+        } else {
+            g->ln1 = dalloc(g, L * N * C), g->ln2 = dalloc(g, L * N * C), g->fchg = dalloc(g, L * N * F);
+        }
+    }
+    return stage;
+}
+
+/* err: the batch does not fit in `avail` bytes of the device's `total`: what the model needs, a
+ * batch that fits (with a tenth left for the step's scratch), what to change. The buffers are
+ * linear in the batch: two dry counts give the constant part and the part per sequence. */
+static void fit_error(const struct model_gpu *g, const struct model_config *c, size_t avail,
+                      size_t total, char *err, size_t errlen)
+{
+    struct model_gpu d = *g; /* (a copy that only counts) */
+    const int b = g->max_batch > 1 ? g->max_batch : 2;
+    size_t want[2];
+    for (int i = 0; i < 2; i++) {
+        d.dev_dry = 1, d.dev_want = 0, d.dev_short = 0, d.max_batch = i ? b : 1;
+        alloc_buffers(&d, c);
+        want[i] = d.dev_want;
+    }
+    const double per = (double)(want[1] - want[0]) / (b - 1), fixed = want[0] - per;
+    const double GiB = 1073741824.0, need = fixed + per * g->max_batch;
+    const double fit = (0.9 * avail - fixed) / per;
+    char what[160];
+    if (fit >= 1)
+        snprintf(what, sizeof(what), "use a batch of %ld or fewer (training.batchSize, with "
+                                     "gradAccumSteps to keep the examples a step; "
+                                     "gantry-predict --batch)",
+                 (long)(fit < 1e9 ? fit : 1e9));
+    else
+        snprintf(what, sizeof(what), "not one sequence fits: use a smaller model (model.layers, "
+                                     "model.hidden) or model.maxSeqLen");
+    snprintf(err, errlen, "out of GPU memory: a batch of %d x %d tokens needs %.2f GiB (%.2f GiB "
+                          "parameters and optimizer state, %.2f MiB a sequence); the GPU has "
+                          "%.2f of %.2f GiB free (nvidia-smi shows who holds the rest): %s",
+             g->max_batch, c->max_seq_len, need / GiB, fixed / GiB, per / 1048576.0, avail / GiB,
+             total / GiB, what);
+}
+
 extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch, unsigned flags,
                                            char *err, size_t errlen)
 {
@@ -705,9 +839,8 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         snprintf(err, errlen, "out of host memory");
         return NULL;
     }
-    size_t N = (size_t)max_batch * c->max_seq_len, C = c->hidden, F = c->ffn, L = c->layers;
-    size_t n = m->n_params, B = (size_t)max_batch;
-    size_t natt = B * c->heads * c->max_seq_len * c->max_seq_len;
+    const size_t N = (size_t)max_batch * c->max_seq_len, C = c->hidden, F = c->ffn, L = c->layers;
+    const size_t n = m->n_params;
 
     g->m = m, g->n = n, g->max_batch = max_batch, g->maxT = c->max_seq_len, g->bf16 = bf16;
     g->fused = fused, g->ngram = ngram;
@@ -723,6 +856,20 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         attn_ds = 0;
     }
     gpu_init();
+    { /* do the buffers fit? counted by the code that allocates them, before anything is (the
+       * autotune below allocates at this shape too) */
+        size_t free_b = 0, total_b = 0;
+        g->dev_dry = 1;
+        alloc_buffers(g, c);
+        g->dev_dry = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        if (g->dev_want > free_b) {
+            fit_error(g, c, free_b, total_b, err, errlen);
+            free(g);
+            return NULL;
+        }
+        g->dev_want = 0;
+    }
     const int attn_wg = bf16 && fused && (flags & MODEL_GPU_ATTENTION_WGMMA) != 0;
     if (attn_wg && (c->hidden / c->heads <= 32 || c->hidden / c->heads > 64 ||
                     !attention_fused_wgmma_available())) /* (asked here: not in a capture) */
@@ -778,65 +925,13 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
     for (int i = 0; i < m->n_tensors; i++)
         g->segs[i] = (struct adamw_segment){m->tensors[i].offset, m->tensors[i].count,
                                             m->tensors[i].decay};
-    g->p = dalloc(n), g->g = dalloc(n + 2), g->am = dalloc(n), g->av = dalloc(n);
-    CUDA_CHECK(cudaMalloc(&g->p16, n * 2 + 16));
-    CUDA_CHECK(cudaMalloc(&g->loss_acc, sizeof(double)));
-    CUDA_CHECK(cudaMemset(g->loss_acc, 0, sizeof(double)));
-    g->len = (int *)dalloc(B), g->labels = (int *)dalloc(B);
-    g->pooled = dalloc(B * C), g->logits = dalloc(B * c->classes);
-    g->probs = dalloc(B * c->classes), g->losses = dalloc(B);
-    g->cw = dalloc(c->classes);
-    g->cw_host = (float *)calloc((size_t)c->classes, sizeof(float));
-    g->dpooled = dalloc(B * C), g->dlogits = dalloc(B * c->classes);
-    g->norm = dalloc(1), g->coef = dalloc(1);
-    size_t stage = N + 2 * B; /* ints: tokens, len, labels; or the n-gram bags, counts, labels */
-    if (ngram) {
-        g->bag_ids = (int *)dalloc(2 * N), g->bag_count = (int *)dalloc(B);
-        stage = 2 * N + 2 * B;
-    } else { /* the Transformer's activations and their gradients */
-        g->tokens = (int *)dalloc(N);
-        g->x0 = dalloc(N * C);
-        if (bf16 && fused) /* both in bf16 only (qkvh, attyh) */
-            CUDA_CHECK(cudaMalloc(&g->qkvh, 3 * L * N * C * 2));
-        else
-            g->qkv = dalloc(3 * L * N * C), g->atty = dalloc(L * N * C);
-        g->ln1m = dalloc(L * N), g->ln1r = dalloc(L * N), g->ln2m = dalloc(L * N);
-        g->ln2r = dalloc(L * N);
-        if (fused) /* O(T) per row instead of O(T^2) */
-            g->lse = dalloc(L * B * c->heads * c->max_seq_len);
-        else
-            g->att = dalloc(L * natt);
-        g->res2 = dalloc(L * N * C);
-        if (bf16)
-            CUDA_CHECK(cudaMalloc(&g->fchh, L * N * F * 2));
-        else
-            g->fch = dalloc(L * N * F);
-        if (!bf16) /* bf16: the residual add is in the projections' GEMM epilogue */
-            g->attproj = dalloc(N * C), g->fcproj = dalloc(N * C);
-        g->res3 = dalloc(L * N * C), g->lnf = dalloc(N * C);
-        g->lnfm = dalloc(N), g->lnfr = dalloc(N);
-        g->dres = dalloc(N * C), g->dln = dalloc(N * C);
-        if (bf16)
-            CUDA_CHECK(cudaMalloc(&g->dfchg16, N * F * 2));
-        else
-            g->dfchg = dalloc(N * F);
-        if (bf16 && fused) /* dO and dqkv in bf16 only (datty16, s16a) */
-            CUDA_CHECK(cudaMalloc(&g->datty16, N * C * 2));
-        else
-            g->datty = dalloc(N * C), g->dqkv = dalloc(3 * N * C);
-        if (!bf16) /* bf16: the GELU's input gradient is only ever bf16 (s16a) */
-            g->dfch = dalloc(N * F);
-        if (bf16) { /* the saved GEMM inputs in bf16 only */
-            size_t big = N * (F > 3 * C ? F : 3 * C);
-            CUDA_CHECK(cudaMalloc(&g->s16a, big * 2));
-            CUDA_CHECK(cudaMalloc(&g->dln16, N * C * 2));
-            CUDA_CHECK(cudaMalloc(&g->ln1h, L * N * C * 2));
-            CUDA_CHECK(cudaMalloc(&g->attyh, L * N * C * 2));
-            CUDA_CHECK(cudaMalloc(&g->ln2h, L * N * C * 2));
-            CUDA_CHECK(cudaMalloc(&g->fchgh, L * N * F * 2));
-        } else {
-            g->ln1 = dalloc(L * N * C), g->ln2 = dalloc(L * N * C), g->fchg = dalloc(L * N * F);
-        }
+    size_t stage = alloc_buffers(g, c);
+    if (g->dev_short) { /* (the check above passed: another process took memory since) */
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        fit_error(g, c, free_b + g->dev_held, total_b, err, errlen);
+        model_gpu_free(g);
+        return NULL;
     }
     for (int i = 0; i < STAGE_SLOTS; i++) {
         CUDA_CHECK(cudaMallocHost(&g->stage[i], stage * sizeof(int)));
@@ -879,13 +974,15 @@ extern "C" void model_gpu_free(struct model_gpu *g)
                      g->dfchg, g->dfch, g->datty, g->dqkv, g->dpooled, g->dlogits, g->norm,
                      g->coef, (float *)g->s16a, (float *)g->ln1h, (float *)g->attyh,
                      (float *)g->ln2h, (float *)g->fchgh, (float *)g->qkvh, (float *)g->fchh,
-                     (float *)g->datty16, (float *)g->dfchg16, (float *)g->dln16, g->cw, (float *)g->bag_ids,
-                     (float *)g->bag_count};
+                     (float *)g->datty16, (float *)g->dfchg16, (float *)g->dln16, g->cw,
+                     (float *)g->bag_ids, (float *)g->bag_count};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         cudaFree(bufs[i]); /* NULL is a no-op */
-    for (int i = 0; i < STAGE_SLOTS; i++) {
-        cudaFreeHost(g->stage[i]);
-        cudaEventDestroy(g->staged[i]);
+    for (int i = 0; i < STAGE_SLOTS; i++) { /* (NULL: model_gpu_new refused the shape) */
+        if (g->stage[i])
+            cudaFreeHost(g->stage[i]);
+        if (g->staged[i])
+            cudaEventDestroy(g->staged[i]);
     }
     for (int u = 0; g->unit_done && u < MODEL_GPU_UNITS(g->m->cfg.layers); u++)
         cudaEventDestroy(g->unit_done[u]);

@@ -341,7 +341,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     struct comm *comm = NULL;
     struct enq *enq = NULL;
     struct coll *nccl;
-    char err[256];
+    char err[512];
     int rc = 0;
 
     if (!go) {
@@ -353,8 +353,9 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     memset(res, 0, sizeof(*res));
     unsigned flags = model_flags(go);
     if (!(lp.g = model_gpu_new(m, o->batch, flags, err, sizeof(err)))) {
+        /* the configuration, on this GPU: the same on every restart, so permanent (78) */
         fprintf(stderr, "gantry-worker: %s\n", err);
-        return -1;
+        return DIST_ECONFIG;
     }
     peak = gpu_peak_flops(go->bf16);
     if (o->obs)
@@ -534,7 +535,7 @@ int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,
 {
     struct train_gpu_opts gdef;
     struct gpu_eval ge;
-    char err[256];
+    char err[512];
     if (!go) {
         train_gpu_opts_default(&gdef);
         go = &gdef;
@@ -542,7 +543,7 @@ int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,
     unsigned flags = model_flags(go);
     if (!(ge.g = model_gpu_new(m, batch, flags, err, sizeof(err)))) {
         fprintf(stderr, "gantry-worker: evaluation on the GPU: %s\n", err);
-        return -1;
+        return DIST_ECONFIG;
     }
     ge.logits = xmallocarray((size_t)batch * m->cfg.classes, sizeof(float));
     train_evaluate_fn(d, batch, gpu_eval_forward, &ge, e);

@@ -81,7 +81,9 @@ int train_gpu_check(const char *model_type, char *err, size_t errlen);
 /* Selects this process's GPU from local_rank (kernels/gpu.h gpu_select_device) before any other
  * CUDA call; returns the device index (for coll_nccl_new), or -1 with err set. */
 int train_gpu_select(int local_rank, char *err, size_t errlen);
-/* train_run on the selected GPU (see above), with train_gpu_opts_default()'s settings. */
+/* train_run on the selected GPU (see above), with train_gpu_opts_default()'s settings. Returns
+ * train_run's codes, and DIST_ECONFIG (exit 78) when the device model cannot be built for this
+ * configuration on this GPU (model_gpu_new: e.g. the batch does not fit in its memory). */
 int train_gpu_run(struct model *m, const struct train_data *d, const struct train_opts *o,
                   struct train_result *res);
 /* The same with explicit GPU settings (go NULL: the defaults). */
@@ -89,8 +91,8 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                        const struct train_gpu_opts *go, struct train_result *res);
 /* train_evaluate on the selected GPU: m's parameters (the host copy) uploaded to a device model
  * for batches of `batch` with go's precision and attention (NULL: the defaults), forward only;
- * the same predictions and mean losses as the host model up to the GPU's rounding. 0, or -1 with
- * a message on stderr when the device model cannot be built. */
+ * the same predictions and mean losses as the host model up to the GPU's rounding. 0, or
+ * DIST_ECONFIG (< 0) with a message on stderr when the device model cannot be built. */
 int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,
                        const struct train_gpu_opts *go, struct eval_counts *e);
 /* Forward-only inference on the selected GPU (gantry-predict --device cuda): m's parameters

@@ -315,6 +315,37 @@ static void test_memory_checks(void)
     (void)cudaGetLastError();
 }
 
+// The device's memory (GANTRY_EMU_MEM_MB, less GANTRY_EMU_MEM_OTHERS_MB): cudaMemGetInfo follows
+// the live allocations, and an allocation past it fails as on a GPU, until memory is freed.
+static void test_memory_limit(void)
+{
+    setenv("GANTRY_EMU_MEM_MB", "64", 1);
+    setenv("GANTRY_EMU_MEM_OTHERS_MB", "16", 1);
+    size_t free0 = 0, total = 0, free1 = 0;
+    TEST_CHECK(cudaMemGetInfo(&free0, &total) == cudaSuccess);
+    TEST_CHECK(total == (size_t)64 << 20);
+    TEST_CHECK(free0 <= (size_t)48 << 20 && free0 > (size_t)40 << 20); // (others: 16, this: < 8)
+    void *a = NULL, *b = NULL, *c = NULL;
+    TEST_CHECK(cudaMalloc(&a, (size_t)20 << 20) == cudaSuccess);
+    TEST_CHECK(cudaMemGetInfo(&free1, &total) == cudaSuccess);
+    TEST_CHECK(free1 == free0 - ((size_t)20 << 20));
+    TEST_CHECK(cudaMalloc(&b, free1 + 1) == cudaErrorMemoryAllocation);
+    TEST_CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    TEST_CHECK(cudaGetLastError() == cudaSuccess); // not sticky
+    TEST_CHECK(cudaMalloc(&b, free1) == cudaSuccess);
+    TEST_CHECK(cudaMallocAsync(&c, 256, 0) == cudaErrorMemoryAllocation);
+    (void)cudaGetLastError();
+    TEST_CHECK(cudaFree(a) == cudaSuccess);
+    TEST_CHECK(cudaMallocAsync(&c, 256, 0) == cudaSuccess);
+    TEST_CHECK(cudaFreeAsync(c, 0) == cudaSuccess);
+    TEST_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    TEST_CHECK(cudaFree(b) == cudaSuccess);
+    TEST_CHECK(cudaMemGetInfo(&free1, &total) == cudaSuccess);
+    TEST_CHECK(free1 == free0);
+    unsetenv("GANTRY_EMU_MEM_MB");
+    unsetenv("GANTRY_EMU_MEM_OTHERS_MB");
+}
+
 static __global__ void divergent_kernel(float *out)
 {
     if (threadIdx.x >= 16)
@@ -466,6 +497,7 @@ int main(void)
     TEST_RUN(test_launch_checks);
     TEST_RUN(test_cp_async);
     TEST_RUN(test_memory_checks);
+    TEST_RUN(test_memory_limit);
     TEST_RUN(test_divergence_reported);
     TEST_RUN(test_two_host_threads);
 #if defined(__SANITIZE_ADDRESS__)

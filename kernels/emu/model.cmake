@@ -156,6 +156,11 @@ add_test(NAME train_gpu_resume_emu_test
 set_tests_properties(train_gpu_cli_emu_test train_gpu_nccl_emu_test train_gpu_resume_emu_test
                      PROPERTIES
     LABELS emu TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "GANTRY_EMU_DEVICES=2")
+# A batch past the (emulated) GPU's memory: exit 78 naming a batch that fits, which then trains.
+add_test(NAME train_gpu_mem_emu_test
+         COMMAND bash ${PROJECT_SOURCE_DIR}/worker/train_gpu_mem_test.sh
+                 $<TARGET_FILE:gantry-worker-emu> ${PROJECT_SOURCE_DIR}/worker/testdata)
+set_tests_properties(train_gpu_mem_emu_test PROPERTIES LABELS emu TIMEOUT 300)
 # Deferred: a bucket's all-reduce enqueued without its cudaStreamWaitEvent fails the 2-rank test;
 # a pinned staging slot rewritten before its upload's event fails the CLI test (not at the call).
 gantry_emu_defer_test(train_gpu_cli_emu_test ENV GANTRY_EMU_DEVICES=2

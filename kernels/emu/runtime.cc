@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -720,6 +721,23 @@ cudaError_t cudaPeekAtLastError(void)
     return last_error;
 }
 
+// The device memory: 8 GiB, or GANTRY_EMU_MEM_MB; GANTRY_EMU_MEM_OTHERS_MB of it held by "other
+// processes". Device allocations past what is left fail with cudaErrorMemoryAllocation, and
+// cudaMemGetInfo reports it, as on a GPU (the process's own context takes nothing here).
+static size_t env_mib(const char *name, size_t dflt)
+{
+    const char *e = getenv(name);
+    return (e && *e ? (size_t)strtoull(e, NULL, 10) : dflt) << 20;
+}
+static size_t emu_mem_total()
+{
+    return env_mib("GANTRY_EMU_MEM_MB", 8192);
+}
+static size_t emu_mem_others()
+{
+    return env_mib("GANTRY_EMU_MEM_OTHERS_MB", 0);
+}
+
 // One emulated device, unless GANTRY_EMU_DEVICES says otherwise (0: as if none were present).
 static int device_count()
 {
@@ -754,7 +772,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
         return ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "gantry CUDA emulator (CPU)");
-    p->totalGlobalMem = (size_t)8 << 30;
+    p->totalGlobalMem = emu_mem_total();
     p->sharedMemPerBlock = 48 * 1024;
     p->sharedMemPerBlockOptin = 232448;
     p->warpSize = 32;
@@ -781,11 +799,27 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr att
 // checked against them and copies can tell pinned from pageable host memory.
 static std::mutex mem_mu;
 static std::map<uintptr_t, size_t> allocs, pinned;
+static size_t alloc_bytes; // the live device allocations' sizes (under mem_mu)
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    const size_t t = emu_mem_total(), o = emu_mem_others();
+    std::lock_guard<std::mutex> g(mem_mu);
+    *total = t;
+    *free_bytes = t > o + alloc_bytes ? t - o - alloc_bytes : 0;
+    return cudaSuccess;
+}
 
 static cudaError_t malloc_now(void **p, size_t bytes)
 {
     if (!p)
         return ret(cudaErrorInvalidValue);
+    const size_t limit = emu_mem_total() - std::min(emu_mem_others(), emu_mem_total());
+    {
+        std::lock_guard<std::mutex> g(mem_mu);
+        if (bytes > limit || alloc_bytes > limit - bytes)
+            return ret(cudaErrorMemoryAllocation);
+    }
     // 256-byte alignment like cudaMalloc, and the exact size, so that AddressSanitizer sees a
     // kernel's access one past the end.
     void *m = NULL;
@@ -795,6 +829,7 @@ static cudaError_t malloc_now(void **p, size_t bytes)
     memset(m, 0xff, bytes);
     std::lock_guard<std::mutex> g(mem_mu);
     allocs[(uintptr_t)m] = bytes;
+    alloc_bytes += bytes;
     *p = m;
     return cudaSuccess;
 }
@@ -814,6 +849,7 @@ cudaError_t emu::free_now(void *p)
         auto it = allocs.find((uintptr_t)p);
         if (it == allocs.end())
             return ret(cudaErrorInvalidValue);
+        alloc_bytes -= it->second;
         allocs.erase(it);
     }
     free(p);

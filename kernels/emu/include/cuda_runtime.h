@@ -115,6 +115,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr att
 
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s);
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
