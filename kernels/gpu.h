@@ -54,6 +54,9 @@ double gpu_peak_flops_named(const char *name, int bf16);
 /* Creates the cuBLAS/cuBLASLt handles and the GEMM workspace on the current device, and makes the
  * default memory pool keep freed memory. Idempotent; launchers call it themselves when needed. */
 void gpu_init(void);
+/* Returns the memory the pool kept (freed scratch) to the device, after the device is idle: for a
+ * cudaMalloc that needs it (model_gpu_new when its buffers do not fit what is free). */
+void gpu_trim_pool(void);
 /* Frees what gpu_init() made (tests and tools call it at exit so leak checkers stay quiet). */
 void gpu_shutdown(void);
 

@@ -110,6 +110,16 @@ extern "C" void gpu_init(void)
     gpu_rt_.ready = 1;
 }
 
+extern "C" void gpu_trim_pool(void)
+{
+    int dev = 0;
+    cudaMemPool_t pool;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceSynchronize()); /* (frees still queued on streams land first) */
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+    CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+}
+
 extern "C" void gpu_shutdown(void)
 {
     if (!gpu_rt_.ready)

@@ -863,6 +863,10 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
         alloc_buffers(g, c);
         g->dev_dry = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        if (g->dev_want > free_b) { /* the pool's kept scratch (an earlier model's) counts too */
+            gpu_trim_pool();
+            CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        }
         if (g->dev_want > free_b) {
             fit_error(g, c, free_b, total_b, err, errlen);
             free(g);

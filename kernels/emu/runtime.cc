@@ -795,6 +795,13 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr att
     return pool && value ? cudaSuccess : ret(cudaErrorInvalidValue);
 }
 
+// (the emulated pool keeps nothing: cudaFreeAsync frees when its stream reaches it)
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep)
+{
+    (void)min_bytes_to_keep;
+    return pool ? cudaSuccess : ret(cudaErrorInvalidValue);
+}
+
 // Device allocations and pinned host allocations: address -> size, so copies and memsets can be
 // checked against them and copies can tell pinned from pageable host memory.
 static std::mutex mem_mu;
