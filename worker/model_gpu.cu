@@ -760,7 +760,8 @@ static size_t alloc_buffers(struct model_gpu *g, const struct model_config *c)
             DEV_ALLOC(g, g->ln2h, L * N * C * 2);
             DEV_ALLOC(g, g->fchgh, L * N * F * 2);
         } else {
-            g->ln1 = dalloc(g, L * N * C), g->ln2 = dalloc(g, L * N * C), g->fchg = dalloc(g, L * N * F);
+            g->ln1 = dalloc(g, L * N * C), g->ln2 = dalloc(g, L * N * C);
+            g->fchg = dalloc(g, L * N * F);
         }
     }
     return stage;
