@@ -1034,7 +1034,12 @@ int main(int argc, char **argv)
     model_config_from(&w.cfg, vocab_size(w.vocab), w.labels.n, &mc);
     int max_batch = w.cfg.eval_batch_size > w.cfg.batch_size ? w.cfg.eval_batch_size
                                                                : w.cfg.batch_size;
-    if (model_init(&w.model, &mc, max_batch, (uint64_t)w.cfg.seed, w.err, sizeof(w.err))) {
+    /* On the GPU the host model keeps the parameters (the upload, checkpoints, the report) and
+     * no batch's activations: the device model has its own, and a batch's host activations
+     * (the unfused attention's B x heads x T x T among them: 19 GB at GPT-2's shape and batch
+     * 32) would only take the pod's memory. */
+    if (model_init(&w.model, &mc, w.gpu >= 0 ? 1 : max_batch, (uint64_t)w.cfg.seed, w.err,
+                   sizeof(w.err))) {
         fprintf(stderr, "gantry-worker: training.%s\n", w.err);
         rc = DIST_EXIT_CONFIG;
         goto out;

@@ -9,7 +9,8 @@
 #     what it took, --autotune=false does not; --attention fused trains to the same final loss (1e-3 relative); progress lines carry
 #     model TFLOP/s, and MFU with a known peak: the device's datasheet fp32 peak when gpu_peak_flops knows its name (none
 #     otherwise), GANTRY_PEAK_TFLOPS when set (mfu = tflops / peak);
-#     with 2+ GPUs, LOCAL_RANK past the last one is refused (78, says how many it sees);
+#     with 2+ GPUs, LOCAL_RANK past the last one is refused (78, says how many it sees); a batch
+#     past the GPU's memory is refused (78, naming one that fits);
 #     --cuda-graphs trains to the same final loss and accuracy exactly (graphs replay the same
 #     kernels) and says how many graphs it captured and launched;
 #   - in every build: attention fused and cudaGraphs with device cpu are refused (78, naming
@@ -203,4 +204,15 @@ fi
 rc=0; "$bin" --config "$tmp/cfg.json" "${ngram[@]}" --precision bf16 >/dev/null 2>"$tmp/err" || rc=$?
 [ "$rc" = 78 ] && grep -q 'training.precision: bf16 is for model.type transformer' "$tmp/err" &&
     echo "ok   ngram with bf16 refused (78)" || { echo "FAIL ngram bf16: exit $rc"; fail=1; }
+# a batch no GPU holds (65536 x 8192 tokens: terabytes): refused at once (78, not a retryable
+# CUDA error), before anything is allocated, saying what it needs and what fits
+rc=0; "$bin" --config "$tmp/cfg.json" --batch-size 65536 --model-max-seq-len 8192 \
+    >/dev/null 2>"$tmp/err" || rc=$?
+if [ "$rc" = 78 ] && grep -q 'out of GPU memory: a batch of 65536 x 8192 tokens needs' "$tmp/err" &&
+   grep -Eq 'use a batch of [0-9]+ or fewer \(training.batchSize' "$tmp/err"; then
+    echo "ok   a batch past the GPU's memory refused (78): $(grep -o 'needs [0-9.]* GiB' "$tmp/err")," \
+         "$(grep -o 'use a batch of [0-9]* or fewer' "$tmp/err")"
+else
+    echo "FAIL a batch past the GPU's memory: exit $rc"; tail -3 "$tmp/err"; fail=1
+fi
 exit $fail
