@@ -190,7 +190,9 @@ static int load_model(struct pred *p)
     p->card = md.card, p->vocab = md.vocab; /* theirs now */
     card_init(&md.card);
     md.vocab = NULL;
-    if (model_alloc(&p->model, &md.mc, p->o.batch, why, sizeof(why)) != 0)
+    /* (--device cuda: the host model only holds the parameters for the device model's upload;
+     * the device model has the batch's buffers) */
+    if (model_alloc(&p->model, &md.mc, p->o.cuda ? 1 : p->o.batch, why, sizeof(why)) != 0)
         fprintf(stderr, "gantry-predict: %s/%s: model: %s\n", p->dir, CARD_FILE, why), rc = 1;
     else if ((rc = model_load_params(&p->model, md.weights, why, sizeof(why))))
         fprintf(stderr, "gantry-predict: %s/model.safetensors: %s%s%s\n", p->dir, why,
