@@ -399,7 +399,7 @@ int main(int argc, char **argv)
     });
     flop_line("attention unfused bwd", shape, 2.5 * fwd, ms);
 
-    void *all[] = {x, w, bb, mean, rstd, y, dy, dx, dw, db, y16, dx16, norm, coef, len,
+    void *all[] = {x, w, bb, mean, rstd, y, dy, dx, dw, db, y16, dx16, dy16, norm, coef, len,
                    qkv, dqkv, lse, dbq, qkv16, dqkv16, o16, do16, att};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         CUDA_CHECK(cudaFree(all[i]));
