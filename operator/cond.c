@@ -3,9 +3,39 @@
 #include <stdio.h>
 #include <string.h>
 
+/* src into dst[n], cut where it must be on a UTF-8 character boundary: a character cut in two is
+ * not UTF-8, and Jansson refuses such a string, which would drop the whole condition from the
+ * status written back (the reconcile then no longer reaches a fixed point: fuzz_rec found it). */
 static void copy_str(char *dst, size_t n, const char *src)
 {
-    snprintf(dst, n, "%s", src ? src : "");
+    size_t len = src ? strlen(src) : 0;
+    if (len >= n) {
+        len = n - 1;
+        while (len > 0 && ((unsigned char)src[len] & 0xC0) == 0x80)
+            len--; /* src[len] would start the cut character's tail: cut before its lead */
+    }
+    memcpy(dst, src ? src : "", len);
+    dst[len] = '\0';
+}
+
+/* The API's pattern for a condition's reason: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$ (ASCII) */
+static bool ascii_alpha(char ch)
+{
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z');
+}
+static bool ascii_alnum_(char ch)
+{
+    return ascii_alpha(ch) || (ch >= '0' && ch <= '9') || ch == '_';
+}
+static bool reason_ok(const char *r)
+{
+    size_t n = r ? strlen(r) : 0;
+    if (n == 0 || n >= COND_REASON_MAX || !ascii_alpha(r[0]) || !ascii_alnum_(r[n - 1]))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!ascii_alnum_(r[i]) && r[i] != ',' && r[i] != ':')
+            return false;
+    return true;
 }
 
 void cond_list_from_json(struct cond_list *l, const json_t *arr)
@@ -29,7 +59,10 @@ void cond_list_from_json(struct cond_list *l, const json_t *arr)
         c = &l->c[l->n++];
         copy_str(c->type, sizeof(c->type), type);
         c->status = strcmp(status, "True") == 0;
-        copy_str(c->reason, sizeof(c->reason), json_string_value(json_object_get(it, "reason")));
+        /* (a reason the API would refuse, or longer than ours, reads as Unknown: written back
+         * as it was, the status update would be refused) */
+        const char *reason = json_string_value(json_object_get(it, "reason"));
+        copy_str(c->reason, sizeof(c->reason), reason_ok(reason) ? reason : "Unknown");
         copy_str(c->message, sizeof(c->message),
                  json_string_value(json_object_get(it, "message")));
         if (!ltt || cond_parse_time(ltt, &c->last_transition) != 0)

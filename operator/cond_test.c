@@ -3,6 +3,8 @@
 
 #include "common/test.h"
 
+#include <string.h>
+
 static void test_time_round_trip(void)
 {
     char buf[32];
@@ -36,6 +38,38 @@ static void test_transition_time_only_on_flip(void)
     TEST_CHECK(cond_find(&l, COND_RESTARTING) == NULL);
     TEST_CHECK(!cond_clear(&l, COND_RUNNING, "R", "m", 400, 2));
     TEST_EQ_INT(cond_find(&l, COND_RUNNING)->last_transition, 300);
+}
+
+/* Input that our own output must survive (fuzz_rec found the first): a message cut at the
+ * limit inside a two-byte character, and a reason the API would refuse. */
+static void test_cut_on_characters_and_bad_reasons(void)
+{
+    char msg[2 * COND_MESSAGE_MAX + 1], reason[200];
+    size_t i;
+    for (i = 0; i + 2 < sizeof(msg); i += 2)
+        msg[i] = (char)0xC3, msg[i + 1] = (char)0xA9; /* e acute, UTF-8 */
+    msg[i] = '\0';
+    memset(reason, 'A', sizeof(reason) - 1), reason[sizeof(reason) - 1] = '\0';
+    json_t *in = json_pack("[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]",
+                           "type", "Created", "status", "True", "reason", "Tr\xc3\xa9s", "message", msg,
+                           "type", "Running", "status", "True", "reason", reason, "message", "m",
+                           "type", "Failed", "status", "False", "reason", "Pod:Lost,Again_2",
+                           "message", "");
+    struct cond_list l;
+    TEST_CHECK(in != NULL);
+    cond_list_from_json(&l, in);
+    TEST_EQ_INT(l.n, 3);
+    TEST_EQ_STR(l.c[0].reason, "Unknown");  /* not ASCII */
+    TEST_EQ_STR(l.c[1].reason, "Unknown");  /* longer than ours */
+    TEST_EQ_STR(l.c[2].reason, "Pod:Lost,Again_2");
+    TEST_EQ_INT(strlen(l.c[0].message), COND_MESSAGE_MAX - 2); /* 510: whole characters */
+    json_t *out = cond_list_to_json(&l);
+    TEST_EQ_INT(json_array_size(out), 3); /* none dropped */
+    struct cond_list back;
+    cond_list_from_json(&back, out);
+    json_t *again = cond_list_to_json(&back);
+    TEST_CHECK(json_equal(out, again)); /* a fixed point */
+    json_decref(in), json_decref(out), json_decref(again);
 }
 
 static void test_json_round_trip_keeps_order(void)
@@ -81,6 +115,7 @@ int main(void)
     TEST_RUN(test_time_round_trip);
     TEST_RUN(test_transition_time_only_on_flip);
     TEST_RUN(test_json_round_trip_keeps_order);
+    TEST_RUN(test_cut_on_characters_and_bad_reasons);
     TEST_RUN(test_from_json_is_tolerant);
     return test_summary();
 }
