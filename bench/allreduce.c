@@ -141,6 +141,7 @@ int main(int argc, char **argv)
                                          {"chunk", required_argument, NULL, 'c'},
                                          {"sockbuf", required_argument, NULL, 's'},
                                          {"raw", no_argument, NULL, 'r'},
+                                         {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     size_t lo = 4096, hi = 256u << 20;
     struct coll_opts co = {.timeout_ms = 120000};
@@ -157,6 +158,15 @@ int main(int argc, char **argv)
         case 'c': co.chunk_bytes = strtoull(optarg, NULL, 0); break;
         case 's': co.sock_buf_bytes = atoi(optarg); break;
         case 'r': return raw_tcp();
+        case 'h':
+            printf("usage: gantry-run --nproc N -- bench_allreduce [--min B] [--max B] [--bf16] "
+                   "[--chunk B] [--sockbuf B]\n       bench_allreduce --raw\n"
+                   "nccl-tests-style sweep of Gantry's tcp all-reduce, sizes doubling from --min "
+                   "to --max\nbytes (default 4096 to 256 MiB): time, algbw, busbw and #wrong "
+                   "(elements off the exact\nsum) per size on rank 0. --bf16: bf16 on the wire; "
+                   "--raw: one loopback connection's\nTCP throughput. bench/allreduce.sh runs it "
+                   "beside Gloo.\n");
+            return 0;
         default:
             fprintf(stderr, "usage: gantry-run --nproc N -- bench_allreduce [--min B] [--max B] "
                             "[--bf16] [--chunk B] [--sockbuf B] | bench_allreduce --raw\n");

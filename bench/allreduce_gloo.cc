@@ -74,8 +74,17 @@ struct Bench {
 
 int main(int argc, char **argv)
 {
+    const char *usage = "usage: bench_allreduce_gloo RANK SIZE STORE_DIR [ALGO [MIN MAX]]\n";
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("%sGloo's all-reduce over its tcp transport on loopback, the same sweep and table "
+               "as\nbench_allreduce. ALGO: ring (default: what PyTorch's gloo backend calls), "
+               "bcube or\nring_chunked; sizes from MIN to MAX bytes (default 4096 to 256 MiB). "
+               "The SIZE ranks meet\nthrough a FileStore in STORE_DIR (an empty directory); "
+               "bench/allreduce.sh starts them.\n", usage);
+        return 0;
+    }
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_allreduce_gloo RANK SIZE STORE_DIR [ALGO [MIN MAX]]\n");
+        fprintf(stderr, "%s", usage);
         return 64;
     }
     int rank = atoi(argv[1]), size = atoi(argv[2]);

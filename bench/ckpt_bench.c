@@ -203,7 +203,8 @@ static int parse_args(int argc, char **argv, struct bench_cfg *c)
     static const struct option opts[] = {
         {"dir", required_argument, NULL, 'd'},     {"params", required_argument, NULL, 'p'},
         {"tensors", required_argument, NULL, 't'}, {"rounds", required_argument, NULL, 'r'},
-        {"keep", required_argument, NULL, 'k'},    {NULL, 0, NULL, 0},
+        {"keep", required_argument, NULL, 'k'},    {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int o;
 
@@ -224,6 +225,8 @@ static int parse_args(int argc, char **argv, struct bench_cfg *c)
         case 'k':
             c->keep = atoi(optarg);
             break;
+        case 'h':
+            return 1;
         default:
             return -1;
         }
@@ -237,12 +240,18 @@ static int parse_args(int argc, char **argv, struct bench_cfg *c)
 int main(int argc, char **argv)
 {
     struct bench_cfg c = {.dir = ".", .params = 16 << 20, .tensors = 24, .rounds = 3, .keep = 1};
-    int rc = 0;
+    int rc = 0, pa = parse_args(argc, argv, &c);
 
-    if (parse_args(argc, argv, &c) != 0) {
-        fprintf(stderr, "usage: ckpt_bench [--dir DIR] [--params N>=1024] [--tensors T] "
-                        "[--rounds R] [--keep K]\n");
-        return 64;
+    if (pa != 0) {
+        fprintf(pa > 0 ? stdout : stderr, "usage: ckpt_bench [--dir DIR] [--params N>=1024] "
+                "[--tensors T] [--rounds R] [--keep K]\n");
+        if (pa > 0)
+            printf("How long training is blocked per checkpoint against the time the whole "
+                   "write takes, on\nthe disk under --dir (default .): N fp32 parameters "
+                   "(default 16M) in T tensors (24)\nplus AdamW's m and v, R rounds (3), "
+                   "keeping K checkpoints (1). One CSV row per round\nand measurement: "
+                   "round,metric,seconds,bytes. bench/ckpt_bench.sh runs it beside dd.\n");
+        return pa > 0 ? 0 : 64;
     }
     float *state = state_new(c.params), *g = xcalloc((size_t)c.params, sizeof(float));
     printf("# ckpt_bench: %" PRId64 " params x (w, m, v) fp32 = %.1f MiB per checkpoint, "

@@ -47,6 +47,18 @@ int main(int argc, char **argv)
                    : !strcmp(a, "--warmup")  ? &warm
                    : !strcmp(a, "--threads") ? &threads
                                              : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: %s [--batch N] [--seq N] [--hidden N] [--layers N] [--heads N] "
+                   "[--vocab N] [--classes N] [--steps N] [--warmup N] [--threads N] "
+                   "[--full|--varlen]\n"
+                   "Times gantry-worker's CPU training step (forward, backward, clip, AdamW) on "
+                   "one batch of\nrandom tokens and prints one JSON line (samples_per_s, "
+                   "ms_per_step). Defaults: batch 32,\nseq 256, hidden 128, 2 layers, 4 heads, "
+                   "vocab 20000, 2 classes, 20 steps after 3 warmup,\nevery sequence full "
+                   "(--varlen: lengths uniform in [seq/4, seq]); threads 0 = all cores.\n"
+                   "bench/cpu_train.sh runs it beside PyTorch on the same model.\n", argv[0]);
+            return 0;
+        }
         if (!strcmp(a, "--full") || !strcmp(a, "--varlen")) {
             full = !strcmp(a, "--full");
         } else if (dst && i + 1 < argc) {

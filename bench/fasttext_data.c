@@ -21,9 +21,11 @@
 #include "worker/dataset.h"
 #include "worker/text.h"
 
+#define FASTTEXT_DATA_USAGE "usage: fasttext_data [--max-tokens N] IN OUT\n"
+
 static int usage(void)
 {
-    fprintf(stderr, "usage: fasttext_data [--max-tokens N] IN OUT\n");
+    fprintf(stderr, FASTTEXT_DATA_USAGE);
     return 64;
 }
 
@@ -64,6 +66,14 @@ int main(int argc, char **argv)
     long max_tokens = 256;
     int rc = 0, a = 1;
 
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf(FASTTEXT_DATA_USAGE
+               "Writes the JSONL/TSV file IN as fastText's training format to OUT, tokenized as\n"
+               "gantry-worker tokenizes (the first N words of each text, default 256, 0 = all).\n"
+               "Prints \"examples tokens malformed\". Exit 64 on usage, 65 when IN cannot be\n"
+               "read, 74 when OUT cannot be written.\n");
+        return 0;
+    }
     if (argc == 5 && !strcmp(argv[1], "--max-tokens")) {
         char *end;
         errno = 0;

@@ -68,8 +68,18 @@ static int check_file(const char *path)
     return bad;
 }
 
+#define CKPT_TOOL_USAGE "usage: ckpt_tool write ROOT JOB | check FILE | latest ROOT JOB\n"
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf(CKPT_TOOL_USAGE
+               "  write ROOT JOB   write the fixture checkpoint ROOT/JOB/step-7, print its path\n"
+               "  check FILE       read a safetensors FILE and check the fixture's values\n"
+               "  latest ROOT JOB  print the newest valid checkpoint's step and directory\n"
+               "Exit 0 when all is well, 1 otherwise, 64 on usage.\n");
+        return 0;
+    }
     if (argc == 4 && strcmp(argv[1], "write") == 0)
         return write_fixture(argv[2], argv[3]);
     if (argc == 3 && strcmp(argv[1], "check") == 0)
@@ -82,6 +92,6 @@ int main(int argc, char **argv)
         printf("%" PRId64 " %s\n", step, dir);
         return 0;
     }
-    fprintf(stderr, "usage: ckpt_tool write ROOT JOB | check FILE | latest ROOT JOB\n");
+    fprintf(stderr, CKPT_TOOL_USAGE);
     return 64;
 }

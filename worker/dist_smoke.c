@@ -29,6 +29,13 @@ int main(int argc, char **argv)
     float v[1000];
     int rc;
 
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: gantry-run --nproc N -- dist_smoke [--fail-rank R]\n"
+               "Rendezvous from the environment (as gantry-worker), one exact all-reduce and a "
+               "barrier,\nthen exit 0. --fail-rank R: rank R exits 5 right after the "
+               "rendezvous.\n");
+        return 0;
+    }
     if ((rc = dist_env_load(&e)) || (rc = dist_rendezvous(&e, "smoke", NULL, &rz)) ||
         (rc = coll_tcp_new(dist_rdzv_store(rz), NULL, &c)))
         die(dist_exit_code(rc));
