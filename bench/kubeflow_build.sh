@@ -4,6 +4,11 @@
 #   KUBEFLOW_VERSION (v1.8.1, the newest v1 module on the proxy), GANTRY_CACHE (~/.cache/gantry).
 # The build runs under nice; its log is kubeflow-<ver>/build.log. Exit 1 when it does not build.
 set -euo pipefail
+case "${1:-}" in
+-h | --help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+"") ;;
+*) echo "kubeflow_build: unknown argument '$1' (it takes none; see --help)" >&2; exit 64 ;;
+esac
 ver=${KUBEFLOW_VERSION:-v1.8.1}
 cache=${GANTRY_CACHE:-$HOME/.cache/gantry}
 k=$cache/kubeflow-$ver

@@ -80,6 +80,7 @@ case "${1:-}" in
     exit 0 ;;
 --quick) quick=1 ;;
 "") ;;
+-h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 64 ;;
 esac
 

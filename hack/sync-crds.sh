@@ -102,6 +102,9 @@ NS
     rm -rf "$tree"
 }
 
+case "${1:-}" in
+-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 HELM=$(find_helm)
 KUBECTL=$(find_kubectl)
 case "${1:-}" in

@@ -12,6 +12,11 @@
 #   4. values.schema.json refuses misspelt keys and wrong types, enums and ranges, naming the path.
 # Exits non-zero on any difference or failed check; 77 (skipped) when helm or kubectl is missing.
 set -euo pipefail
+case "${1:-}" in
+-h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+"") ;;
+*) echo "verify: unknown argument '$1' (it takes none; see --help)" >&2; exit 64 ;;
+esac
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
