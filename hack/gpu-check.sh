@@ -6,16 +6,18 @@
 # no internet and none of the operator's libraries (it builds bench/gpu_check, the stand-alone
 # CMake project, not the whole tree; the worker's binaries come prebuilt from --prepare).
 #
-#   hack/gpu-check.sh --prepare   HERE (with apt, CUDA wheels): the OpenBLAS .debs into
-#                                 .carry/gpu-debs; the CUDA build of gantry-worker, gantry-run,
-#                                 gantry-predict, train_gpu_test and train_gpu_device_test with their non-CUDA
-#                                 shared libraries into
-#                                 .carry/gpu-bin; the SpamAssassin split into .carry/gpu-data
-#   hack/gpu-check.sh [--quick]   ON THE GPU MACHINE: build, test, check, train, benchmark
-#                                 (--quick: no benchmarks)
+#   hack/gpu-check.sh --prepare   HERE (with apt, CUDA wheels): the OpenBLAS .debs
+#                                 (gpu-debs/); the CUDA build of gantry-worker, gantry-run,
+#                                 gantry-predict, train_gpu_test and train_gpu_device_test with
+#                                 their non-CUDA shared libraries (gpu-bin/); the SpamAssassin
+#                                 split (gpu-data/): all in one archive, .carry/gpu.tar.xz
+#   hack/gpu-check.sh [--quick]   ON THE GPU MACHINE: unpack the archive into .carry/, build,
+#                                 test, check, train, benchmark (--quick: no benchmarks)
 # Device call (~5.5 min on an H200, 2026-12-04, before the variants, ncu and the sanitizers):
 #   run(command="GANTRY_GPU_TIME=480 bash hack/gpu-check.sh",
-#       carry=[".carry/gpu-debs", ".carry/gpu-bin", ".carry/gpu-data"], timeout_s=510)
+#       carry=[".carry/gpu.tar.xz"], timeout_s=510)
+# (one archive: the device call carries at most 64 MiB with the working tree, and the three
+# folders are ~67 MiB, the CUDA kernels four times over in the binaries; xz makes them ~22 MiB)
 #
 # GANTRY_NCCL_PKG=<dir with include/ and lib/> overrides where NCCL is taken from;
 # GANTRY_GPU_PREP_BUILD (--prepare) the CUDA build folder (default /tmp/gantry-gpu-prepare);
@@ -29,6 +31,8 @@ set -uo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 debs="$here/.carry/gpu-debs"
+pack="$here/.carry/gpu.tar.xz"
+travel_max=$((64 << 20)) # what a device call carries, working tree included
 out=${OUT:-$here/out/gpu-check}
 quick=0
 
@@ -74,15 +78,44 @@ case "${1:-}" in
     mkdir -p "$here/.carry/gpu-data"
     cp "$data/train.jsonl" "$data/eval.jsonl" "$here/.carry/gpu-data/"
     du -sh "$here/.carry/gpu-data"
+    # one archive travels (the folders are over the device call's limit); the folders go, so
+    # that nothing carries them by mistake
+    tar -C "$here/.carry" -cf - gpu-debs gpu-bin gpu-data | xz -T0 -9 >"$pack.tmp"
+    mv "$pack.tmp" "$pack"
+    rm -rf "$debs" "$bin" "$here/.carry/gpu-data"
+    # what travels: the files git tracks or would track, and the archive
+    tree=$(cd "$here" && git ls-files -z --cached --others --exclude-standard |
+        xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+    size=$(stat -c %s "$pack")
+    echo "gpu-check: $pack: $((size >> 20)) MiB; with the working tree $(((size + tree) >> 20))" \
+        "of the device call's $((travel_max >> 20)) MiB"
+    if [ $((size + tree)) -gt "$travel_max" ]; then
+        echo "gpu-check: FAILED: over the device call's limit; leave out what the check does not" \
+            "need (the libraries in gpu-bin/lib, the data) or split the binaries' CUDA code" \
+            "into one shared library" >&2
+        exit 1
+    fi
     echo "gpu-check: now, on the GPU machine: run(command=\"GANTRY_GPU_TIME=480 bash" \
-        "hack/gpu-check.sh\", carry=[\".carry/gpu-debs\", \".carry/gpu-bin\"," \
-        "\".carry/gpu-data\"], timeout_s=510)"
+        "hack/gpu-check.sh\", carry=[\".carry/gpu.tar.xz\"], timeout_s=510)"
     exit 0 ;;
 --quick) quick=1 ;;
 "") ;;
--h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-*) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 64 ;;
+-h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+*) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 64 ;;
 esac
+
+# --prepare's archive, carried: unpacked into .carry/ (anew each call: a warm machine may keep
+# an older call's folders)
+if [ -f "$pack" ]; then
+    rm -rf "$debs" "$here/.carry/gpu-bin" "$here/.carry/gpu-data"
+    if command -v xz >/dev/null; then
+        tar -C "$here/.carry" -xJf "$pack"
+    else
+        python3 -c 'import sys, tarfile
+kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$pack" "$here/.carry"
+    fi || { echo "gpu-check: FAILED: could not unpack $pack (run --prepare again)"; exit 1; }
+fi
 
 # first existing path among the arguments (globs expanded by the caller), or nothing
 first() {
