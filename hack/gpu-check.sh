@@ -13,6 +13,8 @@
 #                                 split (gpu-data/): all in one archive, .carry/gpu.tar.xz
 #   hack/gpu-check.sh [--quick]   ON THE GPU MACHINE: unpack the archive into .carry/, build,
 #                                 test, check, train, benchmark (--quick: no benchmarks)
+#   hack/gpu-check.sh --build-only   unpack and build as the GPU machine does, then stop
+#                                 (--prepare runs it on a copy of what travels: no GPU needed)
 # Device call (~5.5 min on an H200, 2026-12-04, before the variants, ncu and the sanitizers):
 #   run(command="GANTRY_GPU_TIME=480 bash hack/gpu-check.sh",
 #       carry=[".carry/gpu.tar.xz"], timeout_s=510)
@@ -21,6 +23,7 @@
 #
 # GANTRY_NCCL_PKG=<dir with include/ and lib/> overrides where NCCL is taken from;
 # GANTRY_GPU_PREP_BUILD (--prepare) the CUDA build folder (default /tmp/gantry-gpu-prepare);
+# GANTRY_GPU_BUILD the GPU machine's build folder (default /tmp/gantry-build-gpu);
 # GANTRY_GPU_TIME the seconds the whole check may take (the benchmarks get what is left).
 # Results go to $OUT (default ./out/gpu-check): env.txt, build.log, ctest.log, check.log,
 # worker.log, bench.jsonl (one JSON line per run: gantry and PyTorch), bench.log, summary.txt. The
@@ -35,6 +38,7 @@ pack="$here/.carry/gpu.tar.xz"
 travel_max=$((64 << 20)) # what a device call carries, working tree included
 out=${OUT:-$here/out/gpu-check}
 quick=0
+build_only=0
 
 case "${1:-}" in
 --prepare)
@@ -69,9 +73,11 @@ case "${1:-}" in
     strip --strip-debug "$bin/gantry-worker" "$bin/gantry-run" "$bin/train_gpu_test" \
         "$bin/train_gpu_device_test" "$bin/gantry-predict"
     # the cuDNN frontend's headers (with cudnn.h and nvrtc.h) for the build there
-    # (kernels/attention_cudnn.cpp); cuDNN itself is that machine's PyTorch's
+    # (kernels/attention_cudnn.cpp); cuDNN itself is that machine's PyTorch's. The folder must
+    # be named include: the frontend's headers include each other as "../include/...".
+    mkdir -p "$bin/cudnn"
     cp -r "$(dirname "$("$here/hack/install-deps.sh" --print-cuda-root)")/cudnn-$CUDNN_VERSION-fe-$CUDNN_FRONTEND_VERSION/include" \
-        "$bin/cudnn-include"
+        "$bin/cudnn/include"
     du -sh "$bin" "$bin"/* "$bin/lib"
     data=$("$here/hack/spam-data.sh" | awk '/^\//{print; exit}')
     [ -f "$data/train.jsonl" ] || data=${GANTRY_CACHE:-$HOME/.cache/gantry}/data/spam-0.2.3-seed42
@@ -83,6 +89,24 @@ case "${1:-}" in
     tar -C "$here/.carry" -cf - gpu-debs gpu-bin gpu-data | xz -T0 -9 >"$pack.tmp"
     mv "$pack.tmp" "$pack"
     rm -rf "$debs" "$bin" "$here/.carry/gpu-data"
+    # The GPU machine's build, here: a copy of what travels (the files git tracks or would
+    # track, and the archive) unpacked and built as there. A header the archive lacks or lays
+    # out wrong, or a change the stand-alone bench/gpu_check project misses, fails here and
+    # not in the device call. (~3 min on 2 cores.)
+    dry=$(mktemp -d /tmp/gantry-gpu-dry.XXXXXX)
+    (cd "$here" && git ls-files -z --cached --others --exclude-standard |
+        xargs -0 cp --parents -t "$dry" 2>/dev/null)
+    mkdir -p "$dry/.carry" && cp "$pack" "$dry/.carry/"
+    # (the CUDA wheels stand for the GPU machine's toolkit and Python packages)
+    wheels=$("$here/hack/install-deps.sh" --print-cuda-root)
+    if ! PATH="$wheels/nvidia/cu13/bin:$PATH" PYTHONPATH="$wheels${PYTHONPATH:+:$PYTHONPATH}" \
+            GANTRY_GPU_BUILD="$dry/build" OUT="$dry/out" nice -n 10 \
+            bash "$dry/hack/gpu-check.sh" --build-only; then
+        echo "gpu-check: FAILED: the GPU machine's build of what travels ($dry/out/build.log):" >&2
+        grep -E 'error|FAILED' "$dry/out/build.log" | head -10 >&2
+        exit 1
+    fi
+    rm -rf "$dry"
     # what travels: the files git tracks or would track, and the archive
     tree=$(cd "$here" && git ls-files -z --cached --others --exclude-standard |
         xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
@@ -99,9 +123,10 @@ case "${1:-}" in
         "hack/gpu-check.sh\", carry=[\".carry/gpu.tar.xz\"], timeout_s=510)"
     exit 0 ;;
 --quick) quick=1 ;;
+--build-only) build_only=1 ;;
 "") ;;
--h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-*) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 64 ;;
+-h | --help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+*) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 64 ;;
 esac
 
 # --prepare's archive, carried: unpacked into .carry/ (anew each call: a warm machine may keep
@@ -217,10 +242,10 @@ if [ -n "$cudnn_so" ]; then
 fi
 echo "cuDNN: ${cudnn_so:-none found}; NVRTC: ${nvrtc_so:-none found}; cudart for the cuDNN frontend: ${cudart_so:-none found}" >>"$out/env.txt"
 cudnn_inc=""
-[ -d "$here/.carry/gpu-bin/cudnn-include" ] && cudnn_inc="$here/.carry/gpu-bin/cudnn-include"
+[ -d "$here/.carry/gpu-bin/cudnn/include" ] && cudnn_inc="$here/.carry/gpu-bin/cudnn/include"
 
 # ---- build ----
-build=/tmp/gantry-build-gpu
+build=${GANTRY_GPU_BUILD:-/tmp/gantry-build-gpu}
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 keep=(-k 0); [ ${#gen[@]} -eq 0 ] && keep=(-k) # keep going: one broken file must not hide the rest
 if ! cmake -S "$here/bench/gpu_check" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -237,6 +262,7 @@ else
     say "FAILED: build (build.log); running what did build"
     grep -E 'error|FAILED' "$out/build.log" | head -20 >>"$summary"
 fi
+[ "$build_only" = 1 ] && exit $status
 # ---- GPU tests ----
 if (cd "$build" && timeout 300 ctest -L gpu --output-on-failure -V) >"$out/ctest.log" 2>&1; then
     say "OK: ctest -L gpu: $(grep -E 'tests passed' "$out/ctest.log" | tail -1)," \
