@@ -104,6 +104,7 @@ case "${1:-}" in
             bash "$dry/hack/gpu-check.sh" --build-only; then
         echo "gpu-check: FAILED: the GPU machine's build of what travels ($dry/out/build.log):" >&2
         grep -E 'error|FAILED' "$dry/out/build.log" | head -10 >&2
+        rm -f "$pack" # (so that no one carries it)
         exit 1
     fi
     rm -rf "$dry"
