@@ -620,52 +620,8 @@ for preset, batch in sorted({(r["preset"], r["batch"]) for r in rows if "label" 
           f"{bt['label']} {bt['ms_per_step']:.2f} ms: gantry {ratio:.3f}x PyTorch's best "
           f"({'at or ahead' if ratio >= 1 else 'behind'}){mfu}")
 PY
-# Which of the variants written since the last verified run this run showed clean (docs/gpu.md,
-# "What has to be verified on a GPU", 5b): PASS when every piece of its evidence is there and
-# none says FAILED, MISMATCH or REFUSED; each PASS is one flag to set in kernels/tune.cu.
-verify() { # verify WHAT FLAG REFUSED FILE:REGEX... (REFUSED: its refusal on an autotune line)
-    local what=$1 flag=$2 refused=$3 ok=1 n=0 spec hits
-    shift 3
-    for spec; do
-        hits=$(grep -hE "${spec#*:}" "$out/${spec%%:*}" 2>/dev/null || true)
-        if [ -z "$hits" ]; then ok=0; continue; fi
-        n=$((n + $(wc -l <<<"$hits")))
-        ! grep -qE 'FAILED|MISMATCH|REFUSED|did not run' <<<"$hits" || ok=0
-    done
-    grep -qE "^model_gpu: autotune.*$refused [0-9.]+ ms \(REFUSED" "$summary" && ok=0
-    if [ "$ok" = 1 ]; then
-        say "verify: $what: PASS ($n lines of evidence): set $flag in kernels/tune.cu"
-    else
-        say "verify: $what: not shown (a line failed, was refused or is missing)"
-    fi
-}
-san='summary.txt:^OK: compute-sanitizer --tool memcheck attention_gpu_test:'
-verify "q-hoist forward" "fwd_verified[ATTN_FWD_QHOIST]" 'mma\.sync q-hoist' \
-    'ctest.log:fbf16 qhoist out' "$san"
-verify "stored-dS^T backward" "bwd_verified[ATTN_BWD_DS]" 'mma\.sync dS\^T' \
-    'ctest.log:attention_bwd_fbf16_ds|fbf16_ds .* vs default' \
-    'check.log:^check-cpu .*mma\.sync / mma\.sync dS\^T' "$san"
-verify "wgmma forward" "fwd_verified[ATTN_FWD_WGMMA]" 'forward [^;]*wgmma' \
-    'ctest.log:^[0-9]+: wgmma ' 'ctest.log:attention_fwd_wgmma|wgmma (out|lse) vs default' \
-    'check.log:^check-cpu .*\(wgmma / wgmma' "$san"
-verify "wgmma backward" "bwd_verified[ATTN_BWD_WGMMA]" 'backward [^;]*[ ,]wgmma' \
-    'ctest.log:^[0-9]+: wgmma ' 'ctest.log:bwd_wgmma (dqkv16|dbias|vs def)' \
-    'check.log:^check-cpu .*/ wgmma, ' "$san"
-verify "wgmma stored-dS^T backward" "bwd_verified[ATTN_BWD_WGMMA_DS]" 'wgmma dS\^T' \
-    'ctest.log:^[0-9]+: wgmma ' 'ctest.log:bwd_wgmma_ds ' 'check.log:^check-cpu .*/ wgmma dS\^T' \
-    "$san"
-verify "DGELU epilogue" "dgelu_verified[1]" 'DGELU epilogue' 'ctest.log:dgelu_bf16 dpre' \
-    'check.log:^check-cpu .*DGELU epilogue'
-# cuDNN's: it ran (not ours in its place) and agreed in the GPU test, and trained like the CPU
-cudnn_ev=('ctest.log:^[0-9]+: cudnn runs ' 'ctest.log:^[0-9]+: cudnn agrees '
-    "check.log:^check-cpu .*cuDNN / cuDNN|cuDNN's attention .*did not run"
-    'summary.txt:^OK: compute-sanitizer --tool memcheck attention_gpu_test with cuDNN:')
-verify "cuDNN forward" "fwd_verified[ATTN_FWD_CUDNN]" 'forward [^;]*cuDNN' "${cudnn_ev[@]}"
-verify "cuDNN backward" "bwd_verified[ATTN_BWD_CUDNN]" 'backward [^;]*cuDNN' "${cudnn_ev[@]}"
-# the GEMMs' cuBLASLt candidates timed (matmul.cu): right results and the cache in the GPU test,
-# training like the CPU with them, and timed at the GPT-2 shape in the -tuned rows
-verify "GEMM algorithms" "gemm_verified" 'GEMM algorithms' 'ctest.log:gemm tune (timed|cached) ' \
-    'ctest.log:tuned_(forward|backward)_bf16' \
-    'check.log:^model_gpu: autotune, GEMM algorithms: [1-9]' 'check.log:^check-cpu .*, tuned\)' \
-    'summary.txt:^model_gpu: autotune, GEMM algorithms: [1-9]'
+# Which of the variants written since the last verified run this run showed clean: the
+# verify: lines (hack/gpu-verify.sh, which reads the logs above)
+v=$(bash "$here/hack/gpu-verify.sh" "$out")
+printf '%s\n' "$v" | tee -a "$summary"
 exit $status

@@ -88,6 +88,15 @@ add_test(NAME gpu_bench_emu_check_bf16_cudnn
 set_tests_properties(gpu_bench_emu_check_bf16_cudnn PROPERTIES LABELS emu TIMEOUT 300
     PASS_REGULAR_EXPRESSION "check-cpu \\(bf16 GEMMs, fused attention \\(cuDNN / cuDNN[^\n]*: OK"
     FAIL_REGULAR_EXPRESSION "FAILED|REFUSED")
+# hack/gpu-verify.sh, gpu-check.sh's verify: lines, on the logs these programs print: the regular
+# expressions there still match what the tests and check-cpu runs print, and bad evidence turns
+# its variant to "not shown"
+add_test(NAME gpu_verify_emu_test
+         COMMAND bash ${PROJECT_SOURCE_DIR}/hack/gpu_verify_test.sh $<TARGET_FILE:gpu_bench_emu>
+                 $<TARGET_FILE:tensorcore_gpu_emu_test> $<TARGET_FILE:matmul_gpu_emu_test>
+                 $<TARGET_FILE:attention_gpu_emu_test>)
+set_tests_properties(gpu_verify_emu_test PROPERTIES LABELS emu TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "gpu_verify_test: OK")
 # gpu_bench --peak and the MFU's denominator in its output (unknown here: null; GANTRY_PEAK_TFLOPS)
 add_test(NAME gpu_bench_emu_peak
          COMMAND bash ${PROJECT_SOURCE_DIR}/bench/gpu_bench_peak_test.sh
