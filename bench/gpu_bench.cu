@@ -263,6 +263,17 @@ static int check_grads(struct model *m, struct model_gpu *g, const struct opts *
     return bad;
 }
 
+/* The attention kernel that ran for kind (bwd: 0 forward, 1 backward): its name, or, for a cuDNN
+ * kind that ran ours in cuDNN's place, "cuDNN (fell back to mma.sync)": a row or check that
+ * names cuDNN then did not time or check it. */
+static const char *kind_ran(int bwd, int kind)
+{
+    if (bwd ? kind == ATTN_BWD_CUDNN : kind == ATTN_FWD_CUDNN)
+        if (attention_cudnn_fell_back(bwd))
+            return "cuDNN (fell back to mma.sync)";
+    return bwd ? attention_bwd_kind_name(kind) : attention_fwd_kind_name(kind);
+}
+
 /* In bf16, the kernels in use (they may differ from the flags with --tune): " (attention forward
  * / backward, GELU pass or DGELU epilogue[, tuned])"; in fp32 "". */
 static const char *kinds_label(struct model_gpu *g, const struct opts *o, char *buf, size_t n)
@@ -271,8 +282,8 @@ static const char *kinds_label(struct model_gpu *g, const struct opts *o, char *
     buf[0] = '\0';
     model_gpu_kernels(g, &f, &b, &dgelu);
     if (o->bf16)
-        snprintf(buf, n, " (%s%s%s%s%s%s)", o->fused ? attention_fwd_kind_name(f) : "",
-                 o->fused ? " / " : "", o->fused ? attention_bwd_kind_name(b) : "",
+        snprintf(buf, n, " (%s%s%s%s%s%s)", o->fused ? kind_ran(0, f) : "",
+                 o->fused ? " / " : "", o->fused ? kind_ran(1, b) : "",
                  o->fused ? ", " : "", dgelu ? "DGELU epilogue" : "GELU pass",
                  o->tune ? ", tuned" : "");
     return buf;
@@ -424,7 +435,8 @@ int main(int argc, char **argv)
                (double)model_gpu_last_loss(g));
         printf("{\"impl\":\"gantry\",\"preset\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\","
                "\"attention\":\"%s\",\"graphs\":%s,\"dgelu_epilogue\":%s,\"attention_ds\":%s,"
-               "\"attention_wgmma\":%s,\"attention_cudnn\":%s,\"tune\":%s,\"gemm_tune\":%s,"
+               "\"attention_wgmma\":%s,\"attention_cudnn\":%s,\"cudnn_fell_back\":%s,"
+               "\"tune\":%s,\"gemm_tune\":%s,"
                "\"attention_kernels\":\"%s / %s\","
                "\"batch\":%d,\"seq\":%d,\"hidden\":%d,\"layers\":%d,\"heads\":%d,\"steps\":%d,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.0f,\"real_tokens_per_s\":%.0f,"
@@ -435,9 +447,12 @@ int main(int argc, char **argv)
                kf == ATTN_FWD_WGMMA || kb == ATTN_BWD_WGMMA || kb == ATTN_BWD_WGMMA_DS ? "true"
                                                                                   : "false",
                kf == ATTN_FWD_CUDNN || kb == ATTN_BWD_CUDNN ? "true" : "false",
+               (kf == ATTN_FWD_CUDNN && attention_cudnn_fell_back(0)) ||
+                       (kb == ATTN_BWD_CUDNN && attention_cudnn_fell_back(1))
+                   ? "true"
+                   : "false",
                o.tune ? "true" : "false", gemm_json,
-               o.bf16 && o.fused ? attention_fwd_kind_name(kf) : "-",
-               o.bf16 && o.fused ? attention_bwd_kind_name(kb) : "-", o.B, o.T, o.C, o.L,
+               o.bf16 && o.fused ? kind_ran(0, kf) : "-", o.bf16 && o.fused ? kind_ran(1, kb) : "-", o.B, o.T, o.C, o.L,
                o.NH, o.steps,
                sec * 1e3, N / sec, real / sec, flops / sec / 1e12, mfu_json);
     }

@@ -597,7 +597,9 @@ for r in rows:
     impl += "-dgelu" if r.get("dgelu_epilogue") else ""
     impl += "-tuned" if r.get("tune") else ""
     impl += "-wg" if r.get("attention_wgmma") else ""
-    impl += "-cudnn" if r.get("attention_cudnn") else ""
+    # (a cuDNN row that ran ours in cuDNN's place says so: it timed ours)
+    impl += ("-cudnn-fell-back" if r.get("cudnn_fell_back") else "-cudnn") \
+        if r.get("attention_cudnn") else ""
     mfu = "   n/a" if r.get("mfu") is None else f"{100 * r['mfu']:5.1f}%"
     print(f"{r['preset']:8} {impl:38} {prec:5} {r['batch']:3} {r['ms_per_step']:9.2f} "
           f"{r['tokens_per_s']:10.0f} {r['tflops']:8.1f} {mfu}")

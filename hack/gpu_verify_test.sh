@@ -99,10 +99,10 @@ verdicts "no compute-sanitizer line: the attention's variants not shown" \
 restore
 
 # cuDNN as a GPU with cuDNN shows it: attention_gpu_test's "cudnn agrees" line, no "did not
-# run" line, and compute-sanitizer's run with cuDNN
+# run" line, check-cpu naming cuDNN (not "fell back"), and compute-sanitizer's run with cuDNN
 sed -i 's/^\([0-9]*: \)cudnn kinds run ours \+OK$/\1cudnn agrees             OK/' "$d/ctest.log"
 grep -q '^[0-9]*: cudnn agrees  *OK$' "$d/ctest.log" || bad "no cudnn line to turn into 'cudnn agrees'"
-sed -i "/cuDNN's attention .*did not run/d" "$d/check.log"
+sed -i "/cuDNN's attention .*did not run/d; s/cuDNN (fell back to mma\.sync)/cuDNN/g" "$d/check.log"
 sanitizer | sed 's/attention_gpu_test:/attention_gpu_test with cuDNN:/' >>"$d/summary.txt"
 verdicts "cuDNN's lines as with cuDNN: all 9 PASS" "${variants[@]}" "cuDNN forward" "cuDNN backward"
 

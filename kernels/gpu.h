@@ -227,6 +227,9 @@ enum {
 };
 const char *attention_fwd_kind_name(int kind);
 const char *attention_bwd_kind_name(int kind);
+/* 1 once a cuDNN kind has run the default kernel in cuDNN's place in this process (bwd: 0 the
+ * forward, 1 the backward): a benchmark of the cuDNN kinds then timed ours. */
+int attention_cudnn_fell_back(int bwd);
 void attention_forward_fused_bf16_kind(int kind, uint16_t *out, float *lse, const uint16_t *qkv,
                                        const int *len, int B, int T, int C, int NH,
                                        struct CUstream_st *stream);

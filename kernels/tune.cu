@@ -38,9 +38,16 @@ extern "C" const char *attention_bwd_kind_name(int kind)
 }
 
 /* A cuDNN call that could not run (the default kernel ran instead): said once per direction */
+static bool cudnn_said[2];
+
+extern "C" int attention_cudnn_fell_back(int bwd)
+{
+    return cudnn_said[bwd != 0];
+}
+
 static void cudnn_fell_back(int bwd, const char *why)
 {
-    static bool said[2];
+    bool *said = cudnn_said;
     if (!said[bwd])
         fprintf(stderr, "gantry: cuDNN's attention %s did not run, so ours did (said once): %s\n",
                 bwd ? "backward" : "forward", why);

@@ -80,13 +80,13 @@ set_tests_properties(gpu_bench_emu_check_bf16_tune PROPERTIES LABELS emu TIMEOUT
     PASS_REGULAR_EXPRESSION "model_gpu: autotune, GEMM algorithms: [1-9][0-9]* shapes timed(.|\n)*check-cpu \\(bf16 GEMMs, fused attention \\([^)]*, tuned\\)[^\n]*: OK"
     FAIL_REGULAR_EXPRESSION "FAILED|REFUSED")
 # --attention-cudnn where there is no cuDNN (the emulator): the model asks for cuDNN's attention,
-# each call runs ours instead, and it still trains like the CPU
+# each call runs ours instead, it still trains like the CPU, and the line says ours ran
 add_test(NAME gpu_bench_emu_check_bf16_cudnn
          COMMAND gpu_bench_emu --batch 3 --seq 24 --hidden 128 --layers 1 --heads 2 --vocab 200
                  --classes 3 --steps 3 --warmup 1 --varlen --check-cpu --bf16 --attention fused
                  --attention-cudnn)
 set_tests_properties(gpu_bench_emu_check_bf16_cudnn PROPERTIES LABELS emu TIMEOUT 300
-    PASS_REGULAR_EXPRESSION "check-cpu \\(bf16 GEMMs, fused attention \\(cuDNN / cuDNN[^\n]*: OK"
+    PASS_REGULAR_EXPRESSION "check-cpu \\(bf16 GEMMs, fused attention \\(cuDNN \\(fell back to mma.sync\\) / cuDNN \\(fell back to mma.sync\\)[^\n]*: OK"
     FAIL_REGULAR_EXPRESSION "FAILED|REFUSED")
 # hack/gpu-verify.sh, gpu-check.sh's verify: lines, on the logs these programs print: the regular
 # expressions there still match what the tests and check-cpu runs print, and bad evidence turns
