@@ -620,13 +620,14 @@ static const char *resource_of(enum rec_kind k)
     case REC_CONFIGMAP: return "configmaps";
     case REC_SECRET: return "secrets";
     case REC_JOB: return "trainingjobs";
+    case REC_WORKLOAD: return "workloads";
     }
     return "?";
 }
 
 static const char *api_of(enum rec_kind k)
 {
-    return k == REC_JOB ? TJ_API_VERSION : "v1";
+    return k == REC_JOB ? TJ_API_VERSION : k == REC_WORKLOAD ? RENDER_WORKLOAD_API : "v1";
 }
 
 /* Best effort: a failure is logged, never returned. action says what the operator did. */
@@ -676,8 +677,62 @@ static int write_status(struct exec_worker *w, const json_t *obj, const struct t
 struct outcome {
     int rc;
     bool already;                  /* 409 exists / 404 / UID precondition: no watch event coming */
-    char message[COND_MESSAGE_MAX / 2]; /* the API's message on failure */
+    char message[400]; /* the API's message on failure, or ours (fits COND_MESSAGE_MAX with the
+                        * verb, kind and name before it) */
 };
+
+/* The Workload <job> exists (a create got 409): it is ours to use when the job controls it and its
+ * minCount is the job's replicas. Its spec is immutable, so one of ours with another minCount
+ * (replicas changed while suspended; no pod of the job exists then) is deleted and made again.
+ * 0 when the job's Workload is in place; else an OP_E* with out->message saying why. */
+static int adopt_workload(struct kube_client *kc, const struct tj *tj, const char *path,
+                          const struct rec_action *a, struct outcome *out)
+{
+    char item[KUBE_MAX_PATH];
+    json_t *have = NULL;
+    const json_t *refs, *ref;
+    const char *uid = NULL;
+    long long min;
+    size_t i;
+    int rc;
+
+    rc = kube_path(item, sizeof(item), RENDER_WORKLOAD_API, "workloads", tj->ns, tj->name, NULL);
+    if (rc == 0)
+        rc = kube_get(kc, item, &have);
+    if (rc)
+        return rc;
+    refs = json_object_get(json_object_get(have, "metadata"), "ownerReferences");
+    json_array_foreach(refs, i, ref)
+        if (json_is_true(json_object_get(ref, "controller")))
+            uid = json_string_value(json_object_get(ref, "uid"));
+    if (!uid || strcmp(uid, tj->uid) != 0) {
+        snprintf(out->message, sizeof(out->message), "Workload %s exists and is not this job's "
+                 "(its controller is %s); rename or delete it, or set "
+                 "spec.runPolicy.schedulingPolicy.gang: None", tj->name, uid ? uid : "none");
+        json_decref(have);
+        return OP_EEXIST;
+    }
+    min = render_workload_min(have);
+    if (min == tj->replicas) {
+        out->already = true;
+        json_decref(have);
+        return 0;
+    }
+    {
+        struct kube_delete_opts d = {
+            .propagation_policy = "Background",
+            .precondition_uid = json_string_value(
+                json_object_get(json_object_get(have, "metadata"), "uid")),
+            .grace_period_seconds = -1};
+        rc = kube_delete(kc, item, &d, NULL);
+    }
+    json_decref(have);
+    if (rc && rc != OP_ENOTFOUND)
+        return rc;
+    log_info("Replacing the gang's Workload", "{s:s, s:I, s:i}", "name", tj->name, "minCount",
+             min, "replicas", tj->replicas);
+    return kube_create(kc, path, a->obj, NULL);
+}
 
 /* One action through kc. rc 0 also for outcomes that mean "already so", which set `already`. */
 static void apply_one(struct kube_client *kc, const struct tj *tj, const char *key,
@@ -692,7 +747,22 @@ static void apply_one(struct kube_client *kc, const struct tj *tj, const char *k
                        NULL);
         if (rc == 0)
             rc = kube_create(kc, path, a->obj, NULL);
-        if (rc == OP_EEXIST) { /* deterministic names: an earlier create of ours got there */
+        if (rc == OP_ENOTFOUND && a->kind == REC_WORKLOAD) { /* no such resource here */
+            snprintf(out->message, sizeof(out->message), "the cluster serves no %s Workloads, "
+                     "which spec.runPolicy.schedulingPolicy.gang: Workload needs (Kubernetes "
+                     "1.35: feature gates GenericWorkload and GangScheduling, kube-apiserver "
+                     "--runtime-config=%s=true); no pod is created until it does, or set "
+                     "gang: None", RENDER_WORKLOAD_API, RENDER_WORKLOAD_API);
+            out->rc = rc;
+            return;
+        }
+        if (rc == OP_EEXIST && a->kind == REC_WORKLOAD) {
+            rc = adopt_workload(kc, tj, path, a, out);
+            if (out->message[0]) {
+                out->rc = rc;
+                return;
+            }
+        } else if (rc == OP_EEXIST) { /* deterministic names: an earlier create of ours got there */
             out->already = true;
             rc = 0;
         } else if (rc == 0) {
@@ -820,6 +890,7 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
     struct exec_shared *sh = w->sh;
     char key[2 * TJ_NAME_MAX + 2];
     int adds = 0, first = 0, failed_batch = -1, rc;
+    bool no_workload = false;
     struct outcome *outs;
 
     snprintf(key, sizeof(key), "%s/%s", tj->ns, tj->name);
@@ -845,7 +916,9 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
         for (j = i + 1; create && j < r->nactions && r->actions[j].kind == REC_POD &&
                         r->actions[j].verb == REC_CREATE && r->actions[j].batch == a->batch;)
             j++;
-        if (create && failed_batch >= 0) { /* slow start: a batch failed, the rest waits */
+        /* slow start: a batch failed, the rest waits; and no pod of a gang scheduled as one
+         * (gang: Workload) is created without its Workload */
+        if (create && (failed_batch >= 0 || no_workload)) {
             exec_expect_lower(sh->expect, key, (int)(j - i), 0);
             continue;
         }
@@ -859,6 +932,8 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
                 first = outs[k].rc;
             if (outs[k].rc && create)
                 failed_batch = a->batch;
+            if (outs[k].rc && r->actions[k].kind == REC_WORKLOAD)
+                no_workload = true;
         }
     }
     free(outs);

@@ -9,6 +9,9 @@
  *      EXEC_CONFLICT_RETRIES times);
  *   2. the actions in order: deletes (pods with a UID precondition; 404 and a failed precondition
  *      count as done), Service/ConfigMap/Secret creates (409 AlreadyExists: adopted), the
+ *      gang's Workload (409: adopted when the job controls it and its minCount is replicas,
+ *      replaced when ours with another minCount; failed, as when the API server does not serve
+ *      Workloads: no pod is created in this pass, and the Event says what to enable), the
  *      ConfigMap update (merge patch of data), pod creates batch by batch, the pods of a batch in
  *      parallel (EXEC_PARALLEL connections; slow start: a batch with an error stops the rest, as
  *      the Job controller does), the TrainingJob delete (TTL);

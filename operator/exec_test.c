@@ -415,6 +415,163 @@ static void test_apply_against_server(void)
     testsrv_stop(srv);
 }
 
+/* ---- the gang's Workload (spec.runPolicy.schedulingPolicy.gang: Workload) */
+
+enum wl_mode { WL_CREATED, WL_UNSERVED, WL_OURS, WL_OURS_OTHER_MIN, WL_FOREIGN };
+
+static struct {
+    pthread_mutex_t mu;
+    enum wl_mode mode;
+    bool gone; /* the existing Workload was deleted: the next POST makes one */
+    char log[16][160];
+    char delete_body[1024];
+    int n;
+} W = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int wl_handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *req)
+{
+    static const char exists[] =
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"reason\":"
+        "\"AlreadyExists\",\"code\":409,\"message\":\"workloads \\\"j\\\" already exists\"}";
+    /* what kube-apiserver answers for a group/version it does not serve */
+    static const char unserved[] =
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
+        "\"message\":\"the server could not find the requested resource\",\"reason\":"
+        "\"NotFound\",\"details\":{},\"code\":404}";
+    bool workload = strstr(req->path, "/workloads") != NULL;
+    bool post = strcmp(req->method, "POST") == 0;
+    char body[512];
+
+    (void)ud;
+    pthread_mutex_lock(&W.mu);
+    if (W.n < 16)
+        snprintf(W.log[W.n++], sizeof(W.log[0]), "%s %.140s", req->method, req->path);
+    if (strcmp(req->method, "DELETE") == 0)
+        snprintf(W.delete_body, sizeof(W.delete_body), "%.1000s", req->body ? req->body : "");
+    pthread_mutex_unlock(&W.mu);
+    if (!workload) {
+        testsrv_respond(c, post ? 201 : 200, NULL, "{}");
+    } else if (W.mode == WL_UNSERVED) {
+        testsrv_respond(c, 404, NULL, unserved);
+    } else if (post && (W.mode == WL_CREATED || W.gone)) {
+        testsrv_respond(c, 201, NULL, "{}");
+    } else if (post) {
+        testsrv_respond(c, 409, NULL, exists);
+    } else if (strcmp(req->method, "GET") == 0) {
+        snprintf(body, sizeof(body),
+                 "{\"kind\":\"Workload\",\"metadata\":{\"name\":\"j\",\"uid\":\"wl-1\","
+                 "\"ownerReferences\":[{\"kind\":\"TrainingJob\",\"name\":\"j\",\"uid\":\"%s\","
+                 "\"controller\":true}]},\"spec\":{\"podGroups\":[{\"name\":\"workers\","
+                 "\"policy\":{\"gang\":{\"minCount\":%d}}}]}}",
+                 W.mode == WL_FOREIGN ? "someone-else" : "u", W.mode == WL_OURS ? 4 : 3);
+        testsrv_respond(c, 200, NULL, body);
+    } else { /* DELETE */
+        W.gone = true;
+        testsrv_respond(c, 200, NULL, "{}");
+    }
+    return 0;
+}
+
+static int wl_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
+                    enum wl_mode mode)
+{
+    struct rec_result r = {0};
+    int rc;
+
+    W.mode = mode;
+    W.gone = false;
+    W.n = 0;
+    W.delete_body[0] = '\0';
+    r.actions = calloc(4, sizeof(*r.actions));
+    r.actions[0] = (struct rec_action){.verb = REC_CREATE, .kind = REC_WORKLOAD, .name = "j",
+                                       .obj = render_workload(tj)};
+    r.nactions = 1;
+    add(&r, REC_CREATE, "j-worker-0", 0, NULL);
+    add(&r, REC_CREATE, "j-worker-1", 1, NULL);
+    rc = exec_apply(w, obj, tj, &r);
+    rec_result_cleanup(&r);
+    return rc;
+}
+
+static int wl_pod_posts(void)
+{
+    int n = 0;
+
+    for (int i = 0; i < W.n; i++)
+        n += strcmp(W.log[i], "POST /api/v1/namespaces/ml/pods") == 0;
+    return n;
+}
+
+static void test_apply_workload(void)
+{
+    struct testsrv *srv = testsrv_start(wl_handler, NULL);
+    struct kube_config cfg = {0};
+    struct exec_shared sh = {0};
+    struct exec_worker w = {.sh = &sh};
+    struct tj tj;
+    char server[64];
+    const char *wl = "/apis/scheduling.k8s.io/v1alpha1/namespaces/ml/workloads";
+    char line[160];
+    json_t *obj = json_loads("{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"j\","
+                             "\"namespace\":\"ml\",\"uid\":\"u\",\"resourceVersion\":\"5\"},"
+                             "\"spec\":{\"replicas\":4,\"runPolicy\":{\"schedulingPolicy\":"
+                             "{\"gang\":\"Workload\"}}}}", 0, NULL);
+
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
+    cfg.server = server;
+    cfg.namespace = "ml";
+    cfg.token = "t";
+    w.kc = kube_client_new(&cfg, NULL);
+    sh.expect = exec_expect_new();
+    TEST_EQ_INT(tj_parse(obj, &tj, NULL, 0), 0);
+    TEST_EQ_INT(tj.gang, TJ_GANG_WORKLOAD);
+
+    /* 1. created: the Workload first, then the pods */
+    TEST_EQ_INT(wl_apply(&w, obj, &tj, WL_CREATED), 0);
+    snprintf(line, sizeof(line), "POST %s", wl);
+    TEST_EQ_INT(W.n, 3);
+    TEST_EQ_STR(W.log[0], line);
+    TEST_EQ_INT(wl_pod_posts(), 2);
+    exec_expect_forget(sh.expect, "ml/j"); /* no informer here to observe them */
+
+    /* 2. the API server does not serve Workloads: no pod is created (it would run outside a
+     *    gang: the server drops the unknown spec.workloadRef); the error comes back */
+    TEST_EQ_INT(wl_apply(&w, obj, &tj, WL_UNSERVED), OP_ENOTFOUND);
+    TEST_EQ_INT(W.n, 1);
+    TEST_EQ_INT(wl_pod_posts(), 0);
+    TEST_CHECK(exec_expect_met(sh.expect, "ml/j", time(NULL))); /* the held pods are not awaited */
+
+    /* 3. ours, minCount = replicas: adopted, pods created */
+    TEST_EQ_INT(wl_apply(&w, obj, &tj, WL_OURS), 0);
+    TEST_EQ_INT(W.n, 4);
+    snprintf(line, sizeof(line), "GET %s/j", wl);
+    TEST_EQ_STR(W.log[1], line);
+    TEST_EQ_INT(wl_pod_posts(), 2);
+
+    /* 4. ours with another minCount (replicas changed while suspended; its spec is immutable):
+     *    deleted with a UID precondition and made again, then the pods */
+    TEST_EQ_INT(wl_apply(&w, obj, &tj, WL_OURS_OTHER_MIN), 0);
+    TEST_EQ_INT(W.n, 6);
+    snprintf(line, sizeof(line), "DELETE %s/j", wl);
+    TEST_EQ_STR(W.log[2], line);
+    TEST_CHECK(strstr(W.delete_body, "wl-1") != NULL);
+    snprintf(line, sizeof(line), "POST %s", wl);
+    TEST_EQ_STR(W.log[3], line);
+    TEST_EQ_INT(wl_pod_posts(), 2);
+
+    /* 5. someone else's Workload of that name: not used, not deleted, no pod */
+    TEST_EQ_INT(wl_apply(&w, obj, &tj, WL_FOREIGN), OP_EEXIST);
+    TEST_EQ_INT(W.n, 2);
+    TEST_EQ_INT(wl_pod_posts(), 0);
+    TEST_EQ_STR(W.delete_body, "");
+
+    tj_cleanup(&tj);
+    json_decref(obj);
+    exec_expect_free(sh.expect);
+    kube_client_free(w.kc);
+    testsrv_stop(srv);
+}
+
 int main(void)
 {
     log_set_level(LOG_LEVEL_ERROR); /* the executor's info/warn lines are expected here */
@@ -425,5 +582,6 @@ int main(void)
     TEST_RUN(test_child_record);
     TEST_RUN(test_pod_index);
     TEST_RUN(test_apply_against_server);
+    TEST_RUN(test_apply_workload);
     return test_summary();
 }

@@ -587,6 +587,8 @@ static void create_pods(struct pass *p)
 
         if (seen[i])
             continue;
+        if (k == 0 && tj->gang == TJ_GANG_WORKLOAD) /* the gang's Workload, before its pods */
+            add_action(p, REC_CREATE, REC_WORKLOAD, tj->name, render_workload(tj));
         render_pod_name(tj, i, name, sizeof(name));
         a = add_action(p, REC_CREATE, REC_POD, name, render_pod(tj, i, p->st.restarts));
         if (a)
@@ -920,6 +922,7 @@ const char *rec_verb_str(enum rec_verb v)
 
 const char *rec_kind_str(enum rec_kind k)
 {
-    static const char *const names[] = {"Pod", "Service", "ConfigMap", "Secret", "TrainingJob"};
-    return (unsigned)k < 5 ? names[k] : "?";
+    static const char *const names[] = {"Pod",         "Service", "ConfigMap", "Secret",
+                                        "TrainingJob", "Workload"};
+    return (unsigned)k < sizeof(names) / sizeof(names[0]) ? names[k] : "?";
 }

@@ -43,7 +43,10 @@
  *    precondition); while any of them still exists, no pod is created, so a new gang
  *    never mixes with the old one and deterministic names never collide.
  *  - Service, ConfigMap and Secret are created when missing; the ConfigMap is updated when the
- *    rendered config differs. Missing pods are created in slow-start batches (batch b holds up to
+ *    rendered config differs. With spec.runPolicy.schedulingPolicy.gang: Workload, a pass that
+ *    creates pods first creates the job's Workload (render_workload(); not observed: the
+ *    executor adopts an existing one whose minCount is the job's replicas, replaces one that is
+ *    not, and creates no pod while it has no Workload, so a pod never runs outside its gang). Missing pods are created in slow-start batches (batch b holds up to
  *    2^b pods: 1, 2, 4, ...; the executor stops at the first batch with an error), and only when
  *    expectations are met: a cache that has not yet seen our earlier creates/deletes creates
  *    nothing (the caller tracks expectations; see exec.h).
@@ -151,7 +154,7 @@ struct rec_input {
 };
 
 enum rec_verb { REC_CREATE = 0, REC_UPDATE, REC_DELETE };
-enum rec_kind { REC_POD = 0, REC_SERVICE, REC_CONFIGMAP, REC_SECRET, REC_JOB };
+enum rec_kind { REC_POD = 0, REC_SERVICE, REC_CONFIGMAP, REC_SECRET, REC_JOB, REC_WORKLOAD };
 
 struct rec_action {
     enum rec_verb verb;

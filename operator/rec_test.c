@@ -12,7 +12,7 @@
  *   "status"         a subset of the new status: objects match key by key, arrays by containment,
  *                    the string "$absent" means the key must not be there,
  *   "statusChanged", "requeueAfter" (-1: none), "events" (["Warning Restarting", ...]),
- *   "objects"        {name: subset of the created/updated object},
+ *   "objects"        {name or Kind/name: subset of the created/updated object},
  *   "secondPassUnchanged"  feeding the new status back in gives no actions and no status write.
  * Plus unit tests of what the fixtures do not reach (pod parsing, batches, uid preconditions).
  */
@@ -190,9 +190,17 @@ static void check_objects(const char *file, const struct rec_result *r, const js
 
     json_object_foreach((json_t *)want, name, sub) {
         const json_t *obj = NULL;
-        for (size_t i = 0; i < r->nactions; i++)
-            if (strcmp(r->actions[i].name, name) == 0 && r->actions[i].obj)
-                obj = r->actions[i].obj;
+        const char *slash = strchr(name, '/'); /* "Kind/name": the Service and Workload <job> */
+        for (size_t i = 0; i < r->nactions; i++) {
+            const struct rec_action *a = &r->actions[i];
+            const char *kind = rec_kind_str(a->kind);
+            bool same = slash ? strlen(kind) == (size_t)(slash - name) &&
+                                    strncmp(kind, name, strlen(kind)) == 0 &&
+                                    strcmp(a->name, slash + 1) == 0
+                              : strcmp(a->name, name) == 0;
+            if (same && a->obj)
+                obj = a->obj;
+        }
         snprintf(path, sizeof(path), "%s: object %s", file, name);
         TEST_CHECK(match(sub, obj, path));
     }

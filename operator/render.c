@@ -304,6 +304,10 @@ json_t *render_pod(const struct tj *tj, int index, int restarts)
     json_object_set_new(spec, "restartPolicy", json_string("Never"));
     if (!json_object_get(spec, "enableServiceLinks"))
         json_object_set_new(spec, "enableServiceLinks", json_false());
+    if (tj->gang == TJ_GANG_WORKLOAD)
+        json_object_set_new(spec, "workloadRef",
+                            json_pack("{s:s, s:s}", "name", tj->name, "podGroup",
+                                      RENDER_WORKLOAD_GROUP));
     shm = render_worker(tj, worker_container(spec), index, restarts);
 
     render_configmap_name(tj, cm, sizeof(cm));
@@ -325,4 +329,29 @@ json_t *render_pod(const struct tj *tj, int index, int restarts)
                             "Memory", "sizeLimit", size));
     }
     return pod;
+}
+
+json_t *render_workload(const struct tj *tj)
+{
+    return json_pack("{s:s, s:s, s:o, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:{s:{s:i}}}]}}",
+                     "apiVersion", RENDER_WORKLOAD_API, "kind", "Workload", "metadata",
+                     child_meta(tj, tj->name), "spec", "controllerRef", "apiGroup", TJ_GROUP,
+                     "kind", TJ_KIND, "name", tj->name, "podGroups", "name",
+                     RENDER_WORKLOAD_GROUP, "policy", "gang", "minCount", tj->replicas);
+}
+
+long long render_workload_min(const json_t *workload)
+{
+    const json_t *groups = json_object_get(json_object_get(workload, "spec"), "podGroups");
+    size_t i;
+    const json_t *g;
+
+    json_array_foreach(groups, i, g) {
+        const char *name = json_string_value(json_object_get(g, "name"));
+        const json_t *min = json_object_get(
+            json_object_get(json_object_get(g, "policy"), "gang"), "minCount");
+        if (name && strcmp(name, RENDER_WORKLOAD_GROUP) == 0 && json_is_integer(min))
+            return json_integer_value(min);
+    }
+    return -1;
 }

@@ -51,6 +51,12 @@
  * template's worker container already mounts something there. */
 #define RENDER_SHM_GIB_PER_GPU 1
 #define RENDER_NAME_MAX 80 /* <= 63 after validation; room for the suffixes */
+/* spec.runPolicy.schedulingPolicy.gang: Workload (tj.h): the Workload <job>
+ * (scheduling.k8s.io/v1alpha1) holds one pod group, "workers", of minCount = replicas, and each
+ * pod's spec.workloadRef names it. kube-scheduler's GangScheduling plugin then binds the gang's
+ * pods all together or none of them. */
+#define RENDER_WORKLOAD_API "scheduling.k8s.io/v1alpha1"
+#define RENDER_WORKLOAD_GROUP "workers"
 
 /* Child names; out has at least RENDER_NAME_MAX bytes. */
 void render_pod_name(const struct tj *tj, int index, char *out, size_t n);
@@ -69,5 +75,10 @@ json_t *render_service(const struct tj *tj);
 json_t *render_configmap(const struct tj *tj);
 json_t *render_secret(const struct tj *tj, const char *token);
 json_t *render_pod(const struct tj *tj, int index, int restarts);
+/* The Workload <job> (named like the Service): its spec is immutable, so a job whose replicas
+ * changed (only while suspended) needs a new one; render_workload_min() reads minCount back. */
+json_t *render_workload(const struct tj *tj);
+/* The gang's minCount in a Workload object (borrowed); -1 when it has none. */
+long long render_workload_min(const json_t *workload);
 
 #endif /* GANTRY_RENDER_H */

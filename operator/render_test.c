@@ -299,6 +299,59 @@ static void test_service_configmap_secret(void)
     tj_cleanup(&tj);
 }
 
+/* gang: Workload: the Workload <job> holds one gang of minCount = replicas, controlled by the
+ * job; every pod points at it, replacing a template's own workloadRef. gang: None leaves a
+ * template's workloadRef alone (a user may manage a Workload of their own). */
+static void test_gang_workload(void)
+{
+    struct tj tj;
+    json_t *wl, *pod, *ref;
+
+    TEST_EQ_INT(load_job("{\"replicas\":3,\"runPolicy\":{\"schedulingPolicy\":"
+                         "{\"gang\":\"Workload\"}},\"template\":{\"spec\":{\"workloadRef\":"
+                         "{\"name\":\"mine\",\"podGroup\":\"g\"}}}}", &tj), 0);
+    wl = render_workload(&tj);
+    TEST_EQ_STR(str_at(wl, "apiVersion"), "scheduling.k8s.io/v1alpha1");
+    TEST_EQ_STR(str_at(wl, "kind"), "Workload");
+    TEST_EQ_STR(str_at(wl, "metadata.name"), "spam");
+    TEST_EQ_STR(str_at(wl, "metadata.namespace"), tj.ns);
+    TEST_EQ_STR(str_at(json_array_get(json_object_get(json_object_get(wl, "metadata"),
+                                                      "ownerReferences"), 0), "uid"), "uid-7");
+    TEST_EQ_STR(str_at(wl, "spec.controllerRef.kind"), "TrainingJob");
+    TEST_EQ_STR(str_at(wl, "spec.controllerRef.apiGroup"), "gantry.dev");
+    TEST_EQ_STR(str_at(wl, "spec.controllerRef.name"), "spam");
+    TEST_EQ_INT(json_array_size(json_object_get(json_object_get(wl, "spec"), "podGroups")), 1);
+    TEST_EQ_INT(render_workload_min(wl), 3);
+    pod = render_pod(&tj, 2, 0);
+    ref = json_object_get(json_object_get(pod, "spec"), "workloadRef");
+    TEST_EQ_STR(str_at(ref, "name"), "spam");
+    TEST_EQ_STR(str_at(ref, "podGroup"), "workers");
+    TEST_CHECK(json_object_get(ref, "podGroupReplicaKey") == NULL);
+    json_decref(pod);
+    json_decref(wl);
+    tj_cleanup(&tj);
+
+    TEST_EQ_INT(load_job("{\"replicas\":3,\"template\":{\"spec\":{\"workloadRef\":"
+                         "{\"name\":\"mine\",\"podGroup\":\"g\"}}}}", &tj), 0);
+    pod = render_pod(&tj, 0, 0);
+    TEST_EQ_STR(str_at(json_object_get(json_object_get(pod, "spec"), "workloadRef"), "name"),
+                "mine");
+    json_decref(pod);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(load_job("{\"replicas\":2}", &tj), 0);
+    pod = render_pod(&tj, 0, 0);
+    TEST_CHECK(json_object_get(json_object_get(pod, "spec"), "workloadRef") == NULL);
+    json_decref(pod);
+    /* minCount read back: none when the group or the gang policy is missing */
+    wl = json_loads("{\"spec\":{\"podGroups\":[{\"name\":\"other\",\"policy\":{\"gang\":"
+                    "{\"minCount\":9}}},{\"name\":\"workers\",\"policy\":{\"basic\":{}}}]}}",
+                    0, NULL);
+    TEST_EQ_INT(render_workload_min(wl), -1);
+    TEST_EQ_INT(render_workload_min(NULL), -1);
+    json_decref(wl);
+    tj_cleanup(&tj);
+}
+
 static void test_config_is_stable(void)
 {
     struct tj a, b;
@@ -350,6 +403,7 @@ int main(void)
     TEST_RUN(test_cpu_nproc);
     TEST_RUN(test_template_merge);
     TEST_RUN(test_service_configmap_secret);
+    TEST_RUN(test_gang_workload);
     TEST_RUN(test_config_is_stable);
     TEST_RUN(test_is_pod_name);
     return test_summary();

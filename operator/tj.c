@@ -485,8 +485,10 @@ static void parse_metadata(struct tj *tj, const json_t *meta, struct errs *e)
 static void parse_run_policy(struct tj *tj, const json_t *spec, struct errs *e)
 {
     static const char *const cleans[] = {"Running", "All", "None", NULL};
+    static const char *const gangs[] = {"None", "Workload", NULL};
     const json_t *rp = json_object_get(spec, "runPolicy");
-    char clean[16];
+    const json_t *sp;
+    char clean[16], gang[16];
 
     if (rp && !json_is_null(rp) && !json_is_object(rp)) {
         errf(e, "spec.runPolicy: must be an object");
@@ -507,6 +509,16 @@ static void parse_run_policy(struct tj *tj, const json_t *spec, struct errs *e)
     tj->clean = strcmp(clean, "All") == 0    ? TJ_CLEAN_ALL
                 : strcmp(clean, "None") == 0 ? TJ_CLEAN_NONE
                                              : TJ_CLEAN_RUNNING;
+    sp = json_object_get(rp, "schedulingPolicy");
+    if (sp && !json_is_null(sp) && !json_is_object(sp)) {
+        errf(e, "spec.runPolicy.schedulingPolicy: must be an object");
+        sp = NULL;
+    }
+    get_str(sp, "spec.runPolicy.schedulingPolicy", "gang", "None", gang, sizeof(gang), e);
+    if (!one_of(gang, gangs))
+        errf(e, "spec.runPolicy.schedulingPolicy.gang: must be None or Workload (got \"%s\")",
+             gang);
+    tj->gang = strcmp(gang, "Workload") == 0 ? TJ_GANG_WORKLOAD : TJ_GANG_NONE;
 }
 
 static void parse_checkpoint(struct tj *tj, const json_t *spec, struct errs *e)
@@ -660,4 +672,9 @@ bool tj_phase_terminal(enum tj_phase p)
 const char *tj_clean_str(enum tj_clean c)
 {
     return c == TJ_CLEAN_ALL ? "All" : c == TJ_CLEAN_NONE ? "None" : "Running";
+}
+
+const char *tj_gang_str(enum tj_gang g)
+{
+    return g == TJ_GANG_WORKLOAD ? "Workload" : "None";
 }

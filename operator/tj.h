@@ -52,6 +52,14 @@ enum tj_phase {
 
 enum tj_clean { TJ_CLEAN_RUNNING = 0, TJ_CLEAN_ALL, TJ_CLEAN_NONE };
 
+/* spec.runPolicy.schedulingPolicy.gang: how the pods of a gang are scheduled.
+ *   None      one by one, by whatever scheduler the template names (the default).
+ *   Workload  all or nothing, by kube-scheduler's GangScheduling plugin: a Workload
+ *             (scheduling.k8s.io/v1alpha1, Kubernetes 1.35 with the GenericWorkload and
+ *             GangScheduling feature gates) named after the job, with one pod group of minCount
+ *             = replicas, and every pod's spec.workloadRef naming it. */
+enum tj_gang { TJ_GANG_NONE = 0, TJ_GANG_WORKLOAD };
+
 struct tj_status {
     enum tj_phase phase;
     int restarts;
@@ -89,6 +97,7 @@ struct tj {
     long long progress_deadline_s; /* 0: no hang detection (rec.h: Stalled) */
     bool suspend;
     enum tj_clean clean;
+    enum tj_gang gang;
 
     struct tj_status status;
     json_t *status_raw; /* the observed .status (new reference) or NULL: compared, not trusted */
@@ -113,5 +122,6 @@ const char *tj_phase_str(enum tj_phase p); /* "" for TJ_PHASE_NONE */
 enum tj_phase tj_phase_parse(const char *s); /* TJ_PHASE_NONE for NULL or unknown */
 bool tj_phase_terminal(enum tj_phase p);
 const char *tj_clean_str(enum tj_clean c);
+const char *tj_gang_str(enum tj_gang g);
 
 #endif /* GANTRY_TJ_H */

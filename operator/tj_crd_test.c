@@ -235,6 +235,7 @@ static void tj_default(const struct tj *tj, const char *const *path, int depth, 
         {"spec.runPolicy.backoffLimit", NULL, tj->backoff_limit},
         {"spec.runPolicy.suspend", tj->suspend ? "true" : "false", 0},
         {"spec.runPolicy.cleanPodPolicy", tj_clean_str(tj->clean), 0},
+        {"spec.runPolicy.schedulingPolicy.gang", tj_gang_str(tj->gang), 0},
     };
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
         if (strcmp(f[i].name, name) == 0) {

@@ -58,6 +58,7 @@ static void test_minimal_gets_defaults(void)
     TEST_EQ_INT(tj.ttl_s, -1);
     TEST_CHECK(!tj.suspend);
     TEST_EQ_INT(tj.clean, TJ_CLEAN_RUNNING);
+    TEST_EQ_INT(tj.gang, TJ_GANG_NONE);
     TEST_CHECK(tj.tmpl == NULL);
     TEST_EQ_INT(tj.status.phase, TJ_PHASE_NONE);
     /* the rendered training config is complete even though the object had none of it */
@@ -88,7 +89,8 @@ static void test_full_spec(void)
                    "\"gradBucketMB\":25},"
                    "\"checkpoint\":{\"claimName\":\"ckpt\",\"path\":\"/ck\",\"keep\":5},"
                    "\"runPolicy\":{\"backoffLimit\":0,\"activeDeadlineSeconds\":60,"
-                   "\"ttlSecondsAfterFinished\":0,\"suspend\":true,\"cleanPodPolicy\":\"All\"},"
+                   "\"ttlSecondsAfterFinished\":0,\"suspend\":true,\"cleanPodPolicy\":\"All\","
+                   "\"schedulingPolicy\":{\"gang\":\"Workload\"}},"
                    "\"template\":{\"spec\":{\"nodeSelector\":{\"a\":\"b\"}}}},"
                    "\"status\":{\"phase\":\"Restarting\",\"restarts\":2,\"observedGeneration\":1,"
                    "\"startTime\":\"2026-11-30T07:00:00Z\",\"conditions\":[{\"type\":\"Created\","
@@ -118,6 +120,8 @@ static void test_full_spec(void)
     TEST_EQ_INT(tj.ttl_s, 0);
     TEST_CHECK(tj.suspend);
     TEST_EQ_INT(tj.clean, TJ_CLEAN_ALL);
+    TEST_EQ_INT(tj.gang, TJ_GANG_WORKLOAD);
+    TEST_EQ_STR(tj_gang_str(tj.gang), "Workload");
     TEST_CHECK(json_is_object(json_object_get(json_object_get(tj.tmpl, "spec"), "nodeSelector")));
     TEST_EQ_INT(tj.status.phase, TJ_PHASE_RESTARTING);
     TEST_EQ_INT(tj.status.restarts, 2);
@@ -200,6 +204,10 @@ static void test_errors_name_the_field(void)
         {"{\"runPolicy\":{\"cleanPodPolicy\":\"Some\"}}",
          "spec.runPolicy.cleanPodPolicy: must be Running, All or None (got \"Some\")"},
         {"{\"runPolicy\":{\"suspend\":\"yes\"}}", "spec.runPolicy.suspend: must be true or false"},
+        {"{\"runPolicy\":{\"schedulingPolicy\":{\"gang\":\"Volcano\"}}}",
+         "spec.runPolicy.schedulingPolicy.gang: must be None or Workload (got \"Volcano\")"},
+        {"{\"runPolicy\":{\"schedulingPolicy\":true}}",
+         "spec.runPolicy.schedulingPolicy: must be an object"},
         {"{\"template\":7}", "spec.template: must be an object"},
         {"{\"training\":{\"device\":\"cuda\"}}",
          "spec.training.device: cuda needs GPUs: set spec.gpusPerReplica > 0"},
