@@ -14,10 +14,13 @@ E2E_IMAGE=${E2E_IMAGE:-gantry-worker:0.1.0}
 #   evalInterval (evaluations during training), patience, threshold, bestMetric (early stopping:
 #   training.earlyStoppingPatience, earlyStoppingThreshold, bestMetric), keep (checkpoint.keep), gpus (gpusPerReplica), nproc (nprocPerNode), cpuLimit (the worker's CPU limit), image, emuDevices (GANTRY_EMU_DEVICES in the worker: emulated GPUs),
 #   shmHostPath (a host folder mounted at /dev/shm instead of the operator's memory volume: pods
-#   on one node then share it, as the emulated NCCL needs across pods)
+#   on one node then share it, as the emulated NCCL needs across pods), gang
+#   (runPolicy.schedulingPolicy.gang: None or Workload), slots (each worker requests that many
+#   gantry.dev/e2e-slot, an extended resource scenario 9 gives the node, to fill it exactly)
 spam_job() {
     local name=$1 epochs=3 maxsteps=0 interval=40 replicas=$E2E_REPLICAS seqlen=128 backoff=2 kv
-    local gpus=0 nproc='' image=$E2E_IMAGE env='' shm='' cpu='' evals=0 keep=3 stop=''
+    local gpus=0 nproc='' image=$E2E_IMAGE env='' shm='' cpu='' evals=0 keep=3 stop='' gang=None
+    local slots=''
     shift
     for kv in "$@"; do
         case $kv in
@@ -42,6 +45,8 @@ spam_job() {
             cpuLimit=*) cpu=", cpu: \"${kv#*=}\"" ;;
             image=*) image=${kv#*=} ;;
             shmHostPath=*) shm=${kv#*=} ;;
+            gang=*) gang=${kv#*=} ;;
+            slots=*) slots=", gantry.dev/e2e-slot: \"${kv#*=}\"" ;;
             emuDevices=*) env="env: [{name: GANTRY_EMU_DEVICES, value: \"${kv#*=}\"}]" ;;
             *) echo "spam_job: unknown $kv" >&2; return 1 ;;
         esac
@@ -75,6 +80,7 @@ spec:
     backoffLimit: $backoff
     activeDeadlineSeconds: 3600
     cleanPodPolicy: None
+    schedulingPolicy: {gang: $gang}
   template:
     spec:
       securityContext: {fsGroup: 65532}
@@ -82,8 +88,8 @@ spec:
         - name: worker
           ${env:+$env}
           resources:
-            requests: {cpu: 100m, memory: 256Mi}
-            limits: {memory: 2Gi${cpu}}
+            requests: {cpu: 100m, memory: 256Mi${slots}}
+            limits: {memory: 2Gi${cpu}${slots}}
           volumeMounts: [{name: data, mountPath: /data, readOnly: true}${shm:+, {name: shm, mountPath: /dev/shm\}}]
       volumes:
         - name: data

@@ -169,13 +169,18 @@ save_artifacts() { # DIR NAMESPACE...
 # the way an extended resource is advertised by hand (a JSON patch of its status: capacity and
 # allocatable), so the scheduler places GPU pods there; with no device plugin for the resource
 # the kubelet admits them without allocating a device. gpu_node_unpatch removes both again.
-gpu_node_patch() { # NODE N
+gpu_node_patch() { node_res_patch "$1" nvidia.com/gpu "$2"; } # NODE N
+gpu_node_unpatch() { node_res_unpatch "$1" nvidia.com/gpu; }  # NODE
+# Any extended resource the same way (scenario 9: gantry.dev/e2e-slot, to fill the node exactly).
+node_res_patch() { # NODE RESOURCE N
+    local r=${2//\//~1}
     kc patch node "$1" --subresource=status --type=json -p "[
-        {\"op\":\"add\",\"path\":\"/status/capacity/nvidia.com~1gpu\",\"value\":\"$2\"},
-        {\"op\":\"add\",\"path\":\"/status/allocatable/nvidia.com~1gpu\",\"value\":\"$2\"}]"
+        {\"op\":\"add\",\"path\":\"/status/capacity/$r\",\"value\":\"$3\"},
+        {\"op\":\"add\",\"path\":\"/status/allocatable/$r\",\"value\":\"$3\"}]"
 }
-gpu_node_unpatch() { # NODE
-    kc patch node "$1" --subresource=status --type=json -p '[
-        {"op":"remove","path":"/status/capacity/nvidia.com~1gpu"},
-        {"op":"remove","path":"/status/allocatable/nvidia.com~1gpu"}]'
+node_res_unpatch() { # NODE RESOURCE
+    local r=${2//\//~1}
+    kc patch node "$1" --subresource=status --type=json -p "[
+        {\"op\":\"remove\",\"path\":\"/status/capacity/$r\"},
+        {\"op\":\"remove\",\"path\":\"/status/allocatable/$r\"}]"
 }

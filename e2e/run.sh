@@ -24,6 +24,12 @@
 #      deleted mid-run resumes on the GPUs from its checkpoint, Succeeded; then 2 pods x 2 GPUs,
 #      4 ranks in one communicator; the worker image is gantry-worker-emu (the CUDA emulator,
 #      kernels/emu/), from a build without CUDA; last 2 CPU pods x nprocPerNode 2
+#   8  evaluation during training and early stopping: Succeeded at step 40, the best checkpoint
+#      kept beside the newest
+#   9  gang scheduling (runPolicy.schedulingPolicy.gang: Workload): on a node with room for 2 of
+#      3 workers, pod-by-pod scheduling binds 2; the gang binds none; shrunk to 2 while
+#      suspended (the operator replaces the Workload) the gang binds both and Succeeds. On a
+#      cluster that serves no Workloads: no pod, and an Event that says what to enable
 #   6  helm uninstall leaves no operator objects
 # On any failure: operator and worker logs, events, describe output in $ARTIFACTS (default
 # ./artifacts/e2e-<UTC time>). The last line is 'N passed, N failed'; exit 0 only with 0 failed.
@@ -44,7 +50,7 @@ E2E=$ROOT/e2e
 # shellcheck source=e2e/jobs.sh
 . "$E2E/jobs.sh"
 
-KEEP=0 BUILD=1 ONLY="4 1 8 2 3 7 5 6"
+KEEP=0 BUILD=1 ONLY="4 1 8 2 3 7 9 5 6"
 while [ $# -gt 0 ]; do
     case $1 in
         --keep) KEEP=1; shift ;;
@@ -62,7 +68,7 @@ E2E_TRAIN_TIMEOUT=${E2E_TRAIN_TIMEOUT:-900}
 RELEASE=gantry RELEASE_NS=gantry-system
 NS=gantry-e2e-$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
 CLUSTER_RUN=${GANTRY_RUN:-/tmp/gantry-cluster}
-OWN_CLUSTER=0 LOCAL_TIER=0 VOLDIR='' IMG_DIR='' CRD_EXISTED=1 INSTALLED=0 EMU_BUILD='' GPU_NODE=''
+OWN_CLUSTER=0 LOCAL_TIER=0 VOLDIR='' IMG_DIR='' CRD_EXISTED=1 INSTALLED=0 EMU_BUILD='' GPU_NODE='' SLOT_NODE=''
 T0=$SECONDS
 declare -A TIMES
 
@@ -215,6 +221,7 @@ teardown() {
     fi
     kc delete namespace "$NS" --wait=true --timeout=120s >/dev/null 2>&1 || true
     [ -z "$GPU_NODE" ] || gpu_node_unpatch "$GPU_NODE" >/dev/null 2>&1 || true
+    [ -z "$SLOT_NODE" ] || node_res_unpatch "$SLOT_NODE" gantry.dev/e2e-slot >/dev/null 2>&1 || true
     kc delete pv "$NS-data" "$NS-ckpt" --wait=false >/dev/null 2>&1 || true
     if [ $INSTALLED = 1 ]; then
         "$HELM" uninstall "$RELEASE" -n "$RELEASE_NS" --wait --timeout 120s >/dev/null 2>&1 || true
@@ -239,7 +246,7 @@ finish() {
     teardown
     local s
     printf '\ntimings:'
-    for s in setup install s1 s2 s3 s4 s5 s6 s7 s8; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
+    for s in setup install s1 s2 s3 s4 s5 s6 s7 s8 s9; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
     printf ' total=%ss\n' "$((SECONDS - T0))"
     if [ "$E2E_FAIL" -gt 0 ] || [ "$rc" != 0 ]; then
         echo "artifacts: $ARTIFACTS"
@@ -302,6 +309,7 @@ for n in $ONLY; do
         6) run_scenario 6 "helm uninstall" ;;
         7) run_scenario 7 "several ranks per pod: gpusPerReplica 2 on emulated GPUs, nprocPerNode 2 on CPUs" ;;
         8) run_scenario 8 "evaluation during training and early stopping" ;;
+        9) run_scenario 9 "gang scheduling: all of a gang's pods or none (kube-scheduler's Workload API)" ;;
         *) echo "unknown scenario $n" >&2 ;;
     esac
 done

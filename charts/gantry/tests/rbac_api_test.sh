@@ -19,6 +19,12 @@
 #   suspend  suspend deletes the pods                pods delete
 #   series   suspending again bumps the Event's series.count   events patch
 #   ttl      exit 65 -> Failed -> ttlSecondsAfterFinished 0 deletes the job   trainingjobs delete
+#   workload a second job with schedulingPolicy.gang: Workload gets its Workload and pods
+#                                                    workloads create
+#   wl-adopt suspended and resumed: the Workload exists (409), is read and adopted, pods again
+#                                                    workloads get
+#   wl-replace suspended, replicas 2 -> 3, resumed: the Workload's minCount is wrong, so it is
+#            deleted and made again, then 3 pods     workloads delete
 # The test plays kubelet (pod phases through the status subresource). Then, in parallel, the same
 # scenario for variants of the ClusterRole with one verb (list+watch as a pair) or the Lease
 # Role removed: each must fail, at the step that needs what was removed.
@@ -32,6 +38,8 @@
 # so without it the first child create (the Service) is refused. When the cluster at
 # GANTRY_TEST_KUBECONFIG does not run that plugin (its admission metrics say), the test starts
 # a private API tier that does (hack/cluster.sh, GANTRY_API_ADMISSION_PLUGINS; ~20 s).
+# The Workload steps need an API server that serves scheduling.k8s.io/v1alpha1 (the GenericWorkload
+# feature gate); the private tier below gets it too when the cluster given lacks either.
 # Exits 77 when GANTRY_TEST_KUBECONFIG is unset. Operator logs: $ARTIFACTS (or a temp dir).
 set -euo pipefail
 op=${1:?usage: rbac_api_test.sh PATH-TO-gantry-operator}
@@ -64,11 +72,16 @@ trap cleanup EXIT
 # OwnerReferencesPermissionEnforcement: its admission metrics exist once it has seen a create.
 plugin='apiserver_admission_controller_admission_duration_seconds_count{name="OwnerReferencesPermissionEnforcement"'
 has_plugin() { kc get --raw /metrics >"$work/metrics" && grep -qF "$plugin" "$work/metrics"; }
-if ! has_plugin; then
-    echo "the cluster does not run OwnerReferencesPermissionEnforcement: starting a private API tier with it"
+serves_workloads() {
+    kc api-resources --api-group=scheduling.k8s.io -o name 2>/dev/null |
+        grep -qx workloads.scheduling.k8s.io
+}
+if ! has_plugin || ! serves_workloads; then
+    echo "the cluster does not run OwnerReferencesPermissionEnforcement or serve Workloads: starting a private API tier with both"
     private=$work/cluster
     if ! GANTRY_RUN=$private GANTRY_API_ADMISSION_PLUGINS=OwnerReferencesPermissionEnforcement \
-        "$root/hack/cluster.sh" up --tier api >"$logs/private-tier-$id.log" 2>&1; then
+        GANTRY_FEATURE_GATES=GenericWorkload=true "$root/hack/cluster.sh" up --tier api \
+        >"$logs/private-tier-$id.log" 2>&1; then
         bad "private API tier with OwnerReferencesPermissionEnforcement did not start (log: $logs/private-tier-$id.log)"
         summary
         exit 1
@@ -78,6 +91,9 @@ fi
 has_plugin &&
     ok "the API server runs OwnerReferencesPermissionEnforcement" ||
     bad "the API server runs OwnerReferencesPermissionEnforcement (no admission metrics for it)"
+serves_workloads &&
+    ok "the API server serves scheduling.k8s.io/v1alpha1 Workloads" ||
+    bad "the API server serves scheduling.k8s.io/v1alpha1 Workloads"
 
 kc apply -f "$root/manifests/crds/" >/dev/null
 kc wait --for=condition=Established crd/trainingjobs.gantry.dev --timeout=60s >/dev/null
@@ -245,6 +261,27 @@ JOB
         "containerStatuses":[{"name":"worker","image":"gantry-worker:0.1.0","imageID":"","ready":false,
         "restartCount":0,"state":{"terminated":{"exitCode":65,"reason":"Error"}}}]}}' >/dev/null
     step ttl 10 bash -c "! '$kubectl' -n $ns get tj $job >/dev/null 2>&1" || return 0
+    # The gang's Workload: made; adopted after a 409 (get); replaced when its minCount is not the
+    # job's replicas (delete). No scheduler runs here: creating it and the pods is what counts.
+    job=tjg-$name
+    "${k[@]}" apply -f - >/dev/null <<JOB
+{"apiVersion":"gantry.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"$job"},
+ "spec":{"replicas":2,"runPolicy":{"schedulingPolicy":{"gang":"Workload"}}}}
+JOB
+    wl_pods() { # N: the Workload's minCount and the pods are both N
+        [ "$(jp "workloads.scheduling.k8s.io/$job" '{.spec.podGroups[0].policy.gang.minCount}')" = "$1" ] &&
+            pods_are "$1"
+    }
+    step workload 10 wl_pods 2 || return 0
+    suspend_ true
+    until_ 10 pods_are 0 || { echo "FAIL suspend"; return 0; }
+    suspend_ false
+    step wl-adopt 10 pods_are 2 || return 0
+    suspend_ true
+    until_ 10 pods_are 0 || { echo "FAIL suspend"; return 0; }
+    "${k[@]}" patch tj "$job" --type=merge -p '{"spec":{"replicas":3}}' >/dev/null
+    suspend_ false
+    step wl-replace 10 wl_pods 3 || return 0
     echo DONE
 }
 
@@ -257,6 +294,7 @@ declare -A expect=(
     [svc-create]=service [cm-create]=configmap [secrets-create]=secret [pods-create]=pods
     [status-update]=status [events-create]=event [cm-patch]=cm-heal [pods-delete]=suspend
     [events-patch]=series [tj-delete]=ttl [tj-get]=conflict [finalizers]=service
+    [wl-create]=workload [wl-get]=wl-adopt [wl-delete]=wl-replace
 )
 declare -A drop=(
     [lease]=lease
@@ -268,6 +306,7 @@ declare -A drop=(
     [events-create]=events:create [cm-patch]=configmaps:patch [pods-delete]=pods:delete
     [events-patch]=events:patch [tj-delete]=trainingjobs:delete [tj-get]=trainingjobs:get
     [finalizers]=trainingjobs/finalizers:update
+    [wl-create]=workloads:create [wl-get]=workloads:get [wl-delete]=workloads:delete
 )
 # Runs through holdproxy.py: the chart's (must recover from the 409) and the one without get.
 proxy chart
