@@ -747,7 +747,9 @@ static void apply_one(struct kube_client *kc, const struct tj *tj, const char *k
                        NULL);
         if (rc == 0)
             rc = kube_create(kc, path, a->obj, NULL);
-        if (rc == OP_ENOTFOUND && a->kind == REC_WORKLOAD) { /* no such resource here */
+        /* no such resource here (not: no such namespace, 'namespaces "x" not found') */
+        if (rc == OP_ENOTFOUND && a->kind == REC_WORKLOAD &&
+            !strstr(kube_last_status(kc)->message, "namespaces \"")) {
             snprintf(out->message, sizeof(out->message), "the cluster serves no %s Workloads, "
                      "which spec.runPolicy.schedulingPolicy.gang: Workload needs (Kubernetes "
                      "1.35: feature gates GenericWorkload and GangScheduling, kube-apiserver "
