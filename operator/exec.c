@@ -734,6 +734,39 @@ static int adopt_workload(struct kube_client *kc, const struct tj *tj, const cha
     return kube_create(kc, path, a->obj, NULL);
 }
 
+/* Why a Workload create got 404, for the Event: the API server serves no Workloads of the version
+ * Gantry speaks. Kubernetes 1.36 replaced v1alpha1 with v1alpha2 (a PodGroup object of its own,
+ * spec.schedulingGroup on the pod): when discovery lists that, say so rather than ask for gates
+ * the cluster may already have on. */
+static void workload_unserved(struct kube_client *kc, char *msg, size_t n)
+{
+    json_t *group = NULL;
+    const json_t *versions, *v;
+    bool v1alpha2 = false;
+    size_t i;
+
+    if (kube_get(kc, "/apis/scheduling.k8s.io", &group) == 0) {
+        versions = json_object_get(group, "versions");
+        json_array_foreach(versions, i, v) {
+            const char *gv = json_string_value(json_object_get(v, "groupVersion"));
+            if (gv && strcmp(gv, "scheduling.k8s.io/v1alpha2") == 0)
+                v1alpha2 = true;
+        }
+        json_decref(group);
+    }
+    if (v1alpha2)
+        snprintf(msg, n, "the cluster serves scheduling.k8s.io/v1alpha2 (Kubernetes 1.36 and "
+                 "later: PodGroup objects), not the %s Workloads this operator makes for "
+                 "spec.runPolicy.schedulingPolicy.gang: Workload; no pod is created, set "
+                 "gang: None to run the job pod by pod", RENDER_WORKLOAD_API);
+    else
+        snprintf(msg, n, "the cluster serves no %s Workloads, which "
+                 "spec.runPolicy.schedulingPolicy.gang: Workload needs (Kubernetes 1.35: "
+                 "feature gates GenericWorkload and GangScheduling, kube-apiserver "
+                 "--runtime-config=%s=true); no pod is created until it does, or set gang: None",
+                 RENDER_WORKLOAD_API, RENDER_WORKLOAD_API);
+}
+
 /* One action through kc. rc 0 also for outcomes that mean "already so", which set `already`. */
 static void apply_one(struct kube_client *kc, const struct tj *tj, const char *key,
                       const struct rec_action *a, struct outcome *out)
@@ -750,11 +783,7 @@ static void apply_one(struct kube_client *kc, const struct tj *tj, const char *k
         /* no such resource here (not: no such namespace, 'namespaces "x" not found') */
         if (rc == OP_ENOTFOUND && a->kind == REC_WORKLOAD &&
             !strstr(kube_last_status(kc)->message, "namespaces \"")) {
-            snprintf(out->message, sizeof(out->message), "the cluster serves no %s Workloads, "
-                     "which spec.runPolicy.schedulingPolicy.gang: Workload needs (Kubernetes "
-                     "1.35: feature gates GenericWorkload and GangScheduling, kube-apiserver "
-                     "--runtime-config=%s=true); no pod is created until it does, or set "
-                     "gang: None", RENDER_WORKLOAD_API, RENDER_WORKLOAD_API);
+            workload_unserved(kc, out->message, sizeof(out->message));
             out->rc = rc;
             return;
         }

@@ -417,7 +417,8 @@ static void test_apply_against_server(void)
 
 /* ---- the gang's Workload (spec.runPolicy.schedulingPolicy.gang: Workload) */
 
-enum wl_mode { WL_CREATED, WL_UNSERVED, WL_OURS, WL_OURS_OTHER_MIN, WL_FOREIGN };
+enum wl_mode { WL_CREATED, WL_UNSERVED, WL_UNSERVED_V1ALPHA2, WL_OURS, WL_OURS_OTHER_MIN,
+               WL_FOREIGN };
 
 static struct {
     pthread_mutex_t mu;
@@ -449,9 +450,15 @@ static int wl_handler(void *ud, struct testsrv_conn *c, const struct testsrv_req
     if (strcmp(req->method, "DELETE") == 0)
         snprintf(W.delete_body, sizeof(W.delete_body), "%.1000s", req->body ? req->body : "");
     pthread_mutex_unlock(&W.mu);
-    if (!workload) {
+    if (strcmp(req->path, "/apis/scheduling.k8s.io") == 0) { /* discovery of the group */
+        snprintf(body, sizeof(body), "{\"kind\":\"APIGroup\",\"name\":\"scheduling.k8s.io\","
+                 "\"versions\":[{\"groupVersion\":\"scheduling.k8s.io/v1\",\"version\":\"v1\"}%s]}",
+                 W.mode == WL_UNSERVED_V1ALPHA2 ? ",{\"groupVersion\":\"scheduling.k8s.io/v1alpha2\","
+                                                  "\"version\":\"v1alpha2\"}" : "");
+        testsrv_respond(c, 200, NULL, body);
+    } else if (!workload) {
         testsrv_respond(c, post ? 201 : 200, NULL, "{}");
-    } else if (W.mode == WL_UNSERVED) {
+    } else if (W.mode == WL_UNSERVED || W.mode == WL_UNSERVED_V1ALPHA2) {
         testsrv_respond(c, 404, NULL, unserved);
     } else if (post && (W.mode == WL_CREATED || W.gone)) {
         testsrv_respond(c, 201, NULL, "{}");
@@ -502,8 +509,25 @@ static int wl_pod_posts(void)
     return n;
 }
 
+/* Whether what was written to f since the last call holds s (then f is emptied). */
+static bool log_has(FILE *f, const char *s)
+{
+    char buf[8192];
+    size_t n;
+
+    fflush(f);
+    rewind(f);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    if (ftruncate(fileno(f), 0) != 0)
+        return false;
+    rewind(f);
+    return strstr(buf, s) != NULL;
+}
+
 static void test_apply_workload(void)
 {
+    FILE *logs = tmpfile();
     struct testsrv *srv = testsrv_start(wl_handler, NULL);
     struct kube_config cfg = {0};
     struct exec_shared sh = {0};
@@ -535,11 +559,24 @@ static void test_apply_workload(void)
     exec_expect_forget(sh.expect, "ml/j"); /* no informer here to observe them */
 
     /* 2. the API server does not serve Workloads: no pod is created (it would run outside a
-     *    gang: the server drops the unknown spec.workloadRef); the error comes back */
+     *    gang: the server drops the unknown spec.workloadRef); the error comes back, and the
+     *    warning (the Event's text) says what to enable; on Kubernetes 1.36+, whose discovery
+     *    lists scheduling.k8s.io/v1alpha2, that this operator does not speak it */
+    log_set_level(LOG_LEVEL_WARN);
+    log_set_fd(fileno(logs));
     TEST_EQ_INT(wl_apply(&w, obj, &tj, WL_UNSERVED), OP_ENOTFOUND);
-    TEST_EQ_INT(W.n, 1);
+    TEST_EQ_INT(W.n, 2);
+    snprintf(line, sizeof(line), "GET /apis/scheduling.k8s.io");
+    TEST_EQ_STR(W.log[1], line);
     TEST_EQ_INT(wl_pod_posts(), 0);
     TEST_CHECK(exec_expect_met(sh.expect, "ml/j", time(NULL))); /* the held pods are not awaited */
+    TEST_CHECK(log_has(logs, "feature gates GenericWorkload and GangScheduling"));
+    TEST_CHECK(!log_has(logs, "v1alpha2"));
+    TEST_EQ_INT(wl_apply(&w, obj, &tj, WL_UNSERVED_V1ALPHA2), OP_ENOTFOUND);
+    TEST_EQ_INT(wl_pod_posts(), 0);
+    TEST_CHECK(log_has(logs, "serves scheduling.k8s.io/v1alpha2 (Kubernetes 1.36 and later"));
+    log_set_fd(2);
+    log_set_level(LOG_LEVEL_ERROR);
 
     /* 3. ours, minCount = replicas: adopted, pods created */
     TEST_EQ_INT(wl_apply(&w, obj, &tj, WL_OURS), 0);
@@ -570,6 +607,7 @@ static void test_apply_workload(void)
     exec_expect_free(sh.expect);
     kube_client_free(w.kc);
     testsrv_stop(srv);
+    fclose(logs);
 }
 
 int main(void)
