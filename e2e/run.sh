@@ -56,7 +56,7 @@ while [ $# -gt 0 ]; do
         --keep) KEEP=1; shift ;;
         --only) ONLY=${2:?--only needs scenario numbers}; shift 2 ;;
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
         *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
