@@ -584,13 +584,17 @@ static void create_pods(struct pass *p)
     for (int i = 0; i < tj->replicas; i++) {
         char name[RENDER_NAME_MAX];
         struct rec_action *a;
+        json_t *pod;
 
         if (seen[i])
             continue;
         if (k == 0 && tj->gang == TJ_GANG_WORKLOAD) /* the gang's Workload, before its pods */
             add_action(p, REC_CREATE, REC_WORKLOAD, tj->name, render_workload(tj));
         render_pod_name(tj, i, name, sizeof(name));
-        a = add_action(p, REC_CREATE, REC_POD, name, render_pod(tj, i, p->st.restarts));
+        pod = render_pod(tj, i, p->st.restarts);
+        if (tj->gang == TJ_GANG_WORKLOAD)
+            render_pod_gang_key(pod, p->st.restarts, (long long)p->st.start_time);
+        a = add_action(p, REC_CREATE, REC_POD, name, pod);
         if (a)
             a->batch = batch_of(k++);
     }

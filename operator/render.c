@@ -331,6 +331,17 @@ json_t *render_pod(const struct tj *tj, int index, int restarts)
     return pod;
 }
 
+void render_pod_gang_key(json_t *pod, int restarts, long long start)
+{
+    json_t *ref = json_object_get(json_object_get(pod, "spec"), "workloadRef");
+    char key[48];
+
+    if (!json_is_object(ref))
+        return;
+    snprintf(key, sizeof(key), "g%d-%lld", restarts, start);
+    json_object_set_new(ref, "podGroupReplicaKey", json_string(key));
+}
+
 json_t *render_workload(const struct tj *tj)
 {
     return json_pack("{s:s, s:s, s:o, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:{s:{s:i}}}]}}",

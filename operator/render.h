@@ -75,6 +75,14 @@ json_t *render_service(const struct tj *tj);
 json_t *render_configmap(const struct tj *tj);
 json_t *render_secret(const struct tj *tj, const char *token);
 json_t *render_pod(const struct tj *tj, int index, int restarts);
+/* gang: Workload: each incarnation of the gang (a restart count, a start or resume) is its own
+ * replica of the pod group: spec.workloadRef.podGroupReplicaKey "g<restarts>-<start time, Unix
+ * seconds>" on every pod of pod (a DNS label). kube-scheduler keeps a gang's state per key, and
+ * 1.35.4's keeps a pod deleted while it waited for its gang (at Permit), which then crashes the
+ * scheduler at the next pod of the same key (podGroupInfo.UnscheduledPods, a nil pod): after a
+ * suspend or a gang restart the new pods must not share the old ones' key. */
+void render_pod_gang_key(json_t *pod, int restarts, long long start);
+
 /* The Workload <job> (named like the Service): its spec is immutable, so a job whose replicas
  * changed (only while suspended) needs a new one; render_workload_min() reads minCount back. */
 json_t *render_workload(const struct tj *tj);

@@ -327,6 +327,8 @@ static void test_gang_workload(void)
     TEST_EQ_STR(str_at(ref, "name"), "spam");
     TEST_EQ_STR(str_at(ref, "podGroup"), "workers");
     TEST_CHECK(json_object_get(ref, "podGroupReplicaKey") == NULL);
+    render_pod_gang_key(pod, 2, 1796025600);
+    TEST_EQ_STR(str_at(ref, "podGroupReplicaKey"), "g2-1796025600");
     json_decref(pod);
     json_decref(wl);
     tj_cleanup(&tj);
@@ -340,6 +342,7 @@ static void test_gang_workload(void)
     tj_cleanup(&tj);
     TEST_EQ_INT(load_job("{\"replicas\":2}", &tj), 0);
     pod = render_pod(&tj, 0, 0);
+    render_pod_gang_key(pod, 0, 1); /* no workloadRef: nothing to key */
     TEST_CHECK(json_object_get(json_object_get(pod, "spec"), "workloadRef") == NULL);
     json_decref(pod);
     /* minCount read back: none when the group or the gang policy is missing */

@@ -43,7 +43,7 @@ gang_event() { # NS JOB: a Warning Event of the job names the feature gate to en
 }
 
 scenario_9() {
-    local node have loose=gang-off gang=gang-on f served=0 uid1 uid2 got
+    local node have loose=gang-off gang=gang-on f served=0 uid1 uid2 key1 key2 got
     node=$(kc get nodes -o 'jsonpath={.items[0].metadata.name}')
     have=$(kc get node "$node" -o 'jsonpath={.status.capacity.gantry\.dev/e2e-slot}')
     [ -z "$have" ] || { bad "node $node already has gantry.dev/e2e-slot $have (a run left it?)"; return 0; }
@@ -79,6 +79,7 @@ scenario_9() {
         '{.spec.podGroups[*].name} {.spec.podGroups[0].policy.gang.minCount} {.metadata.ownerReferences[0].kind} {.metadata.ownerReferences[0].controller}' \
         'workers 3 TrainingJob true'
     uid1=$(kc -n "$NS" get workloads.scheduling.k8s.io "$gang" -o 'jsonpath={.metadata.uid}')
+    key1=$(kc -n "$NS" get pod "$gang-worker-0" -o 'jsonpath={.spec.workloadRef.podGroupReplicaKey}')
     check "3 pods, each with spec.workloadRef {name: $gang, podGroup: workers}" \
         wait_until 60 pod_refs_are "$NS" "$gang" "$gang/workers $gang/workers $gang/workers "
     # The scheduler takes the gang once all 3 exist; one fails to fit (PodScheduled=False), the
@@ -105,6 +106,12 @@ scenario_9() {
     uid2=$(kc -n "$NS" get workloads.scheduling.k8s.io "$gang" -o 'jsonpath={.metadata.uid}')
     note "Workload uid $uid1 -> $uid2"
     check "gang of 2: both workers bound" wait_until 180 pods_are "$NS" "$gang" 2 0
+    # A new replica key for the resumed gang: 1.35.4's kube-scheduler keeps a pod deleted while
+    # it waited for its gang and crashes at the next pod of the same key (render.h).
+    key2=$(kc -n "$NS" get pod "$gang-worker-0" -o 'jsonpath={.spec.workloadRef.podGroupReplicaKey}')
+    note "podGroupReplicaKey $key1 -> $key2"
+    check "the resumed gang is a new replica of the pod group (podGroupReplicaKey changed)" \
+        bash -c '[ -n "$1" ] && [ -n "$2" ] && [ "$1" != "$2" ]' _ "$key1" "$key2"
     check "tj/$gang reaches Succeeded" wait_tj_phase "$NS" "$gang" Succeeded "$E2E_TRAIN_TIMEOUT"
     kc -n "$NS" delete tj "$gang" --wait=false >/dev/null 2>&1
     check "the node's gantry.dev/e2e-slot is removed again" node_res_unpatch "$node" gantry.dev/e2e-slot &&
