@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <time.h>
 
-#define COND_MAX 8
+#define COND_MAX 10
 #define COND_TYPE_MAX 32
 #define COND_REASON_MAX 64
 #define COND_MESSAGE_MAX 512
@@ -28,6 +28,7 @@
 #define COND_FAILED "Failed"
 #define COND_SUSPENDED "Suspended"
 #define COND_STALLED "Stalled" /* hang detection: no training progress (rec.h) */
+#define COND_QUEUED "Queued"   /* Kueue: waiting for admission (rec.h) */
 
 struct cond {
     char type[COND_TYPE_MAX];

@@ -216,10 +216,14 @@ void exec_stats_observe(struct exec_stats *s, double seconds)
     atomic_fetch_add(&s->sync_bucket[b], 1);
     atomic_fetch_add(&s->sync_usec_sum, (long)(seconds * 1e6));
 }
-const char *const exec_job_fields[] = {"metadata.generation", "metadata.deletionTimestamp", "spec",
-                                       "status", NULL};
+/* metadata.labels: the Kueue queue and priority labels (tj.h) */
+const char *const exec_job_fields[] = {"metadata.generation", "metadata.deletionTimestamp",
+                                       "metadata.labels", "spec", "status", NULL};
 const char *const exec_configmap_fields[] = {"metadata.labels", "data", NULL};
 const char *const exec_child_fields[] = {"metadata.labels", NULL};
+const char *const exec_kueue_fields[] = {"metadata.labels", "metadata.ownerReferences",
+                                         "metadata.deletionTimestamp", "metadata.generation",
+                                         "spec.queueName", "spec.active", "status", NULL};
 
 /* ---------------------------------------------------------------------------------------------
  * Expectations
@@ -621,13 +625,17 @@ static const char *resource_of(enum rec_kind k)
     case REC_SECRET: return "secrets";
     case REC_JOB: return "trainingjobs";
     case REC_WORKLOAD: return "workloads";
+    case REC_KUEUE: return "workloads";
     }
     return "?";
 }
 
 static const char *api_of(enum rec_kind k)
 {
-    return k == REC_JOB ? TJ_API_VERSION : k == REC_WORKLOAD ? RENDER_WORKLOAD_API : "v1";
+    return k == REC_JOB        ? TJ_API_VERSION
+           : k == REC_WORKLOAD ? RENDER_WORKLOAD_API
+           : k == REC_KUEUE    ? RENDER_KUEUE_API
+                               : "v1";
 }
 
 /* Best effort: a failure is logged, never returned. action says what the operator did. */
@@ -767,6 +775,112 @@ static void workload_unserved(struct kube_client *kc, char *msg, size_t n)
                  RENDER_WORKLOAD_API, RENDER_WORKLOAD_API);
 }
 
+/* A Kueue Workload with a priorityClassRef gets the WorkloadPriorityClass's value as
+ * spec.priority, what Kueue's queues and preemption order by (Kueue's own job controllers fill it
+ * in the same way; no webhook defaults a Workload). 0, or an OP_E* with out->message. */
+static int kueue_priority(struct kube_client *kc, json_t *wl, struct outcome *out)
+{
+    json_t *spec = json_object_get(wl, "spec"), *wpc = NULL;
+    const char *name = json_string_value(
+        json_object_get(json_object_get(spec, "priorityClassRef"), "name"));
+    char path[KUBE_MAX_PATH];
+    int rc;
+
+    if (!name)
+        return 0;
+    rc = kube_path(path, sizeof(path), RENDER_KUEUE_API, "workloadpriorityclasses", NULL, name,
+                   NULL);
+    if (rc == 0)
+        rc = kube_get(kc, path, &wpc);
+    if (rc == 0 && !json_is_integer(json_object_get(wpc, "value")))
+        rc = OP_EPARSE;
+    if (rc) {
+        snprintf(out->message, sizeof(out->message), "WorkloadPriorityClass %.80s (label %s): "
+                 "%.200s; create it, or change the label", name, TJ_LABEL_PRIORITY,
+                 rc == OP_ENOTFOUND ? "not found" : rc == OP_EPARSE ? "it has no integer value"
+                 : kube_last_status(kc)->message[0] ? kube_last_status(kc)->message
+                 : op_strerror(rc));
+        json_decref(wpc);
+        return rc;
+    }
+    json_object_set(spec, "priority", json_object_get(wpc, "value"));
+    json_decref(wpc);
+    return 0;
+}
+
+/* Puts the pods Kueue admitted on their ResourceFlavors' nodes: each flavor's nodeLabels join
+ * the pod's nodeSelector and its tolerations the pod's, as Kueue does for the kinds it runs
+ * itself. 0, or an OP_E* with msg saying why (a flavor unreadable, or a nodeSelector of the
+ * template that contradicts a flavor's label: no such pod could ever be placed). */
+static int kueue_place(struct kube_client *kc, const struct rec_result *r, char *msg, size_t n)
+{
+    json_t *sel = json_object(), *tols = json_array(), *flavor;
+    const char *res, *k;
+    json_t *v, *x;
+    int rc = 0;
+
+    json_object_foreach(r->kueue_flavors, res, v) {
+        char path[KUBE_MAX_PATH];
+        const json_t *spec;
+        size_t i;
+
+        flavor = NULL;
+        if (!json_is_string(v))
+            continue;
+        rc = kube_path(path, sizeof(path), RENDER_KUEUE_API, "resourceflavors", NULL,
+                       json_string_value(v), NULL);
+        if (rc == 0)
+            rc = kube_get(kc, path, &flavor);
+        if (rc) {
+            snprintf(msg, n, "could not read ResourceFlavor %.80s (admitted for %.80s): %.200s",
+                     json_string_value(v), res, kube_last_status(kc)->message[0]
+                     ? kube_last_status(kc)->message : op_strerror(rc));
+            goto out;
+        }
+        spec = json_object_get(flavor, "spec");
+        json_object_foreach(json_object_get(spec, "nodeLabels"), k, x)
+            json_object_set(sel, k, x);
+        json_array_foreach(json_object_get(spec, "tolerations"), i, x)
+            json_array_append(tols, x);
+        json_decref(flavor);
+    }
+    for (size_t i = 0; i < r->nactions; i++) {
+        const struct rec_action *a = &r->actions[i];
+        json_t *spec = json_object_get(a->obj, "spec"), *ns;
+
+        if (a->kind != REC_POD || a->verb != REC_CREATE || !spec)
+            continue;
+        if (!json_is_object(ns = json_object_get(spec, "nodeSelector"))) {
+            ns = json_object();
+            json_object_set_new(spec, "nodeSelector", ns);
+        }
+        json_object_foreach(sel, k, x) {
+            const char *have = json_string_value(json_object_get(ns, k));
+            if (have && strcmp(have, json_string_value(x)) != 0) {
+                snprintf(msg, n, "the pod template's nodeSelector %.60s=%.60s contradicts the "
+                         "admitted ResourceFlavor's node label %.60s=%.60s", k, have, k, json_string_value(x));
+                rc = OP_EINVALID;
+                goto out;
+            }
+            json_object_set(ns, k, x);
+        }
+        if (!json_object_size(ns))
+            json_object_del(spec, "nodeSelector");
+        if (json_array_size(tols)) {
+            json_t *t = json_object_get(spec, "tolerations");
+            if (!json_is_array(t)) {
+                t = json_array();
+                json_object_set_new(spec, "tolerations", t);
+            }
+            json_array_extend(t, tols);
+        }
+    }
+out:
+    json_decref(sel);
+    json_decref(tols);
+    return rc;
+}
+
 /* One action through kc. rc 0 also for outcomes that mean "already so", which set `already`. */
 static void apply_one(struct kube_client *kc, const struct tj *tj, const char *key,
                       const struct rec_action *a, struct outcome *out)
@@ -778,6 +892,10 @@ static void apply_one(struct kube_client *kc, const struct tj *tj, const char *k
     if (a->verb == REC_CREATE) {
         rc = kube_path(path, sizeof(path), api_of(a->kind), resource_of(a->kind), tj->ns, NULL,
                        NULL);
+        if (rc == 0 && a->kind == REC_KUEUE && (rc = kueue_priority(kc, a->obj, out)) != 0) {
+            out->rc = rc;
+            return;
+        }
         if (rc == 0)
             rc = kube_create(kc, path, a->obj, NULL);
         /* no such resource here (not: no such namespace, 'namespaces "x" not found') */
@@ -802,8 +920,14 @@ static void apply_one(struct kube_client *kc, const struct tj *tj, const char *k
         }
     } else {
         rc = kube_path(path, sizeof(path), api_of(a->kind), resource_of(a->kind), tj->ns, a->name,
-                       NULL);
-        if (rc == 0 && a->verb == REC_UPDATE) {
+                       a->kind == REC_KUEUE && a->verb == REC_UPDATE ? "status" : NULL);
+        if (rc == 0 && a->kind == REC_KUEUE && a->verb == REC_UPDATE) {
+            /* conditions and admission, with the resourceVersion read: a 409 is retried */
+            rc = kube_patch(kc, path, KUBE_PATCH_MERGE, a->obj, NULL, NULL);
+            if (rc == 0)
+                log_info("Updated Kueue Workload status", "{s:s, s:s}", "trainjob", key, "name",
+                         a->name);
+        } else if (rc == 0 && a->verb == REC_UPDATE) {
             json_t *patch = json_pack("{s:O}", "data", json_object_get(a->obj, "data"));
             rc = kube_patch(kc, path, KUBE_PATCH_MERGE, patch, NULL, NULL);
             json_decref(patch);
@@ -921,7 +1045,7 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
     struct exec_shared *sh = w->sh;
     char key[2 * TJ_NAME_MAX + 2];
     int adds = 0, first = 0, failed_batch = -1, rc;
-    bool no_workload = false;
+    bool no_workload = false, no_place = false;
     struct outcome *outs;
 
     snprintf(key, sizeof(key), "%s/%s", tj->ns, tj->name);
@@ -938,6 +1062,18 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
             exec_expect_raise_del(sh->expect, key, r->actions[i].uid, time(NULL));
     }
     exec_expect_raise(sh->expect, key, adds, 0, time(NULL));
+    if (adds && r->kueue_flavors) {
+        char msg[COND_MESSAGE_MAX - 64];
+        if ((rc = kueue_place(w->kc, r, msg, sizeof(msg))) != 0) {
+            char ev[COND_MESSAGE_MAX];
+            snprintf(ev, sizeof(ev), "No pod created: %s", msg);
+            log_warn("Could not place the admitted pods", "{s:s, s:s}", "trainjob", key,
+                     "error", msg);
+            post_event(w, tj, true, "FailedCreate", "Create", ev);
+            no_place = true;
+            first = rc;
+        }
+    }
     outs = xcalloc(r->nactions + 1, sizeof(*outs));
     for (size_t i = 0, j; i < r->nactions; i = j) {
         const struct rec_action *a = &r->actions[i];
@@ -949,7 +1085,7 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
             j++;
         /* slow start: a batch failed, the rest waits; and no pod of a gang scheduled as one
          * (gang: Workload) is created without its Workload */
-        if (create && (failed_batch >= 0 || no_workload)) {
+        if (create && (failed_batch >= 0 || no_workload || no_place)) {
             exec_expect_lower(sh->expect, key, (int)(j - i), 0);
             continue;
         }
@@ -1044,6 +1180,34 @@ static size_t gather_pods(struct exec_shared *sh, const struct tj *tj, struct re
     return g.n;
 }
 
+/* The job's Kueue Workloads: copies of the cached ones labelled with its name, in its
+ * namespace (deep copies: the cache's objects are shared). */
+struct gather_wl {
+    const struct tj *tj;
+    json_t *out;
+};
+
+static void gather_wl_cb(void *ud, const char *key, const void *obj)
+{
+    struct gather_wl *g = ud;
+    const json_t *labels = json_object_get(json_object_get(obj, "metadata"), "labels");
+    const char *job = json_string_value(json_object_get(labels, RENDER_LABEL_JOB));
+    size_t nsl = strlen(g->tj->ns);
+
+    if (job && strcmp(job, g->tj->name) == 0 && strncmp(key, g->tj->ns, nsl) == 0 &&
+        key[nsl] == '/')
+        json_array_append_new(g->out, json_deep_copy(obj));
+}
+
+static json_t *gather_workloads(struct exec_shared *sh, const struct tj *tj)
+{
+    struct gather_wl g = {tj, json_array()};
+
+    if (sh->workloads)
+        informer_each(sh->workloads, gather_wl_cb, &g);
+    return g.out;
+}
+
 static bool cached(struct informer *inf, const char *ns, const char *name)
 {
     char key[2 * RENDER_NAME_MAX + 2];
@@ -1067,7 +1231,7 @@ static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
     struct rec_input in = {0};
     struct rec_result r;
     struct rec_pod *pods = NULL;
-    json_t *prog = NULL;
+    json_t *prog = NULL, *wls = NULL;
     struct tj tj;
     int rc;
 
@@ -1099,6 +1263,8 @@ static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
         random_token(token, sizeof(token));
     in.token = in.have_secret ? NULL : token;
     progress_lookup(sh->progress, key, &in, &prog);
+    in.kueue_served = sh->kueue_served;
+    in.workloads = wls = gather_workloads(sh, &tj);
     rc = rec_reconcile(&in, &r);
     if (rc == 0)
         rc = exec_apply(w, obj, &tj, &r);
@@ -1110,6 +1276,7 @@ static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
 out:
     rec_result_cleanup(&r);
     json_decref(prog);
+    json_decref(wls);
     free(pods);
     tj_cleanup(&tj);
     return rc;

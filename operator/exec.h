@@ -97,6 +97,10 @@ struct exec_shared {
     struct informer *services;   /* labelled gantry.dev/job-name, identity only */
     struct informer *configmaps; /* labelled, with data */
     struct informer *secrets;    /* labelled, identity only: tokens are never cached */
+    /* Kueue Workloads labelled gantry.dev/job-name (exec_kueue_fields), when the API server
+     * serves kueue.x-k8s.io/v1beta2 (kueue_served); else NULL. */
+    struct informer *workloads;
+    bool kueue_served;
     struct queue *queue;
     struct exec_expect *expect;
     struct exec_index *pod_index;  /* NULL: scan every cached pod (tests) */
@@ -148,6 +152,8 @@ extern const char *const exec_pod_fields[];
 extern const char *const exec_job_fields[];
 extern const char *const exec_configmap_fields[];
 extern const char *const exec_child_fields[];
+/* What the Kueue Workload informer keeps: labels, owners, deletion, generation, queue, status. */
+extern const char *const exec_kueue_fields[];
 
 struct exec_worker {
     struct exec_shared *sh;

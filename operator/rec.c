@@ -740,6 +740,269 @@ static void running(struct pass *p)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Kueue (rec.h): the job runs only while Kueue admits its Workload
+ * ------------------------------------------------------------------------------------------- */
+
+/* obj[key] as a string, "" when absent or not a string. */
+static const char *cond_str(const json_t *obj, const char *key)
+{
+    const char *s = json_string_value(json_object_get(obj, key));
+    return s ? s : "";
+}
+
+static const char *wl_str(const json_t *wl, const char *obj, const char *key)
+{
+    return cond_str(json_object_get(wl, obj), key);
+}
+
+/* The Workload's condition of that type (borrowed), or NULL. */
+static const json_t *wl_cond(const json_t *wl, const char *type)
+{
+    const json_t *conds = json_object_get(json_object_get(wl, "status"), "conditions"), *c;
+    size_t i;
+
+    json_array_foreach(conds, i, c)
+        if (strcmp(cond_str(c, "type"), type) == 0)
+            return c;
+    return NULL;
+}
+
+static bool wl_true(const json_t *wl, const char *type)
+{
+    return strcmp(cond_str(wl_cond(wl, type), "status"), "True") == 0;
+}
+
+/* Ours: the job controls it (a Workload with the job's label that another object controls, a
+ * deleted job's of the same name, is not ours to touch). */
+static bool wl_ours(const struct pass *p, const json_t *wl)
+{
+    const json_t *refs = json_object_get(json_object_get(wl, "metadata"), "ownerReferences"), *r;
+    size_t i;
+
+    json_array_foreach(refs, i, r)
+        if (json_is_true(json_object_get(r, "controller")))
+            return !p->tj->uid[0] || strcmp(cond_str(r, "uid"), p->tj->uid) == 0;
+    return false;
+}
+
+static bool wl_deleting(const json_t *wl)
+{
+    return json_is_string(json_object_get(json_object_get(wl, "metadata"), "deletionTimestamp"));
+}
+
+static void kueue_delete(struct pass *p, const json_t *wl)
+{
+    struct rec_action *a;
+
+    if (wl_deleting(wl))
+        return;
+    a = add_action(p, REC_DELETE, REC_KUEUE, wl_str(wl, "metadata", "name"), NULL);
+    if (a)
+        snprintf(a->uid, sizeof(a->uid), "%s", wl_str(wl, "metadata", "uid"));
+}
+
+/* Sets a condition in conds (a JSON array, edited), metav1.Condition style: lastTransitionTime
+ * moves only when the status changes. */
+static void wl_cond_set(const struct pass *p, const json_t *wl, json_t *conds, const char *type,
+                        bool status, const char *reason, const char *msg)
+{
+    json_t *c = NULL, *e;
+    const char *st = status ? "True" : "False";
+    char ts[32];
+    size_t i;
+
+    json_array_foreach(conds, i, e)
+        if (strcmp(cond_str(e, "type"), type) == 0)
+            c = e;
+    if (!c) {
+        c = json_object();
+        json_array_append_new(conds, c);
+    }
+    if (strcmp(cond_str(c, "status"), st) != 0 || !json_object_get(c, "lastTransitionTime")) {
+        cond_fmt_time(p->in->now, ts, sizeof(ts));
+        json_object_set_new(c, "lastTransitionTime", json_string(ts));
+    }
+    json_object_set_new(c, "type", json_string(type));
+    json_object_set_new(c, "status", json_string(st));
+    json_object_set_new(c, "reason", json_string(reason));
+    json_object_set_new(c, "message", json_string(msg));
+    json_object_set(c, "observedGeneration",
+                    json_object_get(json_object_get(wl, "metadata"), "generation"));
+    if (!json_is_integer(json_object_get(c, "observedGeneration")))
+        json_object_del(c, "observedGeneration");
+}
+
+/* A merge patch of the Workload's status: conditions (all of them: a merge patch replaces a
+ * list) and, when clear_admission, admission: null. The resourceVersion makes it a patch of
+ * what was read, or a 409. */
+static void kueue_patch(struct pass *p, const json_t *wl, json_t *conds, bool clear_admission)
+{
+    json_t *patch = json_pack("{s:{s:s}, s:{s:o}}", "metadata", "resourceVersion",
+                              wl_str(wl, "metadata", "resourceVersion"), "status", "conditions",
+                              conds);
+
+    if (clear_admission)
+        json_object_set_new(json_object_get(patch, "status"), "admission", json_null());
+    add_action(p, REC_UPDATE, REC_KUEUE, wl_str(wl, "metadata", "name"), patch);
+}
+
+static json_t *wl_conds_copy(const json_t *wl)
+{
+    const json_t *c = json_object_get(json_object_get(wl, "status"), "conditions");
+    return json_is_array(c) ? json_deep_copy(c) : json_array();
+}
+
+/* A terminal job marks its Workloads Finished: Kueue releases their quota. */
+static void kueue_finish(struct pass *p)
+{
+    bool ok = p->st.phase == TJ_PHASE_SUCCEEDED;
+    const struct cond *c = cond_find(&p->st.conds, ok ? COND_SUCCEEDED : COND_FAILED);
+    const json_t *wl;
+    size_t i;
+
+    json_array_foreach(p->in->workloads, i, wl) {
+        if (!wl_ours(p, wl) || wl_deleting(wl) || wl_true(wl, "Finished"))
+            continue;
+        json_t *conds = wl_conds_copy(wl);
+        wl_cond_set(p, wl, conds, "Finished", true, ok ? "Succeeded" : "Failed",
+                    c && c->message[0] ? c->message : ok ? "The job succeeded" : "The job failed");
+        kueue_patch(p, wl, conds, false);
+    }
+}
+
+/* Suspended, or no longer queued (the label went): its Workloads go, and their quota. */
+static void kueue_release(struct pass *p)
+{
+    const json_t *wl;
+    size_t i;
+
+    json_array_foreach(p->in->workloads, i, wl)
+        if (wl_ours(p, wl))
+            kueue_delete(p, wl);
+}
+
+/* Not admitted: no pod runs (any left are deleted, restarts kept), phase Pending, Queued=True.
+ * An Event when the job starts waiting, or waits for another reason. */
+static void queued(struct pass *p, bool warning, const char *reason, const char *msg)
+{
+    const struct cond *q = cond_find(&p->st.conds, COND_QUEUED);
+
+    for (size_t i = 0; i < p->in->npods; i++)
+        delete_pod(p, &p->in->pods[i]);
+    if (!q || !q->status || strcmp(q->reason, reason) != 0)
+        event(p, warning, reason, "%s", msg);
+    set_cond(p, COND_QUEUED, true, reason, msg);
+    if (cond_is_true(&p->st.conds, COND_SUSPENDED))
+        set_cond(p, COND_SUSPENDED, false, "Resumed", "spec.runPolicy.suspend is false");
+    clear_cond(p, COND_RUNNING, "Queued", "The job waits for Kueue to admit it");
+    clear_cond(p, COND_RESTARTING, "Queued", "The job waits for Kueue to admit it");
+    p->st.phase = TJ_PHASE_PENDING;
+    p->st.start_time = 0; /* activeDeadlineSeconds counts from admission */
+    children(p);
+}
+
+/* Evicted (preempted, deactivated, its queue stopped, ...): the pods go; once the last is gone,
+ * the admission is cleared so that Kueue can hand the quota on and requeue this Workload. */
+static void evicted(struct pass *p, const json_t *wl, const json_t *ev, const char *name)
+{
+    const char *why = cond_str(ev, "reason"), *what = cond_str(ev, "message");
+    char msg[COND_MESSAGE_MAX];
+
+    snprintf(msg, sizeof(msg), "Kueue evicted Workload %s (%s: %s); the pods are deleted and "
+             "the job resumes from its last checkpoint once admitted again", name, why, what);
+    queued(p, true, "Evicted", msg);
+    if (p->in->npods == 0 && (wl_true(wl, "QuotaReserved") ||
+                              json_object_get(json_object_get(wl, "status"), "admission"))) {
+        json_t *conds = wl_conds_copy(wl);
+        bool requeue = strcmp(why, "Preempted") == 0 || strcmp(why, "NodeFailures") == 0;
+        wl_cond_set(p, wl, conds, "QuotaReserved", false, "Pending", what);
+        if (wl_true(wl, "Admitted"))
+            wl_cond_set(p, wl, conds, "Admitted", false, "NoReservation",
+                        "The workload has no reservation");
+        wl_cond_set(p, wl, conds, "Requeued", requeue, why, what);
+        kueue_patch(p, wl, conds, true);
+    }
+}
+
+/* The admitted pod set's flavors ({resource: flavor}), or NULL. */
+static const json_t *admitted_flavors(const json_t *wl)
+{
+    const json_t *psa = json_object_get(json_object_get(json_object_get(wl, "status"),
+                                                        "admission"), "podSetAssignments"), *a;
+    size_t i;
+
+    json_array_foreach(psa, i, a)
+        if (strcmp(cond_str(a, "name"), RENDER_KUEUE_PODSET) == 0)
+            return json_object_get(a, "flavors");
+    return NULL;
+}
+
+/* The admission gate of a queued job: true when its pods may run. */
+static bool kueue_gate(struct pass *p)
+{
+    const struct tj *tj = p->tj;
+    char want[RENDER_NAME_MAX], msg[COND_MESSAGE_MAX];
+    const json_t *wl = NULL, *w, *ev, *qr;
+    size_t i;
+
+    render_kueue_name(tj, want, sizeof(want));
+    json_array_foreach(p->in->workloads, i, w) {
+        if (!wl_ours(p, w))
+            continue;
+        if (strcmp(wl_str(w, "metadata", "name"), want) == 0)
+            wl = w;
+        else /* made for another spec, queue or priority */
+            kueue_delete(p, w);
+    }
+    if (!p->in->kueue_served) {
+        snprintf(msg, sizeof(msg), "The job is labelled %s=%s, but the cluster serves no %s "
+                 "Workloads (is Kueue installed? then restart the operator); no pod runs until "
+                 "it does, or remove the label", TJ_LABEL_QUEUE, tj->queue, RENDER_KUEUE_API);
+        queued(p, true, "KueueNotServed", msg);
+        return false;
+    }
+    if (!wl) {
+        add_action(p, REC_CREATE, REC_KUEUE, want, render_kueue_workload(tj));
+        snprintf(msg, sizeof(msg), "Workload %s waits in LocalQueue %s for Kueue to admit it",
+                 want, tj->queue);
+        queued(p, false, "WaitingForAdmission", msg);
+        return false;
+    }
+    if (wl_deleting(wl)) {
+        snprintf(msg, sizeof(msg), "Workload %s is being deleted; the job waits for it to go "
+                 "and is then queued again", want);
+        queued(p, true, "WorkloadDeleted", msg);
+        return false;
+    }
+    if (wl_true(wl, "Finished")) { /* finished by someone else: a new one queues the job again */
+        kueue_delete(p, wl);
+        snprintf(msg, sizeof(msg), "Workload %s was marked Finished (%s) while the job ran; the "
+                 "job is queued again", want, cond_str(wl_cond(wl, "Finished"), "reason"));
+        queued(p, true, "WorkloadFinished", msg);
+        return false;
+    }
+    if ((ev = wl_cond(wl, "Evicted")) && strcmp(cond_str(ev, "status"), "True") == 0) {
+        evicted(p, wl, ev, want);
+        return false;
+    }
+    if (!wl_true(wl, "Admitted")) {
+        qr = wl_cond(wl, "QuotaReserved");
+        snprintf(msg, sizeof(msg), "Workload %s waits in LocalQueue %s for Kueue to admit it%s%s",
+                 want, tj->queue, qr ? ": " : "", qr ? cond_str(qr, "message") : "");
+        queued(p, false, "WaitingForAdmission", msg);
+        return false;
+    }
+    snprintf(msg, sizeof(msg), "Kueue admitted Workload %s in ClusterQueue %s", want,
+             wl_str(json_object_get(wl, "status"), "admission", "clusterQueue"));
+    if (cond_is_true(&p->st.conds, COND_QUEUED))
+        event(p, false, "Admitted", "%s", msg);
+    set_cond(p, COND_QUEUED, false, "Admitted", msg);
+    if (admitted_flavors(wl))
+        p->out->kueue_flavors = json_deep_copy(admitted_flavors(wl));
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Status
  * ------------------------------------------------------------------------------------------- */
 
@@ -863,7 +1126,7 @@ static int reconcile(const struct rec_input *in, size_t foreign, struct rec_resu
     const struct tj *tj = in->job;
     struct pass p = {.in = in, .tj = tj, .out = out, .st = tj->status, .foreign = foreign};
 
-    p.cap = in->npods + (size_t)tj->replicas + 8;
+    p.cap = in->npods + (size_t)tj->replicas + json_array_size(in->workloads) + 8;
     result_init(out, p.cap);
     if (tj->deleting) { /* the garbage collector takes the children */
         out->status = tj->status_raw ? json_deep_copy(tj->status_raw) : json_object();
@@ -878,12 +1141,18 @@ static int reconcile(const struct rec_input *in, size_t foreign, struct rec_resu
             event(&p, false, "Created", "TrainingJob %s/%s accepted: %d replicas", tj->ns,
                   tj->name, tj->replicas);
     }
-    if (tj_phase_terminal(p.st.phase))
+    if (tj_phase_terminal(p.st.phase)) {
         terminal(&p);
-    else if (tj->suspend)
+        kueue_finish(&p);
+    } else if (tj->suspend) {
         suspend(&p);
-    else
+        kueue_release(&p);
+    } else if (!tj->queue[0]) {
+        kueue_release(&p); /* the label went: the job runs outside Kueue */
         running(&p);
+    } else if (kueue_gate(&p)) {
+        running(&p);
+    }
     count_pods(&p);
     result_status(&p);
     return 0;
@@ -916,6 +1185,7 @@ void rec_result_cleanup(struct rec_result *r)
         json_decref(r->actions[i].obj);
     free(r->actions);
     json_decref(r->status);
+    json_decref(r->kueue_flavors);
     memset(r, 0, sizeof(*r));
 }
 
@@ -926,7 +1196,7 @@ const char *rec_verb_str(enum rec_verb v)
 
 const char *rec_kind_str(enum rec_kind k)
 {
-    static const char *const names[] = {"Pod",         "Service", "ConfigMap", "Secret",
-                                        "TrainingJob", "Workload"};
+    static const char *const names[] = {"Pod",         "Service",  "ConfigMap",    "Secret",
+                                        "TrainingJob", "Workload", "KueueWorkload"};
     return (unsigned)k < sizeof(names) / sizeof(names[0]) ? names[k] : "?";
 }

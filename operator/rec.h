@@ -65,7 +65,22 @@
  *  - status.progress is the poller's latest reading, else the observed one (kept); once Succeeded
  *    it reads complete (step = totalSteps, 100%, state succeeded). status.lastCheckpoint is
  *    {step, path: <checkpoint.path>/<job>/step-<N>} from progress.lastCheckpointStep, else kept.
- * Conditions (Created, Running, Restarting, Succeeded, Failed, Suspended, Stalled) change
+ *  - Kueue (the job labelled kueue.x-k8s.io/queue-name; Kueue's contract for a job kind whose
+ *    controller integrates itself, as its jobframework does for built-in kinds): the job runs
+ *    only while Kueue admits its Workload (render_kueue_workload()). No Workload of that name:
+ *    it is created, and no pod is. Not admitted yet, evicted (preempted, deactivated, its queue
+ *    stopped) or being deleted: no pod runs (any are deleted, as for suspend, restarts kept and
+ *    not counted), phase Pending, Queued=True with Kueue's own reason and message, startTime
+ *    cleared; an evicted Workload that still holds quota gets its admission cleared (status
+ *    merge patch: admission null, QuotaReserved=False Pending, Admitted=False, Requeued) once
+ *    the job's last pod is gone, which is what lets Kueue admit another Workload (a preemptor)
+ *    or this one again; the job then resumes from its last checkpoint. Admitted: Queued=False
+ *    and the job runs as without Kueue, its pods on the admitted flavors' nodes
+ *    (rec_result.kueue_flavors). A terminal job marks its Workload Finished (reason Succeeded
+ *    or Failed), which releases the quota; suspend deletes it (and releases it); the job's
+ *    other Workloads (its spec changed while suspended, or the label went) are deleted. When
+ *    the cluster serves no Kueue API, nothing runs and a Warning Event says so.
+ * Conditions (Created, Running, Restarting, Succeeded, Failed, Suspended, Stalled, Queued) change
  * lastTransitionTime only on transitions; status_changed is false when the new status equals the
  * observed one, so status is written only when it changed.
  */
@@ -151,10 +166,19 @@ struct rec_input {
     int progress_restart;
     time_t progress_since;
     bool progress_advanced;
+    /* Kueue: whether the API server serves kueue.x-k8s.io/v1beta2 Workloads (the operator
+     * watches them then), and the job's Workloads (labelled gantry.dev/job-name=<job>: a JSON
+     * array, borrowed; NULL: none) with metadata, spec and status. */
+    bool kueue_served;
+    const json_t *workloads;
 };
 
 enum rec_verb { REC_CREATE = 0, REC_UPDATE, REC_DELETE };
-enum rec_kind { REC_POD = 0, REC_SERVICE, REC_CONFIGMAP, REC_SECRET, REC_JOB, REC_WORKLOAD };
+/* REC_WORKLOAD: the gang's scheduling.k8s.io Workload; REC_KUEUE: the job's Kueue Workload
+ * (kueue.x-k8s.io), whose update is a merge patch of its status (obj, with
+ * metadata.resourceVersion as the precondition). */
+enum rec_kind { REC_POD = 0, REC_SERVICE, REC_CONFIGMAP, REC_SECRET, REC_JOB, REC_WORKLOAD,
+                REC_KUEUE };
 
 struct rec_action {
     enum rec_verb verb;
@@ -179,6 +203,9 @@ struct rec_result {
     long long requeue_after_s; /* -1: no timer needed (events will wake us) */
     struct rec_event events[REC_EVENTS_MAX];
     int nevents;
+    /* Kueue admitted the job: the ResourceFlavors of its pod set ({resource: flavor}, owned),
+     * whose nodeLabels and tolerations the executor adds to the pods it creates; else NULL. */
+    json_t *kueue_flavors;
 };
 
 /* The restart count R of the current gang: the higher of status.restarts and the pods' highest

@@ -7,12 +7,14 @@
  *   "service", "secret": true when observed; "configmap": true (observed with the rendered data)
  *              or a string (observed with that data),
  *   "now", "expectationsMet" (default true), "invalid" (run rec_invalid with tj_parse's error),
+ *   "kueue"    {"served": bool, "workloads": [the job's Kueue Workloads, as the informer keeps]},
  * and "expect":
  *   "actions"        exactly these, in order: "create Pod x-worker-0 batch=0", "delete Pod x", ...
  *   "status"         a subset of the new status: objects match key by key, arrays by containment,
  *                    the string "$absent" means the key must not be there,
  *   "statusChanged", "requeueAfter" (-1: none), "events" (["Warning Restarting", ...]),
  *   "objects"        {name or Kind/name: subset of the created/updated object},
+ *   "kueueFlavors"   the admitted flavors handed to the executor (null: none),
  *   "secondPassUnchanged"  feeding the new status back in gives no actions and no status write.
  * Plus unit tests of what the fixtures do not reach (pod parsing, batches, uid preconditions).
  */
@@ -242,6 +244,9 @@ static int load_input(struct fixture *fx, struct tj *tj, char *err, size_t errle
     else if (json_is_string(cm))
         fx->in.configmap_data = json_string_value(cm);
     fx->in.expectations_met = !json_is_false(json_object_get(fx->root, "expectationsMet"));
+    fx->in.kueue_served = json_is_true(json_object_get(json_object_get(fx->root, "kueue"),
+                                                       "served"));
+    fx->in.workloads = json_object_get(json_object_get(fx->root, "kueue"), "workloads");
     fx->in.token = "tok";
     fx->in.progress_restart = -1;
     if ((pj = json_object_get(fx->root, "progress"))) { /* what the poller would pass */
@@ -329,6 +334,9 @@ static void run_fixture(const char *dir, const char *file)
         check_events(file, &r, v);
     if ((v = json_object_get(exp, "objects")))
         check_objects(file, &r, v);
+    snprintf(label, sizeof(label), "%s: kueueFlavors", file);
+    if ((v = json_object_get(exp, "kueueFlavors")))
+        TEST_CHECK(json_is_null(v) ? r.kueue_flavors == NULL : match(v, r.kueue_flavors, label));
     if (json_is_true(json_object_get(exp, "secondPassUnchanged")))
         second_pass(file, &fx, r.status);
     rec_result_cleanup(&r);

@@ -366,3 +366,112 @@ long long render_workload_min(const json_t *workload)
     }
     return -1;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Kueue
+ * ------------------------------------------------------------------------------------------- */
+
+/* A container as Kueue counts it: name, image and resources, the requests filled in from the
+ * limits where missing (Kubernetes defaults a request to its limit; Kueue's quota reads the
+ * requests, and the Workload is not defaulted by the API server). A new object. */
+static json_t *kueue_container(const json_t *c)
+{
+    json_t *out = json_object(), *res = json_object(), *req;
+    const json_t *r = json_object_get(c, "resources"), *lim = json_object_get(r, "limits"), *v;
+    const char *k;
+
+    /* restartPolicy: a sidecar's requests add up with the containers', an init's do not */
+    static const char *const keys[] = {"name", "image", "restartPolicy", NULL};
+
+    for (const char *const *kk = keys; *kk; kk++)
+        if (json_object_get(c, *kk))
+            json_object_set_new(out, *kk, json_deep_copy(json_object_get(c, *kk)));
+    req = json_is_object(json_object_get(r, "requests"))
+              ? json_deep_copy(json_object_get(r, "requests")) : json_object();
+    json_object_foreach((json_t *)lim, k, v)
+        if (!json_object_get(req, k))
+            json_object_set_new(req, k, json_deep_copy(v));
+    if (json_is_object(lim))
+        json_object_set_new(res, "limits", json_deep_copy(lim));
+    if (json_object_size(req))
+        json_object_set(res, "requests", req);
+    json_decref(req);
+    json_object_set_new(out, "resources", res);
+    return out;
+}
+
+/* The job's one pod set as Kueue reads it: {name workers, count replicas, template}, the
+ * template holding what admission looks at (resources, node selection, priority, overhead), not
+ * the rendered env or volumes, so the Workload stays the same across operator versions. */
+static json_t *kueue_podset(const struct tj *tj)
+{
+    static const char *const keep[] = {"nodeSelector", "tolerations", "affinity",
+                                       "priorityClassName", "runtimeClassName", "overhead",
+                                       "topologySpreadConstraints", NULL};
+    json_t *pod = render_pod(tj, 0, 0);
+    const json_t *spec = json_object_get(pod, "spec"), *c;
+    json_t *out = json_object(), *cs;
+    static const char *const lists[] = {"containers", "initContainers", NULL};
+    size_t i;
+
+    for (const char *const *l = lists; *l; l++) {
+        if (!json_array_size(json_object_get(spec, *l)))
+            continue;
+        cs = json_array();
+        json_array_foreach(json_object_get(spec, *l), i, c)
+            json_array_append_new(cs, kueue_container(c));
+        json_object_set_new(out, *l, cs);
+    }
+    for (const char *const *k = keep; *k; k++)
+        if (json_object_get(spec, *k))
+            json_object_set_new(out, *k, json_deep_copy(json_object_get(spec, *k)));
+    json_decref(pod);
+    return json_pack("{s:s, s:i, s:{s:{s:{s:s}}, s:o}}", "name", RENDER_KUEUE_PODSET, "count",
+                     tj->replicas, "template", "metadata", "labels", RENDER_LABEL_JOB, tj->name,
+                     "spec", out);
+}
+
+/* 64-bit FNV-1a of s. */
+static unsigned long long fnv1a64(const char *s)
+{
+    unsigned long long h = 0xcbf29ce484222325ULL;
+
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The Workload's spec, and its name: trainingjob-<job>-<8 hex digits of the spec's digest>. */
+static json_t *kueue_spec(const struct tj *tj, char *name, size_t n)
+{
+    json_t *spec = json_pack("{s:s, s:[o]}", "queueName", tj->queue, "podSets",
+                             kueue_podset(tj));
+    char *text;
+
+    if (tj->priority[0])
+        json_object_set_new(spec, "priorityClassRef",
+                            json_pack("{s:s, s:s, s:s}", "group", RENDER_KUEUE_GROUP, "kind",
+                                      "WorkloadPriorityClass", "name", tj->priority));
+    text = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS);
+    snprintf(name, n, "trainingjob-%s-%08llx", tj->name,
+             text ? fnv1a64(text) & 0xffffffffULL : 0ULL);
+    free(text);
+    return spec;
+}
+
+void render_kueue_name(const struct tj *tj, char *out, size_t n)
+{
+    json_decref(kueue_spec(tj, out, n));
+}
+
+json_t *render_kueue_workload(const struct tj *tj)
+{
+    char name[RENDER_NAME_MAX];
+    json_t *spec = kueue_spec(tj, name, sizeof(name));
+    json_t *meta = child_meta(tj, name);
+
+    json_object_set_new(json_object_get(meta, "labels"), RENDER_LABEL_KUEUE_JOB_UID,
+                        json_string(tj->uid));
+    return json_pack("{s:s, s:s, s:o, s:o}", "apiVersion", RENDER_KUEUE_API, "kind", "Workload",
+                     "metadata", meta, "spec", spec);
+}

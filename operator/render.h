@@ -89,4 +89,20 @@ json_t *render_workload(const struct tj *tj);
 /* The gang's minCount in a Workload object (borrowed); -1 when it has none. */
 long long render_workload_min(const json_t *workload);
 
+/* Kueue (a job labelled kueue.x-k8s.io/queue-name, tj.h): the job's Workload
+ * (kueue.x-k8s.io/v1beta2), what Kueue admits or queues: spec.queueName, one pod set "workers"
+ * of count = replicas whose template carries the worker pod's resources (requests filled in from
+ * limits) and node selection, and with the priority-class label a WorkloadPriorityClass
+ * reference (the executor fills in spec.priority from it). Named
+ * trainingjob-<job>-<8 hex digits of its spec>: a job whose queue, priority or pods changed
+ * (while suspended) gets a Workload of another name, and the old one is deleted. Labelled with
+ * the job's name and kueue.x-k8s.io/job-uid, controlled by the job. */
+#define RENDER_KUEUE_GROUP "kueue.x-k8s.io"
+#define RENDER_KUEUE_API "kueue.x-k8s.io/v1beta2"
+#define RENDER_KUEUE_PODSET "workers"
+#define RENDER_LABEL_KUEUE_JOB_UID "kueue.x-k8s.io/job-uid"
+json_t *render_kueue_workload(const struct tj *tj);
+/* Its name; out has at least RENDER_NAME_MAX bytes (12 + 54 + 9 fit). */
+void render_kueue_name(const struct tj *tj, char *out, size_t n);
+
 #endif /* GANTRY_RENDER_H */

@@ -399,6 +399,68 @@ static void test_is_pod_name(void)
     tj_cleanup(&tj);
 }
 
+/* Kueue's Workload: queue, one pod set of count = replicas with the worker's resources (requests
+ * filled in from limits, the GPU limit included), the priority class, the name's digest. */
+static void test_kueue_workload(void)
+{
+    struct tj tj;
+    json_t *wl, *ps, *c;
+    char name[RENDER_NAME_MAX], name2[RENDER_NAME_MAX];
+
+    TEST_EQ_INT(load_job("{\"replicas\":3,\"gpusPerReplica\":2,\"template\":{\"spec\":{"
+                         "\"nodeSelector\":{\"pool\":\"a\"},\"containers\":[{\"name\":"
+                         "\"worker\",\"resources\":{\"requests\":{\"cpu\":\"4\"},\"limits\":{"
+                         "\"memory\":\"8Gi\"}}},{\"name\":\"side\",\"image\":\"s:1\"}]}}}", &tj),
+                0);
+    snprintf(tj.queue, sizeof(tj.queue), "team-a");
+    wl = render_kueue_workload(&tj);
+    render_kueue_name(&tj, name, sizeof(name));
+    TEST_EQ_STR(str_at(wl, "apiVersion"), "kueue.x-k8s.io/v1beta2");
+    TEST_EQ_STR(str_at(wl, "kind"), "Workload");
+    TEST_EQ_STR(str_at(wl, "metadata.name"), name);
+    TEST_CHECK(strncmp(name, "trainingjob-spam-", 17) == 0 && strlen(name) == 17 + 8);
+    c = json_object_get(json_object_get(wl, "metadata"), "labels"); /* keys with dots */
+    TEST_EQ_STR(json_string_value(json_object_get(c, "gantry.dev/job-name")), "spam");
+    TEST_EQ_STR(json_string_value(json_object_get(c, "kueue.x-k8s.io/job-uid")), "uid-7");
+    TEST_EQ_STR(str_at(json_array_get(json_object_get(json_object_get(wl, "metadata"),
+                                                      "ownerReferences"), 0), "uid"), "uid-7");
+    TEST_EQ_STR(str_at(wl, "spec.queueName"), "team-a");
+    TEST_CHECK(json_object_get(json_object_get(wl, "spec"), "priorityClassRef") == NULL);
+    ps = json_array_get(json_object_get(json_object_get(wl, "spec"), "podSets"), 0);
+    TEST_EQ_STR(str_at(ps, "name"), "workers");
+    TEST_EQ_INT(json_integer_value(json_object_get(ps, "count")), 3);
+    TEST_EQ_STR(str_at(ps, "template.spec.nodeSelector.pool"), "a");
+    TEST_CHECK(json_object_get(json_object_get(json_object_get(ps, "template"), "spec"),
+                               "volumes") == NULL);
+    c = container(json_object_get(ps, "template"), "worker");
+    TEST_EQ_STR(str_at(c, "resources.requests.cpu"), "4");
+    TEST_EQ_STR(str_at(c, "resources.requests.memory"), "8Gi");
+    TEST_EQ_STR(str_at(c, "resources.limits.memory"), "8Gi");
+    TEST_EQ_INT(json_integer_value(json_object_get(
+                    json_object_get(json_object_get(c, "resources"), "requests"),
+                    "nvidia.com/gpu")), 2);
+    TEST_CHECK(json_object_get(c, "env") == NULL && json_object_get(c, "volumeMounts") == NULL);
+    TEST_EQ_STR(str_at(container(json_object_get(ps, "template"), "side"), "image"), "s:1");
+    json_decref(wl);
+
+    /* the same job, the same name; another queue, priority or replicas, another name */
+    render_kueue_name(&tj, name2, sizeof(name2));
+    TEST_EQ_STR(name2, name);
+    snprintf(tj.priority, sizeof(tj.priority), "high");
+    render_kueue_name(&tj, name2, sizeof(name2));
+    TEST_CHECK(strcmp(name2, name) != 0);
+    wl = render_kueue_workload(&tj);
+    TEST_EQ_STR(str_at(wl, "spec.priorityClassRef.kind"), "WorkloadPriorityClass");
+    TEST_EQ_STR(str_at(wl, "spec.priorityClassRef.group"), "kueue.x-k8s.io");
+    TEST_EQ_STR(str_at(wl, "spec.priorityClassRef.name"), "high");
+    json_decref(wl);
+    tj.priority[0] = '\0';
+    tj.replicas = 4;
+    render_kueue_name(&tj, name2, sizeof(name2));
+    TEST_CHECK(strcmp(name2, name) != 0);
+    tj_cleanup(&tj);
+}
+
 int main(void)
 {
     TEST_RUN(test_pod_contract);
@@ -407,6 +469,7 @@ int main(void)
     TEST_RUN(test_template_merge);
     TEST_RUN(test_service_configmap_secret);
     TEST_RUN(test_gang_workload);
+    TEST_RUN(test_kueue_workload);
     TEST_RUN(test_config_is_stable);
     TEST_RUN(test_is_pod_name);
     return test_summary();

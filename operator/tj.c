@@ -1,6 +1,7 @@
 #include "operator/tj.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -142,6 +143,22 @@ static bool dns1035_label(const char *s)
     for (size_t i = 0; i < n; i++)
         if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
             return false;
+    return true;
+}
+
+/* A DNS-1123 subdomain: what Kubernetes allows as the name of most objects. */
+static bool dns1123_subdomain(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > 253)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        bool alnum = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9');
+        bool edge = i == 0 || i == n - 1 || s[i - 1] == '.' || s[i + 1] == '.';
+        if (!alnum && !(s[i] == '-' && !edge) && !(s[i] == '.' && !edge))
+            return false;
+    }
     return true;
 }
 
@@ -463,6 +480,29 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
  * metadata, spec, status
  * ------------------------------------------------------------------------------------------- */
 
+/* The Kueue labels: which LocalQueue the job waits in, at which WorkloadPriorityClass. */
+static void parse_kueue_labels(struct tj *tj, const json_t *labels, struct errs *e)
+{
+    static const struct {
+        const char *key, *what;
+        size_t off;
+    } ls[] = {{TJ_LABEL_QUEUE, "a LocalQueue", offsetof(struct tj, queue)},
+              {TJ_LABEL_PRIORITY, "a WorkloadPriorityClass", offsetof(struct tj, priority)}};
+
+    for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++) {
+        char *dst = (char *)tj + ls[i].off;
+        const char *v = json_string_value(json_object_get(labels, ls[i].key));
+        dst[0] = '\0';
+        if (!v)
+            continue;
+        if (!dns1123_subdomain(v))
+            errf(e, "metadata.labels[\"%s\"]: \"%s\" must name %s (lower-case letters, digits, "
+                    "'-' and '.')", ls[i].key, v, ls[i].what);
+        else
+            snprintf(dst, TJ_QUEUE_MAX + 1, "%s", v);
+    }
+}
+
 static void parse_metadata(struct tj *tj, const json_t *meta, struct errs *e)
 {
     get_str(meta, "metadata", "name", NULL, tj->name, sizeof(tj->name), e);
@@ -480,6 +520,7 @@ static void parse_metadata(struct tj *tj, const json_t *meta, struct errs *e)
         errf(e, "metadata.namespace: must be set");
     if (!tj->uid[0])
         errf(e, "metadata.uid: must be set (it is the owner of every child object)");
+    parse_kueue_labels(tj, json_object_get(meta, "labels"), e);
 }
 
 static void parse_run_policy(struct tj *tj, const json_t *spec, struct errs *e)

@@ -60,6 +60,12 @@ enum tj_clean { TJ_CLEAN_RUNNING = 0, TJ_CLEAN_ALL, TJ_CLEAN_NONE };
  *             = replicas, and every pod's spec.workloadRef naming it. */
 enum tj_gang { TJ_GANG_NONE = 0, TJ_GANG_WORKLOAD };
 
+/* Kueue (kueue.x-k8s.io): a job labelled kueue.x-k8s.io/queue-name waits in that LocalQueue
+ * until Kueue admits it (rec.h); kueue.x-k8s.io/priority-class names a WorkloadPriorityClass. */
+#define TJ_LABEL_QUEUE "kueue.x-k8s.io/queue-name"
+#define TJ_LABEL_PRIORITY "kueue.x-k8s.io/priority-class"
+#define TJ_QUEUE_MAX 253 /* a LocalQueue's or a WorkloadPriorityClass's name: a DNS subdomain */
+
 struct tj_status {
     enum tj_phase phase;
     int restarts;
@@ -98,6 +104,8 @@ struct tj {
     bool suspend;
     enum tj_clean clean;
     enum tj_gang gang;
+    char queue[TJ_QUEUE_MAX + 1];    /* label kueue.x-k8s.io/queue-name; "": not queued */
+    char priority[TJ_QUEUE_MAX + 1]; /* label kueue.x-k8s.io/priority-class; "": none */
 
     struct tj_status status;
     json_t *status_raw; /* the observed .status (new reference) or NULL: compared, not trusted */

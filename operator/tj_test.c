@@ -398,8 +398,41 @@ static void test_phase_names(void)
     TEST_CHECK(!tj_phase_terminal(TJ_PHASE_SUSPENDED));
 }
 
+/* The Kueue labels: the LocalQueue and the WorkloadPriorityClass, each a DNS subdomain. */
+static void test_kueue_labels(void)
+{
+    char err[TJ_ERR_MAX];
+    struct tj tj;
+
+#define KMETA(labels)                                                                         \
+    "{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"spam\",\"namespace\":\"ml\","          \
+    "\"uid\":\"u-1\",\"labels\":" labels "},\"spec\":{}}"
+    TEST_EQ_INT(parse(KMETA("{\"kueue.x-k8s.io/queue-name\":\"team-a\","
+                            "\"kueue.x-k8s.io/priority-class\":\"high.v1\",\"app\":\"x\"}"),
+                      &tj, err, sizeof(err)), 0);
+    TEST_EQ_STR(tj.queue, "team-a");
+    TEST_EQ_STR(tj.priority, "high.v1");
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse(KMETA("{\"app\":\"x\"}"), &tj, err, sizeof(err)), 0);
+    TEST_EQ_STR(tj.queue, "");
+    TEST_EQ_STR(tj.priority, "");
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse(KMETA("{\"kueue.x-k8s.io/queue-name\":\"Team_A\"}"), &tj, err,
+                      sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "metadata.labels[\"kueue.x-k8s.io/queue-name\"]: \"Team_A\" must "
+                           "name a LocalQueue") != NULL);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse(KMETA("{\"kueue.x-k8s.io/queue-name\":\"q\","
+                            "\"kueue.x-k8s.io/priority-class\":\"-x\"}"), &tj, err,
+                      sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "kueue.x-k8s.io/priority-class") != NULL);
+    tj_cleanup(&tj);
+#undef KMETA
+}
+
 int main(void)
 {
+    TEST_RUN(test_kueue_labels);
     TEST_RUN(test_minimal_gets_defaults);
     TEST_RUN(test_full_spec);
     TEST_RUN(test_errors_name_the_field);
