@@ -16,11 +16,12 @@ E2E_IMAGE=${E2E_IMAGE:-gantry-worker:0.1.0}
 #   shmHostPath (a host folder mounted at /dev/shm instead of the operator's memory volume: pods
 #   on one node then share it, as the emulated NCCL needs across pods), gang
 #   (runPolicy.schedulingPolicy.gang: None or Workload), slots (each worker requests that many
-#   gantry.dev/e2e-slot, an extended resource scenario 9 gives the node, to fill it exactly)
+#   gantry.dev/e2e-slot, an extended resource scenario 9 gives the node, to fill it exactly),
+#   queue and priority (the labels kueue.x-k8s.io/queue-name and kueue.x-k8s.io/priority-class)
 spam_job() {
     local name=$1 epochs=3 maxsteps=0 interval=40 replicas=$E2E_REPLICAS seqlen=128 backoff=2 kv
     local gpus=0 nproc='' image=$E2E_IMAGE env='' shm='' cpu='' evals=0 keep=3 stop='' gang=None
-    local slots=''
+    local slots='' labels=''
     shift
     for kv in "$@"; do
         case $kv in
@@ -47,6 +48,8 @@ spam_job() {
             shmHostPath=*) shm=${kv#*=} ;;
             gang=*) gang=${kv#*=} ;;
             slots=*) slots=", gantry.dev/e2e-slot: \"${kv#*=}\"" ;;
+            queue=*) labels="$labels, kueue.x-k8s.io/queue-name: ${kv#*=}" ;;
+            priority=*) labels="$labels, kueue.x-k8s.io/priority-class: ${kv#*=}" ;;
             emuDevices=*) env="env: [{name: GANTRY_EMU_DEVICES, value: \"${kv#*=}\"}]" ;;
             *) echo "spam_job: unknown $kv" >&2; return 1 ;;
         esac
@@ -56,7 +59,7 @@ apiVersion: gantry.dev/v1alpha1
 kind: TrainingJob
 metadata:
   name: $name
-  labels: {app.kubernetes.io/part-of: gantry-e2e}
+  labels: {app.kubernetes.io/part-of: gantry-e2e$labels}
 spec:
   replicas: $replicas
   gpusPerReplica: $gpus

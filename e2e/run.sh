@@ -30,6 +30,11 @@
 #      3 workers, pod-by-pod scheduling binds 2; the gang binds none; shrunk to 2 while
 #      suspended (the operator replaces the Workload) the gang binds both and Succeeds. On a
 #      cluster that serves no Workloads: no pod, and an Event that says what to enable
+#   10 Kueue: a ClusterQueue with room for one job of 2 workers; a low-priority job is admitted
+#      (its pods on the flavor's node) and checkpoints, a high-priority one preempts it (pods
+#      deleted, quota handed back) and Succeeds, then the low one is admitted again, resumes
+#      from its checkpoint and Succeeds; a job in a missing LocalQueue gets no pod. Without
+#      Kueue: no pod, and a Warning Event
 #   6  helm uninstall leaves no operator objects
 # On any failure: operator and worker logs, events, describe output in $ARTIFACTS (default
 # ./artifacts/e2e-<UTC time>). The last line is 'N passed, N failed'; exit 0 only with 0 failed.
@@ -50,7 +55,7 @@ E2E=$ROOT/e2e
 # shellcheck source=e2e/jobs.sh
 . "$E2E/jobs.sh"
 
-KEEP=0 BUILD=1 ONLY="4 1 8 2 3 7 9 5 6"
+KEEP=0 BUILD=1 ONLY="4 1 8 2 3 7 9 10 5 6"
 while [ $# -gt 0 ]; do
     case $1 in
         --keep) KEEP=1; shift ;;
@@ -68,7 +73,7 @@ E2E_TRAIN_TIMEOUT=${E2E_TRAIN_TIMEOUT:-900}
 RELEASE=gantry RELEASE_NS=gantry-system
 NS=gantry-e2e-$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
 CLUSTER_RUN=${GANTRY_RUN:-/tmp/gantry-cluster}
-OWN_CLUSTER=0 LOCAL_TIER=0 VOLDIR='' IMG_DIR='' CRD_EXISTED=1 INSTALLED=0 EMU_BUILD='' GPU_NODE='' SLOT_NODE=''
+OWN_CLUSTER=0 LOCAL_TIER=0 VOLDIR='' IMG_DIR='' CRD_EXISTED=1 INSTALLED=0 EMU_BUILD='' GPU_NODE='' SLOT_NODE='' KUEUE_OBJS=''
 T0=$SECONDS
 declare -A TIMES
 
@@ -222,6 +227,7 @@ teardown() {
     kc delete namespace "$NS" --wait=true --timeout=120s >/dev/null 2>&1 || true
     [ -z "$GPU_NODE" ] || gpu_node_unpatch "$GPU_NODE" >/dev/null 2>&1 || true
     [ -z "$SLOT_NODE" ] || node_res_unpatch "$SLOT_NODE" gantry.dev/e2e-slot >/dev/null 2>&1 || true
+    [ -z "$KUEUE_OBJS" ] || kc delete -f "$KUEUE_OBJS" --wait=false >/dev/null 2>&1 || true
     kc delete pv "$NS-data" "$NS-ckpt" --wait=false >/dev/null 2>&1 || true
     if [ $INSTALLED = 1 ]; then
         "$HELM" uninstall "$RELEASE" -n "$RELEASE_NS" --wait --timeout 120s >/dev/null 2>&1 || true
@@ -310,6 +316,7 @@ for n in $ONLY; do
         7) run_scenario 7 "several ranks per pod: gpusPerReplica 2 on emulated GPUs, nprocPerNode 2 on CPUs" ;;
         8) run_scenario 8 "evaluation during training and early stopping" ;;
         9) run_scenario 9 "gang scheduling: all of a gang's pods or none (kube-scheduler's Workload API)" ;;
+        10) run_scenario 10 "Kueue: queued, admitted, preempted by a higher priority, resumed" ;;
         *) echo "unknown scenario $n" >&2 ;;
     esac
 done

@@ -178,10 +178,15 @@ hasnt "no leader election: no Lease RBAC" "$out" "leader-election" "leases"
 out=$(render --set replicaCount=3)
 has "replicas 3: leader election, 3 replicas" "$out" "replicas: 3" "name: GANTRY_LEASE_NAMESPACE"
 
-out=$(render --set watchNamespace=team-a --set rbac.aggregateToDefaultRoles=false)
+out=$(render --set watchNamespace=team-a --set rbac.aggregateToDefaultRoles=false \
+    --set rbac.kueueClusterRead=false)
 has "watchNamespace: Role + RoleBinding there, GANTRY_NAMESPACE set" "$out" \
     "=kind: Role" "=kind: RoleBinding" "namespace: team-a" 'value: "team-a"'
 hasnt "watchNamespace: no ClusterRole(Binding)" "$out" "=kind: ClusterRoleBinding" "=kind: ClusterRole"
+out=$(render --set watchNamespace=team-a --set rbac.aggregateToDefaultRoles=false)
+has "watchNamespace: a ClusterRole(Binding) to get Kueue's cluster-scoped objects" "$out" \
+    "=kind: ClusterRole" "=kind: ClusterRoleBinding" "gantry-operator-kueue-read" \
+    "resources: [resourceflavors, workloadpriorityclasses]"
 
 out=$(render --set rbac.create=false --set rbac.aggregateToDefaultRoles=false)
 hasnt "rbac.create=false: no roles or bindings" "$out" "kind: Role" "kind: ClusterRole" "Binding"
