@@ -773,12 +773,14 @@ static bool wl_true(const json_t *wl, const char *type)
 }
 
 /* Ours: the job controls it (a Workload with the job's label that another object controls, a
- * deleted job's of the same name, is not ours to touch). */
+ * deleted job's of the same name, is not ours to touch); one without a name is nobody's. */
 static bool wl_ours(const struct pass *p, const json_t *wl)
 {
     const json_t *refs = json_object_get(json_object_get(wl, "metadata"), "ownerReferences"), *r;
     size_t i;
 
+    if (!wl_str(wl, "metadata", "name")[0])
+        return false;
     json_array_foreach(refs, i, r)
         if (json_is_true(json_object_get(r, "controller")))
             return !p->tj->uid[0] || strcmp(cond_str(r, "uid"), p->tj->uid) == 0;
@@ -834,10 +836,11 @@ static void wl_cond_set(const struct pass *p, const json_t *wl, json_t *conds, c
 
 /* A merge patch of the Workload's status: conditions (all of them: a merge patch replaces a
  * list) and, when clear_admission, admission: null. The resourceVersion makes it a patch of
- * what was read, or a 409. */
+ * what was read, or a 409; the name (unchanged) says which. */
 static void kueue_patch(struct pass *p, const json_t *wl, json_t *conds, bool clear_admission)
 {
-    json_t *patch = json_pack("{s:{s:s}, s:{s:o}}", "metadata", "resourceVersion",
+    json_t *patch = json_pack("{s:{s:s, s:s}, s:{s:o}}", "metadata", "name",
+                              wl_str(wl, "metadata", "name"), "resourceVersion",
                               wl_str(wl, "metadata", "resourceVersion"), "status", "conditions",
                               conds);
 

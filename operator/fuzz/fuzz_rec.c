@@ -7,7 +7,8 @@
  *   {"now": "2026-11-30T08:00:00Z", "job": {TrainingJob}, "pods": [{Pod}, ...],
  *    "service": bool, "secret": bool, "configmap": true | "config.json text",
  *    "expectationsMet": bool, "progress": {"status": {...}, "restart": R, "advanced": bool,
- *    "since": "..."}, "worker": {rank 0's /progress answer}}
+ *    "since": "..."}, "worker": {rank 0's /progress answer},
+ *    "kueue": {"served": bool, "workloads": [the job's Kueue Workloads]}}
  *
  * status.progress comes as the operator makes it: "worker" through progress_status() (the
  * poller), else the fixture's "progress.status"; then a finished rank 0's termination message
@@ -109,6 +110,8 @@ static int load(struct world *w, struct tj *tj, char *err, size_t errlen, int *p
         w->in.configmap_data = json_string_value(cm);
     w->in.expectations_met = !json_is_false(json_object_get(w->root, "expectationsMet"));
     w->in.token = "fuzz-token";
+    w->in.kueue_served = json_is_true(json_object_get(json_object_get(w->root, "kueue"), "served"));
+    w->in.workloads = json_object_get(json_object_get(w->root, "kueue"), "workloads");
     w->in.progress_restart = -1;
     if ((pg = json_object_get(w->root, "progress"))) {
         const char *since = json_string_value(json_object_get(pg, "since"));
