@@ -814,7 +814,7 @@ static int kueue_priority(struct kube_client *kc, json_t *wl, struct outcome *ou
  * template that contradicts a flavor's label: no such pod could ever be placed). */
 static int kueue_place(struct kube_client *kc, const struct rec_result *r, char *msg, size_t n)
 {
-    json_t *sel = json_object(), *tols = json_array(), *flavor;
+    json_t *sel = json_object(), *tols = json_array(), *seen = json_object(), *flavor;
     const char *res, *k;
     json_t *v, *x;
     int rc = 0;
@@ -825,8 +825,10 @@ static int kueue_place(struct kube_client *kc, const struct rec_result *r, char 
         size_t i;
 
         flavor = NULL;
-        if (!json_is_string(v))
+        /* one flavor often serves several resources (cpu, memory): read and apply it once */
+        if (!json_is_string(v) || json_object_get(seen, json_string_value(v)))
             continue;
+        json_object_set_new(seen, json_string_value(v), json_true());
         rc = kube_path(path, sizeof(path), RENDER_KUEUE_API, "resourceflavors", NULL,
                        json_string_value(v), NULL);
         if (rc == 0)
@@ -878,6 +880,7 @@ static int kueue_place(struct kube_client *kc, const struct rec_result *r, char 
 out:
     json_decref(sel);
     json_decref(tols);
+    json_decref(seen);
     return rc;
 }
 
