@@ -850,8 +850,12 @@ static int kueue_place(struct kube_client *kc, const struct rec_result *r, char 
         const struct rec_action *a = &r->actions[i];
         json_t *spec = json_object_get(a->obj, "spec"), *ns;
 
-        if (a->kind != REC_POD || a->verb != REC_CREATE || !spec)
+        if (a->kind != REC_POD || a->verb != REC_CREATE || !a->obj)
             continue;
+        if (!json_is_object(spec)) {
+            spec = json_object();
+            json_object_set_new(a->obj, "spec", spec);
+        }
         if (!json_is_object(ns = json_object_get(spec, "nodeSelector"))) {
             ns = json_object();
             json_object_set_new(spec, "nodeSelector", ns);

@@ -610,6 +610,176 @@ static void test_apply_workload(void)
     fclose(logs);
 }
 
+/* Kueue: what the executor adds around rec's actions (exec.c kueue_priority, kueue_place) and
+ * how it writes a Workload's status, against a server that plays the API server with Kueue. */
+static struct {
+    pthread_mutex_t mu;
+    char log[16][200];
+    char bodies[16][1024];
+    int n;
+} K = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int kq_handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *req)
+{
+    static const char missing[] =
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"reason\":"
+        "\"NotFound\",\"code\":404,\"message\":\"not found\"}";
+    char ctype[128] = "";
+
+    (void)ud;
+    testsrv_header(req, "Content-Type", ctype, sizeof(ctype));
+    pthread_mutex_lock(&K.mu);
+    if (K.n < 16) {
+        snprintf(K.log[K.n], sizeof(K.log[0]), "%s %.140s %.40s", req->method, req->path,
+                 strcmp(req->method, "PATCH") == 0 ? ctype : "");
+        snprintf(K.bodies[K.n++], sizeof(K.bodies[0]), "%.1000s", req->body ? req->body : "");
+    }
+    pthread_mutex_unlock(&K.mu);
+    if (strstr(req->path, "/resourceflavors/f1"))
+        testsrv_respond(c, 200, NULL, "{\"kind\":\"ResourceFlavor\",\"metadata\":{\"name\":"
+                        "\"f1\"},\"spec\":{\"nodeLabels\":{\"pool\":\"a\"},\"tolerations\":[{"
+                        "\"key\":\"dedicated\",\"operator\":\"Exists\"}]}}");
+    else if (strstr(req->path, "/workloadpriorityclasses/high"))
+        testsrv_respond(c, 200, NULL, "{\"kind\":\"WorkloadPriorityClass\",\"value\":1000}");
+    else if (strstr(req->path, "/resourceflavors/") || strstr(req->path, "/workloadpriority"))
+        testsrv_respond(c, 404, NULL, missing);
+    else
+        testsrv_respond(c, strcmp(req->method, "POST") == 0 ? 201 : 200, NULL, "{}");
+    return 0;
+}
+
+/* Applies r (taken) and returns exec_apply's result; K holds what the server saw. */
+static int kq_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
+                    struct rec_result *r)
+{
+    int rc;
+
+    K.n = 0;
+    rc = exec_apply(w, obj, tj, r);
+    rec_result_cleanup(r);
+    exec_expect_forget(w->sh->expect, "ml/j");
+    return rc;
+}
+
+static int kq_count(const char *prefix)
+{
+    int n = 0;
+
+    for (int i = 0; i < K.n; i++)
+        n += strncmp(K.log[i], prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+static void test_apply_kueue(void)
+{
+    struct testsrv *srv = testsrv_start(kq_handler, NULL);
+    struct kube_config cfg = {0};
+    struct exec_shared sh = {0};
+    struct exec_worker w = {.sh = &sh};
+    struct rec_result r;
+    struct tj tj;
+    char server[64];
+    json_t *body, *obj = json_loads(
+        "{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"j\",\"namespace\":\"ml\",\"uid\":\"u\","
+        "\"resourceVersion\":\"5\",\"labels\":{\"kueue.x-k8s.io/queue-name\":\"team\","
+        "\"kueue.x-k8s.io/priority-class\":\"high\"}},\"spec\":{\"replicas\":2}}", 0, NULL);
+
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
+    cfg.server = server;
+    cfg.namespace = "ml";
+    cfg.token = "t";
+    w.kc = kube_client_new(&cfg, NULL);
+    sh.expect = exec_expect_new();
+    TEST_EQ_INT(tj_parse(obj, &tj, NULL, 0), 0);
+
+    /* 1. the Workload gets its WorkloadPriorityClass's value as spec.priority */
+    memset(&r, 0, sizeof(r));
+    r.actions = calloc(4, sizeof(*r.actions));
+    r.actions[r.nactions++] = (struct rec_action){.verb = REC_CREATE, .kind = REC_KUEUE,
+                                                  .obj = render_kueue_workload(&tj)};
+    render_kueue_name(&tj, r.actions[0].name, sizeof(r.actions[0].name));
+    TEST_EQ_INT(kq_apply(&w, obj, &tj, &r), 0);
+    TEST_EQ_INT(K.n, 2);
+    TEST_CHECK(strstr(K.log[0], "GET /apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses/high"));
+    TEST_CHECK(strstr(K.log[1], "POST /apis/kueue.x-k8s.io/v1beta2/namespaces/ml/workloads"));
+    body = json_loads(K.bodies[1], 0, NULL);
+    TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(body, "spec"), "priority")),
+                1000);
+    json_decref(body);
+
+    /* 2. a priority class that does not exist: no Workload, an error naming the label */
+    snprintf(tj.priority, sizeof(tj.priority), "nope");
+    memset(&r, 0, sizeof(r));
+    r.actions = calloc(4, sizeof(*r.actions));
+    r.actions[r.nactions++] = (struct rec_action){.verb = REC_CREATE, .kind = REC_KUEUE,
+                                                  .name = "x", .obj = render_kueue_workload(&tj)};
+    TEST_EQ_INT(kq_apply(&w, obj, &tj, &r), OP_ENOTFOUND);
+    TEST_EQ_INT(kq_count("POST"), 0);
+    snprintf(tj.priority, sizeof(tj.priority), "high");
+
+    /* 3. admitted on flavor f1 (for cpu and memory: read once): its node label and toleration
+     *    go on every pod */
+    memset(&r, 0, sizeof(r));
+    r.actions = calloc(4, sizeof(*r.actions));
+    add(&r, REC_CREATE, "j-worker-0", 0, NULL);
+    add(&r, REC_CREATE, "j-worker-1", 1, NULL);
+    json_object_set_new(r.actions[1].obj, "spec", json_pack("{s:{s:s}}", "nodeSelector", "zone",
+                                                            "z1"));
+    r.kueue_flavors = json_pack("{s:s, s:s}", "cpu", "f1", "memory", "f1");
+    TEST_EQ_INT(kq_apply(&w, obj, &tj, &r), 0);
+    TEST_EQ_INT(kq_count("GET /apis/kueue.x-k8s.io/v1beta2/resourceflavors/f1"), 1);
+    TEST_EQ_INT(kq_count("POST /api/v1/namespaces/ml/pods"), 2);
+    for (int i = 0; i < K.n; i++) {
+        json_t *spec;
+        if (strncmp(K.log[i], "POST", 4) != 0)
+            continue;
+        body = json_loads(K.bodies[i], 0, NULL);
+        spec = json_object_get(body, "spec");
+        TEST_EQ_STR(json_string_value(json_object_get(json_object_get(spec, "nodeSelector"),
+                                                      "pool")), "a");
+        TEST_EQ_INT(json_array_size(json_object_get(spec, "tolerations")), 1);
+        json_decref(body);
+    }
+    TEST_CHECK(strstr(K.bodies[2], "\"zone\":\"z1\"") || strstr(K.bodies[1], "\"zone\":\"z1\""));
+
+    /* 4. a template nodeSelector that contradicts the flavor, or a flavor that cannot be read:
+     *    no pod at all (it could never be placed where Kueue reserved its quota) */
+    memset(&r, 0, sizeof(r));
+    r.actions = calloc(4, sizeof(*r.actions));
+    add(&r, REC_CREATE, "j-worker-0", 0, NULL);
+    json_object_set_new(r.actions[0].obj, "spec", json_pack("{s:{s:s}}", "nodeSelector", "pool",
+                                                            "b"));
+    r.kueue_flavors = json_pack("{s:s}", "cpu", "f1");
+    TEST_EQ_INT(kq_apply(&w, obj, &tj, &r), OP_EINVALID);
+    TEST_EQ_INT(kq_count("POST /api/v1/namespaces/ml/pods"), 0);
+    TEST_CHECK(exec_expect_met(sh.expect, "ml/j", time(NULL))); /* the held pod is not awaited */
+    memset(&r, 0, sizeof(r));
+    r.actions = calloc(4, sizeof(*r.actions));
+    add(&r, REC_CREATE, "j-worker-0", 0, NULL);
+    r.kueue_flavors = json_pack("{s:s}", "cpu", "gone");
+    TEST_EQ_INT(kq_apply(&w, obj, &tj, &r), OP_ENOTFOUND);
+    TEST_EQ_INT(kq_count("POST /api/v1/namespaces/ml/pods"), 0);
+
+    /* 5. a Workload's status: a merge patch of its status subresource, as rec made it */
+    memset(&r, 0, sizeof(r));
+    r.actions = calloc(4, sizeof(*r.actions));
+    r.actions[r.nactions++] = (struct rec_action){
+        .verb = REC_UPDATE, .kind = REC_KUEUE, .name = "wl",
+        .obj = json_pack("{s:{s:s, s:s}, s:{s:n, s:[]}}", "metadata", "name", "wl",
+                         "resourceVersion", "41", "status", "admission", "conditions")};
+    TEST_EQ_INT(kq_apply(&w, obj, &tj, &r), 0);
+    TEST_EQ_INT(K.n, 1);
+    TEST_EQ_STR(K.log[0], "PATCH /apis/kueue.x-k8s.io/v1beta2/namespaces/ml/workloads/wl/status "
+                          "application/merge-patch+json");
+    TEST_CHECK(strstr(K.bodies[0], "\"admission\":null") && strstr(K.bodies[0], "\"41\""));
+
+    tj_cleanup(&tj);
+    json_decref(obj);
+    exec_expect_free(sh.expect);
+    kube_client_free(w.kc);
+    testsrv_stop(srv);
+}
+
 int main(void)
 {
     log_set_level(LOG_LEVEL_ERROR); /* the executor's info/warn lines are expected here */
@@ -621,5 +791,6 @@ int main(void)
     TEST_RUN(test_pod_index);
     TEST_RUN(test_apply_against_server);
     TEST_RUN(test_apply_workload);
+    TEST_RUN(test_apply_kueue);
     return test_summary();
 }
