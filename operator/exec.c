@@ -1187,6 +1187,69 @@ static size_t gather_pods(struct exec_shared *sh, const struct tj *tj, struct re
     return g.n;
 }
 
+bool exec_kueue_start(struct exec_shared *sh, const struct kube_config *cfg,
+                      const struct kube_client_opts *copts)
+{
+    struct informer_handlers h = {exec_on_child, exec_on_child_update, exec_on_child, sh};
+    const char *ns = sh->watch_ns && sh->watch_ns[0] ? sh->watch_ns : NULL;
+    char path[KUBE_MAX_PATH], list[KUBE_MAX_PATH + 16];
+    long long next = atomic_load(&sh->kueue_next_probe), now = (long long)time(NULL);
+    struct informer_opts io = {0};
+    struct informer *inf;
+    struct kube_client *kc;
+    json_t *got = NULL;
+    int rc;
+
+    if (atomic_load(&sh->kueue_served))
+        return true;
+    /* one prober at a time, once per EXEC_KUEUE_PROBE_S */
+    if (now < next || !atomic_compare_exchange_strong(&sh->kueue_next_probe, &next,
+                                                      now + EXEC_KUEUE_PROBE_S))
+        return false;
+    kc = kube_client_new(cfg, copts);
+    rc = kube_get(kc, "/apis/" RENDER_KUEUE_API, &got);
+    json_decref(got);
+    got = NULL;
+    if (rc) {
+        log_info("Kueue not served: jobs labelled " TJ_LABEL_QUEUE " wait; looking again in a "
+                 "minute when one is synced", "{s:s, s:s}", "api", RENDER_KUEUE_API, "error",
+                 op_strerror(rc));
+        kube_client_free(kc);
+        return false;
+    }
+    rc = kube_path(path, sizeof(path), RENDER_KUEUE_API, "workloads", ns, NULL, NULL);
+    snprintf(list, sizeof(list), "%s?limit=1", path);
+    if (rc == 0)
+        rc = kube_get(kc, list, &got);
+    json_decref(got);
+    kube_client_free(kc);
+    if (rc) {
+        log_warn("Kueue is served but its Workloads cannot be listed: jobs labelled "
+                 TJ_LABEL_QUEUE " wait", "{s:s, s:s}", "error", op_strerror(rc), "hint",
+                 "grant get, list, watch, create, delete on workloads and patch on "
+                 "workloads/status (kueue.x-k8s.io), as the chart's role does");
+        return false;
+    }
+    io.compact = false;
+    io.watch.path = path; /* copied by informer_new() */
+    io.watch.label_selector = RENDER_LABEL_JOB;
+    io.fields = exec_kueue_fields;
+    inf = informer_new(cfg, copts, &io, &h);
+    if (informer_start(inf) != 0 ||
+        informer_wait_synced(inf, (sh->sync_timeout_s > 0 ? sh->sync_timeout_s : 60) * 1000)) {
+        log_warn("Kueue Workload informer did not sync: jobs labelled " TJ_LABEL_QUEUE " wait",
+                 "{s:i}", "timeout_s", (int)sh->sync_timeout_s);
+        informer_stop(inf);
+        informer_free(inf);
+        return false;
+    }
+    sh->workloads = inf;
+    atomic_store(&sh->kueue_served, true); /* after the informer: readers check the flag */
+    log_info("Kueue served: watching its Workloads", "{s:s, s:i}", "api", RENDER_KUEUE_API,
+             "workloads", (int)informer_len(inf));
+    return true;
+}
+
 /* The job's Kueue Workloads: copies of the cached ones labelled with its name, in its
  * namespace (deep copies: the cache's objects are shared). */
 struct gather_wl {
@@ -1210,7 +1273,7 @@ static json_t *gather_workloads(struct exec_shared *sh, const struct tj *tj)
 {
     struct gather_wl g = {tj, json_array()};
 
-    if (sh->workloads)
+    if (atomic_load(&sh->kueue_served))
         informer_each(sh->workloads, gather_wl_cb, &g);
     return g.out;
 }
@@ -1270,7 +1333,9 @@ static int sync_once(struct exec_worker *w, const char *key, const json_t *obj)
         random_token(token, sizeof(token));
     in.token = in.have_secret ? NULL : token;
     progress_lookup(sh->progress, key, &in, &prog);
-    in.kueue_served = sh->kueue_served;
+    if (tj.queue[0] && !atomic_load(&sh->kueue_served) && w->cfg)
+        exec_kueue_start(sh, w->cfg, w->copts); /* installed since the last look? */
+    in.kueue_served = atomic_load(&sh->kueue_served);
     in.workloads = wls = gather_workloads(sh, &tj);
     rc = rec_reconcile(&in, &r);
     if (rc == 0)

@@ -97,10 +97,14 @@ struct exec_shared {
     struct informer *services;   /* labelled gantry.dev/job-name, identity only */
     struct informer *configmaps; /* labelled, with data */
     struct informer *secrets;    /* labelled, identity only: tokens are never cached */
-    /* Kueue Workloads labelled gantry.dev/job-name (exec_kueue_fields), when the API server
-     * serves kueue.x-k8s.io/v1beta2 (kueue_served); else NULL. */
+    /* Kueue Workloads labelled gantry.dev/job-name (exec_kueue_fields), once the API server
+     * serves kueue.x-k8s.io/v1beta2 and the operator may list them (kueue_served; the informer
+     * is set before the flag); NULL before. exec_kueue_start() sets them. */
     struct informer *workloads;
-    bool kueue_served;
+    atomic_bool kueue_served;
+    atomic_llong kueue_next_probe; /* time(): when a queued job may look for Kueue again */
+    const char *watch_ns;          /* the operator's --namespace ("": all); borrowed */
+    long sync_timeout_s;           /* how long an informer may take to list (--sync-timeout) */
     struct queue *queue;
     struct exec_expect *expect;
     struct exec_index *pod_index;  /* NULL: scan every cached pod (tests) */
@@ -108,6 +112,16 @@ struct exec_shared {
     struct progress *progress;     /* rank 0's progress (progress.h); NULL: none (tests) */
     struct exec_stats stats;
 };
+
+/* Kueue: when the API server serves kueue.x-k8s.io/v1beta2 Workloads and lets the operator list
+ * them, starts the watch on those labelled with a job's name (a change wakes the job,
+ * exec_on_child) and sets sh->kueue_served. Without them, queued jobs wait with an Event saying
+ * why (rec.h), and a sync of such a job calls this again at most every EXEC_KUEUE_PROBE_S (rec
+ * asks for a timer of that): Kueue installed after the operator is found without a restart.
+ * true when served. Thread-safe: one caller probes at a time, the others return false. */
+#define EXEC_KUEUE_PROBE_S REC_KUEUE_PROBE_S
+bool exec_kueue_start(struct exec_shared *sh, const struct kube_config *cfg,
+                      const struct kube_client_opts *copts);
 
 /*
  * The pod informer's typed record (informer_transform, like client-go's SetTransform): what

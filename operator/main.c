@@ -329,59 +329,6 @@ static struct informer **informer_slot(struct controller *c, int i)
     return slots[i];
 }
 
-/* Kueue: when the API server serves kueue.x-k8s.io/v1beta2 Workloads and lets us list them, a
- * watch on those labelled with a job's name (a change wakes the job, exec_on_child). Without
- * them, queued jobs wait with an Event saying why (rec.h); Kueue installed later needs a
- * restart of the operator. */
-static void start_kueue(struct exec_shared *sh, const struct opts *o,
-                        const struct kube_config *cfg, const struct kube_client_opts *copts)
-{
-    struct kube_client *kc = kube_client_new(cfg, copts);
-    struct informer_handlers h = {exec_on_child, exec_on_child_update, exec_on_child, sh};
-    char path[KUBE_MAX_PATH], list[KUBE_MAX_PATH + 16];
-    json_t *got = NULL;
-    int rc;
-
-    rc = kube_get(kc, "/apis/" RENDER_KUEUE_API, &got);
-    json_decref(got);
-    got = NULL;
-    if (rc) {
-        log_info("Kueue not served: jobs labelled " TJ_LABEL_QUEUE " will wait", "{s:s, s:s}",
-                 "api", RENDER_KUEUE_API, "error", op_strerror(rc));
-        kube_client_free(kc);
-        return;
-    }
-    rc = kube_path(path, sizeof(path), RENDER_KUEUE_API, "workloads", o->ns[0] ? o->ns : NULL,
-                   NULL, NULL);
-    snprintf(list, sizeof(list), "%s?limit=1", path);
-    if (rc == 0)
-        rc = kube_get(kc, list, &got);
-    json_decref(got);
-    kube_client_free(kc);
-    if (rc) {
-        log_warn("Kueue is served but its Workloads cannot be listed: jobs labelled "
-                 TJ_LABEL_QUEUE " will wait", "{s:s, s:s}", "error", op_strerror(rc), "hint",
-                 "grant get, list, watch, create, delete and patch on workloads and "
-                 "patch on workloads/status (kueue.x-k8s.io), as the chart's ClusterRole does");
-        return;
-    }
-    sh->workloads = start_informer(cfg, copts, RENDER_KUEUE_API, "workloads", o->ns,
-                                   CHILD_SELECTOR, exec_kueue_fields, &h, NULL, NULL);
-    if (!sh->workloads || informer_wait_synced(sh->workloads, o->sync_timeout_s * 1000) != 0) {
-        log_warn("Kueue Workload informer did not sync: jobs labelled " TJ_LABEL_QUEUE
-                 " will wait", "{s:i}", "timeout_s", (int)o->sync_timeout_s);
-        if (sh->workloads) {
-            informer_stop(sh->workloads);
-            informer_free(sh->workloads);
-            sh->workloads = NULL;
-        }
-        return;
-    }
-    sh->kueue_served = true;
-    log_info("Kueue served: watching its Workloads", "{s:s, s:i}", "api", RENDER_KUEUE_API,
-             "workloads", (int)informer_len(sh->workloads));
-}
-
 /* Starts informers, waits for their first lists, starts the workers. 0, or an exit code. */
 static int controller_start(struct controller *c, const struct opts *o,
                             const struct kube_config *cfg, const struct kube_client_opts *copts)
@@ -421,7 +368,9 @@ static int controller_start(struct controller *c, const struct opts *o,
     }
     log_info("Caches synced", "{s:i, s:i}", "trainingjobs", (int)informer_len(sh->jobs), "pods",
              (int)informer_len(sh->pods));
-    start_kueue(sh, o, cfg, copts);
+    sh->watch_ns = o->ns;
+    sh->sync_timeout_s = o->sync_timeout_s;
+    exec_kueue_start(sh, cfg, copts);
     struct progress_opts po = {.interval_ms = o->progress_interval_s * 1000,
                                .url_template = o->progress_url};
     sh->progress = progress_new(sh, &po);

@@ -959,9 +959,11 @@ static bool kueue_gate(struct pass *p)
     }
     if (!p->in->kueue_served) {
         snprintf(msg, sizeof(msg), "The job is labelled %s=%s, but the cluster serves no %s "
-                 "Workloads (is Kueue installed? then restart the operator); no pod runs until "
-                 "it does, or remove the label", TJ_LABEL_QUEUE, tj->queue, RENDER_KUEUE_API);
+                 "Workloads (is Kueue installed? the operator looks again every minute), or "
+                 "the operator may not list them; no pod runs until it can, or remove the label",
+                 TJ_LABEL_QUEUE, tj->queue, RENDER_KUEUE_API);
         queued(p, true, "KueueNotServed", msg);
+        requeue(p, REC_KUEUE_PROBE_S);
         return false;
     }
     if (!wl) {

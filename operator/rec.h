@@ -103,6 +103,7 @@
 #define REC_PROBLEM_MSG_MAX 256
 #define REC_TERM_MSG_MAX 1024 /* a terminated worker's message (its log's tail): kept up to 1 KiB */
 #define REC_IP_MAX 48          /* an IPv4 or IPv6 address (INET6_ADDRSTRLEN) */
+#define REC_KUEUE_PROBE_S 60   /* a queued job on a cluster without Kueue: look again then */
 
 enum rec_pod_phase { REC_POD_PENDING = 0, REC_POD_RUNNING, REC_POD_SUCCEEDED, REC_POD_FAILED,
                      REC_POD_UNKNOWN };
@@ -167,7 +168,8 @@ struct rec_input {
     time_t progress_since;
     bool progress_advanced;
     /* Kueue: whether the API server serves kueue.x-k8s.io/v1beta2 Workloads (the operator
-     * watches them then), and the job's Workloads (labelled gantry.dev/job-name=<job>: a JSON
+     * watches them then; without, a queued job asks for a timer of REC_KUEUE_PROBE_S, at which
+     * the executor looks for Kueue again), and the job's Workloads (labelled gantry.dev/job-name=<job>: a JSON
      * array, borrowed; NULL: none) with metadata, spec and status. */
     bool kueue_served;
     const json_t *workloads;
