@@ -1226,7 +1226,7 @@ bool exec_kueue_start(struct exec_shared *sh, const struct kube_config *cfg,
     if (rc) {
         log_warn("Kueue is served but its Workloads cannot be listed: jobs labelled "
                  TJ_LABEL_QUEUE " wait", "{s:s, s:s}", "error", op_strerror(rc), "hint",
-                 "grant get, list, watch, create, delete on workloads and patch on "
+                 "grant list, watch, create, delete on workloads and patch on "
                  "workloads/status (kueue.x-k8s.io), as the chart's role does");
         return false;
     }

@@ -25,6 +25,14 @@
 #                                                    workloads get
 #   wl-replace suspended, replicas 2 -> 3, resumed: the Workload's minCount is wrong, so it is
 #            deleted and made again, then 3 pods     workloads delete
+#   kueue    a third job, labelled with a LocalQueue and a WorkloadPriorityClass, gets its Kueue
+#            Workload, with the priority's value     kueue workloads list/watch/create,
+#                                                    workloadpriorityclasses get
+#   kq-pods  Kueue (a real one, v0.17) admits it: its pods carry the flavor's node label
+#                                                    resourceflavors get
+#   kq-suspend suspend deletes the Workload          kueue workloads delete
+#   kq-finish resumed, admitted again, worker 0 exits 0: the Workload is marked Finished
+#                                                    kueue workloads/status patch
 # The test plays kubelet (pod phases through the status subresource). Then, in parallel, the same
 # scenario for variants of the ClusterRole with one verb (list+watch as a pair) or the Lease
 # Role removed: each must fail, at the step that needs what was removed.
@@ -39,7 +47,8 @@
 # GANTRY_TEST_KUBECONFIG does not run that plugin (its admission metrics say), the test starts
 # a private API tier that does (hack/cluster.sh, GANTRY_API_ADMISSION_PLUGINS; ~20 s).
 # The Workload steps need an API server that serves scheduling.k8s.io/v1alpha1 (the GenericWorkload
-# feature gate); the private tier below gets it too when the cluster given lacks either.
+# feature gate), the Kueue steps a running Kueue (GANTRY_KUEUE=1); the private tier below gets
+# both when the cluster given lacks any of the three.
 # Exits 77 when GANTRY_TEST_KUBECONFIG is unset. Operator logs: $ARTIFACTS (or a temp dir).
 set -euo pipefail
 op=${1:?usage: rbac_api_test.sh PATH-TO-gantry-operator}
@@ -62,6 +71,8 @@ cleanup() {
     fi
     "$helm" uninstall "$rel" -n "$relns" >/dev/null 2>&1 || true
     kc delete clusterrole,clusterrolebinding -l "gantry.dev/test=$id" >/dev/null 2>&1 || true
+    kc delete clusterqueues.kueue.x-k8s.io,resourceflavors.kueue.x-k8s.io,workloadpriorityclasses.kueue.x-k8s.io \
+        -l "gantry.dev/test=$id" --wait=false >/dev/null 2>&1 || true
     kc delete namespace -l "gantry.dev/test=$id" --wait=false >/dev/null 2>&1 || true
     kc delete namespace "$relns" --wait=false >/dev/null 2>&1 || true
     rm -rf "$work"
@@ -76,11 +87,17 @@ serves_workloads() {
     kc api-resources --api-group=scheduling.k8s.io -o name 2>/dev/null |
         grep -qx workloads.scheduling.k8s.io
 }
-if ! has_plugin || ! serves_workloads; then
-    echo "the cluster does not run OwnerReferencesPermissionEnforcement or serve Workloads: starting a private API tier with both"
+# Kueue: its Workloads served and its manager admitting them (the cluster's Kueue runs when
+# cluster.env says so; on another cluster, its ClusterQueues' Active condition would tell).
+serves_kueue() {
+    kc api-resources --api-group=kueue.x-k8s.io -o name 2>/dev/null |
+        grep -qx workloads.kueue.x-k8s.io
+}
+if ! has_plugin || ! serves_workloads || ! serves_kueue; then
+    echo "the cluster does not run OwnerReferencesPermissionEnforcement, serve Workloads or run Kueue: starting a private API tier with all three"
     private=$work/cluster
     if ! GANTRY_RUN=$private GANTRY_API_ADMISSION_PLUGINS=OwnerReferencesPermissionEnforcement \
-        GANTRY_FEATURE_GATES=GenericWorkload=true "$root/hack/cluster.sh" up --tier api \
+        GANTRY_FEATURE_GATES=GenericWorkload=true GANTRY_KUEUE=1 "$root/hack/cluster.sh" up --tier api \
         >"$logs/private-tier-$id.log" 2>&1; then
         bad "private API tier with OwnerReferencesPermissionEnforcement did not start (log: $logs/private-tier-$id.log)"
         summary
@@ -94,6 +111,30 @@ has_plugin &&
 serves_workloads &&
     ok "the API server serves scheduling.k8s.io/v1alpha1 Workloads" ||
     bad "the API server serves scheduling.k8s.io/v1alpha1 Workloads"
+serves_kueue &&
+    ok "the API server serves Kueue's kueue.x-k8s.io Workloads" ||
+    bad "the API server serves Kueue's kueue.x-k8s.io Workloads"
+# One ClusterQueue with room for every run's job at once, a flavor with a node label, a priority.
+kc apply -f - >/dev/null <<KQ
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: $id, labels: {gantry.dev/test: $id}}
+spec: {nodeLabels: {gantry.dev/test-pool: $id}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: $id, labels: {gantry.dev/test: $id}}
+spec:
+  namespaceSelector: {matchLabels: {gantry.dev/test: $id}}
+  resourceGroups:
+    - coveredResources: [cpu, memory]
+      flavors: [{name: $id, resources: [{name: cpu, nominalQuota: "100"}, {name: memory, nominalQuota: 1Ti}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: $id, labels: {gantry.dev/test: $id}}
+value: 4242
+KQ
 
 kc apply -f "$root/manifests/crds/" >/dev/null
 kc wait --for=condition=Established crd/trainingjobs.gantry.dev --timeout=60s >/dev/null
@@ -137,8 +178,8 @@ proxy_url() {
 }
 
 # variants NAME=DROP...: per variant a ServiceAccount bound to the chart's ClusterRole less DROP,
-# all created with one apply. DROP: "RESOURCE:VERB[,VERB]" (verbs removed from the rule for
-# RESOURCE; the rest of the rules are the chart's as installed), or "lease" (the chart's
+# all created with one apply. DROP: "[GROUP/]RESOURCE:VERB[,VERB]" (verbs removed from the rules
+# for RESOURCE, of GROUP only when given; the rest of the rules are the chart's as installed), or "lease" (the chart's
 # ClusterRole but no binding to the Lease Role). Then a kubeconfig per variant.
 variants() {
     kc get clusterrole "$cr" -o json | python3 -c '
@@ -162,10 +203,13 @@ for arg in sys.argv[5:]:
         items.append(binding("ClusterRoleBinding", sa, "ClusterRole", cr))
         continue
     res, verbs = drop.split(":")
+    group = None
+    if "." in res.split("/")[0]:  # GROUP/RESOURCE: in that API group only (workloads are in two)
+        group, res = res.split("/", 1)
     gone, found = set(verbs.split(",")), False
     rules = copy.deepcopy(base["rules"])
     for r in rules:
-        if res in r["resources"]:
+        if res in r["resources"] and (group is None or group in r["apiGroups"]):
             assert gone <= set(r["verbs"]), (res, r["verbs"], gone)
             r["verbs"] = [v for v in r["verbs"] if v not in gone]
             found = True
@@ -282,6 +326,33 @@ JOB
     "${k[@]}" patch tj "$job" --type=merge -p '{"spec":{"replicas":3}}' >/dev/null
     suspend_ false
     step wl-replace 10 wl_pods 3 || return 0
+    # Kueue: the job waits in a LocalQueue of the test's ClusterQueue; Kueue admits it.
+    job=tjk-$name
+    "${k[@]}" apply -f - >/dev/null <<JOB
+{"apiVersion":"kueue.x-k8s.io/v1beta2","kind":"LocalQueue","metadata":{"name":"lq"},
+ "spec":{"clusterQueue":"$id"}}
+JOB
+    "${k[@]}" apply -f - >/dev/null <<JOB
+{"apiVersion":"gantry.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"$job",
+ "labels":{"kueue.x-k8s.io/queue-name":"lq","kueue.x-k8s.io/priority-class":"$id"}},
+ "spec":{"replicas":2,"template":{"spec":{"containers":[{"name":"worker",
+ "resources":{"requests":{"cpu":"100m","memory":"64Mi"}}}]}}}}
+JOB
+    kwl() { "${k[@]}" get workloads.kueue.x-k8s.io -l "gantry.dev/job-name=$job" -o jsonpath="$1" 2>/dev/null; }
+    kq_pods() { # N pods, each on the flavor's node label
+        pods_are "$1" && [ "$("${k[@]}" get pods -l "gantry.dev/job-name=$job" \
+            -o jsonpath='{range .items[*]}{.spec.nodeSelector.gantry\.dev/test-pool}{" "}{end}')" = "$id $id " ]
+    }
+    step kueue 20 bash -c "[ \"\$('$kubectl' -n $ns get workloads.kueue.x-k8s.io -l gantry.dev/job-name=$job -o jsonpath='{.items[0].spec.priority}')\" = 4242 ]" || return 0
+    step kq-pods 20 kq_pods 2 || return 0
+    suspend_ true
+    step kq-suspend 10 bash -c "[ -z \"\$('$kubectl' -n $ns get workloads.kueue.x-k8s.io -l gantry.dev/job-name=$job -o name)\" ]" || return 0
+    suspend_ false
+    until_ 20 kq_pods 2 || { echo "FAIL kq-resume"; return 0; }
+    "${k[@]}" patch "pod/$job-worker-0" --subresource=status --type=merge -p '{"status":{"phase":"Succeeded",
+        "containerStatuses":[{"name":"worker","image":"gantry-worker:0.1.0","imageID":"","ready":false,
+        "restartCount":0,"state":{"terminated":{"exitCode":0,"reason":"Completed"}}}]}}' >/dev/null
+    step kq-finish 20 bash -c "[ \"\$('$kubectl' -n $ns get workloads.kueue.x-k8s.io -l gantry.dev/job-name=$job -o jsonpath='{.items[0].status.conditions[?(@.type==\"Finished\")].status}')\" = True ]" || return 0
     echo DONE
 }
 
@@ -295,6 +366,8 @@ declare -A expect=(
     [status-update]=status [events-create]=event [cm-patch]=cm-heal [pods-delete]=suspend
     [events-patch]=series [tj-delete]=ttl [tj-get]=conflict [finalizers]=service
     [wl-create]=workload [wl-get]=wl-adopt [wl-delete]=wl-replace
+    [kq-listwatch]=kueue [kq-create]=kueue [wpc-get]=kueue [rf-get]=kq-pods
+    [kq-delete]=kq-suspend [kq-status]=kq-finish
 )
 declare -A drop=(
     [lease]=lease
@@ -306,7 +379,11 @@ declare -A drop=(
     [events-create]=events:create [cm-patch]=configmaps:patch [pods-delete]=pods:delete
     [events-patch]=events:patch [tj-delete]=trainingjobs:delete [tj-get]=trainingjobs:get
     [finalizers]=trainingjobs/finalizers:update
-    [wl-create]=workloads:create [wl-get]=workloads:get [wl-delete]=workloads:delete
+    [wl-create]=scheduling.k8s.io/workloads:create [wl-get]=scheduling.k8s.io/workloads:get
+    [wl-delete]=scheduling.k8s.io/workloads:delete
+    [kq-listwatch]=kueue.x-k8s.io/workloads:list,watch [kq-create]=kueue.x-k8s.io/workloads:create
+    [wpc-get]=workloadpriorityclasses:get [rf-get]=resourceflavors:get
+    [kq-delete]=kueue.x-k8s.io/workloads:delete [kq-status]=workloads/status:patch
 )
 # Runs through holdproxy.py: the chart's (must recover from the 409) and the one without get.
 proxy chart
