@@ -934,6 +934,15 @@ static void apply_one(struct kube_client *kc, const struct tj *tj, const char *k
             if (rc == 0)
                 log_info("Updated Kueue Workload status", "{s:s, s:s}", "trainjob", key, "name",
                          a->name);
+            /* Kueue wrote it since our read (it does at admission): the watch brings that
+             * version and wakes the job, which decides again; not an error, no Event */
+            if (rc == OP_ECONFLICT || rc == OP_ENOTFOUND) {
+                log_info("Kueue Workload changed since read; deciding again on its next version",
+                         "{s:s, s:s, s:s}", "trainjob", key, "name", a->name, "error",
+                         op_strerror(rc));
+                out->already = true;
+                rc = 0;
+            }
         } else if (rc == 0 && a->verb == REC_UPDATE) {
             json_t *patch = json_pack("{s:O}", "data", json_object_get(a->obj, "data"));
             rc = kube_patch(kc, path, KUBE_PATCH_MERGE, patch, NULL, NULL);

@@ -205,6 +205,7 @@ struct pass {
     struct tj_status st; /* the new status, edited in place */
     int active, ready, succeeded, failed; /* pods of the current gang */
     size_t foreign; /* pods with the job's labels that another object controls (not in in) */
+    const json_t *admitted; /* Kueue: the job's admitted Workload, or NULL */
 };
 
 static struct rec_action *add_action(struct pass *p, enum rec_verb verb, enum rec_kind kind,
@@ -1004,7 +1005,40 @@ static bool kueue_gate(struct pass *p)
     set_cond(p, COND_QUEUED, false, "Admitted", msg);
     if (admitted_flavors(wl))
         p->out->kueue_flavors = json_deep_copy(admitted_flavors(wl));
+    p->admitted = wl;
     return true;
+}
+
+/* The admitted Workload's PodsReady condition, as Kueue's job controllers keep it (Kueue's
+ * waitForPodsReady evicts a Workload whose pods are not ready in time, and requeues one that
+ * does not recover): True (Started; Recovered after a failure) once every worker of the current
+ * gang is ready or done, else False (WaitForStart; WaitForRecovery after it was True). After
+ * count_pods(). Written only when it changes. */
+static void kueue_pods_ready(struct pass *p)
+{
+    const json_t *wl = p->admitted, *c = wl_cond(wl, "PodsReady");
+    const char *was = cond_str(c, "reason");
+    bool ready = p->ready + p->succeeded >= p->tj->replicas, wasready;
+    const char *reason, *msg;
+    json_t *conds;
+
+    wasready = strcmp(cond_str(c, "status"), "True") == 0;
+    if (ready) {
+        bool rec = strcmp(was, "WaitForRecovery") == 0 || strcmp(was, "Recovered") == 0;
+        reason = rec ? "Recovered" : "Started";
+        msg = "All pods reached readiness and the workload is running";
+    } else if (wasready || strcmp(was, "WaitForRecovery") == 0) {
+        reason = "WaitForRecovery";
+        msg = "At least one pod has failed, waiting for recovery";
+    } else {
+        reason = "WaitForStart";
+        msg = "Not all pods are ready or succeeded";
+    }
+    if (c && wasready == ready && strcmp(was, reason) == 0)
+        return;
+    conds = wl_conds_copy(wl);
+    wl_cond_set(p, wl, conds, "PodsReady", ready, reason, msg);
+    kueue_patch(p, wl, conds, false);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1159,6 +1193,8 @@ static int reconcile(const struct rec_input *in, size_t foreign, struct rec_resu
         running(&p);
     }
     count_pods(&p);
+    if (p.admitted && !tj_phase_terminal(p.st.phase))
+        kueue_pods_ready(&p);
     result_status(&p);
     return 0;
 }
