@@ -5,7 +5,8 @@
 # of 2 workers (cpu 200m: each worker requests 100m), a ResourceFlavor whose node label is the
 # node's hostname, a LocalQueue in the test namespace, WorkloadPriorityClasses low and high.
 #   a. low (2 workers, priority low): the operator makes its Workload in the LocalQueue, Kueue
-#      admits it, the pods carry the flavor's node label and the job runs to a checkpoint.
+#      admits it, the pods carry the flavor's node label, the Workload reports PodsReady and the
+#      job runs to a checkpoint.
 #   b. high (2 workers, priority high): Kueue preempts low; the operator deletes low's pods
 #      (Queued=True, Evicted; restarts still 0), hands the quota back (low's Workload loses its
 #      admission), and high runs to Succeeded; its Workload is then Finished.
@@ -116,6 +117,10 @@ scenario_10() {
         '{.status.admission.clusterQueue}' gantry-e2e
     check "tj/$low: Queued=False (Admitted), 2 pods Running" \
         wait_until 120 admitted_running "$NS" "$low" 2
+    check "its Workload reports PodsReady=True (Started), which Kueue's waitForPodsReady reads" \
+        wait_until 60 kq_wl_at "$NS" "$low" \
+        '{.status.conditions[?(@.type=="PodsReady")].status}/{.status.conditions[?(@.type=="PodsReady")].reason}' \
+        True/Started
     check "its pods carry the flavor's node label (nodeSelector kubernetes.io/hostname=$node)" \
         test "$(kc -n "$NS" get pod "$low-worker-0" -o 'jsonpath={.spec.nodeSelector.kubernetes\.io/hostname}')" = "$node"
     step=$(wait_kill_moment "$NS" "$low" "$E2E_TRAIN_TIMEOUT")
