@@ -319,6 +319,17 @@ static void add(struct rec_result *r, enum rec_verb v, const char *name, int bat
         a->obj = json_pack("{s:s, s:{s:s}}", "kind", "Pod", "metadata", "name", name);
 }
 
+/* The executor's client, pointed at srv: a token, namespace ml; server holds the URL. */
+static void rig_client(struct testsrv *srv, struct kube_config *cfg, char *server, size_t n,
+                       struct exec_worker *w)
+{
+    snprintf(server, n, "http://127.0.0.1:%d", testsrv_port(srv));
+    cfg->server = server;
+    cfg->namespace = "ml";
+    cfg->token = "t";
+    w->kc = kube_client_new(cfg, NULL);
+}
+
 static void test_apply_against_server(void)
 {
     struct testsrv *srv = testsrv_start(handler, NULL);
@@ -332,11 +343,7 @@ static void test_apply_against_server(void)
                              "\"namespace\":\"ml\",\"uid\":\"u\",\"resourceVersion\":\"5\"},"
                              "\"spec\":{\"replicas\":4}}", 0, NULL);
 
-    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
-    cfg.server = server;
-    cfg.namespace = "ml";
-    cfg.token = "t";
-    w.kc = kube_client_new(&cfg, NULL);
+    rig_client(srv, &cfg, server, sizeof(server), &w);
     w.cfg = &cfg; /* batches run in parallel on pool connections */
     sh.expect = exec_expect_new();
     TEST_EQ_INT(tj_parse(obj, &tj, NULL, 0), 0);
@@ -541,11 +548,7 @@ static void test_apply_workload(void)
                              "\"spec\":{\"replicas\":4,\"runPolicy\":{\"schedulingPolicy\":"
                              "{\"gang\":\"Workload\"}}}}", 0, NULL);
 
-    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
-    cfg.server = server;
-    cfg.namespace = "ml";
-    cfg.token = "t";
-    w.kc = kube_client_new(&cfg, NULL);
+    rig_client(srv, &cfg, server, sizeof(server), &w);
     sh.expect = exec_expect_new();
     TEST_EQ_INT(tj_parse(obj, &tj, NULL, 0), 0);
     TEST_EQ_INT(tj.gang, TJ_GANG_WORKLOAD);
@@ -684,11 +687,7 @@ static void test_apply_kueue(void)
         "\"resourceVersion\":\"5\",\"labels\":{\"kueue.x-k8s.io/queue-name\":\"team\","
         "\"kueue.x-k8s.io/priority-class\":\"high\"}},\"spec\":{\"replicas\":2}}", 0, NULL);
 
-    snprintf(server, sizeof(server), "http://127.0.0.1:%d", testsrv_port(srv));
-    cfg.server = server;
-    cfg.namespace = "ml";
-    cfg.token = "t";
-    w.kc = kube_client_new(&cfg, NULL);
+    rig_client(srv, &cfg, server, sizeof(server), &w);
     sh.expect = exec_expect_new();
     TEST_EQ_INT(tj_parse(obj, &tj, NULL, 0), 0);
 
