@@ -186,7 +186,7 @@ hasnt "watchNamespace: no ClusterRole(Binding)" "$out" "=kind: ClusterRoleBindin
 out=$(render --set watchNamespace=team-a --set rbac.aggregateToDefaultRoles=false)
 has "watchNamespace: a ClusterRole(Binding) to get Kueue's cluster-scoped objects" "$out" \
     "=kind: ClusterRole" "=kind: ClusterRoleBinding" "gantry-operator-kueue-read" \
-    "resources: [resourceflavors, workloadpriorityclasses]"
+    "resources: [resourceflavors, workloadpriorityclasses]" "resources: [priorityclasses]"
 
 out=$(render --set rbac.create=false --set rbac.aggregateToDefaultRoles=false)
 hasnt "rbac.create=false: no roles or bindings" "$out" "kind: Role" "kind: ClusterRole" "Binding"

@@ -775,31 +775,37 @@ static void workload_unserved(struct kube_client *kc, char *msg, size_t n)
                  RENDER_WORKLOAD_API, RENDER_WORKLOAD_API);
 }
 
-/* A Kueue Workload with a priorityClassRef gets the WorkloadPriorityClass's value as
- * spec.priority, what Kueue's queues and preemption order by (Kueue's own job controllers fill it
- * in the same way; no webhook defaults a Workload). 0, or an OP_E* with out->message. */
+/* A Kueue Workload with a priorityClassRef gets the value of its WorkloadPriorityClass (or pod
+ * PriorityClass) as spec.priority, what Kueue's queues and preemption order by (Kueue's own job
+ * controllers fill it in the same way; no webhook defaults a Workload). 0, or an OP_E* with
+ * out->message. */
 static int kueue_priority(struct kube_client *kc, json_t *wl, struct outcome *out)
 {
     json_t *spec = json_object_get(wl, "spec"), *wpc = NULL;
-    const char *name = json_string_value(
-        json_object_get(json_object_get(spec, "priorityClassRef"), "name"));
+    const json_t *ref = json_object_get(spec, "priorityClassRef");
+    const char *name = json_string_value(json_object_get(ref, "name"));
+    const char *kind = json_string_value(json_object_get(ref, "kind"));
+    bool pod = kind && strcmp(kind, "PriorityClass") == 0;
     char path[KUBE_MAX_PATH];
     int rc;
 
     if (!name)
         return 0;
-    rc = kube_path(path, sizeof(path), RENDER_KUEUE_API, "workloadpriorityclasses", NULL, name,
-                   NULL);
+    rc = pod ? kube_path(path, sizeof(path), "scheduling.k8s.io/v1", "priorityclasses", NULL,
+                         name, NULL)
+             : kube_path(path, sizeof(path), RENDER_KUEUE_API, "workloadpriorityclasses", NULL,
+                         name, NULL);
     if (rc == 0)
         rc = kube_get(kc, path, &wpc);
     if (rc == 0 && !json_is_integer(json_object_get(wpc, "value")))
         rc = OP_EPARSE;
     if (rc) {
-        snprintf(out->message, sizeof(out->message), "WorkloadPriorityClass %.80s (label %s): "
-                 "%.200s; create it, or change the label", name, TJ_LABEL_PRIORITY,
+        snprintf(out->message, sizeof(out->message), "%s %.80s (%s): %.200s; create it, or "
+                 "change the %s", pod ? "PriorityClass" : "WorkloadPriorityClass", name,
+                 pod ? "the pods' priorityClassName" : "label " TJ_LABEL_PRIORITY,
                  rc == OP_ENOTFOUND ? "not found" : rc == OP_EPARSE ? "it has no integer value"
                  : kube_last_status(kc)->message[0] ? kube_last_status(kc)->message
-                 : op_strerror(rc));
+                 : op_strerror(rc), pod ? "template" : "label");
         json_decref(wpc);
         return rc;
     }

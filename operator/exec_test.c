@@ -644,6 +644,8 @@ static int kq_handler(void *ud, struct testsrv_conn *c, const struct testsrv_req
                         "\"key\":\"dedicated\",\"operator\":\"Exists\"}]}}");
     else if (strstr(req->path, "/workloadpriorityclasses/high"))
         testsrv_respond(c, 200, NULL, "{\"kind\":\"WorkloadPriorityClass\",\"value\":1000}");
+    else if (strcmp(req->path, "/apis/scheduling.k8s.io/v1/priorityclasses/batch") == 0)
+        testsrv_respond(c, 200, NULL, "{\"kind\":\"PriorityClass\",\"value\":-5}");
     else if (strstr(req->path, "/resourceflavors/") || strstr(req->path, "/workloadpriority"))
         testsrv_respond(c, 404, NULL, missing);
     else
@@ -704,6 +706,23 @@ static void test_apply_kueue(void)
     body = json_loads(K.bodies[1], 0, NULL);
     TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(body, "spec"), "priority")),
                 1000);
+    json_decref(body);
+
+    /* 1b. no label, pods that name a PriorityClass: that one's value */
+    tj.priority[0] = '\0';
+    memset(&r, 0, sizeof(r));
+    r.actions = calloc(4, sizeof(*r.actions));
+    r.actions[r.nactions++] = (struct rec_action){.verb = REC_CREATE, .kind = REC_KUEUE,
+                                                  .name = "y", .obj = render_kueue_workload(&tj)};
+    json_object_set_new(json_object_get(r.actions[0].obj, "spec"), "priorityClassRef",
+                        json_pack("{s:s, s:s, s:s}", "group", "scheduling.k8s.io", "kind",
+                                  "PriorityClass", "name", "batch"));
+    TEST_EQ_INT(kq_apply(&w, obj, &tj, &r), 0);
+    TEST_EQ_INT(K.n, 2);
+    TEST_EQ_STR(K.log[0], "GET /apis/scheduling.k8s.io/v1/priorityclasses/batch ");
+    body = json_loads(K.bodies[1], 0, NULL);
+    TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(body, "spec"), "priority")),
+                -5);
     json_decref(body);
 
     /* 2. a priority class that does not exist: no Workload, an error naming the label */

@@ -441,17 +441,25 @@ static unsigned long long fnv1a64(const char *s)
     return h;
 }
 
-/* The Workload's spec, and its name: trainingjob-<job>-<8 hex digits of the spec's digest>. */
+/* The Workload's spec, and its name: trainingjob-<job>-<8 hex digits of the spec's digest>.
+ * Its priority, as Kueue's own integrations take it: the WorkloadPriorityClass of the label,
+ * else the PriorityClass the pods name (spec.priorityClassName of the template). */
 static json_t *kueue_spec(const struct tj *tj, char *name, size_t n)
 {
-    json_t *spec = json_pack("{s:s, s:[o]}", "queueName", tj->queue, "podSets",
-                             kueue_podset(tj));
+    json_t *ps = kueue_podset(tj);
+    const char *pc = json_string_value(json_object_get(
+        json_object_get(json_object_get(ps, "template"), "spec"), "priorityClassName"));
+    json_t *spec = json_pack("{s:s, s:[o]}", "queueName", tj->queue, "podSets", ps);
     char *text;
 
     if (tj->priority[0])
         json_object_set_new(spec, "priorityClassRef",
                             json_pack("{s:s, s:s, s:s}", "group", RENDER_KUEUE_GROUP, "kind",
                                       "WorkloadPriorityClass", "name", tj->priority));
+    else if (pc && *pc)
+        json_object_set_new(spec, "priorityClassRef",
+                            json_pack("{s:s, s:s, s:s}", "group", "scheduling.k8s.io", "kind",
+                                      "PriorityClass", "name", pc));
     text = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS);
     snprintf(name, n, "trainingjob-%s-%08llx", tj->name,
              text ? fnv1a64(text) & 0xffffffffULL : 0ULL);

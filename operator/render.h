@@ -93,7 +93,8 @@ long long render_workload_min(const json_t *workload);
  * (kueue.x-k8s.io/v1beta2), what Kueue admits or queues: spec.queueName, one pod set "workers"
  * of count = replicas whose template carries the worker pod's resources (requests filled in from
  * limits) and node selection, and with the priority-class label a WorkloadPriorityClass
- * reference (the executor fills in spec.priority from it). Named
+ * reference, else with a template's priorityClassName a PriorityClass one (the executor fills
+ * in spec.priority from it). Named
  * trainingjob-<job>-<8 hex digits of its spec>: a job whose queue, priority or pods changed
  * (while suspended) gets a Workload of another name, and the old one is deleted. Labelled with
  * the job's name and kueue.x-k8s.io/job-uid, controlled by the job. */

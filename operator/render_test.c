@@ -459,6 +459,21 @@ static void test_kueue_workload(void)
     render_kueue_name(&tj, name2, sizeof(name2));
     TEST_CHECK(strcmp(name2, name) != 0);
     tj_cleanup(&tj);
+
+    /* no priority label: the PriorityClass the pods name, as Kueue's integrations take it */
+    TEST_EQ_INT(load_job("{\"template\":{\"spec\":{\"priorityClassName\":\"batch-low\"}}}",
+                         &tj), 0);
+    snprintf(tj.queue, sizeof(tj.queue), "team-a");
+    wl = render_kueue_workload(&tj);
+    TEST_EQ_STR(str_at(wl, "spec.priorityClassRef.group"), "scheduling.k8s.io");
+    TEST_EQ_STR(str_at(wl, "spec.priorityClassRef.kind"), "PriorityClass");
+    TEST_EQ_STR(str_at(wl, "spec.priorityClassRef.name"), "batch-low");
+    json_decref(wl);
+    snprintf(tj.priority, sizeof(tj.priority), "high"); /* the label wins */
+    wl = render_kueue_workload(&tj);
+    TEST_EQ_STR(str_at(wl, "spec.priorityClassRef.kind"), "WorkloadPriorityClass");
+    json_decref(wl);
+    tj_cleanup(&tj);
 }
 
 int main(void)

@@ -33,6 +33,8 @@
 #   kq-suspend suspend deletes the Workload          kueue workloads delete
 #   kq-finish resumed, admitted again, worker 0 exits 0: the Workload is marked Finished
 #                                                    kueue workloads/status patch
+#   kq-pc    a queued job without the priority label whose pods name a PriorityClass: its
+#            Workload has that one's value           priorityclasses get
 # The test plays kubelet (pod phases through the status subresource). Then, in parallel, the same
 # scenario for variants of the ClusterRole with one verb (list+watch as a pair) or the Lease
 # Role removed: each must fail, at the step that needs what was removed.
@@ -73,6 +75,7 @@ cleanup() {
     kc delete clusterrole,clusterrolebinding -l "gantry.dev/test=$id" >/dev/null 2>&1 || true
     kc delete clusterqueues.kueue.x-k8s.io,resourceflavors.kueue.x-k8s.io,workloadpriorityclasses.kueue.x-k8s.io \
         -l "gantry.dev/test=$id" --wait=false >/dev/null 2>&1 || true
+    kc delete priorityclasses.scheduling.k8s.io -l "gantry.dev/test=$id" >/dev/null 2>&1 || true
     kc delete namespace -l "gantry.dev/test=$id" --wait=false >/dev/null 2>&1 || true
     kc delete namespace "$relns" --wait=false >/dev/null 2>&1 || true
     rm -rf "$work"
@@ -134,6 +137,11 @@ apiVersion: kueue.x-k8s.io/v1beta2
 kind: WorkloadPriorityClass
 metadata: {name: $id, labels: {gantry.dev/test: $id}}
 value: 4242
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: $id, labels: {gantry.dev/test: $id}}
+value: 77
 KQ
 
 kc apply -f "$root/manifests/crds/" >/dev/null
@@ -353,6 +361,13 @@ JOB
         "containerStatuses":[{"name":"worker","image":"gantry-worker:0.1.0","imageID":"","ready":false,
         "restartCount":0,"state":{"terminated":{"exitCode":0,"reason":"Completed"}}}]}}' >/dev/null
     step kq-finish 20 bash -c "[ \"\$('$kubectl' -n $ns get workloads.kueue.x-k8s.io -l gantry.dev/job-name=$job -o jsonpath='{.items[0].status.conditions[?(@.type==\"Finished\")].status}')\" = True ]" || return 0
+    job=tjp-$name
+    "${k[@]}" apply -f - >/dev/null <<JOB
+{"apiVersion":"gantry.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"$job",
+ "labels":{"kueue.x-k8s.io/queue-name":"lq"}},
+ "spec":{"replicas":1,"template":{"spec":{"priorityClassName":"$id"}}}}
+JOB
+    step kq-pc 20 bash -c "[ \"\$('$kubectl' -n $ns get workloads.kueue.x-k8s.io -l gantry.dev/job-name=$job -o jsonpath='{.items[0].spec.priority}')\" = 77 ]" || return 0
     echo DONE
 }
 
@@ -367,7 +382,7 @@ declare -A expect=(
     [events-patch]=series [tj-delete]=ttl [tj-get]=conflict [finalizers]=service
     [wl-create]=workload [wl-get]=wl-adopt [wl-delete]=wl-replace
     [kq-listwatch]=kueue [kq-create]=kueue [wpc-get]=kueue [rf-get]=kq-pods
-    [kq-delete]=kq-suspend [kq-status]=kq-finish
+    [kq-delete]=kq-suspend [kq-status]=kq-finish [pc-get]=kq-pc
 )
 declare -A drop=(
     [lease]=lease
@@ -384,6 +399,7 @@ declare -A drop=(
     [kq-listwatch]=kueue.x-k8s.io/workloads:list,watch [kq-create]=kueue.x-k8s.io/workloads:create
     [wpc-get]=workloadpriorityclasses:get [rf-get]=resourceflavors:get
     [kq-delete]=kueue.x-k8s.io/workloads:delete [kq-status]=workloads/status:patch
+    [pc-get]=priorityclasses:get
 )
 # Runs through holdproxy.py: the chart's (must recover from the 409) and the one without get.
 proxy chart
