@@ -252,7 +252,7 @@ finish() {
     teardown
     local s
     printf '\ntimings:'
-    for s in setup install s1 s2 s3 s4 s5 s6 s7 s8 s9; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
+    for s in setup install s1 s2 s3 s4 s5 s6 s7 s8 s9 s10; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
     printf ' total=%ss\n' "$((SECONDS - T0))"
     if [ "$E2E_FAIL" -gt 0 ] || [ "$rc" != 0 ]; then
         echo "artifacts: $ARTIFACTS"
