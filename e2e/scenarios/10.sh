@@ -103,6 +103,8 @@ scenario_10() {
         kc apply -f "$f" || return 0
     KUEUE_OBJS=$f
     check "ClusterQueue gantry-e2e is Active" wait_until 60 cq_active gantry-e2e
+    check "manifests/examples/kueue/ passes the API server's validation (kubectl apply --dry-run=server)" \
+        kc -n "$NS" apply --dry-run=server -f "$ROOT/manifests/examples/kueue/"
 
     # a. admitted
     f=$ARTIFACTS/$low.yaml
