@@ -348,11 +348,29 @@ EOF
         "$K8S_BIN/kubectl" --kubeconfig "$RUN/admin.kubeconfig" wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
 }
 
+# kube-scheduler runs under a loop that starts it again 1 s after it exits, as a real control
+# plane's kubelet restarts the static pod: 1.35.4's alpha GangScheduling plugin can crash on a gang
+# pod deleted in the middle of its scheduling cycle (a nil pod in podGroupInfo.UnscheduledPods;
+# seen in CI-53 and CI-56, e2e scenario 9), and without a restart the node would schedule nothing
+# more. Each restart is logged ("kube-scheduler exited ...") in kube-scheduler.log. SIGTERM to the
+# loop stops it and the scheduler.
 full_scheduler() {
     log "kube-scheduler on 127.0.0.1:$SCHED_PORT"
     local gates=()
     feature_gates gates # GangScheduling: the plugin that binds a Workload's gang all or nothing
-    start_proc kube-scheduler "$K8S_BIN/kube-scheduler" --kubeconfig "$RUN/scheduler.kubeconfig" \
+    cat >"$F/kube-scheduler-loop.sh" <<'EOF'
+child=
+trap '[ -z "$child" ] || kill -TERM "$child" 2>/dev/null; wait; exit 0' TERM INT
+while :; do
+    "$@" &
+    child=$!
+    wait "$child" && rc=0 || rc=$?
+    echo "kube-scheduler exited with status $rc; starting it again in 1 s" >&2
+    sleep 1
+done
+EOF
+    START_EXE=bash start_proc kube-scheduler bash "$F/kube-scheduler-loop.sh" \
+        "$K8S_BIN/kube-scheduler" --kubeconfig "$RUN/scheduler.kubeconfig" \
         --authentication-kubeconfig "$RUN/scheduler.kubeconfig" --authorization-kubeconfig "$RUN/scheduler.kubeconfig" \
         --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" "${gates[@]}" --leader-elect=false --v=1
     wait_for "kube-scheduler /healthz" 60 kube-scheduler curl -sfk "https://127.0.0.1:$SCHED_PORT/healthz"
