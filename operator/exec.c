@@ -854,7 +854,7 @@ static int kueue_place(struct kube_client *kc, const struct rec_result *r, char 
     }
     for (size_t i = 0; i < r->nactions; i++) {
         const struct rec_action *a = &r->actions[i];
-        json_t *spec = json_object_get(a->obj, "spec"), *ns;
+        json_t *spec = json_object_get(a->obj, "spec"), *ns = NULL;
 
         if (a->kind != REC_POD || a->verb != REC_CREATE || !a->obj)
             continue;
@@ -862,7 +862,8 @@ static int kueue_place(struct kube_client *kc, const struct rec_result *r, char 
             spec = json_object();
             json_object_set_new(a->obj, "spec", spec);
         }
-        if (!json_is_object(ns = json_object_get(spec, "nodeSelector"))) {
+        ns = json_object_get(spec, "nodeSelector");
+        if (json_object_size(sel) && !json_is_object(ns)) {
             ns = json_object();
             json_object_set_new(spec, "nodeSelector", ns);
         }
@@ -870,14 +871,13 @@ static int kueue_place(struct kube_client *kc, const struct rec_result *r, char 
             const char *have = json_string_value(json_object_get(ns, k));
             if (have && strcmp(have, json_string_value(x)) != 0) {
                 snprintf(msg, n, "the pod template's nodeSelector %.60s=%.60s contradicts the "
-                         "admitted ResourceFlavor's node label %.60s=%.60s", k, have, k, json_string_value(x));
+                         "admitted ResourceFlavor's node label %.60s=%.60s", k, have, k,
+                         json_string_value(x));
                 rc = OP_EINVALID;
                 goto out;
             }
             json_object_set(ns, k, x);
         }
-        if (!json_object_size(ns))
-            json_object_del(spec, "nodeSelector");
         if (json_array_size(tols)) {
             json_t *t = json_object_get(spec, "tolerations");
             if (!json_is_array(t)) {

@@ -747,8 +747,7 @@ static void running(struct pass *p)
 /* obj[key] as a string, "" when absent or not a string. */
 static const char *cond_str(const json_t *obj, const char *key)
 {
-    const char *s = json_string_value(json_object_get(obj, key));
-    return s ? s : "";
+    return str_or(json_object_get(obj, key));
 }
 
 static const char *wl_str(const json_t *wl, const char *obj, const char *key)
