@@ -54,6 +54,21 @@ static json_t *child_meta(const struct tj *tj, const char *name)
                      RENDER_LABEL_JOB, tj->name, "ownerReferences", owner_refs(tj));
 }
 
+/* The worker's checkpoint.stopSaveSeconds: what the pod's terminationGracePeriodSeconds (30
+ * unless the template sets it) leaves after 5 s for the exit and the kubelet; half of a grace
+ * of 10 s or less; at least 1. */
+int render_stop_save_seconds(const struct tj *tj)
+{
+    const json_t *spec = tj->tmpl ? json_object_get(tj->tmpl, "spec") : NULL;
+    const json_t *g = spec ? json_object_get(spec, "terminationGracePeriodSeconds") : NULL;
+    long long grace = json_is_integer(g) ? json_integer_value(g) : 30;
+
+    if (grace > 86400 + 5)
+        grace = 86400 + 5;
+    grace = grace > 10 ? grace - 5 : grace / 2;
+    return grace < 1 ? 1 : (int)grace;
+}
+
 char *render_config_json(const struct tj *tj)
 {
     char dir[TJ_PATH_MAX + TJ_NAME_MAX + 2];
@@ -61,12 +76,13 @@ char *render_config_json(const struct tj *tj)
     char *s;
 
     snprintf(dir, sizeof(dir), "%s/%s", strcmp(tj->ckpt_path, "/") ? tj->ckpt_path : "", tj->name);
-    cfg = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:O, s:{s:s, s:s, s:i, s:i}}", "job",
-                    tj->name, "namespace", tj->ns, "replicas", tj->replicas, "gpusPerReplica",
-                    tj->gpus, "nprocPerNode", tj_nproc(tj), "worldSize",
+    cfg = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:O, s:{s:s, s:s, s:i, s:i, s:b, s:i}}",
+                    "job", tj->name, "namespace", tj->ns, "replicas", tj->replicas,
+                    "gpusPerReplica", tj->gpus, "nprocPerNode", tj_nproc(tj), "worldSize",
                     tj->replicas * tj_nproc(tj), "training", tj->training, "checkpoint", "path",
                     tj->ckpt_path, "dir", dir, "intervalSteps", tj->ckpt_interval, "keep",
-                    tj->ckpt_keep);
+                    tj->ckpt_keep, "saveOnStop", tj->ckpt_save_on_stop, "stopSaveSeconds",
+                    render_stop_save_seconds(tj));
     s = json_dumps(cfg, JSON_SORT_KEYS | JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     json_decref(cfg);
     return s;

@@ -69,6 +69,9 @@ bool render_is_pod_name(const struct tj *tj, int index, const char *name);
 /* The contents of config.json: a new string (caller frees), stable for equal jobs (sorted keys),
  * so the ConfigMap is updated only when the training config really changed. */
 char *render_config_json(const struct tj *tj);
+/* checkpoint.stopSaveSeconds in that config: the pod's terminationGracePeriodSeconds (30 unless
+ * spec.template sets it) minus 5, half of one of 10 s or less, at least 1. */
+int render_stop_save_seconds(const struct tj *tj);
 
 /* New references; the caller json_decref()s. */
 json_t *render_service(const struct tj *tj);

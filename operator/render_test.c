@@ -287,8 +287,31 @@ static void test_service_configmap_secret(void)
                 7);
     TEST_EQ_INT(json_integer_value(json_object_get(cfg, "worldSize")), 3);
     TEST_EQ_STR(str_at(cfg, "checkpoint.dir"), "/checkpoints/spam");
+    /* saving on stop: on by default, within the pod's default grace of 30 s minus 5 */
+    TEST_CHECK(json_is_true(json_object_get(json_object_get(cfg, "checkpoint"), "saveOnStop")));
+    TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(cfg, "checkpoint"),
+                                                   "stopSaveSeconds")), 25);
     json_decref(cfg);
     free(text);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(load_job("{\"checkpoint\":{\"saveOnStop\":false},\"template\":{\"spec\":"
+                         "{\"terminationGracePeriodSeconds\":120}}}", &tj), 0);
+    cfg = json_loads((text = render_config_json(&tj)), 0, NULL);
+    TEST_CHECK(json_is_false(json_object_get(json_object_get(cfg, "checkpoint"), "saveOnStop")));
+    TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(cfg, "checkpoint"),
+                                                   "stopSaveSeconds")), 115);
+    json_decref(cfg);
+    free(text);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(load_job("{\"template\":{\"spec\":{\"terminationGracePeriodSeconds\":6}}}",
+                         &tj), 0);
+    TEST_EQ_INT(render_stop_save_seconds(&tj), 3);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(load_job("{\"template\":{\"spec\":{\"terminationGracePeriodSeconds\":0}}}",
+                         &tj), 0);
+    TEST_EQ_INT(render_stop_save_seconds(&tj), 1);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(load_job("{\"replicas\":3,\"training\":{\"epochs\":7}}", &tj), 0);
 
     sec = render_secret(&tj, "s3cr3t");
     TEST_EQ_STR(str_at(sec, "metadata.name"), "spam-rdzv");

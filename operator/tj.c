@@ -582,6 +582,7 @@ static void parse_checkpoint(struct tj *tj, const json_t *spec, struct errs *e)
              strlen(tj->ckpt_path));
     tj->ckpt_interval = (int)get_int(ck, "spec.checkpoint", "intervalSteps", 200, 1, 1 << 30, e);
     tj->ckpt_keep = (int)get_int(ck, "spec.checkpoint", "keep", 3, 1, 1000, e);
+    tj->ckpt_save_on_stop = get_bool(ck, "spec.checkpoint", "saveOnStop", true, e);
 }
 
 static void parse_spec(struct tj *tj, const json_t *spec, struct errs *e)

@@ -96,6 +96,7 @@ struct tj {
     char ckpt_claim[TJ_CLAIM_MAX + 1]; /* "" : emptyDir */
     char ckpt_path[TJ_PATH_MAX + 1];
     int ckpt_interval, ckpt_keep;
+    bool ckpt_save_on_stop; /* checkpoint.saveOnStop (default true) */
 
     int backoff_limit;
     long long active_deadline_s; /* -1: none */

@@ -53,6 +53,7 @@ static void test_minimal_gets_defaults(void)
     TEST_EQ_STR(tj.ckpt_path, "/checkpoints");
     TEST_EQ_INT(tj.ckpt_interval, 200);
     TEST_EQ_INT(tj.ckpt_keep, 3);
+    TEST_CHECK(tj.ckpt_save_on_stop);
     TEST_EQ_INT(tj.backoff_limit, 3);
     TEST_EQ_INT(tj.active_deadline_s, -1);
     TEST_EQ_INT(tj.ttl_s, -1);
@@ -87,7 +88,8 @@ static void test_full_spec(void)
                    "\"data\":{\"train\":\"/d/t.jsonl\",\"vocabSize\":5000},\"learningRate\":1e-4,"
                    "\"scaleLearningRate\":false,\"lrDecay\":\"linear\",\"warmupSteps\":-1,"
                    "\"gradBucketMB\":25},"
-                   "\"checkpoint\":{\"claimName\":\"ckpt\",\"path\":\"/ck\",\"keep\":5},"
+                   "\"checkpoint\":{\"claimName\":\"ckpt\",\"path\":\"/ck\",\"keep\":5,"
+                   "\"saveOnStop\":false},"
                    "\"runPolicy\":{\"backoffLimit\":0,\"activeDeadlineSeconds\":60,"
                    "\"ttlSecondsAfterFinished\":0,\"suspend\":true,\"cleanPodPolicy\":\"All\","
                    "\"schedulingPolicy\":{\"gang\":\"Workload\"}},"
@@ -115,6 +117,7 @@ static void test_full_spec(void)
     TEST_EQ_STR(tj.ckpt_claim, "ckpt");
     TEST_EQ_STR(tj.ckpt_path, "/ck");
     TEST_EQ_INT(tj.ckpt_keep, 5);
+    TEST_CHECK(!tj.ckpt_save_on_stop);
     TEST_EQ_INT(tj.backoff_limit, 0);
     TEST_EQ_INT(tj.active_deadline_s, 60);
     TEST_EQ_INT(tj.ttl_s, 0);

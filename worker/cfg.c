@@ -128,6 +128,13 @@ static const struct field fields[] = {
      "steps between checkpoints (and one at the end); 0 = only at the end"},
     {"checkpoint.keep", F_INT, S(checkpoint_keep), 1, 1000000, NULL,
      "checkpoints kept (the newest)"},
+    {"checkpoint.saveOnStop", F_BOOL, S(checkpoint_save_on_stop), 0, 0, NULL,
+     "on SIGTERM/SIGINT (a pod deleted: suspend, preemption, a resize) rank 0 saves the step "
+     "the gang stopped at before it exits, so the next run loses nothing; false: the last "
+     "interval checkpoint is where it resumes"},
+    {"checkpoint.stopSaveSeconds", F_INT, S(checkpoint_stop_save_seconds), 1, 86400, NULL,
+     "the longest that save may take before the worker exits anyway (the operator sets the "
+     "pod's terminationGracePeriodSeconds minus 5)"},
 };
 #undef S
 #define NFIELDS (int)(sizeof(fields) / sizeof(fields[0]))
@@ -159,6 +166,7 @@ void cfg_defaults(struct cfg *c)
     c->beta1 = 0.9, c->beta2 = 0.999, c->eps = 1e-8;
     c->seed = 42, c->log_interval = 10, c->metrics_port = -1;
     c->checkpoint_interval = 200, c->checkpoint_keep = 3;
+    c->checkpoint_save_on_stop = true, c->checkpoint_stop_save_seconds = 25;
 }
 
 /* "training." for training fields; the checkpoint section sits beside training (the operator's

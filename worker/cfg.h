@@ -82,6 +82,8 @@ struct cfg {
     char checkpoint_dir[CFG_MAX_PATH]; /* step-<N>/ and report.json go here; "" = none */
     int checkpoint_interval;           /* steps between checkpoints (default 200); 0 = end only */
     int checkpoint_keep;               /* newest kept (default 3) */
+    bool checkpoint_save_on_stop;      /* SIGTERM/SIGINT: save the step stopped at (default on) */
+    int checkpoint_stop_save_seconds;  /* ... within this long (default 25) */
     char config_path[CFG_MAX_PATH]; /* the file read, "" when none */
 };
 

@@ -432,11 +432,14 @@ static void test_checkpoint_section(void)
     char err[512] = "";
     const char *argv[] = {"gantry-worker", "--config", path, "--checkpoint-keep", "5", NULL};
     write_config("{\"job\": \"j\", \"training\": {\"data\": {\"train\": \"t\"}}, \"checkpoint\": "
-                 "{\"path\": \"/ckpt\", \"dir\": \"/ckpt/j\", \"intervalSteps\": 20, \"keep\": 2}}");
+                 "{\"path\": \"/ckpt\", \"dir\": \"/ckpt/j\", \"intervalSteps\": 20, \"keep\": 2, "
+                 "\"saveOnStop\": false, \"stopSaveSeconds\": 115}}");
     TEST_EQ_INT(load(&c, err, sizeof(err), 3, argv), CFG_OK);
     TEST_EQ_STR(c.checkpoint_dir, "/ckpt/j");
     TEST_EQ_INT(c.checkpoint_interval, 20);
     TEST_EQ_INT(c.checkpoint_keep, 2);
+    TEST_CHECK(!c.checkpoint_save_on_stop);
+    TEST_EQ_INT(c.checkpoint_stop_save_seconds, 115);
     setenv("GANTRY_CHECKPOINT_DIR", "/vol/j2", 1);
     TEST_EQ_INT(load(&c, err, sizeof(err), 5, argv), CFG_OK);
     TEST_EQ_STR(c.checkpoint_dir, "/vol/j2"); /* env over file */
@@ -447,6 +450,10 @@ static void test_checkpoint_section(void)
     TEST_EQ_STR(c.checkpoint_dir, ""); /* no section: no checkpoints, defaults */
     TEST_EQ_INT(c.checkpoint_interval, 200);
     TEST_EQ_INT(c.checkpoint_keep, 3);
+    TEST_CHECK(c.checkpoint_save_on_stop);
+    TEST_EQ_INT(c.checkpoint_stop_save_seconds, 25);
+    expect_bad("{\"training\": {\"data\": {\"train\": \"t\"}}, \"checkpoint\": "
+               "{\"stopSaveSeconds\": 0}}", "checkpoint.stopSaveSeconds: 0 is out of range");
     expect_bad("{\"training\": {\"data\": {\"train\": \"t\"}}, \"checkpoint\": {\"keep\": 0}}",
                "checkpoint.keep: 0 is out of range");
     expect_bad("{\"training\": {\"data\": {\"train\": \"t\"}}, \"checkpoint\": "

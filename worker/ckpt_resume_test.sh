@@ -10,8 +10,10 @@
 #             are retired, and so marked in the history; a restart resumes the W=2 progress
 #   batch     resumed with another batch size: steps count anew from the sampler's position
 #             (epoch 50 of batch 3 is step 100, of batch 6 step 50), not from the old number
-#   sigterm   SIGTERM mid-training: exit 143 (retryable) within 3 s, no new checkpoint after it;
-#             with the peer stopped (rank 0 blocked in the all-reduce) within the 2 s grace
+#   sigterm   SIGTERM mid-training: exit 143 (retryable) within 3 s; rank 0 first saves the step
+#             it stopped at (checkpoint.saveOnStop), which the next run resumes from; none
+#             after exit; with saveOnStop false the interval's is the newest; with the peer
+#             stopped (rank 0 blocked in the all-reduce) out within the 2 s grace
 # Usage: ckpt_resume_test.sh /path/to/gantry-worker /path/to/worker/testdata
 #        [kill9|world|batch|sigterm]
 set -euo pipefail
@@ -198,11 +200,25 @@ run_batch() {
     fi
 }
 
+# wait_line FILE TEXT: until FILE has TEXT (or 60 s)
+wait_line() {
+    local t=$((SECONDS + 60))
+    while ((SECONDS < t)); do
+        grep -qF -- "$2" "$1" 2>/dev/null && return 0
+        sleep 0.01
+    done
+    return 1
+}
+
+# newest DIR: the highest N of DIR/step-N
+newest() { { ls "$1" 2>/dev/null || true; } | sed -n 's/^step-\([0-9]*\)$/\1/p' | sort -n | tail -n 1; }
+
 run_sigterm() {
-    local rc0 rc1 t0 dt before after
+    local rc0 rc1 t0 dt before after at n
     export GANTRY_EPOCHS=1000000 # runs until signalled
-    start_ranks "$tmp/term" 2 t
-    wait_ckpt "$tmp/term" 200 || bad "sigterm: no checkpoint appeared"
+    # no interval checkpoint: the one there after the signal is the stop's
+    GANTRY_CHECKPOINT_INTERVAL_STEPS=1000000000 start_ranks "$tmp/term" 2 t
+    wait_line "$tmp/t.0.out" '"step":1000,' || bad "sigterm: no progress line for step 1000"
     t0=$(ms)
     kill -TERM "${rank_pid[0]}" "${rank_pid[1]}"
     wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
@@ -213,12 +229,38 @@ run_sigterm() {
         bad "SIGTERM: exits $rc0 $rc1 after ${dt} ms"; tail -n 3 "$tmp"/t.*.err
     fi
     grep -q 'final parameters' "$tmp/t.0.err" && bad "SIGTERM: training ran to the end (came too late)"
+    # checkpoint.saveOnStop (the default): rank 0 saved the step it stopped at, before exiting
+    at=$(sed -n 's/.*rank 0: SIGTERM at step \([0-9]*\); its checkpoint is saved.*/\1/p' "$tmp/t.0.err")
+    n=$(newest "$tmp/term")
+    if [ -n "$at" ] && [ "$at" = "$n" ] && ((at >= 1000)); then
+        ok "SIGTERM: rank 0 saved step-$at, where it stopped (no interval checkpoint in this run)"
+    else
+        bad "SIGTERM: stopped at step '${at}', newest checkpoint step-$n"; tail -n 4 "$tmp/t.0.err"
+    fi
     before=$(ls "$tmp/term" | grep -c '^step-' || true)
     sleep 0.3
     after=$(ls "$tmp/term" | grep -c '^step-' || true)
     [ "$before" = "$after" ] || bad "checkpoints still appearing after exit"
     (cd "$tmp/term" && for d in step-*; do (cd "$d" && sha256sum -c --quiet MANIFEST.sha256) || exit 1; done) &&
         ok "SIGTERM: the $after checkpoints left all verify" || bad "SIGTERM left a corrupt step-<N>"
+    # the next run resumes there, and loses no step
+    if [ -n "$at" ]; then
+        GANTRY_EPOCHS=$((at + 5)) start_ranks "$tmp/term" 2 tr # tiny at W=2: a step an epoch
+        wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+        grep -q "rank 0 resumed from step $at " "$tmp/tr.0.err" && [ "$rc0$rc1" = 00 ] &&
+            ok "SIGTERM: the next run resumed from step $at" ||
+            bad "SIGTERM: the next run: exits $rc0 $rc1, $(grep -m1 resumed "$tmp/tr.0.err")"
+    fi
+    # checkpoint.saveOnStop false: the last interval checkpoint is the newest
+    GANTRY_CHECKPOINT_SAVE_ON_STOP=false start_ranks "$tmp/term3" 2 w
+    wait_ckpt "$tmp/term3" 200 || bad "sigterm saveOnStop false: no checkpoint appeared"
+    sleep 0.15
+    kill -TERM "${rank_pid[0]}" "${rank_pid[1]}"
+    wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+    n=$(newest "$tmp/term3")
+    [ "$rc0$rc1" = 143143 ] && ((n % 100 == 0)) && grep -q 'exiting without a new checkpoint' "$tmp/w.0.err" &&
+        ok "SIGTERM with saveOnStop false: exit 143, newest checkpoint the interval's step-$n" ||
+        bad "SIGTERM with saveOnStop false: exits $rc0 $rc1, newest step-$n"
     # rank 0 blocked in the all-reduce (rank 1 stopped): still out within the 2 s grace
     start_ranks "$tmp/term2" 2 v
     wait_ckpt "$tmp/term2" 100 || bad "sigterm blocked: no checkpoint appeared"

@@ -17,9 +17,11 @@
  * At the end every rank logs "final parameters fnv1a64 <hex>" (the same on every rank).
  *
  * SIGTERM/SIGINT (we may be PID 1 in a pod, where the default action is ignored): stop at the
- * next step boundary without starting a checkpoint, exit 128 + signal (143: retryable); if that
- * takes over 2 s (a blocked all-reduce, a slow write), exit at once: an unfinished checkpoint
- * is only a .tmp directory (the writer renames when complete).
+ * next step boundary and exit 128 + signal (143: retryable); with checkpoint.saveOnStop (the
+ * default) rank 0 first saves that step when it is newer than the last checkpoint, within
+ * checkpoint.stopSaveSeconds. If reaching the boundary takes over 2 s (a blocked all-reduce),
+ * exit at once: an unfinished checkpoint is only a .tmp directory (the writer renames when
+ * complete).
  * Exit: 0 done; 64 bad usage; 65 bad data; 78 bad config; other non-zero is retryable.
  */
 #include <dirent.h>
@@ -82,6 +84,7 @@ struct worker {
     long spe;       /* steps per epoch at this world size */
     int per_step;   /* examples per step per rank */
     int64_t pending_step; /* the write in flight, -1 none */
+    int64_t stop_saved;   /* the step save_on_stop wrote, -1 none */
     bool retired_newer;   /* step dirs numbered above our first written one are gone */
     double pending_t0;
     float *class_weight; /* classWeight balanced or classWeights: one per label; NULL: none */
@@ -714,6 +717,26 @@ static int save_checkpoint(void *ctx, long step, int epoch, const struct model *
     return ckpt_writer_save(w->writer, snap);
 }
 
+/* train_opts.on_stop (rank 0 with checkpoint.saveOnStop): a signal asked the gang to stop
+ * (its pods deleted: suspend, preemption, a resize) after a step this run trained and did not
+ * checkpoint. Saves it and waits until it is on disk, under checkpoint.stopSaveSeconds instead
+ * of the 2 s a stop otherwise gets, so the next run resumes where this one stopped. */
+static int save_on_stop(void *ctx, long step, int epoch, const struct model *m,
+                        const struct adamw *opt)
+{
+    struct worker *w = ctx;
+    int rc;
+
+    alarm((unsigned)w->cfg.checkpoint_stop_save_seconds);
+    fprintf(stderr, "gantry-worker: rank 0: stopping after step %ld: saving it first (at most "
+                    "%d s, checkpoint.stopSaveSeconds)\n",
+            step, w->cfg.checkpoint_stop_save_seconds);
+    if ((rc = save_checkpoint(ctx, step, epoch, m, opt)) || (rc = ckpt_settle(w)))
+        return rc;
+    w->stop_saved = step;
+    return 0;
+}
+
 /* The model card (card.h) and vocab.txt that every checkpoint carries, so that a step directory
  * is a model gantry-predict can load by itself. */
 static void make_card(struct worker *w)
@@ -952,7 +975,7 @@ static void worker_cleanup(struct worker *w, bool ok)
  * the node's G ranks (RANK = the node's first rank + LOCAL_RANK), forwards signals to them, stops
  * them all when one fails and exits with the failure that caused it (a permanent 64-78 before a
  * retryable one). The ranks find it set LOCAL_RANK and train. */
-static int launch_node(const struct dist_env *e, char **argv)
+static int launch_node(const struct dist_env *e, const struct cfg *c, char **argv)
 {
     struct launch_opts lo = {.nproc = e->nproc_per_node,
                              .master_addr = e->master_addr,
@@ -963,6 +986,11 @@ static int launch_node(const struct dist_env *e, char **argv)
                              .world_size = e->world_size,
                              .rank_base = e->rank,
                              .node_rank = e->node_rank};
+
+    /* rank 0 saving the step it stopped at gets its checkpoint.stopSaveSeconds, and 2 more
+     * before the agent's SIGKILL (else the agent's default 5 s) */
+    if (c->checkpoint_save_on_stop && c->checkpoint_dir[0])
+        lo.grace_ms = (c->checkpoint_stop_save_seconds + 2) * 1000;
 
     /* The agent forwards signals to its ranks (launch_run); a stop that came before must not
      * leave it to on_alarm's _exit with the ranks started and orphaned. From here a stop ends
@@ -991,7 +1019,7 @@ int main(int argc, char **argv)
     double t0 = now_s();
 
     install_signals();
-    w.pending_step = -1;
+    w.pending_step = -1, w.stop_saved = -1;
     w.resumed_stopped = -1;
     label_map_init(&w.labels);
     dataset_init(&w.train);
@@ -1006,7 +1034,7 @@ int main(int argc, char **argv)
     if ((rc = dist_env_load(&w.env)))
         return dist_exit_code(rc);
     if (w.env.nproc_per_node > 1 && !getenv("LOCAL_RANK"))
-        return launch_node(&w.env, argv);
+        return launch_node(&w.env, &w.cfg, argv);
     if (w.cfg.init_from[0] && (rc = open_init(&w)))
         return rc;
     if (w.env.rank == 0 && getenv("GANTRY_GPU_BUCKET_MB")) /* read until 2026-11 */
@@ -1113,6 +1141,8 @@ int main(int argc, char **argv)
             goto out;
         }
         to.before_update = fence_checkpoint;
+        if (w.writer && w.cfg.checkpoint_save_on_stop)
+            to.on_stop = save_on_stop;
         if (w.writer)
             make_card(&w);
         /* params + two moments; pre-faulted now, so a checkpoint's copy runs at memory speed */
@@ -1157,9 +1187,13 @@ int main(int argc, char **argv)
     rc = w.gpu >= 0 ? train_gpu_run_opts(&w.model, &td, &to, &go, &tr)
                     : train_run(&w.model, &td, &to, &tr);
     if (g_stop) { /* asked to stop: whatever failed on the way, say so (retryable) */
-        fprintf(stderr, "gantry-worker: rank %d: %s at step %ld; exiting without a new "
-                        "checkpoint\n", w.env.rank, g_stop == SIGINT ? "SIGINT" : "SIGTERM",
-                tr.steps);
+        const char *sig = g_stop == SIGINT ? "SIGINT" : "SIGTERM";
+        if (w.stop_saved >= 0)
+            fprintf(stderr, "gantry-worker: rank %d: %s at step %ld; its checkpoint is saved: "
+                            "the next run resumes there\n", w.env.rank, sig, tr.steps);
+        else
+            fprintf(stderr, "gantry-worker: rank %d: %s at step %ld; exiting without a new "
+                            "checkpoint\n", w.env.rank, sig, tr.steps);
         rc = 128 + g_stop;
         goto out;
     }

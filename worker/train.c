@@ -200,6 +200,17 @@ static int step_grads(struct model *m, const struct train_data *d, const struct 
     return 0;
 }
 
+int train_stop_save(const struct train_opts *o, long step, long saved, int epoch,
+                    const struct model *m, const struct adamw *opt)
+{
+    int rc;
+
+    if (!o->on_stop || step <= saved)
+        return TRAIN_STOPPED;
+    rc = o->on_stop(o->checkpoint_ctx, step, epoch, m, opt);
+    return rc ? rc : TRAIN_STOPPED;
+}
+
 int train_run(struct model *m, const struct train_data *d, const struct train_opts *o,
               struct train_result *res)
 {
@@ -207,6 +218,7 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
     struct train_opts ow = *o;
     long spe = train_steps_per_epoch(d->n, o->batch, o->accum, W);
     long total = (long)o->epochs * spe, step = o->start_step, logged = 0, samples = 0;
+    long saved = step; /* the last step checkpointed, or where this run started */
     struct optim_config oc = o->optim;
     struct adamw own, *opt = o->opt ? o->opt : &own;
     struct loop lp = {0};
@@ -249,7 +261,7 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
             long tokens_before = lp.tokens;
             double loss, red_s;
             if (o->stop && *o->stop) {
-                rc = TRAIN_STOPPED;
+                rc = train_stop_save(o, step, saved, epoch, m, opt);
                 goto out;
             }
             if ((rc = step_grads(m, d, &ow, &lp, lp.idx + start, in_step, &loss, &red_s)))
@@ -291,14 +303,16 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
                     goto out;
                 tlog += es; /* the progress lines' rates are training's */
             }
-            if (o->stop && *o->stop) { /* no new checkpoint once asked to stop */
-                rc = TRAIN_STOPPED;
+            if (o->stop && *o->stop) { /* this step's state, saved by on_stop, if at all */
+                rc = train_stop_save(o, step, saved, epoch, m, opt);
                 goto out;
             }
             if (o->checkpoint && o->checkpoint_interval > 0 &&
-                (step % o->checkpoint_interval == 0 || step == total) &&
-                (rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
-                goto out;
+                (step % o->checkpoint_interval == 0 || step == total)) {
+                if ((rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
+                    goto out;
+                saved = step;
+            }
         }
     }
 out:

@@ -115,8 +115,14 @@ struct train_opts {
     int (*on_eval)(void *ctx, long step, int epoch, const struct eval_counts *e, double seconds);
     void *eval_ctx;
     /* When set and *stop becomes non-zero (a signal handler), train_run returns TRAIN_STOPPED
-     * at the next step boundary, without a checkpoint. */
+     * at the next step boundary. If that boundary follows a step trained in this run and not
+     * yet checkpointed, on_stop (when set) is called first with the state after that step,
+     * with checkpoint_ctx: a checkpoint hook that returns once the checkpoint is on disk (the
+     * caller decides whether to save: rank 0, its deadline). Every rank stops after a step
+     * all ranks finished (the all-reduce needs them), so the state saved is consistent. */
     const volatile sig_atomic_t *stop;
+    int (*on_stop)(void *ctx, long step, int epoch, const struct model *m,
+                   const struct adamw *opt);
 };
 
 #define TRAIN_STOPPED 1 /* train_run's result when *o->stop was raised */
@@ -133,6 +139,12 @@ struct train_result {
 
 /* Optimizer steps an epoch takes on each rank: ceil(ceil(n / world) / (batch * accum)). */
 long train_steps_per_epoch(size_t n, int batch, int accum, int world);
+
+/* The loops' answer to *o->stop at a step boundary: on_stop with the state after `step` when
+ * it is newer than `saved` (the last step checkpointed, or where the run started); then
+ * TRAIN_STOPPED, or on_stop's error. */
+int train_stop_save(const struct train_opts *o, long step, long saved, int epoch,
+                    const struct model *m, const struct adamw *opt);
 
 /* Trains m on d. 0, TRAIN_STOPPED, or the reduce or checkpoint hook's error. */
 int train_run(struct model *m, const struct train_data *d, const struct train_opts *o,

@@ -319,6 +319,19 @@ static void flush_stats(struct gloop *lp, const struct train_opts *o, float *nor
     lp->npend = 0;
 }
 
+/* Asked to stop: the device's parameters and moments after `step` come down first when
+ * on_stop will save them (train_stop_save). */
+static int gpu_stop_save(const struct train_opts *o, struct gloop *lp, long step, long saved,
+                         int epoch, struct model *m, struct adamw *opt)
+{
+    if (o->on_stop && step > saved) {
+        if (o->before_update) /* a checkpoint still copying the last download */
+            o->before_update(o->checkpoint_ctx);
+        model_gpu_download(lp->g, m->params, opt->m, opt->v);
+    }
+    return train_stop_save(o, step, saved, epoch, m, opt);
+}
+
 int train_gpu_run(struct model *m, const struct train_data *d, const struct train_opts *o,
                   struct train_result *res)
 {
@@ -331,6 +344,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     const int per_step = o->batch * o->accum, W = o->world_size > 0 ? o->world_size : 1;
     long spe = train_steps_per_epoch(d->n, o->batch, o->accum, W);
     long total = (long)o->epochs * spe, step = o->start_step, logged = 0, samples = 0;
+    long saved = step; /* the last step checkpointed, or where this run started */
     struct optim_config oc = o->optim;
     struct adamw own, *opt = o->opt ? o->opt : &own;
     struct gloop lp;
@@ -382,7 +396,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
             long tokens_before = lp.tokens;
             double red_s = 0.0, flops_before = flops;
             if (o->stop && *o->stop) {
-                rc = TRAIN_STOPPED;
+                rc = gpu_stop_save(o, &lp, step, saved, epoch, m, opt);
                 goto out;
             }
             model_gpu_zero_grad(lp.g);
@@ -452,8 +466,8 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                     goto out;
                 tlog += es; /* the progress lines' rates are training's */
             }
-            if (o->stop && *o->stop) {
-                rc = TRAIN_STOPPED;
+            if (o->stop && *o->stop) { /* this step's state, saved by on_stop, if at all */
+                rc = gpu_stop_save(o, &lp, step, saved, epoch, m, opt);
                 goto out;
             }
             if (o->checkpoint && o->checkpoint_interval > 0 &&
@@ -463,6 +477,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                 model_gpu_download(lp.g, m->params, opt->m, opt->v);
                 if ((rc = o->checkpoint(o->checkpoint_ctx, step, epoch, m, opt)))
                     goto out;
+                saved = step;
             }
         }
     }

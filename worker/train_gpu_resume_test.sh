@@ -5,7 +5,10 @@
 #   - rank 0 notices through NCCL (ncclCommGetAsyncError, then ncclCommAbort) and exits with a
 #     retryable status (non-zero, not 64-78) well inside the peer timeout, without finishing;
 #   - rerunning the job resumes from that checkpoint on both ranks and ends with parameters
-#     bit-identical (fnv1a64 of the buffer) to an uninterrupted run, on both ranks.
+#     bit-identical (fnv1a64 of the buffer) to an uninterrupted run, on both ranks;
+#   - SIGTERM to both ranks: rank 0 saves the step it stopped at (checkpoint.saveOnStop, the
+#     parameters and moments downloaded from the device) and exits 143; the rerun resumes
+#     there and also ends bit-identical.
 # Exits 77 (skipped) with fewer than two GPUs (GANTRY_EMU_DEVICES for the emulator) or a build
 # without CUDA.
 # Usage: train_gpu_resume_test.sh /path/to/gantry-worker /path/to/worker/testdata
@@ -74,4 +77,25 @@ h0=$(hash_of "$tmp/b.0.err") h1=$(hash_of "$tmp/b.1.err")
 [ "$h0" = "$h_ref" ] && [ "$h1" = "$h_ref" ] &&
     ok "resumed run ends bit-identical to the uninterrupted one on both ranks ($h0)" ||
     bad "resumed hashes $h0 $h1, uninterrupted $h_ref"
+
+# SIGTERM to both ranks (a pod deleted): rank 0 saves the step it stopped at, downloaded from the
+# device (no interval checkpoint in this run), and the rerun from there ends bit-identical too
+GANTRY_CHECKPOINT_INTERVAL_STEPS=1000 start_ranks "$tmp/term" 2 t
+t=$((SECONDS + 120))
+until grep -q 'step 20/80' "$tmp/t.0.err" 2>/dev/null || ((SECONDS > t)); do sleep 0.01; done
+kill -TERM "${rank_pid[0]}" "${rank_pid[1]}"
+wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+at=$(sed -n 's/.*rank 0: SIGTERM at step \([0-9]*\); its checkpoint is saved.*/\1/p' "$tmp/t.0.err")
+if [ "$rc0$rc1" = 143143 ] && [ -n "$at" ] && [ -d "$tmp/term/step-$at" ]; then
+    ok "SIGTERM: both ranks exit 143, rank 0 saved step-$at first"
+else
+    bad "SIGTERM: exits $rc0 $rc1, saved step '${at}'"; tail -n 4 "$tmp/t.0.err"
+fi
+start_ranks "$tmp/term" 2 u
+wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+h0=$(hash_of "$tmp/u.0.err") h1=$(hash_of "$tmp/u.1.err")
+grep -q "rank 0 resumed from step ${at:-none} " "$tmp/u.0.err" && [ "$rc0$rc1" = 00 ] &&
+    [ "$h0" = "$h_ref" ] && [ "$h1" = "$h_ref" ] &&
+    ok "after SIGTERM: resumed from step $at, bit-identical to the uninterrupted run ($h0)" ||
+    bad "after SIGTERM: exits $rc0 $rc1, $(grep -m1 resumed "$tmp/u.0.err"), hashes $h0 $h1 vs $h_ref"
 exit $fail

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "common/test.h"
 #include "worker/train_testdata.h"
 
@@ -168,6 +169,27 @@ static int stop_at_5(void *ctx, long step, int epoch, const struct model *m,
     return 0;
 }
 
+/* on_stop: records the step it was given and the parameters' hash then */
+static long stop_saved_step;
+static uint64_t stop_saved_hash;
+static int record_stop(void *ctx, long step, int epoch, const struct model *m,
+                       const struct adamw *opt)
+{
+    (void)ctx, (void)epoch, (void)opt;
+    stop_saved_step = step;
+    stop_saved_hash = hash_fnv1a64(m->params, m->n_params * sizeof(float));
+    return 0;
+}
+
+/* before_update: raises the stop flag before the 7th optimizer update, i.e. during step 7 */
+static int updates;
+static void stop_in_step_7(void *ctx)
+{
+    (void)ctx;
+    if (++updates == 7)
+        stop_flag = 1;
+}
+
 static void test_stop_flag(void)
 {
     struct model a;
@@ -179,9 +201,25 @@ static void test_stop_flag(void)
     model_init(&a, &mc, 8, 1, err, sizeof(err));
     o.checkpoint = stop_at_5, o.checkpoint_ctx = &calls, o.checkpoint_interval = 1;
     o.stop = &stop_flag;
+    o.on_stop = record_stop;
+    stop_saved_step = -1;
     TEST_EQ_INT(train_run(&a, &d, &o, &r), TRAIN_STOPPED);
     TEST_EQ_INT(r.steps, 5);
     TEST_EQ_INT(calls, 5);
+    TEST_EQ_INT(stop_saved_step, -1); /* step 5 was just checkpointed: nothing more to save */
+    stop_flag = 0;
+    model_cleanup(&a);
+
+    /* Raised in the middle of step 7, checkpoints every 3: step 7 finishes (its all-reduce
+     * needs every rank), and its state, newer than step 6's checkpoint, goes to on_stop. */
+    model_init(&a, &mc, 8, 1, err, sizeof(err));
+    calls = 0, updates = 0;
+    o.checkpoint_interval = 3, o.before_update = stop_in_step_7;
+    TEST_EQ_INT(train_run(&a, &d, &o, &r), TRAIN_STOPPED);
+    TEST_EQ_INT(r.steps, 7);
+    TEST_EQ_INT(calls, 2); /* steps 3 and 6 */
+    TEST_EQ_INT(stop_saved_step, 7);
+    TEST_CHECK(stop_saved_hash == hash_fnv1a64(a.params, a.n_params * sizeof(float)));
     stop_flag = 0;
     model_cleanup(&a);
 }
