@@ -23,7 +23,7 @@ const char *const exec_pod_fields[] = {
  * ------------------------------------------------------------------------------------------- */
 
 struct exec_pod {
-    int32_t index, restart, exit_code;
+    int32_t index, restart, replicas, exit_code;
     uint8_t phase;
     uint8_t flags; /* POD_READY | POD_TERMINATING | POD_TRUNCATED */
     char s[];      /* the EXEC_POD_NSTR strings, NUL-terminated, one after another, in order */
@@ -61,6 +61,7 @@ void *exec_pod_make(void *ud, const json_t *pod)
     p = xmalloc(sizeof(*p) + total); /* ~100 bytes for a running pod */
     p->index = rp->index;
     p->restart = rp->restart;
+    p->replicas = rp->replicas;
     p->exit_code = rp->exit_code;
     p->phase = (uint8_t)rp->phase;
     p->flags = (uint8_t)((rp->ready ? POD_READY : 0) | (rp->terminating ? POD_TERMINATING : 0) |
@@ -102,6 +103,7 @@ void exec_pod_view(const char *key, const struct exec_pod *p, struct rec_pod *ou
     snprintf(out->owner, sizeof(out->owner), "%s", exec_pod_str(p, EXEC_POD_OWNER));
     out->index = p->index;
     out->restart = p->restart;
+    out->replicas = p->replicas;
     out->phase = (enum rec_pod_phase)p->phase;
     out->ready = p->flags & POD_READY;
     out->terminating = p->flags & POD_TERMINATING;

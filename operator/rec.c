@@ -143,6 +143,7 @@ int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
              str_or(json_object_get(meta, "uid")));
     out->index = label_int(labels, RENDER_LABEL_INDEX);
     out->restart = label_int(labels, RENDER_LABEL_RESTART);
+    out->replicas = label_int(labels, RENDER_LABEL_REPLICAS);
     out->terminating = json_is_string(json_object_get(meta, "deletionTimestamp"));
     json_array_foreach(json_object_get(meta, "ownerReferences"), i, cond) {
         const char *u = str_or(json_object_get(cond, "uid"));
@@ -264,10 +265,6 @@ static void delete_pod(struct pass *p, const struct rec_pod *pod)
         snprintf(a->uid, sizeof(a->uid), "%s", pod->uid);
 }
 
-/* A pod of the current gang: restart label R, and an index label naming a replica whose pod
- * name is this pod's own. A pod whose labels were edited, or a copy of one under another name,
- * is not (it is retired like an old gang's pod): pod names are unique, so then no index is
- * counted twice and no missing replica is taken for running (found by operator/fuzz/fuzz_rec). */
 int rec_restarts(const struct rec_input *in)
 {
     int r = in->job->status.restarts;
@@ -278,9 +275,16 @@ int rec_restarts(const struct rec_input *in)
     return r;
 }
 
+/* A pod of the current gang: restart label R, the gang size label (when there is one) the
+ * job's replicas (an elastic job's pods of its old size are not), and an index label naming a
+ * replica whose pod name is this pod's own. A pod whose labels were edited, or a copy of one
+ * under another name, is not (it is retired like an old gang's pod): pod names are unique, so
+ * then no index is counted twice and no missing replica is taken for running (found by
+ * operator/fuzz/fuzz_rec). */
 static bool current(const struct pass *p, const struct rec_pod *pod)
 {
     return pod->restart == p->st.restarts && pod->index >= 0 && pod->index < p->tj->replicas &&
+           (pod->replicas <= 0 || pod->replicas == p->tj->replicas) &&
            render_is_pod_name(p->tj, pod->index, pod->name);
 }
 
@@ -703,6 +707,49 @@ static void set_phase(struct pass *p)
                                                                : TJ_PHASE_PENDING;
 }
 
+/* The size of this restart's gang when its pods still running or starting were made for
+ * another than the job's replicas, else -1. */
+static int old_size(const struct pass *p)
+{
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+        if (pod->restart == p->st.restarts && pod->replicas > 0 &&
+            pod->replicas != p->tj->replicas && !pod->terminating &&
+            pod->phase != REC_POD_SUCCEEDED && !pod_failed(pod))
+            return pod->replicas;
+    }
+    return -1;
+}
+
+/* An elastic job whose replicas changed while its gang runs (kubectl scale, an autoscaler
+ * through the scale subresource; any job whose replicas changed without a suspend, which the
+ * CRD refuses for the others): the old gang stops and a new one starts at the new size, at the
+ * same restart count, since a resize is no failure. Rank 0 saves the step it stopped at on the
+ * way out (checkpoint.saveOnStop) and the new gang resumes there at its world size. true while
+ * the old gang's pods are being deleted. */
+static bool resize(struct pass *p)
+{
+    const struct tj *tj = p->tj;
+    const struct cond *c = cond_find(&p->st.conds, COND_RESTARTING);
+    char msg[COND_MESSAGE_MAX];
+    int from = old_size(p);
+
+    if (from < 0)
+        return false;
+    snprintf(msg, sizeof(msg), "Resizing from %d to %d workers (spec.replicas changed): the "
+             "gang stops, and starts again at the new size from the step rank 0 saves", from,
+             tj->replicas);
+    if (!c || !c->status || strcmp(c->reason, "Resized") != 0 || strcmp(c->message, msg) != 0)
+        event(p, false, "Resizing", "%s", msg);
+    p->st.phase = TJ_PHASE_RESTARTING;
+    set_cond(p, COND_RESTARTING, true, "Resized", msg);
+    clear_cond(p, COND_RUNNING, "Resized", msg);
+    for (size_t i = 0; i < p->in->npods; i++)
+        delete_pod(p, &p->in->pods[i]);
+    children(p); /* config.json says the new world size */
+    return true;
+}
+
 static void running(struct pass *p)
 {
     const struct tj *tj = p->tj;
@@ -726,6 +773,8 @@ static void running(struct pass *p)
         }
         requeue(p, end - (long long)p->in->now);
     }
+    if (resize(p))
+        return;
     if (judge(p) || stall(p)) {
         if (tj_phase_terminal(p->st.phase))
             terminal(p);
@@ -1080,6 +1129,16 @@ static json_t *last_checkpoint(const struct tj *tj, const json_t *prog)
     return json_pack("{s:I, s:s}", "step", json_integer_value(v), "path", path);
 }
 
+/* The size of the gang whose pods are running or starting: the old size while a resize has
+ * not yet stopped it, else the job's replicas while any current pod is active, else 0
+ * (suspended, queued, finished). After count_pods(). */
+static int current_replicas(const struct pass *p)
+{
+    int old = old_size(p);
+
+    return old > 0 ? old : p->active > 0 ? p->tj->replicas : 0;
+}
+
 static json_t *status_json(const struct pass *p)
 {
     json_t *st = json_object(), *lc;
@@ -1093,6 +1152,11 @@ static json_t *status_json(const struct pass *p)
     json_object_set_new(st, "replicas",
                         json_pack("{s:i, s:i, s:i, s:i}", "active", p->active, "ready", p->ready,
                                   "succeeded", p->succeeded, "failed", p->failed));
+    /* the scale subresource's (kubectl scale, an autoscaler): the gang's size now, and its
+     * pods */
+    json_object_set_new(st, "currentReplicas", json_integer(current_replicas(p)));
+    snprintf(ts, sizeof(ts), "%s=", RENDER_LABEL_JOB);
+    json_object_set_new(st, "selector", json_pack("s++", ts, p->tj->name, ""));
     if (p->st.start_time) {
         cond_fmt_time(p->st.start_time, ts, sizeof(ts));
         json_object_set_new(st, "startTime", json_string(ts));

@@ -115,6 +115,9 @@ struct rec_pod {
     char owner[REC_UID_MAX]; /* the uid of its controller ownerReference; "" when none */
     int index;   /* gantry.dev/replica-index; -1 when missing or not a number */
     int restart; /* gantry.dev/restart-count; -1 when missing or not a number */
+    /* gantry.dev/replicas: the gang size it was made for (an elastic job's replicas change);
+     * -1 when missing, 0 never (pods of operators before it: taken as the job's replicas) */
+    int replicas;
     enum rec_pod_phase phase;
     bool ready;       /* condition Ready is True */
     bool terminating; /* metadata.deletionTimestamp is set */

@@ -2,8 +2,8 @@
  * Reconcile, driven by fixtures: each operator/testdata/rec/<case>.json holds
  *   "job"      a TrainingJob object (status included),
  *   "pods"     observed pods: full Pod objects (with "metadata") or the compact form
- *              {"name","uid","owner","index","restart","phase","ready","exitCode","terminating",
- *               "reason","problem","problemMsg"},
+ *              {"name","uid","owner","index","restart","replicas","phase","ready","exitCode",
+ *               "terminating","reason","problem","problemMsg"},
  *   "service", "secret": true when observed; "configmap": true (observed with the rendered data)
  *              or a string (observed with that data),
  *   "now", "expectationsMet" (default true), "invalid" (run rec_invalid with tj_parse's error),
@@ -120,6 +120,8 @@ static void compact_pod(const json_t *j, struct rec_pod *p)
                  ? json_string_value(json_object_get(j, "owner")) : "");
     p->index = (int)json_integer_value(json_object_get(j, "index"));
     p->restart = (int)json_integer_value(json_object_get(j, "restart"));
+    p->replicas = json_object_get(j, "replicas") /* the gang size it was made for */
+                      ? (int)json_integer_value(json_object_get(j, "replicas")) : -1;
     p->phase = phase_of(json_object_get(j, "phase"));
     p->ready = json_is_true(json_object_get(j, "ready"));
     p->terminating = json_is_true(json_object_get(j, "terminating"));

@@ -312,6 +312,8 @@ json_t *render_pod(const struct tj *tj, int index, int restarts)
     json_object_set_new(labels, RENDER_LABEL_INDEX, json_string(num));
     snprintf(num, sizeof(num), "%d", restarts);
     json_object_set_new(labels, RENDER_LABEL_RESTART, json_string(num));
+    snprintf(num, sizeof(num), "%d", tj->replicas);
+    json_object_set_new(labels, RENDER_LABEL_REPLICAS, json_string(num));
     json_object_set_new(meta, "ownerReferences", owner_refs(tj));
 
     /* hostname.subdomain makes <job>-worker-<i>.<job>.<ns>.svc resolve through the Service. */

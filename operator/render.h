@@ -38,6 +38,7 @@
 #define RENDER_LABEL_JOB "gantry.dev/job-name"
 #define RENDER_LABEL_INDEX "gantry.dev/replica-index"
 #define RENDER_LABEL_RESTART "gantry.dev/restart-count"
+#define RENDER_LABEL_REPLICAS "gantry.dev/replicas" /* the gang size the pod was made for */
 #define RENDER_CONTAINER "worker"
 #define RENDER_CONFIG_DIR "/etc/gantry"
 #define RENDER_CONFIG_FILE "config.json"

@@ -83,6 +83,7 @@ static void test_pod_contract(void)
     TEST_EQ_STR(json_string_value(json_object_get(labels, "gantry.dev/job-name")), "spam");
     TEST_EQ_STR(json_string_value(json_object_get(labels, "gantry.dev/replica-index")), "2");
     TEST_EQ_STR(json_string_value(json_object_get(labels, "gantry.dev/restart-count")), "1");
+    TEST_EQ_STR(json_string_value(json_object_get(labels, "gantry.dev/replicas")), "4");
     or = json_array_get(json_object_get(json_object_get(pod, "metadata"), "ownerReferences"), 0);
     TEST_EQ_STR(json_string_value(json_object_get(or, "uid")), "uid-7");
     TEST_EQ_STR(json_string_value(json_object_get(or, "kind")), "TrainingJob");

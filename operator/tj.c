@@ -585,6 +585,40 @@ static void parse_checkpoint(struct tj *tj, const json_t *spec, struct errs *e)
     tj->ckpt_save_on_stop = get_bool(ck, "spec.checkpoint", "saveOnStop", true, e);
 }
 
+/* spec.elasticPolicy: both bounds, min <= replicas <= max. */
+static void parse_elastic(struct tj *tj, const json_t *spec, struct errs *e)
+{
+    static const char *const path = "spec.elasticPolicy";
+    const json_t *ep = json_object_get(spec, "elasticPolicy");
+
+    if (!ep || json_is_null(ep))
+        return;
+    if (!json_is_object(ep)) {
+        errf(e, "%s: must be an object {minReplicas, maxReplicas}", path);
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        const char *key = k ? "maxReplicas" : "minReplicas";
+        int *dst = k ? &tj->elastic_max : &tj->elastic_min;
+        if (!json_object_get(ep, key))
+            errf(e, "%s.%s: required (the %s number of workers the job may run with)", path,
+                 key, k ? "largest" : "smallest");
+        else
+            *dst = (int)get_int(ep, path, key, 0, 1, TJ_REPLICAS_MAX, e);
+    }
+    if (tj->elastic_min < 1 || tj->elastic_max < 1 || tj->elastic_min > TJ_REPLICAS_MAX ||
+        tj->elastic_max > TJ_REPLICAS_MAX) {
+        tj->elastic_min = tj->elastic_max = 0;
+        return;
+    }
+    if (tj->elastic_min > tj->elastic_max)
+        errf(e, "%s.minReplicas: must be <= maxReplicas (got %d > %d)", path, tj->elastic_min,
+             tj->elastic_max);
+    else if (tj->replicas < tj->elastic_min || tj->replicas > tj->elastic_max)
+        errf(e, "spec.replicas: must be within spec.elasticPolicy's %d..%d (got %d)",
+             tj->elastic_min, tj->elastic_max, tj->replicas);
+}
+
 static void parse_spec(struct tj *tj, const json_t *spec, struct errs *e)
 {
     static const char *const pulls[] = {"IfNotPresent", "Never", NULL};
@@ -622,6 +656,7 @@ static void parse_spec(struct tj *tj, const json_t *spec, struct errs *e)
     parse_training(tj, spec, e);
     parse_checkpoint(tj, spec, e);
     parse_run_policy(tj, spec, e);
+    parse_elastic(tj, spec, e);
 }
 
 /* Status is written by the operator, but read tolerantly: a bad field is dropped, not fatal. */
@@ -671,10 +706,13 @@ int tj_parse(const json_t *obj, struct tj *tj, char *err, size_t errlen)
         spec = NULL;
     }
     parse_spec(tj, spec, &e);
-    if (tj->name[0] && tj->replicas >= 1 && (int)strlen(tj->name) > tj_name_max(tj->replicas))
-        errf(&e, "metadata.name: must be at most %d characters with replicas %d (it has %zu), so "
+    /* an elastic job may grow to maxReplicas: its name must already fit that */
+    int most = tj->elastic_max > tj->replicas ? tj->elastic_max : tj->replicas;
+    if (tj->name[0] && most >= 1 && (int)strlen(tj->name) > tj_name_max(most))
+        errf(&e, "metadata.name: must be at most %d characters with %s %d (it has %zu), so "
                  "that pod hostnames %s-worker-<i> stay valid 63-character DNS labels",
-             tj_name_max(tj->replicas), tj->replicas, strlen(tj->name), tj->name);
+             tj_name_max(most), most == tj->replicas ? "replicas" : "elasticPolicy.maxReplicas",
+             most, strlen(tj->name), tj->name);
     return e.count ? OP_EINVALID : 0;
 }
 

@@ -83,6 +83,9 @@ struct tj {
     bool deleting; /* metadata.deletionTimestamp is set */
 
     int replicas;
+    /* spec.elasticPolicy: replicas may change while the job runs, within [min, max] (kubectl
+     * scale, an autoscaler through the scale subresource); 0, 0 when not elastic */
+    int elastic_min, elastic_max;
     int gpus; /* gpusPerReplica */
     int nproc; /* nprocPerNode; 0: unset (tj_nproc decides) */
     int port;

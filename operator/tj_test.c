@@ -433,9 +433,59 @@ static void test_kueue_labels(void)
 #undef KMETA
 }
 
+static void test_elastic_policy(void)
+{
+    char err[TJ_ERR_MAX], text[512], name[64];
+    struct tj tj;
+
+#define ESPEC(spec) "{" META ",\"spec\":" spec "}"
+    TEST_EQ_INT(parse(ESPEC("{\"replicas\":3,\"elasticPolicy\":{\"minReplicas\":2,"
+                            "\"maxReplicas\":6}}"), &tj, err, sizeof(err)), 0);
+    TEST_EQ_INT(tj.elastic_min, 2);
+    TEST_EQ_INT(tj.elastic_max, 6);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse(ESPEC("{\"replicas\":3}"), &tj, err, sizeof(err)), 0);
+    TEST_EQ_INT(tj.elastic_min, 0); /* not elastic */
+    TEST_EQ_INT(tj.elastic_max, 0);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse(ESPEC("{\"replicas\":7,\"elasticPolicy\":{\"minReplicas\":2,"
+                            "\"maxReplicas\":6}}"), &tj, err, sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "spec.replicas: must be within spec.elasticPolicy's 2..6 (got 7)"));
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse(ESPEC("{\"replicas\":3,\"elasticPolicy\":{\"minReplicas\":4,"
+                            "\"maxReplicas\":2}}"), &tj, err, sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "spec.elasticPolicy.minReplicas: must be <= maxReplicas (got 4 > 2)"));
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse(ESPEC("{\"elasticPolicy\":{\"maxReplicas\":2}}"), &tj, err,
+                      sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "spec.elasticPolicy.minReplicas: required"));
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse(ESPEC("{\"elasticPolicy\":{\"minReplicas\":1,\"maxReplicas\":1001}}"),
+                      &tj, err, sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "spec.elasticPolicy.maxReplicas: must be <= 1000 (got 1001)"));
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse(ESPEC("{\"elasticPolicy\":[1,2]}"), &tj, err, sizeof(err)),
+                OP_EINVALID);
+    TEST_CHECK(strstr(err, "spec.elasticPolicy: must be an object"));
+    tj_cleanup(&tj);
+#undef ESPEC
+    /* the name must fit maxReplicas' pod names already: 53 characters fit 100, not 101 */
+    memset(name, 'a', 53);
+    name[53] = '\0';
+    snprintf(text, sizeof(text),
+             "{\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"n\","
+             "\"uid\":\"u\"},\"spec\":{\"replicas\":2,\"elasticPolicy\":{\"minReplicas\":1,"
+             "\"maxReplicas\":101}}}", name);
+    TEST_EQ_INT(parse(text, &tj, err, sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "metadata.name: must be at most 52 characters with "
+                           "elasticPolicy.maxReplicas 101 (it has 53)") != NULL);
+    tj_cleanup(&tj);
+}
+
 int main(void)
 {
     TEST_RUN(test_kueue_labels);
+    TEST_RUN(test_elastic_policy);
     TEST_RUN(test_minimal_gets_defaults);
     TEST_RUN(test_full_spec);
     TEST_RUN(test_errors_name_the_field);

@@ -6,8 +6,8 @@
 # Applies manifests/crds/ with plain `kubectl apply` (client-side, so the last-applied annotation
 # must fit), applies every sample, checks defaults, short name and printer columns, then checks
 # that each e2e/api/testdata/invalid-*.yaml is refused with a message naming the field on its
-# "# expect:" line, that replicas cannot change while the job runs (but can once suspended), and
-# that status is a subresource. Works in its own namespace, deleted on exit; the CRD stays.
+# "# expect:" line, that replicas cannot change while the job runs (but can once suspended, or
+# with spec.elasticPolicy, also through the scale subresource), and that status is a subresource. Works in its own namespace, deleted on exit; the CRD stays.
 # Exits 77 (skipped) when GANTRY_TEST_KUBECONFIG is unset. kubectl: $GANTRY_KUBECTL, else the one
 # hack/cluster.sh builds ($GANTRY_CACHE/k8s-<version>/bin/kubectl), else PATH.
 set -euo pipefail
@@ -110,6 +110,47 @@ if k patch tj spam --type=merge -p '{"spec":{"replicas":8}}' >/dev/null 2>&1; th
     ok "replicas can change once suspended"
 else
     bad "changing replicas of a suspended job was refused"
+fi
+
+# With spec.elasticPolicy, replicas may change while the job runs, within the bounds; the scale
+# subresource (kubectl scale, an autoscaler) reads and writes it.
+cat <<'YAML' | k apply -f - >/dev/null
+apiVersion: gantry.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: elastic}
+spec: {replicas: 2, elasticPolicy: {minReplicas: 1, maxReplicas: 4}}
+YAML
+k patch tj elastic --subresource=status --type=merge \
+    -p '{"status":{"phase":"Running","currentReplicas":2,"selector":"gantry.dev/job-name=elastic"}}' >/dev/null
+if out=$(k scale tj elastic --replicas=3 2>&1) &&
+    [ "$(k get tj elastic -o jsonpath='{.spec.replicas}')" = 3 ]; then
+    ok "kubectl scale of an elastic job while Running: spec.replicas 3"
+else
+    bad "kubectl scale of an elastic job while Running: $out"
+fi
+got=$(k get --raw "/apis/gantry.dev/v1alpha1/namespaces/$ns/trainingjobs/elastic/scale")
+if [[ $got == *'"replicas":3'* ]] && [[ $got == *'"replicas":2'* ]] &&
+    [[ $got == *'"selector":"gantry.dev/job-name=elastic"'* ]]; then
+    ok "the scale subresource: spec 3, status 2 (status.currentReplicas), the pods' selector"
+else
+    bad "the scale subresource: $got"
+fi
+if out=$(k scale tj elastic --replicas=5 2>&1); then
+    bad "scaling past elasticPolicy.maxReplicas was accepted"
+elif [[ $out == *spec.replicas* ]]; then
+    ok "scaling past elasticPolicy.maxReplicas refused naming spec.replicas"
+else
+    bad "scaling past maxReplicas refused without naming spec.replicas: $out"
+fi
+if out=$(k scale tj spam --replicas=2 2>&1); then # suspended (above): allowed
+    k patch tj spam --type=merge -p '{"spec":{"runPolicy":{"suspend":false}}}' >/dev/null
+    if out=$(k scale tj spam --replicas=3 2>&1); then
+        bad "kubectl scale of a job without elasticPolicy while Running was accepted"
+    else
+        ok "kubectl scale of a job without elasticPolicy while Running refused"
+    fi
+else
+    bad "kubectl scale of a suspended job refused: $out"
 fi
 
 # status is a subresource: writes to the main resource do not touch it; bad phases are refused.

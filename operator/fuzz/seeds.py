@@ -30,6 +30,8 @@ def pod(p):
         "gantry.dev/job-name": p["name"].rsplit("-worker-", 1)[0],
         "gantry.dev/replica-index": str(p["index"]),
         "gantry.dev/restart-count": str(p["restart"])}}
+    if "replicas" in p:
+        meta["labels"]["gantry.dev/replicas"] = str(p["replicas"])
     if "uid" in p:
         meta["uid"] = p["uid"]
     if p.get("terminating"):
