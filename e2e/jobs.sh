@@ -17,11 +17,12 @@ E2E_IMAGE=${E2E_IMAGE:-gantry-worker:0.1.0}
 #   on one node then share it, as the emulated NCCL needs across pods), gang
 #   (runPolicy.schedulingPolicy.gang: None or Workload), slots (each worker requests that many
 #   gantry.dev/e2e-slot, an extended resource scenario 9 gives the node, to fill it exactly),
-#   queue and priority (the labels kueue.x-k8s.io/queue-name and kueue.x-k8s.io/priority-class)
+#   queue and priority (the labels kueue.x-k8s.io/queue-name and kueue.x-k8s.io/priority-class),
+#   elastic=MIN:MAX (spec.elasticPolicy)
 spam_job() {
     local name=$1 epochs=3 maxsteps=0 interval=40 replicas=$E2E_REPLICAS seqlen=128 backoff=2 kv
     local gpus=0 nproc='' image=$E2E_IMAGE env='' shm='' cpu='' evals=0 keep=3 stop='' gang=None
-    local slots='' labels=''
+    local slots='' labels='' elastic=''
     shift
     for kv in "$@"; do
         case $kv in
@@ -48,6 +49,7 @@ spam_job() {
             shmHostPath=*) shm=${kv#*=} ;;
             gang=*) gang=${kv#*=} ;;
             slots=*) slots=", gantry.dev/e2e-slot: \"${kv#*=}\"" ;;
+            elastic=*) kv=${kv#*=}; elastic="elasticPolicy: {minReplicas: ${kv%:*}, maxReplicas: ${kv#*:}}" ;;
             queue=*) labels="$labels, kueue.x-k8s.io/queue-name: ${kv#*=}" ;;
             priority=*) labels="$labels, kueue.x-k8s.io/priority-class: ${kv#*=}" ;;
             emuDevices=*) env="env: [{name: GANTRY_EMU_DEVICES, value: \"${kv#*=}\"}]" ;;
@@ -62,6 +64,7 @@ metadata:
   labels: {app.kubernetes.io/part-of: gantry-e2e$labels}
 spec:
   replicas: $replicas
+  ${elastic}
   gpusPerReplica: $gpus
   ${nproc}
   image: $image

@@ -35,6 +35,9 @@
 #      deleted, quota handed back) and Succeeds, then the low one is admitted again, resumes
 #      from its checkpoint and Succeeds; a job in a missing LocalQueue gets no pod. Without
 #      Kueue: no pod, and a Warning Event
+#   11 elastic: a 2-worker job with elasticPolicy 1..3 is scaled to 3 (kubectl scale) mid-run;
+#      the gang stops, rank 0 saves its step on SIGTERM, 3 workers resume there at world size 3,
+#      restarts stay 0, and the job Succeeds
 #   6  helm uninstall leaves no operator objects
 # On any failure: operator and worker logs, events, describe output in $ARTIFACTS (default
 # ./artifacts/e2e-<UTC time>). The last line is 'N passed, N failed'; exit 0 only with 0 failed.
@@ -55,7 +58,7 @@ E2E=$ROOT/e2e
 # shellcheck source=e2e/jobs.sh
 . "$E2E/jobs.sh"
 
-KEEP=0 BUILD=1 ONLY="4 1 8 2 3 7 9 10 5 6"
+KEEP=0 BUILD=1 ONLY="4 1 8 2 3 7 9 10 11 5 6"
 while [ $# -gt 0 ]; do
     case $1 in
         --keep) KEEP=1; shift ;;
@@ -252,7 +255,7 @@ finish() {
     teardown
     local s
     printf '\ntimings:'
-    for s in setup install s1 s2 s3 s4 s5 s6 s7 s8 s9 s10; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
+    for s in setup install s1 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
     printf ' total=%ss\n' "$((SECONDS - T0))"
     if [ "$E2E_FAIL" -gt 0 ] || [ "$rc" != 0 ]; then
         echo "artifacts: $ARTIFACTS"
@@ -317,6 +320,7 @@ for n in $ONLY; do
         8) run_scenario 8 "evaluation during training and early stopping" ;;
         9) run_scenario 9 "gang scheduling: all of a gang's pods or none (kube-scheduler's Workload API)" ;;
         10) run_scenario 10 "Kueue: queued, admitted, preempted by a higher priority, resumed" ;;
+        11) run_scenario 11 "an elastic job scaled from 2 to 3 workers while it trains" ;;
         *) echo "unknown scenario $n" >&2 ;;
     esac
 done
