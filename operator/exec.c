@@ -25,11 +25,11 @@ const char *const exec_pod_fields[] = {
 struct exec_pod {
     int32_t index, restart, replicas, exit_code;
     uint8_t phase;
-    uint8_t flags; /* POD_READY | POD_TERMINATING | POD_TRUNCATED */
+    uint8_t flags; /* POD_READY | POD_TERMINATING | POD_TRUNCATED | POD_DISRUPTED */
     char s[];      /* the EXEC_POD_NSTR strings, NUL-terminated, one after another, in order */
 };
 
-enum { POD_READY = 1, POD_TERMINATING = 2, POD_TRUNCATED = 4 };
+enum { POD_READY = 1, POD_TERMINATING = 2, POD_TRUNCATED = 4, POD_DISRUPTED = 8 };
 
 void *exec_pod_make(void *ud, const json_t *pod)
 {
@@ -52,6 +52,7 @@ void *exec_pod_make(void *ud, const json_t *pod)
     str[EXEC_POD_PROBLEM_MSG] = rp->problem_msg;
     str[EXEC_POD_MESSAGE] = rp->message;
     str[EXEC_POD_OWNER] = rp->owner;
+    str[EXEC_POD_DISRUPTION] = rp->disruption;
     for (int i = 0; i < EXEC_POD_NSTR; i++) {
         if (!str[i])
             str[i] = "";
@@ -65,7 +66,8 @@ void *exec_pod_make(void *ud, const json_t *pod)
     p->exit_code = rp->exit_code;
     p->phase = (uint8_t)rp->phase;
     p->flags = (uint8_t)((rp->ready ? POD_READY : 0) | (rp->terminating ? POD_TERMINATING : 0) |
-                         (rp->message_truncated ? POD_TRUNCATED : 0));
+                         (rp->message_truncated ? POD_TRUNCATED : 0) |
+                         (rp->disrupted ? POD_DISRUPTED : 0));
     total = 0;
     for (int i = 0; i < EXEC_POD_NSTR; i++) {
         memcpy(p->s + total, str[i], len[i]);
@@ -114,6 +116,9 @@ void exec_pod_view(const char *key, const struct exec_pod *p, struct rec_pod *ou
              exec_pod_str(p, EXEC_POD_PROBLEM_MSG));
     snprintf(out->message, sizeof(out->message), "%s", exec_pod_str(p, EXEC_POD_MESSAGE));
     out->message_truncated = p->flags & POD_TRUNCATED;
+    out->disrupted = p->flags & POD_DISRUPTED;
+    snprintf(out->disruption, sizeof(out->disruption), "%s",
+             exec_pod_str(p, EXEC_POD_DISRUPTION));
     snprintf(out->ip, sizeof(out->ip), "%s", exec_pod_str(p, EXEC_POD_IP));
 }
 

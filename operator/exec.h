@@ -132,7 +132,7 @@ bool exec_kueue_start(struct exec_shared *sh, const struct kube_config *cfg,
  */
 enum exec_pod_str {
     EXEC_POD_UID, EXEC_POD_RV, EXEC_POD_JOB, EXEC_POD_IP, EXEC_POD_REASON, EXEC_POD_PROBLEM,
-    EXEC_POD_PROBLEM_MSG, EXEC_POD_MESSAGE, EXEC_POD_OWNER, EXEC_POD_NSTR
+    EXEC_POD_PROBLEM_MSG, EXEC_POD_MESSAGE, EXEC_POD_OWNER, EXEC_POD_DISRUPTION, EXEC_POD_NSTR
 };
 struct exec_pod;
 /* A new record from a Pod object (borrowed), or NULL when it has no name. ud unused. */

@@ -158,6 +158,11 @@ int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
         const char *s = json_string_value(json_object_get(cond, "status"));
         if (t && s && strcmp(t, "Ready") == 0)
             out->ready = strcmp(s, "True") == 0;
+        if (t && s && strcmp(t, "DisruptionTarget") == 0 && strcmp(s, "True") == 0) {
+            out->disrupted = true;
+            copy_reason(out->disruption, sizeof(out->disruption),
+                        json_string_value(json_object_get(cond, "reason")));
+        }
     }
     snprintf(out->reason, sizeof(out->reason), "%s",
              str_or(json_object_get(st, "reason")));
@@ -399,6 +404,28 @@ static const struct rec_pod *first_failure(const struct pass *p)
     return f;
 }
 
+/* Restarts counted against backoffLimit: those not caused by a disruption. */
+static int counted(const struct pass *p)
+{
+    int c = p->st.restarts - p->st.disruptions;
+
+    return c < 0 ? 0 : c;
+}
+
+/* A pod of the current gang that the cluster is stopping or stopped (DisruptionTarget): when the
+ * gang fails with one, its other workers failed of losing it. The lowest index, or NULL. */
+static const struct rec_pod *first_disrupted(const struct pass *p)
+{
+    const struct rec_pod *d = NULL;
+
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+        if (current(p, pod) && pod->disrupted && (!d || pod->index < d->index))
+            d = pod;
+    }
+    return d;
+}
+
 /* Whole-gang restart: collectives cannot continue without a rank. */
 static void restart_gang(struct pass *p, const char *reason, const char *msg)
 {
@@ -409,6 +436,21 @@ static void restart_gang(struct pass *p, const char *reason, const char *msg)
     event(p, true, "Restarting", "%s", msg);
     for (size_t i = 0; i < p->in->npods; i++)
         delete_pod(p, &p->in->pods[i]);
+}
+
+/* The gang lost a worker to a disruption (d: an eviction, a drain, a preemption; like a Job's
+ * podFailurePolicy rule that ignores DisruptionTarget): restarted at once, not counted against
+ * backoffLimit, however many counted restarts were used. */
+static void restart_disrupted(struct pass *p, const struct rec_pod *d)
+{
+    char msg[COND_MESSAGE_MAX];
+
+    snprintf(msg, sizeof(msg), "Pod %s was disrupted (DisruptionTarget: %s); restarting the whole "
+             "gang, not counted against spec.runPolicy.backoffLimit (%d of %d used)", d->name,
+             d->disruption[0] ? d->disruption : "no reason given", counted(p),
+             p->tj->backoff_limit);
+    p->st.disruptions += 1; /* with the restart below: the count of failures stays */
+    restart_gang(p, "WorkerDisrupted", msg);
 }
 
 /* A pod of the current gang that went away, or is going (deletionTimestamp), while the job was
@@ -440,11 +482,15 @@ static bool lost(struct pass *p)
     free(by_index);
     if (i == tj->replicas)
         return false;
+    if (pod && pod->disrupted) {
+        restart_disrupted(p, pod);
+        return true;
+    }
     if (pod)
         snprintf(name, sizeof(name), "%s", pod->name);
     else
         render_pod_name(tj, i, name, sizeof(name));
-    if (r >= tj->backoff_limit) {
+    if (counted(p) >= tj->backoff_limit) {
         snprintf(msg, sizeof(msg), "Pod %s was deleted while the job was running and all %d "
                  "restarts allowed by spec.runPolicy.backoffLimit are used", name,
                  tj->backoff_limit);
@@ -452,7 +498,7 @@ static bool lost(struct pass *p)
         return true;
     }
     snprintf(msg, sizeof(msg), "Pod %s was deleted while the job was running; restarting the "
-             "whole gang (restart %d of %d)", name, r + 1, tj->backoff_limit);
+             "whole gang (restart %d of %d)", name, counted(p) + 1, tj->backoff_limit);
     restart_gang(p, "WorkerDeleted", msg);
     return true;
 }
@@ -508,7 +554,11 @@ static bool judge(struct pass *p)
         finish(p, false, "PermanentError", msg);
         return true;
     }
-    if (r >= tj->backoff_limit) {
+    if (first_disrupted(p)) { /* the others failed of losing it */
+        restart_disrupted(p, first_disrupted(p));
+        return true;
+    }
+    if (counted(p) >= tj->backoff_limit) {
         snprintf(msg, sizeof(msg), "Pod %s failed (exit code %d%s%s) and all %d restarts allowed "
                  "by spec.runPolicy.backoffLimit are used", f->name, f->exit_code,
                  f->reason[0] ? ", " : "", f->reason, tj->backoff_limit);
@@ -518,7 +568,7 @@ static bool judge(struct pass *p)
     }
     snprintf(msg, sizeof(msg), "Pod %s failed (exit code %d%s%s); restarting the whole gang "
              "(restart %d of %d)", f->name, f->exit_code, f->reason[0] ? ", " : "", f->reason,
-             r + 1, tj->backoff_limit);
+             counted(p) + 1, tj->backoff_limit);
     restart_gang(p, "WorkerFailed", msg);
     return true;
 }
@@ -645,7 +695,7 @@ static bool stall(struct pass *p)
              (long long)in->now - (long long)in->progress_since, tj->progress_deadline_s);
     set_cond(p, COND_STALLED, true, "ProgressDeadlineExceeded", msg);
     event(p, true, "Stalled", "%s", msg);
-    if (r >= tj->backoff_limit) {
+    if (counted(p) >= tj->backoff_limit) {
         char fmsg[COND_MESSAGE_MAX];
         snprintf(fmsg, sizeof(fmsg), "%.300s; all %d restarts allowed by "
                  "spec.runPolicy.backoffLimit are used", msg, tj->backoff_limit);
@@ -653,7 +703,7 @@ static bool stall(struct pass *p)
         return true;
     }
     snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; restarting the whole gang "
-             "(restart %d of %d)", r + 1, tj->backoff_limit);
+             "(restart %d of %d)", counted(p) + 1, tj->backoff_limit);
     restart_gang(p, "Stalled", msg);
     return true;
 }
@@ -1149,6 +1199,7 @@ static json_t *status_json(const struct pass *p)
     snprintf(ready, sizeof(ready), "%d/%d", p->ready, p->tj->replicas);
     json_object_set_new(st, "ready", json_string(ready));
     json_object_set_new(st, "restarts", json_integer(p->st.restarts));
+    json_object_set_new(st, "disruptions", json_integer(p->st.disruptions));
     json_object_set_new(st, "replicas",
                         json_pack("{s:i, s:i, s:i, s:i}", "active", p->active, "ready", p->ready,
                                   "succeeded", p->succeeded, "failed", p->failed));

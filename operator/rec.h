@@ -121,6 +121,11 @@ struct rec_pod {
     enum rec_pod_phase phase;
     bool ready;       /* condition Ready is True */
     bool terminating; /* metadata.deletionTimestamp is set */
+    /* condition DisruptionTarget=True: the pod is being stopped by the cluster, not by a fault
+     * of its own (an eviction: kubectl drain, node pressure, a taint; preemption by the
+     * scheduler); its reason (EvictionByEvictionAPI, PreemptionByScheduler, ...) */
+    bool disrupted;
+    char disruption[REC_REASON_MAX];
     int exit_code;    /* the worker container's exit code once terminated, else -1 */
     char reason[REC_REASON_MAX]; /* status.reason (Evicted, ...) or the terminated reason */
     /* Why a pod that should run does not: PodScheduled=False (Unschedulable: e.g. a missing

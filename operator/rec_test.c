@@ -3,7 +3,7 @@
  *   "job"      a TrainingJob object (status included),
  *   "pods"     observed pods: full Pod objects (with "metadata") or the compact form
  *              {"name","uid","owner","index","restart","replicas","phase","ready","exitCode",
- *               "terminating","reason","problem","problemMsg"},
+ *               "terminating","reason","problem","problemMsg","disruption"},
  *   "service", "secret": true when observed; "configmap": true (observed with the rendered data)
  *              or a string (observed with that data),
  *   "now", "expectationsMet" (default true), "invalid" (run rec_invalid with tj_parse's error),
@@ -135,6 +135,10 @@ static void compact_pod(const json_t *j, struct rec_pod *p)
     snprintf(p->problem_msg, sizeof(p->problem_msg), "%s",
              json_is_string(json_object_get(j, "problemMsg"))
                  ? json_string_value(json_object_get(j, "problemMsg")) : "");
+    /* "disruption": the DisruptionTarget reason; the pod is then disrupted */
+    p->disrupted = json_is_string(json_object_get(j, "disruption"));
+    snprintf(p->disruption, sizeof(p->disruption), "%s",
+             p->disrupted ? json_string_value(json_object_get(j, "disruption")) : "");
 }
 
 static void action_str(const struct rec_action *a, char *out, size_t n)

@@ -671,6 +671,8 @@ static void parse_status(struct tj *tj, const json_t *st)
     tj->status.phase = tj_phase_parse(json_string_value(json_object_get(st, "phase")));
     if (as_int(json_object_get(st, "restarts"), &x) && x >= 0 && x < (1 << 30))
         tj->status.restarts = (int)x;
+    if (as_int(json_object_get(st, "disruptions"), &x) && x >= 0 && x <= tj->status.restarts)
+        tj->status.disruptions = (int)x;
     if (as_int(json_object_get(st, "observedGeneration"), &x))
         tj->status.observed_generation = x;
     s = json_string_value(json_object_get(st, "startTime"));

@@ -69,6 +69,7 @@ enum tj_gang { TJ_GANG_NONE = 0, TJ_GANG_WORKLOAD };
 struct tj_status {
     enum tj_phase phase;
     int restarts;
+    int disruptions; /* restarts after a disruption (not counted against backoffLimit) */
     long long observed_generation;
     time_t start_time;      /* 0: unset */
     time_t completion_time; /* 0: unset */

@@ -39,6 +39,9 @@ def pod(p):
     st = {"phase": p["phase"]}
     if p.get("ready"):
         st["conditions"] = [{"type": "Ready", "status": "True"}]
+    if "disruption" in p:
+        st.setdefault("conditions", []).append(
+            {"type": "DisruptionTarget", "status": "True", "reason": p["disruption"]})
     if "reason" in p:
         st["reason"] = p["reason"]
     state = None
