@@ -18,7 +18,7 @@ E2E_IMAGE=${E2E_IMAGE:-gantry-worker:0.1.0}
 #   (runPolicy.schedulingPolicy.gang: None or Workload), slots (each worker requests that many
 #   gantry.dev/e2e-slot, an extended resource scenario 9 gives the node, to fill it exactly),
 #   queue and priority (the labels kueue.x-k8s.io/queue-name and kueue.x-k8s.io/priority-class),
-#   elastic=MIN:MAX (spec.elasticPolicy)
+#   elastic=MIN:MAX[:SHRINK] (spec.elasticPolicy; SHRINK its shrinkAfterSeconds)
 spam_job() {
     local name=$1 epochs=3 maxsteps=0 interval=40 replicas=$E2E_REPLICAS seqlen=128 backoff=2 kv
     local gpus=0 nproc='' image=$E2E_IMAGE env='' shm='' cpu='' evals=0 keep=3 stop='' gang=None
@@ -49,7 +49,12 @@ spam_job() {
             shmHostPath=*) shm=${kv#*=} ;;
             gang=*) gang=${kv#*=} ;;
             slots=*) slots=", gantry.dev/e2e-slot: \"${kv#*=}\"" ;;
-            elastic=*) kv=${kv#*=}; elastic="elasticPolicy: {minReplicas: ${kv%:*}, maxReplicas: ${kv#*:}}" ;;
+            elastic=*) kv=${kv#*=}; elastic="elasticPolicy: {minReplicas: ${kv%%:*}, maxReplicas: "
+                kv=${kv#*:}
+                case $kv in
+                    *:*) elastic="$elastic${kv%%:*}, shrinkAfterSeconds: ${kv#*:}}" ;;
+                    *) elastic="$elastic$kv}" ;;
+                esac ;;
             queue=*) labels="$labels, kueue.x-k8s.io/queue-name: ${kv#*=}" ;;
             priority=*) labels="$labels, kueue.x-k8s.io/priority-class: ${kv#*=}" ;;
             emuDevices=*) env="env: [{name: GANTRY_EMU_DEVICES, value: \"${kv#*=}\"}]" ;;

@@ -40,6 +40,9 @@
 #      restarts stay 0, and the job Succeeds
 #   12 a worker evicted (the Eviction API, as kubectl drain) from a job with backoffLimit 0: the
 #      gang restarts as a disruption (restarts 1, disruptions 1) and the job Succeeds
+#   13 elasticPolicy.shrinkAfterSeconds: 3 workers on a node with room for 2 run as 2 (ScaledDown,
+#      a standby pod waits), and grow back to 3 when the node gets room (ScaledUp), resuming at
+#      world size 3; the job Succeeds with restarts 0
 #   6  helm uninstall leaves no operator objects
 # On any failure: operator and worker logs, events, describe output in $ARTIFACTS (default
 # ./artifacts/e2e-<UTC time>). The last line is 'N passed, N failed'; exit 0 only with 0 failed.
@@ -60,7 +63,7 @@ E2E=$ROOT/e2e
 # shellcheck source=e2e/jobs.sh
 . "$E2E/jobs.sh"
 
-KEEP=0 BUILD=1 ONLY="4 1 8 2 12 3 7 9 10 11 5 6"
+KEEP=0 BUILD=1 ONLY="4 1 8 2 12 3 7 9 13 10 11 5 6"
 while [ $# -gt 0 ]; do
     case $1 in
         --keep) KEEP=1; shift ;;
@@ -257,7 +260,7 @@ finish() {
     teardown
     local s
     printf '\ntimings:'
-    for s in setup install s1 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 s12; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
+    for s in setup install s1 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 s12 s13; do [ -z "${TIMES[$s]:-}" ] || printf ' %s=%ss' "$s" "${TIMES[$s]}"; done
     printf ' total=%ss\n' "$((SECONDS - T0))"
     if [ "$E2E_FAIL" -gt 0 ] || [ "$rc" != 0 ]; then
         echo "artifacts: $ARTIFACTS"
@@ -323,6 +326,7 @@ for n in $ONLY; do
         9) run_scenario 9 "gang scheduling: all of a gang's pods or none (kube-scheduler's Workload API)" ;;
         10) run_scenario 10 "Kueue: queued, admitted, preempted by a higher priority, resumed" ;;
         11) run_scenario 11 "an elastic job scaled from 2 to 3 workers while it trains" ;;
+        13) run_scenario 13 "elastic by the operator: shrunk while a worker is unschedulable, grown back when room appears" ;;
         12) run_scenario 12 "a worker evicted (drain): a disruption, not counted against backoffLimit" ;;
         *) echo "unknown scenario $n" >&2 ;;
     esac

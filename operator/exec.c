@@ -25,11 +25,12 @@ const char *const exec_pod_fields[] = {
 struct exec_pod {
     int32_t index, restart, replicas, exit_code;
     uint8_t phase;
-    uint8_t flags; /* POD_READY | POD_TERMINATING | POD_TRUNCATED | POD_DISRUPTED */
+    uint8_t flags; /* POD_READY, POD_TERMINATING, POD_TRUNCATED, POD_DISRUPTED, POD_STANDBY */
     char s[];      /* the EXEC_POD_NSTR strings, NUL-terminated, one after another, in order */
 };
 
-enum { POD_READY = 1, POD_TERMINATING = 2, POD_TRUNCATED = 4, POD_DISRUPTED = 8 };
+enum { POD_READY = 1, POD_TERMINATING = 2, POD_TRUNCATED = 4, POD_DISRUPTED = 8,
+       POD_STANDBY = 16 };
 
 void *exec_pod_make(void *ud, const json_t *pod)
 {
@@ -67,7 +68,7 @@ void *exec_pod_make(void *ud, const json_t *pod)
     p->phase = (uint8_t)rp->phase;
     p->flags = (uint8_t)((rp->ready ? POD_READY : 0) | (rp->terminating ? POD_TERMINATING : 0) |
                          (rp->message_truncated ? POD_TRUNCATED : 0) |
-                         (rp->disrupted ? POD_DISRUPTED : 0));
+                         (rp->disrupted ? POD_DISRUPTED : 0) | (rp->standby ? POD_STANDBY : 0));
     total = 0;
     for (int i = 0; i < EXEC_POD_NSTR; i++) {
         memcpy(p->s + total, str[i], len[i]);
@@ -117,6 +118,7 @@ void exec_pod_view(const char *key, const struct exec_pod *p, struct rec_pod *ou
     snprintf(out->message, sizeof(out->message), "%s", exec_pod_str(p, EXEC_POD_MESSAGE));
     out->message_truncated = p->flags & POD_TRUNCATED;
     out->disrupted = p->flags & POD_DISRUPTED;
+    out->standby = p->flags & POD_STANDBY;
     snprintf(out->disruption, sizeof(out->disruption), "%s",
              exec_pod_str(p, EXEC_POD_DISRUPTION));
     snprintf(out->ip, sizeof(out->ip), "%s", exec_pod_str(p, EXEC_POD_IP));

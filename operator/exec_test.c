@@ -135,12 +135,12 @@ static void test_pod_record(void)
     big[sizeof(big) - 1] = 0;
     memcpy(big + sizeof(big) - 6, "tail\n", 5);
     pod = json_pack(
-        "{s:{s:s, s:s, s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s}}, s:{s:s, s:s, "
+        "{s:{s:s, s:s, s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s, s:s}}, s:{s:s, s:s, "
         "s:[{s:s, s:s}, {s:s, s:s, s:s}], s:[{s:s, s:{s:{s:i, s:s, s:s}}, s:i}]}}",
         "metadata", "name", "j-worker-1", "namespace", "ml", "uid", "u-1", "resourceVersion",
         "77", "deletionTimestamp", "2026-01-01T00:00:00Z", "labels", "gantry.dev/job-name", "j",
         "gantry.dev/replica-index", "1", "gantry.dev/restart-count", "2", "gantry.dev/replicas",
-        "3", "status", "phase",
+        "3", "gantry.dev/standby", "true", "status", "phase",
         "Failed", "podIP", "10.1.2.3", "conditions", "type", "Ready", "status", "True",
         "type", "DisruptionTarget", "status", "True", "reason", "EvictionByEvictionAPI",
         "containerStatuses", "name", "worker", "state", "terminated", "exitCode", 65, "reason",
@@ -155,6 +155,7 @@ static void test_pod_record(void)
     TEST_EQ_INT(got.restart, 2);
     TEST_EQ_INT(got.replicas, 3);
     TEST_CHECK(got.disrupted && want.disrupted);
+    TEST_CHECK(got.standby && want.standby);
     TEST_EQ_STR(got.disruption, "EvictionByEvictionAPI");
     TEST_EQ_INT(got.phase, REC_POD_FAILED);
     TEST_CHECK(got.ready && got.terminating);

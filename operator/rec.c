@@ -144,6 +144,7 @@ int rec_pod_from_json(const json_t *pod, struct rec_pod *out)
     out->index = label_int(labels, RENDER_LABEL_INDEX);
     out->restart = label_int(labels, RENDER_LABEL_RESTART);
     out->replicas = label_int(labels, RENDER_LABEL_REPLICAS);
+    out->standby = strcmp(str_or(json_object_get(labels, RENDER_LABEL_STANDBY)), "true") == 0;
     out->terminating = json_is_string(json_object_get(meta, "deletionTimestamp"));
     json_array_foreach(json_object_get(meta, "ownerReferences"), i, cond) {
         const char *u = str_or(json_object_get(cond, "uid"));
@@ -205,7 +206,8 @@ static bool exit_permanent(int code)
 
 struct pass {
     const struct rec_input *in;
-    const struct tj *tj;
+    const struct tj *tj; /* &eff */
+    struct tj eff; /* the job, its replicas the size it runs at (elasticPolicy: maybe fewer) */
     struct rec_result *out;
     size_t cap;
     struct tj_status st; /* the new status, edited in place */
@@ -289,7 +291,7 @@ int rec_restarts(const struct rec_input *in)
 static bool current(const struct pass *p, const struct rec_pod *pod)
 {
     return pod->restart == p->st.restarts && pod->index >= 0 && pod->index < p->tj->replicas &&
-           (pod->replicas <= 0 || pod->replicas == p->tj->replicas) &&
+           (pod->replicas <= 0 || pod->replicas == p->tj->replicas) && !pod->standby &&
            render_is_pod_name(p->tj, pod->index, pod->name);
 }
 
@@ -376,6 +378,8 @@ static void suspend(struct pass *p)
               p->st.restarts);
     p->st.phase = TJ_PHASE_SUSPENDED;
     p->st.start_time = 0;
+    p->st.elastic_workers = 0; /* resumed, it tries every replica again */
+    p->st.unschedulable_since = 0;
     set_cond(p, COND_SUSPENDED, true, "Suspended", "spec.runPolicy.suspend is true");
     clear_cond(p, COND_RUNNING, "Suspended", "The job is suspended");
     clear_cond(p, COND_RESTARTING, "Suspended", "The job is suspended");
@@ -603,14 +607,33 @@ static void children(struct pass *p)
         add_action(p, REC_CREATE, REC_SECRET, name, render_secret(tj, p->in->token));
 }
 
-/* Deletes pods that do not belong to the current gang; true while any of them still exists. */
+/* elasticPolicy.shrinkAfterSeconds is in force: the operator may run the job with fewer workers
+ * than replicas while the others cannot be scheduled. Not with Kueue (whose quota decides) nor a
+ * gang Workload (all bound or none). */
+static bool auto_elastic(const struct tj *job)
+{
+    return job->elastic_shrink_s > 0 && job->elastic_min > 0 && !job->queue[0] &&
+           job->gang != TJ_GANG_WORKLOAD;
+}
+
+/* A standby pod of the current restart holding the place of a worker the job was shrunk
+ * without (index from its size up to replicas), made for the job's full size. */
+static bool standby_place(const struct pass *p, const struct rec_pod *pod)
+{
+    return pod->standby && pod->restart == p->st.restarts && pod->index >= p->tj->replicas &&
+           pod->index < p->in->job->replicas && pod->replicas == p->in->job->replicas &&
+           auto_elastic(p->in->job) && render_is_pod_name(p->tj, pod->index, pod->name);
+}
+
+/* Deletes pods that do not belong to the current gang (nor hold a place for it); true while any
+ * of them still exists. */
 static bool retire_stale(struct pass *p)
 {
     bool stale = false;
 
     for (size_t i = 0; i < p->in->npods; i++) {
         const struct rec_pod *pod = &p->in->pods[i];
-        if (current(p, pod))
+        if (current(p, pod) || standby_place(p, pod))
             continue;
         stale = true;
         delete_pod(p, pod);
@@ -763,7 +786,7 @@ static int old_size(const struct pass *p)
 {
     for (size_t i = 0; i < p->in->npods; i++) {
         const struct rec_pod *pod = &p->in->pods[i];
-        if (pod->restart == p->st.restarts && pod->replicas > 0 &&
+        if (pod->restart == p->st.restarts && pod->replicas > 0 && !pod->standby &&
             pod->replicas != p->tj->replicas && !pod->terminating &&
             pod->phase != REC_POD_SUCCEEDED && !pod_failed(pod))
             return pod->replicas;
@@ -771,8 +794,8 @@ static int old_size(const struct pass *p)
     return -1;
 }
 
-/* An elastic job whose replicas changed while its gang runs (kubectl scale, an autoscaler
- * through the scale subresource; any job whose replicas changed without a suspend, which the
+/* An elastic job whose size changed while its gang runs (kubectl scale, an autoscaler through
+ * the scale subresource, elastic(); any job whose replicas changed without a suspend, which the
  * CRD refuses for the others): the old gang stops and a new one starts at the new size, at the
  * same restart count, since a resize is no failure. Rank 0 saves the step it stopped at on the
  * way out (checkpoint.saveOnStop) and the new gang resumes there at its world size. true while
@@ -786,9 +809,8 @@ static bool resize(struct pass *p)
 
     if (from < 0)
         return false;
-    snprintf(msg, sizeof(msg), "Resizing from %d to %d workers (spec.replicas changed): the "
-             "gang stops, and starts again at the new size from the step rank 0 saves", from,
-             tj->replicas);
+    snprintf(msg, sizeof(msg), "Resizing from %d to %d workers: the gang stops, and starts "
+             "again at the new size from the step rank 0 saves", from, tj->replicas);
     if (!c || !c->status || strcmp(c->reason, "Resized") != 0 || strcmp(c->message, msg) != 0)
         event(p, false, "Resizing", "%s", msg);
     p->st.phase = TJ_PHASE_RESTARTING;
@@ -798,6 +820,95 @@ static bool resize(struct pass *p)
         delete_pod(p, &p->in->pods[i]);
     children(p); /* config.json says the new world size */
     return true;
+}
+
+/* Shrunk (elasticPolicy.shrinkAfterSeconds) and its gang Running: a standby pod for each
+ * missing worker, the worker's pod that only waits, so that the scheduler binds it where a
+ * worker would fit; elastic() grows the job once all of them run. Made only while the gang runs,
+ * so that they never take a place the gang's own pods need. */
+static void create_standby(struct pass *p)
+{
+    int full = p->in->job->replicas, k = 0;
+    bool *seen = xcalloc((size_t)full, sizeof(*seen));
+
+    for (size_t i = 0; i < p->in->npods; i++)
+        if (standby_place(p, &p->in->pods[i]))
+            seen[p->in->pods[i].index] = true;
+    for (int i = p->tj->replicas; i < full; i++) {
+        char name[RENDER_NAME_MAX];
+        struct rec_action *a;
+
+        if (seen[i])
+            continue;
+        render_pod_name(p->in->job, i, name, sizeof(name));
+        a = add_action(p, REC_CREATE, REC_POD, name,
+                       render_standby_pod(p->in->job, i, p->st.restarts));
+        if (a)
+            a->batch = batch_of(k++);
+    }
+    free(seen);
+}
+
+/* elasticPolicy.shrinkAfterSeconds, before resize(), which carries out a change of p->eff:
+ *   - workers of the gang unschedulable (PodScheduled=False) for that long, and those that were
+ *     scheduled at least minReplicas: the job shrinks to them (a Normal ScaledDown event), as
+ *     torchrun goes on with the nodes that joined;
+ *   - shrunk, and a standby pod runs for every missing worker: it grows back to replicas (a
+ *     Normal ScaledUp event), as torchrun restarts when a node joins.
+ * The size is kept in status.elasticWorkers, the wait in status.unschedulableSince. */
+static void elastic(struct pass *p)
+{
+    const struct tj *job = p->in->job;
+    const struct rec_pod *stuck = NULL;
+    int eff = p->eff.replicas, k = 0, placed = 0;
+    char msg[COND_MESSAGE_MAX];
+    long long due;
+
+    if (!auto_elastic(job)) {
+        p->st.unschedulable_since = 0;
+        return;
+    }
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+        if (standby_place(p, pod) && pod->phase == REC_POD_RUNNING && !pod->terminating)
+            placed++;
+        if (current(p, pod) && !pod->terminating && strcmp(pod->problem, "Unschedulable") == 0) {
+            k++;
+            if (!stuck || pod->index < stuck->index)
+                stuck = pod;
+        }
+    }
+    if (eff < job->replicas && placed == job->replicas - eff) {
+        snprintf(msg, sizeof(msg), "Room for all %d workers again (the standby pods of workers "
+                 "%d..%d run): resizing from %d", job->replicas, eff, job->replicas - 1, eff);
+        event(p, false, "ScaledUp", "%s", msg);
+        p->eff.replicas = job->replicas;
+        p->st.elastic_workers = 0;
+        p->st.unschedulable_since = 0;
+        return;
+    }
+    if (k == 0) {
+        p->st.unschedulable_since = 0;
+        return;
+    }
+    if (!p->st.unschedulable_since)
+        p->st.unschedulable_since = p->in->now;
+    due = (long long)p->st.unschedulable_since + job->elastic_shrink_s;
+    if ((long long)p->in->now < due) {
+        requeue(p, due - (long long)p->in->now);
+        return;
+    }
+    if (eff - k < job->elastic_min)
+        return; /* fewer than minReplicas fit: wait, as without elasticPolicy */
+    snprintf(msg, sizeof(msg), "%d of %d workers could not be scheduled for %llds (pod %s: %.200s); "
+             "running with %d until room appears (elasticPolicy.minReplicas %d)", k, eff,
+             (long long)p->in->now - (long long)p->st.unschedulable_since, stuck->name,
+             stuck->problem_msg[0] ? stuck->problem_msg : stuck->problem, eff - k,
+             job->elastic_min);
+    event(p, false, "ScaledDown", "%s", msg);
+    p->eff.replicas = eff - k;
+    p->st.elastic_workers = eff - k;
+    p->st.unschedulable_since = 0;
 }
 
 static void running(struct pass *p)
@@ -823,6 +934,7 @@ static void running(struct pass *p)
         }
         requeue(p, end - (long long)p->in->now);
     }
+    elastic(p);
     if (resize(p))
         return;
     if (judge(p) || stall(p)) {
@@ -837,6 +949,9 @@ static void running(struct pass *p)
     else if (!stale && p->in->expectations_met)
         create_pods(p);
     set_phase(p);
+    if (p->st.phase == TJ_PHASE_RUNNING && p->tj->replicas < p->in->job->replicas &&
+        p->in->expectations_met)
+        create_standby(p);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1200,6 +1315,12 @@ static json_t *status_json(const struct pass *p)
     json_object_set_new(st, "ready", json_string(ready));
     json_object_set_new(st, "restarts", json_integer(p->st.restarts));
     json_object_set_new(st, "disruptions", json_integer(p->st.disruptions));
+    if (p->st.elastic_workers > 0)
+        json_object_set_new(st, "elasticWorkers", json_integer(p->st.elastic_workers));
+    if (p->st.unschedulable_since) {
+        cond_fmt_time(p->st.unschedulable_since, ts, sizeof(ts));
+        json_object_set_new(st, "unschedulableSince", json_string(ts));
+    }
     json_object_set_new(st, "replicas",
                         json_pack("{s:i, s:i, s:i, s:i}", "active", p->active, "ready", p->ready,
                                   "succeeded", p->succeeded, "failed", p->failed));
@@ -1277,8 +1398,13 @@ int rec_reconcile(const struct rec_input *in, struct rec_result *out)
 static int reconcile(const struct rec_input *in, size_t foreign, struct rec_result *out)
 {
     const struct tj *tj = in->job;
-    struct pass p = {.in = in, .tj = tj, .out = out, .st = tj->status, .foreign = foreign};
+    struct pass p = {.in = in, .out = out, .st = tj->status, .foreign = foreign, .eff = *tj};
 
+    p.tj = &p.eff; /* a shallow copy: only its replicas may differ */
+    if (!auto_elastic(tj) || p.st.elastic_workers >= tj->replicas)
+        p.st.elastic_workers = 0; /* replicas decides (again) */
+    if (p.st.elastic_workers > 0)
+        p.eff.replicas = p.st.elastic_workers;
     p.cap = in->npods + (size_t)tj->replicas + json_array_size(in->workloads) + 8;
     result_init(out, p.cap);
     if (tj->deleting) { /* the garbage collector takes the children */

@@ -118,6 +118,7 @@ struct rec_pod {
     /* gantry.dev/replicas: the gang size it was made for (an elastic job's replicas change);
      * -1 when missing, 0 never (pods of operators before it: taken as the job's replicas) */
     int replicas;
+    bool standby; /* gantry.dev/standby "true": a place held for an elastic job's worker */
     enum rec_pod_phase phase;
     bool ready;       /* condition Ready is True */
     bool terminating; /* metadata.deletionTimestamp is set */

@@ -3,9 +3,9 @@
  *   "job"      a TrainingJob object (status included),
  *   "pods"     observed pods: full Pod objects (with "metadata") or the compact form
  *              {"name","uid","owner","index","restart","replicas","phase","ready","exitCode",
- *               "terminating","reason","problem","problemMsg","disruption"},
- *   "service", "secret": true when observed; "configmap": true (observed with the rendered data)
- *              or a string (observed with that data),
+ *               "terminating","reason","problem","problemMsg","disruption","standby"},
+ *   "service", "secret": true when observed; "configmap": true (observed with the rendered data,
+ *              for the size status.elasticWorkers says) or a string (observed with that data),
  *   "now", "expectationsMet" (default true), "invalid" (run rec_invalid with tj_parse's error),
  *   "kueue"    {"served": bool, "workloads": [the job's Kueue Workloads, as the informer keeps]},
  * and "expect":
@@ -136,6 +136,7 @@ static void compact_pod(const json_t *j, struct rec_pod *p)
              json_is_string(json_object_get(j, "problemMsg"))
                  ? json_string_value(json_object_get(j, "problemMsg")) : "");
     /* "disruption": the DisruptionTarget reason; the pod is then disrupted */
+    p->standby = json_is_true(json_object_get(j, "standby"));
     p->disrupted = json_is_string(json_object_get(j, "disruption"));
     snprintf(p->disruption, sizeof(p->disruption), "%s",
              p->disrupted ? json_string_value(json_object_get(j, "disruption")) : "");
@@ -245,8 +246,13 @@ static int load_input(struct fixture *fx, struct tj *tj, char *err, size_t errle
     fx->in.have_secret = json_is_true(json_object_get(fx->root, "secret"));
     cm = json_object_get(fx->root, "configmap");
     fx->in.have_configmap = json_is_true(cm) || json_is_string(cm);
-    if (json_is_true(cm) && rc == 0)
-        fx->in.configmap_data = fx->config = render_config_json(tj);
+    if (json_is_true(cm) && rc == 0) {
+        /* as rendered for the size the job runs at: status.elasticWorkers, else replicas */
+        struct tj at = *tj;
+        if (tj->status.elastic_workers > 0 && tj->status.elastic_workers < tj->replicas)
+            at.replicas = tj->status.elastic_workers;
+        fx->in.configmap_data = fx->config = render_config_json(&at);
+    }
     else if (json_is_string(cm))
         fx->in.configmap_data = json_string_value(cm);
     fx->in.expectations_met = !json_is_false(json_object_get(fx->root, "expectationsMet"));

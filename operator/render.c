@@ -349,6 +349,17 @@ json_t *render_pod(const struct tj *tj, int index, int restarts)
     return pod;
 }
 
+json_t *render_standby_pod(const struct tj *tj, int index, int restarts)
+{
+    json_t *pod = render_pod(tj, index, restarts);
+    json_t *meta = json_object_get(pod, "metadata");
+
+    json_object_set_new(want_object(meta, "labels"), RENDER_LABEL_STANDBY, json_string("true"));
+    put_env(want_array(worker_container(json_object_get(pod, "spec")), "env"), "GANTRY_STANDBY",
+            "1");
+    return pod;
+}
+
 void render_pod_gang_key(json_t *pod, int restarts, long long start)
 {
     json_t *ref = json_object_get(json_object_get(pod, "spec"), "workloadRef");

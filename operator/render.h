@@ -39,6 +39,11 @@
 #define RENDER_LABEL_INDEX "gantry.dev/replica-index"
 #define RENDER_LABEL_RESTART "gantry.dev/restart-count"
 #define RENDER_LABEL_REPLICAS "gantry.dev/replicas" /* the gang size the pod was made for */
+/* a standby pod: holds a place for a worker an elastic job was shrunk without (rec.h) */
+#define RENDER_LABEL_STANDBY "gantry.dev/standby"
+/* A standby pod for worker index of tj (its full replicas): the worker's pod, labelled
+ * RENDER_LABEL_STANDBY "true", whose gantry-worker only waits (GANTRY_STANDBY=1) for SIGTERM. */
+json_t *render_standby_pod(const struct tj *tj, int index, int restarts);
 #define RENDER_CONTAINER "worker"
 #define RENDER_CONFIG_DIR "/etc/gantry"
 #define RENDER_CONFIG_FILE "config.json"

@@ -606,6 +606,10 @@ static void parse_elastic(struct tj *tj, const json_t *spec, struct errs *e)
         else
             *dst = (int)get_int(ep, path, key, 0, 1, TJ_REPLICAS_MAX, e);
     }
+    tj->elastic_shrink_s = get_int(ep, path, "shrinkAfterSeconds", 0, 1, 86400 * 365, e);
+    if (tj->elastic_shrink_s > 0 && tj->gang == TJ_GANG_WORKLOAD)
+        errf(e, "%s.shrinkAfterSeconds: not with spec.runPolicy.schedulingPolicy.gang Workload, "
+                "whose pods are all bound or none; remove one of them", path);
     if (tj->elastic_min < 1 || tj->elastic_max < 1 || tj->elastic_min > TJ_REPLICAS_MAX ||
         tj->elastic_max > TJ_REPLICAS_MAX) {
         tj->elastic_min = tj->elastic_max = 0;
@@ -673,6 +677,11 @@ static void parse_status(struct tj *tj, const json_t *st)
         tj->status.restarts = (int)x;
     if (as_int(json_object_get(st, "disruptions"), &x) && x >= 0 && x <= tj->status.restarts)
         tj->status.disruptions = (int)x;
+    if (as_int(json_object_get(st, "elasticWorkers"), &x) && x >= 1 && x <= TJ_REPLICAS_MAX)
+        tj->status.elastic_workers = (int)x;
+    s = json_string_value(json_object_get(st, "unschedulableSince"));
+    if (!s || cond_parse_time(s, &tj->status.unschedulable_since) != 0)
+        tj->status.unschedulable_since = 0;
     if (as_int(json_object_get(st, "observedGeneration"), &x))
         tj->status.observed_generation = x;
     s = json_string_value(json_object_get(st, "startTime"));

@@ -70,6 +70,10 @@ struct tj_status {
     enum tj_phase phase;
     int restarts;
     int disruptions; /* restarts after a disruption (not counted against backoffLimit) */
+    /* elasticPolicy.shrinkAfterSeconds: the size the job was shrunk to (0: replicas), and when
+     * workers of its gang were first seen unschedulable (0: none are) */
+    int elastic_workers;
+    time_t unschedulable_since;
     long long observed_generation;
     time_t start_time;      /* 0: unset */
     time_t completion_time; /* 0: unset */
@@ -87,6 +91,9 @@ struct tj {
     /* spec.elasticPolicy: replicas may change while the job runs, within [min, max] (kubectl
      * scale, an autoscaler through the scale subresource); 0, 0 when not elastic */
     int elastic_min, elastic_max;
+    /* elasticPolicy.shrinkAfterSeconds: workers of the gang unschedulable this long, the job
+     * runs with those that fit (>= elastic_min) and grows back when room appears; 0: off */
+    long long elastic_shrink_s;
     int gpus; /* gpusPerReplica */
     int nproc; /* nprocPerNode; 0: unset (tj_nproc decides) */
     int port;

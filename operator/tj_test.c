@@ -468,6 +468,18 @@ static void test_elastic_policy(void)
                 OP_EINVALID);
     TEST_CHECK(strstr(err, "spec.elasticPolicy: must be an object"));
     tj_cleanup(&tj);
+    TEST_EQ_INT(parse(ESPEC("{\"replicas\":3,\"elasticPolicy\":{\"minReplicas\":2,"
+                            "\"maxReplicas\":6,\"shrinkAfterSeconds\":90}}"), &tj, err,
+                      sizeof(err)), 0);
+    TEST_EQ_INT(tj.elastic_shrink_s, 90);
+    tj_cleanup(&tj);
+    TEST_EQ_INT(parse(ESPEC("{\"replicas\":3,\"elasticPolicy\":{\"minReplicas\":2,"
+                            "\"maxReplicas\":6,\"shrinkAfterSeconds\":90},\"runPolicy\":"
+                            "{\"schedulingPolicy\":{\"gang\":\"Workload\"}}}"), &tj, err,
+                      sizeof(err)), OP_EINVALID);
+    TEST_CHECK(strstr(err, "spec.elasticPolicy.shrinkAfterSeconds: not with spec.runPolicy."
+                           "schedulingPolicy.gang Workload"));
+    tj_cleanup(&tj);
 #undef ESPEC
     /* the name must fit maxReplicas' pod names already: 53 characters fit 100, not 101 */
     memset(name, 'a', 53);

@@ -685,7 +685,9 @@ void cfg_usage(FILE *f, const char *prog)
             "NODE_RANK, NPROC_PER_NODE (ranks per node: > 1 in a pod starts them; the\n"
             "all-reduce is hierarchical across nodes), LOCAL_RANK; GANTRY_RDZV_TIMEOUT (s,\n"
             "default 600), GANTRY_PEER_TIMEOUT (s without progress from a peer, default 60),\n"
-            "GANTRY_COLL_SHM (0: no shared-memory all-reduce; node: only within nodes).\n");
+            "GANTRY_COLL_SHM (0: no shared-memory all-reduce; node: only within nodes).\n"
+            "GANTRY_STANDBY=1: train nothing, wait for SIGTERM and exit 0 (the operator's\n"
+            "standby pod, holding a place for a worker an elastic job was shrunk without).\n");
     fprintf(f, "\nExit status: 0 done; 64 bad usage; 65 bad data; 78 bad config (the message names "
                "the field);\nother non-zero: retryable failure.\n");
 }

@@ -1006,9 +1006,33 @@ static int launch_node(const struct dist_env *e, const struct cfg *c, char **arg
     return launch_run(&lo);
 }
 
+/* GANTRY_STANDBY=1: the operator's standby pod, which holds the place of a worker an elastic
+ * job runs without (elasticPolicy.shrinkAfterSeconds) until the scheduler finds room for it:
+ * trains nothing, waits for SIGTERM or SIGINT (the pod deleted when the job grows), exits 0. */
+static int standby(void)
+{
+    sigset_t set;
+    int sig = 0;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    fprintf(stderr, "gantry-worker: standby (GANTRY_STANDBY=1): holding this pod's place for "
+                    "worker %s until the job grows to it; waiting for SIGTERM\n",
+            getenv("RANK") ? getenv("RANK") : "?");
+    if (sigwait(&set, &sig) != 0)
+        return DIST_EXIT_RETRY;
+    fprintf(stderr, "gantry-worker: standby ends (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static struct worker w; /* large; zero-initialised */
+    const char *sb = getenv("GANTRY_STANDBY");
+    if (sb && strcmp(sb, "1") == 0)
+        return standby();
     cpu_runtime_setup(argv); /* may re-execute once with OpenMP/OpenBLAS settings (cpu.h) */
     struct model_config mc;
     struct train_opts to;

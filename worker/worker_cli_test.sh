@@ -235,4 +235,21 @@ if [ -n "$run" ] && unshare -m true 2>/dev/null && command -v nsenter >/dev/null
         echo "FAIL initFrom across ranks: exits $r0 $r1, hashes $h0 / $h1"; tail -n 3 "$tmp"/i?.err; fail=1
     fi
 fi
+
+# GANTRY_STANDBY=1 (the operator's standby pod): trains nothing, needs no config, holds on until
+# SIGTERM, then exits 0
+GANTRY_STANDBY=1 RANK=2 "$bin" >/dev/null 2>"$tmp/sb.err" & sb=$!
+sleep 0.5
+if kill -0 "$sb" 2>/dev/null; then
+    kill -TERM "$sb"
+    rc=0; wait "$sb" || rc=$?
+    if [ "$rc" = 0 ] && grep -q "standby (GANTRY_STANDBY=1): holding this pod's place for worker 2" "$tmp/sb.err" &&
+        grep -q "standby ends (SIGTERM)" "$tmp/sb.err"; then
+        echo "ok   GANTRY_STANDBY=1: waits without a config, exits 0 on SIGTERM"
+    else
+        echo "FAIL GANTRY_STANDBY=1: exit $rc"; cat "$tmp/sb.err"; fail=1
+    fi
+else
+    echo "FAIL GANTRY_STANDBY=1 exited before SIGTERM"; cat "$tmp/sb.err"; fail=1
+fi
 exit $fail

@@ -32,6 +32,8 @@ def pod(p):
         "gantry.dev/restart-count": str(p["restart"])}}
     if "replicas" in p:
         meta["labels"]["gantry.dev/replicas"] = str(p["replicas"])
+    if p.get("standby"):
+        meta["labels"]["gantry.dev/standby"] = "true"
     if "uid" in p:
         meta["uid"] = p["uid"]
     if p.get("terminating"):
