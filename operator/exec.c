@@ -1135,9 +1135,14 @@ int exec_apply(struct exec_worker *w, const json_t *obj, const struct tj *tj,
         }
     }
     free(outs);
+    if (r->status && json_integer_value(json_object_get(r->status, "disruptions")) >
+                         tj->status.disruptions) /* of these restarts, one was a disruption's */
+        atomic_fetch_add(&sh->stats.gang_disruptions, 1);
     for (int i = 0; i < r->nevents; i++) {
         if (strcmp(r->events[i].reason, "Restarting") == 0)
             atomic_fetch_add(&sh->stats.gang_restarts, 1);
+        if (strcmp(r->events[i].reason, "Resizing") == 0)
+            atomic_fetch_add(&sh->stats.gang_resizes, 1);
         log_info("TrainingJob transition", "{s:s, s:s, s:s}", "trainjob", key, "reason",
                  r->events[i].reason, "message", r->events[i].message);
         post_event(w, tj, r->events[i].warning, r->events[i].reason, "Reconcile",

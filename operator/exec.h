@@ -81,7 +81,7 @@ char **exec_index_get(struct exec_index *x, const char *job, size_t *n);
 extern const double exec_sync_bounds[EXEC_SYNC_BUCKETS];
 struct exec_stats {
     atomic_long syncs, sync_errors, status_writes, conflicts;
-    atomic_long pods_created, pods_deleted, gang_restarts, events;
+    atomic_long pods_created, pods_deleted, gang_restarts, gang_disruptions, gang_resizes, events;
     atomic_long sync_bucket[EXEC_SYNC_BUCKETS + 1]; /* not cumulative; [N] is +Inf */
     atomic_long sync_usec_sum;
 };

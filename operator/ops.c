@@ -153,7 +153,17 @@ static int render_controller(struct buf *b, struct exec_shared *sh)
                      s->sync_errors);
     if (rc == 0)
         rc = counter(b, "gantry_operator_gang_restarts_total",
-                     "Whole-gang restarts (worker failures and stalls).", s->gang_restarts);
+                     "Whole-gang restarts (worker failures, disruptions and stalls).",
+                     s->gang_restarts);
+    if (rc == 0)
+        rc = counter(b, "gantry_operator_gang_disruptions_total",
+                     "Of the gang restarts, those after a worker was disrupted (DisruptionTarget: "
+                     "an eviction, a preemption), not counted against backoffLimit.",
+                     s->gang_disruptions);
+    if (rc == 0)
+        rc = counter(b, "gantry_operator_gang_resizes_total",
+                     "Elastic jobs' gangs stopped to start again at another size.",
+                     s->gang_resizes);
     if (rc == 0)
         rc = counter(b, "gantry_operator_pods_created_total", "Pods created.", s->pods_created);
     if (rc == 0)

@@ -20,7 +20,8 @@
  *     gantry_operator_cache_objects{resource}     gauge      objects in each informer cache
  *     gantry_operator_trainingjobs{phase}         gauge      cached TrainingJobs by status.phase
  *                                                             ("None" before the first status)
- *     gantry_operator_gang_restarts_total, gantry_operator_pods_created_total,
+ *     gantry_operator_gang_restarts_total, gantry_operator_gang_disruptions_total,
+ *     gantry_operator_gang_resizes_total, gantry_operator_pods_created_total,
  *     gantry_operator_pods_deleted_total, gantry_operator_status_writes_total,
  *     gantry_operator_status_conflicts_total, gantry_operator_events_total  counters
  *     gantry_operator_progress_reads_total, gantry_operator_progress_read_errors_total  counters

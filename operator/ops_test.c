@@ -81,6 +81,8 @@ static void test_health_ready(void)
     exec_stats_observe(&sh.stats, 0.2);
     exec_stats_observe(&sh.stats, 99);
     atomic_store(&sh.stats.gang_restarts, 3);
+    atomic_store(&sh.stats.gang_disruptions, 2);
+    atomic_store(&sh.stats.gang_resizes, 4);
     ops_set_controller(o, &sh);
     TEST_EQ_INT(get(hp, "/readyz", &b), 200);
     TEST_EQ_INT(get(ops_port(o, 1), "/metrics", &b), 200);
@@ -95,6 +97,8 @@ static void test_health_ready(void)
     TEST_CHECK(strstr(m, "gantry_operator_reconcile_duration_seconds_sum 99.203"));
     TEST_CHECK(strstr(m, "gantry_operator_workqueue_depth 2\n"));
     TEST_CHECK(strstr(m, "gantry_operator_gang_restarts_total 3\n"));
+    TEST_CHECK(strstr(m, "gantry_operator_gang_disruptions_total 2\n"));
+    TEST_CHECK(strstr(m, "gantry_operator_gang_resizes_total 4\n"));
     TEST_CHECK(strstr(m, "gantry_operator_leader 1\n"));
     TEST_CHECK(strstr(m, "gantry_operator_ready 1\n"));
     TEST_CHECK(strstr(m, "gantry_operator_watch_relists_total{resource=\"pods\"} 0\n"));
