@@ -25,4 +25,12 @@ scenario_12() {
     check "tj/$job reaches Succeeded despite backoffLimit 0" wait_tj_phase "$NS" "$job" Succeeded "$E2E_TRAIN_TIMEOUT"
     check "status.restarts 1, disruptions 1 at the end" \
         test "$(tj_get "$NS" "$job" '{.status.restarts}/{.status.disruptions}')" = 1/1
+    # the operator counts it (its /metrics, through the API server's pod proxy)
+    local pod m
+    pod=$(kc -n "$RELEASE_NS" get pods -l app.kubernetes.io/instance="$RELEASE" \
+        -o 'jsonpath={.items[0].metadata.name}')
+    m=$(kc get --raw "/api/v1/namespaces/$RELEASE_NS/pods/$pod:8080/proxy/metrics" 2>&1)
+    note "operator metrics: $(grep -E '^gantry_operator_gang_(restarts|disruptions|resizes)_total' <<<"$m" | tr '\n' ' ')"
+    check "the operator's gantry_operator_gang_disruptions_total is at least 1" \
+        bash -c '[ "${1:-0}" -ge 1 ]' _ "$(awk '$1 == "gantry_operator_gang_disruptions_total" {print $2}' <<<"$m")"
 }
