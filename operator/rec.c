@@ -1141,6 +1141,22 @@ static void evicted(struct pass *p, const json_t *wl, const json_t *ev, const ch
     }
 }
 
+/* The admitted pod set's count (Kueue's partial admission may give fewer pods than asked), or
+ * -1 when the admission does not say. */
+static int admitted_count(const json_t *wl)
+{
+    const json_t *psa = json_object_get(json_object_get(json_object_get(wl, "status"),
+                                                        "admission"), "podSetAssignments"), *a;
+    size_t i;
+
+    json_array_foreach(psa, i, a)
+        if (strcmp(cond_str(a, "name"), RENDER_KUEUE_PODSET) == 0 &&
+            json_is_integer(json_object_get(a, "count")) &&
+            json_integer_value(json_object_get(a, "count")) <= TJ_REPLICAS_MAX)
+            return (int)json_integer_value(json_object_get(a, "count"));
+    return -1;
+}
+
 /* The admitted pod set's flavors ({resource: flavor}), or NULL. */
 static const json_t *admitted_flavors(const json_t *wl)
 {
@@ -1157,7 +1173,7 @@ static const json_t *admitted_flavors(const json_t *wl)
 /* The admission gate of a queued job: true when its pods may run. */
 static bool kueue_gate(struct pass *p)
 {
-    const struct tj *tj = p->tj;
+    const struct tj *tj = p->in->job; /* the Workload is the spec's, at its full size */
     char want[RENDER_NAME_MAX], msg[COND_MESSAGE_MAX];
     const json_t *wl = NULL, *w, *ev, *qr;
     size_t i;
@@ -1211,8 +1227,15 @@ static bool kueue_gate(struct pass *p)
         queued(p, false, "WaitingForAdmission", msg);
         return false;
     }
+    int n = admitted_count(wl);
+    if (n > 0 && n < tj->replicas && tj->elastic_min > 0 && n >= tj->elastic_min)
+        p->eff.replicas = n; /* partial admission: the elastic job runs with n workers */
     snprintf(msg, sizeof(msg), "Kueue admitted Workload %s in ClusterQueue %s", want,
              wl_str(json_object_get(wl, "status"), "admission", "clusterQueue"));
+    if (p->eff.replicas < tj->replicas)
+        snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), " with %d of %d workers (partial "
+                 "admission, elasticPolicy.minReplicas %d)", p->eff.replicas, tj->replicas,
+                 tj->elastic_min);
     if (cond_is_true(&p->st.conds, COND_QUEUED))
         event(p, false, "Admitted", "%s", msg);
     set_cond(p, COND_QUEUED, false, "Admitted", msg);

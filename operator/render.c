@@ -455,9 +455,13 @@ static json_t *kueue_podset(const struct tj *tj)
         if (json_object_get(spec, *k))
             json_object_set_new(out, *k, json_deep_copy(json_object_get(spec, *k)));
     json_decref(pod);
-    return json_pack("{s:s, s:i, s:{s:{s:{s:s}}, s:o}}", "name", RENDER_KUEUE_PODSET, "count",
-                     tj->replicas, "template", "metadata", "labels", RENDER_LABEL_JOB, tj->name,
-                     "spec", out);
+    json_t *ps = json_pack("{s:s, s:i, s:{s:{s:{s:s}}, s:o}}", "name", RENDER_KUEUE_PODSET,
+                           "count", tj->replicas, "template", "metadata", "labels",
+                           RENDER_LABEL_JOB, tj->name, "spec", out);
+    /* an elastic job may run with fewer: Kueue's partial admission admits down to minCount */
+    if (tj->elastic_min > 0 && tj->elastic_min < tj->replicas)
+        json_object_set_new(ps, "minCount", json_integer(tj->elastic_min));
+    return ps;
 }
 
 /* 64-bit FNV-1a of s. */

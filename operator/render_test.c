@@ -453,6 +453,7 @@ static void test_kueue_workload(void)
     ps = json_array_get(json_object_get(json_object_get(wl, "spec"), "podSets"), 0);
     TEST_EQ_STR(str_at(ps, "name"), "workers");
     TEST_EQ_INT(json_integer_value(json_object_get(ps, "count")), 3);
+    TEST_CHECK(json_object_get(ps, "minCount") == NULL); /* not elastic: all or nothing */
     TEST_EQ_STR(str_at(ps, "template.spec.nodeSelector.pool"), "a");
     TEST_CHECK(json_object_get(json_object_get(json_object_get(ps, "template"), "spec"),
                                "volumes") == NULL);
@@ -466,6 +467,15 @@ static void test_kueue_workload(void)
     TEST_CHECK(json_object_get(c, "env") == NULL && json_object_get(c, "volumeMounts") == NULL);
     TEST_EQ_STR(str_at(container(json_object_get(ps, "template"), "side"), "image"), "s:1");
     json_decref(wl);
+
+    /* elastic: Kueue may admit as few as minReplicas (partial admission) */
+    tj.elastic_min = 2, tj.elastic_max = 4;
+    wl = render_kueue_workload(&tj);
+    ps = json_array_get(json_object_get(json_object_get(wl, "spec"), "podSets"), 0);
+    TEST_EQ_INT(json_integer_value(json_object_get(ps, "minCount")), 2);
+    TEST_EQ_INT(json_integer_value(json_object_get(ps, "count")), 3);
+    json_decref(wl);
+    tj.elastic_min = tj.elastic_max = 0;
 
     /* the same job, the same name; another queue, priority or replicas, another name */
     render_kueue_name(&tj, name2, sizeof(name2));

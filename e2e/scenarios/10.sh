@@ -13,6 +13,9 @@
 #   c. low is admitted again once high's quota is released, resumes from its checkpoint and
 #      Succeeds.
 #   d. a job in a LocalQueue that does not exist: Queued=True with Kueue's reason, and no pod.
+#   e. partial admission: an elastic job of 3 workers (elasticPolicy.minReplicas 1) gets a
+#      Workload with minCount 1; Kueue admits 2 (the quota's room), and it runs and Succeeds
+#      with 2 workers.
 # On a cluster without Kueue it checks the refusal instead: no pod, a Warning Event.
 
 kueue_yaml() { # NS NODE
@@ -83,7 +86,7 @@ cq_active() { # NAME
 }
 
 scenario_10() {
-    local node low=kq-low high=kq-high lost=kq-nowhere f step s logs wl
+    local node low=kq-low high=kq-high lost=kq-nowhere part=kq-elastic f step s logs wl
     node=$(kc get nodes -o 'jsonpath={.items[0].metadata.name}')
     if ! kc api-resources --api-group=kueue.x-k8s.io -o name 2>/dev/null |
         grep -qx 'workloads.kueue.x-k8s.io'; then
@@ -170,7 +173,23 @@ scenario_10() {
     sleep 5
     note "tj/$lost: $(tj_get "$NS" "$lost" '{.status.conditions[?(@.type=="Queued")].message}')"
     check "tj/$lost has no pod" no_pods "$NS" "$lost"
-    kc -n "$NS" delete tj "$low" "$high" "$lost" --wait=false >/dev/null 2>&1
+
+    # e. partial admission: an elastic job asks for 3 workers (cpu 300m), the queue has 200m
+    f=$ARTIFACTS/$part.yaml
+    spam_job "$part" replicas=3 elastic=1:3 queue=team maxSteps=30 >"$f"
+    check "kubectl apply -f $part.yaml (3 workers, elasticPolicy 1..3; the queue has room for 2)" \
+        kc -n "$NS" apply -f "$f" || return 0
+    check "its Workload asks for 3 with minCount 1, and Kueue admits 2 (partial admission)" \
+        wait_until 90 kq_wl_at "$NS" "$part" \
+        '{.spec.podSets[0].count}/{.spec.podSets[0].minCount}/{.status.admission.podSetAssignments[0].count}' 3/1/2
+    check "tj/$part runs 2 workers (gantry.dev/replicas=2)" \
+        wait_until 120 admitted_running "$NS" "$part" 2
+    check "tj/$part's Queued condition says 2 of 3 workers" bash -c '[[ $1 == *"with 2 of 3 workers"* ]]' _ \
+        "$(tj_get "$NS" "$part" '{.status.conditions[?(@.type=="Queued")].message}')"
+    check "tj/$part reaches Succeeded with 2 workers" wait_tj_phase "$NS" "$part" Succeeded "$E2E_TRAIN_TIMEOUT"
+    check "its report says world size 2" \
+        test "$(json_field "$(rank0_report "$NS" "$part")" 'r["train"]["world_size"]')" = 2
+    kc -n "$NS" delete tj "$low" "$high" "$lost" "$part" --wait=false >/dev/null 2>&1
     check "kubectl delete -f kueue.yaml" kc delete -f "$KUEUE_OBJS" --wait=false && KUEUE_OBJS=''
     note "Workload of tj/$low was $wl"
 }
