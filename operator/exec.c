@@ -788,6 +788,47 @@ static void workload_unserved(struct kube_client *kc, char *msg, size_t n)
  * PriorityClass) as spec.priority, what Kueue's queues and preemption order by (Kueue's own job
  * controllers fill it in the same way; no webhook defaults a Workload). 0, or an OP_E* with
  * out->message. */
+/* Neither the label nor the pods name a priority: the cluster's default PriorityClass (the
+ * globalDefault one; of several, the lowest value), as Kueue's own integrations take it, or none
+ * (priority 0). Listing PriorityClasses forbidden (RBAC without it, e.g. rbac.kueueClusterRead
+ * false) is taken as no default, with a warning. 0, or the list's error. */
+static int kueue_default_priority(struct kube_client *kc, json_t *spec, struct outcome *out)
+{
+    json_t *items = NULL;
+    const json_t *pc, *best = NULL;
+    size_t i;
+    int rc = kube_list(kc, "/apis/scheduling.k8s.io/v1/priorityclasses", NULL, &items, NULL);
+
+    if (rc == OP_EFORBIDDEN) {
+        log_warn("Cannot list PriorityClasses for the cluster's default priority; the Workload "
+                 "gets none", "{s:s}", "hint", "grant list on scheduling.k8s.io priorityclasses");
+        return 0;
+    }
+    if (rc) {
+        snprintf(out->message, sizeof(out->message), "listing PriorityClasses for the cluster's "
+                 "default priority: %.200s", kube_last_status(kc)->message[0]
+                 ? kube_last_status(kc)->message : op_strerror(rc));
+        return rc;
+    }
+    json_array_foreach(items, i, pc) {
+        const json_t *v = json_object_get(pc, "value");
+        if (json_is_true(json_object_get(pc, "globalDefault")) && json_is_integer(v) &&
+            json_is_string(json_object_get(json_object_get(pc, "metadata"), "name")) &&
+            (!best || json_integer_value(v) < json_integer_value(json_object_get(best, "value"))))
+            best = pc;
+    }
+    if (best) {
+        json_object_set_new(spec, "priorityClassRef",
+                            json_pack("{s:s, s:s, s:O}", "group", "scheduling.k8s.io", "kind",
+                                      "PriorityClass", "name",
+                                      json_object_get(json_object_get(best, "metadata"),
+                                                      "name")));
+        json_object_set(spec, "priority", json_object_get(best, "value"));
+    }
+    json_decref(items);
+    return 0;
+}
+
 static int kueue_priority(struct kube_client *kc, json_t *wl, struct outcome *out)
 {
     json_t *spec = json_object_get(wl, "spec"), *wpc = NULL;
@@ -799,7 +840,7 @@ static int kueue_priority(struct kube_client *kc, json_t *wl, struct outcome *ou
     int rc;
 
     if (!name)
-        return 0;
+        return kueue_default_priority(kc, spec, out);
     rc = pod ? kube_path(path, sizeof(path), "scheduling.k8s.io/v1", "priorityclasses", NULL,
                          name, NULL)
              : kube_path(path, sizeof(path), RENDER_KUEUE_API, "workloadpriorityclasses", NULL,

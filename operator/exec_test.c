@@ -626,6 +626,7 @@ static struct {
     char log[16][200];
     char bodies[16][1024];
     int n;
+    bool forbid_list; /* answer the PriorityClass list with 403 */
 } K = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static int kq_handler(void *ud, struct testsrv_conn *c, const struct testsrv_req *req)
@@ -652,6 +653,16 @@ static int kq_handler(void *ud, struct testsrv_conn *c, const struct testsrv_req
         testsrv_respond(c, 200, NULL, "{\"kind\":\"WorkloadPriorityClass\",\"value\":1000}");
     else if (strcmp(req->path, "/apis/scheduling.k8s.io/v1/priorityclasses/batch") == 0)
         testsrv_respond(c, 200, NULL, "{\"kind\":\"PriorityClass\",\"value\":-5}");
+    else if (strncmp(req->path, "/apis/scheduling.k8s.io/v1/priorityclasses?", 43) == 0 &&
+             K.forbid_list)
+        testsrv_respond(c, 403, NULL, "{\"kind\":\"Status\",\"status\":\"Failure\",\"reason\":"
+                        "\"Forbidden\",\"code\":403,\"message\":\"forbidden\"}");
+    else if (strncmp(req->path, "/apis/scheduling.k8s.io/v1/priorityclasses?", 43) == 0)
+        /* two global defaults (a race can make them): the lower value wins, as in Kueue */
+        testsrv_respond(c, 200, NULL, "{\"kind\":\"PriorityClassList\",\"metadata\":{},"
+                        "\"items\":[{\"metadata\":{\"name\":\"big\"},\"value\":900},"
+                        "{\"metadata\":{\"name\":\"dflt\"},\"value\":30,\"globalDefault\":true},"
+                        "{\"metadata\":{\"name\":\"dflt2\"},\"value\":60,\"globalDefault\":true}]}");
     else if (strstr(req->path, "/resourceflavors/") || strstr(req->path, "/workloadpriority"))
         testsrv_respond(c, 404, NULL, missing);
     else
@@ -730,6 +741,33 @@ static void test_apply_kueue(void)
     TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(body, "spec"), "priority")),
                 -5);
     json_decref(body);
+
+    /* 1c. neither: the cluster's default PriorityClass (globalDefault; of two, the lower) */
+    memset(&r, 0, sizeof(r));
+    r.actions = calloc(4, sizeof(*r.actions));
+    r.actions[r.nactions++] = (struct rec_action){.verb = REC_CREATE, .kind = REC_KUEUE,
+                                                  .name = "z", .obj = render_kueue_workload(&tj)};
+    TEST_EQ_INT(kq_apply(&w, obj, &tj, &r), 0);
+    TEST_EQ_INT(K.n, 2);
+    TEST_CHECK(strncmp(K.log[0], "GET /apis/scheduling.k8s.io/v1/priorityclasses?", 47) == 0);
+    body = json_loads(K.bodies[1], 0, NULL);
+    TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(body, "spec"), "priority")),
+                30);
+    TEST_EQ_STR(json_string_value(json_object_get(json_object_get(json_object_get(
+                    body, "spec"), "priorityClassRef"), "name")), "dflt");
+    json_decref(body);
+    /* ... and when listing them is forbidden, none: the Workload is still made */
+    K.forbid_list = true;
+    memset(&r, 0, sizeof(r));
+    r.actions = calloc(4, sizeof(*r.actions));
+    r.actions[r.nactions++] = (struct rec_action){.verb = REC_CREATE, .kind = REC_KUEUE,
+                                                  .name = "z", .obj = render_kueue_workload(&tj)};
+    TEST_EQ_INT(kq_apply(&w, obj, &tj, &r), 0);
+    TEST_EQ_INT(kq_count("POST"), 1);
+    body = json_loads(K.bodies[K.n - 1], 0, NULL);
+    TEST_CHECK(json_object_get(json_object_get(body, "spec"), "priority") == NULL);
+    json_decref(body);
+    K.forbid_list = false;
 
     /* 2. a priority class that does not exist: no Workload, an error naming the label */
     snprintf(tj.priority, sizeof(tj.priority), "nope");

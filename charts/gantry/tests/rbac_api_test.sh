@@ -35,6 +35,8 @@
 #                                                    kueue workloads/status patch
 #   kq-pc    a queued job without the priority label whose pods name a PriorityClass: its
 #            Workload has that one's value           priorityclasses get
+#   kq-default a queued job that names no priority: its Workload has the value of the
+#            cluster's globalDefault PriorityClass   priorityclasses list
 # The test plays kubelet (pod phases through the status subresource). Then, in parallel, the same
 # scenario for variants of the ClusterRole with one verb (list+watch as a pair) or the Lease
 # Role removed: each must fail, at the step that needs what was removed.
@@ -142,6 +144,12 @@ apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
 metadata: {name: $id, labels: {gantry.dev/test: $id}}
 value: 77
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: $id-default, labels: {gantry.dev/test: $id}}
+value: 55
+globalDefault: true
 KQ
 
 kc apply -f "$root/manifests/crds/" >/dev/null
@@ -368,6 +376,12 @@ JOB
  "spec":{"replicas":1,"template":{"spec":{"priorityClassName":"$id"}}}}
 JOB
     step kq-pc 20 bash -c "[ \"\$('$kubectl' -n $ns get workloads.kueue.x-k8s.io -l gantry.dev/job-name=$job -o jsonpath='{.items[0].spec.priority}')\" = 77 ]" || return 0
+    job=tjd-$name
+    "${k[@]}" apply -f - >/dev/null <<JOB
+{"apiVersion":"gantry.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"$job",
+ "labels":{"kueue.x-k8s.io/queue-name":"lq"}},"spec":{"replicas":1}}
+JOB
+    step kq-default 20 bash -c "[ \"\$('$kubectl' -n $ns get workloads.kueue.x-k8s.io -l gantry.dev/job-name=$job -o jsonpath='{.items[0].spec.priority}')\" = 55 ]" || return 0
     echo DONE
 }
 
@@ -382,7 +396,7 @@ declare -A expect=(
     [events-patch]=series [tj-delete]=ttl [tj-get]=conflict [finalizers]=service
     [wl-create]=workload [wl-get]=wl-adopt [wl-delete]=wl-replace
     [kq-listwatch]=kueue [kq-create]=kueue [wpc-get]=kueue [rf-get]=kq-pods
-    [kq-delete]=kq-suspend [kq-status]=kq-finish [pc-get]=kq-pc
+    [kq-delete]=kq-suspend [kq-status]=kq-finish [pc-get]=kq-pc [pc-list]=kq-default
 )
 declare -A drop=(
     [lease]=lease
@@ -399,7 +413,7 @@ declare -A drop=(
     [kq-listwatch]=kueue.x-k8s.io/workloads:list,watch [kq-create]=kueue.x-k8s.io/workloads:create
     [wpc-get]=workloadpriorityclasses:get [rf-get]=resourceflavors:get
     [kq-delete]=kueue.x-k8s.io/workloads:delete [kq-status]=workloads/status:patch
-    [pc-get]=priorityclasses:get
+    [pc-get]=priorityclasses:get [pc-list]=priorityclasses:list
 )
 # Runs through holdproxy.py: the chart's (must recover from the 409) and the one without get.
 proxy chart
