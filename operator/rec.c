@@ -1123,10 +1123,18 @@ static void queued(struct pass *p, bool warning, const char *reason, const char 
 static void evicted(struct pass *p, const json_t *wl, const json_t *ev, const char *name)
 {
     const char *why = cond_str(ev, "reason"), *what = cond_str(ev, "message");
+    const json_t *qr = wl_cond(wl, "QuotaReserved");
+    const char *wait = cond_str(qr, "message");
     char msg[COND_MESSAGE_MAX];
 
     snprintf(msg, sizeof(msg), "Kueue evicted Workload %s (%s: %s); the pods are deleted and "
              "the job resumes from its last checkpoint once admitted again", name, why, what);
+    /* handed back and requeued: what Kueue says about admitting it again (the quota it lacks) */
+    if (p->in->npods == 0 && qr && strcmp(cond_str(qr, "status"), "False") == 0 &&
+        !json_object_get(json_object_get(wl, "status"), "admission") && wait[0] &&
+        strcmp(wait, what) != 0)
+        snprintf(msg, sizeof(msg), "Kueue evicted Workload %s (%s); it waits to be admitted "
+                 "again: %s", name, why, wait);
     queued(p, true, "Evicted", msg);
     if (p->in->npods == 0 && (wl_true(wl, "QuotaReserved") ||
                               json_object_get(json_object_get(wl, "status"), "admission"))) {
