@@ -178,6 +178,18 @@ node_res_patch() { # NODE RESOURCE N
         {\"op\":\"add\",\"path\":\"/status/capacity/$r\",\"value\":\"$3\"},
         {\"op\":\"add\",\"path\":\"/status/allocatable/$r\",\"value\":\"$3\"}]"
 }
+# Scenarios 9 and 13: the first node advertises N gantry.dev/e2e-slot, which each worker of
+# theirs requests one of (slots=1), so that only N fit. Sets SLOT_NODE (the teardown removes the
+# slots when the scenario could not); fails when a run left slots there.
+slots_up() { # N
+    local node have
+    node=$(kc get nodes -o 'jsonpath={.items[0].metadata.name}')
+    have=$(kc get node "$node" -o 'jsonpath={.status.capacity.gantry\.dev/e2e-slot}')
+    [ -z "$have" ] || { bad "node $node already has gantry.dev/e2e-slot $have (a run left it?)"; return 1; }
+    check "node $node advertises $1 gantry.dev/e2e-slot (room for $1 workers)" \
+        node_res_patch "$node" gantry.dev/e2e-slot "$1" || return 1
+    SLOT_NODE=$node
+}
 node_res_unpatch() { # NODE RESOURCE
     local r=${2//\//~1}
     kc patch node "$1" --subresource=status --type=json -p "[

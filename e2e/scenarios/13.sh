@@ -26,13 +26,9 @@ grown_to_3() { # NS JOB: or already done
 }
 
 scenario_13() {
-    local node have job=spam-auto f=$ARTIFACTS/spam-auto.yaml logs s
-    node=$(kc get nodes -o 'jsonpath={.items[0].metadata.name}')
-    have=$(kc get node "$node" -o 'jsonpath={.status.capacity.gantry\.dev/e2e-slot}')
-    [ -z "$have" ] || { bad "node $node already has gantry.dev/e2e-slot $have (a run left it?)"; return 0; }
-    check "node $node advertises 2 gantry.dev/e2e-slot (room for 2 workers)" \
-        node_res_patch "$node" gantry.dev/e2e-slot 2 || return 0
-    SLOT_NODE=$node
+    local node job=spam-auto f=$ARTIFACTS/spam-auto.yaml logs s
+    slots_up 2 || return 0
+    node=$SLOT_NODE
 
     spam_job "$job" replicas=3 slots=1 elastic=1:3:15 interval=1000 >"$f"
     check "kubectl apply -f spam-auto.yaml (3 workers, elasticPolicy 1..3, shrinkAfterSeconds 15)" \

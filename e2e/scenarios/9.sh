@@ -43,13 +43,9 @@ gang_event() { # NS JOB: a Warning Event of the job names the feature gate to en
 }
 
 scenario_9() {
-    local node have loose=gang-off gang=gang-on f served=0 uid1 uid2 key1 key2 got
-    node=$(kc get nodes -o 'jsonpath={.items[0].metadata.name}')
-    have=$(kc get node "$node" -o 'jsonpath={.status.capacity.gantry\.dev/e2e-slot}')
-    [ -z "$have" ] || { bad "node $node already has gantry.dev/e2e-slot $have (a run left it?)"; return 0; }
-    check "node $node advertises 2 gantry.dev/e2e-slot (room for 2 workers)" \
-        node_res_patch "$node" gantry.dev/e2e-slot 2 || return 0
-    SLOT_NODE=$node
+    local node loose=gang-off gang=gang-on f served=0 uid1 uid2 key1 key2 got
+    slots_up 2 || return 0
+    node=$SLOT_NODE
 
     # a. pod by pod
     f=$ARTIFACTS/$loose.yaml
