@@ -103,6 +103,14 @@ ckpt_step_in_log() {
         grep -oE 'step-[0-9]+' | grep -oE '[0-9]+' | sort -n | tail -1
 }
 
+# The highest "step N/M" line of rank 0's log (its progress), empty if none; rank0_past: it is
+# at least N (for wait_until).
+rank0_step() { # NS NAME
+    kc -n "$1" logs "$2-worker-0" -c worker 2>/dev/null | grep -oE '^step [0-9]+/' |
+        grep -oE '[0-9]+' | tail -1
+}
+rank0_past() { local s; s=$(rank0_step "$1" "$2"); [ "${s:-0}" -ge "$3" ]; } # NS NAME N
+
 # Waits for the moment to kill a worker: a checkpoint exists (status.lastCheckpoint, or rank 0
 # logging one it wrote), so that there is something to resume from; failing that, rank 0 is past
 # half way (its "step N/M" lines), so that the gang restart is still exercised. Past, not at: when

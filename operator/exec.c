@@ -784,10 +784,6 @@ static void workload_unserved(struct kube_client *kc, char *msg, size_t n)
                  RENDER_WORKLOAD_API, RENDER_WORKLOAD_API);
 }
 
-/* A Kueue Workload with a priorityClassRef gets the value of its WorkloadPriorityClass (or pod
- * PriorityClass) as spec.priority, what Kueue's queues and preemption order by (Kueue's own job
- * controllers fill it in the same way; no webhook defaults a Workload). 0, or an OP_E* with
- * out->message. */
 /* Neither the label nor the pods name a priority: the cluster's default PriorityClass (the
  * globalDefault one; of several, the lowest value), as Kueue's own integrations take it, or none
  * (priority 0). Listing PriorityClasses forbidden (RBAC without it, e.g. rbac.kueueClusterRead
@@ -829,6 +825,10 @@ static int kueue_default_priority(struct kube_client *kc, json_t *spec, struct o
     return 0;
 }
 
+/* A Kueue Workload with a priorityClassRef gets the value of its WorkloadPriorityClass (or pod
+ * PriorityClass) as spec.priority, what Kueue's queues and preemption order by (Kueue's own job
+ * controllers fill it in the same way; no webhook defaults a Workload); one without, the
+ * cluster's default (kueue_default_priority). 0, or an OP_E* with out->message. */
 static int kueue_priority(struct kube_client *kc, json_t *wl, struct outcome *out)
 {
     json_t *spec = json_object_get(wl, "spec"), *wpc = NULL;

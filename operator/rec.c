@@ -526,7 +526,7 @@ static void add_term_message(char *msg, size_t n, const struct rec_pod *f)
 static bool judge(struct pass *p)
 {
     const struct tj *tj = p->tj;
-    const struct rec_pod *f;
+    const struct rec_pod *f, *d;
     char msg[COND_MESSAGE_MAX];
     int r = p->st.restarts;
 
@@ -558,8 +558,8 @@ static bool judge(struct pass *p)
         finish(p, false, "PermanentError", msg);
         return true;
     }
-    if (first_disrupted(p)) { /* the others failed of losing it */
-        restart_disrupted(p, first_disrupted(p));
+    if ((d = first_disrupted(p))) { /* the others failed of losing it */
+        restart_disrupted(p, d);
         return true;
     }
     if (counted(p) >= tj->backoff_limit) {

@@ -10,19 +10,15 @@
 #     checkpoint there is), at world size 3, and the job Succeeds with currentReplicas 3 while
 #     it ran.
 
-# The highest "step N/M" of a worker log on stdin, empty if none.
-log_step() { grep -oE '^step [0-9]+/' | grep -oE '[0-9]+' | tail -1; }
-
 scenario_11() {
     local job=spam-elastic f=$ARTIFACTS/spam-elastic.yaml at='' scale logs s cur
     spam_job "$job" replicas=2 elastic=1:3 interval=1000 >"$f"
     check "kubectl apply -f spam-elastic.yaml (2 workers, elasticPolicy 1..3)" \
         kc -n "$NS" apply -f "$f" || return 0
     check "tj/$job reaches Running" wait_tj_phase "$NS" "$job" "Running Succeeded" 300 || return 0
-    wait_until 300 bash -c "s=\$('$KUBECTL' -n '$NS' logs '$job-worker-0' -c worker 2>/dev/null |
-        grep -oE '^step [0-9]+/' | grep -oE '[0-9]+' | tail -1); [ \"\${s:-0}\" -ge 40 ]" ||
+    wait_until 300 rank0_past "$NS" "$job" 40 ||
         { bad "rank 0 did not reach step 40 at 2 workers"; return 0; }
-    at=$(kc -n "$NS" logs "$job-worker-0" -c worker 2>/dev/null | log_step)
+    at=$(rank0_step "$NS" "$job")
     scale=$(kc get --raw "/apis/gantry.dev/v1alpha1/namespaces/$NS/trainingjobs/$job/scale")
     note "scale subresource before: $scale"
     check "the scale subresource: status.replicas 2, the selector gantry.dev/job-name=$job" \

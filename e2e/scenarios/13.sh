@@ -42,9 +42,7 @@ scenario_13() {
         wait_until 180 shrunk_to_2 "$NS" "$job"
     check "tj/$job is Running with 2/2 ready" wait_until 120 bash -c \
         "[ \"\$('$KUBECTL' -n '$NS' get tj '$job' -o jsonpath='{.status.phase} {.status.ready}')\" = 'Running 2/2' ]"
-    wait_until 300 bash -c "s=\$('$KUBECTL' -n '$NS' logs '$job-worker-0' -c worker 2>/dev/null |
-        grep -oE '^step [0-9]+/' | grep -oE '[0-9]+' | tail -1); [ \"\${s:-0}\" -ge 30 ]" ||
-        bad "rank 0 did not reach step 30 with 2 workers"
+    wait_until 300 rank0_past "$NS" "$job" 30 || bad "rank 0 did not reach step 30 with 2 workers"
     note "$(stamp) the node gets a third gantry.dev/e2e-slot"
     check "node $node advertises 3 gantry.dev/e2e-slot" node_res_patch "$node" gantry.dev/e2e-slot 3
     check "a Normal ScaledUp event (the standby pod was scheduled)" wait_until 180 bash -c \
