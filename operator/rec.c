@@ -950,7 +950,7 @@ static void running(struct pass *p)
         create_pods(p);
     set_phase(p);
     if (p->st.phase == TJ_PHASE_RUNNING && p->tj->replicas < p->in->job->replicas &&
-        p->in->expectations_met)
+        auto_elastic(p->in->job) && p->in->expectations_met) /* not Kueue's partial admission */
         create_standby(p);
 }
 
