@@ -2,6 +2,7 @@
 # Prints the path of a Python virtual environment, creating it first if needed.
 #   hack/pyenv.sh          the light venv of hack/requirements.txt (tests, plots)
 #   hack/pyenv.sh torch    that plus PyTorch (hack/requirements-torch.txt: references, benchmarks)
+#   hack/pyenv.sh hf       that plus Hugging Face tokenizers (hack/requirements-hf.txt)
 # The venvs live outside the repo, keyed by the requirements files' hash, so a second run is
 # instant and a changed pin makes a new one: $GANTRY_CACHE/pyenv-<sha256[:12]> (GANTRY_CACHE
 # defaults to ~/.cache/gantry).  Use:  py=$(hack/pyenv.sh)/bin/python3
@@ -9,14 +10,14 @@
 set -euo pipefail
 case "${1:-}" in
 -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-"" | torch) ;;
-*) echo "pyenv.sh: unknown venv '$1' (known: torch; none for the light one)" >&2; exit 64 ;;
+"" | torch | hf) ;;
+*) echo "pyenv.sh: unknown venv '$1' (known: torch, hf; none for the light one)" >&2; exit 64 ;;
 esac
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${GANTRY_CACHE:-$HOME/.cache/gantry}
-if [ "${1:-}" = torch ]; then
-    req="$here/requirements-torch.txt"
+if [ -n "${1:-}" ]; then
+    req="$here/requirements-$1.txt"
     key=$(cat "$here/requirements.txt" "$req" | sha256sum | cut -c1-12)
 else
     req="$here/requirements.txt"

@@ -16,6 +16,8 @@ void card_init(struct model_card *c)
     memset(c, 0, sizeof(*c));
     text_opts_default(&c->text);
     snprintf(c->vocab_file, sizeof(c->vocab_file), "%s", CARD_VOCAB_FILE);
+    snprintf(c->text_field, sizeof(c->text_field), "text");
+    snprintf(c->label_field, sizeof(c->label_field), "label");
     label_map_init(&c->labels);
 }
 
@@ -31,7 +33,7 @@ char *card_dump(const struct model_card *c)
         json_array_append_new(labels, json_string(label_map_name(&c->labels, i)));
     json_t *j = json_pack(
         "{s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:i}, s:o,"
-        " s:{s:s, s:b, s:b, s:b, s:b, s:b, s:I}}",
+        " s:{s:s, s:b, s:b, s:b, s:b, s:b, s:I}, s:{s:s, s:s, s:s}}",
         "format", CARD_FORMAT,
         "model", "type", c->type, "layers", c->layers, "hidden", c->hidden, "heads", c->heads,
         "ffn", c->ffn, "maxSeqLen", c->max_seq_len, "pooling", c->pooling, "buckets", c->buckets,
@@ -39,7 +41,8 @@ char *card_dump(const struct model_card *c)
         "labels", labels,
         "tokenizer", "vocab", c->vocab_file, "lowercase", c->text.lowercase, "stripAccents",
         c->text.strip_accents, "splitCjk", c->text.split_cjk, "splitPunct", c->text.split_punct,
-        "clsSep", c->cls_sep, "maxTokens", (json_int_t)c->text.max_tokens);
+        "clsSep", c->cls_sep, "maxTokens", (json_int_t)c->text.max_tokens,
+        "input", "text", c->text_field, "textPair", c->text_pair_field, "label", c->label_field);
     char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
     if (!s)
@@ -72,6 +75,22 @@ static int get_bool(json_t *obj, const char *key, bool *out, char *err, size_t e
     if (!json_is_boolean(v))
         return FAIL("tokenizer.%s: must be true or false", key);
     *out = json_is_true(v);
+    return 0;
+}
+
+/* input.KEY: an optional field name (absent: keeps the default); empty only when may_be_empty. */
+static int get_field(json_t *obj, const char *key, bool may_be_empty, char *out, size_t outlen,
+                     char *err, size_t errlen)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v)
+        return 0;
+    if (!json_is_string(v) || json_string_length(v) >= outlen ||
+        strlen(json_string_value(v)) != json_string_length(v) ||
+        (!may_be_empty && json_string_length(v) == 0))
+        return FAIL("input.%s: must be a %sstring of at most %zu bytes", key,
+                    may_be_empty ? "" : "non-empty ", outlen - 1);
+    snprintf(out, outlen, "%s", json_string_value(v));
     return 0;
 }
 
@@ -153,6 +172,15 @@ int card_parse(const char *js, size_t n, struct model_card *c, char *err, size_t
         goto out;
     c->text.max_tokens = (size_t)mt;
     c->text.stop = NULL;
+    if ((t = json_object_get(root, "input")) && !json_is_object(t)) { /* absent: cards before pairs */
+        (void)FAIL("input: must be an object");
+        goto out;
+    }
+    if (t && (get_field(t, "text", false, c->text_field, sizeof(c->text_field), err, errlen) ||
+              get_field(t, "textPair", true, c->text_pair_field, sizeof(c->text_pair_field), err,
+                        errlen) ||
+              get_field(t, "label", false, c->label_field, sizeof(c->label_field), err, errlen)))
+        goto out;
     rc = 0;
 out:
     json_decref(root);

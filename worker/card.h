@@ -10,7 +10,10 @@
  *              "maxSeqLen": 256, "pooling": "mean", "buckets": 0, "vocabSize": 12000},
  *    "labels": ["ham", "spam"],                      (class ids in order)
  *    "tokenizer": {"vocab": "vocab.txt", "lowercase": true, "stripAccents": true,
- *                  "splitCjk": true, "splitPunct": true, "clsSep": true, "maxTokens": 256}}
+ *                  "splitCjk": true, "splitPunct": true, "clsSep": true, "maxTokens": 256},
+ *    "input": {"text": "text", "textPair": "", "label": "label"}}
+ *                                    (the JSONL fields it was trained on; textPair "" = single
+ *                                     texts, else text pairs: dataset.h)
  *
  * Field names follow the TrainingJob's (training.model). card_parse() treats the file as
  * untrusted: wrong types, out-of-range numbers, duplicate or empty labels are errors naming the
@@ -37,6 +40,7 @@ struct model_card {
     struct text_opts text; /* text.stop is always NULL: stop words are not supported here */
     bool cls_sep;
     char vocab_file[128];  /* the side file holding the vocab */
+    char text_field[64], text_pair_field[64], label_field[64]; /* "input"; pair "" = single */
     struct label_map labels;
 };
 

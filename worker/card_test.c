@@ -15,6 +15,8 @@ static void fill(struct model_card *c)
     c->layers = 2, c->hidden = 64, c->heads = 4, c->ffn = 256, c->max_seq_len = 96;
     c->buckets = 0, c->vocab_size = 1234, c->cls_sep = true;
     c->text.max_tokens = 96, c->text.strip_accents = false;
+    snprintf(c->text_field, sizeof(c->text_field), "premise");
+    snprintf(c->text_pair_field, sizeof(c->text_pair_field), "hypothesis");
     label_map_add(&c->labels, "ham", 3);
     label_map_add(&c->labels, "spam", 4);
     label_map_add(&c->labels, "\xc3\xa9t\xc3\xa9", 5); /* UTF-8 label */
@@ -46,6 +48,31 @@ static void test_roundtrip(void)
     TEST_EQ_STR(label_map_name(&b.labels, 1), "spam");
     TEST_EQ_STR(label_map_name(&b.labels, 2), "\xc3\xa9t\xc3\xa9");
     TEST_CHECK(b.labels.frozen);
+    TEST_EQ_STR(b.text_field, "premise");
+    TEST_EQ_STR(b.text_pair_field, "hypothesis");
+    TEST_EQ_STR(b.label_field, "label");
+    free(js);
+    card_cleanup(&a);
+    card_cleanup(&b);
+}
+
+/* A card written before text pairs has no "input": single texts in fields text and label. */
+static void test_no_input(void)
+{
+    struct model_card a, b;
+    char err[256] = "";
+
+    fill(&a);
+    char *js = card_dump(&a);
+    char *at = strstr(js, ",\n  \"input\"");
+    TEST_CHECK(at != NULL);
+    if (at)
+        snprintf(at, 4, "\n}\n");
+    card_init(&b);
+    TEST_EQ_INT(card_parse(js, strlen(js), &b, err, sizeof(err)), 0);
+    TEST_EQ_STR(b.text_field, "text");
+    TEST_EQ_STR(b.text_pair_field, "");
+    TEST_EQ_STR(b.label_field, "label");
     free(js);
     card_cleanup(&a);
     card_cleanup(&b);
@@ -71,6 +98,10 @@ static void test_refused(void)
         {"\"vocab.txt\"", "\"../vocab.txt\"", "tokenizer.vocab"},
         {"\"lowercase\": true", "\"lowercase\": 1", "tokenizer.lowercase"},
         {"\"maxTokens\": 96", "\"maxTokens\": null", "tokenizer.maxTokens"},
+        {"\"premise\"", "\"\"", "input.text"},
+        {"\"hypothesis\"", "[]", "input.textPair"},
+        {"\"label\": \"label\"", "\"label\": 3", "input.label"},
+        {"\"input\": {", "\"input\": 1, \"x\": {", "input"},
         {"\"format\"", "\"format\": 1, \"format\"", "JSON"}, /* duplicate key */
         {"{", "[", "JSON"},
     };
@@ -116,6 +147,7 @@ static void test_refused(void)
 int main(void)
 {
     TEST_RUN(test_roundtrip);
+    TEST_RUN(test_no_input);
     TEST_RUN(test_refused);
     return test_summary();
 }

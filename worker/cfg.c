@@ -51,6 +51,12 @@ static const struct field fields[] = {
     {"data.format", F_ENUM, S(format), 0, 0, "auto|jsonl|tsv", "file format (auto: by extension)"},
     {"data.strict", F_BOOL, S(strict), 0, 0, NULL, "a malformed line is fatal (else skipped)"},
     {"data.clsSep", F_BOOL, S(cls_sep), 0, 0, NULL, "wrap each text in [CLS] ... [SEP]"},
+    {"data.textField", F_STR, S(text_field), 0, 0, NULL, "JSONL: the field holding the text"},
+    {"data.textPairField", F_STR, S(text_pair_field), 0, 0, NULL,
+     "JSONL: the field holding the second text of a text pair (NLI, paraphrase, question and "
+     "answer), encoded as [CLS] text [SEP] pair [SEP], both cut the way Hugging Face's "
+     "longest_first cuts; TSV files are then text<TAB>pair<TAB>label; empty = single texts"},
+    {"data.labelField", F_STR, S(label_field), 0, 0, NULL, "JSONL: the field holding the label"},
     {"initFrom", F_STR, S(init_from), 0, 0, NULL,
      "start from a trained model: a checkpoint's step directory, or a job's checkpoint.dir (its "
      "newest); its model settings, vocab and weights replace model.* and data.vocab, its "
@@ -150,6 +156,8 @@ void cfg_defaults(struct cfg *c)
     c->vocab_size = 30000, c->min_freq = 2;
     snprintf(c->format, sizeof(c->format), "auto");
     c->cls_sep = true;
+    snprintf(c->text_field, sizeof(c->text_field), "text");
+    snprintf(c->label_field, sizeof(c->label_field), "label");
     c->epochs = 3, c->batch_size = 32, c->grad_accum_steps = 1;
     c->learning_rate = 3e-4;
     c->scale_learning_rate = true;
@@ -623,6 +631,23 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
                               "evaluation file as data.eval (or hold out data.evalFraction of "
                               "data.train), or set evalInterval: 0",
                  c->eval_interval);
+        return CFG_EBAD;
+    }
+    if (!c->text_field[0] || !c->label_field[0] || !strcmp(c->text_field, c->label_field) ||
+        !strcmp(c->text_pair_field, c->text_field) || !strcmp(c->text_pair_field, c->label_field)) {
+        snprintf(err, errlen, "training.data: textField \"%s\", textPairField \"%s\" and "
+                 "labelField \"%s\" must name different JSONL fields (textField and labelField "
+                 "not empty)", c->text_field, c->text_pair_field, c->label_field);
+        return CFG_EBAD;
+    }
+    if (c->text_pair_field[0] && !c->cls_sep) {
+        snprintf(err, errlen, "training.data.textPairField: text pairs are encoded as [CLS] text "
+                 "[SEP] pair [SEP], so they need data.clsSep: true");
+        return CFG_EBAD;
+    }
+    if (c->text_pair_field[0] && c->max_seq_len < 3) {
+        snprintf(err, errlen, "training.model.maxSeqLen: %d leaves no room for a text pair's "
+                 "[CLS] and two [SEP]; use at least 3", c->max_seq_len);
         return CFG_EBAD;
     }
     if (c->cls_sep && c->max_seq_len < 2) {

@@ -47,6 +47,8 @@ struct cfg {
     int vocab_size, min_freq;
     char format[8]; /* auto | jsonl | tsv */
     bool strict, cls_sep;
+    char text_field[64], label_field[64]; /* JSONL field names */
+    char text_pair_field[64];             /* "" = single texts; else text pairs (dataset.h) */
     char init_from[CFG_MAX_PATH]; /* a checkpoint (step or job dir) to start from; "" = none */
     /* optimisation */
     int epochs, max_steps, batch_size, eval_batch_size, grad_accum_steps;

@@ -94,7 +94,7 @@ void dataset_remap_labels(struct dataset *ds, const int *remap)
         ds->ex[i].label = remap[ds->ex[i].label];
 }
 
-static void push_example(struct dataset *ds, char *text, size_t len, int label);
+static void push_example(struct dataset *ds, const struct dataset_example *ex);
 
 size_t dataset_split(struct dataset *ds, double fraction, uint64_t seed, struct dataset *out)
 {
@@ -122,7 +122,7 @@ size_t dataset_split(struct dataset *ds, double fraction, uint64_t seed, struct 
     }
     for (size_t i = 0; i < n; i++) { /* both sides keep the file order */
         if (hold[i]) {
-            push_example(out, ds->ex[i].text, ds->ex[i].text_len, ds->ex[i].label);
+            push_example(out, &ds->ex[i]);
             moved++;
         } else {
             ds->ex[kept++] = ds->ex[i];
@@ -181,14 +181,15 @@ static int set_label(const char *s, size_t n, char label[DATASET_MAX_LABEL_BYTES
     return 0;
 }
 
-static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t len, char **text,
-                       size_t *text_len, char label[DATASET_MAX_LABEL_BYTES + 1], char *why,
-                       size_t whylen)
+static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t len,
+                       struct dataset_line *out, char *why, size_t whylen)
 {
     const char *tf = o && o->text_field ? o->text_field : "text";
     const char *lf = o && o->label_field ? o->label_field : "label";
+    const char *pf = o ? o->pair_field : NULL;
+    char *label = out->label;
     json_error_t jerr;
-    json_t *doc, *jt, *jl;
+    json_t *doc, *jt, *jl, *jp = NULL;
     char num[32];
     int rc = -1;
 
@@ -198,13 +199,22 @@ static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t le
         return -1;
     }
     if (!json_is_object(doc)) {
-        snprintf(why, whylen, "not a JSON object; want {\"%s\": ..., \"%s\": ...}", tf, lf);
+        if (pf)
+            snprintf(why, whylen, "not a JSON object; want {\"%s\": ..., \"%s\": ..., "
+                     "\"%s\": ...}", tf, pf, lf);
+        else
+            snprintf(why, whylen, "not a JSON object; want {\"%s\": ..., \"%s\": ...}", tf, lf);
         goto out;
     }
     jt = json_object_get(doc, tf);
     jl = json_object_get(doc, lf);
     if (!jt || !json_is_string(jt)) {
         snprintf(why, whylen, "%s field \"%s\"", jt ? "non-string" : "missing", tf);
+        goto out;
+    }
+    if (pf && !json_is_string(jp = json_object_get(doc, pf))) {
+        snprintf(why, whylen, "%s field \"%s\" (the pair's second text)",
+                 jp ? "non-string" : "missing", pf);
         goto out;
     }
     if (o && o->label_optional && (!jl || json_is_null(jl) ||
@@ -221,8 +231,12 @@ static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t le
         snprintf(why, whylen, "%s field \"%s\"", jl ? "non-string" : "missing", lf);
         goto out;
     }
-    *text_len = json_string_length(jt);
-    *text = xstrndup(json_string_value(jt), *text_len);
+    out->text_len = json_string_length(jt);
+    out->text = xstrndup(json_string_value(jt), out->text_len);
+    if (jp) {
+        out->pair_len = json_string_length(jp);
+        out->pair = xstrndup(json_string_value(jp), out->pair_len);
+    }
     rc = 0;
 out:
     json_decref(doc);
@@ -252,42 +266,48 @@ static char *tsv_unescape(const char *s, size_t n, size_t *out_len)
     return out;
 }
 
-static int parse_tsv(const char *line, size_t len, char **text, size_t *text_len,
-                     char label[DATASET_MAX_LABEL_BYTES + 1], char *why, size_t whylen)
+/* The last tab in line[0..len), or NULL. */
+static const char *last_tab(const char *line, size_t len)
 {
-    const char *tab = NULL;
+    for (size_t i = len; i > 0; i--)
+        if (line[i - 1] == '\t')
+            return line + i - 1;
+    return NULL;
+}
+
+static int parse_tsv(const char *line, size_t len, bool pairs, struct dataset_line *out,
+                     char *why, size_t whylen)
+{
+    const char *tab = last_tab(line, len), *ptab = NULL;
     size_t tlen, llen;
 
-    for (size_t i = len; i > 0; i--)
-        if (line[i - 1] == '\t') {
-            tab = line + i - 1;
-            break;
-        }
-    if (!tab) {
-        snprintf(why, whylen, "no tab; want text<TAB>label");
+    if (tab && pairs)
+        ptab = last_tab(line, (size_t)(tab - line));
+    if (!tab || (pairs && !ptab)) {
+        snprintf(why, whylen, "%s; want %s", tab ? "one tab" : "no tab",
+                 pairs ? "text<TAB>pair<TAB>label" : "text<TAB>label");
         return -1;
     }
-    tlen = (size_t)(tab - line);
-    llen = len - tlen - 1;
+    tlen = (size_t)((pairs ? ptab : tab) - line);
+    llen = len - (size_t)(tab - line) - 1;
     while (llen > 0 && tab[llen] == ' ')
         llen--; /* trailing spaces after the label */
     if (tlen == 4 && memcmp(line, "text", 4) == 0 && llen == 5 && memcmp(tab + 1, "label", 5) == 0)
         return 1; /* header */
-    if (set_label(tab + 1, llen, label, why, whylen))
+    if (set_label(tab + 1, llen, out->label, why, whylen))
         return -1;
-    *text = tsv_unescape(line, tlen, text_len);
+    out->text = tsv_unescape(line, tlen, &out->text_len);
+    if (pairs)
+        out->pair = tsv_unescape(ptab + 1, (size_t)(tab - ptab - 1), &out->pair_len);
     return 0;
 }
 
 int dataset_parse_line(enum dataset_format fmt, const struct dataset_opts *o, const char *line,
-                       size_t len, char **text, size_t *text_len,
-                       char label[DATASET_MAX_LABEL_BYTES + 1], char *why, size_t whylen)
+                       size_t len, struct dataset_line *out, char *why, size_t whylen)
 {
     size_t bad;
 
-    *text = NULL;
-    *text_len = 0;
-    label[0] = '\0';
+    memset(out, 0, sizeof(*out));
     if (len > 0 && line[len - 1] == '\r')
         len--;
     if (is_blank(line, len))
@@ -299,9 +319,9 @@ int dataset_parse_line(enum dataset_format fmt, const struct dataset_opts *o, co
     }
     switch (fmt) {
     case DATASET_JSONL:
-        return parse_jsonl(o, line, len, text, text_len, label, why, whylen);
+        return parse_jsonl(o, line, len, out, why, whylen);
     case DATASET_TSV:
-        return parse_tsv(line, len, text, text_len, label, why, whylen);
+        return parse_tsv(line, len, o && o->pair_field, out, why, whylen);
     default:
         snprintf(why, whylen, "unknown format %d", (int)fmt);
         return -1;
@@ -320,7 +340,7 @@ void dataset_init(struct dataset *ds)
 void dataset_cleanup(struct dataset *ds)
 {
     for (size_t i = 0; i < ds->n; i++)
-        free(ds->ex[i].text);
+        free(ds->ex[i].text), free(ds->ex[i].pair);
     free(ds->ex);
     dataset_init(ds);
 }
@@ -333,16 +353,14 @@ static enum dataset_format format_of(const char *path)
     return DATASET_JSONL;
 }
 
-static void push_example(struct dataset *ds, char *text, size_t len, int label)
+/* Appends ex (its strings now owned by ds). */
+static void push_example(struct dataset *ds, const struct dataset_example *ex)
 {
     if (ds->n == ds->cap) {
         ds->cap = ds->cap ? ds->cap * 2 : 256;
         ds->ex = xrealloc(ds->ex, ds->cap * sizeof(*ds->ex));
     }
-    ds->ex[ds->n].text = text;
-    ds->ex[ds->n].text_len = len;
-    ds->ex[ds->n].label = label;
-    ds->n++;
+    ds->ex[ds->n++] = *ex;
 }
 
 struct reader {
@@ -361,10 +379,8 @@ struct reader {
  * go on, -1 to stop (strict mode). */
 static int handle_line(struct reader *r, const char *line, size_t len, bool overlong)
 {
-    char label[DATASET_MAX_LABEL_BYTES + 1];
+    struct dataset_line dl;
     char why[256];
-    char *text = NULL;
-    size_t text_len = 0;
     int rc, li;
 
     r->lineno++;
@@ -376,20 +392,22 @@ static int handle_line(struct reader *r, const char *line, size_t len, bool over
                  r->o->max_line);
         goto bad;
     }
-    rc = dataset_parse_line(r->fmt, r->o, line, len, &text, &text_len, label, why, sizeof(why));
+    rc = dataset_parse_line(r->fmt, r->o, line, len, &dl, why, sizeof(why));
     if (rc == 1)
         return 0;
     if (rc < 0)
         goto bad;
-    li = label_map_add(r->labels, label, strlen(label));
+    li = label_map_add(r->labels, dl.label, strlen(dl.label));
     if (li < 0) {
         snprintf(why, sizeof(why), "%s label \"%.64s\"%s",
-                 r->labels->frozen ? "unknown" : "too many labels, at", label,
+                 r->labels->frozen ? "unknown" : "too many labels, at", dl.label,
                  r->labels->frozen ? " (not in the training data's label set)" : "");
-        free(text);
+        free(dl.text), free(dl.pair);
         goto bad;
     }
-    push_example(r->ds, text, text_len, li);
+    push_example(r->ds, &(struct dataset_example){.text = dl.text, .text_len = dl.text_len,
+                                                  .pair = dl.pair, .pair_len = dl.pair_len,
+                                                  .label = li});
     return 0;
 bad:
     r->ds->n_malformed++;
@@ -478,35 +496,77 @@ out:
  * Encoding
  */
 
+/* The WordPiece ids of the tokens in tok into ids[0..cap) (ids may be NULL: none written);
+ * the number of ids the tokens have, all of them (more than cap means cut). */
+static size_t pieces(const struct vocab *v, const struct text_tokens *tok, int32_t *ids,
+                     size_t cap)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < tok->n; i++) {
+        size_t left = ids && n < cap ? cap - n : 0;
+        n += vocab_wordpiece(v, text_token(tok, i), tok->len[i], left ? ids + n : NULL, left);
+    }
+    return n;
+}
+
+/* Hugging Face tokenizers' "longest_first" for a pair of na and nb ids in room ids (see
+ * dataset.h): how many of each are kept. */
+static void longest_first(size_t na, size_t nb, size_t room, size_t *ka, size_t *kb)
+{
+    size_t s = na < nb ? na : nb, half = room / 2;
+
+    *ka = na, *kb = nb;
+    if (na + nb <= room)
+        return;
+    if (s <= half) { /* the shorter fits in half the room: it stays whole */
+        if (na <= nb)
+            *kb = room - na;
+        else
+            *ka = room - nb;
+        return;
+    }
+    *ka = na > nb ? room - half : half; /* the longer one gets the odd id */
+    *kb = room - *ka;
+}
+
 size_t dataset_encode_text(const struct vocab *v, const struct text_opts *to, const char *text,
-                           size_t text_len, size_t max_len, bool add_cls_sep,
-                           struct text_tokens *tok, int32_t *row, bool *truncated)
+                           size_t text_len, const char *pair, size_t pair_len, size_t max_len,
+                           bool add_cls_sep, struct text_tokens *tok, int32_t *row,
+                           bool *truncated)
 {
     struct text_opts o;
     int32_t cls = vocab_cls_id(v), sep = vocab_sep_id(v), pad = vocab_pad_id(v);
-    bool specials = add_cls_sep && cls >= 0 && sep >= 0 && max_len >= 2;
-    size_t room = specials ? max_len - 2 : max_len, n = 0;
-    bool cut = false;
+    size_t nspec = pair ? 3 : 2;
+    bool specials = add_cls_sep && cls >= 0 && sep >= 0 && max_len >= nspec;
+    size_t room = specials ? max_len - nspec : max_len, n = 0, na, nb = 0, ka, kb = 0;
 
     if (to)
         o = *to;
     else
         text_opts_default(&o);
-    /* Every token yields at least one id, so tokens past the row's room are never needed. */
-    if (o.max_tokens == 0 || o.max_tokens > room + 1)
+    /* Every token yields at least one id, so tokens past the row's room are never needed for a
+     * single text. A pair's texts are counted whole: which of them is longer decides the cut. */
+    if (pair)
+        o.max_tokens = 0;
+    else if (o.max_tokens == 0 || o.max_tokens > room + 1)
         o.max_tokens = room + 1;
-    text_tokenize(&o, text, text_len, tok);
     if (specials)
         row[n++] = cls;
-    for (size_t i = 0; i < tok->n; i++) {
-        size_t left = room - (n - (specials ? 1 : 0));
-        size_t k = vocab_wordpiece(v, text_token(tok, i), tok->len[i], row + n, left);
-        if (k > left) {
-            n += left;
-            cut = true;
-            break;
-        }
-        n += k;
+    text_tokenize(&o, text, text_len, tok);
+    na = pieces(v, tok, row + n, room);
+    ka = na > room ? room : na;
+    if (pair) {
+        text_tokenize(&o, pair, pair_len, tok);
+        nb = pieces(v, tok, NULL, room);
+        longest_first(na, nb, room, &ka, &kb);
+    }
+    n += ka;
+    if (pair && specials)
+        row[n++] = sep;
+    if (pair) {
+        size_t got = pieces(v, tok, row + n, kb);
+        n += got > kb ? kb : got;
     }
     if (specials)
         row[n++] = sep;
@@ -515,7 +575,7 @@ size_t dataset_encode_text(const struct vocab *v, const struct text_opts *to, co
     for (size_t i = n; i < max_len; i++)
         row[i] = pad;
     if (truncated)
-        *truncated = cut;
+        *truncated = ka < na || kb < nb;
     return n;
 }
 
@@ -538,8 +598,8 @@ int dataset_encode(const struct dataset *ds, const struct vocab *v, const struct
     for (size_t i = 0; i < ds->n; i++) {
         int32_t *row = out->ids + i * max_len;
         bool cut;
-        size_t n = dataset_encode_text(v, to, ds->ex[i].text, ds->ex[i].text_len, max_len,
-                                       add_cls_sep, &tok, row, &cut);
+        size_t n = dataset_encode_text(v, to, ds->ex[i].text, ds->ex[i].text_len, ds->ex[i].pair,
+                                       ds->ex[i].pair_len, max_len, add_cls_sep, &tok, row, &cut);
         out->len[i] = (int32_t)n;
         out->labels[i] = ds->ex[i].label;
         memset(out->mask + i * max_len, 1, n);
@@ -570,6 +630,10 @@ void dataset_count_words(const struct dataset *ds, const struct text_opts *to,
     for (size_t i = 0; i < ds->n; i++) {
         text_tokenize(to, ds->ex[i].text, ds->ex[i].text_len, &tok);
         vocab_builder_add(b, &tok);
+        if (ds->ex[i].pair) {
+            text_tokenize(to, ds->ex[i].pair, ds->ex[i].pair_len, &tok);
+            vocab_builder_add(b, &tok);
+        }
     }
     text_tokens_cleanup(&tok);
 }

@@ -7,6 +7,10 @@
  *   TSV:   text<TAB>label - the label is the LAST tab-separated field, so the text may contain
  *          tabs; the escapes \t \n \r \\ in the text are decoded. A line "text<TAB>label"
  *          (normally the first) is taken as a header and skipped.
+ * Text pairs (opts.pair_field set: NLI, paraphrase, question/answer tasks): JSONL lines carry a
+ * second string field of that name; TSV lines are text<TAB>pair<TAB>label (the pair is the field
+ * before the label, the text all before it), a first field "text" with the label "label" a
+ * header. The encoding is BERT's [CLS] text [SEP] pair [SEP] (no token type ids: RoBERTa's way).
  * The format comes from the extension (.jsonl/.json/.ndjson vs .tsv/.txt) unless set explicitly.
  * Blank lines are skipped silently. Lines longer than opts.max_line are malformed.
  *
@@ -67,14 +71,17 @@ struct dataset_opts {
     const char *label_field;
     bool label_optional;        /* JSONL: a missing, null or empty label is no label (label[0]
                                  * == 0), for classifying unlabelled text (gantry-predict) */
+    const char *pair_field;     /* non-NULL: examples are text pairs, the second text in this
+                                 * JSONL field (TSV: text<TAB>pair<TAB>label) */
 };
 
 void dataset_opts_default(struct dataset_opts *o);
 
-/* One example: text is a NUL-terminated UTF-8 string owned by the dataset. */
+/* One example: text (and pair, for text pairs; else NULL) are NUL-terminated UTF-8 strings
+ * owned by the dataset. */
 struct dataset_example {
-    char *text;
-    size_t text_len;
+    char *text, *pair;
+    size_t text_len, pair_len;
     int32_t label; /* index into the label_map used at load time */
 };
 
@@ -95,14 +102,20 @@ void dataset_cleanup(struct dataset *ds);
 int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts *o,
                  struct label_map *labels, char *err, size_t errlen);
 
+/* One parsed line: text and pair (NULL unless opts.pair_field) are new heap strings the caller
+ * frees; label is NUL-terminated (empty: no label, when opts.label_optional). */
+struct dataset_line {
+    char *text, *pair;
+    size_t text_len, pair_len;
+    char label[DATASET_MAX_LABEL_BYTES + 1];
+};
+
 /* The line parser the reader uses, exposed for tests and fuzzing. Parses line[0..len) (no
- * newline; any bytes) in format fmt (JSONL or TSV, not AUTO). On success returns 0 and sets
- * *text (new heap string, caller frees) and *text_len and copies the label into label (NUL-
- * terminated, at most DATASET_MAX_LABEL_BYTES). Returns 1 for a line to skip silently (blank or
- * TSV header), -1 with a reason in why for a malformed line. */
+ * newline; any bytes) in format fmt (JSONL or TSV, not AUTO) into out. Returns 0 when out holds
+ * an example, 1 for a line to skip silently (blank or TSV header), -1 with a reason in why for a
+ * malformed line (out then holds nothing to free). */
 int dataset_parse_line(enum dataset_format fmt, const struct dataset_opts *o, const char *line,
-                       size_t len, char **text, size_t *text_len,
-                       char label[DATASET_MAX_LABEL_BYTES + 1], char *why, size_t whylen);
+                       size_t len, struct dataset_line *out, char *why, size_t whylen);
 
 /* Rewrites every example's label through remap[old] (as filled by label_map_sort). */
 void dataset_remap_labels(struct dataset *ds, const int *remap);
@@ -117,7 +130,13 @@ size_t dataset_split(struct dataset *ds, double fraction, uint64_t seed, struct 
 /* Fixed-length encoding of a dataset for the model: row i of ids holds
  * [CLS] piece... [SEP] [PAD]... (CLS/SEP only when add_cls_sep and the vocab has them), cut to
  * max_len; len[i] counts the non-pad ids (>= 1: an empty text is [CLS][SEP], or one [UNK]
- * without specials); mask[i*max_len + t] is 1 for t < len[i], else 0. */
+ * without specials); mask[i*max_len + t] is 1 for t < len[i], else 0. A text pair is
+ * [CLS] text... [SEP] pair... [SEP] (without specials: the two back to back), cut the way
+ * Hugging Face tokenizers' "longest_first" cuts: when both do not fit in the room R left by the
+ * specials, the shorter keeps all its pieces if it takes at most half of R and the longer gets
+ * the rest; otherwise each gets half (the longer the odd one; the pair, when they tie). A pair's
+ * texts are tokenized whole (text_opts.max_tokens does not apply), so that which one is longer is
+ * decided as there. */
 struct dataset_encoded {
     int32_t *ids;    /* (n, max_len), row-major */
     uint8_t *mask;   /* (n, max_len) */
@@ -137,13 +156,16 @@ int dataset_encode(const struct dataset *ds, const struct vocab *v, const struct
                    size_t max_len, bool add_cls_sep, struct dataset_encoded *out);
 void dataset_encoded_cleanup(struct dataset_encoded *e);
 
-/* Encodes one text into row[0..max_len) (padded) and returns its length (as len[] above).
- * tok is scratch space reused across calls. *truncated (may be NULL) is set when cut. */
+/* Encodes one text, or a text pair when pair is not NULL, into row[0..max_len) (padded) and
+ * returns its length (as len[] above). tok is scratch space reused across calls. *truncated
+ * (may be NULL) is set when cut. */
 size_t dataset_encode_text(const struct vocab *v, const struct text_opts *to, const char *text,
-                           size_t text_len, size_t max_len, bool add_cls_sep,
-                           struct text_tokens *tok, int32_t *row, bool *truncated);
+                           size_t text_len, const char *pair, size_t pair_len, size_t max_len,
+                           bool add_cls_sep, struct text_tokens *tok, int32_t *row,
+                           bool *truncated);
 
-/* Feeds every example's tokens to a vocab builder (for a vocab built from training data). */
+/* Feeds every example's tokens (its pair's too) to a vocab builder (for a vocab built from
+ * training data). */
 void dataset_count_words(const struct dataset *ds, const struct text_opts *to,
                          struct vocab_builder *b);
 

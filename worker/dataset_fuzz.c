@@ -1,11 +1,11 @@
 /*
  * dataset_fuzz.c - libFuzzer target for the JSONL/TSV line parser and the label map.
  *
- * Input: byte 0 picks the format (even: JSONL, odd: TSV), an alternate field name and an
- * optional label (gantry-predict's reading); the rest is one line of any bytes. Checks invariants
- * the reader relies on: success means a NUL-terminated text of the stated length and a label
- * within DATASET_MAX_LABEL_BYTES, non-empty unless optional; failure means a non-empty reason
- * and nothing allocated. Built with clang -fsanitize=fuzzer,address,undefined
+ * Input: byte 0 picks the format (even: JSONL, odd: TSV), an alternate field name, an
+ * optional label (gantry-predict's reading) and text pairs; the rest is one line of any bytes.
+ * Checks invariants the reader relies on: success means a NUL-terminated text (and, for pairs,
+ * pair) of the stated length and a label within DATASET_MAX_LABEL_BYTES, non-empty unless
+ * optional; failure means a non-empty reason and nothing allocated. Built with clang -fsanitize=fuzzer,address,undefined
  * (data.cmake) and as a plain replay executable (replay_fuzz.c) that ctest runs on the seeds.
  */
 #include <stdint.h>
@@ -18,11 +18,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char label[DATASET_MAX_LABEL_BYTES + 1], why[256];
+    char why[256];
     struct dataset_opts o;
+    struct dataset_line dl = {.text = (char *)1, .pair = (char *)1, .text_len = 12345};
     struct label_map m;
-    char *text = (char *)1;
-    size_t text_len = 12345;
     enum dataset_format fmt;
     int rc;
 
@@ -35,25 +34,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         o.label_field = "y";
     }
     o.label_optional = (data[0] & 4) != 0;
+    if (data[0] & 8)
+        o.pair_field = "text_pair";
     why[0] = '\0';
-    rc = dataset_parse_line(fmt, &o, (const char *)data + 1, size - 1, &text, &text_len, label, why,
-                            sizeof(why));
+    rc = dataset_parse_line(fmt, &o, (const char *)data + 1, size - 1, &dl, why, sizeof(why));
     if (rc == 0) {
-        size_t llen = strlen(label);
-        FUZZ_CHECK(text != NULL);
-        FUZZ_CHECK(text[text_len] == '\0');
+        size_t llen = strlen(dl.label);
+        FUZZ_CHECK(dl.text != NULL);
+        FUZZ_CHECK(dl.text[dl.text_len] == '\0');
+        FUZZ_CHECK((dl.pair != NULL) == (o.pair_field != NULL));
+        FUZZ_CHECK(!dl.pair || dl.pair[dl.pair_len] == '\0');
+        FUZZ_CHECK(dl.text_len + dl.pair_len <= size);
         FUZZ_CHECK(llen <= DATASET_MAX_LABEL_BYTES && (llen > 0 || o.label_optional));
-        if (llen == 0) {
-            free(text);
-            return 0;
+        if (llen > 0) {
+            label_map_init(&m);
+            FUZZ_CHECK(label_map_add(&m, dl.label, llen) == 0);
+            FUZZ_CHECK(label_map_find(&m, dl.label, llen) == 0);
+            label_map_cleanup(&m);
         }
-        label_map_init(&m);
-        FUZZ_CHECK(label_map_add(&m, label, llen) == 0);
-        FUZZ_CHECK(label_map_find(&m, label, llen) == 0);
-        label_map_cleanup(&m);
-        free(text);
+        free(dl.text), free(dl.pair);
     } else {
-        FUZZ_CHECK(text == NULL && text_len == 0);
+        FUZZ_CHECK(dl.text == NULL && dl.pair == NULL && dl.text_len == 0 && dl.pair_len == 0);
         FUZZ_CHECK(rc == 1 || why[0] != '\0');
     }
     return 0;

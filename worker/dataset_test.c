@@ -21,27 +21,32 @@ static const char *write_tmp(const char *name, const char *content, size_t n)
 }
 
 /* Parses one line; returns the parser's status and leaves text/label/why in static storage. */
-static char g_label[DATASET_MAX_LABEL_BYTES + 1], g_why[256], *g_text;
-static size_t g_len;
+static struct dataset_line g;
+static char g_why[256];
+static int parse_with(enum dataset_format fmt, const struct dataset_opts *o, const char *line,
+                      size_t len)
+{
+    free(g.text), free(g.pair);
+    g_why[0] = '\0';
+    return dataset_parse_line(fmt, o, line, len, &g, g_why, sizeof(g_why));
+}
 static int parse(enum dataset_format fmt, const char *line, size_t len)
 {
-    free(g_text);
-    g_text = NULL;
-    g_why[0] = '\0';
-    return dataset_parse_line(fmt, NULL, line, len, &g_text, &g_len, g_label, g_why, sizeof(g_why));
+    return parse_with(fmt, NULL, line, len);
 }
 #define PARSE(fmt, s) parse((fmt), (s), strlen(s))
+#define PARSE_O(fmt, o, s) parse_with((fmt), (o), (s), strlen(s))
 
 static void test_parse_jsonl(void)
 {
     TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"text\": \"Hi\\nthere\", \"label\": \"spam\", \"x\": 1}"),
                 0);
-    TEST_EQ_STR(g_text, "Hi\nthere");
-    TEST_EQ_INT(g_len, 8);
-    TEST_EQ_STR(g_label, "spam");
+    TEST_EQ_STR(g.text, "Hi\nthere");
+    TEST_EQ_INT(g.text_len, 8);
+    TEST_EQ_STR(g.label, "spam");
     TEST_EQ_INT(PARSE(DATASET_JSONL, "{\"label\": 1, \"text\": \"\"}\r"), 0); /* int label, CRLF */
-    TEST_EQ_STR(g_label, "1");
-    TEST_EQ_STR(g_text, "");
+    TEST_EQ_STR(g.label, "1");
+    TEST_EQ_STR(g.text, "");
     TEST_EQ_INT(PARSE(DATASET_JSONL, "   "), 1);
     TEST_EQ_INT(PARSE(DATASET_JSONL, ""), 1);
 
@@ -66,8 +71,8 @@ static void test_parse_jsonl(void)
     TEST_EQ_INT(parse(DATASET_JSONL, "{\"text\": \"a\0\", \"label\": \"x\"}", 27), -1);
     TEST_EQ_STR(g_why, "NUL byte at byte 12");
     TEST_EQ_INT(PARSE(DATASET_AUTO, "{}"), -1);
-    free(g_text);
-    g_text = NULL;
+    free(g.text);
+    g.text = NULL;
 }
 
 /* label_optional (gantry-predict): no label, null or "" is an unlabelled line; other labels and
@@ -83,40 +88,33 @@ static void test_parse_label_optional(void)
     o.label_field = "y";
     o.label_optional = true;
     for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
-        g_label[0] = 'x';
-        TEST_EQ_INT(dataset_parse_line(DATASET_JSONL, &o, lines[i], strlen(lines[i]), &g_text,
-                                       &g_len, g_label, g_why, sizeof(g_why)), 0);
-        TEST_EQ_STR(g_text, "a");
-        TEST_EQ_STR(g_label, "");
-        free(g_text);
+        g.label[0] = 'x';
+        TEST_EQ_INT(parse_with(DATASET_JSONL, &o, lines[i], strlen(lines[i])), 0);
+        TEST_EQ_STR(g.text, "a");
+        TEST_EQ_STR(g.label, "");
     }
     const char *ok = "{\"body\": \"b\", \"y\": 7}";
-    TEST_EQ_INT(dataset_parse_line(DATASET_JSONL, &o, ok, strlen(ok), &g_text, &g_len, g_label,
-                                   g_why, sizeof(g_why)), 0);
-    TEST_EQ_STR(g_label, "7");
-    free(g_text);
-    g_text = NULL;
+    TEST_EQ_INT(parse_with(DATASET_JSONL, &o, ok, strlen(ok)), 0);
+    TEST_EQ_STR(g.label, "7");
     const char *bad[] = {"{\"body\": \"a\", \"y\": [1]}", "{\"text\": \"a\"}"};
     const char *want[] = {"non-string field \"y\"", "missing field \"body\""};
     for (size_t i = 0; i < 2; i++) {
-        TEST_EQ_INT(dataset_parse_line(DATASET_JSONL, &o, bad[i], strlen(bad[i]), &g_text, &g_len,
-                                       g_label, g_why, sizeof(g_why)), -1);
+        TEST_EQ_INT(parse_with(DATASET_JSONL, &o, bad[i], strlen(bad[i])), -1);
         TEST_EQ_STR(g_why, want[i]);
     }
     o.label_optional = false;
-    TEST_EQ_INT(dataset_parse_line(DATASET_JSONL, &o, lines[0], strlen(lines[0]), &g_text, &g_len,
-                                   g_label, g_why, sizeof(g_why)), -1);
+    TEST_EQ_INT(parse_with(DATASET_JSONL, &o, lines[0], strlen(lines[0])), -1);
     TEST_EQ_STR(g_why, "missing field \"y\"");
 }
 
 static void test_parse_tsv(void)
 {
     TEST_EQ_INT(PARSE(DATASET_TSV, "hello\tworld\tham"), 0); /* last field is the label */
-    TEST_EQ_STR(g_text, "hello\tworld");
-    TEST_EQ_STR(g_label, "ham");
+    TEST_EQ_STR(g.text, "hello\tworld");
+    TEST_EQ_STR(g.label, "ham");
     TEST_EQ_INT(PARSE(DATASET_TSV, "a\\tb\\nc\\\\d\\x\tspam \r"), 0);
-    TEST_EQ_STR(g_text, "a\tb\nc\\d\\x");
-    TEST_EQ_STR(g_label, "spam");
+    TEST_EQ_STR(g.text, "a\tb\nc\\d\\x");
+    TEST_EQ_STR(g.label, "spam");
     TEST_EQ_INT(PARSE(DATASET_TSV, "text\tlabel"), 1);
     TEST_EQ_INT(PARSE(DATASET_TSV, "no tab here"), -1);
     TEST_EQ_STR(g_why, "no tab; want text<TAB>label");
@@ -124,8 +122,53 @@ static void test_parse_tsv(void)
     TEST_EQ_STR(g_why, "empty label");
     TEST_EQ_INT(PARSE(DATASET_TSV, "\xc3\x28\tham"), -1);
     TEST_EQ_STR(g_why, "invalid UTF-8 at byte 1");
-    free(g_text);
-    g_text = NULL;
+    free(g.text);
+    g.text = NULL;
+}
+
+/* Text pairs: JSONL's second field named by the options, TSV's field before the label. */
+static void test_parse_pairs(void)
+{
+    struct dataset_opts o;
+
+    dataset_opts_default(&o);
+    o.text_field = "premise";
+    o.pair_field = "hypothesis";
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"premise\": \"A man\", \"hypothesis\": \"Someone\", "
+                                         "\"label\": \"entailment\"}"), 0);
+    TEST_EQ_STR(g.text, "A man");
+    TEST_EQ_STR(g.pair, "Someone");
+    TEST_EQ_INT(g.pair_len, 7);
+    TEST_EQ_STR(g.label, "entailment");
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"premise\": \"a\", \"hypothesis\": \"\", \"label\": 0}"),
+                0);
+    TEST_EQ_STR(g.pair, "");
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"premise\": \"a\", \"label\": 0}"), -1);
+    TEST_EQ_STR(g_why, "missing field \"hypothesis\" (the pair's second text)");
+    TEST_CHECK(g.text == NULL && g.pair == NULL);
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"premise\": \"a\", \"hypothesis\": 3, \"label\": 0}"),
+                -1);
+    TEST_EQ_STR(g_why, "non-string field \"hypothesis\" (the pair's second text)");
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "[7]"), -1);
+    TEST_EQ_STR(g_why, "not a JSON object; want {\"premise\": ..., \"hypothesis\": ..., "
+                       "\"label\": ...}");
+
+    TEST_EQ_INT(PARSE_O(DATASET_TSV, &o, "a\tb\\tc\td e\tyes"), 0);
+    TEST_EQ_STR(g.text, "a\tb\tc"); /* the text is all before the pair's field */
+    TEST_EQ_STR(g.pair, "d e");
+    TEST_EQ_STR(g.label, "yes");
+    TEST_EQ_INT(PARSE_O(DATASET_TSV, &o, "text\ttext_pair\tlabel"), 1);
+    TEST_EQ_INT(PARSE_O(DATASET_TSV, &o, "\t\tno"), 0); /* two empty texts */
+    TEST_EQ_INT(g.text_len + g.pair_len, 0);
+    TEST_EQ_INT(PARSE_O(DATASET_TSV, &o, "only one\tyes"), -1);
+    TEST_EQ_STR(g_why, "one tab; want text<TAB>pair<TAB>label");
+    TEST_EQ_INT(PARSE_O(DATASET_TSV, &o, "none"), -1);
+    TEST_EQ_STR(g_why, "no tab; want text<TAB>pair<TAB>label");
+    TEST_EQ_INT(PARSE(DATASET_TSV, "a\tb\tyes"), 0); /* without pairs: one text */
+    TEST_CHECK(g.pair == NULL);
+    TEST_EQ_STR(g.text, "a\tb");
+    free(g.text);
+    g.text = NULL;
 }
 
 static void test_label_map(void)
@@ -376,6 +419,59 @@ static void test_encode(void)
     vocab_free(v);
 }
 
+/* Pair encoding: [CLS] a [SEP] b [SEP], cut the way Hugging Face's "longest_first" cuts
+ * (hack/hf_tokenizer_check.py compares with the library itself). */
+static void test_encode_pairs(void)
+{
+    struct text_tokens tok;
+    struct vocab *v;
+    char err[256];
+    int32_t row[8];
+    bool cut;
+    struct {
+        const char *a, *b;
+        size_t max_len;
+        bool specials, cut;
+        size_t len;
+        int32_t want[8];
+    } cases[] = {
+        /* all fits: 3 + 2 pieces in 8 - 3 */
+        {"unaffable", "the run", 8, true, false, 8, {3, 6, 7, 8, 4, 16, 13, 4}},
+        /* room 4: the shorter (2) takes at most half, so it stays whole */
+        {"unaffable", "the run", 7, true, true, 7, {3, 6, 7, 4, 16, 13, 4, 0}},
+        {"the run", "unaffable", 7, true, true, 7, {3, 16, 13, 4, 6, 7, 4, 0}},
+        /* room 5, 5 and 3 pieces: halves, the longer gets the odd one */
+        {"the the the the the", "run run run", 8, true, true, 8, {3, 16, 16, 16, 4, 13, 13, 4}},
+        {"run run run", "the the the the the", 8, true, true, 8, {3, 13, 13, 4, 16, 16, 16, 4}},
+        /* a tie: the pair gets the odd one */
+        {"the the the", "run run run", 8, true, true, 8, {3, 16, 16, 4, 13, 13, 13, 4}},
+        /* an empty pair, and no specials */
+        {"unaffable", "", 8, true, false, 6, {3, 6, 7, 8, 4, 4, 0, 0}},
+        {"unaffable", "run run", 4, false, true, 4, {6, 7, 13, 13, 0, 0, 0, 0}},
+        {"", "", 3, false, false, 1, {2, 0, 0, 0, 0, 0, 0, 0}},
+    };
+
+    v = vocab_load(GANTRY_TESTDATA "/vocab.txt", err, sizeof(err));
+    if (!TEST_CHECK(v != NULL))
+        return;
+    text_tokens_init(&tok);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        memset(row, 0x7f, sizeof(row));
+        size_t n = dataset_encode_text(v, NULL, cases[i].a, strlen(cases[i].a), cases[i].b,
+                                       strlen(cases[i].b), cases[i].max_len, cases[i].specials,
+                                       &tok, row, &cut);
+        TEST_EQ_INT(n, cases[i].len);
+        TEST_EQ_INT(cut, cases[i].cut);
+        for (size_t t = 0; t < cases[i].max_len; t++)
+            if (row[t] != cases[i].want[t]) {
+                TEST_EQ_INT(row[t], cases[i].want[t]);
+                fprintf(stderr, "       case %zu, position %zu\n", i, t);
+            }
+    }
+    text_tokens_cleanup(&tok);
+    vocab_free(v);
+}
+
 /* dataset_split: stratified counts, disjoint and complete, file order on both sides, the same
  * split for the same seed and another for another seed. */
 static void split_fill(struct dataset *ds, int n)
@@ -447,11 +543,13 @@ int main(void)
     TEST_RUN(test_parse_jsonl);
     TEST_RUN(test_parse_label_optional);
     TEST_RUN(test_parse_tsv);
+    TEST_RUN(test_parse_pairs);
     TEST_RUN(test_label_map);
     TEST_RUN(test_load_malformed);
     TEST_RUN(test_load_overlong);
     TEST_RUN(test_fixtures);
     TEST_RUN(test_encode);
+    TEST_RUN(test_encode_pairs);
     TEST_RUN(test_split);
     {
         char cmd[128];

@@ -143,6 +143,9 @@ static int load_data(struct worker *w)
 
     dataset_opts_default(&dopts);
     dopts.strict = c->strict;
+    dopts.text_field = c->text_field;
+    dopts.label_field = c->label_field;
+    dopts.pair_field = c->text_pair_field[0] ? c->text_pair_field : NULL;
     dopts.format = !strcmp(c->format, "jsonl") ? DATASET_JSONL
                    : !strcmp(c->format, "tsv") ? DATASET_TSV
                                                : DATASET_AUTO;
@@ -156,8 +159,9 @@ static int load_data(struct worker *w)
     }
     if (w->train.n == 0 || w->labels.n < 2) {
         fprintf(stderr, "gantry-worker: training data %s: %zu examples with %d distinct labels; "
-                        "need at least one example of two classes (fields text and label)\n",
-                c->train, w->train.n, w->labels.n);
+                        "need at least one example of two classes (fields %s%s%s and %s)\n",
+                c->train, w->train.n, w->labels.n, c->text_field,
+                c->text_pair_field[0] ? ", " : "", c->text_pair_field, c->label_field);
         return DIST_EXIT_DATAERR;
     }
     label_map_sort(&w->labels, remap); /* label ids independent of file order */
@@ -752,6 +756,9 @@ static void make_card(struct worker *w)
     c.text = w->topts;
     c.text.stop = NULL;
     c.cls_sep = w->cfg.cls_sep;
+    snprintf(c.text_field, sizeof(c.text_field), "%s", w->cfg.text_field);
+    snprintf(c.text_pair_field, sizeof(c.text_pair_field), "%s", w->cfg.text_pair_field);
+    snprintf(c.label_field, sizeof(c.label_field), "%s", w->cfg.label_field);
     for (int i = 0; i < w->labels.n; i++) {
         const char *name = label_map_name(&w->labels, i);
         label_map_add(&c.labels, name, strlen(name));

@@ -54,7 +54,9 @@ static void usage(FILE *f)
         "document per line; writes one JSON line per document:\n"
         "  {\"line\":12,\"label\":\"spam\",\"score\":0.9931}\n"
         "With labelled input (JSONL \"label\" field, TSV's last field), the evaluation report\n"
-        "(accuracy, macro-F1, per class, confusion) follows on stderr.\n"
+        "(accuracy, macro-F1, per class, confusion) follows on stderr. A model trained on text\n"
+        "pairs (data.textPairField) reads pairs: JSONL's two fields, TSV's text<TAB>pair<TAB>label,\n"
+        "plain text's text<TAB>pair.\n"
         "\n"
         "Options:\n"
         "  -m, --model DIR          checkpoint step or job directory (required)\n"
@@ -65,13 +67,18 @@ static void usage(FILE *f)
         "  -b, --batch N            documents per forward pass (default 32)\n"
         "  -t, --threads N          CPU threads (default: the CPUs this process may use)\n"
         "      --report FILE        with labelled input: the evaluation report as JSON\n"
-        "      --text-field NAME    JSONL text field (default \"text\")\n"
-        "      --label-field NAME   JSONL label field (default \"label\")\n"
+        "      --text-field NAME    JSONL text field (default: the model's, \"text\" unless\n"
+        "                           it was trained with data.textField)\n"
+        "      --pair-field NAME    JSONL field of a text pair's second text (default: the\n"
+        "                           model's data.textPairField; only for text pair models)\n"
+        "      --label-field NAME   JSONL label field (default: the model's, \"label\")\n"
         "      --strict             a malformed line is fatal (exit 65) instead of skipped\n"
         "  -q, --quiet              no summary or progress on stderr\n"
         "      --serve PORT         serve predictions over HTTP instead of reading files:\n"
         "                           POST /v1/models/NAME:predict (KServe's V1 protocol) with\n"
         "                           {\"instances\": [\"text\", {\"text\": \"...\"}, ...], \"top_k\": K}\n"
+        "                           (text pairs: [\"text\", \"pair\"] or {\"text\": ..., \"text_pair\": ...}\n"
+        "                           with the model's field names)\n"
         "                           answers {\"predictions\": [{\"label\", \"score\"}, ...]};\n"
         "                           GET /v1/models/NAME (ready), /healthz, /metrics; stops on\n"
         "                           SIGTERM. Port 0: any free one (printed)\n"
@@ -95,6 +102,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"batch", required_argument, 0, 'b'},  {"threads", required_argument, 0, 't'},
         {"report", required_argument, 0, 'r'}, {"text-field", required_argument, 0, 'T'},
         {"label-field", required_argument, 0, 'L'}, {"strict", no_argument, 0, 'S'},
+        {"pair-field", required_argument, 0, 'W'},
         {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
         {"serve", required_argument, 0, 's'},  {"bind", required_argument, 0, 'B'},
         {"name", required_argument, 0, 'N'},   {"device", required_argument, 0, 'D'},
@@ -126,6 +134,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'r': o->report = optarg; break;
         case 'T': o->text_field = optarg; break;
         case 'L': o->label_field = optarg; break;
+        case 'W': o->pair_field = optarg; break;
         case 'S': o->strict = true; break;
         case 's': o->serve = (int)v; break;
         case 'B': o->bind = optarg; break;
@@ -228,6 +237,18 @@ static int setup_gpu(struct pred *p)
 
 static int setup(struct pred *p)
 {
+    if (p->o.pair_field && !p->card.text_pair_field[0]) {
+        fprintf(stderr, "gantry-predict: --pair-field %s: the model in %s classifies single "
+                        "texts, not text pairs; leave --pair-field out\n", p->o.pair_field,
+                p->dir);
+        return DIST_EXIT_USAGE;
+    }
+    if (!p->o.text_field)
+        p->o.text_field = p->card.text_field;
+    if (!p->o.label_field)
+        p->o.label_field = p->card.label_field;
+    if (!p->o.pair_field && p->card.text_pair_field[0])
+        p->o.pair_field = p->card.text_pair_field;
     p->K = p->card.labels.n;
     p->maxT = p->card.max_seq_len;
     p->quoted = xcalloc((size_t)p->K, sizeof(char *));
@@ -251,12 +272,13 @@ static int setup(struct pred *p)
     return p->o.cuda ? setup_gpu(p) : 0;
 }
 
-int predict_add(struct pred *p, const char *text, size_t len, long line, int32_t label)
+int predict_add(struct pred *p, const char *text, size_t len, const char *pair, size_t pair_len,
+                long line, int32_t label)
 {
     bool cut = false;
     int32_t *row = p->rows + (size_t)p->n * p->maxT;
-    p->len[p->n] = (int)dataset_encode_text(p->vocab, &p->card.text, text, len, (size_t)p->maxT,
-                                            p->card.cls_sep, &p->tok, row, &cut);
+    p->len[p->n] = (int)dataset_encode_text(p->vocab, &p->card.text, text, len, pair, pair_len,
+                                            (size_t)p->maxT, p->card.cls_sep, &p->tok, row, &cut);
     p->truncated += cut;
     p->line[p->n] = line;
     p->label[p->n] = label;
@@ -403,28 +425,40 @@ static enum fmt format_of(const char *path, enum fmt want)
     return FMT_TEXT;
 }
 
-/* One line to (text, label): the worker's parser for JSONL and TSV, with the label optional
- * in JSONL. 0 ok (*text new), 1 skip silently, -1 malformed (why). */
-static int parse(struct pred *p, enum fmt f, char *s, size_t n, char **text, size_t *tlen,
-                 char label[DATASET_MAX_LABEL_BYTES + 1], char *why, size_t whylen)
+/* One line to a document: the worker's parser for JSONL and TSV, with the label optional in
+ * JSONL; plain text is the text, or for a text pair model text<TAB>pair. 0 ok (out's strings
+ * new), 1 skip silently, -1 malformed (why). */
+static int parse(struct pred *p, enum fmt f, char *s, size_t n, struct dataset_line *out,
+                 char *why, size_t whylen)
 {
     struct dataset_opts o;
 
-    label[0] = '\0';
+    memset(out, 0, sizeof(*out));
     if (f == FMT_TEXT) {
+        const char *tab = p->o.pair_field ? memchr(s, '\t', n) : NULL;
         if (memchr(s, '\0', n)) {
             snprintf(why, whylen, "NUL byte in the text");
             return -1;
         }
-        *text = xstrndup(s, n), *tlen = n;
+        if (p->o.pair_field && !tab) {
+            snprintf(why, whylen, "no tab; the model classifies text pairs: want text<TAB>pair");
+            return -1;
+        }
+        out->text_len = tab ? (size_t)(tab - s) : n;
+        out->text = xstrndup(s, out->text_len);
+        if (tab) {
+            out->pair_len = n - out->text_len - 1;
+            out->pair = xstrndup(tab + 1, out->pair_len);
+        }
         return 0;
     }
     dataset_opts_default(&o);
     o.text_field = p->o.text_field;
     o.label_field = p->o.label_field;
+    o.pair_field = p->o.pair_field;
     o.label_optional = true;
-    return dataset_parse_line(f == FMT_TSV ? DATASET_TSV : DATASET_JSONL, &o, s, n, text, tlen,
-                              label, why, whylen);
+    return dataset_parse_line(f == FMT_TSV ? DATASET_TSV : DATASET_JSONL, &o, s, n, out, why,
+                              whylen);
 }
 
 /* The next line of in into *buf (without its newline; NUL-terminated; NUL bytes inside are
@@ -461,7 +495,8 @@ static int run_file(struct pred *p, const char *path)
 {
     FILE *in = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     enum fmt f = format_of(strcmp(path, "-") ? path : "", p->o.format);
-    char *buf = NULL, why[256], label[DATASET_MAX_LABEL_BYTES + 1];
+    char *buf = NULL, why[256];
+    struct dataset_line dl;
     size_t cap = 0;
     ssize_t got;
     long lineno = 0;
@@ -474,15 +509,13 @@ static int run_file(struct pred *p, const char *path)
     p->file = path;
     while (!rc && (got = read_line(in, &buf, &cap, MAX_LINE)) >= 0) {
         size_t n = (size_t)got;
-        char *text = NULL;
-        size_t tlen = 0;
         lineno++;
         if (n && n <= MAX_LINE && buf[n - 1] == '\r')
             n--;
         int pr = n > MAX_LINE ? (snprintf(why, sizeof(why), "line longer than %u bytes",
                                           MAX_LINE), -1)
                  : n == 0     ? 1
-                              : parse(p, f, buf, n, &text, &tlen, label, why, sizeof(why));
+                              : parse(p, f, buf, n, &dl, why, sizeof(why));
         if (pr == 1)
             continue;
         if (pr < 0) {
@@ -493,14 +526,14 @@ static int run_file(struct pred *p, const char *path)
             continue;
         }
         int32_t li = -1;
-        if (label[0] && (li = label_map_find(&p->card.labels, label, strlen(label))) < 0) {
+        if (dl.label[0] && (li = label_map_find(&p->card.labels, dl.label, strlen(dl.label))) < 0) {
             li = -2;
             if (++p->unknown_label <= DATASET_MAX_REPORTED)
                 fprintf(stderr, "%s:%ld: label \"%.64s\" is not one of the model's; predicted, "
-                                "not counted in the evaluation\n", path, lineno, label);
+                                "not counted in the evaluation\n", path, lineno, dl.label);
         }
-        rc = predict_add(p, text, tlen, lineno, li);
-        free(text);
+        rc = predict_add(p, dl.text, dl.text_len, dl.pair, dl.pair_len, lineno, li);
+        free(dl.text), free(dl.pair);
     }
     if (!rc && ferror(in)) {
         fprintf(stderr, "gantry-predict: %s: read error: %s\n", path, strerror(errno));

@@ -22,7 +22,9 @@ struct train_gpu_infer;
 enum fmt { FMT_AUTO, FMT_JSONL, FMT_TSV, FMT_TEXT };
 
 struct opts {
-    const char *model, *output, *report, *text_field, *label_field, *bind, *name;
+    const char *model, *output, *report, *bind, *name;
+    const char *text_field, *pair_field, *label_field; /* NULL: the card's (a text pair model
+                                                        * has a pair_field after setup) */
     int serve; /* --serve PORT: -1 = no server */
     enum fmt format;
     int top_k, batch, threads;
@@ -63,9 +65,11 @@ struct pred {
 /* Monotonic seconds. */
 double predict_now(void);
 
-/* Encodes one document into the batch (label: its class, -1 none, -2 not one of the model's) and
- * runs the batch when it is full. 0 or an exit status. */
-int predict_add(struct pred *p, const char *text, size_t len, long line, int32_t label);
+/* Encodes one document (a text, or a text pair when pair is not NULL) into the batch (label: its
+ * class, -1 none, -2 not one of the model's) and runs the batch when it is full. 0 or an exit
+ * status. */
+int predict_add(struct pred *p, const char *text, size_t len, const char *pair, size_t pair_len,
+                long line, int32_t label);
 
 /* Runs the documents in the batch and writes their predictions to p->out (JSON lines, or array
  * elements with p->array); labelled ones are counted in p->ec. 0 or an exit status. */

@@ -85,15 +85,33 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, struct server *s
     return r;
 }
 
-/* The request's instances (an array of strings or {"text": ...}) and top_k, checked: 0, or an
- * HTTP status with why naming the field. */
-static unsigned parse_request(const json_t *j, const char *tf, const json_t **inst, int *top_k,
-                              char *why, size_t whylen)
+/* Instance v's text and, for a text pair model (pf), its pair: a string, or {tf: ...}; a pair
+ * ["text", "pair"], or {tf: ..., pf: ...}. false when v is none of those. */
+static bool instance(const json_t *v, const char *tf, const char *pf, const json_t **text,
+                     const json_t **pair)
 {
-    const json_t *tk;
+    if (pf && json_is_array(v) && json_array_size(v) == 2)
+        *text = json_array_get(v, 0), *pair = json_array_get(v, 1);
+    else if (json_is_object(v))
+        *text = json_object_get(v, tf), *pair = pf ? json_object_get(v, pf) : NULL;
+    else
+        *text = pf ? NULL : v, *pair = NULL;
+    return json_is_string(*text) && (!pf || json_is_string(*pair));
+}
+
+/* The request's instances (an array of strings or {"text": ...}; of text pairs for a pair
+ * model) and top_k, checked: 0, or an HTTP status with why naming the field. */
+static unsigned parse_request(const json_t *j, const char *tf, const char *pf,
+                              const json_t **inst, int *top_k, char *why, size_t whylen)
+{
+    const json_t *tk, *text, *pair;
     if (!json_is_array(*inst = json_object_get(j, "instances")) || json_array_size(*inst) == 0) {
-        snprintf(why, whylen, "instances: must be a non-empty array of texts or {\"%s\": ...} "
-                              "objects", tf);
+        if (pf)
+            snprintf(why, whylen, "instances: must be a non-empty array of text pairs, "
+                     "[\"text\", \"pair\"] or {\"%s\": ..., \"%s\": ...}", tf, pf);
+        else
+            snprintf(why, whylen, "instances: must be a non-empty array of texts or "
+                     "{\"%s\": ...} objects", tf);
         return MHD_HTTP_BAD_REQUEST;
     }
     if (json_array_size(*inst) > SERVE_MAX_INSTANCES) {
@@ -108,14 +126,16 @@ static unsigned parse_request(const json_t *j, const char *tf, const json_t **in
     }
     *top_k = tk ? (int)json_integer_value(tk) : 0;
     for (size_t i = 0; i < json_array_size(*inst); i++) { /* all checked before any is run */
-        const json_t *v = json_array_get(*inst, i);
-        if (json_is_object(v))
-            v = json_object_get(v, tf);
-        if (!json_is_string(v)) {
+        if (instance(json_array_get(*inst, i), tf, pf, &text, &pair))
+            continue;
+        if (pf)
+            snprintf(why, whylen, "instances[%zu]: the model classifies text pairs: must be "
+                     "[\"text\", \"pair\"] or an object with string fields \"%s\" and \"%s\"", i,
+                     tf, pf);
+        else
             snprintf(why, whylen, "instances[%zu]: must be a string or an object with a string "
                                   "field \"%s\"", i, tf);
-            return MHD_HTTP_BAD_REQUEST;
-        }
+        return MHD_HTTP_BAD_REQUEST;
     }
     return 0;
 }
@@ -149,7 +169,8 @@ static unsigned serve_predict(struct server *sv, const char *req, size_t n, stru
                               size_t *docs, char *why, size_t whylen)
 {
     struct pred *p = sv->p;
-    const char *tf = p->o.text_field ? p->o.text_field : "text";
+    const char *tf = p->o.text_field, *pf = p->o.pair_field;
+    const json_t *text, *pair;
     json_error_t je;
     size_t values = count_values(req, n);
     if (values > 16 * (size_t)SERVE_MAX_INSTANCES) {
@@ -170,7 +191,7 @@ static unsigned serve_predict(struct server *sv, const char *req, size_t n, stru
         json_decref(j);
         return MHD_HTTP_BAD_REQUEST;
     }
-    if ((status = parse_request(j, tf, &inst, &top_k, why, whylen))) {
+    if ((status = parse_request(j, tf, pf, &inst, &top_k, why, whylen))) {
         json_decref(j);
         return status;
     }
@@ -191,10 +212,9 @@ static unsigned serve_predict(struct server *sv, const char *req, size_t n, stru
     p->array = true, p->emitted = 0, p->name_files = false;
     fprintf(p->out, "{\"model\":%s,\"predictions\":[", sv->quoted_name);
     for (size_t i = 0; i < json_array_size(inst) && !rc; i++) {
-        const json_t *v = json_array_get(inst, i);
-        if (json_is_object(v))
-            v = json_object_get(v, tf);
-        rc = predict_add(p, json_string_value(v), json_string_length(v), (long)i + 1, -1);
+        instance(json_array_get(inst, i), tf, pf, &text, &pair);
+        rc = predict_add(p, json_string_value(text), json_string_length(text),
+                         json_string_value(pair), json_string_length(pair), (long)i + 1, -1);
     }
     if (!rc)
         rc = predict_flush(p);

@@ -1,10 +1,10 @@
 /*
  * reader_fuzz.c - libFuzzer target for dataset_load(): the file reader's line framing.
  *
- * Input: byte 0 picks the format (bit 0: TSV), strict mode (bit 1) and max_line (bits 2..7:
- * 1..64 bytes); the rest is written to a temp file and loaded. The oracle splits the same bytes
+ * Input: byte 0 picks the format (bit 0: TSV), strict mode (bit 1), max_line (bits 2..6:
+ * 1..32 bytes) and text pairs (bit 7); the rest is written to a temp file and loaded. The oracle splits the same bytes
  * on '\n' and runs dataset_parse_line() on each line itself: the reader must agree on the number
- * of lines, examples, malformed lines and every example's text and label. Built with a tiny
+ * of lines, examples, malformed lines and every example's text, pair and label. Built with a tiny
  * DATASET_READ_CHUNK (data.cmake) so that lines straddle fread() calls.
  */
 #include <stdint.h>
@@ -27,19 +27,21 @@ static void remove_tmp(void)
 static bool oracle_line(const struct dataset_opts *o, const char *line, size_t len,
                         struct label_map *m, const struct dataset *ds, size_t *n_ex, size_t *n_bad)
 {
-    char label[DATASET_MAX_LABEL_BYTES + 1], why[256], *text;
-    size_t text_len;
+    struct dataset_line dl;
+    char why[256];
     int rc = len > o->max_line ? -1
-                               : dataset_parse_line(o->format, o, line, len, &text, &text_len,
-                                                    label, why, sizeof(why));
+                               : dataset_parse_line(o->format, o, line, len, &dl, why, sizeof(why));
     if (rc == 0) {
-        int li = label_map_add(m, label, strlen(label));
+        int li = label_map_add(m, dl.label, strlen(dl.label));
         FUZZ_CHECK(*n_ex < ds->n);
-        FUZZ_CHECK(ds->ex[*n_ex].text_len == text_len);
-        FUZZ_CHECK(memcmp(ds->ex[*n_ex].text, text, text_len) == 0);
-        FUZZ_CHECK(li >= 0 && ds->ex[*n_ex].label == li);
+        const struct dataset_example *ex = &ds->ex[*n_ex];
+        FUZZ_CHECK(ex->text_len == dl.text_len);
+        FUZZ_CHECK(memcmp(ex->text, dl.text, dl.text_len) == 0);
+        FUZZ_CHECK((ex->pair != NULL) == (dl.pair != NULL) && ex->pair_len == dl.pair_len);
+        FUZZ_CHECK(!dl.pair || memcmp(ex->pair, dl.pair, dl.pair_len) == 0);
+        FUZZ_CHECK(li >= 0 && ex->label == li);
         (*n_ex)++;
-        free(text);
+        free(dl.text), free(dl.pair);
     } else if (rc < 0) {
         (*n_bad)++;
         return !o->strict;
@@ -74,7 +76,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dataset_opts_default(&o);
     o.format = (data[0] & 1) ? DATASET_TSV : DATASET_JSONL;
     o.strict = (data[0] & 2) != 0;
-    o.max_line = (size_t)(data[0] >> 2) + 1;
+    o.max_line = (size_t)((data[0] >> 2) & 31) + 1;
+    if (data[0] & 128)
+        o.pair_field = "text_pair";
     o.quiet = true;
     label_map_init(&m);
     label_map_init(&want);

@@ -4,8 +4,9 @@
  * Input: byte 0 sets the tokenizer options (lowercase, accents, CJK, punctuation, stop words,
  * a token cap); the rest is a document of any bytes. Checks: tokens are non-empty, NUL-terminated,
  * valid UTF-8, at most TEXT_MAX_TOKEN_BYTES long, at most max_tokens of them; WordPiece ids are
- * in range, and a fixed-length encoding is padded correctly. The vocab is built in memory with
- * whole words and "##" continuations so both WordPiece paths are exercised.
+ * in range, and a fixed-length encoding, of one text or of a pair, is padded correctly. The
+ * vocab is built in memory with whole words and "##" continuations so both WordPiece paths are
+ * exercised.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -80,11 +81,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     n = vocab_encode_tokens(v, &t, ids, 64);
     FUZZ_CHECK(n <= 64);
-    len = dataset_encode_text(v, &o, (const char *)data + 1, size - 1, 16, true, &t, row, NULL);
+    len = dataset_encode_text(v, &o, (const char *)data + 1, size - 1, NULL, 0, 16, true, &t, row,
+                              NULL);
     FUZZ_CHECK(len >= 2 && len <= 16);
     FUZZ_CHECK(row[0] == vocab_cls_id(v) && row[len - 1] == vocab_sep_id(v));
     for (size_t i = len; i < 16; i++)
         FUZZ_CHECK(row[i] == vocab_pad_id(v));
+    {
+        /* the document's two halves as a text pair: [CLS] a [SEP] b [SEP]; uncut, as long as
+         * the two encoded alone less the one [CLS] */
+        const char *a = (const char *)data + 1, *b = a + (size - 1) / 2;
+        size_t la, lb;
+        bool cut, cut_a, cut_b;
+        len = dataset_encode_text(v, &o, a, (size_t)(b - a), b, size - 1 - (size_t)(b - a), 16,
+                                  true, &t, row, &cut);
+        FUZZ_CHECK(len >= 3 && len <= 16);
+        FUZZ_CHECK(row[0] == vocab_cls_id(v) && row[len - 1] == vocab_sep_id(v));
+        for (size_t i = len; i < 16; i++)
+            FUZZ_CHECK(row[i] == vocab_pad_id(v));
+        la = dataset_encode_text(v, &o, a, (size_t)(b - a), NULL, 0, 16, true, &t, row, &cut_a);
+        lb = dataset_encode_text(v, &o, b, size - 1 - (size_t)(b - a), NULL, 0, 16, true, &t, row,
+                                 &cut_b);
+        FUZZ_CHECK(cut || (!cut_a && !cut_b && len == la + lb - 1));
+        FUZZ_CHECK(!cut || len == 16);
+    }
     text_tokens_cleanup(&t);
     return 0;
 }
