@@ -698,7 +698,7 @@ void cfg_usage(FILE *f, const char *prog)
         snprintf(left, sizeof(left), "--%s %s", fl,
                  fields[i].type == F_ENUM ? fields[i].choices
                  : fields[i].type == F_BOOL ? "true|false"
-                 : fields[i].type == F_STR  ? "PATH"
+                 : fields[i].type == F_STR  ? (strstr(fields[i].path, "Field") ? "NAME" : "PATH")
                  : fields[i].type == F_WEIGHTS ? "LABEL=W,..."
                                             : "N");
         fprintf(f, "  %-33s %s (default %s)\n  %-33s   %s, JSON %s\n", left, fields[i].help, def,

@@ -130,3 +130,9 @@ gantry_libfuzzer(ckpt SEEDS ${_ck_seeds} SOURCES ${_ck_srcs} MAX_LEN 65536
     LDFLAGS ${JANSSON_LDFLAGS} ${CKFZ_BLAS_LDFLAGS} ${CKFZ_CRYPTO_LDFLAGS} -lpthread -lm
     ENV OPENBLAS_NUM_THREADS=1
     ARGS -close_fd_mask=2 -dict=${CMAKE_CURRENT_SOURCE_DIR}/testdata/fuzz/ckpt.dict)
+
+# Text pairs end to end (data.textPairField): training, gantry-predict, its server, refusals.
+add_test(NAME gantry_pairs_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/pairs_test.sh $<TARGET_FILE:gantry-worker>
+                 $<TARGET_FILE:gantry-predict>)
+set_tests_properties(gantry_pairs_test PROPERTIES TIMEOUT 300)

@@ -27,6 +27,13 @@ int main(int argc, char **argv)
     struct text_tokens tok;
     struct vocab *v;
 
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: encode_tool VOCAB MAX_LEN [nospecials] < in.jsonl\n"
+               "Prints the worker's encoding of each {\"text\": ..., \"text_pair\": ...} line\n"
+               "(text_pair optional): the ids, padding left out, a tab, 1 when cut else 0.\n"
+               "nospecials: without [CLS] and [SEP] (data.clsSep: false).\n");
+        return 0;
+    }
     if (argc < 3 || argc > 4 || max_len < 1 || max_len > 1 << 16) {
         fprintf(stderr, "usage: encode_tool VOCAB MAX_LEN [nospecials] < in.jsonl\n");
         return 1;
