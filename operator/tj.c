@@ -212,6 +212,9 @@ static const struct train_field train_fields[] = {
     {"data.format", FK_ENUM, 0, 0, "auto|jsonl|tsv", NULL},
     {"data.strict", FK_BOOL, 0, 0, NULL, NULL},
     {"data.clsSep", FK_BOOL, 0, 0, NULL, NULL},
+    {"data.textField", FK_STR, 0, 0, NULL, NULL},
+    {"data.textPairField", FK_STR, 0, 0, NULL, NULL},
+    {"data.labelField", FK_STR, 0, 0, NULL, NULL},
     {"initFrom", FK_STR, 0, 0, NULL, NULL},
     {"epochs", FK_INT, 1, 1000000, NULL, "3"},
     {"maxSteps", FK_INT, 0, TJ_2_30, NULL, NULL},
@@ -249,6 +252,7 @@ static const struct train_field train_fields[] = {
 };
 #define NTRAIN (sizeof(train_fields) / sizeof(train_fields[0]))
 #define TJ_TRAIN_STR_MAX 1023 /* the worker's CFG_MAX_PATH - 1 */
+#define TJ_FIELD_NAME_MAX 63   /* data.*Field: the worker's 64-byte names */
 #define TJ_WEIGHTS_MAX 8191   /* the worker's CFG_MAX_CLASS_WEIGHTS - 1: bytes as compact JSON */
 
 static bool in_choices(const char *choices, const char *v)
@@ -345,6 +349,36 @@ static void check_field(const struct train_field *f, const json_t *v, struct err
                  json_string_value(v), f->choices);
         break;
     }
+}
+
+/* data.textField, textPairField, labelField: JSONL field names the worker holds in 64 bytes,
+ * each different; a text pair needs [CLS] and two [SEP] (worker/cfg.c checks the same). */
+static void check_fields(const json_t *data, long long seq, struct errs *e)
+{
+    static const char *const keys[] = {"textField", "textPairField", "labelField"};
+    static const char *const defaults[] = {"text", NULL, "label"};
+    const char *name[3];
+
+    for (int i = 0; i < 3; i++) {
+        const json_t *v = json_object_get(data, keys[i]);
+        name[i] = json_is_string(v) ? json_string_value(v) : defaults[i];
+        if (json_is_string(v) && json_string_length(v) > TJ_FIELD_NAME_MAX)
+            errf(e, "spec.training.data.%s: must be at most %d characters", keys[i],
+                 TJ_FIELD_NAME_MAX);
+    }
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (name[i] && name[j] && strcmp(name[i], name[j]) == 0)
+                errf(e, "spec.training.data.%s: \"%s\" is data.%s's too; each must name its "
+                        "own JSONL field", keys[j], name[j], keys[i]);
+    if (!name[1])
+        return;
+    if (json_is_false(json_object_get(data, "clsSep")))
+        errf(e, "spec.training.data.textPairField: text pairs are encoded as [CLS] text [SEP] "
+                "pair [SEP], so they need data.clsSep: true (remove clsSep: false)");
+    if (seq >= 1 && seq < 3)
+        errf(e, "spec.training.model.maxSeqLen: %lld leaves no room for a text pair's [CLS] "
+                "and two [SEP]; use at least 3", seq);
 }
 
 /* Refuses keys of obj (at prefix "", "model." or "data.") that no field names: the worker
@@ -474,6 +508,7 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
     if (seq == 1 && !json_is_false(json_object_get(data, "clsSep")))
         errf(e, "spec.training.model.maxSeqLen: 1 leaves no room for [CLS] and [SEP]; use at "
                 "least 2, or set spec.training.data.clsSep: false");
+    check_fields(data, seq, e);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -85,7 +85,8 @@ static void test_full_spec(void)
     int rc = parse("{" META ",\"spec\":{\"replicas\":4,\"gpusPerReplica\":8,\"image\":\"w:1\","
                    "\"port\":23456,"
                    "\"training\":{\"model\":{\"type\":\"ngram\",\"hidden\":512,\"heads\":8},"
-                   "\"data\":{\"train\":\"/d/t.jsonl\",\"vocabSize\":5000},\"learningRate\":1e-4,"
+                   "\"data\":{\"train\":\"/d/t.jsonl\",\"vocabSize\":5000,\"textField\":\"premise\","
+                   "\"textPairField\":\"hypothesis\"},\"learningRate\":1e-4,"
                    "\"scaleLearningRate\":false,\"lrDecay\":\"linear\",\"warmupSteps\":-1,"
                    "\"gradBucketMB\":25},"
                    "\"checkpoint\":{\"claimName\":\"ckpt\",\"path\":\"/ck\",\"keep\":5,"
@@ -109,6 +110,8 @@ static void test_full_spec(void)
     TEST_EQ_STR(tj.image, "w:1");
     TEST_EQ_STR(json_string_value(json_object_get(json_object_get(tj.training, "model"), "type")),
                 "ngram");
+    TEST_EQ_STR(json_string_value(json_object_get(json_object_get(tj.training, "data"),
+                                                  "textPairField")), "hypothesis");
     TEST_NEAR(training_num(&tj, NULL, "learningRate"), 1e-4, 1e-12);
     TEST_CHECK(json_is_false(json_object_get(tj.training, "scaleLearningRate")));
     TEST_EQ_STR(json_string_value(json_object_get(tj.training, "lrDecay")), "linear");
@@ -192,6 +195,18 @@ static void test_errors_name_the_field(void)
          "spec.training.lossScale: unknown field (gantry-worker would refuse it)"},
         {"{\"training\":{\"model\":{\"hiden\":64}}}", "spec.training.model.hiden: unknown field"},
         {"{\"training\":{\"data\":{\"strict\":1}}}", "spec.training.data.strict: must be true or false"},
+        {"{\"training\":{\"data\":{\"textPairField\":\"text\"}}}",
+         "spec.training.data.textPairField: \"text\" is data.textField's too"},
+        {"{\"training\":{\"data\":{\"textField\":\"y\",\"labelField\":\"y\"}}}",
+         "spec.training.data.labelField: \"y\" is data.textField's too"},
+        {"{\"training\":{\"data\":{\"textPairField\":\"b\",\"clsSep\":false}}}",
+         "spec.training.data.textPairField: text pairs are encoded as [CLS] text [SEP] pair [SEP]"},
+        {"{\"training\":{\"model\":{\"maxSeqLen\":2},\"data\":{\"textPairField\":\"b\"}}}",
+         "spec.training.model.maxSeqLen: 2 leaves no room for a text pair's [CLS] and two [SEP]"},
+        {"{\"training\":{\"data\":{\"labelField\":\"0123456789012345678901234567890123456789"
+         "012345678901234567890123\"}}}", "spec.training.data.labelField: must be at most 63"},
+        {"{\"training\":{\"data\":{\"textField\":\"\"}}}",
+         "spec.training.data.textField: must not be empty"},
         {"{\"training\":{\"data\":[]}}", "spec.training.data: must be an object"},
         {"{\"training\":{\"batchSize\":0}}", "spec.training.batchSize: must be >= 1 (got 0)"},
         {"{\"training\":{\"batchSize\":65536,\"gradAccumSteps\":65536}}",

@@ -85,6 +85,11 @@ else
     bad "valid-eval.yaml refused: $out"
 fi
 
+if out=$(k apply -f "$here/testdata/valid-text-pair.yaml" 2>&1); then
+    ok "a text pair job (data.textField, textPairField, labelField) is accepted"
+else
+    bad "valid-text-pair.yaml refused: $out"
+fi
 if out=$(k apply -f "$here/testdata/valid-init-from.yaml" 2>&1); then
     ok "initFrom (fine-tuning from another job's checkpoints) is accepted"
 else
