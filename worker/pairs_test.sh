@@ -11,7 +11,7 @@
 set -euo pipefail
 worker=$1 predict=$2
 tmp=$(mktemp -d)
-trap 'kill "${srv:-}" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -z "${srv:-}" ] || kill "$srv" 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/cli_testlib.sh"
 
 python3 - "$tmp" <<'PY'
