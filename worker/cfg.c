@@ -39,8 +39,11 @@ static const struct field fields[] = {
     {"model.ffn", F_INT, S(ffn), 0, 65536, NULL, "MLP width; 0 = 4 * model.hidden"},
     {"model.pooling", F_ENUM, S(pooling), 0, 0, "mean|cls", "sequence pooling"},
     {"model.buckets", F_INT, S(buckets), 1, 1 << 26, NULL, "n-gram: hashed bigram buckets"},
-    {"data.train", F_STR, S(train), 0, 0, NULL, "training data (.jsonl or .tsv: text, label)"},
-    {"data.eval", F_STR, S(eval), 0, 0, NULL, "evaluation data; empty = no evaluation"},
+    {"data.train", F_STR, S(train), 0, 0, NULL,
+     "training data (.jsonl or .tsv: text, label), gzip-compressed or not (.jsonl.gz), or a "
+     "pattern of shards read in name order (train-*.jsonl.gz)"},
+    {"data.eval", F_STR, S(eval), 0, 0, NULL,
+     "evaluation data, as data.train; empty = no evaluation"},
     {"data.evalFraction", F_DBL, S(eval_fraction), 0, 0.5, NULL,
      "without data.eval: hold out this share of data.train (stratified, seeded by seed) for "
      "evaluation; 0 = none"},

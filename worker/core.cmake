@@ -127,7 +127,7 @@ endforeach()
 # -close_fd_mask=2: the reader's "Skipping checkpoint" lines (the sanitizers still report)
 gantry_libfuzzer(ckpt SEEDS ${_ck_seeds} SOURCES ${_ck_srcs} MAX_LEN 65536
     CFLAGS -Wno-unknown-pragmas ${JANSSON_CFLAGS} ${CKFZ_BLAS_CFLAGS}
-    LDFLAGS ${JANSSON_LDFLAGS} ${CKFZ_BLAS_LDFLAGS} ${CKFZ_CRYPTO_LDFLAGS} -lpthread -lm
+    LDFLAGS ${JANSSON_LDFLAGS} ${CKFZ_BLAS_LDFLAGS} ${CKFZ_CRYPTO_LDFLAGS} -lz -lpthread -lm
     ENV OPENBLAS_NUM_THREADS=1
     ARGS -close_fd_mask=2 -dict=${CMAKE_CURRENT_SOURCE_DIR}/testdata/fuzz/ckpt.dict)
 

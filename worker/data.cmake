@@ -1,6 +1,7 @@
 # Data and evaluation: tokenizer, vocab, JSONL/TSV readers, metrics (worker/text|vocab|dataset|eval);
 # the fuzz targets below also cover the config parser (worker/cfg.c).
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+find_package(ZLIB REQUIRED) # gzip-compressed data files (dataset.c)
 
 add_library(gantry_data STATIC
     ${CMAKE_CURRENT_LIST_DIR}/text.c
@@ -9,7 +10,7 @@ add_library(gantry_data STATIC
     ${CMAKE_CURRENT_LIST_DIR}/eval.c
     ${CMAKE_CURRENT_LIST_DIR}/card.c)
 target_include_directories(gantry_data PUBLIC "${CMAKE_CURRENT_LIST_DIR}/..")
-target_link_libraries(gantry_data PUBLIC gantry_common PkgConfig::JANSSON m)
+target_link_libraries(gantry_data PUBLIC gantry_common PkgConfig::JANSSON ZLIB::ZLIB m)
 
 # Unit tests; fixtures live in worker/testdata.
 foreach(t text vocab dataset eval card)
@@ -82,12 +83,12 @@ foreach(f dataset text reader card cfg)
         ${CMAKE_CURRENT_LIST_DIR}/replay_fuzz.c ${_data_srcs})
     target_compile_options(${f}_fuzz_replay PRIVATE ${_defs})
     target_include_directories(${f}_fuzz_replay PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
-    target_link_libraries(${f}_fuzz_replay PRIVATE PkgConfig::JANSSON m)
+    target_link_libraries(${f}_fuzz_replay PRIVATE PkgConfig::JANSSON ZLIB::ZLIB m)
     add_test(NAME ${f}_fuzz_replay COMMAND ${f}_fuzz_replay ${_seeds})
     set_tests_properties(${f}_fuzz_replay PROPERTIES TIMEOUT 120)
     gantry_libfuzzer(${f} SEEDS ${_seeds}
         SOURCES ${CMAKE_CURRENT_LIST_DIR}/${f}_fuzz.c ${_data_srcs}
-        CFLAGS ${_defs} ${JANSSON_CFLAGS} LDFLAGS ${JANSSON_LDFLAGS} -lm)
+        CFLAGS ${_defs} ${JANSSON_CFLAGS} LDFLAGS ${JANSSON_LDFLAGS} -lz -lm)
 endforeach()
 
 # The SpamAssassin converter (hack/spam_data.py) on a five-e-mail fixture; Python stdlib only.

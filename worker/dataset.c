@@ -7,11 +7,13 @@
 #include "worker/dataset.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
+#include <zlib.h>
 
 #include "common/buf.h"
 #include "common/hash.h"
@@ -347,8 +349,11 @@ void dataset_cleanup(struct dataset *ds)
 
 static enum dataset_format format_of(const char *path)
 {
-    const char *dot = strrchr(path, '.');
-    if (dot && (strcmp(dot, ".tsv") == 0 || strcmp(dot, ".txt") == 0))
+    size_t n = strlen(path);
+    if (n > 3 && strcmp(path + n - 3, ".gz") == 0)
+        n -= 3; /* train.tsv.gz is TSV */
+    if ((n >= 4 && strncmp(path + n - 4, ".tsv", 4) == 0) ||
+        (n >= 4 && strncmp(path + n - 4, ".txt", 4) == 0))
         return DATASET_TSV;
     return DATASET_JSONL;
 }
@@ -421,16 +426,18 @@ bad:
     return 0;
 }
 
-int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts *o,
-                 struct label_map *labels, char *err, size_t errlen)
+/* One file, plain or gzip-compressed (zlib reads either). */
+static int load_file(struct dataset *ds, const char *path, const struct dataset_opts *o,
+                     struct label_map *labels, char *err, size_t errlen)
 {
     struct dataset_opts defaults;
     struct reader r;
     struct buf line;
     char *chunk = NULL;
     bool overlong = false;
-    size_t got, before;
-    FILE *f;
+    size_t before;
+    int got, zerr;
+    gzFile f;
     int rc = -1;
 
     if (!o) {
@@ -451,13 +458,15 @@ int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts
     r.errlen = errlen;
     before = ds->n_malformed;
     buf_init(&line, o->max_line);
-    f = fopen(path, "rb");
+    errno = 0;
+    f = gzopen(path, "rb");
     if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s: %s", path, errno ? strerror(errno) : "out of memory");
+        buf_cleanup(&line);
         return -1;
     }
     chunk = xmalloc(DATASET_READ_CHUNK);
-    while ((got = fread(chunk, 1, DATASET_READ_CHUNK, f)) > 0) {
+    while ((got = gzread(f, chunk, DATASET_READ_CHUNK)) > 0) {
         const char *p = chunk, *end = chunk + got;
         while (p < end) {
             const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -474,8 +483,12 @@ int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts
             overlong = false;
         }
     }
-    if (ferror(f)) {
-        snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+    const char *zmsg = gzerror(f, &zerr);
+    if (got < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
+        snprintf(err, errlen, "%s: read error: %s%s", path,
+                 zerr == Z_ERRNO ? strerror(errno) : zmsg,
+                 zerr == Z_DATA_ERROR || zerr == Z_BUF_ERROR ? " (a damaged or truncated gzip "
+                                                               "file?)" : "");
         goto out;
     }
     if ((buf_len(&line) > 0 || overlong) &&
@@ -487,8 +500,32 @@ int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts
     rc = 0;
 out:
     free(chunk);
-    fclose(f);
+    gzclose(f);
     buf_cleanup(&line);
+    return rc;
+}
+
+int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts *o,
+                 struct label_map *labels, char *err, size_t errlen)
+{
+    glob_t g;
+    int rc;
+
+    if (!strpbrk(path, "*?["))
+        return load_file(ds, path, o, labels, err, errlen);
+    rc = glob(path, GLOB_ERR, NULL, &g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+        snprintf(err, errlen, "%s: no file matches the pattern", path);
+        rc = -1;
+    } else if (rc) {
+        snprintf(err, errlen, "%s: %s", path,
+                 rc == GLOB_ABORTED ? "a directory of the pattern cannot be read"
+                                    : "out of memory");
+        rc = -1;
+    }
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) /* glob sorts the names */
+        rc = load_file(ds, g.gl_pathv[i], o, labels, err, errlen);
+    globfree(&g);
     return rc;
 }
 

@@ -11,7 +11,10 @@
  * second string field of that name; TSV lines are text<TAB>pair<TAB>label (the pair is the field
  * before the label, the text all before it), a first field "text" with the label "label" a
  * header. The encoding is BERT's [CLS] text [SEP] pair [SEP] (no token type ids: RoBERTa's way).
- * The format comes from the extension (.jsonl/.json/.ndjson vs .tsv/.txt) unless set explicitly.
+ * The format comes from the extension (.jsonl/.json/.ndjson vs .tsv/.txt, a .gz after it left
+ * out) unless set explicitly. Files may be gzip-compressed (zlib reads either kind, whatever the
+ * name), and a path with * ? or [ is a glob(3) pattern: every file it matches, in name order
+ * (shards: train-*.jsonl.gz).
  * Blank lines are skipped silently. Lines longer than opts.max_line are malformed.
  *
  * A malformed line (bad JSON, missing or non-string field, unknown label when labels are fixed,
@@ -95,8 +98,8 @@ struct dataset {
 void dataset_init(struct dataset *ds);
 void dataset_cleanup(struct dataset *ds);
 
-/* Reads path and appends its examples to ds, mapping labels through labels (added unless
- * frozen). 0 on success (malformed lines skipped and counted in ds->n_malformed); -1 with
+/* Reads path (a file, or a pattern's files) and appends its examples to ds, mapping labels
+ * through labels (added unless frozen). 0 on success (malformed lines skipped and counted in ds->n_malformed); -1 with
  * "path:line: why" (or "path: why" for I/O errors) in err when the file cannot be read or, in
  * strict mode, on the first malformed line. On failure ds keeps what was read before. */
 int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts *o,

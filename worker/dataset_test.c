@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "common/test.h"
 
 #ifndef GANTRY_TESTDATA
@@ -472,6 +474,68 @@ static void test_encode_pairs(void)
     vocab_free(v);
 }
 
+/* Writes content gzip-compressed to tmpdir/name (whole, or its first keep bytes when keep > 0:
+ * a truncated file). Returns the path. */
+static const char *write_gz(const char *name, const char *content, size_t keep)
+{
+    static char path[256];
+    char raw[256];
+    snprintf(raw, sizeof(raw), "%s.raw", name);
+    const char *rp = write_tmp(raw, "", 0);
+    gzFile gz = gzopen(rp, "wb");
+    gzwrite(gz, content, (unsigned)strlen(content));
+    gzclose(gz);
+    FILE *f = fopen(rp, "rb");
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    unlink(rp);
+    snprintf(path, sizeof(path), "%s", write_tmp(name, buf, keep ? keep : n));
+    return path;
+}
+
+/* gzip-compressed files, the format from the name before .gz, and glob patterns of shards. */
+static void test_load_gz_and_patterns(void)
+{
+    struct dataset ds;
+    struct label_map m;
+    char err[512], pat[256];
+
+    label_map_init(&m);
+    dataset_init(&ds);
+    write_gz("shard-1.jsonl.gz", "{\"text\": \"one\", \"label\": \"a\"}\n"
+                                 "{\"text\": \"two\", \"label\": \"b\"}\n", 0);
+    write_gz("shard-2.tsv.gz", "text\tlabel\nthree\ta\n", 0);
+    write_tmp("shard-3.jsonl", "{\"text\": \"four\", \"label\": \"b\"}", 30);
+    snprintf(pat, sizeof(pat), "%s/shard-*", tmpdir);
+    TEST_EQ_INT(dataset_load(&ds, pat, NULL, &m, err, sizeof(err)), 0);
+    TEST_EQ_INT(ds.n, 4); /* in name order: 1, 2 (TSV after its .gz), 3 (plain) */
+    if (ds.n == 4) {
+        TEST_EQ_STR(ds.ex[0].text, "one");
+        TEST_EQ_STR(ds.ex[2].text, "three");
+        TEST_EQ_STR(ds.ex[3].text, "four");
+    }
+    TEST_EQ_INT(ds.n_malformed, 0);
+
+    snprintf(pat, sizeof(pat), "%s/none-*.jsonl", tmpdir);
+    TEST_EQ_INT(dataset_load(&ds, pat, NULL, &m, err, sizeof(err)), -1);
+    TEST_CHECK(strstr(err, "none-*.jsonl: no file matches the pattern") != NULL);
+
+    /* A gzip file cut short is an error naming the file, not a quiet half dataset. */
+    {
+        static char big[4096];
+        for (int i = 0; i < 100; i++)
+            snprintf(big + strlen(big), sizeof(big) - strlen(big),
+                     "{\"text\": \"row %d\", \"label\": \"a\"}\n", i);
+        const char *cut = write_gz("cut.jsonl.gz", big, 40);
+        TEST_EQ_INT(dataset_load(&ds, cut, NULL, &m, err, sizeof(err)), -1);
+        TEST_CHECK(strstr(err, "cut.jsonl.gz: read error") != NULL);
+        TEST_CHECK(strstr(err, "truncated gzip") != NULL);
+    }
+    dataset_cleanup(&ds);
+    label_map_cleanup(&m);
+}
+
 /* dataset_split: stratified counts, disjoint and complete, file order on both sides, the same
  * split for the same seed and another for another seed. */
 static void split_fill(struct dataset *ds, int n)
@@ -550,6 +614,7 @@ int main(void)
     TEST_RUN(test_fixtures);
     TEST_RUN(test_encode);
     TEST_RUN(test_encode_pairs);
+    TEST_RUN(test_load_gz_and_patterns);
     TEST_RUN(test_split);
     {
         char cmd[128];

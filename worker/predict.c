@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <zlib.h>
 
 #include "common/xalloc.h"
 #include "kernels/cpu.h"
@@ -61,7 +62,8 @@ static void usage(FILE *f)
         "Options:\n"
         "  -m, --model DIR          checkpoint step or job directory (required)\n"
         "  -f, --format FMT         auto|jsonl|tsv|text (auto: .jsonl/.json/.ndjson are JSONL,\n"
-        "                           .tsv is TSV, anything else and stdin one text per line)\n"
+        "                           .tsv is TSV, anything else and stdin one text per line;\n"
+        "                           gzip-compressed input is read as such, FILE.jsonl.gz too)\n"
         "  -o, --output FILE        predictions here instead of stdout\n"
         "  -k, --top-k K            also list the K most likely labels (\"top\"); default 1\n"
         "  -b, --batch N            documents per forward pass (default 32)\n"
@@ -415,9 +417,14 @@ int predict_flush(struct pred *p)
 
 static enum fmt format_of(const char *path, enum fmt want)
 {
+    char name[4096];
+    size_t n = strlen(path);
     if (want != FMT_AUTO)
         return want;
-    const char *dot = strrchr(path, '.');
+    if (n > 3 && !strcmp(path + n - 3, ".gz")) /* by the name under the compression */
+        n -= 3;
+    snprintf(name, sizeof(name), "%.*s", (int)n, path);
+    const char *dot = strrchr(name, '.');
     if (dot && (!strcmp(dot, ".jsonl") || !strcmp(dot, ".json") || !strcmp(dot, ".ndjson")))
         return FMT_JSONL;
     if (dot && !strcmp(dot, ".tsv"))
@@ -464,7 +471,7 @@ static int parse(struct pred *p, enum fmt f, char *s, size_t n, struct dataset_l
 /* The next line of in into *buf (without its newline; NUL-terminated; NUL bytes inside are
  * kept and counted), holding at most max bytes: the rest of a longer line is read and dropped,
  * and max + 1 returned. The length, or -1 at the end of the input. Memory stays bounded. */
-static ssize_t read_line(FILE *in, char **buf, size_t *cap, size_t max)
+static ssize_t read_line(gzFile in, char **buf, size_t *cap, size_t max)
 {
     size_t n = 0;
     bool any = false, over = false;
@@ -472,7 +479,7 @@ static ssize_t read_line(FILE *in, char **buf, size_t *cap, size_t max)
 
     if (!*buf)
         *buf = xmalloc(*cap = 4096);
-    while ((c = getc_unlocked(in)) != EOF) {
+    while ((c = gzgetc(in)) != -1) {
         any = true;
         if (c == '\n')
             break;
@@ -493,7 +500,9 @@ static ssize_t read_line(FILE *in, char **buf, size_t *cap, size_t max)
 /* Reads one input; documents go into batches. 0 or an exit status. */
 static int run_file(struct pred *p, const char *path)
 {
-    FILE *in = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    /* zlib reads gzip-compressed input and plain input alike */
+    gzFile in = strcmp(path, "-") ? gzopen(path, "rb") : gzdopen(dup(STDIN_FILENO), "rb");
+    int zerr = Z_OK;
     enum fmt f = format_of(strcmp(path, "-") ? path : "", p->o.format);
     char *buf = NULL, why[256];
     struct dataset_line dl;
@@ -535,15 +544,18 @@ static int run_file(struct pred *p, const char *path)
         rc = predict_add(p, dl.text, dl.text_len, dl.pair, dl.pair_len, lineno, li);
         free(dl.text), free(dl.pair);
     }
-    if (!rc && ferror(in)) {
-        fprintf(stderr, "gantry-predict: %s: read error: %s\n", path, strerror(errno));
+    const char *zmsg = gzerror(in, &zerr);
+    if (!rc && zerr != Z_OK && zerr != Z_STREAM_END) {
+        fprintf(stderr, "gantry-predict: %s: read error: %s%s\n", path,
+                zerr == Z_ERRNO ? strerror(errno) : zmsg,
+                zerr == Z_DATA_ERROR || zerr == Z_BUF_ERROR ? " (a damaged or truncated gzip "
+                                                              "file?)" : "");
         rc = DIST_EXIT_IOERR;
     }
     if (!rc)
         rc = predict_flush(p);
     free(buf);
-    if (in != stdin)
-        fclose(in);
+    gzclose(in);
     return rc;
 }
 

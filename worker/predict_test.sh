@@ -91,6 +91,36 @@ assert [(r["line"], r["label"], r["score"]) for r in a] == [(r["line"], r["label
 print("ok   plain text gives the same predictions")
 PY
 
+# gzip-compressed data and shards: the worker trains on train-*.jsonl.gz (two compressed shards
+# of the same lines) exactly as on the one plain file; gantry-predict reads .jsonl.gz; a gzip
+# file cut short is an error, not a quietly shorter dataset; a pattern matching nothing is named.
+head -n 150 "$tmp/train.jsonl" | gzip -c >"$tmp/train-1.jsonl.gz"
+tail -n +151 "$tmp/train.jsonl" | gzip -c >"$tmp/train-2.jsonl.gz"
+sed -e "s|$tmp/train.jsonl|$tmp/train-*.jsonl.gz|; s|$tmp/report.json|$tmp/report_gz.json|" \
+    -e "s|$tmp/ck/job|$tmp/ck/gz|" "$tmp/cfg.json" >"$tmp/cfg_gz.json"
+check "worker trains on gzip shards (a pattern)" 0 "$worker" --config "$tmp/cfg_gz.json"
+python3 - "$tmp/report.json" "$tmp/report_gz.json" <<'PY' || fail=1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert (a["loss"], a["confusion_matrix"], a["train"]["examples"]) == \
+       (b["loss"], b["confusion_matrix"], b["train"]["examples"]), (a["loss"], b["loss"])
+print(f"ok   gzip shards train the same model as the plain file (loss {b['loss']:.6f})")
+PY
+gzip -c "$tmp/eval.jsonl" >"$tmp/eval.jsonl.gz"
+check "predict a .jsonl.gz" 0 "$predict" -m "$tmp/ck/job" "$tmp/eval.jsonl.gz"
+cmp -s "$tmp/out" "$tmp/pred_job.jsonl" && echo "ok   .jsonl.gz: the same predictions" ||
+    { echo "FAIL .jsonl.gz predictions differ"; fail=1; }
+head -c 300 "$tmp/eval.jsonl.gz" >"$tmp/cut.jsonl.gz"
+check "predict a truncated .jsonl.gz" 74 "$predict" -m "$tmp/ck/job" "$tmp/cut.jsonl.gz"
+says "truncated gzip named" "cut.jsonl.gz: read error"
+cp "$tmp/cut.jsonl.gz" "$tmp/train-3.jsonl.gz"
+check "worker on a truncated gzip shard" 65 "$worker" --config "$tmp/cfg_gz.json"
+says "the shard named" "train-3.jsonl.gz: read error"
+rm "$tmp/train-3.jsonl.gz"
+check "worker on a pattern that matches nothing" 65 "$worker" --config "$tmp/cfg_gz.json" \
+    --data-train "$tmp/none-*.jsonl"
+says "the pattern named" "none-*.jsonl: no file matches the pattern"
+
 check "top-k" 0 "$predict" -m "$tmp/ck/job" -k 3 "$tmp/eval.jsonl"
 python3 - "$tmp/out" <<'PY' || fail=1
 import json, sys
