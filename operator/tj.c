@@ -209,7 +209,7 @@ static const struct train_field train_fields[] = {
     {"data.vocab", FK_STR, 0, 0, NULL, NULL},
     {"data.vocabSize", FK_INT, 5, 4194304, NULL, NULL},
     {"data.minFreq", FK_INT, 1, TJ_2_30, NULL, NULL},
-    {"data.format", FK_ENUM, 0, 0, "auto|jsonl|tsv", NULL},
+    {"data.format", FK_ENUM, 0, 0, "auto|jsonl|tsv|csv", NULL},
     {"data.strict", FK_BOOL, 0, 0, NULL, NULL},
     {"data.clsSep", FK_BOOL, 0, 0, NULL, NULL},
     {"data.textField", FK_STR, 0, 0, NULL, NULL},

@@ -304,6 +304,175 @@ static int parse_tsv(const char *line, size_t len, bool pairs, struct dataset_li
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * CSV (RFC 4180)
+ */
+
+/* One record's fields, decoded (quotes gone, "" made "): field i is buf + off[i], len[i] bytes,
+ * NUL-terminated. */
+struct csv_fields {
+    char *buf;
+    size_t *off, *len;
+    size_t n, cap;
+};
+
+static void csv_fields_free(struct csv_fields *f)
+{
+    free(f->buf), free(f->off), free(f->len);
+    memset(f, 0, sizeof(*f));
+}
+
+/* Splits rec[0..len) into f (freed by the caller whatever the result). 0, or -1 with why. */
+static int csv_split(const char *rec, size_t len, struct csv_fields *f, char *why, size_t whylen)
+{
+    size_t i = 0, k = 0;
+
+    memset(f, 0, sizeof(*f));
+    f->buf = xmalloc(2 * len + 2); /* every byte, and a NUL per field (at most len + 1) */
+    for (;;) {
+        if (f->n == f->cap) {
+            f->cap = f->cap ? 2 * f->cap : 8;
+            f->off = xrealloc(f->off, f->cap * sizeof(*f->off));
+            f->len = xrealloc(f->len, f->cap * sizeof(*f->len));
+        }
+        f->off[f->n] = k;
+        if (i < len && rec[i] == '"') {
+            for (i++;; i++) {
+                if (i >= len) {
+                    snprintf(why, whylen, "field %zu: its opening quote is never closed",
+                             f->n + 1);
+                    return -1;
+                }
+                if (rec[i] == '"' && i + 1 < len && rec[i + 1] == '"')
+                    f->buf[k++] = rec[i++]; /* "" is one quote */
+                else if (rec[i] == '"')
+                    break;
+                else
+                    f->buf[k++] = rec[i];
+            }
+            if (++i < len && rec[i] != ',') {
+                snprintf(why, whylen, "field %zu: text after its closing quote (a quote inside a "
+                         "quoted field is written \"\")", f->n + 1);
+                return -1;
+            }
+        } else {
+            while (i < len && rec[i] != ',')
+                f->buf[k++] = rec[i++];
+        }
+        f->len[f->n] = k - f->off[f->n];
+        f->n++;
+        f->buf[k++] = '\0';
+        if (i >= len)
+            return 0;
+        i++; /* the comma */
+    }
+}
+
+void dataset_csv_scan(struct dataset_csv_scan *st, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (st->pending) { /* a quote inside a quoted field: "" or the field's end */
+            st->pending = false;
+            if (c == '"')
+                continue;
+            st->quoted = false;
+        }
+        if (st->quoted) {
+            st->pending = c == '"';
+            continue;
+        }
+        st->quoted = c == '"' && st->start;
+        st->start = c == ',';
+    }
+}
+
+bool dataset_csv_open(const struct dataset_csv_scan *st)
+{
+    return st->quoted && !st->pending;
+}
+
+/* Column name -> index in the header's fields, or -1. */
+static int csv_column(const struct csv_fields *f, const char *name)
+{
+    for (size_t i = 0; i < f->n; i++)
+        if (strcmp(f->buf + f->off[i], name) == 0)
+            return (int)i;
+    return -1;
+}
+
+int dataset_csv_header(struct dataset_csv *c, const struct dataset_opts *o, const char *rec,
+                       size_t len, char *why, size_t whylen)
+{
+    const char *tf = o && o->text_field ? o->text_field : "text";
+    const char *lf = o && o->label_field ? o->label_field : "label";
+    const char *pf = o ? o->pair_field : NULL, *missing = NULL;
+    struct csv_fields f;
+    int rc = -1;
+
+    if (len > 0 && rec[len - 1] == '\r')
+        len--;
+    if (csv_split(rec, len, &f, why, whylen) == 0) {
+        c->text = csv_column(&f, tf);
+        c->pair = pf ? csv_column(&f, pf) : -1;
+        c->label = csv_column(&f, lf);
+        missing = c->text < 0 ? tf : pf && c->pair < 0 ? pf
+                  : c->label < 0 && !(o && o->label_optional) ? lf : NULL;
+        if (missing) {
+            int n = snprintf(why, whylen, "the header has no column \"%s\" (set data.textField, "
+                             "textPairField or labelField to its columns:", missing);
+            for (size_t i = 0; i < f.n && n > 0 && (size_t)n < whylen; i++)
+                n += snprintf(why + n, whylen - (size_t)n, "%s \"%.40s\"", i ? "," : "",
+                              f.buf + f.off[i]);
+            if (n > 0 && (size_t)n < whylen)
+                snprintf(why + n, whylen - (size_t)n, ")");
+        } else {
+            rc = 0;
+        }
+    }
+    csv_fields_free(&f);
+    return rc;
+}
+
+int dataset_csv_record(const struct dataset_csv *c, const struct dataset_opts *o, const char *rec,
+                       size_t len, struct dataset_line *out, char *why, size_t whylen)
+{
+    struct csv_fields f;
+    int need = c->text, rc = -1;
+    size_t bad;
+
+    memset(out, 0, sizeof(*out));
+    if (len > 0 && rec[len - 1] == '\r')
+        len--;
+    if (is_blank(rec, len))
+        return 1;
+    if ((bad = utf8_check(rec, len)) < len) {
+        snprintf(why, whylen, "%s at byte %zu", rec[bad] ? "invalid UTF-8" : "NUL byte", bad + 1);
+        return -1;
+    }
+    need = c->pair > need ? c->pair : need;
+    need = c->label > need ? c->label : need;
+    if (csv_split(rec, len, &f, why, whylen))
+        goto out;
+    if (f.n <= (size_t)need) {
+        snprintf(why, whylen, "%zu fields; the header's columns need %d", f.n, need + 1);
+        goto out;
+    }
+    if (c->label >= 0 && (f.len[c->label] > 0 || !(o && o->label_optional)) &&
+        set_label(f.buf + f.off[c->label], f.len[c->label], out->label, why, whylen))
+        goto out;
+    out->text_len = f.len[c->text];
+    out->text = xstrndup(f.buf + f.off[c->text], out->text_len);
+    if (c->pair >= 0) {
+        out->pair_len = f.len[c->pair];
+        out->pair = xstrndup(f.buf + f.off[c->pair], out->pair_len);
+    }
+    rc = 0;
+out:
+    csv_fields_free(&f);
+    return rc;
+}
+
 int dataset_parse_line(enum dataset_format fmt, const struct dataset_opts *o, const char *line,
                        size_t len, struct dataset_line *out, char *why, size_t whylen)
 {
@@ -324,6 +493,10 @@ int dataset_parse_line(enum dataset_format fmt, const struct dataset_opts *o, co
         return parse_jsonl(o, line, len, out, why, whylen);
     case DATASET_TSV:
         return parse_tsv(line, len, o && o->pair_field, out, why, whylen);
+    case DATASET_CSV:
+        snprintf(why, whylen, "CSV records are read with their file's header "
+                              "(dataset_csv_header, dataset_csv_record)");
+        return -1;
     default:
         snprintf(why, whylen, "unknown format %d", (int)fmt);
         return -1;
@@ -355,6 +528,8 @@ static enum dataset_format format_of(const char *path)
     if ((n >= 4 && strncmp(path + n - 4, ".tsv", 4) == 0) ||
         (n >= 4 && strncmp(path + n - 4, ".txt", 4) == 0))
         return DATASET_TSV;
+    if (n >= 4 && strncmp(path + n - 4, ".csv", 4) == 0)
+        return DATASET_CSV;
     return DATASET_JSONL;
 }
 
@@ -374,22 +549,35 @@ struct reader {
     enum dataset_format fmt;
     struct dataset *ds;
     struct label_map *labels;
-    size_t lineno;
+    size_t lineno;   /* physical lines handled */
     size_t reported;
     char *err;
     size_t errlen;
+    struct dataset_csv csv; /* CSV: the columns, once the header was read */
+    bool have_header;
 };
 
-/* Handles one complete line (overlong: the line was longer than max_line and cut). Returns 0 to
- * go on, -1 to stop (strict mode). */
-static int handle_line(struct reader *r, const char *line, size_t len, bool overlong)
+/* Handles one complete line, or a CSV record of 1 + extra lines (overlong: the line was longer
+ * than max_line and cut). Returns 0 to go on, -1 to stop (strict mode, or a CSV header without
+ * the columns needed). */
+static int handle_line(struct reader *r, const char *line, size_t len, bool overlong,
+                       size_t extra)
 {
     struct dataset_line dl;
-    char why[256];
+    char why[512];
+    size_t at = r->lineno + 1; /* the record's first line */
     int rc, li;
 
-    r->lineno++;
-    r->ds->n_lines++;
+    r->lineno += 1 + extra;
+    r->ds->n_lines += 1 + extra;
+    if (r->fmt == DATASET_CSV && !r->have_header && !overlong && !is_blank(line, len)) {
+        if (dataset_csv_header(&r->csv, r->o, line, len, why, sizeof(why))) {
+            snprintf(r->err, r->errlen, "%s:%zu: %s", r->path, at, why);
+            return -1;
+        }
+        r->have_header = true;
+        return 0;
+    }
     if (overlong) {
         snprintf(why, sizeof(why),
                  "line longer than %zu bytes (max_line); split the record or "
@@ -397,7 +585,8 @@ static int handle_line(struct reader *r, const char *line, size_t len, bool over
                  r->o->max_line);
         goto bad;
     }
-    rc = dataset_parse_line(r->fmt, r->o, line, len, &dl, why, sizeof(why));
+    rc = r->fmt == DATASET_CSV ? dataset_csv_record(&r->csv, r->o, line, len, &dl, why, sizeof(why))
+                               : dataset_parse_line(r->fmt, r->o, line, len, &dl, why, sizeof(why));
     if (rc == 1)
         return 0;
     if (rc < 0)
@@ -417,11 +606,11 @@ static int handle_line(struct reader *r, const char *line, size_t len, bool over
 bad:
     r->ds->n_malformed++;
     if (r->o->strict) {
-        snprintf(r->err, r->errlen, "%s:%zu: %s", r->path, r->lineno, why);
+        snprintf(r->err, r->errlen, "%s:%zu: %s", r->path, at, why);
         return -1;
     }
     if (!r->o->quiet && r->reported < DATASET_MAX_REPORTED)
-        fprintf(stderr, "%s:%zu: %s; skipped\n", r->path, r->lineno, why);
+        fprintf(stderr, "%s:%zu: %s; skipped\n", r->path, at, why);
     r->reported++;
     return 0;
 }
@@ -433,9 +622,10 @@ static int load_file(struct dataset *ds, const char *path, const struct dataset_
     struct dataset_opts defaults;
     struct reader r;
     struct buf line;
+    struct dataset_csv_scan cs = {.start = true};
     char *chunk = NULL;
-    bool overlong = false;
-    size_t before;
+    bool overlong = false, first = true;
+    size_t before, extra = 0;
     int got, zerr;
     gzFile f;
     int rc = -1;
@@ -468,19 +658,31 @@ static int load_file(struct dataset *ds, const char *path, const struct dataset_
     chunk = xmalloc(DATASET_READ_CHUNK);
     while ((got = gzread(f, chunk, DATASET_READ_CHUNK)) > 0) {
         const char *p = chunk, *end = chunk + got;
+        if (first && got >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0)
+            p += 3; /* a UTF-8 byte order mark (spreadsheets write one) */
+        first = false;
         while (p < end) {
             const char *nl = memchr(p, '\n', (size_t)(end - p));
             size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
             if (!overlong && buf_append(&line, p, n))
                 overlong = true;
+            if (r.fmt == DATASET_CSV)
+                dataset_csv_scan(&cs, p, n);
             p += n;
             if (!nl)
                 break;
             p++;
-            if (handle_line(&r, buf_ptr(&line), buf_len(&line), overlong))
+            if (r.fmt == DATASET_CSV && dataset_csv_open(&cs)) { /* a quoted newline */
+                if (!overlong && buf_append(&line, "\n", 1))
+                    overlong = true;
+                dataset_csv_scan(&cs, "\n", 1);
+                extra++;
+                continue;
+            }
+            if (handle_line(&r, buf_ptr(&line), buf_len(&line), overlong, extra))
                 goto out;
             buf_reset(&line);
-            overlong = false;
+            overlong = false, extra = 0, cs = (struct dataset_csv_scan){.start = true};
         }
     }
     const char *zmsg = gzerror(f, &zerr);
@@ -491,8 +693,8 @@ static int load_file(struct dataset *ds, const char *path, const struct dataset_
                                                                "file?)" : "");
         goto out;
     }
-    if ((buf_len(&line) > 0 || overlong) &&
-        handle_line(&r, buf_ptr(&line), buf_len(&line), overlong))
+    if ((buf_len(&line) > 0 || overlong || extra) &&
+        handle_line(&r, buf_ptr(&line), buf_len(&line), overlong, extra))
         goto out; /* last line without a newline */
     if (!o->quiet && ds->n_malformed > before)
         fprintf(stderr, "%s: skipped %zu malformed of %zu lines\n", path, ds->n_malformed - before,

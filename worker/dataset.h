@@ -7,6 +7,12 @@
  *   TSV:   text<TAB>label - the label is the LAST tab-separated field, so the text may contain
  *          tabs; the escapes \t \n \r \\ in the text are decoded. A line "text<TAB>label"
  *          (normally the first) is taken as a header and skipped.
+ *   CSV:   RFC 4180 records (.csv): fields separated by commas, a field in double quotes may hold
+ *          commas, newlines and "" for a quote. The first record of each file is the header,
+ *          naming the columns: the text, label (and pair) columns are found by the field names
+ *          of the options ("text", "label" unless set); a header without them fails the load.
+ *          A record with fewer fields than it needs is malformed.
+ * A UTF-8 byte order mark at the start of a file is skipped (spreadsheets write one).
  * Text pairs (opts.pair_field set: NLI, paraphrase, question/answer tasks): JSONL lines carry a
  * second string field of that name; TSV lines are text<TAB>pair<TAB>label (the pair is the field
  * before the label, the text all before it), a first field "text" with the label "label" a
@@ -43,7 +49,7 @@
 #define DATASET_MAX_LABEL_BYTES  256        /* bytes in one label */
 #define DATASET_MAX_REPORTED     20         /* malformed lines printed before going quiet */
 
-enum dataset_format { DATASET_AUTO = 0, DATASET_JSONL, DATASET_TSV };
+enum dataset_format { DATASET_AUTO = 0, DATASET_JSONL, DATASET_TSV, DATASET_CSV };
 
 /* String <-> index map of class labels. Caller-owned storage. */
 struct label_map {
@@ -112,6 +118,28 @@ struct dataset_line {
     size_t text_len, pair_len;
     char label[DATASET_MAX_LABEL_BYTES + 1];
 };
+
+/* CSV: the columns of the text, its pair and the label (-1: none), from a file's header. */
+struct dataset_csv {
+    int text, pair, label;
+};
+
+/* Reads the header record rec[0..len): the columns named by o's fields (text, label; pair with
+ * o->pair_field; the label may be missing with o->label_optional, then label is -1). 0, or -1
+ * with why naming the missing column and the header's columns. */
+int dataset_csv_header(struct dataset_csv *c, const struct dataset_opts *o, const char *rec,
+                       size_t len, char *why, size_t whylen);
+/* Parses one CSV record (header read) as dataset_parse_line() parses a line: 0, 1 (blank), -1. */
+int dataset_csv_record(const struct dataset_csv *c, const struct dataset_opts *o, const char *rec,
+                       size_t len, struct dataset_line *out, char *why, size_t whylen);
+/* Where a CSV record's bytes, fed piece by piece (newlines included), have got to: scan from
+ * {.start = true}; while dataset_csv_open() says so, the record goes on after the newline (a
+ * quoted field holds it). */
+struct dataset_csv_scan {
+    bool quoted, start, pending;
+};
+void dataset_csv_scan(struct dataset_csv_scan *st, const char *p, size_t n);
+bool dataset_csv_open(const struct dataset_csv_scan *st);
 
 /* The line parser the reader uses, exposed for tests and fuzzing. Parses line[0..len) (no
  * newline; any bytes) in format fmt (JSONL or TSV, not AUTO) into out. Returns 0 when out holds

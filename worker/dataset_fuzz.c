@@ -1,8 +1,9 @@
 /*
  * dataset_fuzz.c - libFuzzer target for the JSONL/TSV line parser and the label map.
  *
- * Input: byte 0 picks the format (even: JSONL, odd: TSV), an alternate field name, an
- * optional label (gantry-predict's reading) and text pairs; the rest is one line of any bytes.
+ * Input: byte 0 picks the format (even: JSONL, odd: TSV; bit 4: CSV, the line's first part up to
+ * a newline its header), an alternate field name, an optional label (gantry-predict's reading)
+ * and text pairs; the rest is one line of any bytes.
  * Checks invariants the reader relies on: success means a NUL-terminated text (and, for pairs,
  * pair) of the stated length and a label within DATASET_MAX_LABEL_BYTES, non-empty unless
  * optional; failure means a non-empty reason and nothing allocated. Built with clang -fsanitize=fuzzer,address,undefined
@@ -37,7 +38,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (data[0] & 8)
         o.pair_field = "text_pair";
     why[0] = '\0';
-    rc = dataset_parse_line(fmt, &o, (const char *)data + 1, size - 1, &dl, why, sizeof(why));
+    if (data[0] & 16) { /* CSV: a header, then one record */
+        const char *h = (const char *)data + 1, *nl = memchr(h, '\n', size - 1);
+        struct dataset_csv csv;
+        struct dataset_csv_scan st = {.start = true};
+        dataset_csv_scan(&st, h, size - 1); /* any bytes */
+        (void)dataset_csv_open(&st);
+        if (!nl)
+            return 0;
+        if (dataset_csv_header(&csv, &o, h, (size_t)(nl - h), why, sizeof(why))) {
+            FUZZ_CHECK(why[0] != '\0');
+            return 0;
+        }
+        FUZZ_CHECK(csv.text >= 0 && (csv.pair >= 0) == (o.pair_field != NULL));
+        FUZZ_CHECK(csv.label >= 0 || o.label_optional);
+        rc = dataset_csv_record(&csv, &o, nl + 1, size - 2 - (size_t)(nl - h), &dl, why,
+                                sizeof(why));
+    } else {
+        rc = dataset_parse_line(fmt, &o, (const char *)data + 1, size - 1, &dl, why, sizeof(why));
+    }
     if (rc == 0) {
         size_t llen = strlen(dl.label);
         FUZZ_CHECK(dl.text != NULL);

@@ -536,6 +536,77 @@ static void test_load_gz_and_patterns(void)
     label_map_cleanup(&m);
 }
 
+/* CSV: the header names the columns (any order, more of them), quoted fields hold commas,
+ * newlines and "", a byte order mark and CRLF are handled, a missing column fails the load and
+ * a short or badly quoted record is malformed, reported at its first line. */
+static void test_load_csv(void)
+{
+    static const char data[] = "\xef\xbb\xbfid,label,text,note\r\n"
+                               "1,spam,\"Buy now, \"\"cheap\"\"\",x\r\n"
+                               "2,ham,\"line one\nline two\",\r\n"
+                               "\r\n"
+                               "3,ham\n"
+                               "4,spam,\"bad\"quote,y\n"
+                               "5,ham,plain text\n";
+    struct dataset_opts o;
+    struct dataset ds;
+    struct label_map m;
+    char err[512];
+    const char *p = write_tmp("d.csv", data, sizeof(data) - 1);
+
+    dataset_opts_default(&o);
+    o.quiet = true;
+    label_map_init(&m);
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), 0);
+    TEST_EQ_INT(ds.n, 3);
+    TEST_EQ_INT(ds.n_malformed, 2);
+    TEST_EQ_INT(ds.n_lines, 8); /* the quoted newline's record takes two */
+    if (ds.n == 3) {
+        TEST_EQ_STR(ds.ex[0].text, "Buy now, \"cheap\"");
+        TEST_EQ_STR(label_map_name(&m, ds.ex[0].label), "spam");
+        TEST_EQ_STR(ds.ex[1].text, "line one\nline two");
+        TEST_EQ_STR(ds.ex[2].text, "plain text");
+    }
+    o.strict = true; /* the first bad record, at its line */
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), -1);
+    TEST_CHECK(strstr(err, "d.csv:6: 2 fields; the header's columns need 3") != NULL);
+    dataset_cleanup(&ds);
+
+    /* Pairs and other names; a header without them fails the load, listing its columns. */
+    static const char pairs[] = "premise,hypothesis,gold\na,\"b\nc\",yes\n";
+    p = write_tmp("p.csv", pairs, sizeof(pairs) - 1);
+    o.strict = false;
+    o.text_field = "premise", o.pair_field = "hypothesis", o.label_field = "gold";
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), 0);
+    TEST_EQ_INT(ds.n, 1);
+    if (ds.n == 1)
+        TEST_EQ_STR(ds.ex[0].pair, "b\nc");
+    o.pair_field = "hyp";
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), -1);
+    TEST_CHECK(strstr(err, "p.csv:1: the header has no column \"hyp\"") != NULL);
+    TEST_CHECK(strstr(err, "\"premise\", \"hypothesis\", \"gold\"") != NULL);
+
+    /* The record parser by itself: quoting errors name the field. */
+    struct dataset_csv c = {.text = 0, .pair = -1, .label = 1};
+    struct dataset_line dl;
+    char why[256];
+    const char *bad[] = {"\"open,x", "\"a\"b,x", "a"};
+    const char *want[] = {"field 1: its opening quote is never closed",
+                          "field 1: text after its closing quote",
+                          "1 fields; the header's columns need 2"};
+    for (int i = 0; i < 3; i++) {
+        TEST_EQ_INT(dataset_csv_record(&c, NULL, bad[i], strlen(bad[i]), &dl, why, sizeof(why)),
+                    -1);
+        TEST_CHECK(strncmp(why, want[i], strlen(want[i])) == 0);
+    }
+    TEST_EQ_INT(dataset_csv_record(&c, NULL, ",x", 2, &dl, why, sizeof(why)), 0); /* empty text */
+    TEST_EQ_STR(dl.text, "");
+    free(dl.text);
+    dataset_cleanup(&ds);
+    label_map_cleanup(&m);
+}
+
 /* dataset_split: stratified counts, disjoint and complete, file order on both sides, the same
  * split for the same seed and another for another seed. */
 static void split_fill(struct dataset *ds, int n)
@@ -615,6 +686,7 @@ int main(void)
     TEST_RUN(test_encode);
     TEST_RUN(test_encode_pairs);
     TEST_RUN(test_load_gz_and_patterns);
+    TEST_RUN(test_load_csv);
     TEST_RUN(test_split);
     {
         char cmd[128];

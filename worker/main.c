@@ -148,6 +148,7 @@ static int load_data(struct worker *w)
     dopts.pair_field = c->text_pair_field[0] ? c->text_pair_field : NULL;
     dopts.format = !strcmp(c->format, "jsonl") ? DATASET_JSONL
                    : !strcmp(c->format, "tsv") ? DATASET_TSV
+                   : !strcmp(c->format, "csv") ? DATASET_CSV
                                                : DATASET_AUTO;
     text_opts_default(&w->topts);
     if (w->have_init) /* tokens as the model learned them */

@@ -15,7 +15,7 @@ trap '[ -z "${srv:-}" ] || kill "$srv" 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/cli_testlib.sh"
 
 python3 - "$tmp" <<'PY'
-import json, random, sys
+import csv, json, random, sys
 d, rng = sys.argv[1], random.Random(5)
 topics = [["goal", "match", "team", "score", "league", "coach"],
           ["recipe", "oven", "flour", "sauce", "garlic", "bake"],
@@ -42,6 +42,10 @@ for name, n in (("train", 2000), ("eval", 400)):
         f.writelines(f"{r['premise']}\t{r['hypothesis']}\t{r['label']}\n" for r in rows)
     with open(f"{d}/{name}.txt", "w") as f:
         f.writelines(f"{r['premise']}\t{r['hypothesis']}\n" for r in rows)
+    with open(f"{d}/{name}.csv", "w", newline="") as f:  # every field quoted, CRLF: csv's way
+        w = csv.writer(f, quoting=csv.QUOTE_ALL)
+        w.writerow(["label", "premise", "hypothesis"])
+        w.writerows([r["label"], r["premise"], r["hypothesis"]] for r in rows)
 PY
 n_eval=400
 
@@ -63,17 +67,23 @@ check "worker trains on the first texts only" 0 "$worker" --config "$tmp/first.j
 config "$tmp/tsv.json" "{\"train\": \"$tmp/train.tsv\", \"eval\": \"$tmp/eval.tsv\", \"minFreq\": 1,
   \"textPairField\": \"hypothesis\"}" "$tmp/r_tsv.json" ""
 check "worker trains on TSV text pairs" 0 "$worker" --config "$tmp/tsv.json"
+config "$tmp/csv.json" "{\"train\": \"$tmp/train.csv\", \"eval\": \"$tmp/eval.csv\", \"minFreq\": 1,
+  \"textField\": \"premise\", \"textPairField\": \"hypothesis\"}" "$tmp/r_csv.json" ""
+check "worker trains on CSV text pairs (columns by name)" 0 "$worker" --config "$tmp/csv.json"
 python3 - "$tmp" <<'PY' || fail=1
 import json, sys
 d = sys.argv[1]
-pairs, first, tsv = (json.load(open(f"{d}/r_{n}.json")) for n in ("pairs", "first", "tsv"))
+pairs, first, tsv, csv = (json.load(open(f"{d}/r_{n}.json"))
+                          for n in ("pairs", "first", "tsv", "csv"))
 assert pairs["examples"] == 400 and pairs["accuracy"] >= 0.95, pairs["accuracy"]
 assert first["accuracy"] <= 0.70, first["accuracy"]  # one sentence alone: a coin toss
 assert (tsv["accuracy"], tsv["loss"], tsv["confusion_matrix"]) == \
        (pairs["accuracy"], pairs["loss"], pairs["confusion_matrix"]), (tsv["loss"], pairs["loss"])
+assert (csv["accuracy"], csv["loss"], csv["confusion_matrix"]) == \
+       (pairs["accuracy"], pairs["loss"], pairs["confusion_matrix"]), (csv["loss"], pairs["loss"])
 assert pairs["config"]["data"]["textPairField"] == "hypothesis"
 print(f"ok   pairs: accuracy {pairs['accuracy']:.4f}; the first text alone {first['accuracy']:.4f};"
-      f" TSV the same model (loss {tsv['loss']:.6f})")
+      f" TSV and CSV the same model (loss {tsv['loss']:.6f})")
 PY
 step=$(basename "$(ls -d "$tmp"/ck/pairs/step-*)")
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); assert c["input"] == {"text": "premise", "textPair": "hypothesis", "label": "label"}, c["input"]' \
@@ -95,6 +105,8 @@ cp "$tmp/out" "$tmp/pred.jsonl"
 compare "predict JSONL pairs: the worker's evaluation" "$tmp/r_pairs.json" "$tmp/p1.json"
 check "predict TSV pairs" 0 "$predict" -m "$tmp/ck/pairs" "$tmp/eval.tsv" --report "$tmp/p2.json"
 compare "predict TSV pairs: the worker's evaluation" "$tmp/r_pairs.json" "$tmp/p2.json"
+check "predict CSV pairs" 0 "$predict" -m "$tmp/ck/pairs" "$tmp/eval.csv" --report "$tmp/p3.json"
+compare "predict CSV pairs: the worker's evaluation" "$tmp/r_pairs.json" "$tmp/p3.json"
 check "predict plain text<TAB>pair on stdin" 0 "$predict" -m "$tmp/ck/pairs" <"$tmp/eval.txt"
 cmp -s "$tmp/out" "$tmp/pred.jsonl" && echo "ok   plain text pairs: the same predictions" ||
     { echo "FAIL plain text pairs differ from JSONL's"; fail=1; }

@@ -61,8 +61,9 @@ static void usage(FILE *f)
         "\n"
         "Options:\n"
         "  -m, --model DIR          checkpoint step or job directory (required)\n"
-        "  -f, --format FMT         auto|jsonl|tsv|text (auto: .jsonl/.json/.ndjson are JSONL,\n"
-        "                           .tsv is TSV, anything else and stdin one text per line;\n"
+        "  -f, --format FMT         auto|jsonl|tsv|csv|text (auto: .jsonl/.json/.ndjson are\n"
+        "                           JSONL, .tsv is TSV, .csv is CSV with a header naming the\n"
+        "                           columns, anything else and stdin one text per line;\n"
         "                           gzip-compressed input is read as such, FILE.jsonl.gz too)\n"
         "  -o, --output FILE        predictions here instead of stdout\n"
         "  -k, --top-k K            also list the K most likely labels (\"top\"); default 1\n"
@@ -158,9 +159,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
             if (!strcmp(optarg, "auto")) o->format = FMT_AUTO;
             else if (!strcmp(optarg, "jsonl")) o->format = FMT_JSONL;
             else if (!strcmp(optarg, "tsv")) o->format = FMT_TSV;
+            else if (!strcmp(optarg, "csv")) o->format = FMT_CSV;
             else if (!strcmp(optarg, "text")) o->format = FMT_TEXT;
             else {
-                fprintf(stderr, "gantry-predict: --format %s: use auto, jsonl, tsv or text\n",
+                fprintf(stderr, "gantry-predict: --format %s: use auto, jsonl, tsv, csv or text\n",
                         optarg);
                 return DIST_EXIT_USAGE;
             }
@@ -429,6 +431,8 @@ static enum fmt format_of(const char *path, enum fmt want)
         return FMT_JSONL;
     if (dot && !strcmp(dot, ".tsv"))
         return FMT_TSV;
+    if (dot && !strcmp(dot, ".csv"))
+        return FMT_CSV;
     return FMT_TEXT;
 }
 
@@ -497,6 +501,47 @@ static ssize_t read_line(gzFile in, char **buf, size_t *cap, size_t max)
     return (ssize_t)(over ? max + 1 : n);
 }
 
+/* The next record into *buf, as read_line(): a line, or in CSV the lines up to the end of the
+ * quoted fields that hold newlines (*lines: how many lines it took). A line too long to scan
+ * ends its record. */
+static ssize_t read_record(gzFile in, bool csv, char **buf, size_t *cap, size_t max,
+                           long *lines)
+{
+    struct dataset_csv_scan st = {.start = true};
+    ssize_t got = read_line(in, buf, cap, max);
+    bool over = got > (ssize_t)max;
+    size_t n = over ? max : (size_t)(got > 0 ? got : 0);
+    char *more = NULL;
+    size_t mcap = 0;
+
+    *lines = 1;
+    if (got < 0 || !csv || over)
+        return got;
+    dataset_csv_scan(&st, *buf, n);
+    while (dataset_csv_open(&st)) {
+        ssize_t g = read_line(in, &more, &mcap, max);
+        if (g < 0)
+            break; /* the unclosed quote is the record's error */
+        (*lines)++;
+        dataset_csv_scan(&st, "\n", 1);
+        if (g > (ssize_t)max)
+            break; /* cannot be scanned: the record ends here, too long */
+        dataset_csv_scan(&st, more, (size_t)g);
+        if (over || n + 1 + (size_t)g > max) {
+            over = true;
+            continue;
+        }
+        if (n + 2 + (size_t)g > *cap)
+            *buf = xrealloc(*buf, *cap = n + 2 + (size_t)g);
+        (*buf)[n++] = '\n';
+        memcpy(*buf + n, more, (size_t)g);
+        n += (size_t)g;
+        (*buf)[n] = '\0';
+    }
+    free(more);
+    return over ? (ssize_t)max + 1 : (ssize_t)n;
+}
+
 /* Reads one input; documents go into batches. 0 or an exit status. */
 static int run_file(struct pred *p, const char *path)
 {
@@ -506,9 +551,12 @@ static int run_file(struct pred *p, const char *path)
     enum fmt f = format_of(strcmp(path, "-") ? path : "", p->o.format);
     char *buf = NULL, why[256];
     struct dataset_line dl;
+    struct dataset_csv csv;
+    struct dataset_opts co;
+    bool header = false;
     size_t cap = 0;
     ssize_t got;
-    long lineno = 0;
+    long lineno = 0, lines = 1;
     int rc = 0;
 
     if (!in) {
@@ -516,20 +564,33 @@ static int run_file(struct pred *p, const char *path)
         return DIST_EXIT_NOINPUT;
     }
     p->file = path;
-    while (!rc && (got = read_line(in, &buf, &cap, MAX_LINE)) >= 0) {
+    dataset_opts_default(&co);
+    co.text_field = p->o.text_field, co.label_field = p->o.label_field;
+    co.pair_field = p->o.pair_field, co.label_optional = true;
+    while (!rc && (got = read_record(in, f == FMT_CSV, &buf, &cap, MAX_LINE, &lines)) >= 0) {
         size_t n = (size_t)got;
-        lineno++;
+        long at = lineno + 1; /* the record's first line */
+        lineno += lines;
         if (n && n <= MAX_LINE && buf[n - 1] == '\r')
             n--;
+        if (f == FMT_CSV && !header && n > 0 && n <= MAX_LINE) { /* the header names the columns */
+            if (dataset_csv_header(&csv, &co, buf, n, why, sizeof(why))) {
+                fprintf(stderr, "gantry-predict: %s:%ld: %s\n", path, at, why);
+                rc = DIST_EXIT_DATAERR;
+            }
+            header = true;
+            continue;
+        }
         int pr = n > MAX_LINE ? (snprintf(why, sizeof(why), "line longer than %u bytes",
                                           MAX_LINE), -1)
                  : n == 0     ? 1
+                 : f == FMT_CSV ? dataset_csv_record(&csv, &co, buf, n, &dl, why, sizeof(why))
                               : parse(p, f, buf, n, &dl, why, sizeof(why));
         if (pr == 1)
             continue;
         if (pr < 0) {
             if (++p->malformed <= DATASET_MAX_REPORTED)
-                fprintf(stderr, "%s:%ld: %s; skipped\n", path, lineno, why);
+                fprintf(stderr, "%s:%ld: %s; skipped\n", path, at, why);
             if (p->o.strict)
                 rc = DIST_EXIT_DATAERR;
             continue;
@@ -539,9 +600,9 @@ static int run_file(struct pred *p, const char *path)
             li = -2;
             if (++p->unknown_label <= DATASET_MAX_REPORTED)
                 fprintf(stderr, "%s:%ld: label \"%.64s\" is not one of the model's; predicted, "
-                                "not counted in the evaluation\n", path, lineno, dl.label);
+                                "not counted in the evaluation\n", path, at, dl.label);
         }
-        rc = predict_add(p, dl.text, dl.text_len, dl.pair, dl.pair_len, lineno, li);
+        rc = predict_add(p, dl.text, dl.text_len, dl.pair, dl.pair_len, at, li);
         free(dl.text), free(dl.pair);
     }
     const char *zmsg = gzerror(in, &zerr);

@@ -19,7 +19,7 @@
 struct train_gpu_infer;
 
 
-enum fmt { FMT_AUTO, FMT_JSONL, FMT_TSV, FMT_TEXT };
+enum fmt { FMT_AUTO, FMT_JSONL, FMT_TSV, FMT_CSV, FMT_TEXT };
 
 struct opts {
     const char *model, *output, *report, *bind, *name;

@@ -91,6 +91,40 @@ assert [(r["line"], r["label"], r["score"]) for r in a] == [(r["line"], r["label
 print("ok   plain text gives the same predictions")
 PY
 
+# CSV (a header naming the columns, quoted fields holding commas and newlines): the same
+# predictions as JSONL of the same texts, each at its record's first line.
+python3 - "$tmp/eval.jsonl" "$tmp/nl.jsonl" "$tmp/nl.csv" <<'PY'
+import csv, json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][:40]
+for i, r in enumerate(rows):
+    if i % 4 == 0:
+        r["text"] = r["text"].replace(" ", "\n", 1) + ', "quoted", and more'
+open(sys.argv[2], "w").writelines(json.dumps(r) + "\n" for r in rows)
+with open(sys.argv[3], "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["label", "text"])
+    w.writerows([r["label"], r["text"]] for r in rows)
+PY
+check "predict JSONL with newlines in texts" 0 "$predict" -m "$tmp/ck/job" "$tmp/nl.jsonl" --report "$tmp/p_nl1.json"
+cp "$tmp/out" "$tmp/pred_nl.jsonl"
+check "predict CSV" 0 "$predict" -m "$tmp/ck/job" "$tmp/nl.csv" --report "$tmp/p_nl2.json"
+python3 - "$tmp/pred_nl.jsonl" "$tmp/out" "$tmp/p_nl1.json" "$tmp/p_nl2.json" <<'PY' || fail=1
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+ra, rb = (json.load(open(p)) for p in sys.argv[3:5])
+assert [(r["label"], r["score"]) for r in a] == [(r["label"], r["score"]) for r in b]
+want, line = [], 2          # the header is line 1; every 4th record takes two lines
+for i in range(len(a)):
+    want.append(line)
+    line += 2 if i % 4 == 0 else 1
+assert [r["line"] for r in b] == want, [r["line"] for r in b][:8]
+assert ra["confusion_matrix"] == rb["confusion_matrix"] and ra["examples"] == rb["examples"] == 40
+print("ok   CSV: the same predictions and evaluation as JSONL, at each record's first line")
+PY
+printf 'id,body\n1,x\n' >"$tmp/nocol.csv"
+check "predict CSV without the text column" 65 "$predict" -m "$tmp/ck/job" "$tmp/nocol.csv"
+says "the column named" 'nocol.csv:1: the header has no column "text"'
+
 # gzip-compressed data and shards: the worker trains on train-*.jsonl.gz (two compressed shards
 # of the same lines) exactly as on the one plain file; gantry-predict reads .jsonl.gz; a gzip
 # file cut short is an error, not a quietly shorter dataset; a pattern matching nothing is named.
@@ -399,7 +433,7 @@ python3 -c 'import json,sys; a,b=(json.load(open(p))["train"]["final_loss"] for 
 
 check "no --model" 64 "$predict" "$tmp/eval.jsonl"
 check "bad --top-k" 64 "$predict" -m "$tmp/ck/job" -k 0 "$tmp/eval.jsonl"
-check "bad --format" 64 "$predict" -m "$tmp/ck/job" --format csv "$tmp/eval.jsonl"
+check "bad --format" 64 "$predict" -m "$tmp/ck/job" --format xml "$tmp/eval.jsonl"
 check "no such model" 66 "$predict" -m "$tmp/nope" "$tmp/eval.jsonl"
 check "empty job directory" 66 "$predict" -m "$tmp" "$tmp/eval.jsonl"
 check "no such input" 66 "$predict" -m "$tmp/ck/job" "$tmp/none.jsonl"
