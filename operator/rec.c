@@ -408,26 +408,93 @@ static const struct rec_pod *first_failure(const struct pass *p)
     return f;
 }
 
-/* Restarts counted against backoffLimit: those not caused by a disruption. */
+/* Restarts counted against backoffLimit: those not caused by a disruption, nor excused by a
+ * podFailurePolicy Ignore rule. */
 static int counted(const struct pass *p)
 {
-    int c = p->st.restarts - p->st.disruptions;
+    int c = p->st.restarts - p->st.disruptions - p->st.ignored;
 
     return c < 0 ? 0 : c;
 }
 
-/* A pod of the current gang that the cluster is stopping or stopped (DisruptionTarget): when the
- * gang fails with one, its other workers failed of losing it. The lowest index, or NULL. */
-static const struct rec_pod *first_disrupted(const struct pass *p)
+/* Appends ". Its last output: <the tail of the pod's termination message that fits>" to msg. */
+static void add_term_message(char *msg, size_t n, const struct rec_pod *f)
 {
-    const struct rec_pod *d = NULL;
+    static const char sep[] = ". Its last output: ";
+    size_t len = strlen(msg);
+    const char *tail;
 
-    for (size_t i = 0; i < p->in->npods; i++) {
-        const struct rec_pod *pod = &p->in->pods[i];
-        if (current(p, pod) && pod->disrupted && (!d || pod->index < d->index))
-            d = pod;
+    if (!f->message[0] || len + sizeof(sep) + 16 > n)
+        return;
+    tail = utf8_tail(f->message, n - len - sizeof(sep)); /* fits, with the NUL */
+    memcpy(msg + len, sep, sizeof(sep) - 1);
+    memcpy(msg + len + sizeof(sep) - 1, tail, strlen(tail) + 1);
+}
+
+/* What spec.runPolicy.podFailurePolicy says of a failed or disrupted pod of the gang (tj.h):
+ * the first rule it matches (*rule its index), else the built-in action (*rule -1): FailJob for
+ * a permanent exit code (64-78), Ignore for a disruption, else Count. */
+static enum tj_fp_action pod_action(const struct tj *tj, const struct rec_pod *pod, int *rule)
+{
+    for (int i = 0; i < tj->fp_nrules; i++) {
+        const struct tj_fp_rule *r = &tj->fp_rules[i];
+        bool in = false;
+        if (r->on_disruption) {
+            if (!pod->disrupted)
+                continue;
+        } else {
+            if (pod->exit_code < 0) /* not terminated: no exit code to match */
+                continue;
+            for (int k = 0; k < r->ncodes && !in; k++)
+                in = r->codes[k] == pod->exit_code;
+            if (in == r->not_in)
+                continue;
+        }
+        *rule = i;
+        return r->action;
     }
-    return d;
+    *rule = -1;
+    return pod_failed(pod) && exit_permanent(pod->exit_code) ? TJ_FP_FAIL_JOB
+           : pod->disrupted                                 ? TJ_FP_IGNORE
+                                                            : TJ_FP_COUNT;
+}
+
+/* The gang's failure: the strongest action (FailJob, Ignore, Count) of its failed and disrupted
+ * pods, the lowest index among equals; *pod and *rule say whose. Pods that fail of losing a rank
+ * (their peers' exit codes) so never outweigh the cause. */
+static enum tj_fp_action gang_action(const struct pass *p, const struct rec_pod **pod, int *rule)
+{
+    enum tj_fp_action best = TJ_FP_COUNT;
+
+    *pod = NULL, *rule = -1;
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *q = &p->in->pods[i];
+        int r;
+        if (!current(p, q) || !(q->disrupted || (pod_failed(q) && !q->terminating)))
+            continue;
+        enum tj_fp_action a = pod_action(p->tj, q, &r);
+        if (!*pod || a > best || (a == best && q->index < (*pod)->index))
+            *pod = q, *rule = r, best = a;
+    }
+    return best;
+}
+
+/* The text of rule i for messages: "rules[0] (FailJob on exit codes In [42])". */
+static void rule_text(const struct tj *tj, int i, char *out, size_t n)
+{
+    static const char *const names[] = {"Count", "Ignore", "FailJob"};
+    const struct tj_fp_rule *r = &tj->fp_rules[i];
+    int k = snprintf(out, n, "spec.runPolicy.podFailurePolicy.rules[%d] (%s on ", i,
+                     names[r->action]);
+    if (r->on_disruption) {
+        snprintf(out + k, n - (size_t)k, "DisruptionTarget)");
+        return;
+    }
+    k += snprintf(out + k, n - (size_t)k, "exit codes %s [", r->not_in ? "NotIn" : "In");
+    for (int c = 0; c < r->ncodes && k > 0 && (size_t)k + 8 < n; c++)
+        k += snprintf(out + k, n - (size_t)k, "%s%d", c ? ", " : "", r->codes[c]);
+    if (k > 0 && (size_t)k < n)
+        snprintf(out + k, n - (size_t)k, "%s])", (size_t)k + 8 < n ? "" : "...");
 }
 
 /* Whole-gang restart: collectives cannot continue without a rank. */
@@ -457,6 +524,43 @@ static void restart_disrupted(struct pass *p, const struct rec_pod *d)
     restart_gang(p, "WorkerDisrupted", msg);
 }
 
+/* How pod failed, for messages: "exited with code 42", "was disrupted (DisruptionTarget: ...)". */
+static void how_failed(const struct rec_pod *pod, char *out, size_t n)
+{
+    if (pod->exit_code >= 0)
+        snprintf(out, n, "exited with code %d", pod->exit_code);
+    else
+        snprintf(out, n, "was disrupted (DisruptionTarget: %s)",
+                 pod->disruption[0] ? pod->disruption : "no reason given");
+}
+
+/* A podFailurePolicy rule (index rule) with action Ignore matched pod: the gang restarts, not
+ * counted against backoffLimit (status.ignoredRestarts), as a Job's Ignore leaves its count. */
+static void restart_ignored(struct pass *p, const struct rec_pod *pod, int rule)
+{
+    char msg[COND_MESSAGE_MAX], how[REC_REASON_MAX + 48], rt[160];
+
+    how_failed(pod, how, sizeof(how));
+    rule_text(p->tj, rule, rt, sizeof(rt));
+    snprintf(msg, sizeof(msg), "Pod %s %s, which %s ignores; restarting the whole gang, not "
+             "counted against spec.runPolicy.backoffLimit (%d of %d used)", pod->name, how, rt,
+             counted(p), p->tj->backoff_limit);
+    p->st.ignored += 1;
+    restart_gang(p, "WorkerFailureIgnored", msg);
+}
+
+/* A podFailurePolicy rule with action FailJob matched pod: the job fails at once. */
+static void fail_by_rule(struct pass *p, const struct rec_pod *pod, int rule)
+{
+    char msg[COND_MESSAGE_MAX], how[REC_REASON_MAX + 48], rt[160];
+
+    how_failed(pod, how, sizeof(how));
+    rule_text(p->tj, rule, rt, sizeof(rt));
+    snprintf(msg, sizeof(msg), "Pod %s %s, which %s fails the job", pod->name, how, rt);
+    add_term_message(msg, sizeof(msg), pod);
+    finish(p, false, "PodFailurePolicy", msg);
+}
+
 /* A pod of the current gang that went away, or is going (deletionTimestamp), while the job was
  * Running: deleted by someone else (kubectl delete pod, an eviction, a drain). The gang lost a
  * rank, so this is a gang failure: restart (against backoffLimit), never a lone replacement at
@@ -469,7 +573,7 @@ static bool lost(struct pass *p)
 {
     const struct tj *tj = p->tj;
     const struct rec_pod *pod = NULL, **by_index;
-    char name[RENDER_NAME_MAX], msg[COND_MESSAGE_MAX];
+    char name[RENDER_NAME_MAX + 320], msg[COND_MESSAGE_MAX];
     int r = p->st.restarts, i;
 
     if (tj->status.phase != TJ_PHASE_RUNNING || tj->status.restarts != r)
@@ -487,10 +591,29 @@ static bool lost(struct pass *p)
     if (i == tj->replicas)
         return false;
     if (pod && pod->disrupted) {
-        restart_disrupted(p, pod);
-        return true;
+        int rule;
+        switch (pod_action(tj, pod, &rule)) {
+        case TJ_FP_FAIL_JOB:
+            fail_by_rule(p, pod, rule); /* (built-in FailJob needs an exit code: not here) */
+            return true;
+        case TJ_FP_IGNORE:
+            if (rule < 0)
+                restart_disrupted(p, pod);
+            else
+                restart_ignored(p, pod, rule);
+            return true;
+        case TJ_FP_COUNT: /* a rule counts disruptions: as any deleted worker */
+            break;
+        }
     }
-    if (pod)
+    if (pod && pod->disrupted) {
+        char rt[160];
+        int rule;
+        pod_action(tj, pod, &rule);
+        rule_text(tj, rule, rt, sizeof(rt));
+        snprintf(name, sizeof(name), "%s (disrupted: %s; %s counts it)", pod->name,
+                 pod->disruption[0] ? pod->disruption : "no reason given", rt);
+    } else if (pod)
         snprintf(name, sizeof(name), "%s", pod->name);
     else
         render_pod_name(tj, i, name, sizeof(name));
@@ -507,28 +630,15 @@ static bool lost(struct pass *p)
     return true;
 }
 
-/* Appends ". Its last output: <the tail of the pod's termination message that fits>" to msg. */
-static void add_term_message(char *msg, size_t n, const struct rec_pod *f)
-{
-    static const char sep[] = ". Its last output: ";
-    size_t len = strlen(msg);
-    const char *tail;
-
-    if (!f->message[0] || len + sizeof(sep) + 16 > n)
-        return;
-    tail = utf8_tail(f->message, n - len - sizeof(sep)); /* fits, with the NUL */
-    memcpy(msg + len, sep, sizeof(sep) - 1);
-    memcpy(msg + len + sizeof(sep) - 1, tail, strlen(tail) + 1);
-}
 
 /* Decides success or failure of the current gang; true when the job became terminal or the gang
  * is being restarted (nothing more to do in this pass). */
 static bool judge(struct pass *p)
 {
     const struct tj *tj = p->tj;
-    const struct rec_pod *f, *d;
+    const struct rec_pod *f, *v;
     char msg[COND_MESSAGE_MAX];
-    int r = p->st.restarts;
+    int r = p->st.restarts, rule;
 
     for (size_t i = 0; i < p->in->npods; i++) {
         const struct rec_pod *pod = &p->in->pods[i];
@@ -550,17 +660,26 @@ static bool judge(struct pass *p)
     f = first_failure(p);
     if (!f)
         return lost(p);
-    if (exit_permanent(f->exit_code)) {
+    switch (gang_action(p, &v, &rule)) {
+    case TJ_FP_FAIL_JOB:
+        if (rule >= 0) {
+            fail_by_rule(p, v, rule);
+            return true;
+        }
         snprintf(msg, sizeof(msg), "Pod %s exited with code %d, an error a restart cannot fix "
                  "(64-78: bad usage, data or configuration); fix the spec and recreate the "
-                 "job%s", f->name, f->exit_code, f->message[0] ? "" : " (see its log)");
-        add_term_message(msg, sizeof(msg), f);
+                 "job%s", v->name, v->exit_code, v->message[0] ? "" : " (see its log)");
+        add_term_message(msg, sizeof(msg), v);
         finish(p, false, "PermanentError", msg);
         return true;
-    }
-    if ((d = first_disrupted(p))) { /* the others failed of losing it */
-        restart_disrupted(p, d);
+    case TJ_FP_IGNORE: /* the others failed of losing it */
+        if (rule >= 0)
+            restart_ignored(p, v, rule);
+        else
+            restart_disrupted(p, v);
         return true;
+    case TJ_FP_COUNT:
+        break;
     }
     if (counted(p) >= tj->backoff_limit) {
         snprintf(msg, sizeof(msg), "Pod %s failed (exit code %d%s%s) and all %d restarts allowed "
@@ -909,6 +1028,13 @@ static void elastic(struct pass *p)
     p->eff.replicas = eff - k;
     p->st.elastic_workers = eff - k;
     p->st.unschedulable_since = 0;
+    /* a stuck pod the smaller gang keeps (one without the gantry.dev/replicas label, which the
+     * resize leaves alone) goes on waiting from now, as the next pass would see it */
+    for (size_t i = 0; i < p->in->npods; i++) {
+        const struct rec_pod *pod = &p->in->pods[i];
+        if (current(p, pod) && !pod->terminating && strcmp(pod->problem, "Unschedulable") == 0)
+            p->st.unschedulable_since = p->in->now;
+    }
 }
 
 static void running(struct pass *p)
@@ -1346,6 +1472,8 @@ static json_t *status_json(const struct pass *p)
     json_object_set_new(st, "ready", json_string(ready));
     json_object_set_new(st, "restarts", json_integer(p->st.restarts));
     json_object_set_new(st, "disruptions", json_integer(p->st.disruptions));
+    if (p->st.ignored > 0)
+        json_object_set_new(st, "ignoredRestarts", json_integer(p->st.ignored));
     if (p->st.elastic_workers > 0)
         json_object_set_new(st, "elasticWorkers", json_integer(p->st.elastic_workers));
     if (p->st.unschedulable_since) {

@@ -558,6 +558,103 @@ static void parse_metadata(struct tj *tj, const json_t *meta, struct errs *e)
     parse_kueue_labels(tj, json_object_get(meta, "labels"), e);
 }
 
+/* One rule's onExitCodes: {operator: In|NotIn, values: [0-255, unique; no 0 with In]}. */
+static void parse_exit_codes(struct tj_fp_rule *r, const json_t *oc, const char *at,
+                             struct errs *e)
+{
+    const char *op = json_string_value(json_object_get(oc, "operator"));
+    const json_t *vals = json_object_get(oc, "values"), *v;
+    bool seen[256] = {false};
+    size_t i;
+
+    if (!json_is_object(oc)) {
+        errf(e, "%s.onExitCodes: must be an object {operator, values}", at);
+        return;
+    }
+    if (!op || (strcmp(op, "In") != 0 && strcmp(op, "NotIn") != 0))
+        errf(e, "%s.onExitCodes.operator: must be In or NotIn", at);
+    r->not_in = op && strcmp(op, "NotIn") == 0;
+    if (!json_is_array(vals) || json_array_size(vals) == 0 ||
+        json_array_size(vals) > TJ_FP_CODES_MAX) {
+        errf(e, "%s.onExitCodes.values: must be a list of 1 to %d exit codes", at,
+             TJ_FP_CODES_MAX);
+        return;
+    }
+    json_array_foreach(vals, i, v) {
+        long long c = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (c < 0 || c > 255) {
+            errf(e, "%s.onExitCodes.values[%zu]: must be an exit code, 0-255", at, i);
+        } else if (seen[c]) {
+            errf(e, "%s.onExitCodes.values[%zu]: %lld is listed twice", at, i, c);
+        } else if (c == 0 && !r->not_in) {
+            errf(e, "%s.onExitCodes.values[%zu]: 0 cannot be In: a worker that exits 0 did not "
+                    "fail", at, i);
+        } else {
+            seen[c] = true;
+            r->codes[r->ncodes++] = (unsigned char)c;
+        }
+    }
+}
+
+/* spec.runPolicy.podFailurePolicy: {rules: [{action, onExitCodes | onPodConditions}]}. */
+static void parse_failure_policy(struct tj *tj, const json_t *fp, struct errs *e)
+{
+    static const char *const actions[] = {"Count", "Ignore", "FailJob", NULL};
+    const json_t *rules = json_object_get(fp, "rules"), *rule;
+    char at[64];
+    size_t i;
+
+    tj->fp_nrules = 0;
+    if (!fp || json_is_null(fp))
+        return;
+    if (!json_is_object(fp) || !json_is_array(rules) || json_array_size(rules) == 0 ||
+        json_array_size(rules) > TJ_FP_RULES_MAX) {
+        errf(e, "spec.runPolicy.podFailurePolicy: must be {rules: [...]} with 1 to %d rules",
+             TJ_FP_RULES_MAX);
+        return;
+    }
+    json_array_foreach(rules, i, rule) {
+        struct tj_fp_rule *r = &tj->fp_rules[tj->fp_nrules++];
+        const char *action = json_string_value(json_object_get(rule, "action"));
+        const json_t *oc = json_object_get(rule, "onExitCodes");
+        const json_t *pc = json_object_get(rule, "onPodConditions"), *c;
+        size_t k;
+
+        memset(r, 0, sizeof(*r));
+        snprintf(at, sizeof(at), "spec.runPolicy.podFailurePolicy.rules[%zu]", i);
+        if (!json_is_object(rule)) {
+            errf(e, "%s: must be an object", at);
+            continue;
+        }
+        for (k = 0; actions[k] && !(action && strcmp(action, actions[k]) == 0); k++)
+            ;
+        if (!actions[k])
+            errf(e, "%s.action: must be FailJob, Ignore or Count", at);
+        r->action = actions[k] ? (enum tj_fp_action)k : TJ_FP_COUNT;
+        if (!oc == !pc) {
+            errf(e, "%s: give exactly one of onExitCodes and onPodConditions", at);
+            continue;
+        }
+        if (oc) {
+            parse_exit_codes(r, oc, at, e);
+            continue;
+        }
+        r->on_disruption = true;
+        if (!json_is_array(pc) || json_array_size(pc) == 0)
+            errf(e, "%s.onPodConditions: must be a list of conditions, "
+                    "[{type: DisruptionTarget}]", at);
+        json_array_foreach(pc, k, c) {
+            const char *type = json_string_value(json_object_get(c, "type"));
+            const char *status = json_string_value(json_object_get(c, "status"));
+            if (!type || strcmp(type, "DisruptionTarget") != 0)
+                errf(e, "%s.onPodConditions[%zu].type: only DisruptionTarget is supported (an "
+                        "eviction, a drain, a preemption)", at, k);
+            if (status && strcmp(status, "True") != 0)
+                errf(e, "%s.onPodConditions[%zu].status: only \"True\" is supported", at, k);
+        }
+    }
+}
+
 static void parse_run_policy(struct tj *tj, const json_t *spec, struct errs *e)
 {
     static const char *const cleans[] = {"Running", "All", "None", NULL};
@@ -595,6 +692,7 @@ static void parse_run_policy(struct tj *tj, const json_t *spec, struct errs *e)
         errf(e, "spec.runPolicy.schedulingPolicy.gang: must be None or Workload (got \"%s\")",
              gang);
     tj->gang = strcmp(gang, "Workload") == 0 ? TJ_GANG_WORKLOAD : TJ_GANG_NONE;
+    parse_failure_policy(tj, json_object_get(rp, "podFailurePolicy"), e);
 }
 
 static void parse_checkpoint(struct tj *tj, const json_t *spec, struct errs *e)
@@ -712,6 +810,9 @@ static void parse_status(struct tj *tj, const json_t *st)
         tj->status.restarts = (int)x;
     if (as_int(json_object_get(st, "disruptions"), &x) && x >= 0 && x <= tj->status.restarts)
         tj->status.disruptions = (int)x;
+    if (as_int(json_object_get(st, "ignoredRestarts"), &x) && x >= 0 &&
+        x <= tj->status.restarts - tj->status.disruptions)
+        tj->status.ignored = (int)x;
     if (as_int(json_object_get(st, "elasticWorkers"), &x) && x >= 1 && x <= TJ_REPLICAS_MAX)
         tj->status.elastic_workers = (int)x;
     s = json_string_value(json_object_get(st, "unschedulableSince"));

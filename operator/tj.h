@@ -66,10 +66,27 @@ enum tj_gang { TJ_GANG_NONE = 0, TJ_GANG_WORKLOAD };
 #define TJ_LABEL_PRIORITY "kueue.x-k8s.io/priority-class"
 #define TJ_QUEUE_MAX 253 /* a LocalQueue's or a WorkloadPriorityClass's name: a DNS subdomain */
 
+/* spec.runPolicy.podFailurePolicy (batch/v1 Job's): rules matched in order against each failed
+ * or disrupted worker of the gang; the first that matches gives the pod's action. A pod no rule
+ * matches gets the built-in one: FailJob for exit codes 64-78, Ignore for a disruption
+ * (DisruptionTarget), else Count. The gang's failure takes the strongest action of its pods
+ * (FailJob, then Ignore, then Count): peers that fail of losing a rank do not decide (rec.c). */
+#define TJ_FP_RULES_MAX 20
+#define TJ_FP_CODES_MAX 255
+enum tj_fp_action { TJ_FP_COUNT = 0, TJ_FP_IGNORE, TJ_FP_FAIL_JOB };
+struct tj_fp_rule {
+    enum tj_fp_action action;
+    bool on_disruption; /* onPodConditions [{type: DisruptionTarget}]; else onExitCodes */
+    bool not_in;        /* onExitCodes.operator NotIn (else In) */
+    int ncodes;
+    unsigned char codes[TJ_FP_CODES_MAX]; /* onExitCodes.values, 0-255 */
+};
+
 struct tj_status {
     enum tj_phase phase;
     int restarts;
     int disruptions; /* restarts after a disruption (not counted against backoffLimit) */
+    int ignored;     /* restarts a podFailurePolicy Ignore rule excused (not counted either) */
     /* elasticPolicy.shrinkAfterSeconds: the size the job was shrunk to (0: replicas), and when
      * workers of its gang were first seen unschedulable (0: none are) */
     int elastic_workers;
@@ -110,6 +127,8 @@ struct tj {
     bool ckpt_save_on_stop; /* checkpoint.saveOnStop (default true) */
 
     int backoff_limit;
+    struct tj_fp_rule fp_rules[TJ_FP_RULES_MAX]; /* runPolicy.podFailurePolicy.rules */
+    int fp_nrules;
     long long active_deadline_s; /* -1: none */
     long long ttl_s;             /* -1: none */
     long long progress_deadline_s; /* 0: no hang detection (rec.h: Stalled) */

@@ -92,6 +92,9 @@ static void test_full_spec(void)
                    "\"checkpoint\":{\"claimName\":\"ckpt\",\"path\":\"/ck\",\"keep\":5,"
                    "\"saveOnStop\":false},"
                    "\"runPolicy\":{\"backoffLimit\":0,\"activeDeadlineSeconds\":60,"
+                   "\"podFailurePolicy\":{\"rules\":[{\"action\":\"FailJob\",\"onExitCodes\":"
+                   "{\"operator\":\"NotIn\",\"values\":[0,1,137]}},{\"action\":\"Ignore\","
+                   "\"onPodConditions\":[{\"type\":\"DisruptionTarget\",\"status\":\"True\"}]}]},"
                    "\"ttlSecondsAfterFinished\":0,\"suspend\":true,\"cleanPodPolicy\":\"All\","
                    "\"schedulingPolicy\":{\"gang\":\"Workload\"}},"
                    "\"template\":{\"spec\":{\"nodeSelector\":{\"a\":\"b\"}}}},"
@@ -122,6 +125,13 @@ static void test_full_spec(void)
     TEST_EQ_INT(tj.ckpt_keep, 5);
     TEST_CHECK(!tj.ckpt_save_on_stop);
     TEST_EQ_INT(tj.backoff_limit, 0);
+    TEST_EQ_INT(tj.fp_nrules, 2);
+    TEST_EQ_INT(tj.fp_rules[0].action, TJ_FP_FAIL_JOB);
+    TEST_CHECK(tj.fp_rules[0].not_in && !tj.fp_rules[0].on_disruption);
+    TEST_EQ_INT(tj.fp_rules[0].ncodes, 3);
+    TEST_EQ_INT(tj.fp_rules[0].codes[2], 137);
+    TEST_EQ_INT(tj.fp_rules[1].action, TJ_FP_IGNORE);
+    TEST_CHECK(tj.fp_rules[1].on_disruption);
     TEST_EQ_INT(tj.active_deadline_s, 60);
     TEST_EQ_INT(tj.ttl_s, 0);
     TEST_CHECK(tj.suspend);
@@ -195,6 +205,29 @@ static void test_errors_name_the_field(void)
          "spec.training.lossScale: unknown field (gantry-worker would refuse it)"},
         {"{\"training\":{\"model\":{\"hiden\":64}}}", "spec.training.model.hiden: unknown field"},
         {"{\"training\":{\"data\":{\"strict\":1}}}", "spec.training.data.strict: must be true or false"},
+        {"{\"runPolicy\":{\"podFailurePolicy\":{\"rules\":[]}}}",
+         "spec.runPolicy.podFailurePolicy: must be {rules: [...]} with 1 to 20 rules"},
+        {"{\"runPolicy\":{\"podFailurePolicy\":{\"rules\":[{\"action\":\"Retry\","
+         "\"onExitCodes\":{\"operator\":\"In\",\"values\":[1]}}]}}}",
+         "spec.runPolicy.podFailurePolicy.rules[0].action: must be FailJob, Ignore or Count"},
+        {"{\"runPolicy\":{\"podFailurePolicy\":{\"rules\":[{\"action\":\"Ignore\"}]}}}",
+         "spec.runPolicy.podFailurePolicy.rules[0]: give exactly one of onExitCodes and "
+         "onPodConditions"},
+        {"{\"runPolicy\":{\"podFailurePolicy\":{\"rules\":[{\"action\":\"Count\","
+         "\"onExitCodes\":{\"operator\":\"In\",\"values\":[3,0]}}]}}}",
+         "spec.runPolicy.podFailurePolicy.rules[0].onExitCodes.values[1]: 0 cannot be In"},
+        {"{\"runPolicy\":{\"podFailurePolicy\":{\"rules\":[{\"action\":\"Count\","
+         "\"onExitCodes\":{\"operator\":\"NotIn\",\"values\":[3,256]}}]}}}",
+         "spec.runPolicy.podFailurePolicy.rules[0].onExitCodes.values[1]: must be an exit code"},
+        {"{\"runPolicy\":{\"podFailurePolicy\":{\"rules\":[{\"action\":\"Count\","
+         "\"onExitCodes\":{\"operator\":\"In\",\"values\":[3,3]}}]}}}",
+         "spec.runPolicy.podFailurePolicy.rules[0].onExitCodes.values[1]: 3 is listed twice"},
+        {"{\"runPolicy\":{\"podFailurePolicy\":{\"rules\":[{\"action\":\"Count\","
+         "\"onExitCodes\":{\"operator\":\"Is\",\"values\":[3]}}]}}}",
+         "spec.runPolicy.podFailurePolicy.rules[0].onExitCodes.operator: must be In or NotIn"},
+        {"{\"runPolicy\":{\"podFailurePolicy\":{\"rules\":[{\"action\":\"Count\","
+         "\"onPodConditions\":[{\"type\":\"Ready\"}]}]}}}",
+         "spec.runPolicy.podFailurePolicy.rules[0].onPodConditions[0].type: only DisruptionTarget"},
         {"{\"training\":{\"data\":{\"textPairField\":\"text\"}}}",
          "spec.training.data.textPairField: \"text\" is data.textField's too"},
         {"{\"training\":{\"data\":{\"textField\":\"y\",\"labelField\":\"y\"}}}",

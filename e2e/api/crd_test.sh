@@ -170,4 +170,14 @@ else
     bad "bad status.phase refused without naming it: $out"
 fi
 
+# the restart counts the operator writes survive the API server's pruning (they decide backoffLimit)
+k patch tj minimal --subresource=status --type=merge \
+    -p '{"status":{"restarts":3,"disruptions":1,"ignoredRestarts":1}}' >/dev/null
+got=$(k get tj minimal -o jsonpath='{.status.restarts}/{.status.disruptions}/{.status.ignoredRestarts}')
+if [ "$got" = 3/1/1 ]; then
+    ok "status.restarts, disruptions and ignoredRestarts are kept"
+else
+    bad "status restart counts read back as '$got', want 3/1/1"
+fi
+
 api_summary

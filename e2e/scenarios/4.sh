@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Scenario 4: kubectl apply refuses invalid manifests with the field named (CRD schema and CEL);
 # a job the worker rejects (missing data: exit 65, EX_DATAERR) ends Failed at once - no restart
-# loop - with the worker's message visible to the user.
+# loop - with the worker's message visible to the user; with a podFailurePolicy rule that counts
+# exit code 65 the same job retries once and ends BackoffLimitExceeded.
 
 minimal_tj() { # NAME: a valid job the cases below break in one place each
     cat <<YAML
@@ -69,4 +70,17 @@ scenario_4() {
     check "the worker's message (No such file: /data/missing.jsonl) is in the job's status or events" \
         grep -q 'missing.jsonl.*No such file' <<<"$msg
 $ev"
+
+    # spec.runPolicy.podFailurePolicy: a rule that counts exit code 65 (say, data still being
+    # copied in) makes the same job retry instead: one counted restart, then backoffLimit 1 ends it.
+    job=bad-config-retry f=$ARTIFACTS/bad-config-retry.yaml
+    spam_job "$job" backoff=1 >"$f"
+    sed -i -e 's#train: /data/train.jsonl#train: /data/missing.jsonl#' \
+        -e 's#^    schedulingPolicy: {gang: None}#&\n    podFailurePolicy: {rules: [{action: Count, onExitCodes: {operator: In, values: [65]}}]}#' "$f"
+    check "kubectl apply -f bad-config-retry.yaml (podFailurePolicy: Count exit code 65)" kc -n "$NS" apply -f "$f"
+    t=$SECONDS
+    if wait_tj_phase "$NS" "$job" Failed 240; then ok "tj/$job ends Failed ($((SECONDS - t))s after apply)"; else bad "tj/$job did not end Failed"; fi
+    check "the Failed reason is BackoffLimitExceeded, not PermanentError" \
+        test "$(tj_get "$NS" "$job" '{.status.conditions[?(@.type=="Failed")].reason}')" = BackoffLimitExceeded
+    check "the rule gave one counted restart: status.restarts is 1" test "$(tj_get "$NS" "$job" '{.status.restarts}')" = 1
 }
