@@ -172,7 +172,8 @@ int card_parse(const char *js, size_t n, struct model_card *c, char *err, size_t
         goto out;
     c->text.max_tokens = (size_t)mt;
     c->text.stop = NULL;
-    if ((t = json_object_get(root, "input")) && !json_is_object(t)) { /* absent: cards before pairs */
+    /* "input" is absent from cards written before text pairs: the defaults */
+    if ((t = json_object_get(root, "input")) && !json_is_object(t)) {
         (void)FAIL("input: must be an object");
         goto out;
     }

@@ -99,8 +99,9 @@ if(GANTRY_PYTHON3)
     set_tests_properties(spam_data_test PROPERTIES TIMEOUT 120)
 endif()
 
-# The worker's encoding beside Hugging Face tokenizers' on the same vocab (hack/hf_tokenizer_check.py
-# in the venv of hack/pyenv.sh hf; skipped, 77, when it cannot be built).
+# The worker's encoding beside Hugging Face tokenizers' on the same vocab
+# (hack/hf_tokenizer_check.py in the venv of hack/pyenv.sh hf; skipped, 77, when it cannot be
+# built).
 add_executable(encode_tool ${CMAKE_CURRENT_LIST_DIR}/encode_tool.c)
 target_link_libraries(encode_tool PRIVATE gantry_data)
 add_test(NAME hf_tokenizer_test

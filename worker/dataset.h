@@ -105,7 +105,8 @@ void dataset_init(struct dataset *ds);
 void dataset_cleanup(struct dataset *ds);
 
 /* Reads path (a file, or a pattern's files) and appends its examples to ds, mapping labels
- * through labels (added unless frozen). 0 on success (malformed lines skipped and counted in ds->n_malformed); -1 with
+ * through labels (added unless frozen). 0 on success (malformed lines skipped and counted in
+ * ds->n_malformed); -1 with
  * "path:line: why" (or "path: why" for I/O errors) in err when the file cannot be read or, in
  * strict mode, on the first malformed line. On failure ds keeps what was read before. */
 int dataset_load(struct dataset *ds, const char *path, const struct dataset_opts *o,

@@ -6,8 +6,8 @@
  * and text pairs; the rest is one line of any bytes.
  * Checks invariants the reader relies on: success means a NUL-terminated text (and, for pairs,
  * pair) of the stated length and a label within DATASET_MAX_LABEL_BYTES, non-empty unless
- * optional; failure means a non-empty reason and nothing allocated. Built with clang -fsanitize=fuzzer,address,undefined
- * (data.cmake) and as a plain replay executable (replay_fuzz.c) that ctest runs on the seeds.
+ * optional; failure means a non-empty reason and nothing allocated. Built with clang
+ * -fsanitize=fuzzer,address,undefined (data.cmake) and as a plain replay executable (replay_fuzz.c) that ctest runs on the seeds.
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -142,8 +142,8 @@ static void test_parse_pairs(void)
     TEST_EQ_STR(g.pair, "Someone");
     TEST_EQ_INT(g.pair_len, 7);
     TEST_EQ_STR(g.label, "entailment");
-    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"premise\": \"a\", \"hypothesis\": \"\", \"label\": 0}"),
-                0);
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o,
+                        "{\"premise\": \"a\", \"hypothesis\": \"\", \"label\": 0}"), 0);
     TEST_EQ_STR(g.pair, "");
     TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"premise\": \"a\", \"label\": 0}"), -1);
     TEST_EQ_STR(g_why, "missing field \"hypothesis\" (the pair's second text)");
@@ -474,6 +474,34 @@ static void test_encode_pairs(void)
     vocab_free(v);
 }
 
+/* A vocab built from text pairs counts the words of both texts. */
+static void test_count_pair_words(void)
+{
+    struct dataset_opts o;
+    struct dataset ds;
+    struct label_map m;
+    struct vocab_builder *b = vocab_builder_new();
+    struct vocab *v;
+    char err[256];
+    static const char data[] =
+        "{\"text\": \"alpha\", \"text_pair\": \"omega\", \"label\": \"x\"}\n";
+    const char *p = write_tmp("pw.jsonl", data, sizeof(data) - 1);
+
+    dataset_opts_default(&o);
+    o.pair_field = "text_pair";
+    label_map_init(&m);
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, p, &o, &m, err, sizeof(err)), 0);
+    dataset_count_words(&ds, NULL, b);
+    v = vocab_builder_build(b, 1, 0);
+    TEST_CHECK(vocab_find(v, "alpha", 5) >= 0);
+    TEST_CHECK(vocab_find(v, "omega", 5) >= 0); /* the pair's word */
+    vocab_free(v);
+    vocab_builder_free(b);
+    dataset_cleanup(&ds);
+    label_map_cleanup(&m);
+}
+
 /* Writes content gzip-compressed to tmpdir/name (whole, or its first keep bytes when keep > 0:
  * a truncated file). Returns the path. */
 static const char *write_gz(const char *name, const char *content, size_t keep)
@@ -685,6 +713,7 @@ int main(void)
     TEST_RUN(test_fixtures);
     TEST_RUN(test_encode);
     TEST_RUN(test_encode_pairs);
+    TEST_RUN(test_count_pair_words);
     TEST_RUN(test_load_gz_and_patterns);
     TEST_RUN(test_load_csv);
     TEST_RUN(test_split);

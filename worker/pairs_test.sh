@@ -155,7 +155,11 @@ st, got = post({"instances": [rows[0]["premise"]]})
 assert st == 400 and "instances[0]: the model classifies text pairs" in got["error"], (st, got)
 st, got = post({"instances": [{"premise": "a"}]})
 assert st == 400 and '"hypothesis"' in got["error"], (st, got)
-print("ok   --serve: pairs as arrays and objects, the file's predictions; a lone text is a 400")
+with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models/nli", timeout=30) as r:
+    info = json.load(r)
+assert info["inputs"] == {"text": "premise", "textPair": "hypothesis"}, info
+print("ok   --serve: pairs as arrays and objects, the file's predictions; a lone text is a 400; "
+      "/v1/models/nli names the two fields")
 PY
 kill "$srv"; wait "$srv" 2>/dev/null || true; srv=
 

@@ -8,7 +8,9 @@
  *   POST /v1/models/NAME:predict (or /predict)  {"instances": ["text", {"text": "..."}, ...],
  *                                                "top_k": K}
  *        -> 200 {"model": NAME, "predictions": [{"label", "score", "top"?}, ...]}
- *   GET  /v1/models/NAME  -> {"name", "ready": true, "step", "labels"}   GET /healthz, /metrics
+ *   GET  /v1/models/NAME  -> {"name", "ready": true, "step", "labels", "inputs"}
+ *        ("inputs": the instance fields, {"text": ...} or {"text": ..., "textPair": ...})
+ *   GET /healthz, /metrics
  * Refusals are {"error": why}: 400 (malformed, naming the field), 404, 405, 413 (over
  * SERVE_MAX_BODY bytes, SERVE_MAX_INSTANCES documents, 16 JSON values a document, or a reply
  * that would pass SERVE_MAX_REPLY bytes: judged before the model runs), 503 (SERVE_MAX_WAITING
@@ -237,14 +239,17 @@ static unsigned serve_predict(struct server *sv, const char *req, size_t n, stru
     return status;
 }
 
-/* GET /v1/models/NAME: the model's name, readiness, step and labels. */
+/* GET /v1/models/NAME: the model's name, readiness, step, labels and the fields an instance
+ * object takes (a text pair model's two). */
 static unsigned model_info(const struct server *sv, struct buf *body)
 {
-    json_t *labels = json_array();
+    json_t *labels = json_array(), *inputs = json_pack("{s:s}", "text", sv->p->o.text_field);
     for (int i = 0; i < sv->p->K; i++)
         json_array_append_new(labels, json_string(sv->p->names[i]));
-    json_t *j = json_pack("{s:s, s:b, s:I, s:o}", "name", sv->name, "ready", 1, "step",
-                          (json_int_t)sv->p->step, "labels", labels);
+    if (sv->p->o.pair_field)
+        json_object_set_new(inputs, "textPair", json_string(sv->p->o.pair_field));
+    json_t *j = json_pack("{s:s, s:b, s:I, s:o, s:o}", "name", sv->name, "ready", 1, "step",
+                          (json_int_t)sv->p->step, "labels", labels, "inputs", inputs);
     char *t = json_dumps(j, JSON_COMPACT);
     int e = !t || buf_puts(body, t) || buf_puts(body, "\n");
     free(t);
