@@ -182,7 +182,11 @@ int tj_nproc(const struct tj *tj)
  * the others, when absent, take the worker's own default.
  * ------------------------------------------------------------------------------------------- */
 
-enum fkind { FK_INT, FK_NUM, FK_BOOL, FK_STR, FK_ENUM, FK_WEIGHTS /* {label: number} */ };
+enum fkind {
+    FK_INT, FK_NUM, FK_BOOL, FK_STR, FK_ENUM,
+    FK_WEIGHTS, /* {label: number} */
+    FK_NAMES    /* [distinct non-empty names], min..max of them */
+};
 
 struct train_field {
     const char *path; /* "epochs", "model.hidden", "data.train" */
@@ -215,6 +219,7 @@ static const struct train_field train_fields[] = {
     {"data.textField", FK_STR, 0, 0, NULL, NULL},
     {"data.textPairField", FK_STR, 0, 0, NULL, NULL},
     {"data.labelField", FK_STR, 0, 0, NULL, NULL},
+    {"data.labelNames", FK_NAMES, 2, 4096, NULL, NULL},
     {"initFrom", FK_STR, 0, 0, NULL, NULL},
     {"epochs", FK_INT, 1, 1000000, NULL, "3"},
     {"maxSteps", FK_INT, 0, TJ_2_30, NULL, NULL},
@@ -253,6 +258,7 @@ static const struct train_field train_fields[] = {
 #define NTRAIN (sizeof(train_fields) / sizeof(train_fields[0]))
 #define TJ_TRAIN_STR_MAX 1023 /* the worker's CFG_MAX_PATH - 1 */
 #define TJ_FIELD_NAME_MAX 63   /* data.*Field: the worker's 64-byte names */
+#define TJ_NAMES_MAX 16383     /* data.labelNames as JSON: the worker's CFG_MAX_LABEL_NAMES - 1 */
 #define TJ_WEIGHTS_MAX 8191   /* the worker's CFG_MAX_CLASS_WEIGHTS - 1: bytes as compact JSON */
 
 static bool in_choices(const char *choices, const char *v)
@@ -307,6 +313,36 @@ static void check_field(const struct train_field *f, const json_t *v, struct err
         if (!json_is_boolean(v))
             errf(e, "spec.training.%s: must be true or false", f->path);
         break;
+    case FK_NAMES: {
+        const json_t *n;
+        size_t k, j;
+        char *text;
+
+        if (!json_is_array(v) || json_array_size(v) < (size_t)f->min ||
+            json_array_size(v) > (size_t)f->max) {
+            errf(e, "spec.training.%s: must be a list of %g to %g class names", f->path, f->min,
+                 f->max);
+            break;
+        }
+        json_array_foreach(v, k, n) {
+            bool dup = false;
+            for (j = 0; j < k; j++)
+                dup |= json_equal(n, json_array_get(v, j));
+            if (!json_is_string(n) || json_string_length(n) == 0 ||
+                json_string_length(n) > 256)
+                errf(e, "spec.training.%s[%zu]: must be a non-empty string of at most 256 "
+                        "characters", f->path, k);
+            else if (dup)
+                errf(e, "spec.training.%s[%zu]: \"%.64s\" is listed twice", f->path, k,
+                     json_string_value(n));
+        }
+        text = json_dumps(v, JSON_COMPACT);
+        if (text && strlen(text) > TJ_NAMES_MAX)
+            errf(e, "spec.training.%s: at most %d bytes as JSON; fewer or shorter names", f->path,
+                 TJ_NAMES_MAX);
+        free(text);
+        break;
+    }
     case FK_WEIGHTS: {
         const char *label;
         json_t *w;

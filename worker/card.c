@@ -33,7 +33,7 @@ char *card_dump(const struct model_card *c)
         json_array_append_new(labels, json_string(label_map_name(&c->labels, i)));
     json_t *j = json_pack(
         "{s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:i}, s:o,"
-        " s:{s:s, s:b, s:b, s:b, s:b, s:b, s:I}, s:{s:s, s:s, s:s}}",
+        " s:{s:s, s:b, s:b, s:b, s:b, s:b, s:I}, s:{s:s, s:s, s:s, s:b}}",
         "format", CARD_FORMAT,
         "model", "type", c->type, "layers", c->layers, "hidden", c->hidden, "heads", c->heads,
         "ffn", c->ffn, "maxSeqLen", c->max_seq_len, "pooling", c->pooling, "buckets", c->buckets,
@@ -42,7 +42,8 @@ char *card_dump(const struct model_card *c)
         "tokenizer", "vocab", c->vocab_file, "lowercase", c->text.lowercase, "stripAccents",
         c->text.strip_accents, "splitCjk", c->text.split_cjk, "splitPunct", c->text.split_punct,
         "clsSep", c->cls_sep, "maxTokens", (json_int_t)c->text.max_tokens,
-        "input", "text", c->text_field, "textPair", c->text_pair_field, "label", c->label_field);
+        "input", "text", c->text_field, "textPair", c->text_pair_field, "label", c->label_field,
+        "labelIndex", c->label_index);
     char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
     if (!s)
@@ -182,6 +183,12 @@ int card_parse(const char *js, size_t n, struct model_card *c, char *err, size_t
                         errlen) ||
               get_field(t, "label", false, c->label_field, sizeof(c->label_field), err, errlen)))
         goto out;
+    const json_t *li = json_object_get(t, "labelIndex");
+    if (li && !json_is_boolean(li)) {
+        (void)FAIL("input.labelIndex: must be true or false");
+        goto out;
+    }
+    c->label_index = json_is_true(li);
     rc = 0;
 out:
     json_decref(root);

@@ -11,9 +11,10 @@
  *    "labels": ["ham", "spam"],                      (class ids in order)
  *    "tokenizer": {"vocab": "vocab.txt", "lowercase": true, "stripAccents": true,
  *                  "splitCjk": true, "splitPunct": true, "clsSep": true, "maxTokens": 256},
- *    "input": {"text": "text", "textPair": "", "label": "label"}}
+ *    "input": {"text": "text", "textPair": "", "label": "label", "labelIndex": false}}
  *                                    (the JSONL fields it was trained on; textPair "" = single
- *                                     texts, else text pairs: dataset.h)
+ *                                     texts, else text pairs: dataset.h; labelIndex: integer
+ *                                     labels index "labels", data.labelNames)
  *
  * Field names follow the TrainingJob's (training.model). card_parse() treats the file as
  * untrusted: wrong types, out-of-range numbers, duplicate or empty labels are errors naming the
@@ -41,6 +42,7 @@ struct model_card {
     bool cls_sep;
     char vocab_file[128];  /* the side file holding the vocab */
     char text_field[64], text_pair_field[64], label_field[64]; /* "input"; pair "" = single */
+    bool label_index; /* "input.labelIndex": an integer label i in the data is labels[i] */
     struct label_map labels;
 };
 

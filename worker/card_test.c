@@ -17,6 +17,7 @@ static void fill(struct model_card *c)
     c->text.max_tokens = 96, c->text.strip_accents = false;
     snprintf(c->text_field, sizeof(c->text_field), "premise");
     snprintf(c->text_pair_field, sizeof(c->text_pair_field), "hypothesis");
+    c->label_index = true;
     label_map_add(&c->labels, "ham", 3);
     label_map_add(&c->labels, "spam", 4);
     label_map_add(&c->labels, "\xc3\xa9t\xc3\xa9", 5); /* UTF-8 label */
@@ -51,6 +52,7 @@ static void test_roundtrip(void)
     TEST_EQ_STR(b.text_field, "premise");
     TEST_EQ_STR(b.text_pair_field, "hypothesis");
     TEST_EQ_STR(b.label_field, "label");
+    TEST_CHECK(b.label_index);
     free(js);
     card_cleanup(&a);
     card_cleanup(&b);
@@ -73,6 +75,7 @@ static void test_no_input(void)
     TEST_EQ_STR(b.text_field, "text");
     TEST_EQ_STR(b.text_pair_field, "");
     TEST_EQ_STR(b.label_field, "label");
+    TEST_CHECK(!b.label_index);
     free(js);
     card_cleanup(&a);
     card_cleanup(&b);
@@ -102,6 +105,7 @@ static void test_refused(void)
         {"\"hypothesis\"", "[]", "input.textPair"},
         {"\"label\": \"label\"", "\"label\": 3", "input.label"},
         {"\"input\": {", "\"input\": 1, \"x\": {", "input"},
+        {"\"labelIndex\": true", "\"labelIndex\": 1", "input.labelIndex"},
         {"\"format\"", "\"format\": 1, \"format\"", "JSON"}, /* duplicate key */
         {"{", "[", "JSON"},
     };

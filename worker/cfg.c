@@ -11,11 +11,14 @@
 #include <unistd.h>
 
 #include "kernels/gpu.h" /* ATTENTION_FUSED_MAX_HS */
+#include "worker/dataset.h" /* DATASET_MAX_LABELS, DATASET_MAX_LABEL_BYTES */
 #include "worker/train_plan.h"
 
 /* F_WEIGHTS: a map label -> weight, stored as compact JSON text ("" = none); from JSON an
  * object, from env and flags the same JSON or "label=weight,label=weight". */
-enum ftype { F_STR, F_INT, F_I64, F_DBL, F_BOOL, F_ENUM, F_WEIGHTS };
+/* F_NAMES: a list of distinct names, stored as a compact JSON array ("" = none); from JSON an
+ * array, from env and flags the same JSON or "a,b,c". */
+enum ftype { F_STR, F_INT, F_I64, F_DBL, F_BOOL, F_ENUM, F_WEIGHTS, F_NAMES };
 
 struct field {
     const char *path; /* JSON path inside the training object */
@@ -61,6 +64,10 @@ static const struct field fields[] = {
      "answer), encoded as [CLS] text [SEP] pair [SEP], both cut the way Hugging Face's "
      "longest_first cuts; TSV files are then text<TAB>pair<TAB>label; empty = single texts"},
     {"data.labelField", F_STR, S(label_field), 0, 0, NULL, "JSONL: the field holding the label"},
+    {"data.labelNames", F_NAMES, S(label_names), 2, DATASET_MAX_LABELS, NULL,
+     "the classes, in order (Hugging Face's id2label): the data's labels are these names or "
+     "their indexes (0, 1, ...: a ClassLabel column exported as integers), and the model's "
+     "class ids follow this order; empty = the labels the training data has, sorted"},
     {"initFrom", F_STR, S(init_from), 0, 0, NULL,
      "start from a trained model: a checkpoint's step directory, or a job's checkpoint.dir (its "
      "newest); its model settings, vocab and weights replace model.* and data.vocab, its "
@@ -277,6 +284,80 @@ static int set_weights(struct cfg *c, const struct field *f, const json_t *obj, 
     return 0;
 }
 
+/* Checks a list of names (2..f->max distinct, non-empty, at most DATASET_MAX_LABEL_BYTES) and
+ * stores it compact in f's slot. 0, or -1 with a message. */
+static int set_names(struct cfg *c, const struct field *f, const json_t *arr, const char *src,
+                     char *err, size_t errlen)
+{
+    char hint[256];
+    const json_t *v;
+    size_t i, j;
+
+    forms(f, hint, sizeof(hint));
+    if (!json_is_array(arr) || json_array_size(arr) < (size_t)f->min ||
+        json_array_size(arr) > (size_t)f->max) {
+        snprintf(err, errlen, "%s%s (from %s): expected a list of %g to %g class names, e.g. "
+                 "[\"entailment\", \"neutral\", \"contradiction\"] (%s)", section(f->path),
+                 f->path, src, f->min, f->max, hint);
+        return -1;
+    }
+    json_array_foreach(arr, i, v) {
+        const char *s = json_string_value(v);
+        bool dup = false;
+        for (j = 0; j < i && s; j++)
+            dup |= json_equal(v, json_array_get(arr, j));
+        if (!s || !*s || json_string_length(v) > DATASET_MAX_LABEL_BYTES ||
+            strlen(s) != json_string_length(v) || dup) {
+            snprintf(err, errlen, "%s%s[%zu] (from %s): %s (%s)", section(f->path), f->path, i,
+                     src, dup ? "a name listed twice" : "must be a non-empty string of at most "
+                     "256 bytes", hint);
+            return -1;
+        }
+    }
+    char *text = json_dumps(arr, JSON_COMPACT);
+    if (!text || strlen(text) >= f->size) {
+        snprintf(err, errlen, "%s%s (from %s): longer than %zu bytes as JSON (%s)",
+                 section(f->path), f->path, src, f->size - 1, hint);
+        free(text);
+        return -1;
+    }
+    snprintf(slot(c, f), f->size, "%s", text);
+    free(text);
+    return 0;
+}
+
+/* F_NAMES from text: the JSON array, or a,b,c. */
+static int set_names_text(struct cfg *c, const struct field *f, const char *v, const char *src,
+                          char *err, size_t errlen)
+{
+    json_t *arr;
+    int rc;
+    while (isspace((unsigned char)*v))
+        v++;
+    if (*v == '[') {
+        json_error_t je;
+        if (!(arr = json_loads(v, 0, &je))) {
+            snprintf(err, errlen, "%s%s (from %s): bad JSON at column %d: %s", section(f->path),
+                     f->path, src, je.column, je.text);
+            return -1;
+        }
+    } else {
+        arr = json_array();
+        for (const char *p = v;;) {
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            json_t *s = json_stringn(p, len); /* NULL: not UTF-8 */
+            json_array_append_new(arr, s ? s : json_null());
+            if (!comma)
+                break;
+            p = comma + 1;
+        }
+    }
+    rc = set_names(c, f, arr, src, err, errlen);
+    json_decref(arr);
+    return rc;
+}
+
 /* F_WEIGHTS from text: the JSON object, or label=weight[,label=weight...] (the last '=' of an
  * item splits it, so labels may contain '='; a label with ',' needs the JSON form). */
 static int set_weights_text(struct cfg *c, const struct field *f, const char *v, const char *src,
@@ -390,6 +471,8 @@ static int set_from_string(struct cfg *c, const struct field *f, const char *v, 
     }
     case F_WEIGHTS:
         return set_weights_text(c, f, v, src, err, errlen);
+    case F_NAMES:
+        return set_names_text(c, f, v, src, err, errlen);
     }
 bad:
     snprintf(err, errlen, "%s%s: \"%.64s\" (from %s) is not a valid %s (%s)",
@@ -408,6 +491,8 @@ static int set_from_json(struct cfg *c, const struct field *f, const json_t *v, 
     char buf[64];
     if (f->type == F_WEIGHTS && !json_is_string(v))
         return set_weights(c, f, v, src, err, errlen);
+    if (f->type == F_NAMES && !json_is_string(v))
+        return set_names(c, f, v, src, err, errlen);
     if (json_is_string(v))
         return set_from_string(c, f, json_string_value(v), src, err, errlen);
     if (json_is_boolean(v) && f->type == F_BOOL)
@@ -674,6 +759,7 @@ static void value_text(const struct cfg *c, const struct field *f, char *out, si
         snprintf(out, n, "%s", *(const bool *)cslot(c, f) ? "true" : "false");
         break;
     case F_WEIGHTS:
+    case F_NAMES:
         snprintf(out, n, "%s", *(const char *)cslot(c, f) ? (const char *)cslot(c, f) : "none");
         break;
     default:
@@ -704,6 +790,7 @@ void cfg_usage(FILE *f, const char *prog)
                  : fields[i].type == F_BOOL ? "true|false"
                  : fields[i].type == F_STR  ? (strstr(fields[i].path, "Field") ? "NAME" : "PATH")
                  : fields[i].type == F_WEIGHTS ? "LABEL=W,..."
+                 : fields[i].type == F_NAMES   ? "NAME,NAME,..."
                                             : "N");
         fprintf(f, "  %-33s %s (default %s)\n  %-33s   %s, JSON %s\n", left, fields[i].help, def,
                 "", en, fields[i].path);
@@ -738,6 +825,10 @@ json_t *cfg_to_json(const struct cfg *c)
         case F_WEIGHTS:
             v = *(const char *)cslot(c, f) ? json_loads(cslot(c, f), 0, NULL) : NULL;
             v = v ? v : json_object();
+            break;
+        case F_NAMES:
+            v = *(const char *)cslot(c, f) ? json_loads(cslot(c, f), 0, NULL) : NULL;
+            v = v ? v : json_array();
             break;
         case F_DBL:
             v = json_real(num(c, f));

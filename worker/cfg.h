@@ -28,6 +28,7 @@
 #define CFG_DEFAULT_FILE "/etc/gantry/config.json"
 #define CFG_MAX_FILE (1 << 20) /* bytes of config JSON accepted */
 #define CFG_MAX_CLASS_WEIGHTS 8192 /* bytes of classWeights as compact JSON */
+#define CFG_MAX_LABEL_NAMES 16384  /* bytes of data.labelNames as compact JSON */
 #define CFG_MAX_CLASS_WEIGHT 1e6   /* the largest weight accepted */
 
 #define CFG_OK 0
@@ -49,6 +50,9 @@ struct cfg {
     bool strict, cls_sep;
     char text_field[64], label_field[64]; /* JSONL field names */
     char text_pair_field[64];             /* "" = single texts; else text pairs (dataset.h) */
+    /* data.labelNames: the classes in order, compact JSON ["a","b"] ("" = from the data, sorted);
+     * an integer label i in the data is the i-th (Hugging Face's ClassLabel ids) */
+    char label_names[CFG_MAX_LABEL_NAMES];
     char init_from[CFG_MAX_PATH]; /* a checkpoint (step or job dir) to start from; "" = none */
     /* optimisation */
     int epochs, max_steps, batch_size, eval_batch_size, grad_accum_steps;

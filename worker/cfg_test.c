@@ -348,6 +348,34 @@ static void test_eval_interval(void)
         if (!strstr(err, bad_cw[i][1]))
             fprintf(stderr, "  %s -> %s\n", bad_cw[i][0], err);
     }
+    /* data.labelNames: a list in JSON; JSON or a,b,c from env and flags; 2+ distinct names */
+    TEST_EQ_STR(c.label_names, "");
+    write_config("{\"training\": {\"data\": {\"train\": \"t\", \"labelNames\": [\"entailment\", "
+                 "\"neutral\", \"contradiction\"]}}}");
+    TEST_EQ_INT(cfg_load(&c, 3, (char **)cwf, NULL, err, sizeof(err)), CFG_OK);
+    TEST_EQ_STR(c.label_names, "[\"entailment\",\"neutral\",\"contradiction\"]");
+    back = cfg_to_json(&c);
+    TEST_EQ_INT(json_array_size(json_object_get(json_object_get(back, "data"), "labelNames")), 3);
+    json_decref(back);
+    const char *lnf[] = {"w", "--data-train", "t", "--data-label-names", "neg,pos"};
+    TEST_EQ_INT(cfg_load(&c, 5, (char **)lnf, NULL, err, sizeof(err)), CFG_OK);
+    TEST_EQ_STR(c.label_names, "[\"neg\",\"pos\"]");
+    const char *bad_ln[][2] = {
+        {"neg", "training.data.labelNames (from --data-label-names): expected a list of 2 to"},
+        {"neg,,pos", "training.data.labelNames[1] (from --data-label-names): must be a non-empty"},
+        {"a,b,a", "training.data.labelNames[2] (from --data-label-names): a name listed twice"},
+        {"[\"a\", 1]", "training.data.labelNames[1] (from --data-label-names): must be a"},
+        {"[\"a\"", "training.data.labelNames (from --data-label-names): bad JSON"},
+    };
+    for (size_t i = 0; i < sizeof(bad_ln) / sizeof(bad_ln[0]); i++) {
+        const char *a[] = {"w", "--data-train", "t", "--data-label-names", bad_ln[i][0]};
+        TEST_EQ_INT(cfg_load(&c, 5, (char **)a, NULL, err, sizeof(err)), CFG_EBAD);
+        TEST_CHECK(strstr(err, bad_ln[i][1]) != NULL);
+        if (!strstr(err, bad_ln[i][1]))
+            fprintf(stderr, "  %s -> %s\n", bad_ln[i][0], err);
+    }
+    expect_bad("{\"data\": {\"train\": \"t\", \"labelNames\": {\"a\": 0}}}",
+               "training.data.labelNames (from ");
     /* text from env and flags must be UTF-8: the report and the config hash are JSON */
     const char *latin1[] = {"w", "--data-train", "t\xe9.jsonl"};
     TEST_EQ_INT(cfg_load(&c, 3, (char **)latin1, NULL, err, sizeof(err)), CFG_EBAD);

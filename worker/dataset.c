@@ -49,6 +49,18 @@ int label_map_find(const struct label_map *m, const char *name, size_t len)
     return -1;
 }
 
+int label_map_find_or_index(const struct label_map *m, const char *name, size_t len)
+{
+    int i = label_map_find(m, name, len), k = 0;
+    size_t d = 0;
+
+    if (i >= 0 || len == 0 || len > 4 || (name[0] == '0' && len > 1))
+        return i;
+    for (; d < len && name[d] >= '0' && name[d] <= '9'; d++)
+        k = 10 * k + (name[d] - '0');
+    return d == len && k < m->n ? k : -1;
+}
+
 int label_map_add(struct label_map *m, const char *name, size_t len)
 {
     int i = label_map_find(m, name, len);
@@ -592,10 +604,14 @@ static int handle_line(struct reader *r, const char *line, size_t len, bool over
     if (rc < 0)
         goto bad;
     li = label_map_add(r->labels, dl.label, strlen(dl.label));
+    if (li < 0 && r->o->label_index)
+        li = label_map_find_or_index(r->labels, dl.label, strlen(dl.label));
     if (li < 0) {
         snprintf(why, sizeof(why), "%s label \"%.64s\"%s",
                  r->labels->frozen ? "unknown" : "too many labels, at", dl.label,
-                 r->labels->frozen ? " (not in the training data's label set)" : "");
+                 !r->labels->frozen ? ""
+                 : r->o->label_index ? " (not in data.labelNames, nor the index of one)"
+                                     : " (not in the training data's label set)");
         free(dl.text), free(dl.pair);
         goto bad;
     }

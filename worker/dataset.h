@@ -66,6 +66,9 @@ void label_map_cleanup(struct label_map *m);
 int label_map_add(struct label_map *m, const char *name, size_t len);
 /* Index of name, or -1. */
 int label_map_find(const struct label_map *m, const char *name, size_t len);
+/* Index of name, or, when it is none of m's names but a decimal number below m->n ("0", "2"),
+ * that number; else -1 (data.labelNames: integer class labels). */
+int label_map_find_or_index(const struct label_map *m, const char *name, size_t len);
 /* Borrowed name of index i, or NULL when out of range. */
 const char *label_map_name(const struct label_map *m, int i);
 /* Sorts the names bytewise and writes old->new index mapping to remap[old] (may be NULL). */
@@ -82,6 +85,9 @@ struct dataset_opts {
                                  * == 0), for classifying unlabelled text (gantry-predict) */
     const char *pair_field;     /* non-NULL: examples are text pairs, the second text in this
                                  * JSONL field (TSV: text<TAB>pair<TAB>label) */
+    bool label_index;           /* a label the (frozen) map lacks that is a decimal index i of
+                                 * it is its i-th label: data.labelNames with Hugging Face's
+                                 * integer class labels */
 };
 
 void dataset_opts_default(struct dataset_opts *o);

@@ -211,6 +211,28 @@ static const char mixed[] =
     "{\"text\": \"bad \xff byte\", \"label\": \"ham\"}\n" /* 7 invalid UTF-8 */
     "{\"text\": \"last\", \"label\": \"ham\"}";           /* 8 ok, no final newline */
 
+/* Integer labels index a frozen map (data.labelNames): "0".."n-1" only; names still win. */
+static void test_label_index(void)
+{
+    struct label_map m;
+
+    label_map_init(&m);
+    label_map_add(&m, "entailment", 10);
+    label_map_add(&m, "neutral", 7);
+    label_map_add(&m, "1", 1); /* a name that looks like an index is the name */
+    m.frozen = true;
+    TEST_EQ_INT(label_map_find_or_index(&m, "0", 1), 0);
+    TEST_EQ_INT(label_map_find_or_index(&m, "neutral", 7), 1);
+    TEST_EQ_INT(label_map_find_or_index(&m, "1", 1), 2);
+    TEST_EQ_INT(label_map_find_or_index(&m, "2", 1), 2);
+    TEST_EQ_INT(label_map_find_or_index(&m, "3", 1), -1);
+    TEST_EQ_INT(label_map_find_or_index(&m, "01", 2), -1);
+    TEST_EQ_INT(label_map_find_or_index(&m, "-1", 2), -1);
+    TEST_EQ_INT(label_map_find_or_index(&m, "1x", 2), -1);
+    TEST_EQ_INT(label_map_find_or_index(&m, "", 0), -1);
+    label_map_cleanup(&m);
+}
+
 static void test_load_malformed(void)
 {
     struct dataset ds;
@@ -708,6 +730,7 @@ int main(void)
     TEST_RUN(test_parse_tsv);
     TEST_RUN(test_parse_pairs);
     TEST_RUN(test_label_map);
+    TEST_RUN(test_label_index);
     TEST_RUN(test_load_malformed);
     TEST_RUN(test_load_overlong);
     TEST_RUN(test_fixtures);

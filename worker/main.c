@@ -154,6 +154,16 @@ static int load_data(struct worker *w)
     if (w->have_init) /* tokens as the model learned them */
         w->topts = w->init.card.text;
     w->topts.max_tokens = (size_t)c->max_seq_len; /* words beyond what the model sees */
+    if (c->label_names[0]) { /* the classes in the order given; integer labels index them */
+        json_t *names = json_loads(c->label_names, 0, NULL);
+        const json_t *n;
+        size_t i;
+        json_array_foreach(names, i, n)
+            label_map_add(&w->labels, json_string_value(n), json_string_length(n));
+        json_decref(names);
+        w->labels.frozen = true;
+        dopts.label_index = true;
+    }
     if (dataset_load(&w->train, c->train, &dopts, &w->labels, w->err, sizeof(w->err))) {
         fprintf(stderr, "gantry-worker: training data: %s\n", w->err);
         return DIST_EXIT_DATAERR;
@@ -165,8 +175,10 @@ static int load_data(struct worker *w)
                 c->text_pair_field[0] ? ", " : "", c->text_pair_field, c->label_field);
         return DIST_EXIT_DATAERR;
     }
-    label_map_sort(&w->labels, remap); /* label ids independent of file order */
-    dataset_remap_labels(&w->train, remap);
+    if (!c->label_names[0]) {
+        label_map_sort(&w->labels, remap); /* label ids independent of file order */
+        dataset_remap_labels(&w->train, remap);
+    }
     w->labels.frozen = true;
     if (c->eval[0] && dataset_load(&w->eval, c->eval, &dopts, &w->labels, w->err,
                                    sizeof(w->err))) {
@@ -760,6 +772,7 @@ static void make_card(struct worker *w)
     snprintf(c.text_field, sizeof(c.text_field), "%s", w->cfg.text_field);
     snprintf(c.text_pair_field, sizeof(c.text_pair_field), "%s", w->cfg.text_pair_field);
     snprintf(c.label_field, sizeof(c.label_field), "%s", w->cfg.label_field);
+    c.label_index = w->cfg.label_names[0] != '\0';
     for (int i = 0; i < w->labels.n; i++) {
         const char *name = label_map_name(&w->labels, i);
         label_map_add(&c.labels, name, strlen(name));

@@ -42,6 +42,9 @@ for name, n in (("train", 2000), ("eval", 400)):
         f.writelines(f"{r['premise']}\t{r['hypothesis']}\t{r['label']}\n" for r in rows)
     with open(f"{d}/{name}.txt", "w") as f:
         f.writelines(f"{r['premise']}\t{r['hypothesis']}\n" for r in rows)
+    with open(f"{d}/{name}_int.jsonl", "w") as f:  # a ClassLabel column exported as integers
+        f.writelines(json.dumps({**r, "label": ["different", "same"].index(r["label"])}) + "\n"
+                     for r in rows)
     with open(f"{d}/{name}.csv", "w", newline="") as f:  # every field quoted, CRLF: csv's way
         w = csv.writer(f, quoting=csv.QUOTE_ALL)
         w.writerow(["label", "premise", "hypothesis"])
@@ -70,25 +73,36 @@ check "worker trains on TSV text pairs" 0 "$worker" --config "$tmp/tsv.json"
 config "$tmp/csv.json" "{\"train\": \"$tmp/train.csv\", \"eval\": \"$tmp/eval.csv\", \"minFreq\": 1,
   \"textField\": \"premise\", \"textPairField\": \"hypothesis\"}" "$tmp/r_csv.json" ""
 check "worker trains on CSV text pairs (columns by name)" 0 "$worker" --config "$tmp/csv.json"
+config "$tmp/int.json" "{\"train\": \"$tmp/train_int.jsonl\", \"eval\": \"$tmp/eval_int.jsonl\",
+  \"minFreq\": 1, \"textField\": \"premise\", \"textPairField\": \"hypothesis\",
+  \"labelNames\": [\"different\", \"same\"]}" "$tmp/r_int.json" "$tmp/ck/int"
+check "worker trains on integer labels with data.labelNames" 0 "$worker" --config "$tmp/int.json"
 python3 - "$tmp" <<'PY' || fail=1
 import json, sys
 d = sys.argv[1]
-pairs, first, tsv, csv = (json.load(open(f"{d}/r_{n}.json"))
-                          for n in ("pairs", "first", "tsv", "csv"))
+pairs, first, tsv, csv, ints = (json.load(open(f"{d}/r_{n}.json"))
+                                for n in ("pairs", "first", "tsv", "csv", "int"))
 assert pairs["examples"] == 400 and pairs["accuracy"] >= 0.95, pairs["accuracy"]
 assert first["accuracy"] <= 0.70, first["accuracy"]  # one sentence alone: a coin toss
 assert (tsv["accuracy"], tsv["loss"], tsv["confusion_matrix"]) == \
        (pairs["accuracy"], pairs["loss"], pairs["confusion_matrix"]), (tsv["loss"], pairs["loss"])
 assert (csv["accuracy"], csv["loss"], csv["confusion_matrix"]) == \
        (pairs["accuracy"], pairs["loss"], pairs["confusion_matrix"]), (csv["loss"], pairs["loss"])
+assert (ints["accuracy"], ints["loss"], ints["confusion_matrix"], ints["labels"]) == \
+       (pairs["accuracy"], pairs["loss"], pairs["confusion_matrix"], pairs["labels"]), ints["labels"]
 assert pairs["config"]["data"]["textPairField"] == "hypothesis"
 print(f"ok   pairs: accuracy {pairs['accuracy']:.4f}; the first text alone {first['accuracy']:.4f};"
-      f" TSV and CSV the same model (loss {tsv['loss']:.6f})")
+      f" TSV, CSV and integer labels the same model (loss {tsv['loss']:.6f})")
 PY
 step=$(basename "$(ls -d "$tmp"/ck/pairs/step-*)")
-python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); assert c["input"] == {"text": "premise", "textPair": "hypothesis", "label": "label"}, c["input"]' \
-    "$tmp/ck/pairs/$step/config.json" && echo "ok   the model card names the pair's fields" ||
-    { echo "FAIL model card input: $(cat "$tmp/ck/pairs/$step/config.json")"; fail=1; }
+python3 - "$tmp/ck/pairs/$step/config.json" "$(ls -d "$tmp"/ck/int/step-*)/config.json" <<'PY' || fail=1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["input"] == {"text": "premise", "textPair": "hypothesis", "label": "label",
+                      "labelIndex": False}, a["input"]
+assert b["input"]["labelIndex"] is True and b["labels"] == ["different", "same"], b
+print("ok   the model cards name the pair's fields, and labelIndex with data.labelNames")
+PY
 
 # gantry-predict with the checkpoint alone: the worker's evaluation, from JSONL and TSV.
 compare() { # name, worker report, predict report
@@ -107,6 +121,14 @@ check "predict TSV pairs" 0 "$predict" -m "$tmp/ck/pairs" "$tmp/eval.tsv" --repo
 compare "predict TSV pairs: the worker's evaluation" "$tmp/r_pairs.json" "$tmp/p2.json"
 check "predict CSV pairs" 0 "$predict" -m "$tmp/ck/pairs" "$tmp/eval.csv" --report "$tmp/p3.json"
 compare "predict CSV pairs: the worker's evaluation" "$tmp/r_pairs.json" "$tmp/p3.json"
+# data.labelNames: the model names its classes; integer labels in the input index them
+check "predict integer labels" 0 "$predict" -m "$tmp/ck/int" "$tmp/eval_int.jsonl" --report "$tmp/p4.json"
+compare "predict integer labels: the worker's evaluation" "$tmp/r_pairs.json" "$tmp/p4.json"
+grep -q '"label":"same"' "$tmp/out" && echo "ok   predictions name the classes (labelNames)" ||
+    { echo "FAIL predictions: $(head -2 "$tmp/out")"; fail=1; }
+{ head -n 2 "$tmp/eval_int.jsonl"; head -n 1 "$tmp/eval_int.jsonl" | sed 's/"label": [01]/"label": 7/'; } >"$tmp/seven.jsonl"
+check "predict an integer label past labelNames" 0 "$predict" -m "$tmp/ck/int" "$tmp/seven.jsonl"
+says "label 7 refused" 'seven.jsonl:3: label "7" is not one of the model'"'"'s'
 check "predict plain text<TAB>pair on stdin" 0 "$predict" -m "$tmp/ck/pairs" <"$tmp/eval.txt"
 cmp -s "$tmp/out" "$tmp/pred.jsonl" && echo "ok   plain text pairs: the same predictions" ||
     { echo "FAIL plain text pairs differ from JSONL's"; fail=1; }
@@ -173,6 +195,17 @@ says "fields named" "must name different JSONL fields"
 check "textPairField with maxSeqLen 2" 78 "$worker" --data-train "$tmp/train.jsonl" \
     --data-text-pair-field b --model-max-seq-len 2
 says "maxSeqLen named" "training.model.maxSeqLen: 2 leaves no room for a text pair's"
+check "labelNames in another order than sorted" 0 "$worker" --data-train "$tmp/train.jsonl" \
+    --data-text-field premise --data-label-names same,different --max-steps 2 --threads 1 \
+    --data-eval-fraction 0.1 \
+    --report "$tmp/r_order.json"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["labels"] == ["same", "different"], r["labels"]' \
+    "$tmp/r_order.json" && echo "ok   the class ids follow data.labelNames, not the sorted names" ||
+    { echo "FAIL labelNames order"; fail=1; }
+sed 's/"label": 1/"label": 2/' "$tmp/train_int.jsonl" >"$tmp/two.jsonl"
+check "an integer label past labelNames, strict" 65 "$worker" --data-train "$tmp/two.jsonl" \
+    --data-text-field premise --data-label-names different,same --data-strict true --threads 1
+says "not in labelNames" 'label "2" (not in data.labelNames, nor the index of one)'
 check "JSONL without the pair's field" 65 "$worker" --data-train "$tmp/train.jsonl" \
     --data-text-field premise --data-text-pair-field b --data-strict true --threads 1
 says "line and field named" 'train.jsonl:1: missing field "b" (the pair'"'"'s second text)'

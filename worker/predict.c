@@ -596,7 +596,11 @@ static int run_file(struct pred *p, const char *path)
             continue;
         }
         int32_t li = -1;
-        if (dl.label[0] && (li = label_map_find(&p->card.labels, dl.label, strlen(dl.label))) < 0) {
+        if (dl.label[0] && (li = p->card.label_index
+                                     ? label_map_find_or_index(&p->card.labels, dl.label,
+                                                               strlen(dl.label))
+                                     : label_map_find(&p->card.labels, dl.label,
+                                                      strlen(dl.label))) < 0) {
             li = -2;
             if (++p->unknown_label <= DATASET_MAX_REPORTED)
                 fprintf(stderr, "%s:%ld: label \"%.64s\" is not one of the model's; predicted, "
