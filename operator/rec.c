@@ -502,6 +502,7 @@ static void restart_gang(struct pass *p, const char *reason, const char *msg)
 {
     p->st.restarts += 1;
     p->st.phase = TJ_PHASE_RESTARTING;
+    p->st.unschedulable_since = 0; /* the new gang's pods wait afresh (shrinkAfterSeconds) */
     set_cond(p, COND_RESTARTING, true, reason, msg);
     clear_cond(p, COND_RUNNING, reason, msg);
     event(p, true, "Restarting", "%s", msg);

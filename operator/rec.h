@@ -191,10 +191,12 @@ enum rec_verb { REC_CREATE = 0, REC_UPDATE, REC_DELETE };
 enum rec_kind { REC_POD = 0, REC_SERVICE, REC_CONFIGMAP, REC_SECRET, REC_JOB, REC_WORKLOAD,
                 REC_KUEUE };
 
+#define REC_OBJ_NAME_MAX 254 /* any object's name: a DNS subdomain (253), a Kueue Workload's */
+
 struct rec_action {
     enum rec_verb verb;
     enum rec_kind kind;
-    char name[RENDER_NAME_MAX];
+    char name[REC_OBJ_NAME_MAX];
     char uid[REC_UID_MAX]; /* deletes of pods: precondition, so a replacement is never hit */
     int batch;             /* pod creates: slow-start batch 0, 1, 2, ... */
     json_t *obj;           /* create/update: the object (owned by the result) */

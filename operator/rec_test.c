@@ -152,7 +152,7 @@ static void action_str(const struct rec_action *a, char *out, size_t n)
 
 static void check_actions(const char *file, const struct rec_result *r, const json_t *want)
 {
-    char got[128];
+    char got[REC_OBJ_NAME_MAX + 64];
     bool ok = json_array_size(want) == r->nactions;
 
     for (size_t i = 0; ok && i < r->nactions; i++) {
