@@ -294,6 +294,10 @@ static int set_names(struct cfg *c, const struct field *f, const json_t *arr, co
     size_t i, j;
 
     forms(f, hint, sizeof(hint));
+    if (json_is_array(arr) && json_array_size(arr) == 0) { /* [] is none, as cfg_to_json writes */
+        *(char *)slot(c, f) = '\0';
+        return 0;
+    }
     if (!json_is_array(arr) || json_array_size(arr) < (size_t)f->min ||
         json_array_size(arr) > (size_t)f->max) {
         snprintf(err, errlen, "%s%s (from %s): expected a list of %g to %g class names, e.g. "

@@ -357,6 +357,9 @@ static void test_eval_interval(void)
     back = cfg_to_json(&c);
     TEST_EQ_INT(json_array_size(json_object_get(json_object_get(back, "data"), "labelNames")), 3);
     json_decref(back);
+    write_config("{\"training\": {\"data\": {\"train\": \"t\", \"labelNames\": []}}}");
+    TEST_EQ_INT(cfg_load(&c, 3, (char **)cwf, NULL, err, sizeof(err)), CFG_OK); /* [] is none */
+    TEST_EQ_STR(c.label_names, "");
     const char *lnf[] = {"w", "--data-train", "t", "--data-label-names", "neg,pos"};
     TEST_EQ_INT(cfg_load(&c, 5, (char **)lnf, NULL, err, sizeof(err)), CFG_OK);
     TEST_EQ_STR(c.label_names, "[\"neg\",\"pos\"]");
