@@ -251,6 +251,17 @@ run_sigterm() {
             ok "SIGTERM: the next run resumed from step $at" ||
             bad "SIGTERM: the next run: exits $rc0 $rc1, $(grep -m1 resumed "$tmp/tr.0.err")"
     fi
+    # only rank 1's pod is stopped (pods get SIGTERM one by one, or one is deleted): the ranks
+    # agree on the step through the step's sums, so rank 0 stops after the same step and saves it
+    start_ranks "$tmp/term4" 2 x
+    wait_line "$tmp/x.0.out" '"step":1000,' || bad "sigterm rank 1: no progress line for step 1000"
+    kill -TERM "${rank_pid[1]}"
+    wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+    at=$(sed -n 's/.*rank 0: a peer was asked to stop (its pod is going) at step \([0-9]*\); its checkpoint is saved.*/\1/p' "$tmp/x.0.err")
+    n=$(newest "$tmp/term4")
+    [ "$rc0" = 3 ] && [ "$rc1" = 143 ] && [ -n "$at" ] && [ "$at" = "$n" ] &&
+        ok "SIGTERM to rank 1 only: rank 1 exits 143, rank 0 stops after the same step, saves step-$at, exits 3" ||
+        { bad "SIGTERM to rank 1 only: exits $rc0 $rc1, rank 0 at '${at}', newest step-$n"; tail -n 3 "$tmp"/x.*.err; }
     # checkpoint.saveOnStop false: the last interval checkpoint is the newest
     GANTRY_CHECKPOINT_SAVE_ON_STOP=false start_ranks "$tmp/term3" 2 w
     wait_ckpt "$tmp/term3" 200 || bad "sigterm saveOnStop false: no checkpoint appeared"

@@ -1242,6 +1242,14 @@ int main(int argc, char **argv)
         rc = 128 + g_stop;
         goto out;
     }
+    if (rc == TRAIN_STOPPED) { /* a peer was asked to stop: all ranks stopped after one step */
+        fprintf(stderr, "gantry-worker: rank %d: a peer was asked to stop (its pod is going) at "
+                        "step %ld; %s\n", w.env.rank, tr.steps,
+                w.stop_saved >= 0 ? "its checkpoint is saved: the next run resumes there"
+                                  : "exiting without a new checkpoint");
+        rc = DIST_EXIT_RETRY;
+        goto out;
+    }
     if (rc) {
         rc = dist_exit_code(rc);
         goto out;

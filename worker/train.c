@@ -121,11 +121,15 @@ struct loop {
     struct train_plan plan;
     bool bucketed;
     bool each_layer; /* a bucket ends between two layers: the backward must finish them in turn */
-    float ls[2];    /* [loss sum, examples] of the step: pushed with the first bucket */
+    /* [loss sum, examples, stop votes] of the step: pushed with the first bucket. A rank asked
+     * to stop (SIGTERM) votes 1; every rank stops after the step whose sum says so, so all stop
+     * after the same step, whenever each got its signal (pods are stopped one by one) */
+    float ls[3];
+    float votes; /* the last step's sum of stop votes (the local flag without peers) */
     int queued, rc; /* buckets pushed in this step; the first push error */
 };
 
-/* Pushes [off, off + n) of the n_params + 2 buffer (train_plan.h): the part below n_params from
+/* Pushes [off, off + n) of the n_params + 3 buffer (train_plan.h): the part below n_params from
  * the gradients, the rest from the statistics. */
 static void push_range(struct loop *lp, size_t off, size_t n)
 {
@@ -172,6 +176,7 @@ static int step_grads(struct model *m, const struct train_data *d, const struct 
         m->label_smoothing = o->label_smoothing, m->class_weight = o->class_weight;
         sum += (double)model_forward(m, lp->tok, lp->len, lp->lab, B, T) * B;
         ls[0] = (float)sum, ls[1] = (float)in_step;
+        ls[2] = o->stop && *o->stop ? 1.0f : 0.0f; /* as of the push (the last backward) */
         if (lp->bucketed && mb + (size_t)o->batch >= in_step) { /* the last: buckets final */
             lp->queued = lp->rc = 0;
             model_arm_ready(m, bucket_ready, lp, lp->each_layer);
@@ -180,6 +185,7 @@ static int step_grads(struct model *m, const struct train_data *d, const struct 
     }
     *loss = sum / (double)in_step;
     *red_s = 0.0;
+    lp->votes = ls[2];
     if (!lp->bucketed && !o->reduce)
         return 0;
     double t = now_s();
@@ -187,12 +193,13 @@ static int step_grads(struct model *m, const struct train_data *d, const struct 
         rc = o->reduce_wait(o->bucket_ctx); /* always: the buffers are borrowed until then */
         if (!rc)
             rc = lp->rc;
-    } else if (!(rc = o->reduce(ls, 2, o->reduce_ctx))) { /* after backward: all at once */
+    } else if (!(rc = o->reduce(ls, 3, o->reduce_ctx))) { /* after backward: all at once */
         rc = o->reduce(m->grads, m->n_params, o->reduce_ctx);
     }
     if (rc)
         return rc;
     *loss = (double)ls[0] / (double)ls[1];
+    lp->votes = ls[2];
     float inv = 1.0f / (float)o->world_size;
     for (size_t i = 0; i < m->n_params; i++)
         m->grads[i] *= inv;
@@ -237,7 +244,7 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
     lp.lab = xmallocarray((size_t)o->batch, sizeof(int));
     lp.o = &ow, lp.m = m;
     if (o->reduce_push && o->reduce_wait && o->bucket_bytes > 0) {
-        train_plan_init(&lp.plan, m, o->bucket_bytes);
+        train_plan_init_stats(&lp.plan, m, o->bucket_bytes, 3);
         /* One bucket would leave only when backward ends: nothing to overlap, and handing it to
          * the bucketer's thread costs a wake-up a step (small models, many steps); the reduce
          * hook does the same sums on this thread. */
@@ -249,6 +256,8 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
         if (!lp.bucketed)
             train_plan_cleanup(&lp.plan);
     }
+    /* with peers, a stop is agreed through the step's sums (struct loop's votes) */
+    const bool peers = lp.bucketed || o->reduce != NULL;
     memset(res, 0, sizeof(*res));
     /* Resuming at start_step: the order of each epoch depends only on (seed, epoch), so the
      * epoch and position follow from the step. */
@@ -260,7 +269,7 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
             size_t in_step = ns - start < (size_t)per_step ? ns - start : (size_t)per_step;
             long tokens_before = lp.tokens;
             double loss, red_s;
-            if (o->stop && *o->stop) {
+            if (o->stop && *o->stop && !peers) { /* with peers: votes, after the step */
                 rc = train_stop_save(o, step, saved, epoch, m, opt);
                 goto out;
             }
@@ -303,7 +312,8 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
                     goto out;
                 tlog += es; /* the progress lines' rates are training's */
             }
-            if (o->stop && *o->stop) { /* this step's state, saved by on_stop, if at all */
+            if (peers ? lp.votes > 0.0f : o->stop && *o->stop) { /* this step's state, saved
+                                                                   * by on_stop, if at all */
                 rc = train_stop_save(o, step, saved, epoch, m, opt);
                 goto out;
             }

@@ -8,7 +8,8 @@
 
 #include "common/xalloc.h"
 
-int train_plan_unit_ranges(const struct model *m, int unit, struct train_range *out)
+/* Unit u's ranges, with n_stats statistics floats after the gradients. */
+static int unit_ranges(const struct model *m, int unit, int n_stats, struct train_range *out)
 {
     static const char *const head[] = {"clsw", "clsb", "lnfw", "lnfb"};
     static const char *const layer[] = {"fcprojw", "fcprojb", "fcw", "fcb", "ln2w", "ln2b",
@@ -27,8 +28,13 @@ int train_plan_unit_ranges(const struct model *m, int unit, struct train_range *
         out[n++] = (struct train_range){t->offset + l * per, per};
     }
     if (unit == 0) /* the loss statistics after the gradients: final since the forward */
-        out[n++] = (struct train_range){m->n_params, 2};
+        out[n++] = (struct train_range){m->n_params, (size_t)n_stats};
     return n;
+}
+
+int train_plan_unit_ranges(const struct model *m, int unit, struct train_range *out)
+{
+    return unit_ranges(m, unit, TRAIN_PLAN_STATS, out);
 }
 
 static int by_off(const void *a, const void *b)
@@ -42,7 +48,7 @@ static void add_bucket(struct train_plan *p, const struct model *m, int u0, int 
 {
     int first = *nr, n = first;
     for (int u = u0; u < u1; u++)
-        n += train_plan_unit_ranges(m, u, p->r + n);
+        n += unit_ranges(m, u, p->n_stats, p->r + n);
     qsort(p->r + first, (size_t)(n - first), sizeof(p->r[0]), by_off);
     int w = first;
     for (int i = first; i < n; i++) {
@@ -58,17 +64,24 @@ static void add_bucket(struct train_plan *p, const struct model *m, int u0, int 
 
 void train_plan_init(struct train_plan *p, const struct model *m, size_t bucket_bytes)
 {
+    train_plan_init_stats(p, m, bucket_bytes, TRAIN_PLAN_STATS);
+}
+
+void train_plan_init_stats(struct train_plan *p, const struct model *m, size_t bucket_bytes,
+                           int n_stats)
+{
     const int U = MODEL_UNITS(m->cfg.layers);
     struct train_range r[TRAIN_PLAN_UNIT_RANGES];
     int nr = 0, u0 = 0;
     size_t bytes = 0;
 
     p->nb = 0;
+    p->n_stats = n_stats;
     p->end = xcalloc((size_t)U, sizeof(int));
     p->first = xcalloc((size_t)U + 1, sizeof(int));
     p->r = xcalloc((size_t)U * TRAIN_PLAN_UNIT_RANGES, sizeof(p->r[0]));
     for (int u = 0; u < U; u++) {
-        int k = train_plan_unit_ranges(m, u, r);
+        int k = unit_ranges(m, u, n_stats, r);
         for (int i = 0; i < k; i++)
             bytes += r[i].n * sizeof(float);
         if (u == U - 1 || (bucket_bytes > 0 && bytes >= bucket_bytes)) {

@@ -27,6 +27,7 @@
 
 #define TRAIN_BUCKET_MB 4        /* default bucket size in MiB (config training.gradBucketMB) */
 #define TRAIN_PLAN_UNIT_RANGES 13 /* most ranges one unit has (a layer: 12, the head: 4 + 1) */
+#define TRAIN_PLAN_STATS 2        /* [loss sum, examples] after the gradients */
 
 /* A range of the gradient buffer, in floats. */
 struct train_range {
@@ -37,12 +38,17 @@ struct train_range {
  * r[first[b] .. first[b+1]). */
 struct train_plan {
     int nb;
+    int n_stats; /* statistics floats after the gradients (TRAIN_PLAN_STATS, or the CPU's 3) */
     int *end, *first;
     struct train_range *r;
 };
 
-/* Builds the plan for m (borrowed; only its tensor table is read). train_plan_cleanup() frees. */
+/* Builds the plan for m (borrowed; only its tensor table is read), with TRAIN_PLAN_STATS
+ * statistics floats. train_plan_cleanup() frees. */
 void train_plan_init(struct train_plan *p, const struct model *m, size_t bucket_bytes);
+/* The same with n_stats statistics floats (the CPU loop's 3: a stop vote besides the two). */
+void train_plan_init_stats(struct train_plan *p, const struct model *m, size_t bucket_bytes,
+                           int n_stats);
 void train_plan_cleanup(struct train_plan *p);
 
 /* True when unit `unit` (backward's order) is the last of bucket `next`, the next bucket to hand
