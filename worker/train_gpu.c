@@ -319,6 +319,17 @@ static void flush_stats(struct gloop *lp, const struct train_opts *o, float *nor
     lp->npend = 0;
 }
 
+/* Asked to stop (SIGTERM) at this step boundary? With peers, rank 0 decides when: it stops after
+ * a step every rank finished and saves it, and the others go on until they find it gone (they
+ * then exit with the signal's code, or the 2 s grace ends them). So rank 0 never loses a peer in
+ * the step it would save, whichever rank got its signal first (pods are stopped one by one). The
+ * CPU loop agrees through the step's sums instead; here the statistics stay on the device
+ * between log lines, and a vote would cost a host sync a step. */
+static bool gpu_stop_now(const struct train_opts *o, int W)
+{
+    return o->stop && *o->stop && (W == 1 || o->rank == 0);
+}
+
 /* Asked to stop: the device's parameters and moments after `step` come down first when
  * on_stop will save them (train_stop_save). */
 static int gpu_stop_save(const struct train_opts *o, struct gloop *lp, long step, long saved,
@@ -395,7 +406,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
             size_t in_step = ns - start < (size_t)per_step ? ns - start : (size_t)per_step;
             long tokens_before = lp.tokens;
             double red_s = 0.0, flops_before = flops;
-            if (o->stop && *o->stop) {
+            if (gpu_stop_now(o, W)) {
                 rc = gpu_stop_save(o, &lp, step, saved, epoch, m, opt);
                 goto out;
             }
@@ -466,7 +477,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                     goto out;
                 tlog += es; /* the progress lines' rates are training's */
             }
-            if (o->stop && *o->stop) { /* this step's state, saved by on_stop, if at all */
+            if (gpu_stop_now(o, W)) { /* this step's state, saved by on_stop, if at all */
                 rc = gpu_stop_save(o, &lp, step, saved, epoch, m, opt);
                 goto out;
             }
