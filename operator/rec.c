@@ -592,6 +592,7 @@ static bool lost(struct pass *p)
     if (i == tj->replicas)
         return false;
     if (pod && pod->disrupted) {
+        char rt[160];
         int rule;
         switch (pod_action(tj, pod, &rule)) {
         case TJ_FP_FAIL_JOB:
@@ -603,17 +604,12 @@ static bool lost(struct pass *p)
             else
                 restart_ignored(p, pod, rule);
             return true;
-        case TJ_FP_COUNT: /* a rule counts disruptions: as any deleted worker */
+        case TJ_FP_COUNT: /* a rule counts disruptions: as any deleted worker, named so */
+            rule_text(tj, rule, rt, sizeof(rt));
+            snprintf(name, sizeof(name), "%s (disrupted: %s; %s counts it)", pod->name,
+                     pod->disruption[0] ? pod->disruption : "no reason given", rt);
             break;
         }
-    }
-    if (pod && pod->disrupted) {
-        char rt[160];
-        int rule;
-        pod_action(tj, pod, &rule);
-        rule_text(tj, rule, rt, sizeof(rt));
-        snprintf(name, sizeof(name), "%s (disrupted: %s; %s counts it)", pod->name,
-                 pod->disruption[0] ? pod->disruption : "no reason given", rt);
     } else if (pod)
         snprintf(name, sizeof(name), "%s", pod->name);
     else
