@@ -23,6 +23,24 @@ void crossentropy_forward_cpu(float *losses, float *probs, const float *logits, 
 void crossentropy_backward_cpu(float *dlogits, const float *probs, const int *labels,
                                float smoothing, const float *weights, float scale, int B, int K);
 
+/*
+ * Sigmoid binary cross-entropy over K independent classes (multi-label classification; PyTorch's
+ * BCEWithLogitsLoss, mean reduction): targets (B, words) are bit sets, bit k % 32 of word k / 32
+ * of row b set when class k applies to example b (words >= ceil(K / 32)). The forward writes
+ * probs (B,K) = sigmoid(logits) and losses (B) = mean over k of
+ *   max(z, 0) - z y + log(1 + exp(-|z|))
+ * (finite for any z). The backward accumulates dlogits += (probs - y) * scale / K.
+ */
+void bce_forward_cpu(float *losses, float *probs, const float *logits, const int *targets,
+                     int words, int B, int K);
+void bce_backward_cpu(float *dlogits, const float *probs, const int *targets, int words,
+                      float scale, int B, int K);
+/* Whether class k is set in a row of bit-set targets. */
+static inline int bce_target(const int *row, int k)
+{
+    return (int)(((unsigned)row[k >> 5] >> (k & 31)) & 1u);
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -40,3 +40,30 @@ void crossentropy_backward_cpu(float *dlogits, const float *probs, const int *la
         }
     }
 }
+
+void bce_forward_cpu(float *losses, float *probs, const float *logits, const int *targets,
+                     int words, int B, int K)
+{
+    for (int b = 0; b < B; b++) {
+        const float *z = logits + (size_t)b * K;
+        const int *y = targets + (size_t)b * words;
+        double s = 0.0;
+        for (int k = 0; k < K; k++) {
+            float e = expf(-fabsf(z[k])); /* in (0, 1]: no overflow either way */
+            probs[(size_t)b * K + k] = z[k] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+            s += (double)(fmaxf(z[k], 0.0f) - (bce_target(y, k) ? z[k] : 0.0f) + log1pf(e));
+        }
+        losses[b] = (float)(s / K);
+    }
+}
+
+void bce_backward_cpu(float *dlogits, const float *probs, const int *targets, int words,
+                      float scale, int B, int K)
+{
+    float s = scale / (float)K;
+    for (int b = 0; b < B; b++) {
+        const int *y = targets + (size_t)b * words;
+        for (int k = 0; k < K; k++)
+            dlogits[(size_t)b * K + k] += (probs[(size_t)b * K + k] - (float)bce_target(y, k)) * s;
+    }
+}

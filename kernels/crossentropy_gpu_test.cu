@@ -34,9 +34,40 @@ static void check(int B, int K, float scale_logits, uint64_t seed, float smoothi
     free(labels), free(logits), free(probs), free(losses), free(dlogits);
 }
 
+// Multi-label BCE against the CPU: bit-set targets of ceil(K / 32) words, K of 1 to 2000.
+static void check_bce(int B, int K, float scale_logits, uint64_t seed)
+{
+    uint64_t s = seed;
+    int words = (K + 31) / 32;
+    size_t n = (size_t)B * K;
+    int *y = (int *)malloc(sizeof(int) * (size_t)B * words);
+    for (int i = 0; i < B * words; i++)
+        y[i] = (int)((unsigned)gt_rand(&s, 0, 65536.0f) * 65537u);
+    float *logits = gt_randv(n, &s, -scale_logits, scale_logits), *probs = gt_randv(n, &s, 0, 1);
+    float *losses = gt_randv(B, &s, 0, 1), *dlogits = gt_randv(n, &s, -1, 1);
+    int *d_y = GT_UPI(y, (size_t)B * words);
+    float *d_logits = GT_UPF(logits, n), *d_probs = GT_UPF(probs, n), *d_losses = GT_UPF(losses, B);
+    float *d_dlogits = GT_UPF(dlogits, n);
+
+    printf("bce B=%d K=%d logits in +-%g\n", B, K, (double)scale_logits);
+    bce_forward_cpu(losses, probs, logits, y, words, B, K);
+    bce_forward(d_losses, d_probs, d_logits, d_y, words, B, K, 0);
+    gt_compare("bce losses", d_losses, losses, B, GT_F32_ATOL, GT_F32_RTOL);
+    gt_compare("bce probs", d_probs, probs, n, 1e-7, GT_F32_RTOL);
+    bce_backward_cpu(dlogits, probs, y, words, 1.0f / B, B, K);
+    bce_backward(d_dlogits, d_probs, d_y, words, 1.0f / B, B, K, 0);
+    gt_compare("bce dlogits", d_dlogits, dlogits, n, GT_F32_ATOL, GT_F32_RTOL);
+    cudaFree(d_y), cudaFree(d_logits), cudaFree(d_probs), cudaFree(d_losses), cudaFree(d_dlogits);
+    free(y), free(logits), free(probs), free(losses), free(dlogits);
+}
+
 int main(void)
 {
     gt_require_device("crossentropy_gpu_test");
+    check_bce(64, 1, 4, 11);
+    check_bce(32, 6, 4, 12);
+    check_bce(16, 37, 8, 13);
+    check_bce(8, 2000, 80, 14);
     check(64, 2, 4, 1, 0.0f, 0);
     check(8, 50257, 8, 2, 0.0f, 0);
     check(16, 1000, 80, 3, 0.0f, 0); /* exp would overflow without the max shift */

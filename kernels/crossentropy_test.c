@@ -79,8 +79,65 @@ static void test_backward_matches_finite_differences(void)
     backward_check(0.2f, w);
 }
 
+/* Multi-label BCE. PyTorch: F.binary_cross_entropy_with_logits(torch.tensor([[1., -2., 3.]]),
+ * torch.tensor([[1., 0., 0.]])) = 1.16292568 (mean of 0.31326169, 0.12692801, 3.04858735). */
+static void test_bce_known_values(void)
+{
+    float z[3] = {1, -2, 3}, p[3], l;
+    int y = 1; /* class 0 */
+    bce_forward_cpu(&l, p, z, &y, 1, 1, 3);
+    TEST_NEAR(l, 1.16292568, 1e-6);
+    TEST_NEAR(p[0], 0.73105858, 1e-6);
+    TEST_NEAR(p[1], 0.11920292, 1e-6);
+    float big[2] = {1000.0f, -1000.0f};
+    y = 2; /* class 1 only: both wrong by 1000 */
+    bce_forward_cpu(&l, p, big, &y, 1, 1, 2);
+    TEST_NEAR(l, 1000.0, 1e-3);
+    TEST_CHECK(p[0] == 1.0f && p[1] == 0.0f);
+    /* a class past the first word: K = 40, class 35 set, logits 0: loss log 2 */
+    float zero[40] = {0}, p40[40];
+    int two[2] = {0, 1 << 3};
+    bce_forward_cpu(&l, p40, zero, two, 2, 1, 40);
+    TEST_NEAR(l, 0.69314718, 1e-6);
+    float dz[40] = {0};
+    bce_backward_cpu(dz, p40, two, 2, 1.0f, 1, 40);
+    TEST_NEAR(dz[35], -0.5 / 40, 1e-7);
+    TEST_NEAR(dz[34], 0.5 / 40, 1e-7);
+}
+
+enum { BK = 37 }; /* classes: two words of bits */
+struct bctx {
+    float z[B * BK], probs[B * BK], losses[B];
+    int y[B * 2];
+};
+
+static double bce_loss(void *p)
+{
+    struct bctx *c = p;
+    double s = 0;
+    bce_forward_cpu(c->losses, c->probs, c->z, c->y, 2, B, BK);
+    for (int b = 0; b < B; b++)
+        s += c->losses[b];
+    return s / B;
+}
+
+static void test_bce_backward_matches_finite_differences(void)
+{
+    static struct bctx c;
+    float dz[B * BK] = {0};
+    uint64_t s = 23;
+    gc_fill(c.z, B * BK, &s, -4, 4);
+    for (int i = 0; i < B * 2; i++)
+        c.y[i] = (int)(0x9E3779B9u * (unsigned)(i + 1));
+    bce_loss(&c);
+    bce_backward_cpu(dz, c.probs, c.y, 2, 1.0f / B, B, BK);
+    gc_check("bce dlogits", c.z, dz, B * BK, 1, bce_loss, &c, 1e-2f, 1e-4, 1e-3);
+}
+
 int main(void)
 {
+    TEST_RUN(test_bce_known_values);
+    TEST_RUN(test_bce_backward_matches_finite_differences);
     TEST_RUN(test_known_values);
     TEST_RUN(test_backward_matches_finite_differences);
     return test_summary();

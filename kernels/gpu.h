@@ -325,6 +325,11 @@ void crossentropy_forward(float *losses, float *probs, const float *logits, cons
 void crossentropy_backward(float *dlogits, const float *probs, const int *labels, float smoothing,
                            const float *weights, float scale, int B, int K,
                            struct CUstream_st *stream);
+/* Multi-label: sigmoid binary cross-entropy against bit-set targets (one block per row). */
+void bce_forward(float *losses, float *probs, const float *logits, const int *targets, int words,
+                 int B, int K, struct CUstream_st *stream);
+void bce_backward(float *dlogits, const float *probs, const int *targets, int words, float scale,
+                  int B, int K, struct CUstream_st *stream);
 
 /* ---- worker/optim.h's AdamW and clipping, on the device, with no host synchronisation ---- */
 
