@@ -12,16 +12,29 @@
 #include "common/xalloc.h"
 
 #define CM(e, t, p) ((e)->v[2 + (size_t)(t) * (size_t)(e)->n_classes + (size_t)(p)])
+#define ML(e, c, i) ((e)->v[4 + 3 * (size_t)(c) + (i)]) /* i: 0 tp, 1 fp, 2 fn */
 
-int eval_init(struct eval_counts *e, int n_classes)
+static int init(struct eval_counts *e, int n_classes, int multi)
 {
     e->n_classes = 0;
+    e->multi_label = 0;
     e->v = NULL;
     if (n_classes < 1 || n_classes > EVAL_MAX_CLASSES)
         return -1;
     e->n_classes = n_classes;
-    e->v = xcalloc(2 + (size_t)n_classes * (size_t)n_classes, sizeof(*e->v));
+    e->multi_label = multi;
+    e->v = xcalloc(eval_counts_flat_len(e), sizeof(*e->v));
     return 0;
+}
+
+int eval_init(struct eval_counts *e, int n_classes)
+{
+    return init(e, n_classes, 0);
+}
+
+int eval_init_multi(struct eval_counts *e, int n_classes)
+{
+    return init(e, n_classes, 1);
 }
 
 void eval_cleanup(struct eval_counts *e)
@@ -38,7 +51,7 @@ void eval_reset(struct eval_counts *e)
 
 int eval_add(struct eval_counts *e, int true_label, int pred_label)
 {
-    if (true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
+    if (e->multi_label || true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
         pred_label >= e->n_classes)
         return -1;
     CM(e, true_label, pred_label) += 1.0;
@@ -71,6 +84,31 @@ size_t eval_add_logits(struct eval_counts *e, const int32_t *true_labels, const 
     return bad;
 }
 
+void eval_add_logits_multi(struct eval_counts *e, const int32_t *true_bits, int words,
+                           const float *logits, size_t n)
+{
+    int K = e->n_classes;
+    if (!e->multi_label)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        const int32_t *y = true_bits + i * (size_t)words;
+        const float *z = logits + i * (size_t)K;
+        int wrong = 0;
+        for (int c = 0; c < K && c < 32 * words; c++) {
+            int t = (int)(((uint32_t)y[c >> 5] >> (c & 31)) & 1u), p = z[c] > 0.0f;
+            if (t && p)
+                ML(e, c, 0) += 1.0;
+            else if (p)
+                ML(e, c, 1) += 1.0;
+            else if (t)
+                ML(e, c, 2) += 1.0;
+            wrong |= t != p;
+        }
+        e->v[2] += 1.0;
+        e->v[3] += !wrong;
+    }
+}
+
 void eval_add_loss(struct eval_counts *e, double loss_sum, uint64_t count)
 {
     e->v[0] += loss_sum;
@@ -79,7 +117,7 @@ void eval_add_loss(struct eval_counts *e, double loss_sum, uint64_t count)
 
 int eval_merge(struct eval_counts *dst, const struct eval_counts *src)
 {
-    if (dst->n_classes != src->n_classes)
+    if (dst->n_classes != src->n_classes || dst->multi_label != src->multi_label)
         return -1;
     for (size_t i = 0; i < eval_counts_flat_len(dst); i++)
         dst->v[i] += src->v[i];
@@ -93,12 +131,13 @@ double *eval_counts_flat(struct eval_counts *e)
 
 size_t eval_counts_flat_len(const struct eval_counts *e)
 {
-    return 2 + (size_t)e->n_classes * (size_t)e->n_classes;
+    return e->multi_label ? 4 + 3 * (size_t)e->n_classes
+                          : 2 + (size_t)e->n_classes * (size_t)e->n_classes;
 }
 
 uint64_t eval_cm(const struct eval_counts *e, int true_label, int pred_label)
 {
-    if (true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
+    if (e->multi_label || true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
         pred_label >= e->n_classes)
         return 0;
     double c = CM(e, true_label, pred_label);
@@ -110,6 +149,46 @@ static double ratio(uint64_t a, uint64_t b)
     return b ? (double)a / (double)b : 0.0;
 }
 
+static uint64_t count(double c)
+{
+    return c > 0 ? (uint64_t)llround(c) : 0; /* sums of 1s: exact below 2^53 */
+}
+
+static double f1_of(double p, double r)
+{
+    return p + r > 0 ? 2 * p * r / (p + r) : 0.0;
+}
+
+static void compute_multi(const struct eval_counts *e, struct eval_metrics *m)
+{
+    int n = e->n_classes;
+    uint64_t TP = 0, FP = 0, FN = 0, support = 0;
+
+    m->multi_label = 1;
+    m->total = count(e->v[2]);
+    m->accuracy = ratio(count(e->v[3]), m->total);
+    for (int c = 0; c < n; c++) {
+        struct eval_class *k = &m->cls[c];
+        uint64_t tp = count(ML(e, c, 0)), fp = count(ML(e, c, 1)), fn = count(ML(e, c, 2));
+        k->support = tp + fn, k->predicted = tp + fp;
+        k->precision = ratio(tp, tp + fp);
+        k->recall = ratio(tp, tp + fn);
+        k->f1 = f1_of(k->precision, k->recall);
+        m->macro_precision += k->precision / n;
+        m->macro_recall += k->recall / n;
+        m->macro_f1 += k->f1 / n;
+        TP += tp, FP += fp, FN += fn, support += k->support;
+    }
+    for (int c = 0; c < n; c++) /* weighted by support (scikit-learn's "weighted") */
+        m->weighted_f1 += support ? m->cls[c].f1 * (double)m->cls[c].support / (double)support
+                                  : 0.0;
+    m->micro_precision = ratio(TP, TP + FP);
+    m->micro_recall = ratio(TP, TP + FN);
+    m->micro_f1 = f1_of(m->micro_precision, m->micro_recall);
+    m->hamming_loss = ratio(FP + FN, m->total * (uint64_t)n);
+    m->loss = e->v[1] > 0 ? e->v[0] / e->v[1] : NAN;
+}
+
 void eval_compute(const struct eval_counts *e, struct eval_metrics *m)
 {
     int n = e->n_classes;
@@ -118,6 +197,10 @@ void eval_compute(const struct eval_counts *e, struct eval_metrics *m)
     memset(m, 0, sizeof(*m));
     m->n_classes = n;
     m->cls = xcalloc(n ? (size_t)n : 1, sizeof(*m->cls));
+    if (e->multi_label) {
+        compute_multi(e, m);
+        return;
+    }
     for (int t = 0; t < n; t++)
         for (int p = 0; p < n; p++) {
             uint64_t c = eval_cm(e, t, p);
@@ -133,14 +216,13 @@ void eval_compute(const struct eval_counts *e, struct eval_metrics *m)
         uint64_t tp = eval_cm(e, c, c);
         k->precision = ratio(tp, k->predicted);
         k->recall = ratio(tp, k->support);
-        k->f1 = k->precision + k->recall > 0
-                    ? 2 * k->precision * k->recall / (k->precision + k->recall)
-                    : 0.0;
+        k->f1 = f1_of(k->precision, k->recall);
         m->macro_precision += k->precision / n;
         m->macro_recall += k->recall / n;
         m->macro_f1 += k->f1 / n;
         m->weighted_f1 += m->total ? k->f1 * (double)k->support / (double)m->total : 0.0;
     }
+    m->micro_precision = m->micro_recall = m->micro_f1 = m->accuracy;
     m->loss = e->v[1] > 0 ? e->v[0] / e->v[1] : NAN;
 }
 
@@ -171,6 +253,13 @@ json_t *eval_report_json(const struct eval_counts *e, const char *const *names)
     json_object_set_new(r, "macro_recall", json_real(m.macro_recall));
     json_object_set_new(r, "macro_f1", json_real(m.macro_f1));
     json_object_set_new(r, "weighted_f1", json_real(m.weighted_f1));
+    if (m.multi_label) {
+        json_object_set_new(r, "multi_label", json_true());
+        json_object_set_new(r, "micro_precision", json_real(m.micro_precision));
+        json_object_set_new(r, "micro_recall", json_real(m.micro_recall));
+        json_object_set_new(r, "micro_f1", json_real(m.micro_f1));
+        json_object_set_new(r, "hamming_loss", json_real(m.hamming_loss));
+    }
     if (!isnan(m.loss))
         json_object_set_new(r, "loss", json_real(m.loss));
     for (int c = 0; c < m.n_classes; c++) {
@@ -181,13 +270,22 @@ json_t *eval_report_json(const struct eval_counts *e, const char *const *names)
                             json_pack("{s:f, s:f, s:f, s:I}", "precision", m.cls[c].precision,
                                       "recall", m.cls[c].recall, "f1", m.cls[c].f1, "support",
                                       (json_int_t)m.cls[c].support));
+        if (m.multi_label) {
+            json_object_set_new(json_object_get(per, name), "predicted",
+                                json_integer((json_int_t)m.cls[c].predicted));
+            json_decref(row);
+            continue;
+        }
         for (int p = 0; p < m.n_classes; p++)
             json_array_append_new(row, json_integer((json_int_t)eval_cm(e, c, p)));
         json_array_append_new(cm, row);
     }
     json_object_set_new(r, "labels", labels);
     json_object_set_new(r, "per_class", per);
-    json_object_set_new(r, "confusion_matrix", cm);
+    if (m.multi_label)
+        json_decref(cm);
+    else
+        json_object_set_new(r, "confusion_matrix", cm);
     eval_metrics_cleanup(&m);
     return r;
 }
@@ -236,8 +334,13 @@ void eval_print(const struct eval_counts *e, const char *const *names, FILE *f)
     char tmp[16];
 
     eval_compute(e, &m);
-    fprintf(f, "eval | %llu examples | accuracy %.4f | macro-F1 %.4f", (unsigned long long)m.total,
-            m.accuracy, m.macro_f1);
+    if (m.multi_label)
+        fprintf(f, "eval | %llu examples | exact match %.4f | micro-F1 %.4f | macro-F1 %.4f | "
+                "hamming loss %.4f", (unsigned long long)m.total, m.accuracy, m.micro_f1,
+                m.macro_f1, m.hamming_loss);
+    else
+        fprintf(f, "eval | %llu examples | accuracy %.4f | macro-F1 %.4f",
+                (unsigned long long)m.total, m.accuracy, m.macro_f1);
     if (!isnan(m.loss))
         fprintf(f, " | loss %.4f", m.loss);
     fprintf(f, "\n%-16s %9s %9s %9s %9s\n", "class", "precision", "recall", "f1", "support");
@@ -245,7 +348,7 @@ void eval_print(const struct eval_counts *e, const char *const *names, FILE *f)
         fprintf(f, "%-16.16s %9.4f %9.4f %9.4f %9llu\n", class_name(names, c, tmp),
                 m.cls[c].precision, m.cls[c].recall, m.cls[c].f1,
                 (unsigned long long)m.cls[c].support);
-    if (m.n_classes <= 16) {
+    if (m.n_classes <= 16 && !m.multi_label) {
         fprintf(f, "confusion (rows true, columns predicted):\n");
         for (int t = 0; t < m.n_classes; t++) {
             fprintf(f, "%-16.16s", class_name(names, t, tmp));

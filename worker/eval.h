@@ -13,6 +13,15 @@
  *   f1[c]         = 2 P R / (P + R)              (0 when P + R = 0)
  *   macro_*       = unweighted mean over all n_classes classes of the label map
  *   accuracy      = trace / total                (0 when total = 0)
+ * Multi-label classification (eval_init_multi): each of the n_classes classes is a yes/no
+ * decision of its own (predicted yes when its logit > 0, a sigmoid probability > 0.5), counted
+ * as true/false positives and false negatives per class, as scikit-learn counts a label
+ * indicator matrix:
+ *   precision[c], recall[c], f1[c]   as above from the class's tp, fp, fn
+ *   micro_*      from the tp, fp, fn summed over classes
+ *   accuracy     subset accuracy: examples whose whole predicted set is right / total
+ *   hamming_loss wrong decisions / (total * n_classes)
+ *   support[c]   examples that have class c; predicted[c] examples predicted to
  * Thread safety: none; one eval_counts per thread, then merge.
  */
 #ifndef GANTRY_EVAL_H
@@ -28,8 +37,11 @@
 
 struct eval_counts {
     int n_classes;
+    int multi_label; /* eval_init_multi */
     /* Flat, all-reducible (sum) storage of (2 + n*n) doubles:
-     *   v[0] loss sum, v[1] loss count (examples), v[2 + t*n + p] confusion counts.
+     *   v[0] loss sum, v[1] loss count (examples), v[2 + t*n + p] confusion counts;
+     * multi-label: (4 + 3n): v[0], v[1] as above, v[2] examples, v[3] exactly right ones,
+     *   then tp, fp, fn of class c at v[4 + 3c], v[5 + 3c], v[6 + 3c].
      * Doubles hold integer counts exactly up to 2^53, and a double all-reduce is what every
      * collective backend offers. */
     double *v;
@@ -37,6 +49,8 @@ struct eval_counts {
 
 /* 0, or -1 when n_classes is not in 1..EVAL_MAX_CLASSES. Caller-owned storage. */
 int eval_init(struct eval_counts *e, int n_classes);
+/* Multi-label counts (see above); 0 or -1 as eval_init. */
+int eval_init_multi(struct eval_counts *e, int n_classes);
 void eval_cleanup(struct eval_counts *e);
 void eval_reset(struct eval_counts *e);
 
@@ -48,15 +62,19 @@ size_t eval_add_batch(struct eval_counts *e, const int32_t *true_labels, const i
 /* Adds argmax over each row of logits (n, n_classes) as the predictions (ties: lowest index). */
 size_t eval_add_logits(struct eval_counts *e, const int32_t *true_labels, const float *logits,
                        size_t n);
+/* Multi-label: adds n examples, true classes as bit sets of `words` int32 words each (bit c % 32
+ * of word c / 32: class c; kernels/crossentropy.h's layout), predicted where logits > 0. */
+void eval_add_logits_multi(struct eval_counts *e, const int32_t *true_bits, int words,
+                           const float *logits, size_t n);
 /* Adds a loss summed over count examples (the report shows loss_sum / count). */
 void eval_add_loss(struct eval_counts *e, double loss_sum, uint64_t count);
 
-/* Element-wise sum: dst += src. -1 (and dst unchanged) when n_classes differ. */
+/* Element-wise sum: dst += src. -1 (and dst unchanged) when n_classes or kinds differ. */
 int eval_merge(struct eval_counts *dst, const struct eval_counts *src);
 /* Borrowed flat array for an in-place all-reduce(sum) across ranks, and its length. */
 double *eval_counts_flat(struct eval_counts *e);
 size_t eval_counts_flat_len(const struct eval_counts *e);
-/* Confusion count cm[t][p]. */
+/* Confusion count cm[t][p] (0 for multi-label counts). */
 uint64_t eval_cm(const struct eval_counts *e, int true_label, int pred_label);
 
 struct eval_class {
@@ -71,6 +89,9 @@ struct eval_metrics {
     double accuracy;
     double macro_precision, macro_recall, macro_f1;
     double weighted_f1;     /* mean of f1 weighted by support */
+    double micro_precision, micro_recall, micro_f1; /* single-label: all equal accuracy */
+    int multi_label;
+    double hamming_loss;    /* multi-label only */
     double loss;            /* NaN when no loss was added */
     struct eval_class *cls; /* n_classes entries, owned */
 };
@@ -85,12 +106,15 @@ void eval_metrics_cleanup(struct eval_metrics *m);
  *    "labels": ["ham", "spam"],
  *    "per_class": {"ham": {"precision":..,"recall":..,"f1":..,"support":..}, ...},
  *    "confusion_matrix": [[...], ...]}   rows = true label, columns = predicted label
+ * Multi-label: "multi_label": true, "micro_precision", "micro_recall", "micro_f1",
+ * "hamming_loss", accuracy the subset accuracy, per_class with "predicted", no confusion matrix.
  * names[i] is the name of class i (NULL: "0", "1", ...). */
 json_t *eval_report_json(const struct eval_counts *e, const char *const *names);
 /* Writes the report to path (atomically, pretty-printed, trailing newline). 0 or -1 with err. */
 int eval_write_report(const struct eval_counts *e, const char *const *names, const char *path,
                       char *err, size_t errlen);
-/* A human-readable summary: accuracy, macro-F1, and the confusion matrix, into f. */
+/* A human-readable summary: accuracy, macro-F1 (micro-F1 too for multi-label), per class, and
+ * the confusion matrix (single-label, up to 16 classes), into f. */
 void eval_print(const struct eval_counts *e, const char *const *names, FILE *f);
 
 #endif /* GANTRY_EVAL_H */

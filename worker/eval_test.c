@@ -208,8 +208,61 @@ static void test_report(void)
     eval_cleanup(&e);
 }
 
+/* Multi-label, 3 classes, 4 examples (true sets / logits > 0):
+ *   ex0 {0, 2} / {0}      ex1 {1} / {1, 2}      ex2 {0, 1} / {0, 1}      ex3 {} / {}
+ * class 0: tp 2 fp 0 fn 0; class 1: tp 2; class 2: tp 0 fp 1 fn 1. micro P = R = F1 = 4/5,
+ * macro F1 2/3, weighted F1 (supports 2, 2, 1) 4/5, exact match 2/4, hamming loss 2/12:
+ * scikit-learn's values for this label indicator matrix. */
+static void test_multi_label(void)
+{
+    const int32_t y[4] = {0x5, 0x2, 0x3, 0x0};
+    const float z[4 * 3] = {2, -1, -3, -2, 1, 0.5f, 3, 4, -1, -1, -2, -0.1f};
+    struct eval_counts a, b;
+    struct eval_metrics m;
+
+    TEST_EQ_INT(eval_init_multi(&a, 3), 0);
+    TEST_EQ_INT(eval_init_multi(&b, 3), 0);
+    eval_add_logits_multi(&a, y, 1, z, 1);
+    eval_add_logits_multi(&b, y + 1, 1, z + 3, 3); /* a share each, then merged */
+    eval_add_loss(&a, 0.5, 1);
+    eval_add_loss(&b, 1.5, 3);
+    TEST_EQ_INT(eval_counts_flat_len(&a), 4 + 9);
+    TEST_EQ_INT(eval_merge(&a, &b), 0);
+    TEST_EQ_INT(eval_add(&a, 0, 0), -1); /* single-label counts do not apply */
+    eval_compute(&a, &m);
+    TEST_CHECK(m.multi_label);
+    TEST_EQ_INT(m.total, 4);
+    TEST_NEAR(m.accuracy, 0.5, 1e-12);
+    TEST_NEAR(m.micro_precision, 0.8, 1e-12);
+    TEST_NEAR(m.micro_recall, 0.8, 1e-12);
+    TEST_NEAR(m.micro_f1, 0.8, 1e-12);
+    TEST_NEAR(m.macro_f1, 2.0 / 3, 1e-12);
+    TEST_NEAR(m.weighted_f1, 0.8, 1e-12);
+    TEST_NEAR(m.hamming_loss, 2.0 / 12, 1e-12);
+    TEST_NEAR(m.loss, 0.5, 1e-12);
+    TEST_EQ_INT(m.cls[2].support, 1);
+    TEST_EQ_INT(m.cls[2].predicted, 1);
+    TEST_NEAR(m.cls[2].f1, 0.0, 1e-12);
+    TEST_NEAR(m.cls[0].precision, 1.0, 1e-12);
+    eval_metrics_cleanup(&m);
+
+    json_t *r = eval_report_json(&a, names);
+    TEST_CHECK(json_is_true(json_object_get(r, "multi_label")));
+    TEST_NEAR(json_real_value(json_object_get(r, "micro_f1")), 0.8, 1e-12);
+    TEST_CHECK(json_object_get(r, "confusion_matrix") == NULL);
+    TEST_EQ_INT(json_integer_value(json_object_get(json_object_get(json_object_get(r,
+                "per_class"), "C"), "predicted")), 1);
+    json_decref(r);
+
+    struct eval_counts s;
+    TEST_EQ_INT(eval_init(&s, 3), 0);
+    TEST_EQ_INT(eval_merge(&s, &a), -1); /* kinds differ */
+    eval_cleanup(&s), eval_cleanup(&a), eval_cleanup(&b);
+}
+
 int main(void)
 {
+    TEST_RUN(test_multi_label);
     TEST_RUN(test_hand_computed);
     TEST_RUN(test_merge_and_allreduce);
     TEST_RUN(test_edge_cases);
