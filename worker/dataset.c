@@ -102,10 +102,25 @@ void label_map_sort(struct label_map *m, int *remap)
     free(old);
 }
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
 void dataset_remap_labels(struct dataset *ds, const int *remap)
 {
-    for (size_t i = 0; i < ds->n; i++)
-        ds->ex[i].label = remap[ds->ex[i].label];
+    for (size_t i = 0; i < ds->n; i++) {
+        struct dataset_example *e = &ds->ex[i];
+        if (!e->multi) {
+            e->label = e->label >= 0 ? remap[e->label] : e->label;
+            continue;
+        }
+        for (int32_t k = 0; k < e->n_multi; k++)
+            e->multi[k] = remap[e->multi[k]];
+        qsort(e->multi, (size_t)e->n_multi, sizeof(*e->multi), cmp_i32);
+        e->label = e->n_multi ? e->multi[0] : -1;
+    }
 }
 
 static void push_example(struct dataset *ds, const struct dataset_example *ex);
@@ -120,7 +135,8 @@ size_t dataset_split(struct dataset *ds, double fraction, uint64_t seed, struct 
         maxl = ds->ex[i].label > maxl ? ds->ex[i].label : maxl;
     bool *hold = xcalloc(n, sizeof(bool));
     size_t *of = xmallocarray(n, sizeof(size_t));
-    for (int32_t l = 0; l <= maxl; l++) { /* per label: a seeded partial Fisher-Yates */
+    for (int32_t l = -1; l <= maxl; l++) { /* per label: a seeded partial Fisher-Yates (-1:
+                                            * multi-label examples without a label) */
         size_t k = 0;
         uint64_t st = seed ^ (0x5851F42D4C957F2DULL * (uint64_t)(l + 1));
         for (size_t i = 0; i < n; i++)
@@ -195,6 +211,91 @@ static int set_label(const char *s, size_t n, char label[DATASET_MAX_LABEL_BYTES
     return 0;
 }
 
+/* Multi-label: appends one name (spaces around it trimmed; empty: nothing) to out->multi. */
+static int add_name(struct dataset_line *out, const char *s, size_t n, char *why, size_t whylen,
+                    size_t *used)
+{
+    while (n > 0 && (s[0] == ' ' || s[0] == '\t'))
+        s++, n--;
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+        n--;
+    if (n == 0)
+        return 0;
+    if (n > DATASET_MAX_LABEL_BYTES || memchr(s, '\0', n)) {
+        snprintf(why, whylen, n > DATASET_MAX_LABEL_BYTES ? "label longer than %d bytes"
+                                                          : "NUL byte in a label",
+                 DATASET_MAX_LABEL_BYTES);
+        return -1;
+    }
+    if (out->n_multi >= DATASET_MAX_LABELS) {
+        snprintf(why, whylen, "more than %d labels", DATASET_MAX_LABELS);
+        return -1;
+    }
+    out->multi = xrealloc(out->multi, *used + n + 1);
+    memcpy(out->multi + *used, s, n);
+    out->multi[*used + n] = '\0';
+    *used += n + 1;
+    out->n_multi++;
+    return 0;
+}
+
+/* Multi-label: the names in s[0..n), separated by o->label_sep. */
+static int split_names(const struct dataset_opts *o, struct dataset_line *out, const char *s,
+                       size_t n, char *why, size_t whylen, size_t *used)
+{
+    char sep = o->label_sep ? o->label_sep : ',';
+    while (1) {
+        const char *e = memchr(s, sep, n);
+        size_t k = e ? (size_t)(e - s) : n;
+        if (add_name(out, s, k, why, whylen, used))
+            return -1;
+        if (!e)
+            return 0;
+        s += k + 1, n -= k + 1;
+    }
+}
+
+static void line_free_multi(struct dataset_line *out)
+{
+    free(out->multi);
+    out->multi = NULL, out->n_multi = 0;
+}
+
+/* Multi-label JSONL: an array of names or integers, or a string of names. */
+static int json_names(const struct dataset_opts *o, json_t *jl, const char *lf,
+                      struct dataset_line *out, char *why, size_t whylen)
+{
+    size_t used = 0, i;
+    json_t *v;
+    char num[32];
+
+    if (json_is_string(jl))
+        return split_names(o, out, json_string_value(jl), json_string_length(jl), why, whylen,
+                           &used);
+    if (!json_is_array(jl)) {
+        snprintf(why, whylen, "%s field \"%s\"; want a list of labels ([\"a\", \"b\"] or "
+                 "\"a,b\")", jl ? "non-list" : "missing", lf);
+        return -1;
+    }
+    json_array_foreach(jl, i, v) {
+        int rc;
+        if (json_is_string(v)) {
+            rc = add_name(out, json_string_value(v), json_string_length(v), why, whylen, &used);
+        } else if (json_is_integer(v)) {
+            snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+            rc = add_name(out, num, strlen(num), why, whylen, &used);
+        } else {
+            snprintf(why, whylen, "field \"%s\": item %zu is not a string or an integer", lf, i);
+            rc = -1;
+        }
+        if (rc) {
+            line_free_multi(out);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t len,
                        struct dataset_line *out, char *why, size_t whylen)
 {
@@ -234,6 +335,12 @@ static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t le
     if (o && o->label_optional && (!jl || json_is_null(jl) ||
                                    (json_is_string(jl) && json_string_length(jl) == 0))) {
         label[0] = '\0';
+    } else if (o && o->multi_label) {
+        label[0] = '\0';
+        if (json_names(o, jl, lf, out, why, whylen)) {
+            line_free_multi(out);
+            goto out;
+        }
     } else if (json_is_string(jl)) {
         if (set_label(json_string_value(jl), json_string_length(jl), label, why, whylen))
             goto out;
@@ -289,9 +396,10 @@ static const char *last_tab(const char *line, size_t len)
     return NULL;
 }
 
-static int parse_tsv(const char *line, size_t len, bool pairs, struct dataset_line *out,
-                     char *why, size_t whylen)
+static int parse_tsv(const struct dataset_opts *o, const char *line, size_t len, bool pairs,
+                     struct dataset_line *out, char *why, size_t whylen)
 {
+    size_t used = 0;
     const char *tab = last_tab(line, len), *ptab = NULL;
     size_t tlen, llen;
 
@@ -308,8 +416,14 @@ static int parse_tsv(const char *line, size_t len, bool pairs, struct dataset_li
         llen--; /* trailing spaces after the label */
     if (tlen == 4 && memcmp(line, "text", 4) == 0 && llen == 5 && memcmp(tab + 1, "label", 5) == 0)
         return 1; /* header */
-    if (set_label(tab + 1, llen, out->label, why, whylen))
+    if (o && o->multi_label) {
+        if (split_names(o, out, tab + 1, llen, why, whylen, &used)) {
+            line_free_multi(out);
+            return -1;
+        }
+    } else if (set_label(tab + 1, llen, out->label, why, whylen)) {
         return -1;
+    }
     out->text = tsv_unescape(line, tlen, &out->text_len);
     if (pairs)
         out->pair = tsv_unescape(ptab + 1, (size_t)(tab - ptab - 1), &out->pair_len);
@@ -470,9 +584,16 @@ int dataset_csv_record(const struct dataset_csv *c, const struct dataset_opts *o
         snprintf(why, whylen, "%zu fields; the header's columns need %d", f.n, need + 1);
         goto out;
     }
-    if (c->label >= 0 && (f.len[c->label] > 0 || !(o && o->label_optional)) &&
-        set_label(f.buf + f.off[c->label], f.len[c->label], out->label, why, whylen))
+    if (c->label >= 0 && o && o->multi_label) {
+        size_t used = 0;
+        if (split_names(o, out, f.buf + f.off[c->label], f.len[c->label], why, whylen, &used)) {
+            line_free_multi(out);
+            goto out;
+        }
+    } else if (c->label >= 0 && (f.len[c->label] > 0 || !(o && o->label_optional)) &&
+               set_label(f.buf + f.off[c->label], f.len[c->label], out->label, why, whylen)) {
         goto out;
+    }
     out->text_len = f.len[c->text];
     out->text = xstrndup(f.buf + f.off[c->text], out->text_len);
     if (c->pair >= 0) {
@@ -504,7 +625,7 @@ int dataset_parse_line(enum dataset_format fmt, const struct dataset_opts *o, co
     case DATASET_JSONL:
         return parse_jsonl(o, line, len, out, why, whylen);
     case DATASET_TSV:
-        return parse_tsv(line, len, o && o->pair_field, out, why, whylen);
+        return parse_tsv(o, line, len, o && o->pair_field, out, why, whylen);
     case DATASET_CSV:
         snprintf(why, whylen, "CSV records are read with their file's header "
                               "(dataset_csv_header, dataset_csv_record)");
@@ -527,7 +648,7 @@ void dataset_init(struct dataset *ds)
 void dataset_cleanup(struct dataset *ds)
 {
     for (size_t i = 0; i < ds->n; i++)
-        free(ds->ex[i].text), free(ds->ex[i].pair);
+        free(ds->ex[i].text), free(ds->ex[i].pair), free(ds->ex[i].multi);
     free(ds->ex);
     dataset_init(ds);
 }
@@ -569,6 +690,52 @@ struct reader {
     bool have_header;
 };
 
+static int report_bad(struct reader *r, size_t at, const char *why);
+
+/* The label index of name, added when the map is open; -1 with why set. */
+static int label_index(struct reader *r, const char *name, char *why, size_t whylen)
+{
+    int li = label_map_add(r->labels, name, strlen(name));
+    if (li < 0 && r->o->label_index)
+        li = label_map_find_or_index(r->labels, name, strlen(name));
+    if (li < 0)
+        snprintf(why, whylen, "%s label \"%.64s\"%s",
+                 r->labels->frozen ? "unknown" : "too many labels, at", name,
+                 !r->labels->frozen ? ""
+                 : r->o->label_index ? " (not in data.labelNames, nor the index of one)"
+                                     : " (not in the training data's label set)");
+    return li;
+}
+
+/* A multi-label example: its names mapped to a sorted set without repeats. */
+static int handle_multi(struct reader *r, struct dataset_line *dl, size_t at)
+{
+    int32_t *set = xmallocarray(dl->n_multi ? (size_t)dl->n_multi : 1, sizeof(int32_t));
+    const char *name = dl->multi;
+    int32_t n = 0;
+    char why[512];
+
+    for (int k = 0; k < dl->n_multi; k++, name += strlen(name) + 1) {
+        int li = label_index(r, name, why, sizeof(why));
+        if (li < 0) {
+            free(set), free(dl->text), free(dl->pair), free(dl->multi);
+            return report_bad(r, at, why);
+        }
+        set[n++] = li;
+    }
+    free(dl->multi);
+    qsort(set, (size_t)n, sizeof(*set), cmp_i32);
+    int32_t m = 0;
+    for (int32_t k = 0; k < n; k++) /* a label named twice counts once */
+        if (m == 0 || set[k] != set[m - 1])
+            set[m++] = set[k];
+    push_example(r->ds, &(struct dataset_example){.text = dl->text, .text_len = dl->text_len,
+                                                  .pair = dl->pair, .pair_len = dl->pair_len,
+                                                  .label = m ? set[0] : -1, .multi = set,
+                                                  .n_multi = m});
+    return 0;
+}
+
 /* Handles one complete line, or a CSV record of 1 + extra lines (overlong: the line was longer
  * than max_line and cut). Returns 0 to go on, -1 to stop (strict mode, or a CSV header without
  * the columns needed). */
@@ -603,15 +770,9 @@ static int handle_line(struct reader *r, const char *line, size_t len, bool over
         return 0;
     if (rc < 0)
         goto bad;
-    li = label_map_add(r->labels, dl.label, strlen(dl.label));
-    if (li < 0 && r->o->label_index)
-        li = label_map_find_or_index(r->labels, dl.label, strlen(dl.label));
-    if (li < 0) {
-        snprintf(why, sizeof(why), "%s label \"%.64s\"%s",
-                 r->labels->frozen ? "unknown" : "too many labels, at", dl.label,
-                 !r->labels->frozen ? ""
-                 : r->o->label_index ? " (not in data.labelNames, nor the index of one)"
-                                     : " (not in the training data's label set)");
+    if (r->o->multi_label)
+        return handle_multi(r, &dl, at);
+    if ((li = label_index(r, dl.label, why, sizeof(why))) < 0) {
         free(dl.text), free(dl.pair);
         goto bad;
     }
@@ -620,6 +781,12 @@ static int handle_line(struct reader *r, const char *line, size_t len, bool over
                                                   .label = li});
     return 0;
 bad:
+    return report_bad(r, at, why);
+}
+
+/* A malformed record at line `at`: fatal in strict mode (-1), else counted and reported. */
+static int report_bad(struct reader *r, size_t at, const char *why)
+{
     r->ds->n_malformed++;
     if (r->o->strict) {
         snprintf(r->err, r->errlen, "%s:%zu: %s", r->path, at, why);
@@ -865,6 +1032,21 @@ int dataset_encode(const struct dataset *ds, const struct vocab *v, const struct
     }
     text_tokens_cleanup(&tok);
     return 0;
+}
+
+void dataset_encode_label_sets(const struct dataset *ds, int classes,
+                               struct dataset_encoded *out)
+{
+    int w = (classes + 31) / 32;
+    free(out->labels);
+    out->label_words = w;
+    out->labels = xcalloc(ds->n ? ds->n * (size_t)w : 1, sizeof(*out->labels));
+    for (size_t i = 0; i < ds->n; i++)
+        for (int32_t k = 0; k < ds->ex[i].n_multi; k++) {
+            int32_t c = ds->ex[i].multi[k];
+            if (c >= 0 && c < classes)
+                out->labels[i * (size_t)w + (size_t)(c >> 5)] |= (int32_t)(1u << (c & 31));
+        }
 }
 
 void dataset_encoded_cleanup(struct dataset_encoded *e)

@@ -88,6 +88,10 @@ struct dataset_opts {
     bool label_index;           /* a label the (frozen) map lacks that is a decimal index i of
                                  * it is its i-th label: data.labelNames with Hugging Face's
                                  * integer class labels */
+    bool multi_label;           /* each example has a set of labels, maybe none: a JSON array
+                                 * (of names or integers) or a string of names separated by
+                                 * label_sep; TSV and CSV label fields likewise (empty: none) */
+    char label_sep;             /* 0: ',' */
 };
 
 void dataset_opts_default(struct dataset_opts *o);
@@ -97,7 +101,10 @@ void dataset_opts_default(struct dataset_opts *o);
 struct dataset_example {
     char *text, *pair;
     size_t text_len, pair_len;
-    int32_t label; /* index into the label_map used at load time */
+    int32_t label; /* index into the label_map used at load time; multi-label: the lowest of the
+                    * set (the key dataset_split stratifies by), -1 when it is empty */
+    int32_t *multi; /* multi-label: the set's indices, ascending and distinct (owned) */
+    int32_t n_multi;
 };
 
 struct dataset {
@@ -124,6 +131,9 @@ struct dataset_line {
     char *text, *pair;
     size_t text_len, pair_len;
     char label[DATASET_MAX_LABEL_BYTES + 1];
+    char *multi;  /* opts.multi_label: n_multi NUL-terminated names back to back (heap; the caller
+                   * frees it, may be NULL when there are none) */
+    int n_multi;
 };
 
 /* CSV: the columns of the text, its pair and the label (-1: none), from a file's header. */
@@ -155,7 +165,8 @@ bool dataset_csv_open(const struct dataset_csv_scan *st);
 int dataset_parse_line(enum dataset_format fmt, const struct dataset_opts *o, const char *line,
                        size_t len, struct dataset_line *out, char *why, size_t whylen);
 
-/* Rewrites every example's label through remap[old] (as filled by label_map_sort). */
+/* Rewrites every example's label (and multi-label set) through remap[old] (as filled by
+ * label_map_sort). */
 void dataset_remap_labels(struct dataset *ds, const int *remap);
 
 /* Holds out a stratified, seeded share of ds (data.evalFraction): of each label's examples,
@@ -179,7 +190,8 @@ struct dataset_encoded {
     int32_t *ids;    /* (n, max_len), row-major */
     uint8_t *mask;   /* (n, max_len) */
     int32_t *len;    /* (n) */
-    int32_t *labels; /* (n) */
+    int32_t *labels; /* (n), or multi-label: (n, label_words) bit sets (kernels/crossentropy.h) */
+    int label_words; /* 0: one class index per example; else the bit-set words per example */
     size_t n;
     size_t max_len;
     size_t n_truncated; /* examples that had more than max_len ids */
@@ -193,6 +205,10 @@ struct dataset_encoded {
 int dataset_encode(const struct dataset *ds, const struct vocab *v, const struct text_opts *to,
                    size_t max_len, bool add_cls_sep, struct dataset_encoded *out);
 void dataset_encoded_cleanup(struct dataset_encoded *e);
+/* Multi-label: replaces out->labels by bit sets of ds's label sets over `classes` classes
+ * (label_words = ceil(classes / 32)). */
+void dataset_encode_label_sets(const struct dataset *ds, int classes,
+                               struct dataset_encoded *out);
 
 /* Encodes one text, or a text pair when pair is not NULL, into row[0..max_len) (padded) and
  * returns its length (as len[] above). tok is scratch space reused across calls. *truncated

@@ -28,7 +28,7 @@ static char g_why[256];
 static int parse_with(enum dataset_format fmt, const struct dataset_opts *o, const char *line,
                       size_t len)
 {
-    free(g.text), free(g.pair);
+    free(g.text), free(g.pair), free(g.multi);
     g_why[0] = '\0';
     return dataset_parse_line(fmt, o, line, len, &g, g_why, sizeof(g_why));
 }
@@ -718,8 +718,116 @@ static void test_split(void)
     dataset_cleanup(&c), dataset_cleanup(&evc);
 }
 
+/* The names of the last multi-label parse, joined by '|'. */
+static const char *names_of(void)
+{
+    static char buf[256];
+    size_t n = 0;
+    const char *p = g.multi;
+    buf[0] = '\0';
+    for (int k = 0; k < g.n_multi; k++, p += strlen(p) + 1)
+        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s", k ? "|" : "", p);
+    return buf;
+}
+
+static void test_parse_multi_label(void)
+{
+    struct dataset_opts o;
+    dataset_opts_default(&o);
+    o.multi_label = true;
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"text\": \"t\", \"label\": [\"a\", \"b c\", 3]}"), 0);
+    TEST_EQ_STR(names_of(), "a|b c|3");
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"text\": \"t\", \"label\": []}"), 0);
+    TEST_EQ_INT(g.n_multi, 0); /* no label at all is an example too */
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"text\": \"t\", \"label\": \"x, y,,z \"}"), 0);
+    TEST_EQ_STR(names_of(), "x|y|z");
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"text\": \"t\", \"label\": [\"a\", 1.5]}"), -1);
+    TEST_CHECK(strstr(g_why, "item 1 is not a string or an integer") != NULL);
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"text\": \"t\", \"label\": {}}"), -1);
+    TEST_CHECK(strstr(g_why, "want a list of labels") != NULL);
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"text\": \"t\"}"), -1);
+    TEST_CHECK(strstr(g_why, "missing field \"label\"") != NULL);
+    TEST_EQ_INT(PARSE_O(DATASET_JSONL, &o, "{\"text\": \"t\", \"label\": [\"a\\u0000b\"]}"),
+                -1);
+    TEST_EQ_INT(PARSE_O(DATASET_TSV, &o, "some text\ta,b"), 0);
+    TEST_EQ_STR(g.text, "some text");
+    TEST_EQ_STR(names_of(), "a|b");
+    TEST_EQ_INT(PARSE_O(DATASET_TSV, &o, "no labels\t"), 0);
+    TEST_EQ_INT(g.n_multi, 0);
+    o.label_sep = '|';
+    TEST_EQ_INT(PARSE_O(DATASET_TSV, &o, "t\ta,b|c"), 0);
+    TEST_EQ_STR(names_of(), "a,b|c");
+    free(g.text), free(g.pair), free(g.multi);
+    memset(&g, 0, sizeof(g));
+}
+
+/* Loading: names mapped to sorted sets without repeats (JSONL, TSV, CSV), sets remapped with
+ * the map, unknown names refused once the map is frozen, bit sets past 32 classes. */
+static void test_load_multi_label(void)
+{
+    static const char jl[] = "{\"text\": \"one\", \"label\": [\"b\", \"a\", \"b\"]}\n"
+                             "{\"text\": \"two\", \"label\": []}\n"
+                             "{\"text\": \"three\", \"label\": \"c\"}\n";
+    static const char csv[] = "text,label\n\"one, really\",\"a,c\"\nnone,\n";
+    struct dataset ds, ev;
+    struct label_map m;
+    struct dataset_opts o;
+    struct dataset_encoded enc;
+    int remap[3];
+    char err[512];
+
+    dataset_opts_default(&o);
+    o.multi_label = true;
+    o.quiet = true;
+    label_map_init(&m);
+    dataset_init(&ds);
+    TEST_EQ_INT(dataset_load(&ds, write_tmp("ml.jsonl", jl, sizeof(jl) - 1), &o, &m, err,
+                             sizeof(err)), 0);
+    TEST_EQ_INT(ds.n, 3);
+    TEST_EQ_INT(m.n, 3); /* b a c, in order of appearance */
+    TEST_EQ_INT(ds.ex[0].n_multi, 2);
+    TEST_EQ_INT(ds.ex[0].multi[0], 0); /* b */
+    TEST_EQ_INT(ds.ex[0].multi[1], 1); /* a */
+    TEST_EQ_INT(ds.ex[1].n_multi, 0);
+    TEST_EQ_INT(ds.ex[1].label, -1);
+    label_map_sort(&m, remap); /* a b c */
+    dataset_remap_labels(&ds, remap);
+    TEST_EQ_INT(ds.ex[0].multi[0], 0);
+    TEST_EQ_INT(ds.ex[0].multi[1], 1);
+    TEST_EQ_INT(ds.ex[0].label, 0);
+    TEST_EQ_INT(ds.ex[2].multi[0], 2);
+    m.frozen = true;
+    dataset_init(&ev);
+    TEST_EQ_INT(dataset_load(&ev, write_tmp("ml.csv", csv, sizeof(csv) - 1), &o, &m, err,
+                             sizeof(err)), 0);
+    TEST_EQ_INT(ev.n, 2);
+    TEST_EQ_STR(ev.ex[0].text, "one, really");
+    TEST_EQ_INT(ev.ex[0].n_multi, 2);
+    TEST_EQ_INT(ev.ex[0].multi[1], 2);
+    TEST_EQ_INT(ev.ex[1].n_multi, 0);
+    static const char tsv[] = "x\ta,zz\n";
+    o.strict = true;
+    TEST_EQ_INT(dataset_load(&ev, write_tmp("ml.tsv", tsv, sizeof(tsv) - 1), &o, &m, err,
+                             sizeof(err)), -1);
+    TEST_CHECK(strstr(err, "ml.tsv:1: unknown label \"zz\"") != NULL);
+
+    memset(&enc, 0, sizeof(enc));
+    enc.labels = malloc(4);
+    dataset_encode_label_sets(&ds, 40, &enc); /* two words */
+    TEST_EQ_INT(enc.label_words, 2);
+    TEST_EQ_INT(enc.labels[0], 0x3);
+    TEST_EQ_INT(enc.labels[1], 0);
+    TEST_EQ_INT(enc.labels[2], 0);
+    TEST_EQ_INT(enc.labels[4], 0x4);
+    free(enc.labels);
+    dataset_cleanup(&ds), dataset_cleanup(&ev);
+    label_map_cleanup(&m);
+}
+
 int main(void)
 {
+    TEST_RUN(test_parse_multi_label);
+    TEST_RUN(test_load_multi_label);
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/gantry-dataset-XXXXXX");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
