@@ -18,6 +18,7 @@ void card_init(struct model_card *c)
     snprintf(c->vocab_file, sizeof(c->vocab_file), "%s", CARD_VOCAB_FILE);
     snprintf(c->text_field, sizeof(c->text_field), "text");
     snprintf(c->label_field, sizeof(c->label_field), "label");
+    c->label_sep = ',';
     label_map_init(&c->labels);
 }
 
@@ -44,6 +45,11 @@ char *card_dump(const struct model_card *c)
         "clsSep", c->cls_sep, "maxTokens", (json_int_t)c->text.max_tokens,
         "input", "text", c->text_field, "textPair", c->text_pair_field, "label", c->label_field,
         "labelIndex", c->label_index);
+    if (j && c->multi_label) { /* written only when not the default: older readers read it */
+        char sep[2] = {c->label_sep, '\0'};
+        json_object_set_new(j, "task", json_string("multi-label-classification"));
+        json_object_set_new(json_object_get(j, "input"), "labelSeparator", json_string(sep));
+    }
     char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
     if (!s)
@@ -189,6 +195,21 @@ int card_parse(const char *js, size_t n, struct model_card *c, char *err, size_t
         goto out;
     }
     c->label_index = json_is_true(li);
+    const json_t *task = json_object_get(root, "task"), *sep = json_object_get(t, "labelSeparator");
+    if (task && !(json_is_string(task) &&
+                  (!strcmp(json_string_value(task), "text-classification") ||
+                   !strcmp(json_string_value(task), "multi-label-classification")))) {
+        (void)FAIL("task: must be \"text-classification\" or \"multi-label-classification\"");
+        goto out;
+    }
+    c->multi_label = task && !strcmp(json_string_value(task), "multi-label-classification");
+    if (sep && (!json_is_string(sep) || json_string_length(sep) != 1 ||
+                strchr("\t\n\r\"", json_string_value(sep)[0]))) {
+        (void)FAIL("input.labelSeparator: must be one character (not a tab, newline or quote)");
+        goto out;
+    }
+    if (sep)
+        c->label_sep = json_string_value(sep)[0];
     rc = 0;
 out:
     json_decref(root);

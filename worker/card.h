@@ -5,16 +5,20 @@
  * model.safetensors, as a Hugging Face model directory carries config.json and its tokenizer
  * files: gantry-predict loads a step directory on its own, with no training config or data.
  *
- *   {"format": "gantry-model-v1",
+ *   {"format": "gantry-model-v1", "task": "text-classification",
  *    "model": {"type": "transformer", "layers": 2, "hidden": 128, "heads": 4, "ffn": 512,
  *              "maxSeqLen": 256, "pooling": "mean", "buckets": 0, "vocabSize": 12000},
  *    "labels": ["ham", "spam"],                      (class ids in order)
  *    "tokenizer": {"vocab": "vocab.txt", "lowercase": true, "stripAccents": true,
  *                  "splitCjk": true, "splitPunct": true, "clsSep": true, "maxTokens": 256},
- *    "input": {"text": "text", "textPair": "", "label": "label", "labelIndex": false}}
+ *    "input": {"text": "text", "textPair": "", "label": "label", "labelIndex": false,
+ *              "labelSeparator": ","}}
  *                                    (the JSONL fields it was trained on; textPair "" = single
  *                                     texts, else text pairs: dataset.h; labelIndex: integer
  *                                     labels index "labels", data.labelNames)
+ * task is "multi-label-classification" for a model whose classes are independent yes/no
+ * decisions (sigmoid outputs; its data's labels are lists, separated by labelSeparator in TSV and
+ * CSV); cards without it are text-classification.
  *
  * Field names follow the TrainingJob's (training.model). card_parse() treats the file as
  * untrusted: wrong types, out-of-range numbers, duplicate or empty labels are errors naming the
@@ -43,6 +47,8 @@ struct model_card {
     char vocab_file[128];  /* the side file holding the vocab */
     char text_field[64], text_pair_field[64], label_field[64]; /* "input"; pair "" = single */
     bool label_index; /* "input.labelIndex": an integer label i in the data is labels[i] */
+    bool multi_label; /* "task": "multi-label-classification" */
+    char label_sep;   /* "input.labelSeparator" (multi-label) */
     struct label_map labels;
 };
 

@@ -148,8 +148,53 @@ static void test_refused(void)
     card_cleanup(&a);
 }
 
+/* Multi-label: the task and the separator round-trip; a single-label card says no task (older
+ * readers read it); a bad task or separator is refused naming the field. */
+static void test_multi_label(void)
+{
+    struct model_card a, b;
+    char err[256] = "";
+
+    fill(&a);
+    char *js = card_dump(&a);
+    TEST_CHECK(strstr(js, "\"task\"") == NULL);
+    free(js);
+    a.multi_label = true, a.label_sep = '|';
+    js = card_dump(&a);
+    TEST_CHECK(strstr(js, "\"task\": \"multi-label-classification\"") != NULL);
+    card_init(&b);
+    TEST_EQ_INT(card_parse(js, strlen(js), &b, err, sizeof(err)), 0);
+    TEST_CHECK(b.multi_label);
+    TEST_EQ_INT(b.label_sep, '|');
+    card_cleanup(&b);
+    static const struct {
+        const char *from, *to, *field;
+    } cases[] = {
+        {"\"multi-label-classification\"", "\"regression\"", "task"},
+        {"\"multi-label-classification\"", "1", "task"},
+        {"\"labelSeparator\": \"|\"", "\"labelSeparator\": \"||\"", "input.labelSeparator"},
+        {"\"labelSeparator\": \"|\"", "\"labelSeparator\": \"\\t\"", "input.labelSeparator"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char buf[4096], *at = strstr(js, cases[i].from);
+        TEST_CHECK(at != NULL);
+        if (!at)
+            continue;
+        snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(at - js), js, cases[i].to,
+                 at + strlen(cases[i].from));
+        card_init(&b);
+        err[0] = '\0';
+        TEST_EQ_INT(card_parse(buf, strlen(buf), &b, err, sizeof(err)), -1);
+        TEST_CHECK(strncmp(err, cases[i].field, strlen(cases[i].field)) == 0);
+        card_cleanup(&b);
+    }
+    free(js);
+    card_cleanup(&a);
+}
+
 int main(void)
 {
+    TEST_RUN(test_multi_label);
     TEST_RUN(test_roundtrip);
     TEST_RUN(test_no_input);
     TEST_RUN(test_refused);

@@ -31,7 +31,10 @@ struct field {
 
 #define S(f) offsetof(struct cfg, f), sizeof(((struct cfg *)0)->f)
 static const struct field fields[] = {
-    {"task", F_ENUM, S(task), 0, 0, "text-classification", "what to train"},
+    {"task", F_ENUM, S(task), 0, 0, "text-classification|multi-label-classification",
+     "what to train: one class per text, or any number of classes per text (multi-label: each "
+     "example's label a list, maybe empty; a sigmoid per class and the binary cross-entropy, as "
+     "Hugging Face's multi_label_classification)"},
     {"model.type", F_ENUM, S(model_type), 0, 0, "transformer|ngram",
      "Transformer encoder, or the fastText-like bag of n-grams"},
     {"model.layers", F_INT, S(layers), 1, 128, NULL, "Transformer layers"},
@@ -64,6 +67,9 @@ static const struct field fields[] = {
      "answer), encoded as [CLS] text [SEP] pair [SEP], both cut the way Hugging Face's "
      "longest_first cuts; TSV files are then text<TAB>pair<TAB>label; empty = single texts"},
     {"data.labelField", F_STR, S(label_field), 0, 0, NULL, "JSONL: the field holding the label"},
+    {"data.labelSeparator", F_STR, S(label_sep), 0, 0, NULL,
+     "multi-label: the character between the labels of a TSV or CSV label field, or of a JSONL "
+     "string (a JSONL list needs none)"},
     {"data.labelNames", F_NAMES, S(label_names), 2, DATASET_MAX_LABELS, NULL,
      "the classes, in order (Hugging Face's id2label): the data's labels are these names or "
      "their indexes (0, 1, ...: a ClassLabel column exported as integers), and the model's "
@@ -80,9 +86,9 @@ static const struct field fields[] = {
     {"evalInterval", F_INT, S(eval_interval), 0, 1 << 30, NULL,
      "steps between evaluations on data.eval during training (every rank takes a share); "
      "0 = only after training"},
-    {"bestMetric", F_ENUM, S(best_metric), 0, 0, "loss|accuracy|macro_f1",
+    {"bestMetric", F_ENUM, S(best_metric), 0, 0, "loss|accuracy|macro_f1|micro_f1",
      "the evaluation metric that decides the best evaluation and early stopping (loss: lower "
-     "is better)"},
+     "is better; multi-label: accuracy is the exact-match share)"},
     {"earlyStoppingPatience", F_INT, S(early_stopping_patience), 0, 1000000, NULL,
      "stop training after this many evaluations without improvement of bestMetric (needs "
      "evalInterval); 0 = never"},
@@ -169,6 +175,7 @@ void cfg_defaults(struct cfg *c)
     c->cls_sep = true;
     snprintf(c->text_field, sizeof(c->text_field), "text");
     snprintf(c->label_field, sizeof(c->label_field), "label");
+    snprintf(c->label_sep, sizeof(c->label_sep), ",");
     c->epochs = 3, c->batch_size = 32, c->grad_accum_steps = 1;
     c->learning_rate = 3e-4;
     c->scale_learning_rate = true;
@@ -731,6 +738,20 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
         snprintf(err, errlen, "training.data: textField \"%s\", textPairField \"%s\" and "
                  "labelField \"%s\" must name different JSONL fields (textField and labelField "
                  "not empty)", c->text_field, c->text_pair_field, c->label_field);
+        return CFG_EBAD;
+    }
+    if (strlen(c->label_sep) != 1 || strchr("\t\n\r\"", c->label_sep[0])) {
+        snprintf(err, errlen, "training.data.labelSeparator: \"%s\" must be one character, not a "
+                 "tab, newline or double quote (\",\", \"|\", \";\", \" \")", c->label_sep);
+        return CFG_EBAD;
+    }
+    if (CFG_MULTI_LABEL(c) && (c->label_smoothing > 0 || strcmp(c->class_weight, "none") ||
+                               c->class_weights[0])) {
+        snprintf(err, errlen, "training.%s: not with task: multi-label-classification (the "
+                 "binary cross-entropy has neither); remove it",
+                 c->label_smoothing > 0 ? "labelSmoothing"
+                 : c->class_weights[0]  ? "classWeights"
+                                        : "classWeight");
         return CFG_EBAD;
     }
     if (c->text_pair_field[0] && !c->cls_sep) {

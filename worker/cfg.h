@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <jansson.h>
 
@@ -36,8 +37,11 @@
 #define CFG_EUSAGE (-2) /* bad command line: exit 64 */
 #define CFG_HELP 1      /* --help was given and printed */
 
+/* Whether the task is multi-label classification (task: multi-label-classification). */
+#define CFG_MULTI_LABEL(c) (strcmp((c)->task, "multi-label-classification") == 0)
+
 struct cfg {
-    char task[32];
+    char task[32]; /* text-classification | multi-label-classification */
     /* model */
     char model_type[16]; /* transformer | ngram */
     int layers, hidden, heads, max_seq_len, ffn, buckets;
@@ -50,6 +54,7 @@ struct cfg {
     bool strict, cls_sep;
     char text_field[64], label_field[64]; /* JSONL field names */
     char text_pair_field[64];             /* "" = single texts; else text pairs (dataset.h) */
+    char label_sep[4]; /* multi-label: the one character between labels in a field */
     /* data.labelNames: the classes in order, compact JSON ["a","b"] ("" = from the data, sorted);
      * an integer label i in the data is the i-th (Hugging Face's ClassLabel ids) */
     char label_names[CFG_MAX_LABEL_NAMES];
@@ -57,7 +62,7 @@ struct cfg {
     /* optimisation */
     int epochs, max_steps, batch_size, eval_batch_size, grad_accum_steps;
     int eval_interval; /* steps between evaluations during training; 0 = only at the end */
-    char best_metric[12];        /* loss | accuracy | macro_f1 */
+    char best_metric[12];        /* loss | accuracy | macro_f1 | micro_f1 */
     int early_stopping_patience; /* evaluations without improvement before stopping; 0 = off */
     double early_stopping_threshold;
     double learning_rate;

@@ -136,3 +136,10 @@ add_test(NAME gantry_pairs_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/pairs_test.sh $<TARGET_FILE:gantry-worker>
                  $<TARGET_FILE:gantry-predict>)
 set_tests_properties(gantry_pairs_test PROPERTIES TIMEOUT 300)
+
+# Multi-label classification end to end (task: multi-label-classification): training on lists
+# in JSONL, TSV and CSV, gantry-predict's label sets and report, its server, refusals.
+add_test(NAME gantry_multilabel_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/multilabel_test.sh $<TARGET_FILE:gantry-worker>
+                 $<TARGET_FILE:gantry-predict>)
+set_tests_properties(gantry_multilabel_test PROPERTIES TIMEOUT 300)

@@ -341,6 +341,7 @@ static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t le
             line_free_multi(out);
             goto out;
         }
+        out->labelled = true;
     } else if (json_is_string(jl)) {
         if (set_label(json_string_value(jl), json_string_length(jl), label, why, whylen))
             goto out;
@@ -421,6 +422,7 @@ static int parse_tsv(const struct dataset_opts *o, const char *line, size_t len,
             line_free_multi(out);
             return -1;
         }
+        out->labelled = true;
     } else if (set_label(tab + 1, llen, out->label, why, whylen)) {
         return -1;
     }
@@ -590,6 +592,7 @@ int dataset_csv_record(const struct dataset_csv *c, const struct dataset_opts *o
             line_free_multi(out);
             goto out;
         }
+        out->labelled = true;
     } else if (c->label >= 0 && (f.len[c->label] > 0 || !(o && o->label_optional)) &&
                set_label(f.buf + f.off[c->label], f.len[c->label], out->label, why, whylen)) {
         goto out;

@@ -134,6 +134,7 @@ struct dataset_line {
     char *multi;  /* opts.multi_label: n_multi NUL-terminated names back to back (heap; the caller
                    * frees it, may be NULL when there are none) */
     int n_multi;
+    bool labelled; /* opts.multi_label: the label field was there (an empty list included) */
 };
 
 /* CSV: the columns of the text, its pair and the label (-1: none), from a file's header. */

@@ -146,6 +146,8 @@ static int load_data(struct worker *w)
     dopts.text_field = c->text_field;
     dopts.label_field = c->label_field;
     dopts.pair_field = c->text_pair_field[0] ? c->text_pair_field : NULL;
+    dopts.multi_label = CFG_MULTI_LABEL(c);
+    dopts.label_sep = c->label_sep[0];
     dopts.format = !strcmp(c->format, "jsonl") ? DATASET_JSONL
                    : !strcmp(c->format, "tsv") ? DATASET_TSV
                    : !strcmp(c->format, "csv") ? DATASET_CSV
@@ -212,6 +214,11 @@ static int load_data(struct worker *w)
     if (w->eval.n)
         dataset_encode(&w->eval, w->vocab, &w->topts, (size_t)c->max_seq_len, c->cls_sep,
                        &w->eval_enc);
+    if (dopts.multi_label) { /* each example's set of classes as bits */
+        dataset_encode_label_sets(&w->train, w->labels.n, &w->train_enc);
+        if (w->eval.n)
+            dataset_encode_label_sets(&w->eval, w->labels.n, &w->eval_enc);
+    }
     return 0;
 }
 
@@ -351,7 +358,8 @@ static int apply_init(struct worker *w)
         }
     }
     const struct label_map *a = &w->init.card.labels, *b = &w->labels;
-    bool same = a->n == b->n;
+    /* the classifier carries over for the same classes of the same task (softmax vs sigmoids) */
+    bool same = a->n == b->n && w->init.card.multi_label == CFG_MULTI_LABEL(&w->cfg);
     for (int i = 0; same && i < a->n; i++)
         same = !strcmp(label_map_name(a, i), label_map_name(b, i));
     rc = same ? model_load_params(&w->model, w->init.weights, w->err, sizeof(w->err))
@@ -364,7 +372,7 @@ static int apply_init(struct worker *w)
     if (w->env.rank == 0) {
         fprintf(stderr, "gantry-worker: initialized from %s: %s", w->init.dir,
                 same ? "every tensor, the classifier too (the same labels)\n"
-                     : "every tensor but the classifier, new for this data's labels (");
+                     : "every tensor but the classifier, new for this task and data's labels (");
         for (int i = 0; !same && i < b->n; i++)
             fprintf(stderr, "%s%s", i ? ", " : "", label_map_name(b, i));
         for (int i = 0; !same && i < a->n; i++)
@@ -411,7 +419,7 @@ static void train_opts_from(const struct worker *w, struct train_opts *o)
 
 static struct train_data data_view(const struct dataset_encoded *e)
 {
-    return (struct train_data){e->ids, e->len, e->labels, e->n, (int)e->max_len};
+    return (struct train_data){e->ids, e->len, e->labels, e->n, (int)e->max_len, e->label_words};
 }
 
 /* Appends an evaluation to the history (every rank keeps it: early stopping decides from it on
@@ -420,11 +428,11 @@ static void eval_append(struct worker *w, long step, const struct eval_metrics *
 {
     if (!w->evals)
         w->evals = json_array();
-    json_array_append_new(w->evals, json_pack("{s:I, s:f, s:f, s:f, s:I, s:i}", "step",
+    json_array_append_new(w->evals, json_pack("{s:I, s:f, s:f, s:f, s:f, s:I, s:i}", "step",
                                               (json_int_t)step, "loss", isfinite(em->loss) ?
                                               em->loss : 0.0, "accuracy", em->accuracy,
-                                              "macro_f1", em->macro_f1, "examples",
-                                              (json_int_t)em->total, "world_size",
+                                              "macro_f1", em->macro_f1, "micro_f1", em->micro_f1,
+                                              "examples", (json_int_t)em->total, "world_size",
                                               w->env.world_size));
 }
 
@@ -437,25 +445,38 @@ static long long eval_ckpt_step(const json_t *e)
     return (long long)json_integer_value(json_object_get(e, "step"));
 }
 
+/* An evaluation's metrics to /metrics, /progress and TensorBoard. */
+static void eval_obs(struct worker *w, long step, const struct eval_metrics *em)
+{
+    obs_eval(w->obs, step, "accuracy", em->accuracy);
+    obs_eval(w->obs, step, "macro_f1", em->macro_f1);
+    if (em->multi_label)
+        obs_eval(w->obs, step, "micro_f1", em->micro_f1);
+    obs_eval(w->obs, step, "loss", em->loss);
+}
+
 /* One evaluation's line for people (stderr) and for programs (stdout, HF Trainer's eval_*
  * names), and its metrics to /metrics, /progress and TensorBoard. Rank 0 only. */
 static void eval_log(struct worker *w, long step, int epoch, const struct eval_metrics *em,
                      double seconds, bool final)
 {
-    fprintf(stderr, "%s step %ld | loss %.4f | accuracy %.2f%% | macro-F1 %.4f | %llu examples "
+    char micro[48] = "";
+    if (em->multi_label)
+        snprintf(micro, sizeof(micro), " | micro-F1 %.4f", em->micro_f1);
+    fprintf(stderr, "%s step %ld | loss %.4f | %s %.2f%%%s | macro-F1 %.4f | %llu examples "
                     "| %.2f s\n",
-            final ? "final eval" : "eval", step, em->loss, 100.0 * em->accuracy, em->macro_f1,
-            (unsigned long long)em->total, seconds);
+            final ? "final eval" : "eval", step, em->loss,
+            em->multi_label ? "exact match" : "accuracy", 100.0 * em->accuracy, micro,
+            em->macro_f1, (unsigned long long)em->total, seconds);
     if (!final) {
         printf("{\"eval_step\":%ld,\"epoch\":%d,\"eval_loss\":%.6f,\"eval_accuracy\":%.6f,"
-               "\"eval_macro_f1\":%.6f,\"eval_examples\":%llu,\"eval_seconds\":%.3f}\n",
-               step, epoch, em->loss, em->accuracy, em->macro_f1, (unsigned long long)em->total,
-               seconds);
+               "\"eval_macro_f1\":%.6f,\"eval_micro_f1\":%.6f,\"eval_examples\":%llu,"
+               "\"eval_seconds\":%.3f}\n",
+               step, epoch, em->loss, em->accuracy, em->macro_f1, em->micro_f1,
+               (unsigned long long)em->total, seconds);
         fflush(stdout);
     }
-    obs_eval(w->obs, step, "accuracy", em->accuracy);
-    obs_eval(w->obs, step, "macro_f1", em->macro_f1);
-    obs_eval(w->obs, step, "loss", em->loss);
+    eval_obs(w, step, em);
 }
 
 /* The best evaluation of the history by training.bestMetric (the first of equals), and how many
@@ -521,9 +542,7 @@ static void report_evals(struct worker *w, long steps, const struct eval_counts 
             eval_append(w, steps, &em); /* last step's evaluation is there already */
         eval_log(w, steps, -1, &em, seconds, true);
     } else {
-        obs_eval(w->obs, steps, "accuracy", em.accuracy);
-        obs_eval(w->obs, steps, "macro_f1", em.macro_f1);
-        obs_eval(w->obs, steps, "loss", em.loss);
+        eval_obs(w, steps, &em);
     }
     eval_metrics_cleanup(&em);
     if (!w->evals)
@@ -554,7 +573,7 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         return 0;
     for (int i = 0; i < K; i++)
         names[i] = label_map_name(&w->labels, i);
-    eval_init(&ec, K);
+    (w->eval_enc.label_words ? eval_init_multi : eval_init)(&ec, K);
     if (w->eval_enc.n) {
         struct train_data ev = data_view(&w->eval_enc);
         int eb = w->cfg.eval_batch_size ? w->cfg.eval_batch_size : w->cfg.batch_size;
@@ -773,6 +792,7 @@ static void make_card(struct worker *w)
     snprintf(c.text_pair_field, sizeof(c.text_pair_field), "%s", w->cfg.text_pair_field);
     snprintf(c.label_field, sizeof(c.label_field), "%s", w->cfg.label_field);
     c.label_index = w->cfg.label_names[0] != '\0';
+    c.multi_label = CFG_MULTI_LABEL(&w->cfg), c.label_sep = w->cfg.label_sep[0];
     for (int i = 0; i < w->labels.n; i++) {
         const char *name = label_map_name(&w->labels, i);
         label_map_add(&c.labels, name, strlen(name));

@@ -407,7 +407,18 @@ float model_forward(struct model *m, const int *tokens, const int *len, const in
     }
     matmul_forward_cpu(a->logits, a->pooled, m->p.clsw, m->p.clsb, B, C, K);
     m->logits = a->logits, m->probs = a->probs, m->losses = a->losses;
-    if (labels) {
+    if (labels && m->label_words) {
+        bce_forward_cpu(a->losses, a->probs, a->logits, labels, m->label_words, B, K);
+        double s = 0.0;
+        for (int b = 0; b < B; b++)
+            s += a->losses[b];
+        loss = (float)(s / B);
+    } else if (m->label_words) { /* each class's probability: the sigmoid */
+        for (size_t i = 0; i < (size_t)B * K; i++) {
+            float e = expf(-fabsf(a->logits[i]));
+            a->probs[i] = a->logits[i] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+        }
+    } else if (labels) {
         crossentropy_forward_cpu(a->losses, a->probs, a->logits, labels, m->label_smoothing,
                                  m->class_weight, B, K);
         double s = 0.0;
@@ -610,8 +621,11 @@ void model_backward(struct model *m, float loss_scale)
 
     m->ready = NULL;
     memset(a->dlogits, 0, (size_t)B * K * sizeof(float));
-    crossentropy_backward_cpu(a->dlogits, a->probs, m->labels, m->label_smoothing,
-                              m->class_weight, loss_scale, B, K);
+    if (m->label_words)
+        bce_backward_cpu(a->dlogits, a->probs, m->labels, m->label_words, loss_scale, B, K);
+    else
+        crossentropy_backward_cpu(a->dlogits, a->probs, m->labels, m->label_smoothing,
+                                  m->class_weight, loss_scale, B, K);
     memset(a->dpooled, 0, (size_t)B * C * sizeof(float));
     matmul_backward_cpu(a->dpooled, m->g.clsw, m->g.clsb, a->dlogits, a->pooled, m->p.clsw, B, C,
                         K);

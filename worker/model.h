@@ -93,6 +93,10 @@ struct model {
      * (kernels/crossentropy.h). */
     float label_smoothing;
     const float *class_weight;
+    /* Multi-label classification (0: single-label): labels are (B, label_words) bit sets and the
+     * loss is the sigmoid binary cross-entropy (kernels/crossentropy.h's bce_*); probs are then
+     * each class's sigmoid. Set by whoever loads the model for that task. */
+    int label_words;
     model_ready_fn ready;             /* armed for the next model_backward (model_arm_ready) */
     void *ready_ctx;
     bool ready_each_layer;
@@ -125,7 +129,7 @@ void model_cleanup(struct model *m);
 void model_init_params(struct model *m, uint64_t seed);
 
 /* Forward on tokens (B,T) row-major, len (B) real tokens (1..T; positions >= len are padding),
- * labels (B) or NULL. B <= max_batch, T <= max_seq_len. Returns the mean loss over the batch
+ * labels (B) (multi-label: (B, label_words) bit sets) or NULL. B <= max_batch, T <= max_seq_len. Returns the mean loss over the batch
  * when labels is given, else 0. tokens/len/labels are borrowed until model_backward(). */
 float model_forward(struct model *m, const int *tokens, const int *len, const int *labels, int B,
                     int T);

@@ -45,6 +45,7 @@ struct model_gpu {
     float *p, *g, *am, *av; /* g: n + 2 floats (loss sum, examples) */
     uint16_t *p16;
     int *tokens, *len, *labels;
+    int lw; /* label words per example: 1, or multi-label's bit-set words (model.label_words) */
     int B, T, have_labels;
     float smoothing;    /* label smoothing of the loss (model_gpu_loss) */
     float *cw, *cw_host; /* class weights (classes floats) on the device, and what they hold */
@@ -380,7 +381,11 @@ static void forward_body(struct model_gpu *g)
     else
         transformer_forward(g);
     matmul_forward(g->logits, g->pooled, P("clsw"), P("clsb"), B, C, K, s); /* tiny: fp32 */
-    if (g->have_labels) {
+    if (g->have_labels && g->m->label_words) {
+        bce_forward(g->losses, g->probs, g->logits, g->labels, g->lw, B, K, s);
+        loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
+        CUDA_CHECK(cudaGetLastError());
+    } else if (g->have_labels) {
         crossentropy_forward(g->losses, g->probs, g->logits, g->labels, g->smoothing,
                              g->use_cw ? g->cw : NULL, B, K, s);
         loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
@@ -410,8 +415,11 @@ static void backward_body(struct model_gpu *g, float loss_scale)
 
     mark(g, NULL);
     CUDA_CHECK(cudaMemsetAsync(g->dlogits, 0, (size_t)B * K * sizeof(float), s));
-    crossentropy_backward(g->dlogits, g->probs, g->labels, g->smoothing,
-                          g->use_cw ? g->cw : NULL, loss_scale, B, K, s);
+    if (g->m->label_words)
+        bce_backward(g->dlogits, g->probs, g->labels, g->lw, loss_scale, B, K, s);
+    else
+        crossentropy_backward(g->dlogits, g->probs, g->labels, g->smoothing,
+                              g->use_cw ? g->cw : NULL, loss_scale, B, K, s);
     CUDA_CHECK(cudaMemsetAsync(g->dpooled, 0, (size_t)B * C * sizeof(float), s));
     matmul_backward(g->dpooled, G("clsw"), G("clsb"), g->dlogits, g->pooled, P("clsw"), B, C, K,
                     s);
@@ -704,7 +712,8 @@ static size_t alloc_buffers(struct model_gpu *g, const struct model_config *c)
     g->p = dalloc(g, n), g->g = dalloc(g, n + 2), g->am = dalloc(g, n), g->av = dalloc(g, n);
     DEV_ALLOC(g, g->p16, n * 2 + 16);
     g->loss_acc = (double *)dalloc(g, sizeof(double) / sizeof(float));
-    g->len = (int *)dalloc(g, B), g->labels = (int *)dalloc(g, B);
+    const size_t LW = (size_t)g->lw * B; /* label words of a batch */
+    g->len = (int *)dalloc(g, B), g->labels = (int *)dalloc(g, LW);
     g->pooled = dalloc(g, B * C), g->logits = dalloc(g, B * c->classes);
     g->probs = dalloc(g, B * c->classes), g->losses = dalloc(g, B);
     g->cw = dalloc(g, c->classes);
@@ -714,10 +723,10 @@ static size_t alloc_buffers(struct model_gpu *g, const struct model_config *c)
     }
     g->dpooled = dalloc(g, B * C), g->dlogits = dalloc(g, B * c->classes);
     g->norm = dalloc(g, 1), g->coef = dalloc(g, 1);
-    size_t stage = N + 2 * B; /* ints: tokens, len, labels; or the n-gram bags, counts, labels */
+    size_t stage = N + B + LW; /* ints: tokens, len, labels; or the n-gram bags, counts, labels */
     if (ngram) {
         g->bag_ids = (int *)dalloc(g, 2 * N), g->bag_count = (int *)dalloc(g, B);
-        stage = 2 * N + 2 * B;
+        stage = 2 * N + B + LW;
     } else { /* the Transformer's activations and their gradients */
         g->tokens = (int *)dalloc(g, N);
         g->x0 = dalloc(g, N * C);
@@ -845,6 +854,7 @@ extern "C" struct model_gpu *model_gpu_new(const struct model *m, int max_batch,
 
     g->m = m, g->n = n, g->max_batch = max_batch, g->maxT = c->max_seq_len, g->bf16 = bf16;
     g->fused = fused, g->ngram = ngram;
+    g->lw = m->label_words > 0 ? m->label_words : 1;
     g->graphs = (flags & MODEL_GPU_GRAPHS) != 0;
     g->dgelu_epi = bf16 && (flags & MODEL_GPU_DGELU_EPILOGUE) != 0;
     int attn_ds = bf16 && fused && (flags & MODEL_GPU_ATTENTION_DS) != 0;
@@ -1041,13 +1051,13 @@ static void stage_bags(struct model_gpu *g, int *st, const int *tokens, const in
     for (int b = 0; b < B; b++)
         count[b] = model_ngram_bag(&g->m->cfg, tokens + (size_t)b * T, len[b], st + (size_t)b * M);
     if (labels)
-        memcpy(count + B, labels, (size_t)B * sizeof(int));
+        memcpy(count + B, labels, (size_t)B * g->lw * sizeof(int));
     CUDA_CHECK(cudaMemcpyAsync(g->bag_ids, st, (size_t)B * M * sizeof(int),
                                cudaMemcpyHostToDevice, g->s));
     CUDA_CHECK(cudaMemcpyAsync(g->bag_count, count, (size_t)B * sizeof(int),
                                cudaMemcpyHostToDevice, g->s));
     if (labels)
-        CUDA_CHECK(cudaMemcpyAsync(g->labels, count + B, (size_t)B * sizeof(int),
+        CUDA_CHECK(cudaMemcpyAsync(g->labels, count + B, (size_t)B * g->lw * sizeof(int),
                                    cudaMemcpyHostToDevice, g->s));
 }
 
@@ -1068,12 +1078,12 @@ extern "C" void model_gpu_batch(struct model_gpu *g, const int *tokens, const in
         memcpy(st, tokens, N * sizeof(int));
         memcpy(st + N, len, (size_t)B * sizeof(int));
         if (labels)
-            memcpy(st + N + B, labels, (size_t)B * sizeof(int));
+            memcpy(st + N + B, labels, (size_t)B * g->lw * sizeof(int));
         CUDA_CHECK(cudaMemcpyAsync(g->tokens, st, N * sizeof(int), cudaMemcpyHostToDevice, g->s));
         CUDA_CHECK(cudaMemcpyAsync(g->len, st + N, (size_t)B * sizeof(int), cudaMemcpyHostToDevice,
                                    g->s));
         if (labels)
-            CUDA_CHECK(cudaMemcpyAsync(g->labels, st + N + B, (size_t)B * sizeof(int),
+            CUDA_CHECK(cudaMemcpyAsync(g->labels, st + N + B, (size_t)B * g->lw * sizeof(int),
                                        cudaMemcpyHostToDevice, g->s));
     }
     CUDA_CHECK(cudaEventRecord(g->staged[g->slot], g->s));

@@ -15,6 +15,9 @@
  * synchronisation, except model_gpu_batch() (it waits until the upload of the batch before the
  * previous one has left its pinned staging slot), model_gpu_sync() and the read functions.
  *
+ * The task is the host model's when model_gpu_new() runs: with m->label_words set (multi-label)
+ * batches carry (B, label_words) bit-set labels and the loss is the sigmoid binary cross-entropy.
+ *
  * Statistics on the device: after the gradient buffer's n_params floats come two more,
  * [sum of per-example losses, examples], filled by every model_gpu_forward() with labels and
  * zeroed by model_gpu_zero_grad(); an all-reduce over n_params + 2 floats therefore sums the step's

@@ -54,6 +54,9 @@ static void usage(FILE *f)
         "step is used; corrupt ones are skipped). Reads FILEs, or stdin when none or '-', one\n"
         "document per line; writes one JSON line per document:\n"
         "  {\"line\":12,\"label\":\"spam\",\"score\":0.9931}\n"
+        "or, for a multi-label model (task: multi-label-classification), every label whose\n"
+        "sigmoid is over 0.5, most likely first:\n"
+        "  {\"line\":12,\"labels\":[\"toxic\",\"insult\"],\"scores\":[0.97,0.81]}\n"
         "With labelled input (JSONL \"label\" field, TSV's last field), the evaluation report\n"
         "(accuracy, macro-F1, per class, confusion) follows on stderr. A model trained on text\n"
         "pairs (data.textPairField) reads pairs: JSONL's two fields, CSV's two columns, TSV's\n"
@@ -255,6 +258,8 @@ static int setup(struct pred *p)
         p->o.pair_field = p->card.text_pair_field;
     p->K = p->card.labels.n;
     p->maxT = p->card.max_seq_len;
+    p->lw = p->card.multi_label ? (p->K + 31) / 32 : 0;
+    p->model.label_words = p->lw; /* sigmoid probabilities on the CPU */
     p->quoted = xcalloc((size_t)p->K, sizeof(char *));
     p->names = xcalloc((size_t)p->K, sizeof(char *));
     for (int i = 0; i < p->K; i++) {
@@ -269,23 +274,27 @@ static int setup(struct pred *p)
     p->x = xmallocarray(B * T, sizeof(int));
     p->len = xmallocarray(B, sizeof(int));
     p->line = xmallocarray(B, sizeof(long));
-    p->label = xmallocarray(B, sizeof(int32_t));
+    p->label = xmallocarray(B * (size_t)(p->lw ? p->lw : 1), sizeof(int32_t));
+    p->has_label = xcalloc(B, sizeof(bool));
     p->top = xmallocarray((size_t)p->K, sizeof(int));
-    if (eval_init(&p->ec, p->K))
+    if ((p->lw ? eval_init_multi : eval_init)(&p->ec, p->K))
         return DIST_EXIT_USAGE;
     return p->o.cuda ? setup_gpu(p) : 0;
 }
 
 int predict_add(struct pred *p, const char *text, size_t len, const char *pair, size_t pair_len,
-                long line, int32_t label)
+                long line, const int32_t *label)
 {
+    size_t lw = p->lw ? (size_t)p->lw : 1;
     bool cut = false;
     int32_t *row = p->rows + (size_t)p->n * p->maxT;
     p->len[p->n] = (int)dataset_encode_text(p->vocab, &p->card.text, text, len, pair, pair_len,
                                             (size_t)p->maxT, p->card.cls_sep, &p->tok, row, &cut);
     p->truncated += cut;
     p->line[p->n] = line;
-    p->label[p->n] = label;
+    p->has_label[p->n] = label != NULL;
+    if (label)
+        memcpy(p->label + (size_t)p->n * lw, label, lw * sizeof(int32_t));
     return ++p->n == p->o.batch ? predict_flush(p) : 0;
 }
 
@@ -327,6 +336,8 @@ static void emit(struct pred *p, int b, const float *pr, int k)
     int best = 0;
     for (int c = 1; c < p->K; c++) /* the first of equals, as the evaluation counts it */
         best = pr[c] > pr[best] ? c : best;
+    if (p->lw) /* multi-label: every class over 0.5, most likely first */
+        select_top(p, pr, p->K);
     fprintf(p->out, "%s{", p->array && p->emitted++ ? "," : "");
     if (p->name_files) {
         json_t *f = json_string(p->file);
@@ -337,9 +348,23 @@ static void emit(struct pred *p, int b, const float *pr, int k)
     }
     if (!p->array)
         fprintf(p->out, "\"line\":%ld,", p->line[b]);
-    fprintf(p->out, "\"label\":%s,\"score\":%.6g", p->quoted[best], (double)pr[best]);
+    if (p->lw) {
+        int n = 0;
+        while (n < p->K && pr[p->top[n]] > 0.5f)
+            n++;
+        fprintf(p->out, "\"labels\":[");
+        for (int i = 0; i < n; i++)
+            fprintf(p->out, "%s%s", i ? "," : "", p->quoted[p->top[i]]);
+        fprintf(p->out, "],\"scores\":[");
+        for (int i = 0; i < n; i++)
+            fprintf(p->out, "%s%.6g", i ? "," : "", (double)pr[p->top[i]]);
+        fprintf(p->out, "]");
+    } else {
+        fprintf(p->out, "\"label\":%s,\"score\":%.6g", p->quoted[best], (double)pr[best]);
+    }
     if (k > 1) {
-        select_top(p, pr, k);
+        if (!p->lw)
+            select_top(p, pr, k);
         fprintf(p->out, ",\"top\":[");
         for (int i = 0; i < k; i++)
             fprintf(p->out, "%s{\"label\":%s,\"score\":%.6g}", i ? "," : "",
@@ -365,6 +390,19 @@ static double sum_exp(const float *lg, int K, double *mx)
 
 static void count_eval(struct pred *p, int b, const float *lg)
 {
+    if (p->lw) { /* the sigmoid binary cross-entropy, mean over the classes, in double */
+        const int32_t *y = p->label + (size_t)b * p->lw;
+        double l = 0.0;
+        for (int c = 0; c < p->K; c++) {
+            double z = lg[c];
+            l += fmax(z, 0.0) - (((uint32_t)y[c >> 5] >> (c & 31)) & 1u ? z : 0.0) +
+                 log1p(exp(-fabs(z)));
+        }
+        eval_add_logits_multi(&p->ec, y, p->lw, lg, 1);
+        eval_add_loss(&p->ec, l / p->K, 1);
+        p->labelled++;
+        return;
+    }
     double mx, se = sum_exp(lg, p->K, &mx);
     eval_add_logits(&p->ec, &p->label[b], lg, 1);
     eval_add_loss(&p->ec, mx + log(se) - (double)lg[p->label[b]], 1);
@@ -391,15 +429,17 @@ int predict_flush(struct pred *p)
     const float *probs = p->probs, *logits = p->logits;
     if (p->gpu) {
         train_gpu_infer_logits(p->gpu, p->x, p->len, B, T, p->logits);
-        for (int b = 0; b < B; b++) /* softmax per row, in double */
+        for (int b = 0; b < B && !p->lw; b++) /* softmax per row, in double */
             softmax_row(p->logits + (size_t)b * K, p->probs + (size_t)b * K, K);
+        for (size_t i = 0; p->lw && i < (size_t)B * K; i++) /* multi-label: sigmoids */
+            p->probs[i] = (float)(1.0 / (1.0 + exp(-(double)p->logits[i])));
     } else {
         model_forward(&p->model, p->x, p->len, NULL, B, T); /* sets model.probs and .logits */
         probs = p->model.probs, logits = p->model.logits;
     }
     for (int b = 0; b < B; b++) {
         emit(p, b, probs + (size_t)b * K, k);
-        if (p->label[b] >= 0)
+        if (p->has_label[b])
             count_eval(p, b, logits + (size_t)b * K);
     }
     p->docs += (size_t)B;
@@ -468,6 +508,7 @@ static int parse(struct pred *p, enum fmt f, char *s, size_t n, struct dataset_l
     o.label_field = p->o.label_field;
     o.pair_field = p->o.pair_field;
     o.label_optional = true;
+    o.multi_label = p->lw > 0, o.label_sep = p->card.label_sep;
     return dataset_parse_line(f == FMT_TSV ? DATASET_TSV : DATASET_JSONL, &o, s, n, out, why,
                               whylen);
 }
@@ -567,6 +608,8 @@ static int run_file(struct pred *p, const char *path)
     dataset_opts_default(&co);
     co.text_field = p->o.text_field, co.label_field = p->o.label_field;
     co.pair_field = p->o.pair_field, co.label_optional = true;
+    co.multi_label = p->lw > 0, co.label_sep = p->card.label_sep;
+    int32_t *known = xcalloc(p->lw ? (size_t)p->lw : 1, sizeof(int32_t));
     while (!rc && (got = read_record(in, f == FMT_CSV, &buf, &cap, MAX_LINE, &lines)) >= 0) {
         size_t n = (size_t)got;
         long at = lineno + 1; /* the record's first line */
@@ -595,19 +638,27 @@ static int run_file(struct pred *p, const char *path)
                 rc = DIST_EXIT_DATAERR;
             continue;
         }
-        int32_t li = -1;
-        if (dl.label[0] && (li = p->card.label_index
-                                     ? label_map_find_or_index(&p->card.labels, dl.label,
-                                                               strlen(dl.label))
-                                     : label_map_find(&p->card.labels, dl.label,
-                                                      strlen(dl.label))) < 0) {
-            li = -2;
-            if (++p->unknown_label <= DATASET_MAX_REPORTED)
-                fprintf(stderr, "%s:%ld: label \"%.64s\" is not one of the model's; predicted, "
-                                "not counted in the evaluation\n", path, at, dl.label);
+        bool has = p->lw ? dl.labelled : dl.label[0] != '\0';
+        const char *name = p->lw ? dl.multi : dl.label;
+        memset(known, 0, (p->lw ? (size_t)p->lw : 1) * sizeof(int32_t));
+        for (int i = 0; has && i < (p->lw ? dl.n_multi : 1); i++, name += strlen(name) + 1) {
+            int li = p->card.label_index
+                         ? label_map_find_or_index(&p->card.labels, name, strlen(name))
+                         : label_map_find(&p->card.labels, name, strlen(name));
+            if (li < 0) {
+                has = false;
+                if (++p->unknown_label <= DATASET_MAX_REPORTED)
+                    fprintf(stderr, "%s:%ld: label \"%.64s\" is not one of the model's; "
+                                    "predicted, not counted in the evaluation\n", path, at, name);
+            } else if (p->lw) {
+                known[li >> 5] |= (int32_t)(1u << (li & 31));
+            } else {
+                known[0] = li;
+            }
         }
-        rc = predict_add(p, dl.text, dl.text_len, dl.pair, dl.pair_len, at, li);
-        free(dl.text), free(dl.pair);
+        rc = predict_add(p, dl.text, dl.text_len, dl.pair, dl.pair_len, at,
+                         has ? known : NULL);
+        free(dl.text), free(dl.pair), free(dl.multi);
     }
     const char *zmsg = gzerror(in, &zerr);
     if (!rc && zerr != Z_OK && zerr != Z_STREAM_END) {
@@ -619,7 +670,7 @@ static int run_file(struct pred *p, const char *path)
     }
     if (!rc)
         rc = predict_flush(p);
-    free(buf);
+    free(buf), free(known);
     gzclose(in);
     return rc;
 }
@@ -666,6 +717,7 @@ static void cleanup(struct pred *p)
     free(p->quoted);
     free(p->names);
     free(p->rows), free(p->x), free(p->len), free(p->line), free(p->label), free(p->top);
+    free(p->has_label);
     text_tokens_cleanup(&p->tok);
     eval_cleanup(&p->ec);
     train_gpu_infer_free(p->gpu);

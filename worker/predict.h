@@ -47,7 +47,9 @@ struct pred {
     int32_t *rows; /* (batch, maxT) encoded documents */
     int *x, *len;  /* the batch gathered to (B, T) */
     long *line;
-    int32_t *label; /* -1: none given, -2: not one of the model's labels */
+    int lw;         /* multi-label (card.multi_label): label bit-set words per document; else 0 */
+    int32_t *label; /* (batch, max(lw, 1)): the class, or multi-label's bit set */
+    bool *has_label; /* (batch): label holds the document's true labels */
     int *top;       /* (K) scratch for --top-k */
     struct train_gpu_infer *gpu; /* --device cuda: the device model; NULL on the CPU */
     float *logits, *probs;       /* (batch, K) its outputs on the host */
@@ -66,10 +68,10 @@ struct pred {
 double predict_now(void);
 
 /* Encodes one document (a text, or a text pair when pair is not NULL) into the batch (label: its
- * class, -1 none, -2 not one of the model's) and runs the batch when it is full. 0 or an exit
- * status. */
+ * class, or for a multi-label model p->lw words of bits; NULL: none known) and runs the batch
+ * when it is full. 0 or an exit status. */
 int predict_add(struct pred *p, const char *text, size_t len, const char *pair, size_t pair_len,
-                long line, int32_t label);
+                long line, const int32_t *label);
 
 /* Runs the documents in the batch and writes their predictions to p->out (JSON lines, or array
  * elements with p->array); labelled ones are counted in p->ec. 0 or an exit status. */

@@ -8,7 +8,7 @@
  *   POST /v1/models/NAME:predict (or /predict)  {"instances": ["text", {"text": "..."}, ...],
  *                                                "top_k": K}
  *        -> 200 {"model": NAME, "predictions": [{"label", "score", "top"?}, ...]}
- *   GET  /v1/models/NAME  -> {"name", "ready": true, "step", "labels", "inputs"}
+ *   GET  /v1/models/NAME  -> {"name", "ready": true, "step", "labels", "inputs", "task"}
  *        ("inputs": the instance fields, {"text": ...} or {"text": ..., "textPair": ...})
  *   GET /healthz, /metrics
  * Refusals are {"error": why}: 400 (malformed, naming the field), 404, 405, 413 (over
@@ -199,9 +199,10 @@ static unsigned serve_predict(struct server *sv, const char *req, size_t n, stru
     }
     p->o.top_k = top_k ? top_k : saved_k;
     int k = p->o.top_k < p->K ? p->o.top_k : p->K;
-    /* each top entry is {"label":...,"score":-1.23457e-05} */
-    if ((double)json_array_size(inst) * (k > 1 ? k + 1 : 1) * (double)(sv->max_quoted + 32) >
-        SERVE_MAX_REPLY) {
+    /* each top entry is {"label":...,"score":-1.23457e-05}; a multi-label model's labels may
+     * be all K */
+    if ((double)json_array_size(inst) * ((k > 1 ? k + 1 : 1) + (p->lw ? p->K : 0)) *
+            (double)(sv->max_quoted + 32) > SERVE_MAX_REPLY) {
         snprintf(why, whylen, "the response would exceed %u bytes (%zu documents, top_k %d); "
                  "send fewer instances or a smaller top_k", SERVE_MAX_REPLY,
                  json_array_size(inst), k);
@@ -216,7 +217,7 @@ static unsigned serve_predict(struct server *sv, const char *req, size_t n, stru
     for (size_t i = 0; i < json_array_size(inst) && !rc; i++) {
         instance(json_array_get(inst, i), tf, pf, &text, &pair);
         rc = predict_add(p, json_string_value(text), json_string_length(text),
-                         json_string_value(pair), json_string_length(pair), (long)i + 1, -1);
+                         json_string_value(pair), json_string_length(pair), (long)i + 1, NULL);
     }
     if (!rc)
         rc = predict_flush(p);
@@ -248,8 +249,9 @@ static unsigned model_info(const struct server *sv, struct buf *body)
         json_array_append_new(labels, json_string(sv->p->names[i]));
     if (sv->p->o.pair_field)
         json_object_set_new(inputs, "textPair", json_string(sv->p->o.pair_field));
-    json_t *j = json_pack("{s:s, s:b, s:I, s:o, s:o}", "name", sv->name, "ready", 1, "step",
-                          (json_int_t)sv->p->step, "labels", labels, "inputs", inputs);
+    json_t *j = json_pack("{s:s, s:b, s:I, s:o, s:o, s:s}", "name", sv->name, "ready", 1, "step",
+                          (json_int_t)sv->p->step, "labels", labels, "inputs", inputs, "task",
+                          sv->p->lw ? "multi-label-classification" : "text-classification");
     char *t = json_dumps(j, JSON_COMPACT);
     int e = !t || buf_puts(body, t) || buf_puts(body, "\n");
     free(t);

@@ -48,13 +48,14 @@ int train_gather(const struct train_data *d, const size_t *idx, int B, int *tok,
                  int *lab, long *ntok)
 {
     int T = 1;
+    size_t lw = train_label_stride(d);
     for (int b = 0; b < B; b++)
         T = d->len[idx[b]] > T ? d->len[idx[b]] : T;
     for (int b = 0; b < B; b++) {
         const int32_t *row = d->ids + idx[b] * (size_t)d->max_len;
         memcpy(tok + (size_t)b * T, row, sizeof(int) * (size_t)T);
         len[b] = d->len[idx[b]];
-        lab[b] = d->labels[idx[b]];
+        memcpy(lab + (size_t)b * lw, d->labels + idx[b] * lw, sizeof(int) * lw);
         *ntok += len[b];
     }
     return T;
@@ -241,7 +242,8 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
     lp.idx = xmallocarray(d->n ? d->n : 1, sizeof(size_t));
     lp.tok = xmallocarray((size_t)o->batch * d->max_len, sizeof(int));
     lp.len = xmallocarray((size_t)o->batch, sizeof(int));
-    lp.lab = xmallocarray((size_t)o->batch, sizeof(int));
+    lp.lab = xmallocarray((size_t)o->batch * train_label_stride(d), sizeof(int));
+    m->label_words = d->label_words;
     lp.o = &ow, lp.m = m;
     if (o->reduce_push && o->reduce_wait && o->bucket_bytes > 0) {
         train_plan_init_stats(&lp.plan, m, o->bucket_bytes, 3);
@@ -344,7 +346,7 @@ void train_evaluate_shard(const struct train_data *d, int batch, int rank, int w
 {
     int *tok = xmallocarray((size_t)batch * d->max_len, sizeof(int));
     int *len = xmallocarray((size_t)batch, sizeof(int));
-    int *lab = xmallocarray((size_t)batch, sizeof(int));
+    int *lab = xmallocarray((size_t)batch * train_label_stride(d), sizeof(int));
     size_t *idx = xmallocarray((size_t)batch, sizeof(size_t));
     size_t W = world > 0 ? (size_t)world : 1, r = rank > 0 ? (size_t)rank : 0;
     size_t mine = d->n > r ? (d->n - r + W - 1) / W : 0; /* rank, rank + W, ... below n */
@@ -357,7 +359,10 @@ void train_evaluate_shard(const struct train_data *d, int batch, int rank, int w
         int T = train_gather(d, idx, B, tok, len, lab, &ntok);
         const float *logits = NULL;
         float l = fn(ctx, tok, len, lab, B, T, &logits);
-        eval_add_logits(e, lab, logits, (size_t)B); /* lab: the gathered labels (int32) */
+        if (d->label_words)
+            eval_add_logits_multi(e, lab, d->label_words, logits, (size_t)B);
+        else
+            eval_add_logits(e, lab, logits, (size_t)B); /* lab: the gathered labels (int32) */
         eval_add_loss(e, (double)l * B, (uint64_t)B);
     }
     free(tok), free(len), free(lab), free(idx);
@@ -383,7 +388,7 @@ int train_eval_during(const struct train_opts *o, int classes, long step, int ep
     double t0 = now_s();
     int rc = 0;
 
-    if (eval_init(&ec, classes))
+    if ((o->eval->label_words ? eval_init_multi : eval_init)(&ec, classes))
         return -1;
     obs_evaluating(o->obs, true);
     if (sum && o->world_size > 1) /* a share each, then every rank's counts summed */
@@ -436,5 +441,6 @@ static float cpu_eval_forward(void *ctx, const int *tok, const int *len, const i
 
 void train_evaluate(struct model *m, const struct train_data *d, int batch, struct eval_counts *e)
 {
+    m->label_words = d->label_words;
     train_evaluate_fn(d, batch, cpu_eval_forward, m, e);
 }

@@ -47,10 +47,17 @@
 struct train_data {
     const int32_t *ids;    /* (n, max_len) row-major, padded */
     const int32_t *len;    /* (n), 1..max_len */
-    const int32_t *labels; /* (n) */
+    const int32_t *labels; /* (n), or multi-label: (n, label_words) bit sets */
     size_t n;
     int max_len;
+    int label_words; /* 0: single-label; else multi-label (the model's label_words) */
 };
+
+/* int32 words of labels per example (1 single-label). */
+static inline size_t train_label_stride(const struct train_data *d)
+{
+    return d->label_words > 0 ? (size_t)d->label_words : 1;
+}
 
 /* Sums n floats in place across all ranks (the caller divides); 0 or a negative error. */
 typedef int (*train_reduce_fn)(float *buf, size_t n, void *ctx);
@@ -155,7 +162,8 @@ int train_run(struct model *m, const struct train_data *d, const struct train_op
  * same order; train_shard: this rank's shard of it as torch's DistributedSampler cuts it
  * (positions rank, rank + W, ..., wrapping so every rank gets ceil(n / W) examples and takes the
  * same number of steps), returns the count; train_gather: copies examples idx[0..B) into (B, T)
- * buffers with T = their longest length, adds their tokens to *ntok, returns T;
+ * buffers with T = their longest length (lab: (B, train_label_stride) words), adds their
+ * tokens to *ntok, returns T;
  * train_log_progress: the JSON and human progress lines (device: NULL, or a name both show;
  * flops > 0: this rank's model FLOPs over the interval, shown as TFLOP/s, and with peak > 0, the
  * device's peak FLOP/s, as MFU).

@@ -377,6 +377,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     memset(&lp, 0, sizeof(lp));
     memset(res, 0, sizeof(*res));
     unsigned flags = model_flags(go);
+    m->label_words = d->label_words; /* the task: the device model's loss */
     if (!(lp.g = model_gpu_new(m, o->batch, flags, err, sizeof(err)))) {
         /* the configuration, on this GPU: the same on every restart, so permanent (78) */
         fprintf(stderr, "gantry-worker: %s\n", err);
@@ -397,7 +398,7 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
     lp.idx = xmallocarray(d->n ? d->n : 1, sizeof(size_t));
     lp.tok = xmallocarray((size_t)o->batch * d->max_len, sizeof(int));
     lp.len = xmallocarray((size_t)o->batch, sizeof(int));
-    lp.lab = xmallocarray((size_t)o->batch, sizeof(int));
+    lp.lab = xmallocarray((size_t)o->batch * train_label_stride(d), sizeof(int));
     for (int epoch = (int)(step / spe); epoch < o->epochs && step < total; epoch++) {
         train_shuffle(lp.perm, d->n, o->seed, epoch);
         size_t ns = train_shard(lp.idx, lp.perm, d->n, o->rank, W);
@@ -567,6 +568,7 @@ int train_gpu_evaluate(struct model *m, const struct train_data *d, int batch,
         go = &gdef;
     }
     unsigned flags = model_flags(go);
+    m->label_words = d->label_words;
     if (!(ge.g = model_gpu_new(m, batch, flags, err, sizeof(err)))) {
         fprintf(stderr, "gantry-worker: evaluation on the GPU: %s\n", err);
         return DIST_ECONFIG;

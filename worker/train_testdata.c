@@ -26,5 +26,5 @@ struct train_data train_testdata_toy(const struct train_testdata_spec *spec, int
         if (labels[i])
             ids[i * L + (int)(s >> 60) % len[i]] = 3; /* the last draw's top bits: a position */
     }
-    return (struct train_data){ids, len, labels, (size_t)n, L};
+    return (struct train_data){ids, len, labels, (size_t)n, L, 0};
 }
