@@ -35,8 +35,13 @@ void bce_forward_cpu(float *losses, float *probs, const float *logits, const int
                      int words, int B, int K);
 void bce_backward_cpu(float *dlogits, const float *probs, const int *targets, int words,
                       float scale, int B, int K);
-/* Whether class k is set in a row of bit-set targets. */
-static inline int bce_target(const int *row, int k)
+/* Whether class k is set in a row of bit-set targets (host and device code). */
+#if defined(__CUDACC__)
+#define BCE_HD static __host__ __device__ __forceinline__
+#else
+#define BCE_HD static inline
+#endif
+BCE_HD int bce_target(const int *row, int k)
 {
     return (int)(((unsigned)row[k >> 5] >> (k & 31)) & 1u);
 }

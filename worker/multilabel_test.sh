@@ -40,6 +40,10 @@ for name, n in (("train", 3000), ("eval", 400)):
                      for r in rows)
     with open(f"{d}/{name}.tsv", "w") as f:
         f.writelines(f"{r['text']}\t{'|'.join(r['topics'])}\n" for r in rows)
+    with open(f"{d}/{name}_int.jsonl", "w") as f:  # ClassLabel ids, as GoEmotions' "labels"
+        f.writelines(json.dumps({"text": r["text"], "topics": [names.index(t) for t in
+                                                               r["topics"]]}) + "\n"
+                     for r in rows)
     with open(f"{d}/{name}.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["topics", "text"])
@@ -68,10 +72,15 @@ check "worker trains on TSV with labelSeparator |" 0 "$worker" --config "$tmp/ts
 config "$tmp/csv.json" "{\"train\": \"$tmp/train.csv\", \"eval\": \"$tmp/eval.csv\",
   \"minFreq\": 1, \"labelField\": \"topics\"}" "$tmp/r_csv.json" ""
 check "worker trains on CSV (a quoted list per field)" 0 "$worker" --config "$tmp/csv.json"
+config "$tmp/int.json" "{\"train\": \"$tmp/train_int.jsonl\", \"eval\": \"$tmp/eval_int.jsonl\",
+  \"minFreq\": 1, \"labelField\": \"topics\",
+  \"labelNames\": [\"food\", \"money\", \"nature\", \"sport\", \"tech\"]}" "$tmp/r_int.json" ""
+check "worker trains on lists of class ids with labelNames" 0 "$worker" --config "$tmp/int.json"
 python3 - "$tmp" <<'PY' || fail=1
 import json, sys
 d = sys.argv[1]
-ml, st, tsv, csv = (json.load(open(f"{d}/r_{n}.json")) for n in ("ml", "str", "tsv", "csv"))
+ml, st, tsv, csv, ints = (json.load(open(f"{d}/r_{n}.json"))
+                          for n in ("ml", "str", "tsv", "csv", "int"))
 rows = [json.loads(l) for l in open(f"{d}/eval.jsonl")]
 assert ml["multi_label"] is True and ml["examples"] == 400, ml
 assert ml["labels"] == ["food", "money", "nature", "sport", "tech"], ml["labels"]
@@ -80,12 +89,12 @@ for t in ml["labels"]:  # support: the eval examples that have the topic
     assert ml["per_class"][t]["support"] == sum(t in r["topics"] for r in rows), t
 assert ml["micro_f1"] >= 0.95 and ml["macro_f1"] >= 0.95, (ml["micro_f1"], ml["macro_f1"])
 assert ml["accuracy"] >= 0.85, ml["accuracy"]  # exact match of the whole set
-for o in (st, tsv, csv):
+for o in (st, tsv, csv, ints):
     assert (o["loss"], o["micro_f1"], o["per_class"]) == (ml["loss"], ml["micro_f1"],
                                                           ml["per_class"]), (o["loss"], ml["loss"])
 print(f"ok   multi-label: micro-F1 {ml['micro_f1']:.4f}, macro-F1 {ml['macro_f1']:.4f}, exact "
-      f"match {ml['accuracy']:.4f}, Hamming loss {ml['hamming_loss']:.4f}; JSONL strings, TSV and "
-      f"CSV the same model (loss {ml['loss']:.6f})")
+      f"match {ml['accuracy']:.4f}, Hamming loss {ml['hamming_loss']:.4f}; JSONL strings, TSV, CSV "
+      f"and class ids the same model (loss {ml['loss']:.6f})")
 PY
 card=$(ls -d "$tmp"/ck/ml/step-*)/config.json
 python3 - "$card" "$(ls -d "$tmp"/ck/tsv/step-*)/config.json" <<'PY' || fail=1

@@ -80,11 +80,12 @@ static int close_rel(double gpu, double cpu, double tol)
     return fabs(gpu - cpu) <= tol * fmax(1.0, fabs(cpu));
 }
 
-/* Both loops on the same data and init, with label smoothing e and class weights cw (NULL:
- * none); returns the first step's loss. */
-static double follows_cpu(float e, const float *cw)
+/* Both loops on the same data and init (model cfg), with label smoothing e and class weights cw
+ * (NULL: none); returns the first step's loss. */
+static double follows(const struct train_data *data, const struct model_config *cfg, float e,
+                      const float *cw)
 {
-    struct train_data d = toy();
+    struct train_data d = *data;
     struct model mcpu, mgpu;
     struct train_result rc, rg;
     double lc[MAXLOG], lg[MAXLOG], nc_[MAXLOG], ng_[MAXLOG];
@@ -92,12 +93,13 @@ static double follows_cpu(float e, const float *cw)
     FILE *fc = tmpfile(), *fg = tmpfile();
 
     TEST_CHECK(fc && fg);
-    TEST_EQ_INT(model_init(&mcpu, &mc, 8, 11, err, sizeof(err)), 0);
-    TEST_EQ_INT(model_init(&mgpu, &mc, 8, 11, err, sizeof(err)), 0);
+    TEST_EQ_INT(model_init(&mcpu, cfg, 8, 11, err, sizeof(err)), 0);
+    TEST_EQ_INT(model_init(&mgpu, cfg, 8, 11, err, sizeof(err)), 0);
     struct train_opts oc = opts(fc), og = opts(fg);
     oc.label_smoothing = og.label_smoothing = e;
     oc.class_weight = og.class_weight = cw;
-    printf("label smoothing %g, class weights %s\n", (double)e, cw ? "on" : "off");
+    printf("%s, label smoothing %g, class weights %s\n",
+           d.label_words ? "multi-label" : "single-label", (double)e, cw ? "on" : "off");
     TEST_EQ_INT(train_run(&mcpu, &d, &oc, &rc), 0);
     TEST_EQ_INT(train_gpu_run(&mgpu, &d, &og, &rg), 0);
     int nc = values(fc, "\"loss\":", lc), ng = values(fg, "\"loss\":", lg);
@@ -123,6 +125,12 @@ static double follows_cpu(float e, const float *cw)
     model_cleanup(&mcpu), model_cleanup(&mgpu);
     fclose(fc), fclose(fg);
     return lg[0];
+}
+
+static double follows_cpu(float e, const float *cw)
+{
+    struct train_data d = toy();
+    return follows(&d, &mc, e, cw);
 }
 
 static void test_gpu_follows_cpu(void)
@@ -906,6 +914,50 @@ static void test_ngram(void)
     fclose(fc), fclose(fg), fclose(fh);
 }
 
+/* Multi-label (label_words): three yes/no classes per example of the toy data (token 3 appears,
+ * token 5 appears, longer than 10 tokens) as bit sets. The GPU loop's sigmoid binary
+ * cross-entropy follows the CPU's step by step, and the device evaluation's multi-label counts
+ * equal the CPU's. */
+static void test_multi_label(void)
+{
+    static int32_t bits[N];
+    struct train_data d = toy();
+    struct model_config c3 = mc;
+    struct model m;
+    struct eval_counts cpu, gpu;
+    char err[256];
+    c3.classes = 3;
+    for (int i = 0; i < N; i++) {
+        int has3 = 0, has5 = 0;
+        for (int t = 0; t < d.len[i]; t++)
+            has3 |= d.ids[(size_t)i * L + t] == 3, has5 |= d.ids[(size_t)i * L + t] == 5;
+        bits[i] = has3 | has5 << 1 | (d.len[i] > 10) << 2;
+    }
+    d.labels = bits, d.label_words = 1;
+    follows(&d, &c3, 0.0f, NULL);
+    TEST_EQ_INT(model_init(&m, &c3, 8, 11, err, sizeof(err)), 0);
+    FILE *f = tmpfile();
+    struct train_opts o = opts(f);
+    struct train_result r;
+    TEST_EQ_INT(train_run(&m, &d, &o, &r), 0);
+    TEST_EQ_INT(eval_init_multi(&cpu, 3), 0);
+    TEST_EQ_INT(eval_init_multi(&gpu, 3), 0);
+    train_evaluate(&m, &d, 7, &cpu);
+    TEST_EQ_INT(train_gpu_evaluate(&m, &d, 7, NULL, &gpu), 0);
+    const double *vc = eval_counts_flat(&cpu), *vg = eval_counts_flat(&gpu);
+    int same = 1;
+    for (size_t i = 1; i < eval_counts_flat_len(&cpu); i++)
+        same &= vc[i] == vg[i];
+    printf("multi-label evaluate: exact %g of %g (cpu %g), loss sum gpu %.6f cpu %.6f\n", vg[3],
+           vg[2], vc[3], vg[0], vc[0]);
+    TEST_CHECK(same);
+    TEST_CHECK(close_rel(vg[0], vc[0], 1e-5));
+    TEST_EQ_INT((int)vg[2], N);
+    eval_cleanup(&cpu), eval_cleanup(&gpu);
+    model_cleanup(&m);
+    fclose(f);
+}
+
 /* Arguments: the names of the test cases to run (none: all). kernels/emu/model.cmake runs the
  * emulated build in parts this way, each within CTest's timeout under ASan; a new case must be
  * added to one of its lists. An unknown name is an error (exit 2), so a renamed case is noticed. */
@@ -914,7 +966,7 @@ static const char *const cases[] = {"test_gpu_follows_cpu", "test_checkpoint_acr
                                     "test_bf16_follows_fp32", "test_fused_attention",
                                     "test_evaluate", "test_eval_during", "test_cuda_graphs_loop",
                                     "test_graph_cache", "test_ngram",
-                                    "test_cuda_graphs_loop_bf16"};
+                                    "test_cuda_graphs_loop_bf16", "test_multi_label"};
 static int n_sel;
 static char *const *sel;
 
@@ -965,5 +1017,6 @@ int main(int argc, char **argv)
     RUN(test_cuda_graphs_loop_bf16);
     RUN(test_graph_cache);
     RUN(test_ngram);
+    RUN(test_multi_label);
     return test_summary();
 }
