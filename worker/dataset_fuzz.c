@@ -2,11 +2,14 @@
  * dataset_fuzz.c - libFuzzer target for the JSONL/TSV line parser and the label map.
  *
  * Input: byte 0 picks the format (even: JSONL, odd: TSV; bit 4: CSV, the line's first part up to
- * a newline its header), an alternate field name, an optional label (gantry-predict's reading)
- * and text pairs; the rest is one line of any bytes.
+ * a newline its header), an alternate field name, an optional label (gantry-predict's reading),
+ * text pairs and multi-label lists (bit 5; bit 6: separator '|'); the rest is one line of any
+ * bytes.
  * Checks invariants the reader relies on: success means a NUL-terminated text (and, for pairs,
  * pair) of the stated length and a label within DATASET_MAX_LABEL_BYTES, non-empty unless
- * optional; failure means a non-empty reason and nothing allocated. Built with clang
+ * optional (multi-label: each listed name non-empty, within the limit, trimmed of spaces, and
+ * all of them within the line's bytes); failure means a non-empty reason and nothing
+ * allocated. Built with clang
  * -fsanitize=fuzzer,address,undefined (data.cmake) and as a plain replay executable (replay_fuzz.c) that ctest runs on the seeds.
  */
 #include <stdint.h>
@@ -37,6 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     o.label_optional = (data[0] & 4) != 0;
     if (data[0] & 8)
         o.pair_field = "text_pair";
+    o.multi_label = (data[0] & 32) != 0;
+    o.label_sep = (data[0] & 64) ? '|' : ',';
     why[0] = '\0';
     if (data[0] & 16) { /* CSV: a header, then one record */
         const char *h = (const char *)data + 1, *nl = memchr(h, '\n', size - 1);
@@ -64,7 +69,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK((dl.pair != NULL) == (o.pair_field != NULL));
         FUZZ_CHECK(!dl.pair || dl.pair[dl.pair_len] == '\0');
         FUZZ_CHECK(dl.text_len + dl.pair_len <= size);
-        FUZZ_CHECK(llen <= DATASET_MAX_LABEL_BYTES && (llen > 0 || o.label_optional));
+        FUZZ_CHECK(llen <= DATASET_MAX_LABEL_BYTES &&
+                   (llen > 0 || o.label_optional || o.multi_label));
+        FUZZ_CHECK(!o.multi_label || llen == 0);
+        FUZZ_CHECK((dl.multi != NULL) == (dl.n_multi > 0));
+        size_t names = 0;
+        const char *name = dl.multi;
+        for (int k = 0; k < dl.n_multi; k++, name += strlen(name) + 1) {
+            size_t n = strlen(name);
+            FUZZ_CHECK(n > 0 && n <= DATASET_MAX_LABEL_BYTES);
+            FUZZ_CHECK(name[0] != ' ' && name[n - 1] != ' ');
+            names += n;
+        }
+        FUZZ_CHECK(names <= size);
+        free(dl.multi);
         if (llen > 0) {
             label_map_init(&m);
             FUZZ_CHECK(label_map_add(&m, dl.label, llen) == 0);
@@ -74,6 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(dl.text), free(dl.pair);
     } else {
         FUZZ_CHECK(dl.text == NULL && dl.pair == NULL && dl.text_len == 0 && dl.pair_len == 0);
+        FUZZ_CHECK(dl.multi == NULL && dl.n_multi == 0);
         FUZZ_CHECK(rc == 1 || why[0] != '\0');
     }
     return 0;
