@@ -358,10 +358,12 @@ static int apply_init(struct worker *w)
         }
     }
     const struct label_map *a = &w->init.card.labels, *b = &w->labels;
-    /* the classifier carries over for the same classes of the same task (softmax vs sigmoids) */
-    bool same = a->n == b->n && w->init.card.multi_label == CFG_MULTI_LABEL(&w->cfg);
+    bool same = a->n == b->n;
     for (int i = 0; same && i < a->n; i++)
         same = !strcmp(label_map_name(a, i), label_map_name(b, i));
+    /* the classifier carries over for the same classes of the same task (softmax vs sigmoids) */
+    const bool other_task = same && w->init.card.multi_label != CFG_MULTI_LABEL(&w->cfg);
+    same = same && !other_task;
     rc = same ? model_load_params(&w->model, w->init.weights, w->err, sizeof(w->err))
               : model_load_body(&w->model, w->init.weights, w->err, sizeof(w->err));
     if (rc) {
@@ -371,13 +373,18 @@ static int apply_init(struct worker *w)
     w->init_head = same;
     if (w->env.rank == 0) {
         fprintf(stderr, "gantry-worker: initialized from %s: %s", w->init.dir,
-                same ? "every tensor, the classifier too (the same labels)\n"
-                     : "every tensor but the classifier, new for this task and data's labels (");
-        for (int i = 0; !same && i < b->n; i++)
+                same         ? "every tensor, the classifier too (the same labels)\n"
+                : other_task ? "every tensor but the classifier, new for this task ("
+                             : "every tensor but the classifier, new for this data's labels (");
+        if (other_task)
+            fprintf(stderr, "%s; the checkpoint's: %s)\n", w->cfg.task,
+                    w->init.card.multi_label ? "multi-label-classification"
+                                             : "text-classification");
+        for (int i = 0; !same && !other_task && i < b->n; i++)
             fprintf(stderr, "%s%s", i ? ", " : "", label_map_name(b, i));
-        for (int i = 0; !same && i < a->n; i++)
+        for (int i = 0; !same && !other_task && i < a->n; i++)
             fprintf(stderr, "%s%s", i ? ", " : "; the checkpoint's: ", label_map_name(a, i));
-        if (!same)
+        if (!same && !other_task)
             fprintf(stderr, ")\n");
         fprintf(stderr, "gantry-worker: initial parameters fnv1a64 %016llx\n",
                 (unsigned long long)hash_fnv1a64(w->model.params,

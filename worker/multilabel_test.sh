@@ -190,6 +190,24 @@ assert 280 <= held <= 320 and held + r["train"]["examples"] == 3000, (held, r["t
 print(f"ok   bestMetric micro_f1: best at step {r['best_eval']['step']}; {held} held out")
 PY
 
+# initFrom: a multi-label checkpoint's classifier carries over to a multi-label job with the
+# same labels, not to a single-label one (a softmax over the same classes).
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{d}/train.jsonl")]
+with open(f"{d}/single.jsonl", "w") as f:
+    f.writelines(json.dumps({"text": r["text"], "label": r["topics"][0]}) + "\n"
+                 for r in rows if len(r["topics"]) == 1)
+PY
+check "initFrom a multi-label model, multi-label" 0 "$worker" --task multi-label-classification \
+    --data-train "$tmp/train.jsonl" --data-label-field topics --init-from "$tmp/ck/ml" \
+    --max-steps 2 --threads 1
+says "the classifier carries over" "every tensor, the classifier too (the same labels)"
+check "initFrom a multi-label model, single-label" 0 "$worker" --data-train "$tmp/single.jsonl" \
+    --init-from "$tmp/ck/ml" --max-steps 2 --threads 1
+says "a new classifier" "new for this task (text-classification; the checkpoint's: multi-label-classification)"
+
 # What the binary cross-entropy has no use for is refused before any data is read.
 check "labelSmoothing with multi-label" 78 "$worker" --task multi-label-classification \
     --data-train "$tmp/train.jsonl" --label-smoothing 0.1
