@@ -1,6 +1,7 @@
 // Fused softmax cross-entropy on the GPU: one block per row does max, sum of exp, normalisation
 // and the loss (log-sum-exp form, as kernels/crossentropy_cpu.c), reading the logits twice.
 // Multi-label's sigmoid binary cross-entropy: one block per row, the loss a block sum.
+// Regression's squared error: one thread per example.
 #include "kernels/crossentropy.h"
 #include "kernels/gpu_internal.h"
 
@@ -122,5 +123,42 @@ extern "C" void bce_backward(float *dlogits, const float *probs, const int *targ
         return;
     bce_backward_kernel<<<(unsigned)CEIL_DIV(total, 256), 256, 0, stream>>>(
         dlogits, probs, targets, words, scale, K, total);
+    GPU_LAUNCH_CHECK();
+}
+
+static __global__ void mse_forward_kernel(float *losses, float *preds, const float *logits,
+                                          const float *targets, int B)
+{
+    int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= B)
+        return;
+    float d = logits[b] - targets[b];
+    losses[b] = d * d;
+    preds[b] = logits[b];
+}
+
+static __global__ void mse_backward_kernel(float *dlogits, const float *logits,
+                                           const float *targets, float scale, int B)
+{
+    int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b < B)
+        dlogits[b] += 2.0f * (logits[b] - targets[b]) * scale;
+}
+
+extern "C" void mse_forward(float *losses, float *preds, const float *logits,
+                            const float *targets, int B, struct CUstream_st *stream)
+{
+    if (B == 0)
+        return;
+    mse_forward_kernel<<<CEIL_DIV(B, 256), 256, 0, stream>>>(losses, preds, logits, targets, B);
+    GPU_LAUNCH_CHECK();
+}
+
+extern "C" void mse_backward(float *dlogits, const float *logits, const float *targets,
+                             float scale, int B, struct CUstream_st *stream)
+{
+    if (B == 0)
+        return;
+    mse_backward_kernel<<<CEIL_DIV(B, 256), 256, 0, stream>>>(dlogits, logits, targets, scale, B);
     GPU_LAUNCH_CHECK();
 }

@@ -46,6 +46,16 @@ BCE_HD int bce_target(const int *row, int k)
     return (int)(((unsigned)row[k >> 5] >> (k & 31)) & 1u);
 }
 
+/*
+ * Squared error of one output per example (regression; PyTorch's MSELoss, mean reduction):
+ * targets (B) floats. The forward writes losses (B) = (z - y)^2 and, for symmetry with the
+ * classifiers, preds (B) = z; the backward accumulates dlogits += 2 (z - y) * scale.
+ */
+void mse_forward_cpu(float *losses, float *preds, const float *logits, const float *targets,
+                     int B);
+void mse_backward_cpu(float *dlogits, const float *logits, const float *targets, float scale,
+                      int B);
+
 #ifdef __cplusplus
 }
 #endif

@@ -67,3 +67,20 @@ void bce_backward_cpu(float *dlogits, const float *probs, const int *targets, in
             dlogits[(size_t)b * K + k] += (probs[(size_t)b * K + k] - (float)bce_target(y, k)) * s;
     }
 }
+
+void mse_forward_cpu(float *losses, float *preds, const float *logits, const float *targets,
+                     int B)
+{
+    for (int b = 0; b < B; b++) {
+        float d = logits[b] - targets[b];
+        losses[b] = d * d;
+        preds[b] = logits[b];
+    }
+}
+
+void mse_backward_cpu(float *dlogits, const float *logits, const float *targets, float scale,
+                      int B)
+{
+    for (int b = 0; b < B; b++)
+        dlogits[b] += 2.0f * (logits[b] - targets[b]) * scale;
+}

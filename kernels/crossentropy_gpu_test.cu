@@ -61,9 +61,32 @@ static void check_bce(int B, int K, float scale_logits, uint64_t seed)
     free(y), free(logits), free(probs), free(losses), free(dlogits);
 }
 
+// Regression's squared error against the CPU.
+static void check_mse(int B, uint64_t seed)
+{
+    uint64_t s = seed;
+    float *z = gt_randv((size_t)B, &s, -5, 5), *y = gt_randv((size_t)B, &s, -5, 5);
+    float *l = gt_randv((size_t)B, &s, 0, 1), *p = gt_randv((size_t)B, &s, 0, 1);
+    float *dz = gt_randv((size_t)B, &s, -1, 1);
+    float *d_z = GT_UPF(z, B), *d_y = GT_UPF(y, B), *d_l = GT_UPF(l, B), *d_p = GT_UPF(p, B);
+    float *d_dz = GT_UPF(dz, B);
+    printf("mse B=%d\n", B);
+    mse_forward_cpu(l, p, z, y, B);
+    mse_forward(d_l, d_p, d_z, d_y, B, 0);
+    gt_compare("mse losses", d_l, l, B, GT_F32_ATOL, GT_F32_RTOL);
+    gt_compare("mse preds", d_p, p, B, 0, 0);
+    mse_backward_cpu(dz, z, y, 1.0f / B, B);
+    mse_backward(d_dz, d_z, d_y, 1.0f / B, B, 0);
+    gt_compare("mse dlogits", d_dz, dz, B, GT_F32_ATOL, GT_F32_RTOL);
+    cudaFree(d_z), cudaFree(d_y), cudaFree(d_l), cudaFree(d_p), cudaFree(d_dz);
+    free(z), free(y), free(l), free(p), free(dz);
+}
+
 int main(void)
 {
     gt_require_device("crossentropy_gpu_test");
+    check_mse(1, 21);
+    check_mse(1000, 22);
     check_bce(64, 1, 4, 11);
     check_bce(32, 6, 4, 12);
     check_bce(16, 37, 8, 13);

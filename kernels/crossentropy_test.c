@@ -134,8 +134,23 @@ static void test_bce_backward_matches_finite_differences(void)
     gc_check("bce dlogits", c.z, dz, B * BK, 1, bce_loss, &c, 1e-2f, 1e-4, 1e-3);
 }
 
+/* Regression: PyTorch's F.mse_loss(torch.tensor([1.5, -2.]), torch.tensor([1., 1.])) = 4.625
+ * (0.25 and 9, averaged); the gradient of the mean is 2 (z - y) / B. */
+static void test_mse(void)
+{
+    const float z[2] = {1.5f, -2.0f}, y[2] = {1.0f, 1.0f};
+    float l[2], p[2], dz[2] = {0.0f, 0.0f};
+    mse_forward_cpu(l, p, z, y, 2);
+    TEST_NEAR((l[0] + l[1]) / 2, 4.625, 1e-7);
+    TEST_NEAR(p[1], -2.0, 0);
+    mse_backward_cpu(dz, z, y, 0.5f, 2);
+    TEST_NEAR(dz[0], 0.5, 1e-7);
+    TEST_NEAR(dz[1], -3.0, 1e-7);
+}
+
 int main(void)
 {
+    TEST_RUN(test_mse);
     TEST_RUN(test_bce_known_values);
     TEST_RUN(test_bce_backward_matches_finite_differences);
     TEST_RUN(test_known_values);

@@ -330,6 +330,11 @@ void bce_forward(float *losses, float *probs, const float *logits, const int *ta
                  int B, int K, struct CUstream_st *stream);
 void bce_backward(float *dlogits, const float *probs, const int *targets, int words, float scale,
                   int B, int K, struct CUstream_st *stream);
+/* Regression: the squared error of one output per example against float targets. */
+void mse_forward(float *losses, float *preds, const float *logits, const float *targets, int B,
+                 struct CUstream_st *stream);
+void mse_backward(float *dlogits, const float *logits, const float *targets, float scale, int B,
+                  struct CUstream_st *stream);
 
 /* ---- worker/optim.h's AdamW and clipping, on the device, with no host synchronisation ---- */
 

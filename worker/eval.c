@@ -17,12 +17,13 @@
 static int init(struct eval_counts *e, int n_classes, int multi)
 {
     e->n_classes = 0;
-    e->multi_label = 0;
+    e->multi_label = e->regression = 0;
     e->v = NULL;
     if (n_classes < 1 || n_classes > EVAL_MAX_CLASSES)
         return -1;
     e->n_classes = n_classes;
-    e->multi_label = multi;
+    e->multi_label = multi == 1;
+    e->regression = multi == 2;
     e->v = xcalloc(eval_counts_flat_len(e), sizeof(*e->v));
     return 0;
 }
@@ -35,6 +36,11 @@ int eval_init(struct eval_counts *e, int n_classes)
 int eval_init_multi(struct eval_counts *e, int n_classes)
 {
     return init(e, n_classes, 1);
+}
+
+int eval_init_regression(struct eval_counts *e)
+{
+    return init(e, 1, 2);
 }
 
 void eval_cleanup(struct eval_counts *e)
@@ -51,7 +57,7 @@ void eval_reset(struct eval_counts *e)
 
 int eval_add(struct eval_counts *e, int true_label, int pred_label)
 {
-    if (e->multi_label || true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
+    if (e->multi_label || e->regression || true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
         pred_label >= e->n_classes)
         return -1;
     CM(e, true_label, pred_label) += 1.0;
@@ -109,6 +115,17 @@ void eval_add_logits_multi(struct eval_counts *e, const int32_t *true_bits, int 
     }
 }
 
+void eval_add_regression(struct eval_counts *e, const float *y, const float *z, size_t n)
+{
+    if (!e->regression)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        double a = y[i], b = z[i];
+        e->v[2] += 1.0, e->v[3] += a, e->v[4] += b, e->v[5] += a * a, e->v[6] += b * b;
+        e->v[7] += a * b, e->v[8] += fabs(b - a);
+    }
+}
+
 void eval_add_loss(struct eval_counts *e, double loss_sum, uint64_t count)
 {
     e->v[0] += loss_sum;
@@ -117,7 +134,8 @@ void eval_add_loss(struct eval_counts *e, double loss_sum, uint64_t count)
 
 int eval_merge(struct eval_counts *dst, const struct eval_counts *src)
 {
-    if (dst->n_classes != src->n_classes || dst->multi_label != src->multi_label)
+    if (dst->n_classes != src->n_classes || dst->multi_label != src->multi_label ||
+        dst->regression != src->regression)
         return -1;
     for (size_t i = 0; i < eval_counts_flat_len(dst); i++)
         dst->v[i] += src->v[i];
@@ -131,13 +149,14 @@ double *eval_counts_flat(struct eval_counts *e)
 
 size_t eval_counts_flat_len(const struct eval_counts *e)
 {
-    return e->multi_label ? 4 + 3 * (size_t)e->n_classes
-                          : 2 + (size_t)e->n_classes * (size_t)e->n_classes;
+    return e->regression    ? 9
+           : e->multi_label ? 4 + 3 * (size_t)e->n_classes
+                            : 2 + (size_t)e->n_classes * (size_t)e->n_classes;
 }
 
 uint64_t eval_cm(const struct eval_counts *e, int true_label, int pred_label)
 {
-    if (e->multi_label || true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
+    if (e->multi_label || e->regression || true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
         pred_label >= e->n_classes)
         return 0;
     double c = CM(e, true_label, pred_label);
@@ -201,6 +220,19 @@ void eval_compute(const struct eval_counts *e, struct eval_metrics *m)
         compute_multi(e, m);
         return;
     }
+    if (e->regression) {
+        const double *v = e->v, k = v[2];
+        double vy = k * v[5] - v[3] * v[3], vz = k * v[6] - v[4] * v[4];
+        m->regression = 1;
+        m->total = count(k);
+        m->loss = v[1] > 0 ? v[0] / v[1] : NAN;
+        m->mse = k > 0 ? (v[5] - 2 * v[7] + v[6]) / k : 0.0;
+        m->mse = m->mse > 0 ? m->mse : 0.0; /* rounding of the sums */
+        m->mae = k > 0 ? v[8] / k : 0.0;
+        m->pearson = vy > 0 && vz > 0 ? (k * v[7] - v[3] * v[4]) / sqrt(vy * vz) : 0.0;
+        m->pearson = fmax(-1.0, fmin(1.0, m->pearson));
+        return;
+    }
     for (int t = 0; t < n; t++)
         for (int p = 0; p < n; p++) {
             uint64_t c = eval_cm(e, t, p);
@@ -248,6 +280,17 @@ json_t *eval_report_json(const struct eval_counts *e, const char *const *names)
 
     eval_compute(e, &m);
     json_object_set_new(r, "examples", json_integer((json_int_t)m.total));
+    if (m.regression) {
+        json_object_set_new(r, "regression", json_true());
+        json_object_set_new(r, "mse", json_real(m.mse));
+        json_object_set_new(r, "mae", json_real(m.mae));
+        json_object_set_new(r, "pearson", json_real(m.pearson));
+        if (!isnan(m.loss))
+            json_object_set_new(r, "loss", json_real(m.loss));
+        json_decref(labels), json_decref(per), json_decref(cm);
+        eval_metrics_cleanup(&m);
+        return r;
+    }
     json_object_set_new(r, "accuracy", json_real(m.accuracy));
     json_object_set_new(r, "macro_precision", json_real(m.macro_precision));
     json_object_set_new(r, "macro_recall", json_real(m.macro_recall));
@@ -334,6 +377,12 @@ void eval_print(const struct eval_counts *e, const char *const *names, FILE *f)
     char tmp[16];
 
     eval_compute(e, &m);
+    if (m.regression) {
+        fprintf(f, "eval | %llu examples | MSE %.4f | MAE %.4f | Pearson %.4f\n",
+                (unsigned long long)m.total, m.mse, m.mae, m.pearson);
+        eval_metrics_cleanup(&m);
+        return;
+    }
     if (m.multi_label)
         fprintf(f, "eval | %llu examples | exact match %.4f | micro-F1 %.4f | macro-F1 %.4f | "
                 "hamming loss %.4f", (unsigned long long)m.total, m.accuracy, m.micro_f1,

@@ -22,6 +22,11 @@
  *   accuracy     subset accuracy: examples whose whole predicted set is right / total
  *   hamming_loss wrong decisions / (total * n_classes)
  *   support[c]   examples that have class c; predicted[c] examples predicted to
+ * Regression (eval_init_regression): one real output per example against a real target, kept
+ * as sums (n, sum y, sum z, sum y^2, sum z^2, sum yz, sum |z - y|) so they merge like counts:
+ *   mse = the mean squared error (the loss), mae = the mean absolute error,
+ *   pearson = the correlation of outputs and targets (0 when either is constant)
+ * (summed across ranks as floats, these lose digits past 2^24 examples).
  * Thread safety: none; one eval_counts per thread, then merge.
  */
 #ifndef GANTRY_EVAL_H
@@ -38,10 +43,13 @@
 struct eval_counts {
     int n_classes;
     int multi_label; /* eval_init_multi */
+    int regression;  /* eval_init_regression: n_classes 1 */
     /* Flat, all-reducible (sum) storage of (2 + n*n) doubles:
      *   v[0] loss sum, v[1] loss count (examples), v[2 + t*n + p] confusion counts;
      * multi-label: (4 + 3n): v[0], v[1] as above, v[2] examples, v[3] exactly right ones,
-     *   then tp, fp, fn of class c at v[4 + 3c], v[5 + 3c], v[6 + 3c].
+     *   then tp, fp, fn of class c at v[4 + 3c], v[5 + 3c], v[6 + 3c];
+     * regression: 9: v[0], v[1] as above, then n, sum y, sum z, sum y^2, sum z^2, sum yz,
+     *   sum |z - y|.
      * Doubles hold integer counts exactly up to 2^53, and a double all-reduce is what every
      * collective backend offers. */
     double *v;
@@ -51,6 +59,8 @@ struct eval_counts {
 int eval_init(struct eval_counts *e, int n_classes);
 /* Multi-label counts (see above); 0 or -1 as eval_init. */
 int eval_init_multi(struct eval_counts *e, int n_classes);
+/* Regression sums (see above); 0. */
+int eval_init_regression(struct eval_counts *e);
 void eval_cleanup(struct eval_counts *e);
 void eval_reset(struct eval_counts *e);
 
@@ -66,6 +76,8 @@ size_t eval_add_logits(struct eval_counts *e, const int32_t *true_labels, const 
  * of word c / 32: class c; kernels/crossentropy.h's layout), predicted where logits > 0. */
 void eval_add_logits_multi(struct eval_counts *e, const int32_t *true_bits, int words,
                            const float *logits, size_t n);
+/* Regression: adds n outputs z against targets y. */
+void eval_add_regression(struct eval_counts *e, const float *y, const float *z, size_t n);
 /* Adds a loss summed over count examples (the report shows loss_sum / count). */
 void eval_add_loss(struct eval_counts *e, double loss_sum, uint64_t count);
 
@@ -92,6 +104,8 @@ struct eval_metrics {
     double micro_precision, micro_recall, micro_f1; /* single-label: all equal accuracy */
     int multi_label;
     double hamming_loss;    /* multi-label only */
+    int regression;         /* then only total, loss and these: */
+    double mse, mae, pearson;
     double loss;            /* NaN when no loss was added */
     struct eval_class *cls; /* n_classes entries, owned */
 };
@@ -108,6 +122,7 @@ void eval_metrics_cleanup(struct eval_metrics *m);
  *    "confusion_matrix": [[...], ...]}   rows = true label, columns = predicted label
  * Multi-label: "multi_label": true, "micro_precision", "micro_recall", "micro_f1",
  * "hamming_loss", accuracy the subset accuracy, per_class with "predicted", no confusion matrix.
+ * Regression: {"examples", "regression": true, "mse", "mae", "pearson", "loss"}.
  * names[i] is the name of class i (NULL: "0", "1", ...). */
 json_t *eval_report_json(const struct eval_counts *e, const char *const *names);
 /* Writes the report to path (atomically, pretty-printed, trailing newline). 0 or -1 with err. */

@@ -260,8 +260,47 @@ static void test_multi_label(void)
     eval_cleanup(&s), eval_cleanup(&a), eval_cleanup(&b);
 }
 
+/* Regression: y = 1 2 3 4, z = 1.5 2 2.5 5 (two shares, merged): MSE (0.25+0+0.25+1)/4 =
+ * 0.375, MAE (0.5+0+0.5+1)/4 = 0.5, Pearson 0.91350028 (statistics.correlation's). */
+static void test_regression(void)
+{
+    const float y[4] = {1, 2, 3, 4}, z[4] = {1.5f, 2, 2.5f, 5};
+    struct eval_counts a, b;
+    struct eval_metrics m;
+    TEST_EQ_INT(eval_init_regression(&a), 0);
+    TEST_EQ_INT(eval_init_regression(&b), 0);
+    eval_add_regression(&a, y, z, 1);
+    eval_add_regression(&b, y + 1, z + 1, 3);
+    eval_add_loss(&a, 0.25, 1);
+    eval_add_loss(&b, 1.25, 3);
+    TEST_EQ_INT(eval_merge(&a, &b), 0);
+    TEST_EQ_INT(eval_counts_flat_len(&a), 9);
+    eval_compute(&a, &m);
+    TEST_CHECK(m.regression);
+    TEST_EQ_INT(m.total, 4);
+    TEST_NEAR(m.mse, 0.375, 1e-12);
+    TEST_NEAR(m.loss, 0.375, 1e-12);
+    TEST_NEAR(m.mae, 0.5, 1e-12);
+    TEST_NEAR(m.pearson, 0.91350028, 1e-8);
+    eval_metrics_cleanup(&m);
+    json_t *r = eval_report_json(&a, NULL);
+    TEST_CHECK(json_is_true(json_object_get(r, "regression")));
+    TEST_NEAR(json_real_value(json_object_get(r, "pearson")), 0.91350028, 1e-8);
+    TEST_CHECK(json_object_get(r, "accuracy") == NULL);
+    json_decref(r);
+    struct eval_counts c;
+    TEST_EQ_INT(eval_init_regression(&c), 0);
+    const float k[2] = {2, 2};
+    eval_add_regression(&c, y, k, 2); /* constant outputs: no correlation, not a NaN */
+    eval_compute(&c, &m);
+    TEST_NEAR(m.pearson, 0.0, 0);
+    eval_metrics_cleanup(&m);
+    eval_cleanup(&a), eval_cleanup(&b), eval_cleanup(&c);
+}
+
 int main(void)
 {
+    TEST_RUN(test_regression);
     TEST_RUN(test_multi_label);
     TEST_RUN(test_hand_computed);
     TEST_RUN(test_merge_and_allreduce);
