@@ -49,6 +49,8 @@ char *card_dump(const struct model_card *c)
         char sep[2] = {c->label_sep, '\0'};
         json_object_set_new(j, "task", json_string("multi-label-classification"));
         json_object_set_new(json_object_get(j, "input"), "labelSeparator", json_string(sep));
+    } else if (j && c->regression) {
+        json_object_set_new(j, "task", json_string("regression"));
     }
     char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
@@ -143,8 +145,23 @@ int card_parse(const char *js, size_t n, struct model_card *c, char *err, size_t
         get_int(m, "model", "buckets", 0, 1 << 26, &c->buckets, err, errlen) ||
         get_int(m, "model", "vocabSize", 5, VOCAB_MAX_SIZE, &c->vocab_size, err, errlen))
         goto out;
-    if (!json_is_array(l = json_object_get(root, "labels")) || json_array_size(l) < 2 ||
-        json_array_size(l) > DATASET_MAX_LABELS) {
+    const json_t *task = json_object_get(root, "task");
+    const char *tv = json_string_value(task);
+    if (task && !(tv && (!strcmp(tv, "text-classification") ||
+                         !strcmp(tv, "multi-label-classification") || !strcmp(tv, "regression")))) {
+        (void)FAIL("task: must be \"text-classification\", \"multi-label-classification\" or "
+                   "\"regression\"");
+        goto out;
+    }
+    c->multi_label = tv && !strcmp(tv, "multi-label-classification");
+    c->regression = tv && !strcmp(tv, "regression");
+    l = json_object_get(root, "labels");
+    if (c->regression && !(json_is_array(l) && json_array_size(l) == 0)) {
+        (void)FAIL("labels: must be [] for a regression model (it has one output, no classes)");
+        goto out;
+    }
+    if (!c->regression && (!json_is_array(l) || json_array_size(l) < 2 ||
+                           json_array_size(l) > DATASET_MAX_LABELS)) {
         (void)FAIL("labels: must be an array of 2 to %d class names", DATASET_MAX_LABELS);
         goto out;
     }
@@ -195,14 +212,7 @@ int card_parse(const char *js, size_t n, struct model_card *c, char *err, size_t
         goto out;
     }
     c->label_index = json_is_true(li);
-    const json_t *task = json_object_get(root, "task"), *sep = json_object_get(t, "labelSeparator");
-    if (task && !(json_is_string(task) &&
-                  (!strcmp(json_string_value(task), "text-classification") ||
-                   !strcmp(json_string_value(task), "multi-label-classification")))) {
-        (void)FAIL("task: must be \"text-classification\" or \"multi-label-classification\"");
-        goto out;
-    }
-    c->multi_label = task && !strcmp(json_string_value(task), "multi-label-classification");
+    const json_t *sep = json_object_get(t, "labelSeparator");
     if (sep && (!json_is_string(sep) || json_string_length(sep) != 1 ||
                 strchr("\t\n\r\"", json_string_value(sep)[0]))) {
         (void)FAIL("input.labelSeparator: must be one character (not a tab, newline or quote)");

@@ -18,7 +18,8 @@
  *                                     labels index "labels", data.labelNames)
  * task is "multi-label-classification" for a model whose classes are independent yes/no
  * decisions (sigmoid outputs; its data's labels are lists, separated by labelSeparator in TSV and
- * CSV); cards without it are text-classification.
+ * CSV); "regression" for a model with one real output and no classes ("labels": []); cards
+ * without it are text-classification.
  *
  * Field names follow the TrainingJob's (training.model). card_parse() treats the file as
  * untrusted: wrong types, out-of-range numbers, duplicate or empty labels are errors naming the
@@ -48,6 +49,7 @@ struct model_card {
     char text_field[64], text_pair_field[64], label_field[64]; /* "input"; pair "" = single */
     bool label_index; /* "input.labelIndex": an integer label i in the data is labels[i] */
     bool multi_label; /* "task": "multi-label-classification" */
+    bool regression;  /* "task": "regression": one real output, "labels": [] */
     char label_sep;   /* "input.labelSeparator" (multi-label) */
     struct label_map labels;
 };

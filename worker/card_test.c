@@ -170,7 +170,8 @@ static void test_multi_label(void)
     static const struct {
         const char *from, *to, *field;
     } cases[] = {
-        {"\"multi-label-classification\"", "\"regression\"", "task"},
+        {"\"multi-label-classification\"", "\"sentiment\"", "task"},
+        {"\"multi-label-classification\"", "\"regression\"", "labels"}, /* it has labels */
         {"\"multi-label-classification\"", "1", "task"},
         {"\"labelSeparator\": \"|\"", "\"labelSeparator\": \"||\"", "input.labelSeparator"},
         {"\"labelSeparator\": \"|\"", "\"labelSeparator\": \"\\t\"", "input.labelSeparator"},
@@ -192,9 +193,29 @@ static void test_multi_label(void)
     card_cleanup(&a);
 }
 
+/* Regression: no labels, the task says so, and the model has one output. */
+static void test_regression(void)
+{
+    struct model_card a, b;
+    char err[256] = "";
+    fill(&a);
+    label_map_cleanup(&a.labels);
+    label_map_init(&a.labels);
+    a.regression = true;
+    char *js = card_dump(&a);
+    TEST_CHECK(strstr(js, "\"task\": \"regression\"") != NULL);
+    card_init(&b);
+    TEST_EQ_INT(card_parse(js, strlen(js), &b, err, sizeof(err)), 0);
+    TEST_CHECK(b.regression && !b.multi_label && b.labels.n == 0);
+    card_cleanup(&b);
+    free(js);
+    card_cleanup(&a);
+}
+
 int main(void)
 {
     TEST_RUN(test_multi_label);
+    TEST_RUN(test_regression);
     TEST_RUN(test_roundtrip);
     TEST_RUN(test_no_input);
     TEST_RUN(test_refused);

@@ -31,10 +31,12 @@ struct field {
 
 #define S(f) offsetof(struct cfg, f), sizeof(((struct cfg *)0)->f)
 static const struct field fields[] = {
-    {"task", F_ENUM, S(task), 0, 0, "text-classification|multi-label-classification",
-     "what to train: one class per text, or any number of classes per text (multi-label: each "
+    {"task", F_ENUM, S(task), 0, 0,
+     "text-classification|multi-label-classification|regression",
+     "what to train: one class per text; any number of classes per text (multi-label: each "
      "example's label a list, maybe empty; a sigmoid per class and the binary cross-entropy, as "
-     "Hugging Face's multi_label_classification)"},
+     "Hugging Face's multi_label_classification); or a number per text (regression: the label "
+     "a real number, one output, the squared error; STS-B's similarity scores)"},
     {"model.type", F_ENUM, S(model_type), 0, 0, "transformer|ngram",
      "Transformer encoder, or the fastText-like bag of n-grams"},
     {"model.layers", F_INT, S(layers), 1, 128, NULL, "Transformer layers"},
@@ -86,9 +88,10 @@ static const struct field fields[] = {
     {"evalInterval", F_INT, S(eval_interval), 0, 1 << 30, NULL,
      "steps between evaluations on data.eval during training (every rank takes a share); "
      "0 = only after training"},
-    {"bestMetric", F_ENUM, S(best_metric), 0, 0, "loss|accuracy|macro_f1|micro_f1",
+    {"bestMetric", F_ENUM, S(best_metric), 0, 0, "loss|accuracy|macro_f1|micro_f1|pearson",
      "the evaluation metric that decides the best evaluation and early stopping (loss: lower "
-     "is better; multi-label: accuracy is the exact-match share)"},
+     "is better; multi-label: accuracy is the exact-match share; regression: loss (the mean "
+     "squared error) or pearson)"},
     {"earlyStoppingPatience", F_INT, S(early_stopping_patience), 0, 1000000, NULL,
      "stop training after this many evaluations without improvement of bestMetric (needs "
      "evalInterval); 0 = never"},
@@ -745,13 +748,25 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
                  "tab, newline or double quote (\",\", \"|\", \";\", \" \")", c->label_sep);
         return CFG_EBAD;
     }
-    if (CFG_MULTI_LABEL(c) && (c->label_smoothing > 0 || strcmp(c->class_weight, "none") ||
-                               c->class_weights[0])) {
-        snprintf(err, errlen, "training.%s: not with task: multi-label-classification (the "
-                 "binary cross-entropy has neither); remove it",
+    if ((CFG_MULTI_LABEL(c) || CFG_REGRESSION(c)) &&
+        (c->label_smoothing > 0 || strcmp(c->class_weight, "none") || c->class_weights[0])) {
+        snprintf(err, errlen, "training.%s: not with task: %s (its loss has neither label "
+                 "smoothing nor class weights); remove it",
                  c->label_smoothing > 0 ? "labelSmoothing"
                  : c->class_weights[0]  ? "classWeights"
-                                        : "classWeight");
+                                        : "classWeight", c->task);
+        return CFG_EBAD;
+    }
+    if (CFG_REGRESSION(c) && c->label_names[0] && strcmp(c->label_names, "[]")) {
+        snprintf(err, errlen, "training.data.labelNames: not with task: regression (its labels "
+                 "are numbers, not classes); remove it");
+        return CFG_EBAD;
+    }
+    if (CFG_REGRESSION(c) != (strcmp(c->best_metric, "pearson") == 0) &&
+        strcmp(c->best_metric, "loss")) {
+        snprintf(err, errlen, "training.bestMetric: %s is not a metric of task: %s; use loss or "
+                 "%s", c->best_metric, c->task, CFG_REGRESSION(c) ? "pearson" : "accuracy, "
+                 "macro_f1 or micro_f1");
         return CFG_EBAD;
     }
     if (c->text_pair_field[0] && !c->cls_sep) {

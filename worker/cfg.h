@@ -39,9 +39,11 @@
 
 /* Whether the task is multi-label classification (task: multi-label-classification). */
 #define CFG_MULTI_LABEL(c) (strcmp((c)->task, "multi-label-classification") == 0)
+/* Whether the task is regression (task: regression: one real output per text). */
+#define CFG_REGRESSION(c) (strcmp((c)->task, "regression") == 0)
 
 struct cfg {
-    char task[32]; /* text-classification | multi-label-classification */
+    char task[32]; /* text-classification | multi-label-classification | regression */
     /* model */
     char model_type[16]; /* transformer | ngram */
     int layers, hidden, heads, max_seq_len, ffn, buckets;
@@ -62,7 +64,7 @@ struct cfg {
     /* optimisation */
     int epochs, max_steps, batch_size, eval_batch_size, grad_accum_steps;
     int eval_interval; /* steps between evaluations during training; 0 = only at the end */
-    char best_metric[12];        /* loss | accuracy | macro_f1 | micro_f1 */
+    char best_metric[12];        /* loss | accuracy | macro_f1 | micro_f1 | pearson */
     int early_stopping_patience; /* evaluations without improvement before stopping; 0 = off */
     double early_stopping_threshold;
     double learning_rate;

@@ -143,3 +143,10 @@ add_test(NAME gantry_multilabel_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/multilabel_test.sh $<TARGET_FILE:gantry-worker>
                  $<TARGET_FILE:gantry-predict>)
 set_tests_properties(gantry_multilabel_test PROPERTIES TIMEOUT 300)
+
+# Regression end to end (task: regression): training on numbers in JSONL, TSV and CSV,
+# gantry-predict's values and report, its server, refusals.
+add_test(NAME gantry_regression_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/regression_test.sh $<TARGET_FILE:gantry-worker>
+                 $<TARGET_FILE:gantry-predict>)
+set_tests_properties(gantry_regression_test PROPERTIES TIMEOUT 300)

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <glob.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,6 +348,10 @@ static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t le
             goto out;
     } else if (json_is_integer(jl)) {
         snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(jl));
+        if (set_label(num, strlen(num), label, why, whylen))
+            goto out;
+    } else if (o && o->regression && json_is_real(jl)) {
+        snprintf(num, sizeof(num), "%.17g", json_real_value(jl));
         if (set_label(num, strlen(num), label, why, whylen))
             goto out;
     } else {
@@ -775,6 +780,21 @@ static int handle_line(struct reader *r, const char *line, size_t len, bool over
         goto bad;
     if (r->o->multi_label)
         return handle_multi(r, &dl, at);
+    if (r->o->regression) {
+        char *end;
+        errno = 0;
+        double t = strtod(dl.label, &end);
+        if (end == dl.label || *end || errno == ERANGE || !isfinite(t) || fabs(t) > 3e38) {
+            snprintf(why, sizeof(why), "label \"%.64s\" is not a finite number (regression)",
+                     dl.label);
+            free(dl.text), free(dl.pair);
+            goto bad;
+        }
+        push_example(r->ds, &(struct dataset_example){.text = dl.text, .text_len = dl.text_len,
+                                                      .pair = dl.pair, .pair_len = dl.pair_len,
+                                                      .target = (float)t});
+        return 0;
+    }
     if ((li = label_index(r, dl.label, why, sizeof(why))) < 0) {
         free(dl.text), free(dl.pair);
         goto bad;
@@ -1050,6 +1070,13 @@ void dataset_encode_label_sets(const struct dataset *ds, int classes,
             if (c >= 0 && c < classes)
                 out->labels[i * (size_t)w + (size_t)(c >> 5)] |= (int32_t)(1u << (c & 31));
         }
+}
+
+void dataset_encode_targets(const struct dataset *ds, struct dataset_encoded *out)
+{
+    out->label_words = DATASET_TARGETS_REAL;
+    for (size_t i = 0; i < ds->n; i++)
+        memcpy(&out->labels[i], &ds->ex[i].target, sizeof(float));
 }
 
 void dataset_encoded_cleanup(struct dataset_encoded *e)

@@ -92,6 +92,8 @@ struct dataset_opts {
                                  * (of names or integers) or a string of names separated by
                                  * label_sep; TSV and CSV label fields likewise (empty: none) */
     char label_sep;             /* 0: ',' */
+    bool regression;            /* the label is a real number (a JSON number, or text that
+                                 * strtod reads whole and finite), not a class */
 };
 
 void dataset_opts_default(struct dataset_opts *o);
@@ -105,6 +107,7 @@ struct dataset_example {
                     * set (the key dataset_split stratifies by), -1 when it is empty */
     int32_t *multi; /* multi-label: the set's indices, ascending and distinct (owned) */
     int32_t n_multi;
+    float target;   /* regression: the example's value (label 0) */
 };
 
 struct dataset {
@@ -192,7 +195,8 @@ struct dataset_encoded {
     uint8_t *mask;   /* (n, max_len) */
     int32_t *len;    /* (n) */
     int32_t *labels; /* (n), or multi-label: (n, label_words) bit sets (kernels/crossentropy.h) */
-    int label_words; /* 0: one class index per example; else the bit-set words per example */
+    int label_words; /* 0: one class index per example; > 0: the bit-set words per example;
+                      * DATASET_TARGETS_REAL: one float per example (regression) */
     size_t n;
     size_t max_len;
     size_t n_truncated; /* examples that had more than max_len ids */
@@ -210,6 +214,10 @@ void dataset_encoded_cleanup(struct dataset_encoded *e);
  * (label_words = ceil(classes / 32)). */
 void dataset_encode_label_sets(const struct dataset *ds, int classes,
                                struct dataset_encoded *out);
+/* Regression: out->labels holds each example's target, a float's bits in the int32
+ * (label_words DATASET_TARGETS_REAL). */
+#define DATASET_TARGETS_REAL (-1)
+void dataset_encode_targets(const struct dataset *ds, struct dataset_encoded *out);
 
 /* Encodes one text, or a text pair when pair is not NULL, into row[0..max_len) (padded) and
  * returns its length (as len[] above). tok is scratch space reused across calls. *truncated

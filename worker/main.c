@@ -147,6 +147,7 @@ static int load_data(struct worker *w)
     dopts.label_field = c->label_field;
     dopts.pair_field = c->text_pair_field[0] ? c->text_pair_field : NULL;
     dopts.multi_label = CFG_MULTI_LABEL(c);
+    dopts.regression = CFG_REGRESSION(c);
     dopts.label_sep = c->label_sep[0];
     dopts.format = !strcmp(c->format, "jsonl") ? DATASET_JSONL
                    : !strcmp(c->format, "tsv") ? DATASET_TSV
@@ -170,14 +171,20 @@ static int load_data(struct worker *w)
         fprintf(stderr, "gantry-worker: training data: %s\n", w->err);
         return DIST_EXIT_DATAERR;
     }
-    if (w->train.n == 0 || w->labels.n < 2) {
+    if (dopts.regression && w->train.n < 2) {
+        fprintf(stderr, "gantry-worker: training data %s: %zu examples; a regression needs at "
+                        "least two, with a number in field %s\n", c->train, w->train.n,
+                c->label_field);
+        return DIST_EXIT_DATAERR;
+    }
+    if (!dopts.regression && (w->train.n == 0 || w->labels.n < 2)) {
         fprintf(stderr, "gantry-worker: training data %s: %zu examples with %d distinct labels; "
                         "need at least one example of two classes (fields %s%s%s and %s)\n",
                 c->train, w->train.n, w->labels.n, c->text_field,
                 c->text_pair_field[0] ? ", " : "", c->text_pair_field, c->label_field);
         return DIST_EXIT_DATAERR;
     }
-    if (!c->label_names[0]) {
+    if (!c->label_names[0] && !dopts.regression) {
         label_map_sort(&w->labels, remap); /* label ids independent of file order */
         dataset_remap_labels(&w->train, remap);
     }
@@ -214,6 +221,11 @@ static int load_data(struct worker *w)
     if (w->eval.n)
         dataset_encode(&w->eval, w->vocab, &w->topts, (size_t)c->max_seq_len, c->cls_sep,
                        &w->eval_enc);
+    if (dopts.regression) { /* each example's number */
+        dataset_encode_targets(&w->train, &w->train_enc);
+        if (w->eval.n)
+            dataset_encode_targets(&w->eval, &w->eval_enc);
+    }
     if (dopts.multi_label) { /* each example's set of classes as bits */
         dataset_encode_label_sets(&w->train, w->labels.n, &w->train_enc);
         if (w->eval.n)
@@ -362,7 +374,8 @@ static int apply_init(struct worker *w)
     for (int i = 0; same && i < a->n; i++)
         same = !strcmp(label_map_name(a, i), label_map_name(b, i));
     /* the classifier carries over for the same classes of the same task (softmax vs sigmoids) */
-    const bool other_task = same && w->init.card.multi_label != CFG_MULTI_LABEL(&w->cfg);
+    const bool other_task = same && (w->init.card.multi_label != CFG_MULTI_LABEL(&w->cfg) ||
+                                     w->init.card.regression != CFG_REGRESSION(&w->cfg));
     same = same && !other_task;
     rc = same ? model_load_params(&w->model, w->init.weights, w->err, sizeof(w->err))
               : model_load_body(&w->model, w->init.weights, w->err, sizeof(w->err));
@@ -378,8 +391,9 @@ static int apply_init(struct worker *w)
                              : "every tensor but the classifier, new for this data's labels (");
         if (other_task)
             fprintf(stderr, "%s; the checkpoint's: %s)\n", w->cfg.task,
-                    w->init.card.multi_label ? "multi-label-classification"
-                                             : "text-classification");
+                    w->init.card.multi_label  ? "multi-label-classification"
+                    : w->init.card.regression ? "regression"
+                                              : "text-classification");
         for (int i = 0; !same && !other_task && i < b->n; i++)
             fprintf(stderr, "%s%s", i ? ", " : "", label_map_name(b, i));
         for (int i = 0; !same && !other_task && i < a->n; i++)
@@ -435,12 +449,15 @@ static void eval_append(struct worker *w, long step, const struct eval_metrics *
 {
     if (!w->evals)
         w->evals = json_array();
-    json_array_append_new(w->evals, json_pack("{s:I, s:f, s:f, s:f, s:f, s:I, s:i}", "step",
-                                              (json_int_t)step, "loss", isfinite(em->loss) ?
-                                              em->loss : 0.0, "accuracy", em->accuracy,
-                                              "macro_f1", em->macro_f1, "micro_f1", em->micro_f1,
-                                              "examples", (json_int_t)em->total, "world_size",
-                                              w->env.world_size));
+    json_t *e = json_pack("{s:I, s:f, s:f, s:f, s:f, s:I, s:i}", "step", (json_int_t)step,
+                          "loss", isfinite(em->loss) ? em->loss : 0.0, "accuracy", em->accuracy,
+                          "macro_f1", em->macro_f1, "micro_f1", em->micro_f1, "examples",
+                          (json_int_t)em->total, "world_size", w->env.world_size);
+    if (em->regression) {
+        json_object_set_new(e, "pearson", json_real(em->pearson));
+        json_object_set_new(e, "mae", json_real(em->mae));
+    }
+    json_array_append_new(w->evals, e);
 }
 
 /* The step-<N> directory an evaluation's checkpoint would have, or -1: none (its directory was
@@ -455,6 +472,12 @@ static long long eval_ckpt_step(const json_t *e)
 /* An evaluation's metrics to /metrics, /progress and TensorBoard. */
 static void eval_obs(struct worker *w, long step, const struct eval_metrics *em)
 {
+    if (em->regression) {
+        obs_eval(w->obs, step, "pearson", em->pearson);
+        obs_eval(w->obs, step, "mae", em->mae);
+        obs_eval(w->obs, step, "loss", em->loss);
+        return;
+    }
     obs_eval(w->obs, step, "accuracy", em->accuracy);
     obs_eval(w->obs, step, "macro_f1", em->macro_f1);
     if (em->multi_label)
@@ -467,6 +490,19 @@ static void eval_obs(struct worker *w, long step, const struct eval_metrics *em)
 static void eval_log(struct worker *w, long step, int epoch, const struct eval_metrics *em,
                      double seconds, bool final)
 {
+    if (em->regression) {
+        fprintf(stderr, "%s step %ld | loss (MSE) %.4f | MAE %.4f | Pearson %.4f | %llu examples "
+                        "| %.2f s\n", final ? "final eval" : "eval", step, em->loss, em->mae,
+                em->pearson, (unsigned long long)em->total, seconds);
+        if (!final) {
+            printf("{\"eval_step\":%ld,\"epoch\":%d,\"eval_loss\":%.6f,\"eval_mae\":%.6f,"
+                   "\"eval_pearson\":%.6f,\"eval_examples\":%llu,\"eval_seconds\":%.3f}\n", step,
+                   epoch, em->loss, em->mae, em->pearson, (unsigned long long)em->total, seconds);
+            fflush(stdout);
+        }
+        eval_obs(w, step, em);
+        return;
+    }
     char micro[48] = "";
     if (em->multi_label)
         snprintf(micro, sizeof(micro), " | micro-F1 %.4f", em->micro_f1);
@@ -580,7 +616,10 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         return 0;
     for (int i = 0; i < K; i++)
         names[i] = label_map_name(&w->labels, i);
-    (w->eval_enc.label_words ? eval_init_multi : eval_init)(&ec, K);
+    if (CFG_REGRESSION(&w->cfg))
+        eval_init_regression(&ec);
+    else
+        (w->eval_enc.label_words ? eval_init_multi : eval_init)(&ec, K);
     if (w->eval_enc.n) {
         struct train_data ev = data_view(&w->eval_enc);
         int eb = w->cfg.eval_batch_size ? w->cfg.eval_batch_size : w->cfg.batch_size;
@@ -800,6 +839,7 @@ static void make_card(struct worker *w)
     snprintf(c.label_field, sizeof(c.label_field), "%s", w->cfg.label_field);
     c.label_index = w->cfg.label_names[0] != '\0';
     c.multi_label = CFG_MULTI_LABEL(&w->cfg), c.label_sep = w->cfg.label_sep[0];
+    c.regression = CFG_REGRESSION(&w->cfg);
     for (int i = 0; i < w->labels.n; i++) {
         const char *name = label_map_name(&w->labels, i);
         label_map_add(&c.labels, name, strlen(name));
@@ -1131,7 +1171,7 @@ int main(int argc, char **argv)
     }
     if ((rc = load_data(&w)))
         goto out;
-    model_config_from(&w.cfg, vocab_size(w.vocab), w.labels.n, &mc);
+    model_config_from(&w.cfg, vocab_size(w.vocab), CFG_REGRESSION(&w.cfg) ? 1 : w.labels.n, &mc);
     int max_batch = w.cfg.eval_batch_size > w.cfg.batch_size ? w.cfg.eval_batch_size
                                                                : w.cfg.batch_size;
     /* On the GPU the host model keeps the parameters (the upload, checkpoints, the report) and

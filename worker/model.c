@@ -72,7 +72,7 @@ int model_config_check(const struct model_config *c, char *err, size_t errlen)
     if (c->vocab < 2 || c->vocab > (1 << 24))
         BAD("model.vocab: %d is out of range; it comes from the vocab file or vocabSize (2..16M)",
             c->vocab);
-    if (c->classes < 2 || c->classes > 4096)
+    if (c->classes < 1 || c->classes > 4096) /* 1: regression's one output */
         BAD("model.classes: %d classes; the data needs 2..4096 distinct labels", c->classes);
     if (c->max_seq_len < 1 || c->max_seq_len > 8192)
         BAD("model.maxSeqLen: %d is out of range; use 1..8192 (e.g. 256)", c->max_seq_len);
@@ -407,7 +407,17 @@ float model_forward(struct model *m, const int *tokens, const int *len, const in
     }
     matmul_forward_cpu(a->logits, a->pooled, m->p.clsw, m->p.clsb, B, C, K);
     m->logits = a->logits, m->probs = a->probs, m->losses = a->losses;
-    if (labels && m->label_words) {
+    if (m->label_words == MODEL_TARGETS_REAL) { /* regression: one output, squared error */
+        if (labels) {
+            mse_forward_cpu(a->losses, a->probs, a->logits, (const float *)labels, B);
+            double s = 0.0;
+            for (int b = 0; b < B; b++)
+                s += a->losses[b];
+            loss = (float)(s / B);
+        } else {
+            memcpy(a->probs, a->logits, (size_t)B * sizeof(float));
+        }
+    } else if (labels && m->label_words) {
         bce_forward_cpu(a->losses, a->probs, a->logits, labels, m->label_words, B, K);
         double s = 0.0;
         for (int b = 0; b < B; b++)
@@ -621,7 +631,9 @@ void model_backward(struct model *m, float loss_scale)
 
     m->ready = NULL;
     memset(a->dlogits, 0, (size_t)B * K * sizeof(float));
-    if (m->label_words)
+    if (m->label_words == MODEL_TARGETS_REAL)
+        mse_backward_cpu(a->dlogits, a->logits, (const float *)m->labels, loss_scale, B);
+    else if (m->label_words)
         bce_backward_cpu(a->dlogits, a->probs, m->labels, m->label_words, loss_scale, B, K);
     else
         crossentropy_backward_cpu(a->dlogits, a->probs, m->labels, m->label_smoothing,

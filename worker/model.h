@@ -95,12 +95,16 @@ struct model {
     const float *class_weight;
     /* Multi-label classification (0: single-label): labels are (B, label_words) bit sets and the
      * loss is the sigmoid binary cross-entropy (kernels/crossentropy.h's bce_*); probs are then
-     * each class's sigmoid. Set by whoever loads the model for that task. */
+     * each class's sigmoid. MODEL_TARGETS_REAL: regression (classes 1), labels are (B) floats'
+     * bits, the loss the squared error, probs the outputs themselves. Set by whoever loads the
+     * model for that task. */
     int label_words;
     model_ready_fn ready;             /* armed for the next model_backward (model_arm_ready) */
     void *ready_ctx;
     bool ready_each_layer;
 };
+
+#define MODEL_TARGETS_REAL (-1) /* label_words of a regression model (dataset.h's value) */
 
 /* Checks cfg; on error writes "field: why, what to do" to err and returns -1. */
 int model_config_check(const struct model_config *cfg, char *err, size_t errlen);

@@ -381,7 +381,11 @@ static void forward_body(struct model_gpu *g)
     else
         transformer_forward(g);
     matmul_forward(g->logits, g->pooled, P("clsw"), P("clsb"), B, C, K, s); /* tiny: fp32 */
-    if (g->have_labels && g->m->label_words) {
+    if (g->have_labels && g->m->label_words == MODEL_TARGETS_REAL) {
+        mse_forward(g->losses, g->probs, g->logits, (const float *)g->labels, B, s);
+        loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
+        CUDA_CHECK(cudaGetLastError());
+    } else if (g->have_labels && g->m->label_words) {
         bce_forward(g->losses, g->probs, g->logits, g->labels, g->lw, B, K, s);
         loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
         CUDA_CHECK(cudaGetLastError());
@@ -415,7 +419,9 @@ static void backward_body(struct model_gpu *g, float loss_scale)
 
     mark(g, NULL);
     CUDA_CHECK(cudaMemsetAsync(g->dlogits, 0, (size_t)B * K * sizeof(float), s));
-    if (g->m->label_words)
+    if (g->m->label_words == MODEL_TARGETS_REAL)
+        mse_backward(g->dlogits, g->logits, (const float *)g->labels, loss_scale, B, s);
+    else if (g->m->label_words)
         bce_backward(g->dlogits, g->probs, g->labels, g->lw, loss_scale, B, K, s);
     else
         crossentropy_backward(g->dlogits, g->probs, g->labels, g->smoothing,

@@ -231,7 +231,7 @@ int model_dir_open(const char *arg, struct model_dir *md, char *why, size_t n)
     }
     md->mc = (struct model_config){
         .kind = !strcmp(md->card.type, "ngram") ? MODEL_NGRAM : MODEL_TRANSFORMER,
-        .vocab = md->card.vocab_size, .classes = md->card.labels.n,
+        .vocab = md->card.vocab_size, .classes = md->card.regression ? 1 : md->card.labels.n,
         .max_seq_len = md->card.max_seq_len, .hidden = md->card.hidden,
         .layers = md->card.layers, .heads = md->card.heads, .ffn = md->card.ffn,
         .pool = !strcmp(md->card.pooling, "cls") ? MODEL_POOL_CLS : MODEL_POOL_MEAN,

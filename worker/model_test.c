@@ -100,7 +100,9 @@ static void test_config_errors(void)
     TEST_CHECK(strstr(err, "model.heads") != NULL);
     model_cleanup(&m);
     c = tiny;
-    c.classes = 1;
+    c.classes = 1; /* regression's one output */
+    TEST_EQ_INT(model_config_check(&c, err, sizeof(err)), 0);
+    c.classes = 0;
     TEST_EQ_INT(model_config_check(&c, err, sizeof(err)), -1);
     TEST_CHECK(strstr(err, "model.classes") != NULL);
 }

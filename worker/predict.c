@@ -57,6 +57,8 @@ static void usage(FILE *f)
         "or, for a multi-label model (task: multi-label-classification), every label whose\n"
         "sigmoid is over 0.5, most likely first:\n"
         "  {\"line\":12,\"labels\":[\"toxic\",\"insult\"],\"scores\":[0.97,0.81]}\n"
+        "or, for a regression model (task: regression), its output:\n"
+        "  {\"line\":12,\"value\":3.85}\n"
         "With labelled input (JSONL \"label\" field, TSV's last field), the evaluation report\n"
         "(accuracy, macro-F1, per class, confusion) follows on stderr. A model trained on text\n"
         "pairs (data.textPairField) reads pairs: JSONL's two fields, CSV's two columns, TSV's\n"
@@ -256,13 +258,14 @@ static int setup(struct pred *p)
         p->o.label_field = p->card.label_field;
     if (!p->o.pair_field && p->card.text_pair_field[0])
         p->o.pair_field = p->card.text_pair_field;
-    p->K = p->card.labels.n;
+    p->K = p->card.regression ? 1 : p->card.labels.n; /* regression: one output, no names */
     p->maxT = p->card.max_seq_len;
     p->lw = p->card.multi_label ? (p->K + 31) / 32 : 0;
-    p->model.label_words = p->lw; /* sigmoid probabilities on the CPU */
+    /* the CPU model's probs: sigmoids (multi-label), or the outputs themselves (regression) */
+    p->model.label_words = p->card.regression ? MODEL_TARGETS_REAL : p->lw;
     p->quoted = xcalloc((size_t)p->K, sizeof(char *));
     p->names = xcalloc((size_t)p->K, sizeof(char *));
-    for (int i = 0; i < p->K; i++) {
+    for (int i = 0; i < p->card.labels.n; i++) {
         json_t *s = json_string(label_map_name(&p->card.labels, i));
         p->quoted[i] = json_dumps(s, JSON_ENCODE_ANY);
         p->names[i] = label_map_name(&p->card.labels, i);
@@ -277,7 +280,8 @@ static int setup(struct pred *p)
     p->label = xmallocarray(B * (size_t)(p->lw ? p->lw : 1), sizeof(int32_t));
     p->has_label = xcalloc(B, sizeof(bool));
     p->top = xmallocarray((size_t)p->K, sizeof(int));
-    if ((p->lw ? eval_init_multi : eval_init)(&p->ec, p->K))
+    if (p->card.regression ? eval_init_regression(&p->ec)
+        : (p->lw ? eval_init_multi : eval_init)(&p->ec, p->K))
         return DIST_EXIT_USAGE;
     return p->o.cuda ? setup_gpu(p) : 0;
 }
@@ -336,7 +340,7 @@ static void emit(struct pred *p, int b, const float *pr, int k)
     int best = 0;
     for (int c = 1; c < p->K; c++) /* the first of equals, as the evaluation counts it */
         best = pr[c] > pr[best] ? c : best;
-    if (p->lw) /* multi-label: every class over 0.5, most likely first */
+    if (p->lw && !p->card.regression) /* multi-label: every class over 0.5, most likely first */
         select_top(p, pr, p->K);
     fprintf(p->out, "%s{", p->array && p->emitted++ ? "," : "");
     if (p->name_files) {
@@ -348,6 +352,10 @@ static void emit(struct pred *p, int b, const float *pr, int k)
     }
     if (!p->array)
         fprintf(p->out, "\"line\":%ld,", p->line[b]);
+    if (p->card.regression) {
+        fprintf(p->out, "\"value\":%.7g%s", (double)pr[0], p->array ? "}" : "}\n");
+        return;
+    }
     if (p->lw) {
         int n = 0;
         while (n < p->K && pr[p->top[n]] > 0.5f)
@@ -390,6 +398,14 @@ static double sum_exp(const float *lg, int K, double *mx)
 
 static void count_eval(struct pred *p, int b, const float *lg)
 {
+    if (p->card.regression) { /* label: the target's bits */
+        float y;
+        memcpy(&y, &p->label[b], sizeof(y));
+        eval_add_regression(&p->ec, &y, lg, 1);
+        eval_add_loss(&p->ec, ((double)lg[0] - y) * ((double)lg[0] - y), 1);
+        p->labelled++;
+        return;
+    }
     if (p->lw) { /* the sigmoid binary cross-entropy, mean over the classes, in double */
         const int32_t *y = p->label + (size_t)b * p->lw;
         double l = 0.0;
@@ -429,7 +445,9 @@ int predict_flush(struct pred *p)
     const float *probs = p->probs, *logits = p->logits;
     if (p->gpu) {
         train_gpu_infer_logits(p->gpu, p->x, p->len, B, T, p->logits);
-        for (int b = 0; b < B && !p->lw; b++) /* softmax per row, in double */
+        if (p->card.regression) /* the outputs themselves */
+            memcpy(p->probs, p->logits, (size_t)B * sizeof(float));
+        for (int b = 0; b < B && !p->lw && !p->card.regression; b++) /* softmax, in double */
             softmax_row(p->logits + (size_t)b * K, p->probs + (size_t)b * K, K);
         for (size_t i = 0; p->lw && i < (size_t)B * K; i++) /* multi-label: sigmoids */
             p->probs[i] = (float)(1.0 / (1.0 + exp(-(double)p->logits[i])));
@@ -509,6 +527,7 @@ static int parse(struct pred *p, enum fmt f, char *s, size_t n, struct dataset_l
     o.pair_field = p->o.pair_field;
     o.label_optional = true;
     o.multi_label = p->lw > 0, o.label_sep = p->card.label_sep;
+    o.regression = p->card.regression;
     return dataset_parse_line(f == FMT_TSV ? DATASET_TSV : DATASET_JSONL, &o, s, n, out, why,
                               whylen);
 }
@@ -609,6 +628,7 @@ static int run_file(struct pred *p, const char *path)
     co.text_field = p->o.text_field, co.label_field = p->o.label_field;
     co.pair_field = p->o.pair_field, co.label_optional = true;
     co.multi_label = p->lw > 0, co.label_sep = p->card.label_sep;
+    co.regression = p->card.regression;
     int32_t *known = xcalloc(p->lw ? (size_t)p->lw : 1, sizeof(int32_t));
     while (!rc && (got = read_record(in, f == FMT_CSV, &buf, &cap, MAX_LINE, &lines)) >= 0) {
         size_t n = (size_t)got;
@@ -641,7 +661,20 @@ static int run_file(struct pred *p, const char *path)
         bool has = p->lw ? dl.labelled : dl.label[0] != '\0';
         const char *name = p->lw ? dl.multi : dl.label;
         memset(known, 0, (p->lw ? (size_t)p->lw : 1) * sizeof(int32_t));
-        for (int i = 0; has && i < (p->lw ? dl.n_multi : 1); i++, name += strlen(name) + 1) {
+        if (has && p->card.regression) { /* a number: its bits */
+            char *end;
+            errno = 0;
+            float y = strtof(dl.label, &end);
+            if (end == dl.label || *end || errno == ERANGE || !isfinite(y)) {
+                has = false;
+                if (++p->unknown_label <= DATASET_MAX_REPORTED)
+                    fprintf(stderr, "%s:%ld: label \"%.64s\" is not a number; predicted, not "
+                                    "counted in the evaluation\n", path, at, dl.label);
+            }
+            memcpy(known, &y, sizeof(y));
+        }
+        for (int i = 0; has && !p->card.regression && i < (p->lw ? dl.n_multi : 1);
+             i++, name += strlen(name) + 1) {
             int li = p->card.label_index
                          ? label_map_find_or_index(&p->card.labels, name, strlen(name))
                          : label_map_find(&p->card.labels, name, strlen(name));
@@ -742,10 +775,11 @@ int main(int argc, char **argv)
     if ((rc = load_model(&p)) || (rc = setup(&p)))
         goto out;
     if (!p.o.quiet)
-        fprintf(stderr, "gantry-predict: model %s (step %ld): %s, %d labels, vocab %d, %zu "
+        fprintf(stderr, "gantry-predict: model %s (step %ld): %s, %d %slabels, vocab %d, %zu "
                         "parameters, %d threads\n",
-                p.dir, p.step, p.card.type, p.K, p.card.vocab_size, p.model.n_params,
-                cpu_threads());
+                p.dir, p.step, p.card.type, p.card.labels.n,
+                p.card.regression ? "(regression) " : p.lw ? "multi-" : "", p.card.vocab_size,
+                p.model.n_params, cpu_threads());
     if (p.o.serve >= 0) {
         if (optind < argc || p.o.output || p.o.report) {
             fprintf(stderr, "gantry-predict: --serve reads no files and writes no --output or "

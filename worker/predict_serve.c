@@ -245,13 +245,15 @@ static unsigned serve_predict(struct server *sv, const char *req, size_t n, stru
 static unsigned model_info(const struct server *sv, struct buf *body)
 {
     json_t *labels = json_array(), *inputs = json_pack("{s:s}", "text", sv->p->o.text_field);
-    for (int i = 0; i < sv->p->K; i++)
+    for (int i = 0; i < sv->p->card.labels.n; i++) /* none for a regression model */
         json_array_append_new(labels, json_string(sv->p->names[i]));
     if (sv->p->o.pair_field)
         json_object_set_new(inputs, "textPair", json_string(sv->p->o.pair_field));
     json_t *j = json_pack("{s:s, s:b, s:I, s:o, s:o, s:s}", "name", sv->name, "ready", 1, "step",
                           (json_int_t)sv->p->step, "labels", labels, "inputs", inputs, "task",
-                          sv->p->lw ? "multi-label-classification" : "text-classification");
+                          sv->p->lw                ? "multi-label-classification"
+                          : sv->p->card.regression ? "regression"
+                                                   : "text-classification");
     char *t = json_dumps(j, JSON_COMPACT);
     int e = !t || buf_puts(body, t) || buf_puts(body, "\n");
     free(t);
@@ -456,7 +458,7 @@ static int name_model(struct server *sv, const struct pred *p)
         }
         nm = b ? b + 1 : d;
     }
-    for (int i = 0; i < p->K; i++)
+    for (int i = 0; i < p->card.labels.n; i++) /* none for a regression model */
         if (strlen(p->quoted[i]) > sv->max_quoted)
             sv->max_quoted = strlen(p->quoted[i]);
     json_t *qn = json_string(nm);

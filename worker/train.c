@@ -359,7 +359,9 @@ void train_evaluate_shard(const struct train_data *d, int batch, int rank, int w
         int T = train_gather(d, idx, B, tok, len, lab, &ntok);
         const float *logits = NULL;
         float l = fn(ctx, tok, len, lab, B, T, &logits);
-        if (d->label_words)
+        if (d->label_words == MODEL_TARGETS_REAL) /* lab: the targets' bits */
+            eval_add_regression(e, (const float *)(const void *)lab, logits, (size_t)B);
+        else if (d->label_words)
             eval_add_logits_multi(e, lab, d->label_words, logits, (size_t)B);
         else
             eval_add_logits(e, lab, logits, (size_t)B); /* lab: the gathered labels (int32) */
@@ -388,7 +390,9 @@ int train_eval_during(const struct train_opts *o, int classes, long step, int ep
     double t0 = now_s();
     int rc = 0;
 
-    if ((o->eval->label_words ? eval_init_multi : eval_init)(&ec, classes))
+    if (o->eval->label_words == MODEL_TARGETS_REAL ? eval_init_regression(&ec)
+        : o->eval->label_words                     ? eval_init_multi(&ec, classes)
+                                                   : eval_init(&ec, classes))
         return -1;
     obs_evaluating(o->obs, true);
     if (sum && o->world_size > 1) /* a share each, then every rank's counts summed */
