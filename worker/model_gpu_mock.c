@@ -61,7 +61,7 @@ struct model_gpu *model_gpu_new(const struct model *m, int max_batch, unsigned f
     g->tok_copy = xcalloc(N, sizeof(int));
     g->len_copy = xcalloc((size_t)max_batch, sizeof(int));
     g->dm.label_words = m->label_words; /* the task, fixed for this device model */
-    g->lab_copy = xcalloc((size_t)max_batch * (m->label_words ? (size_t)m->label_words : 1),
+    g->lab_copy = xcalloc((size_t)max_batch * (m->label_words > 0 ? (size_t)m->label_words : 1),
                           sizeof(int));
     model_gpu_upload(g, m->params, NULL, NULL);
     return g;
@@ -108,7 +108,7 @@ void model_gpu_batch(struct model_gpu *g, const int *tokens, const int *len, con
     memcpy(g->len_copy, len, (size_t)B * sizeof(int));
     if (labels)
         memcpy(g->lab_copy, labels,
-               (size_t)B * (g->dm.label_words ? (size_t)g->dm.label_words : 1) * sizeof(int));
+               (size_t)B * (g->dm.label_words > 0 ? (size_t)g->dm.label_words : 1) * sizeof(int));
     g->tokens = g->tok_copy, g->len = g->len_copy, g->labels = labels ? g->lab_copy : NULL;
     g->dm.B = B, g->dm.T = T;
 }

@@ -99,7 +99,8 @@ static double follows(const struct train_data *data, const struct model_config *
     oc.label_smoothing = og.label_smoothing = e;
     oc.class_weight = og.class_weight = cw;
     printf("%s, label smoothing %g, class weights %s\n",
-           d.label_words ? "multi-label" : "single-label", (double)e, cw ? "on" : "off");
+           d.label_words > 0 ? "multi-label" : d.label_words ? "regression" : "single-label",
+           (double)e, cw ? "on" : "off");
     TEST_EQ_INT(train_run(&mcpu, &d, &oc, &rc), 0);
     TEST_EQ_INT(train_gpu_run(&mgpu, &d, &og, &rg), 0);
     int nc = values(fc, "\"loss\":", lc), ng = values(fg, "\"loss\":", lg);
@@ -958,6 +959,48 @@ static void test_multi_label(void)
     fclose(f);
 }
 
+/* Regression (MODEL_TARGETS_REAL): one output per example of the toy data, the target the count
+ * of token 3 over 4 (floats' bits in the labels). The GPU loop's squared error follows the
+ * CPU's step by step, and the device evaluation's sums equal the CPU's. */
+static void test_regression(void)
+{
+    static int32_t bits[N];
+    struct train_data d = toy();
+    struct model_config c1 = mc;
+    struct model m;
+    struct eval_counts cpu, gpu;
+    char err[256];
+    c1.classes = 1;
+    for (int i = 0; i < N; i++) {
+        float y = 0.0f;
+        for (int t = 0; t < d.len[i]; t++)
+            y += d.ids[(size_t)i * L + t] == 3 ? 0.25f : 0.0f;
+        memcpy(&bits[i], &y, sizeof(y));
+    }
+    d.labels = bits, d.label_words = MODEL_TARGETS_REAL;
+    follows(&d, &c1, 0.0f, NULL);
+    TEST_EQ_INT(model_init(&m, &c1, 8, 11, err, sizeof(err)), 0);
+    FILE *f = tmpfile();
+    struct train_opts o = opts(f);
+    struct train_result r;
+    TEST_EQ_INT(train_run(&m, &d, &o, &r), 0);
+    TEST_EQ_INT(eval_init_regression(&cpu), 0);
+    TEST_EQ_INT(eval_init_regression(&gpu), 0);
+    train_evaluate(&m, &d, 7, &cpu);
+    TEST_EQ_INT(train_gpu_evaluate(&m, &d, 7, NULL, &gpu), 0);
+    const double *vc = eval_counts_flat(&cpu), *vg = eval_counts_flat(&gpu);
+    int close = 1;
+    for (size_t i = 0; i < eval_counts_flat_len(&cpu); i++)
+        close &= close_rel(vg[i], vc[i], 1e-5);
+    printf("regression evaluate: sum z gpu %.6f cpu %.6f, loss sum gpu %.6f cpu %.6f\n", vg[4],
+           vc[4], vg[0], vc[0]);
+    TEST_CHECK(close);
+    TEST_EQ_INT((int)vg[2], N);
+    eval_cleanup(&cpu), eval_cleanup(&gpu);
+    model_cleanup(&m);
+    fclose(f);
+}
+
 /* Arguments: the names of the test cases to run (none: all). kernels/emu/model.cmake runs the
  * emulated build in parts this way, each within CTest's timeout under ASan; a new case must be
  * added to one of its lists. An unknown name is an error (exit 2), so a renamed case is noticed. */
@@ -966,7 +1009,8 @@ static const char *const cases[] = {"test_gpu_follows_cpu", "test_checkpoint_acr
                                     "test_bf16_follows_fp32", "test_fused_attention",
                                     "test_evaluate", "test_eval_during", "test_cuda_graphs_loop",
                                     "test_graph_cache", "test_ngram",
-                                    "test_cuda_graphs_loop_bf16", "test_multi_label"};
+                                    "test_cuda_graphs_loop_bf16", "test_multi_label",
+                                    "test_regression"};
 static int n_sel;
 static char *const *sel;
 
@@ -1018,5 +1062,6 @@ int main(int argc, char **argv)
     RUN(test_graph_cache);
     RUN(test_ngram);
     RUN(test_multi_label);
+    RUN(test_regression);
     return test_summary();
 }

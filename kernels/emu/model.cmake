@@ -13,7 +13,7 @@ gantry_emu_target(gantry_model_gpu_emu)
 target_link_libraries(gantry_model_gpu_emu PUBLIC gantry_kernels_emu gantry_core)
 
 # train_gpu_test.c, unchanged: the GPU loop against train_run, checkpoints across devices, bf16,
-# the fused attention, evaluation, CUDA graphs, the n-gram model, multi-label. In five parts (the arguments name
+# the fused attention, evaluation, CUDA graphs, the n-gram model, multi-label, regression. In five parts (the arguments name
 # the test cases; each new case goes into one): its first nine cases in one process took ~275 s
 # under ASan on an idle 2-core machine, too near CTest's 300 s. In CI (ASan, ctest -j2) the CUDA
 # graphs loop alone took 193 s (fp32, then bf16 with the fused attention: four training runs), so
@@ -32,7 +32,7 @@ add_test(NAME train_gpu_emu_test_3 COMMAND train_gpu_emu_test test_eval_during t
          test_fused_attention)
 add_test(NAME train_gpu_emu_test_4 COMMAND train_gpu_emu_test test_cuda_graphs_loop)
 add_test(NAME train_gpu_emu_test_5 COMMAND train_gpu_emu_test test_cuda_graphs_loop_bf16
-         test_multi_label)
+         test_multi_label test_regression)
 set_tests_properties(train_gpu_emu_test train_gpu_emu_test_2 train_gpu_emu_test_3
                      train_gpu_emu_test_4 train_gpu_emu_test_5 PROPERTIES
     LABELS emu SKIP_RETURN_CODE 77 TIMEOUT 300 ENVIRONMENT_MODIFICATION
