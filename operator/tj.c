@@ -198,7 +198,7 @@ struct train_field {
 
 #define TJ_2_30 1073741824.0
 static const struct train_field train_fields[] = {
-    {"task", FK_ENUM, 0, 0, "text-classification|multi-label-classification",
+    {"task", FK_ENUM, 0, 0, "text-classification|multi-label-classification|regression",
      "text-classification"},
     {"model.type", FK_ENUM, 0, 0, "transformer|ngram", "transformer"},
     {"model.layers", FK_INT, 1, 128, NULL, "2"},
@@ -228,7 +228,7 @@ static const struct train_field train_fields[] = {
     {"batchSize", FK_INT, 1, 65536, NULL, "32"},
     {"evalBatchSize", FK_INT, 0, 65536, NULL, NULL},
     {"evalInterval", FK_INT, 0, TJ_2_30, NULL, NULL},
-    {"bestMetric", FK_ENUM, 0, 0, "loss|accuracy|macro_f1|micro_f1", NULL},
+    {"bestMetric", FK_ENUM, 0, 0, "loss|accuracy|macro_f1|micro_f1|pearson", NULL},
     {"earlyStoppingPatience", FK_INT, 0, 1000000, NULL, NULL},
     {"earlyStoppingThreshold", FK_NUM, 0, 1e9, NULL, NULL},
     {"gradAccumSteps", FK_INT, 1, 65536, NULL, NULL},
@@ -419,11 +419,14 @@ static void check_fields(const json_t *data, long long seq, struct errs *e)
                 "and two [SEP]; use at least 3", seq);
 }
 
-/* task: multi-label-classification: the loss settings the binary cross-entropy lacks; and
- * data.labelSeparator, one character that cannot end a TSV field or open a CSV quote. */
-static void check_multi_label(const json_t *t, const json_t *data, struct errs *e)
+/* task: multi-label-classification and regression: the loss settings their losses lack (and
+ * regression's: class names, class metrics); data.labelSeparator, one character that cannot end
+ * a TSV field or open a CSV quote. */
+static void check_task(const json_t *t, const json_t *data, struct errs *e)
 {
     const char *task = json_string_value(json_object_get(t, "task"));
+    const char *bm = json_string_value(json_object_get(t, "bestMetric"));
+    const bool regression = task && !strcmp(task, "regression");
     const json_t *sep = json_object_get(data, "labelSeparator");
     double ls = json_number_value(json_object_get(t, "labelSmoothing"));
     const char *cw = json_string_value(json_object_get(t, "classWeight"));
@@ -432,15 +435,21 @@ static void check_multi_label(const json_t *t, const json_t *data, struct errs *
                                 strchr("\t\n\r\"", json_string_value(sep)[0])))
         errf(e, "spec.training.data.labelSeparator: \"%s\" must be one character, not a tab, "
                 "newline or double quote (\",\", \"|\", \";\")", json_string_value(sep));
-    if (!task || strcmp(task, "multi-label-classification"))
+    if (bm && strcmp(bm, "loss") && regression != (strcmp(bm, "pearson") == 0))
+        errf(e, "spec.training.bestMetric: %s is not a metric of task: %s; use loss or %s", bm,
+             task ? task : "text-classification",
+             regression ? "pearson" : "accuracy, macro_f1 or micro_f1");
+    if (regression && json_array_size(json_object_get(data, "labelNames")) > 0)
+        errf(e, "spec.training.data.labelNames: not with task: regression (its labels are "
+                "numbers, not classes); remove it");
+    if (!task || (strcmp(task, "multi-label-classification") && !regression))
         return;
     if (ls > 0)
-        errf(e, "spec.training.labelSmoothing: not with task: multi-label-classification (the "
-                "binary cross-entropy has none); remove it");
+        errf(e, "spec.training.labelSmoothing: not with task: %s (its loss has no label "
+                "smoothing); remove it", task);
     if ((cw && strcmp(cw, "none")) || json_object_size(json_object_get(t, "classWeights")) > 0)
-        errf(e, "spec.training.%s: not with task: multi-label-classification (the binary "
-                "cross-entropy has no class weights); remove it",
-             cw && strcmp(cw, "none") ? "classWeight" : "classWeights");
+        errf(e, "spec.training.%s: not with task: %s (its loss has no class weights); remove it",
+             cw && strcmp(cw, "none") ? "classWeight" : "classWeights", task);
 }
 
 /* Refuses keys of obj (at prefix "", "model." or "data.") that no field names: the worker
@@ -571,7 +580,7 @@ static void parse_training(struct tj *tj, const json_t *spec, struct errs *e)
         errf(e, "spec.training.model.maxSeqLen: 1 leaves no room for [CLS] and [SEP]; use at "
                 "least 2, or set spec.training.data.clsSep: false");
     check_fields(data, seq, e);
-    check_multi_label(t, data, e);
+    check_task(t, data, e);
 }
 
 /* ---------------------------------------------------------------------------------------------

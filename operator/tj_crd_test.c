@@ -127,6 +127,10 @@ static int try_value(const char *const *path, int depth, json_t *v, char *err, s
              strcmp(json_string_value(json_object_get(training, "attention")), "fused") == 0) ||
             json_is_true(json_object_get(training, "cudaGraphs")))
             json_object_set_new(json_object_get(job, "spec"), "gpusPerReplica", json_integer(1));
+        /* bestMetric pearson is regression's (a cross-field rule, checked in tj_test) */
+        if (json_is_string(json_object_get(training, "bestMetric")) &&
+            strcmp(json_string_value(json_object_get(training, "bestMetric")), "pearson") == 0)
+            json_object_set_new(training, "task", json_string("regression"));
     }
     rc = tj_parse(job, &tj, err, n);
     if (rc == 0 && worker && !TEST_CHECK(worker_accepts(&tj, werr, sizeof(werr)) == 0)) {

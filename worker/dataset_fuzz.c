@@ -3,8 +3,8 @@
  *
  * Input: byte 0 picks the format (even: JSONL, odd: TSV; bit 4: CSV, the line's first part up to
  * a newline its header), an alternate field name, an optional label (gantry-predict's reading),
- * text pairs and multi-label lists (bit 5; bit 6: separator '|'); the rest is one line of any
- * bytes.
+ * text pairs, multi-label lists (bit 5; bit 6: separator '|') and regression's numbers (bit 7);
+ * the rest is one line of any bytes.
  * Checks invariants the reader relies on: success means a NUL-terminated text (and, for pairs,
  * pair) of the stated length and a label within DATASET_MAX_LABEL_BYTES, non-empty unless
  * optional (multi-label: each listed name non-empty, within the limit, trimmed of spaces, and
@@ -42,6 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         o.pair_field = "text_pair";
     o.multi_label = (data[0] & 32) != 0;
     o.label_sep = (data[0] & 64) ? '|' : ',';
+    o.regression = (data[0] & 128) != 0 && !o.multi_label; /* JSON numbers as labels */
     why[0] = '\0';
     if (data[0] & 16) { /* CSV: a header, then one record */
         const char *h = (const char *)data + 1, *nl = memchr(h, '\n', size - 1);

@@ -140,6 +140,23 @@ assert all("pearson" in e for e in r["evals"]) and r["examples"] == 300, r["exam
 print(f"ok   bestMetric pearson: best at step {r['best_eval']['step']}; 300 held out")
 PY
 
+# Text pairs (STS-B: how similar are two sentences): the same loss on [CLS] a [SEP] b [SEP].
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+with open(f"{d}/pairs.jsonl", "w") as f:
+    for l in open(f"{d}/train.jsonl"):
+        r = json.loads(l)
+        f.write(json.dumps({"s1": r["sentence"], "s2": "the film", "score": r["score"]}) + "\n")
+PY
+check "regression on text pairs" 0 "$worker" --task regression --data-train "$tmp/pairs.jsonl" \
+    --data-text-field s1 --data-text-pair-field s2 --data-label-field score --data-min-freq 1 \
+    --data-eval-fraction 0.1 --max-steps 60 --threads 1 --model-hidden 32 --model-heads 2 \
+    --model-layers 1 --model-pooling cls --report "$tmp/r_pairs.json"
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['regression'] and \
+r['config']['data']['textPairField'] == 's2', r; print(f\"ok   text pairs: Pearson {r['pearson']:.4f} after 60 steps\")" \
+    "$tmp/r_pairs.json" || fail=1
+
 check "labelNames with regression" 78 "$worker" --task regression --data-train "$tmp/train.jsonl" \
     --data-label-names a,b
 says "labelNames named" "training.data.labelNames: not with task: regression"
