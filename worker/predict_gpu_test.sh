@@ -3,7 +3,8 @@
 # GPU (in CI, the CUDA emulator's gantry-predict-emu; on a GPU machine, a CUDA build's
 # gantry-predict) as on the CPU: same labels, probabilities to 1e-4 in fp32; in bf16 to 3e-2
 # with at most 2 % of labels different. The n-gram model too: same labels, probabilities to 1e-4;
-# with --precision bf16 it is refused (exit 78: the n-gram model runs in fp32).
+# with --precision bf16 it is refused (exit 78: the n-gram model runs in fp32). A multi-label
+# model's sigmoids and a regression's outputs too, to 1e-4.
 # Usage: predict_gpu_test.sh /path/to/gantry-worker /path/to/gantry-predict-with-cuda
 #        /path/to/worker/testdata
 # Exits 77 (skipped) when the binary finds no GPU.
@@ -63,4 +64,38 @@ PY
 check "n-gram with bf16 refused on the GPU" 78 "$predict" -m "$tmp/ck/ng" --device cuda \
     --precision bf16 "$tmp/docs.jsonl"
 says "names training.precision" "bf16 is for model.type transformer"
+# Multi-label (the tiny set's label strings as one-label lists) and regression (spam 1, ham 0):
+# the GPU's sigmoids and outputs are the CPU's.
+python3 - "$data/tiny.jsonl" "$tmp" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+with open(f"{sys.argv[2]}/num.jsonl", "w") as f:
+    f.writelines(json.dumps({"text": r["text"], "label": float(r["label"] == "spam")}) + "\n"
+                 for r in rows)
+PY
+check "multi-label train" 0 "$worker" --task multi-label-classification \
+    --data-train "$data/tiny.jsonl" --data-min-freq 1 --model-hidden 32 --model-heads 2 \
+    --model-layers 1 --max-steps 10 --threads 1 --checkpoint-dir "$tmp/ck/ml"
+check "regression train" 0 "$worker" --task regression --data-train "$tmp/num.jsonl" \
+    --data-min-freq 1 --model-hidden 32 --model-heads 2 --model-layers 1 --max-steps 10 \
+    --threads 1 --checkpoint-dir "$tmp/ck/rg"
+for m in ml rg; do
+    check "$m predicts on the CPU" 0 "$predict" -m "$tmp/ck/$m" -k 2 -q "$tmp/docs.jsonl"
+    cp "$tmp/out" "$tmp/$m-cpu.jsonl"
+    check "$m predicts on the GPU" 0 "$predict" -m "$tmp/ck/$m" -k 2 -q --device cuda --batch 7 \
+        "$tmp/docs.jsonl"
+    cp "$tmp/out" "$tmp/$m-gpu.jsonl"
+done
+python3 - "$tmp" <<'PY' || fail=1
+import json, sys
+d = sys.argv[1]
+ml_c, ml_g, rg_c, rg_g = ([json.loads(l) for l in open(f"{d}/{n}.jsonl")]
+                          for n in ("ml-cpu", "ml-gpu", "rg-cpu", "rg-gpu"))
+assert len(ml_c) == len(ml_g) == len(rg_c) == len(rg_g) == 120
+assert [r["labels"] for r in ml_g] == [r["labels"] for r in ml_c], "multi-label sets differ"
+dm = max(abs(a["score"] - b["score"]) for x, y in zip(ml_c, ml_g) for a, b in zip(x["top"], y["top"]))
+dr = max(abs(x["value"] - y["value"]) for x, y in zip(rg_c, rg_g))
+assert dm < 1e-4 and dr < 1e-4, (dm, dr)
+print(f"ok   multi-label GPU = CPU: sigmoids within {dm:.1e}; regression outputs within {dr:.1e}")
+PY
 exit $fail
