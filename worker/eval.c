@@ -12,6 +12,8 @@
 #include "common/xalloc.h"
 
 #define CM(e, t, p) ((e)->v[2 + (size_t)(t) * (size_t)(e)->n_classes + (size_t)(p)])
+static uint64_t count(double c);
+
 #define ML(e, c, i) ((e)->v[4 + 3 * (size_t)(c) + (i)]) /* i: 0 tp, 1 fp, 2 fn */
 
 static int init(struct eval_counts *e, int n_classes, int multi)
@@ -19,6 +21,7 @@ static int init(struct eval_counts *e, int n_classes, int multi)
     e->n_classes = 0;
     e->multi_label = e->regression = 0;
     e->v = NULL;
+    e->kept = NULL, e->n_kept = e->cap_kept = 0, e->keep = 0;
     if (n_classes < 1 || n_classes > EVAL_MAX_CLASSES)
         return -1;
     e->n_classes = n_classes;
@@ -43,8 +46,25 @@ int eval_init_regression(struct eval_counts *e)
     return init(e, 1, 2);
 }
 
+void eval_keep_values(struct eval_counts *e)
+{
+    e->keep = e->regression;
+}
+
+static void keep_pair(struct eval_counts *e, float y, float z)
+{
+    if (e->n_kept == e->cap_kept) {
+        e->cap_kept = e->cap_kept ? 2 * e->cap_kept : 1024;
+        e->kept = xrealloc(e->kept, e->cap_kept * 2 * sizeof(float));
+    }
+    e->kept[2 * e->n_kept] = y, e->kept[2 * e->n_kept + 1] = z;
+    e->n_kept++;
+}
+
 void eval_cleanup(struct eval_counts *e)
 {
+    free(e->kept);
+    e->kept = NULL, e->n_kept = e->cap_kept = 0, e->keep = 0;
     free(e->v);
     e->v = NULL;
     e->n_classes = 0;
@@ -123,6 +143,8 @@ void eval_add_regression(struct eval_counts *e, const float *y, const float *z, 
         double a = y[i], b = z[i];
         e->v[2] += 1.0, e->v[3] += a, e->v[4] += b, e->v[5] += a * a, e->v[6] += b * b;
         e->v[7] += a * b, e->v[8] += fabs(b - a);
+        if (e->keep)
+            keep_pair(e, y[i], z[i]);
     }
 }
 
@@ -139,6 +161,10 @@ int eval_merge(struct eval_counts *dst, const struct eval_counts *src)
         return -1;
     for (size_t i = 0; i < eval_counts_flat_len(dst); i++)
         dst->v[i] += src->v[i];
+    for (size_t i = 0; dst->keep && i < src->n_kept; i++)
+        keep_pair(dst, src->kept[2 * i], src->kept[2 * i + 1]);
+    if (src->n_kept < (size_t)count(src->v[2]))
+        dst->keep = 0; /* src's pairs are not all there: no rank correlation */
     return 0;
 }
 
@@ -171,6 +197,53 @@ static double ratio(uint64_t a, uint64_t b)
 static uint64_t count(double c)
 {
     return c > 0 ? (uint64_t)llround(c) : 0; /* sums of 1s: exact below 2^53 */
+}
+
+/* Ranks (1-based; ties get their average rank) of x[stride * i], i < n, into r. */
+struct ranked {
+    float v;
+    size_t i;
+};
+
+static int by_value(const void *a, const void *b)
+{
+    const struct ranked *x = a, *y = b;
+    return x->v < y->v ? -1 : x->v > y->v ? 1 : (x->i > y->i) - (x->i < y->i);
+}
+
+static void ranks(const float *x, size_t stride, size_t n, double *r)
+{
+    struct ranked *s = xmallocarray(n ? n : 1, sizeof(*s));
+    for (size_t i = 0; i < n; i++)
+        s[i] = (struct ranked){x[stride * i], i};
+    qsort(s, n, sizeof(*s), by_value);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j + 1 < n && s[j + 1].v == s[i].v)
+            j++;
+        for (size_t k = i; k <= j; k++)
+            r[s[k].i] = (double)(i + j) / 2.0 + 1.0;
+        i = j + 1;
+    }
+    free(s);
+}
+
+/* Spearman's rho: Pearson's correlation of the ranks of the kept pairs (0 when either side is
+ * constant). */
+static double spearman(const struct eval_counts *e)
+{
+    size_t n = e->n_kept;
+    double *ry = xmallocarray(n ? n : 1, sizeof(double)), *rz = xmallocarray(n ? n : 1,
+                                                                              sizeof(double));
+    double sy = 0, sz = 0, syy = 0, szz = 0, syz = 0;
+    ranks(e->kept, 2, n, ry);
+    ranks(e->kept + 1, 2, n, rz);
+    for (size_t i = 0; i < n; i++)
+        sy += ry[i], sz += rz[i], syy += ry[i] * ry[i], szz += rz[i] * rz[i],
+            syz += ry[i] * rz[i];
+    free(ry), free(rz);
+    double vy = n * syy - sy * sy, vz = n * szz - sz * sz;
+    return vy > 0 && vz > 0 ? fmax(-1.0, fmin(1.0, (n * syz - sy * sz) / sqrt(vy * vz))) : 0.0;
 }
 
 static double f1_of(double p, double r)
@@ -231,6 +304,7 @@ void eval_compute(const struct eval_counts *e, struct eval_metrics *m)
         m->mae = k > 0 ? v[8] / k : 0.0;
         m->pearson = vy > 0 && vz > 0 ? (k * v[7] - v[3] * v[4]) / sqrt(vy * vz) : 0.0;
         m->pearson = fmax(-1.0, fmin(1.0, m->pearson));
+        m->spearman = e->keep && e->n_kept == m->total ? spearman(e) : NAN;
         return;
     }
     for (int t = 0; t < n; t++)
@@ -285,6 +359,8 @@ json_t *eval_report_json(const struct eval_counts *e, const char *const *names)
         json_object_set_new(r, "mse", json_real(m.mse));
         json_object_set_new(r, "mae", json_real(m.mae));
         json_object_set_new(r, "pearson", json_real(m.pearson));
+        if (!isnan(m.spearman))
+            json_object_set_new(r, "spearman", json_real(m.spearman));
         if (!isnan(m.loss))
             json_object_set_new(r, "loss", json_real(m.loss));
         json_decref(labels), json_decref(per), json_decref(cm);
@@ -378,8 +454,11 @@ void eval_print(const struct eval_counts *e, const char *const *names, FILE *f)
 
     eval_compute(e, &m);
     if (m.regression) {
-        fprintf(f, "eval | %llu examples | MSE %.4f | MAE %.4f | Pearson %.4f\n",
+        fprintf(f, "eval | %llu examples | MSE %.4f | MAE %.4f | Pearson %.4f",
                 (unsigned long long)m.total, m.mse, m.mae, m.pearson);
+        if (!isnan(m.spearman))
+            fprintf(f, " | Spearman %.4f", m.spearman);
+        fputc('\n', f);
         eval_metrics_cleanup(&m);
         return;
     }

@@ -26,7 +26,10 @@
  * as sums (n, sum y, sum z, sum y^2, sum z^2, sum yz, sum |z - y|) so they merge like counts:
  *   mse = the mean squared error (the loss), mae = the mean absolute error,
  *   pearson = the correlation of outputs and targets (0 when either is constant)
- * (summed across ranks as floats, these lose digits past 2^24 examples).
+ * (summed across ranks as floats, these lose digits past 2^24 examples). Spearman's rank
+ * correlation needs every pair, not sums: eval_keep_values() keeps them (the final evaluation
+ * and gantry-predict, which see the whole evaluation set; merging appends them), and only then
+ * is it reported.
  * Thread safety: none; one eval_counts per thread, then merge.
  */
 #ifndef GANTRY_EVAL_H
@@ -44,6 +47,9 @@ struct eval_counts {
     int n_classes;
     int multi_label; /* eval_init_multi */
     int regression;  /* eval_init_regression: n_classes 1 */
+    float *kept;     /* eval_keep_values: (target, output) pairs, n_kept of them; not in v */
+    size_t n_kept, cap_kept;
+    int keep;
     /* Flat, all-reducible (sum) storage of (2 + n*n) doubles:
      *   v[0] loss sum, v[1] loss count (examples), v[2 + t*n + p] confusion counts;
      * multi-label: (4 + 3n): v[0], v[1] as above, v[2] examples, v[3] exactly right ones,
@@ -61,6 +67,9 @@ int eval_init(struct eval_counts *e, int n_classes);
 int eval_init_multi(struct eval_counts *e, int n_classes);
 /* Regression sums (see above); 0. */
 int eval_init_regression(struct eval_counts *e);
+/* Regression: also keep every (target, output) pair added from now on, for Spearman's rank
+ * correlation. */
+void eval_keep_values(struct eval_counts *e);
 void eval_cleanup(struct eval_counts *e);
 void eval_reset(struct eval_counts *e);
 
@@ -106,6 +115,7 @@ struct eval_metrics {
     double hamming_loss;    /* multi-label only */
     int regression;         /* then only total, loss and these: */
     double mse, mae, pearson;
+    double spearman;        /* NaN unless every example's pair was kept (eval_keep_values) */
     double loss;            /* NaN when no loss was added */
     struct eval_class *cls; /* n_classes entries, owned */
 };
@@ -122,7 +132,8 @@ void eval_metrics_cleanup(struct eval_metrics *m);
  *    "confusion_matrix": [[...], ...]}   rows = true label, columns = predicted label
  * Multi-label: "multi_label": true, "micro_precision", "micro_recall", "micro_f1",
  * "hamming_loss", accuracy the subset accuracy, per_class with "predicted", no confusion matrix.
- * Regression: {"examples", "regression": true, "mse", "mae", "pearson", "loss"}.
+ * Regression: {"examples", "regression": true, "mse", "mae", "pearson", "spearman" (when
+ * kept), "loss"}.
  * names[i] is the name of class i (NULL: "0", "1", ...). */
 json_t *eval_report_json(const struct eval_counts *e, const char *const *names);
 /* Writes the report to path (atomically, pretty-printed, trailing newline). 0 or -1 with err. */

@@ -287,7 +287,25 @@ static void test_regression(void)
     TEST_CHECK(json_is_true(json_object_get(r, "regression")));
     TEST_NEAR(json_real_value(json_object_get(r, "pearson")), 0.91350028, 1e-8);
     TEST_CHECK(json_object_get(r, "accuracy") == NULL);
+    TEST_CHECK(json_object_get(r, "spearman") == NULL); /* the pairs were not kept */
+    /* Spearman: the Pearson correlation of ranks, ties averaged: z = 1 1 3 2 ranks 1.5 1.5 4 3
+     * against 1 2 3 4: 0.73786479 (statistics.correlation of the ranks); kept pairs merge. */
+    struct eval_counts s1, s2;
+    const float t[4] = {1, 1, 3, 2};
+    TEST_EQ_INT(eval_init_regression(&s1), 0);
+    TEST_EQ_INT(eval_init_regression(&s2), 0);
+    eval_keep_values(&s1), eval_keep_values(&s2);
+    eval_add_regression(&s1, y, t, 3);
+    eval_add_regression(&s2, y + 3, t + 3, 1);
+    TEST_EQ_INT(eval_merge(&s1, &s2), 0);
+    eval_compute(&s1, &m);
+    TEST_NEAR(m.spearman, 0.73786479, 1e-8);
+    eval_metrics_cleanup(&m);
     json_decref(r);
+    r = eval_report_json(&s1, NULL);
+    TEST_NEAR(json_real_value(json_object_get(r, "spearman")), 0.73786479, 1e-8);
+    json_decref(r);
+    eval_cleanup(&s1), eval_cleanup(&s2);
     struct eval_counts c;
     TEST_EQ_INT(eval_init_regression(&c), 0);
     const float k[2] = {2, 2};

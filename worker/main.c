@@ -616,8 +616,10 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         return 0;
     for (int i = 0; i < K; i++)
         names[i] = label_map_name(&w->labels, i);
-    if (CFG_REGRESSION(&w->cfg))
+    if (CFG_REGRESSION(&w->cfg)) {
         eval_init_regression(&ec);
+        eval_keep_values(&ec); /* all of the eval set here: Spearman's rank correlation too */
+    }
     else
         (w->eval_enc.label_words ? eval_init_multi : eval_init)(&ec, K);
     if (w->eval_enc.n) {

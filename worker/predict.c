@@ -283,6 +283,7 @@ static int setup(struct pred *p)
     if (p->card.regression ? eval_init_regression(&p->ec)
         : (p->lw ? eval_init_multi : eval_init)(&p->ec, p->K))
         return DIST_EXIT_USAGE;
+    eval_keep_values(&p->ec); /* regression: Spearman's rank correlation too */
     return p->o.cuda ? setup_gpu(p) : 0;
 }
 

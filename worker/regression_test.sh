@@ -4,7 +4,7 @@
 # gantry-worker must fit it (Pearson >= 0.95 on held-out texts; a constant guess scores 0);
 # the labels as JSON numbers, as strings, in TSV and in CSV train the same model bit for bit.
 # gantry-predict, given only the checkpoint, reproduces the worker's evaluation, and the
-# Pearson correlation and MSE recomputed here from its outputs equal the report's. Its server
+# Pearson and Spearman correlations and MSE recomputed here from its outputs equal the report's. Its server
 # answers with values. Settings a regression has no use for are refused naming the field.
 # Usage: regression_test.sh /path/to/gantry-worker /path/to/gantry-predict
 set -euo pipefail
@@ -101,8 +101,25 @@ cov = sum((y - my) * (z - mz) for y, z in zip(ys, zs))
 r = cov / math.sqrt(sum((y - my) ** 2 for y in ys) * sum((z - mz) ** 2 for z in zs))
 mse = sum((y - z) ** 2 for y, z in zip(ys, zs)) / n
 assert abs(r - w["pearson"]) < 1e-5 and abs(mse - w["mse"]) < 1e-5, (r, w["pearson"], mse)
+def ranks(v):  # 1-based, ties averaged
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    out, i = [0.0] * len(v), 0
+    while i < len(v):
+        j = i
+        while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+ry, rz = ranks(ys), ranks(zs)
+m = (n + 1) / 2
+rho = sum((a - m) * (b - m) for a, b in zip(ry, rz)) / math.sqrt(
+    sum((a - m) ** 2 for a in ry) * sum((b - m) ** 2 for b in rz))
+assert abs(rho - w["spearman"]) < 1e-4 and abs(p1["spearman"] - w["spearman"]) < 1e-4, \
+    (rho, w["spearman"], p1["spearman"])
 print(f"ok   predict: the worker's evaluation from JSONL and TSV; recomputed from its values: "
-      f"Pearson {r:.4f}, MSE {mse:.4f}")
+      f"Pearson {r:.4f}, Spearman {rho:.4f}, MSE {mse:.4f}")
 PY
 
 "$predict" -m "$tmp/ck/num" --serve 0 --bind 127.0.0.1 --name sts 2>"$tmp/serve.err" &
