@@ -19,3 +19,11 @@ says() {
     grep -qF -- "$2" "$tmp/err" ||
         { echo "FAIL $1: stderr lacks \"$2\""; sed 's/^/  /' "$tmp/err" | tail -3; fail=1; }
 }
+# serve_start PREDICT MODEL NAME: starts PREDICT's server for MODEL as NAME on a free loopback
+# port, waits until it listens; sets srv (its pid: kill it, and clear srv, when done) and port
+serve_start() {
+    "$1" -m "$2" --serve 0 --bind 127.0.0.1 --name "$3" 2>"$tmp/serve.err" &
+    srv=$!
+    for _ in $(seq 100); do grep -q "serving $3 on" "$tmp/serve.err" && break; sleep 0.1; done
+    port=$(sed -n "s/.*serving $3 on 127.0.0.1:\([0-9]*\):.*/\1/p" "$tmp/serve.err")
+}

@@ -151,10 +151,7 @@ check "--pair-field for a single-text model" 64 "$predict" -m "$tmp/ck/single" -
 says "--pair-field refused" "classifies single texts, not text pairs"
 
 # Serving pairs: ["text", "pair"] and objects with the model's field names; a lone text is a 400.
-"$predict" -m "$tmp/ck/pairs" --serve 0 --bind 127.0.0.1 --name nli 2>"$tmp/serve.err" &
-srv=$!
-for _ in $(seq 100); do grep -q 'serving nli on' "$tmp/serve.err" && break; sleep 0.1; done
-port=$(sed -n 's/.*serving nli on 127.0.0.1:\([0-9]*\):.*/\1/p' "$tmp/serve.err")
+serve_start "$predict" "$tmp/ck/pairs" nli
 python3 - "$port" "$tmp/eval.jsonl" "$tmp/pred.jsonl" <<'PY' || fail=1
 import json, sys, urllib.error, urllib.request
 port, rows = sys.argv[1], [json.loads(l) for l in open(sys.argv[2])][:6]

@@ -122,10 +122,7 @@ print(f"ok   predict: the worker's evaluation from JSONL and TSV; recomputed fro
       f"Pearson {r:.4f}, Spearman {rho:.4f}, MSE {mse:.4f}")
 PY
 
-"$predict" -m "$tmp/ck/num" --serve 0 --bind 127.0.0.1 --name sts 2>"$tmp/serve.err" &
-srv=$!
-for _ in $(seq 100); do grep -q 'serving sts on' "$tmp/serve.err" && break; sleep 0.1; done
-port=$(sed -n 's/.*serving sts on 127.0.0.1:\([0-9]*\):.*/\1/p' "$tmp/serve.err")
+serve_start "$predict" "$tmp/ck/num" sts
 python3 - "$port" "$tmp/eval.jsonl" "$tmp/pred.jsonl" <<'PY' || fail=1
 import json, sys, urllib.request
 port, rows = sys.argv[1], [json.loads(l) for l in open(sys.argv[2])][:5]

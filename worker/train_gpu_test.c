@@ -915,18 +915,44 @@ static void test_ngram(void)
     fclose(fc), fclose(fg), fclose(fh);
 }
 
+/* Another task's data d for model cfg: the GPU loop follows the CPU's step by step, and the
+ * device evaluation's counts (e, initialised for the task; counts are integers, so "close" is
+ * equal for them) match the CPU's, the loss sum within 1e-5. */
+static void task_follows_cpu(const char *what, const struct train_data *d,
+                             const struct model_config *cfg, struct eval_counts *cpu,
+                             struct eval_counts *gpu)
+{
+    struct model m;
+    struct train_result r;
+    char err[256];
+    follows(d, cfg, 0.0f, NULL);
+    TEST_EQ_INT(model_init(&m, cfg, 8, 11, err, sizeof(err)), 0);
+    FILE *f = tmpfile();
+    struct train_opts o = opts(f);
+    TEST_EQ_INT(train_run(&m, d, &o, &r), 0);
+    train_evaluate(&m, d, 7, cpu);
+    TEST_EQ_INT(train_gpu_evaluate(&m, d, 7, NULL, gpu), 0);
+    const double *vc = eval_counts_flat(cpu), *vg = eval_counts_flat(gpu);
+    int close = 1;
+    for (size_t i = 0; i < eval_counts_flat_len(cpu); i++)
+        close &= close_rel(vg[i], vc[i], 1e-5);
+    printf("%s evaluate: counts %s, loss sum gpu %.6f cpu %.6f\n", what,
+           close ? "the same" : "DIFFERENT", vg[0], vc[0]);
+    TEST_CHECK(close);
+    TEST_EQ_INT((int)vg[1], N);
+    eval_cleanup(cpu), eval_cleanup(gpu);
+    model_cleanup(&m);
+    fclose(f);
+}
+
 /* Multi-label (label_words): three yes/no classes per example of the toy data (token 3 appears,
- * token 5 appears, longer than 10 tokens) as bit sets. The GPU loop's sigmoid binary
- * cross-entropy follows the CPU's step by step, and the device evaluation's multi-label counts
- * equal the CPU's. */
+ * token 5 appears, longer than 10 tokens) as bit sets, the sigmoid binary cross-entropy. */
 static void test_multi_label(void)
 {
     static int32_t bits[N];
     struct train_data d = toy();
     struct model_config c3 = mc;
-    struct model m;
     struct eval_counts cpu, gpu;
-    char err[256];
     c3.classes = 3;
     for (int i = 0; i < N; i++) {
         int has3 = 0, has5 = 0;
@@ -935,41 +961,19 @@ static void test_multi_label(void)
         bits[i] = has3 | has5 << 1 | (d.len[i] > 10) << 2;
     }
     d.labels = bits, d.label_words = 1;
-    follows(&d, &c3, 0.0f, NULL);
-    TEST_EQ_INT(model_init(&m, &c3, 8, 11, err, sizeof(err)), 0);
-    FILE *f = tmpfile();
-    struct train_opts o = opts(f);
-    struct train_result r;
-    TEST_EQ_INT(train_run(&m, &d, &o, &r), 0);
     TEST_EQ_INT(eval_init_multi(&cpu, 3), 0);
     TEST_EQ_INT(eval_init_multi(&gpu, 3), 0);
-    train_evaluate(&m, &d, 7, &cpu);
-    TEST_EQ_INT(train_gpu_evaluate(&m, &d, 7, NULL, &gpu), 0);
-    const double *vc = eval_counts_flat(&cpu), *vg = eval_counts_flat(&gpu);
-    int same = 1;
-    for (size_t i = 1; i < eval_counts_flat_len(&cpu); i++)
-        same &= vc[i] == vg[i];
-    printf("multi-label evaluate: exact %g of %g (cpu %g), loss sum gpu %.6f cpu %.6f\n", vg[3],
-           vg[2], vc[3], vg[0], vc[0]);
-    TEST_CHECK(same);
-    TEST_CHECK(close_rel(vg[0], vc[0], 1e-5));
-    TEST_EQ_INT((int)vg[2], N);
-    eval_cleanup(&cpu), eval_cleanup(&gpu);
-    model_cleanup(&m);
-    fclose(f);
+    task_follows_cpu("multi-label", &d, &c3, &cpu, &gpu);
 }
 
 /* Regression (MODEL_TARGETS_REAL): one output per example of the toy data, the target the count
- * of token 3 over 4 (floats' bits in the labels). The GPU loop's squared error follows the
- * CPU's step by step, and the device evaluation's sums equal the CPU's. */
+ * of token 3 over 4 (floats' bits in the labels), the squared error. */
 static void test_regression(void)
 {
     static int32_t bits[N];
     struct train_data d = toy();
     struct model_config c1 = mc;
-    struct model m;
     struct eval_counts cpu, gpu;
-    char err[256];
     c1.classes = 1;
     for (int i = 0; i < N; i++) {
         float y = 0.0f;
@@ -978,27 +982,9 @@ static void test_regression(void)
         memcpy(&bits[i], &y, sizeof(y));
     }
     d.labels = bits, d.label_words = MODEL_TARGETS_REAL;
-    follows(&d, &c1, 0.0f, NULL);
-    TEST_EQ_INT(model_init(&m, &c1, 8, 11, err, sizeof(err)), 0);
-    FILE *f = tmpfile();
-    struct train_opts o = opts(f);
-    struct train_result r;
-    TEST_EQ_INT(train_run(&m, &d, &o, &r), 0);
     TEST_EQ_INT(eval_init_regression(&cpu), 0);
     TEST_EQ_INT(eval_init_regression(&gpu), 0);
-    train_evaluate(&m, &d, 7, &cpu);
-    TEST_EQ_INT(train_gpu_evaluate(&m, &d, 7, NULL, &gpu), 0);
-    const double *vc = eval_counts_flat(&cpu), *vg = eval_counts_flat(&gpu);
-    int close = 1;
-    for (size_t i = 0; i < eval_counts_flat_len(&cpu); i++)
-        close &= close_rel(vg[i], vc[i], 1e-5);
-    printf("regression evaluate: sum z gpu %.6f cpu %.6f, loss sum gpu %.6f cpu %.6f\n", vg[4],
-           vc[4], vg[0], vc[0]);
-    TEST_CHECK(close);
-    TEST_EQ_INT((int)vg[2], N);
-    eval_cleanup(&cpu), eval_cleanup(&gpu);
-    model_cleanup(&m);
-    fclose(f);
+    task_follows_cpu("regression", &d, &c1, &cpu, &gpu);
 }
 
 /* Arguments: the names of the test cases to run (none: all). kernels/emu/model.cmake runs the
