@@ -100,12 +100,15 @@ struct worker {
 
 #define STOP_GRACE_S 2
 static volatile sig_atomic_t g_stop; /* the signal that asked us to stop */
+/* Seconds from the signal to the forced exit: STOP_GRACE_S, or for a GPU rank other than 0 with
+ * peers, long enough for its stop vote to reach rank 0 and for rank 0's save (train_gpu.c). */
+static volatile sig_atomic_t g_grace_s = STOP_GRACE_S;
 
 static void on_stop(int sig)
 {
     if (!g_stop) { /* a second signal does not postpone the deadline */
         g_stop = sig;
-        alarm(STOP_GRACE_S);
+        alarm((unsigned)g_grace_s);
     }
 }
 
@@ -1223,6 +1226,9 @@ int main(int argc, char **argv)
     adamw_init(&opt, w.model.n_params);
     to.opt = &opt;
     to.stop = &g_stop;
+    if (w.gpu >= 0 && w.env.world_size > 1 && w.env.rank != 0 && w.cfg.checkpoint_save_on_stop &&
+        w.cfg.checkpoint_dir[0]) /* its vote, then rank 0's save: within the pod's grace */
+        g_grace_s = w.cfg.checkpoint_stop_save_seconds + STOP_GRACE_S;
     if ((rc = resume(&w, &opt, &to.start_step)))
         goto out;
     if (w.have_init && !w.resumed && (rc = apply_init(&w)))

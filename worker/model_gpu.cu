@@ -42,7 +42,8 @@ struct model_gpu {
     cudaStream_t s;
     struct adamw_segment segs[ADAMW_GPU_MAX_SEGMENTS];
     int nseg;
-    float *p, *g, *am, *av; /* g: n + 2 floats (loss sum, examples) */
+    float *p, *g, *am, *av; /* g: n + MODEL_GPU_STATS floats (loss sum, examples, votes) */
+    float *votes;           /* stop votes summed by end_step since the last read */
     uint16_t *p16;
     int *tokens, *len, *labels;
     int lw; /* label words per example: 1, or multi-label's bit-set words (model.label_words) */
@@ -158,8 +159,14 @@ __global__ static void loss_stats_kernel(float *stats, const float *losses, int 
     }
 }
 
-__global__ static void end_step_kernel(double *acc, const float *stats)
+__global__ static void vote_kernel(float *vote)
 {
+    *vote = 1.0f;
+}
+
+__global__ static void end_step_kernel(double *acc, float *votes, const float *stats)
+{
+    *votes += stats[2];
     if (stats[1] > 0.0f)
         *acc += (double)stats[0] / (double)stats[1];
 }
@@ -715,7 +722,8 @@ static size_t alloc_buffers(struct model_gpu *g, const struct model_config *c)
     const size_t n = g->n, B = (size_t)g->max_batch, N = B * c->max_seq_len, C = c->hidden;
     const size_t F = c->ffn, L = c->layers;
     const size_t natt = B * c->heads * c->max_seq_len * c->max_seq_len;
-    g->p = dalloc(g, n), g->g = dalloc(g, n + 2), g->am = dalloc(g, n), g->av = dalloc(g, n);
+    g->p = dalloc(g, n), g->g = dalloc(g, n + MODEL_GPU_STATS), g->am = dalloc(g, n);
+    g->av = dalloc(g, n), g->votes = dalloc(g, 1);
     DEV_ALLOC(g, g->p16, n * 2 + 16);
     g->loss_acc = (double *)dalloc(g, sizeof(double) / sizeof(float));
     const size_t LW = (size_t)g->lw * B; /* label words of a batch */
@@ -986,7 +994,7 @@ extern "C" void model_gpu_free(struct model_gpu *g)
         return;
     cudaStreamSynchronize(g->s);
     graph_drop_all(g);
-    float *bufs[] = {g->p, g->g, g->am, g->av, (float *)g->p16, (float *)g->loss_acc,
+    float *bufs[] = {g->p, g->g, g->am, g->av, (float *)g->p16, (float *)g->loss_acc, g->votes,
                      (float *)g->tokens, (float *)g->len, (float *)g->labels, g->x0, g->ln1,
                      g->ln1m, g->ln1r, g->qkv, g->atty, g->att, g->lse,
                      g->attproj, g->res2, g->ln2,
@@ -1116,7 +1124,7 @@ extern "C" void model_gpu_loss(struct model_gpu *g, float smoothing, const float
 
 extern "C" void model_gpu_zero_grad(struct model_gpu *g)
 {
-    CUDA_CHECK(cudaMemsetAsync(g->g, 0, (g->n + 2) * sizeof(float), g->s));
+    CUDA_CHECK(cudaMemsetAsync(g->g, 0, (g->n + MODEL_GPU_STATS) * sizeof(float), g->s));
 }
 
 extern "C" float *model_gpu_grads(struct model_gpu *g)
@@ -1126,8 +1134,9 @@ extern "C" float *model_gpu_grads(struct model_gpu *g)
 
 extern "C" void model_gpu_grads_put(struct model_gpu *g, const float *src, size_t n)
 {
-    if (n > g->n + 2) {
-        fprintf(stderr, "model_gpu_grads_put: %zu floats, the buffer holds %zu\n", n, g->n + 2);
+    if (n > g->n + MODEL_GPU_STATS) {
+        fprintf(stderr, "model_gpu_grads_put: %zu floats, the buffer holds %zu\n", n,
+                g->n + MODEL_GPU_STATS);
         abort();
     }
     CUDA_CHECK(cudaMemcpyAsync(g->g, src, n * sizeof(float), cudaMemcpyHostToDevice, g->s));
@@ -1136,8 +1145,9 @@ extern "C" void model_gpu_grads_put(struct model_gpu *g, const float *src, size_
 
 extern "C" void model_gpu_grads_get(struct model_gpu *g, float *dst, size_t n)
 {
-    if (n > g->n + 2) {
-        fprintf(stderr, "model_gpu_grads_get: %zu floats, the buffer holds %zu\n", n, g->n + 2);
+    if (n > g->n + MODEL_GPU_STATS) {
+        fprintf(stderr, "model_gpu_grads_get: %zu floats, the buffer holds %zu\n", n,
+                g->n + MODEL_GPU_STATS);
         abort();
     }
     CUDA_CHECK(cudaMemcpyAsync(dst, g->g, n * sizeof(float), cudaMemcpyDeviceToHost, g->s));
@@ -1161,8 +1171,23 @@ extern "C" void model_gpu_step(struct model_gpu *g, const struct optim_config *c
 
 extern "C" void model_gpu_end_step(struct model_gpu *g)
 {
-    end_step_kernel<<<1, 1, 0, g->s>>>(g->loss_acc, g->g + g->n);
+    end_step_kernel<<<1, 1, 0, g->s>>>(g->loss_acc, g->votes, g->g + g->n);
     CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void model_gpu_vote_stop(struct model_gpu *g)
+{
+    vote_kernel<<<1, 1, 0, g->s>>>(g->g + g->n + 2);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" float model_gpu_read_votes(struct model_gpu *g)
+{
+    float v = 0.0f;
+    CUDA_CHECK(cudaMemcpyAsync(&v, g->votes, sizeof(v), cudaMemcpyDeviceToHost, g->s));
+    CUDA_CHECK(cudaMemsetAsync(g->votes, 0, sizeof(float), g->s));
+    CUDA_CHECK(cudaStreamSynchronize(g->s));
+    return v;
 }
 
 extern "C" void model_gpu_read_stats(struct model_gpu *g, double *loss_sum, float *grad_norm_out)

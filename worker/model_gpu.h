@@ -18,10 +18,11 @@
  * The task is the host model's when model_gpu_new() runs: with m->label_words set (multi-label)
  * batches carry (B, label_words) bit-set labels and the loss is the sigmoid binary cross-entropy.
  *
- * Statistics on the device: after the gradient buffer's n_params floats come two more,
- * [sum of per-example losses, examples], filled by every model_gpu_forward() with labels and
- * zeroed by model_gpu_zero_grad(); an all-reduce over n_params + 2 floats therefore sums the step's
- * loss across ranks with the gradients. model_gpu_end_step() adds sum / examples (the step's mean
+ * Statistics on the device: after the gradient buffer's n_params floats come MODEL_GPU_STATS
+ * more, [sum of per-example losses, examples, stop votes], the first two filled by every
+ * model_gpu_forward() with labels, the third by model_gpu_vote_stop(), all zeroed by
+ * model_gpu_zero_grad(); an all-reduce over n_params + MODEL_GPU_STATS floats therefore sums the
+ * step's loss and votes across ranks with the gradients. model_gpu_end_step() adds sum / examples (the step's mean
  * loss) to an accumulator that model_gpu_read_stats() reads and clears once per log interval.
  *
  * bf16 (model_gpu_new(bf16 = 1), training.precision: bf16): mixed precision with fp32 master
@@ -44,6 +45,8 @@ extern "C" { /* model.h and optim.h have no C++ guards of their own */
 
 #include "worker/model.h"
 #include "worker/optim.h"
+
+#define MODEL_GPU_STATS 3 /* statistics floats after the gradients: loss sum, examples, votes */
 
 struct model_gpu; /* opaque */
 struct CUstream_st;
@@ -142,8 +145,15 @@ void model_gpu_scale_grads(struct model_gpu *g, float s);
 /* Clip by global norm (c->grad_clip) and one AdamW step at lr; t = the step number after
  * increment (1 first), as struct adamw's t. The norm before clipping stays on the device. */
 void model_gpu_step(struct model_gpu *g, const struct optim_config *c, float lr, long t);
-/* Adds this step's mean loss (statistics sum / examples) to the accumulator. */
+/* Adds this step's mean loss (statistics sum / examples) to the accumulator, and its stop
+ * votes (the third statistic, summed over ranks with the gradients) to theirs. */
 void model_gpu_end_step(struct model_gpu *g);
+/* This rank votes to stop in the step under way: sets its third statistic (zeroed by
+ * model_gpu_zero_grad) to 1, before the all-reduce that sums it. Enqueued, no wait. */
+void model_gpu_vote_stop(struct model_gpu *g);
+/* Waits for the stream; returns and clears the stop votes accumulated by model_gpu_end_step:
+ * > 0 when a rank voted in one of those steps (every rank reads the same sum). */
+float model_gpu_read_votes(struct model_gpu *g);
 /* Waits for the stream; returns and clears the accumulated step losses' sum, and the last grad
  * norm computed by model_gpu_step (NULL to skip either). */
 void model_gpu_read_stats(struct model_gpu *g, double *loss_sum, float *grad_norm);

@@ -4,7 +4,8 @@
  * train_gpu_test.c against this file instead of model_gpu.cu, so the loop's data order, gradient
  * accumulation, reduce buffer layout, loss statistics, checkpoint copies and resume are checked in
  * every CPU build. Not part of any binary. Follows model_gpu.h's contract: the "device" state is a
- * second host model, the gradient buffer has n_params + 2 floats (sum of losses, examples).
+ * second host model, the gradient buffer has n_params + MODEL_GPU_STATS floats (sum of losses,
+ * examples, stop votes).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,9 +19,11 @@ struct model_gpu {
     struct model dm; /* the "device" model: its params and grads */
     size_t n;
     float *am, *av;  /* AdamW moments */
-    float *gbuf;     /* n + 2: the gradients as handed out by model_gpu_grads, then the stats */
+    float *gbuf;     /* n + MODEL_GPU_STATS: the gradients as handed out by model_gpu_grads, then
+                      * the stats */
     int gbuf_live;   /* gbuf[0..n) holds the gradients (model_gpu_grads was called) */
     double loss_acc;
+    float votes;
     float norm;
     const int *tokens, *len, *labels;
     int *tok_copy, *len_copy, *lab_copy;
@@ -56,7 +59,7 @@ struct model_gpu *model_gpu_new(const struct model *m, int max_batch, unsigned f
     }
     g->n = m->n_params;
     g->am = xcalloc(g->n, sizeof(float)), g->av = xcalloc(g->n, sizeof(float));
-    g->gbuf = xcalloc(g->n + 2, sizeof(float));
+    g->gbuf = xcalloc(g->n + MODEL_GPU_STATS, sizeof(float));
     size_t N = (size_t)max_batch * m->cfg.max_seq_len;
     g->tok_copy = xcalloc(N, sizeof(int));
     g->len_copy = xcalloc((size_t)max_batch, sizeof(int));
@@ -122,7 +125,7 @@ void model_gpu_loss(struct model_gpu *g, float smoothing, const float *class_wei
 void model_gpu_zero_grad(struct model_gpu *g)
 {
     model_zero_grad(&g->dm);
-    memset(g->gbuf, 0, (g->n + 2) * sizeof(float));
+    memset(g->gbuf, 0, (g->n + MODEL_GPU_STATS) * sizeof(float));
     g->gbuf_live = 0;
 }
 
@@ -211,8 +214,21 @@ void model_gpu_step(struct model_gpu *g, const struct optim_config *c, float lr,
     g->norm = adamw_clip_step(&opt, &g->dm, c, lr);
 }
 
+void model_gpu_vote_stop(struct model_gpu *g)
+{
+    g->gbuf[g->n + 2] = 1.0f;
+}
+
+float model_gpu_read_votes(struct model_gpu *g)
+{
+    float v = g->votes;
+    g->votes = 0.0f;
+    return v;
+}
+
 void model_gpu_end_step(struct model_gpu *g)
 {
+    g->votes += g->gbuf[g->n + 2];
     if (g->gbuf[g->n + 1] > 0.0f)
         g->loss_acc += (double)g->gbuf[g->n] / (double)g->gbuf[g->n + 1];
 }

@@ -138,7 +138,7 @@ static struct comm *comm_new(const struct train_opts *o, struct model_gpu *g, co
 {
     struct comm *c = xcalloc(1, sizeof(*c));
     c->o = o, c->g = g, c->grads = model_gpu_grads(g);
-    train_plan_init(&c->plan, m, bucket_bytes);
+    train_plan_init_stats(&c->plan, m, bucket_bytes, MODEL_GPU_STATS);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     if (pthread_create(&c->th, NULL, comm_main, c)) {
@@ -217,7 +217,7 @@ static struct enq *enq_new(struct coll *c, struct model_gpu *g, const struct mod
 {
     struct enq *q = xcalloc(1, sizeof(*q));
     q->c = c, q->g = g, q->grads = model_gpu_grads(g);
-    train_plan_init(&q->plan, m, bucket_bytes);
+    train_plan_init_stats(&q->plan, m, bucket_bytes, MODEL_GPU_STATS);
     return q;
 }
 
@@ -279,7 +279,7 @@ static int eval_during_gpu(const struct train_opts *o, const struct model *m, st
 {
     int eb = o->eval_batch > 0 && o->eval_batch < o->batch ? o->eval_batch : o->batch;
     struct gpu_eval ge = {g, xmallocarray((size_t)eb * m->cfg.classes, sizeof(float))};
-    struct dev_sum ds = {o, g, m->n_params + 2};
+    struct dev_sum ds = {o, g, m->n_params + MODEL_GPU_STATS};
     bool many = o->world_size > 1 && o->reduce;
     int rc = train_eval_during(o, m->cfg.classes, step, epoch, eb, gpu_eval_forward, &ge,
                                many ? dev_sum : NULL, &ds, seconds);
@@ -321,13 +321,21 @@ static void flush_stats(struct gloop *lp, const struct train_opts *o, float *nor
 
 /* Asked to stop (SIGTERM) at this step boundary? With peers, rank 0 decides when: it stops after
  * a step every rank finished and saves it, and the others go on until they find it gone (they
- * then exit with the signal's code, or the 2 s grace ends them). So rank 0 never loses a peer in
- * the step it would save, whichever rank got its signal first (pods are stopped one by one). The
- * CPU loop agrees through the step's sums instead; here the statistics stay on the device
- * between log lines, and a vote would cost a host sync a step. */
+ * then exit with the signal's code, or their grace ends them). So rank 0 never loses a peer in
+ * the step it would save, whichever rank got its signal first (pods are stopped one by one).
+ * Another rank asked to stop votes instead (model_gpu_vote_stop, summed with the step's
+ * gradients), and every TRAIN_GPU_VOTE_STEPS steps every rank reads the sum (a host sync, so not
+ * every step as the CPU loop does): all stop after the same step, which rank 0 saves, even when
+ * rank 0 got no signal (one pod deleted). */
 static bool gpu_stop_now(const struct train_opts *o, int W)
 {
     return o->stop && *o->stop && (W == 1 || o->rank == 0);
+}
+
+/* With peers, after `step`: did a rank vote to stop in the steps since the last read? */
+static bool gpu_peer_voted(const struct train_opts *o, struct gloop *lp, int W, long step)
+{
+    return W > 1 && o->stop && step % TRAIN_GPU_VOTE_STEPS == 0 && model_gpu_read_votes(lp->g) > 0;
 }
 
 /* Asked to stop: the device's parameters and moments after `step` come down first when
@@ -412,6 +420,8 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                 goto out;
             }
             model_gpu_zero_grad(lp.g);
+            if (W > 1 && o->stop && *o->stop) /* rank 0 stopped above: another rank's vote */
+                model_gpu_vote_stop(lp.g);
             for (size_t mb = 0; mb < in_step; mb += o->batch) {
                 const size_t *ix = lp.idx + start + mb;
                 int B = (int)(in_step - mb < (size_t)o->batch ? in_step - mb : (size_t)o->batch);
@@ -436,7 +446,8 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                     rc = enq_wait(enq);
                 } else {
                     model_gpu_sync(lp.g);
-                    rc = o->reduce(model_gpu_grads(lp.g), m->n_params + 2, o->reduce_ctx);
+                    rc = o->reduce(model_gpu_grads(lp.g), m->n_params + MODEL_GPU_STATS,
+                                   o->reduce_ctx);
                 }
                 if (rc)
                     goto out;
@@ -478,7 +489,8 @@ int train_gpu_run_opts(struct model *m, const struct train_data *d, const struct
                     goto out;
                 tlog += es; /* the progress lines' rates are training's */
             }
-            if (gpu_stop_now(o, W)) { /* this step's state, saved by on_stop, if at all */
+            if (gpu_stop_now(o, W) || gpu_peer_voted(o, &lp, W, step)) {
+                /* this step's state, saved by on_stop (rank 0), if at all */
                 rc = gpu_stop_save(o, &lp, step, saved, epoch, m, opt);
                 goto out;
             }

@@ -46,6 +46,7 @@
 #include "worker/train_plan.h"
 
 #define TRAIN_GPU_OBS_BATCH 64
+#define TRAIN_GPU_VOTE_STEPS 4 /* with peers: steps between reads of the summed stop votes */
 
 /* The GPU loop's own settings (not in struct train_opts: the CPU loop has no use for them). */
 struct coll;

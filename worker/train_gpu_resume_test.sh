@@ -8,7 +8,9 @@
 #     bit-identical (fnv1a64 of the buffer) to an uninterrupted run, on both ranks;
 #   - SIGTERM to both ranks: rank 0 saves the step it stopped at (checkpoint.saveOnStop, the
 #     parameters and moments downloaded from the device) and exits 143; the rerun resumes
-#     there and also ends bit-identical.
+#     there and also ends bit-identical;
+#   - SIGTERM to rank 1 only: its stop vote reaches rank 0, which saves the same step and exits
+#     3; the rerun resumes there, bit-identical.
 # Exits 77 (skipped) with fewer than two GPUs (GANTRY_EMU_DEVICES for the emulator) or a build
 # without CUDA.
 # Usage: train_gpu_resume_test.sh /path/to/gantry-worker /path/to/worker/testdata
@@ -110,4 +112,27 @@ grep -q "rank 0 resumed from step ${at:-none} " "$tmp/u.0.err" && [ "$rc0$rc1" =
     [ "$h0" = "$h_term" ] && [ "$h1" = "$h_term" ] &&
     ok "after SIGTERM: resumed from step $at, bit-identical to the uninterrupted run of $E steps ($h0)" ||
     bad "after SIGTERM: exits $rc0 $rc1, $(grep -m1 resumed "$tmp/u.0.err"), hashes $h0 $h1 vs $h_term"
+
+# SIGTERM to rank 1 only (one pod deleted, or the pods' signals far apart): rank 1 votes to stop
+# with its next step's gradients; every rank reads the votes every few steps, so rank 0 stops
+# after the same step as rank 1, saves it and exits 3 (retryable), rank 1 exits 143; the rerun
+# resumes there and ends bit-identical.
+GANTRY_CHECKPOINT_INTERVAL_STEPS=100000 start_ranks "$tmp/term1" 2 v
+t=$((SECONDS + 120))
+until grep -q "step 20/$E" "$tmp/v.0.err" 2>/dev/null || ((SECONDS > t)); do sleep 0.01; done
+kill -TERM "${rank_pid[1]}"
+wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+at=$(sed -n 's/.*rank 0: a peer was asked to stop (its pod is going) at step \([0-9]*\); its checkpoint is saved.*/\1/p' "$tmp/v.0.err")
+if [ "$rc0" = 3 ] && [ "$rc1" = 143 ] && [ -n "$at" ] && [ -d "$tmp/term1/step-$at" ]; then
+    ok "SIGTERM to rank 1 only: rank 1 exits 143, rank 0 stops after the same step, saves step-$at, exits 3"
+else
+    bad "SIGTERM to rank 1 only: exits $rc0 $rc1, saved step '${at}'"; tail -n 4 "$tmp"/v.*.err
+fi
+start_ranks "$tmp/term1" 2 w
+wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+h0=$(hash_of "$tmp/w.0.err") h1=$(hash_of "$tmp/w.1.err")
+grep -q "rank 0 resumed from step ${at:-none} " "$tmp/w.0.err" && [ "$rc0$rc1" = 00 ] &&
+    [ "$h0" = "$h_term" ] && [ "$h1" = "$h_term" ] &&
+    ok "after SIGTERM to rank 1: resumed from step $at, bit-identical ($h0)" ||
+    bad "after SIGTERM to rank 1: exits $rc0 $rc1, $(grep -m1 resumed "$tmp/w.0.err"), hashes $h0 $h1 vs $h_term"
 exit $fail

@@ -330,19 +330,19 @@ static int record(float *buf, size_t n, void *ctx)
     return 0;
 }
 
-/* Every float of the n + 2 buffer is in exactly one range of the plan; buckets follow the unit
- * order (end increasing, the last ends at the last unit). */
+/* Every float of the n + MODEL_GPU_STATS buffer is in exactly one range of the plan; buckets
+ * follow the unit order (end increasing, the last ends at the last unit). */
 static void check_plan(const struct train_plan *p, size_t n, int units)
 {
-    unsigned char *seen = xcalloc(n + 2, 1);
+    unsigned char *seen = xcalloc(n + MODEL_GPU_STATS, 1);
     int bad = 0;
     for (int b = 0; b < p->nb; b++) {
         TEST_CHECK(p->end[b] > (b ? p->end[b - 1] : 0));
         for (int i = p->first[b]; i < p->first[b + 1]; i++)
             for (size_t j = p->r[i].off; j < p->r[i].off + p->r[i].n; j++)
-                bad += j >= n + 2 || seen[j]++ != 0;
+                bad += j >= n + MODEL_GPU_STATS || seen[j]++ != 0;
     }
-    for (size_t j = 0; j < n + 2; j++)
+    for (size_t j = 0; j < n + MODEL_GPU_STATS; j++)
         bad += seen[j] != 1;
     TEST_EQ_INT(bad, 0);
     TEST_EQ_INT(p->end[p->nb - 1], units);
@@ -387,8 +387,8 @@ static void test_overlapped_allreduce(void)
     const struct train_gpu_opts none = {.bucket_bytes = 0}, small = {.bucket_bytes = 1},
                                 mid = {.bucket_bytes = 64 << 10};
 
-    train_plan_init(&each, &probe, small.bucket_bytes);
-    train_plan_init(&merged, &probe, mid.bucket_bytes);
+    train_plan_init_stats(&each, &probe, small.bucket_bytes, MODEL_GPU_STATS);
+    train_plan_init_stats(&merged, &probe, mid.bucket_bytes, MODEL_GPU_STATS);
     TEST_EQ_INT(each.nb, U);
     TEST_EQ_INT(merged.nb, 2);
     TEST_EQ_INT(merged.end[0], 3);
@@ -405,8 +405,8 @@ static void test_overlapped_allreduce(void)
     const int steps = cc.k / 2; /* train_run: loss statistics, then the gradients */
     printf("overlap: %d steps; reduce calls: after backward %d, %d buckets %d, %d buckets %d\n",
            steps, c0.k, each.nb, c1.k, merged.nb, c2.k);
-    TEST_EQ_INT(c0.k, steps); /* one call over n + 2 floats a step */
-    TEST_CHECK(c0.len[0] == n + 2);
+    TEST_EQ_INT(c0.k, steps); /* one call over n + MODEL_GPU_STATS floats a step */
+    TEST_CHECK(c0.len[0] == n + MODEL_GPU_STATS);
     /* every bucket's ranges once a step, in the plan's order (= backward's), on the right floats */
     const struct train_plan *plans[2] = {&each, &merged};
     const struct calls *cs[2] = {&c1, &c2};
@@ -805,7 +805,7 @@ static void test_graph_cache(void)
     struct model_gpu *ge = model_gpu_new(&m, B, 0, err, sizeof(err));
     struct model_gpu *gg = model_gpu_new(&m, B, MODEL_GPU_GRAPHS, err, sizeof(err));
     TEST_CHECK(ge && gg);
-    size_t n = m.n_params + 2;
+    size_t n = m.n_params + MODEL_GPU_STATS;
     float *a = xmallocarray(n, sizeof(float)), *b = xmallocarray(n, sizeof(float));
     float la[B * 2], lb[B * 2];
     int tok[B * L], len[B], differ = 0, steps = 0;
