@@ -77,8 +77,8 @@ void eval_reset(struct eval_counts *e)
 
 int eval_add(struct eval_counts *e, int true_label, int pred_label)
 {
-    if (e->multi_label || e->regression || true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
-        pred_label >= e->n_classes)
+    if (e->multi_label || e->regression || true_label < 0 || true_label >= e->n_classes ||
+        pred_label < 0 || pred_label >= e->n_classes)
         return -1;
     CM(e, true_label, pred_label) += 1.0;
     return 0;
@@ -182,8 +182,8 @@ size_t eval_counts_flat_len(const struct eval_counts *e)
 
 uint64_t eval_cm(const struct eval_counts *e, int true_label, int pred_label)
 {
-    if (e->multi_label || e->regression || true_label < 0 || true_label >= e->n_classes || pred_label < 0 ||
-        pred_label >= e->n_classes)
+    if (e->multi_label || e->regression || true_label < 0 || true_label >= e->n_classes ||
+        pred_label < 0 || pred_label >= e->n_classes)
         return 0;
     double c = CM(e, true_label, pred_label);
     return c > 0 ? (uint64_t)llround(c) : 0; /* counts are sums of 1s: exact below 2^53 */

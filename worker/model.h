@@ -133,8 +133,9 @@ void model_cleanup(struct model *m);
 void model_init_params(struct model *m, uint64_t seed);
 
 /* Forward on tokens (B,T) row-major, len (B) real tokens (1..T; positions >= len are padding),
- * labels (B) (multi-label: (B, label_words) bit sets) or NULL. B <= max_batch, T <= max_seq_len. Returns the mean loss over the batch
- * when labels is given, else 0. tokens/len/labels are borrowed until model_backward(). */
+ * labels (B) (multi-label: (B, label_words) bit sets; regression: (B) floats' bits) or NULL.
+ * B <= max_batch, T <= max_seq_len. Returns the mean loss over the batch when labels is given,
+ * else 0. tokens/len/labels are borrowed until model_backward(). */
 float model_forward(struct model *m, const int *tokens, const int *len, const int *labels, int B,
                     int T);
 

@@ -15,15 +15,17 @@
  * synchronisation, except model_gpu_batch() (it waits until the upload of the batch before the
  * previous one has left its pinned staging slot), model_gpu_sync() and the read functions.
  *
- * The task is the host model's when model_gpu_new() runs: with m->label_words set (multi-label)
- * batches carry (B, label_words) bit-set labels and the loss is the sigmoid binary cross-entropy.
+ * The task is the host model's when model_gpu_new() runs: with m->label_words > 0 (multi-label)
+ * batches carry (B, label_words) bit-set labels and the loss is the sigmoid binary cross-entropy;
+ * with MODEL_TARGETS_REAL (regression) one float per example and the squared error.
  *
  * Statistics on the device: after the gradient buffer's n_params floats come MODEL_GPU_STATS
  * more, [sum of per-example losses, examples, stop votes], the first two filled by every
  * model_gpu_forward() with labels, the third by model_gpu_vote_stop(), all zeroed by
  * model_gpu_zero_grad(); an all-reduce over n_params + MODEL_GPU_STATS floats therefore sums the
- * step's loss and votes across ranks with the gradients. model_gpu_end_step() adds sum / examples (the step's mean
- * loss) to an accumulator that model_gpu_read_stats() reads and clears once per log interval.
+ * step's loss and votes across ranks with the gradients. model_gpu_end_step() adds sum /
+ * examples (the step's mean loss) to an accumulator that model_gpu_read_stats() reads and clears
+ * once per log interval, and the votes to one model_gpu_read_votes() reads.
  *
  * bf16 (model_gpu_new(bf16 = 1), training.precision: bf16): mixed precision with fp32 master
  * weights. GEMM operands in bf16 (the weights' copy that the AdamW kernel refreshes, and the GEMM

@@ -13,8 +13,9 @@ gantry_emu_target(gantry_model_gpu_emu)
 target_link_libraries(gantry_model_gpu_emu PUBLIC gantry_kernels_emu gantry_core)
 
 # train_gpu_test.c, unchanged: the GPU loop against train_run, checkpoints across devices, bf16,
-# the fused attention, evaluation, CUDA graphs, the n-gram model, multi-label, regression. In five parts (the arguments name
-# the test cases; each new case goes into one): its first nine cases in one process took ~275 s
+# the fused attention, evaluation, CUDA graphs, the n-gram model, multi-label, regression. In five
+# parts (the arguments name the test cases; each new case goes into one; the two task cases, a few
+# seconds each, went into the fifth): its first nine cases in one process took ~275 s
 # under ASan on an idle 2-core machine, too near CTest's 300 s. In CI (ASan, ctest -j2) the CUDA
 # graphs loop alone took 193 s (fp32, then bf16 with the fused attention: four training runs), so
 # its two precisions are two parts; the others took 97, 159 and 50 s, so the fused attention's
