@@ -22,6 +22,7 @@ static int init(struct eval_counts *e, int n_classes, int multi)
     e->multi_label = e->regression = 0;
     e->v = NULL;
     e->kept = NULL, e->n_kept = e->cap_kept = 0, e->keep = 0;
+    e->threshold = 0.5;
     if (n_classes < 1 || n_classes > EVAL_MAX_CLASSES)
         return -1;
     e->n_classes = n_classes;
@@ -110,10 +111,23 @@ size_t eval_add_logits(struct eval_counts *e, const int32_t *true_labels, const 
     return bad;
 }
 
+void eval_set_threshold(struct eval_counts *e, double p)
+{
+    if (p > 0.0 && p < 1.0)
+        e->threshold = p;
+}
+
+float eval_threshold_logit(const struct eval_counts *e)
+{
+    /* sigmoid(z) > p where z > log(p / (1 - p)); 0 at 0.5, exactly */
+    return e->threshold == 0.5 ? 0.0f : (float)log(e->threshold / (1.0 - e->threshold));
+}
+
 void eval_add_logits_multi(struct eval_counts *e, const int32_t *true_bits, int words,
                            const float *logits, size_t n)
 {
     int K = e->n_classes;
+    const float cut = eval_threshold_logit(e);
     if (!e->multi_label)
         return;
     for (size_t i = 0; i < n; i++) {
@@ -121,7 +135,7 @@ void eval_add_logits_multi(struct eval_counts *e, const int32_t *true_bits, int 
         const float *z = logits + i * (size_t)K;
         int wrong = 0;
         for (int c = 0; c < K && c < 32 * words; c++) {
-            int t = (int)(((uint32_t)y[c >> 5] >> (c & 31)) & 1u), p = z[c] > 0.0f;
+            int t = (int)(((uint32_t)y[c >> 5] >> (c & 31)) & 1u), p = z[c] > cut;
             if (t && p)
                 ML(e, c, 0) += 1.0;
             else if (p)
@@ -374,6 +388,7 @@ json_t *eval_report_json(const struct eval_counts *e, const char *const *names)
     json_object_set_new(r, "weighted_f1", json_real(m.weighted_f1));
     if (m.multi_label) {
         json_object_set_new(r, "multi_label", json_true());
+        json_object_set_new(r, "threshold", json_real(e->threshold));
         json_object_set_new(r, "micro_precision", json_real(m.micro_precision));
         json_object_set_new(r, "micro_recall", json_real(m.micro_recall));
         json_object_set_new(r, "micro_f1", json_real(m.micro_f1));

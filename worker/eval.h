@@ -47,6 +47,7 @@ struct eval_counts {
     int n_classes;
     int multi_label; /* eval_init_multi */
     int regression;  /* eval_init_regression: n_classes 1 */
+    double threshold; /* multi-label: a class is predicted when its sigmoid is over this (0.5) */
     float *kept;     /* eval_keep_values: (target, output) pairs, n_kept of them; not in v */
     size_t n_kept, cap_kept;
     int keep;
@@ -85,6 +86,11 @@ size_t eval_add_logits(struct eval_counts *e, const int32_t *true_labels, const 
  * of word c / 32: class c; kernels/crossentropy.h's layout), predicted where logits > 0. */
 void eval_add_logits_multi(struct eval_counts *e, const int32_t *true_bits, int words,
                            const float *logits, size_t n);
+/* Multi-label: predict a class when its sigmoid is over p (0 < p < 1; 0.5 from eval_init_multi)
+ * instead: its logit over log(p / (1 - p)). */
+void eval_set_threshold(struct eval_counts *e, double p);
+/* The logit a multi-label class must exceed to be predicted (0 for a threshold of 0.5). */
+float eval_threshold_logit(const struct eval_counts *e);
 /* Regression: adds n outputs z against targets y. */
 void eval_add_regression(struct eval_counts *e, const float *y, const float *z, size_t n);
 /* Adds a loss summed over count examples (the report shows loss_sum / count). */
@@ -130,7 +136,7 @@ void eval_metrics_cleanup(struct eval_metrics *m);
  *    "labels": ["ham", "spam"],
  *    "per_class": {"ham": {"precision":..,"recall":..,"f1":..,"support":..}, ...},
  *    "confusion_matrix": [[...], ...]}   rows = true label, columns = predicted label
- * Multi-label: "multi_label": true, "micro_precision", "micro_recall", "micro_f1",
+ * Multi-label: "multi_label": true, "threshold", "micro_precision", "micro_recall", "micro_f1",
  * "hamming_loss", accuracy the subset accuracy, per_class with "predicted", no confusion matrix.
  * Regression: {"examples", "regression": true, "mse", "mae", "pearson", "spearman" (when
  * kept), "loss"}.

@@ -203,8 +203,32 @@ check "initFrom a multi-label model, multi-label" 0 "$worker" --task multi-label
     --max-steps 2 --threads 1
 says "the classifier carries over" "every tensor, the classifier too (the same labels)"
 check "initFrom a multi-label model, single-label" 0 "$worker" --data-train "$tmp/single.jsonl" \
-    --init-from "$tmp/ck/ml" --max-steps 2 --threads 1
+    --init-from "$tmp/ck/ml" --max-steps 2 --threads 1 --checkpoint-dir "$tmp/ck/single"
 says "a new classifier" "new for this task (text-classification; the checkpoint's: multi-label-classification)"
+
+# --threshold: a higher bar for every label, in the output and in the report alike.
+check "predict --threshold 0.999" 0 "$predict" -m "$tmp/ck/ml" --threshold 0.999 \
+    --label-field topics --report "$tmp/p3.json" "$tmp/eval.jsonl"
+python3 - "$tmp/out" "$tmp/p3.json" "$tmp/p1.json" "$tmp/eval.jsonl" <<'PY' || fail=1
+import json, sys
+pred = [json.loads(l) for l in open(sys.argv[1])]
+hi, lo = json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+rows = [json.loads(l) for l in open(sys.argv[4])]
+assert hi["threshold"] == 0.999 and lo["threshold"] == 0.5, (hi["threshold"], lo["threshold"])
+assert all(s >= 0.999 for p in pred for s in p["scores"])  # (printed to 6 digits)
+tp = sum(len(set(p["labels"]) & set(r["topics"])) for p, r in zip(pred, rows))
+fp = sum(len(set(p["labels"]) - set(r["topics"])) for p, r in zip(pred, rows))
+assert abs(hi["micro_precision"] - (tp / (tp + fp) if tp + fp else 0)) < 1e-12, hi
+assert sum(len(p["labels"]) for p in pred) <= sum(c["predicted"] for c in lo["per_class"].values())
+print(f"ok   --threshold 0.999: {tp + fp} labels predicted (0.5: "
+      f"{sum(c['predicted'] for c in lo['per_class'].values())}), micro-precision "
+      f"{hi['micro_precision']:.4f} as counted from the output")
+PY
+check "--threshold out of range" 64 "$predict" -m "$tmp/ck/ml" --threshold 1 "$tmp/eval.jsonl"
+says "--threshold named" "--threshold 1: must be a number between 0 and 1"
+check "--threshold for a single-label model" 64 "$predict" -m "$tmp/ck/single" --threshold 0.7 \
+    "$tmp/single.jsonl"
+says "not multi-label" "is not multi-label (its task: text-classification); leave --threshold out"
 
 # What the binary cross-entropy has no use for is refused before any data is read.
 check "labelSmoothing with multi-label" 78 "$worker" --task multi-label-classification \

@@ -72,6 +72,8 @@ static void usage(FILE *f)
         "                           gzip-compressed input is read as such, FILE.jsonl.gz too)\n"
         "  -o, --output FILE        predictions here instead of stdout\n"
         "  -k, --top-k K            also list the K most likely labels (\"top\"); default 1\n"
+        "      --threshold P        multi-label: a label is predicted when its sigmoid is over\n"
+        "                           P (0 < P < 1; default 0.5), in the output and the report\n"
         "  -b, --batch N            documents per forward pass (default 32)\n"
         "  -t, --threads N          CPU threads (default: the CPUs this process may use)\n"
         "      --report FILE        with labelled input: the evaluation report as JSON\n"
@@ -114,12 +116,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
         {"serve", required_argument, 0, 's'},  {"bind", required_argument, 0, 'B'},
         {"name", required_argument, 0, 'N'},   {"device", required_argument, 0, 'D'},
-        {"precision", required_argument, 0, 'P'},
+        {"precision", required_argument, 0, 'P'}, {"threshold", required_argument, 0, 'H'},
         {0, 0, 0, 0}};
     int c;
 
     memset(o, 0, sizeof(*o));
-    o->top_k = 1, o->batch = 32, o->serve = -1, o->bind = "0.0.0.0";
+    o->top_k = 1, o->batch = 32, o->serve = -1, o->bind = "0.0.0.0", o->threshold = 0.5;
     while ((c = getopt_long(argc, argv, "m:f:o:k:b:t:qh", lo, NULL)) != -1) {
         char *end = NULL;
         long v = 0;
@@ -134,6 +136,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
             return DIST_EXIT_USAGE;
         }
         switch (c) {
+        case 'H':
+            o->threshold = strtod(optarg, &end);
+            if (end == optarg || *end || !(o->threshold > 0.0 && o->threshold < 1.0)) {
+                fprintf(stderr, "gantry-predict: --threshold %s: must be a number between 0 and 1 "
+                                "(a sigmoid), e.g. 0.5\n", optarg);
+                return DIST_EXIT_USAGE;
+            }
+            break;
         case 'm': o->model = optarg; break;
         case 'o': o->output = optarg; break;
         case 'k': o->top_k = (int)v; break;
@@ -280,10 +290,17 @@ static int setup(struct pred *p)
     p->label = xmallocarray(B * (size_t)(p->lw ? p->lw : 1), sizeof(int32_t));
     p->has_label = xcalloc(B, sizeof(bool));
     p->top = xmallocarray((size_t)p->K, sizeof(int));
+    if (p->o.threshold != 0.5 && !p->lw) {
+        fprintf(stderr, "gantry-predict: --threshold: the model in %s is not multi-label (its "
+                        "task: %s); leave --threshold out\n", p->dir,
+                p->card.regression ? "regression" : "text-classification");
+        return DIST_EXIT_USAGE;
+    }
     if (p->card.regression ? eval_init_regression(&p->ec)
         : (p->lw ? eval_init_multi : eval_init)(&p->ec, p->K))
         return DIST_EXIT_USAGE;
     eval_keep_values(&p->ec); /* regression: Spearman's rank correlation too */
+    eval_set_threshold(&p->ec, p->o.threshold); /* multi-label: the output's and the report's */
     return p->o.cuda ? setup_gpu(p) : 0;
 }
 
@@ -336,13 +353,13 @@ static void select_top(struct pred *p, const float *pr, int k)
 
 /* Writes document b's prediction: a JSON line ({"file"?, "line", "label", "score", "top"?}), or
  * an array element without the line for the server. */
-static void emit(struct pred *p, int b, const float *pr, int k)
+static void emit(struct pred *p, int b, const float *pr, const float *lg, int k)
 {
     int best = 0;
     for (int c = 1; c < p->K; c++) /* the first of equals, as the evaluation counts it */
         best = pr[c] > pr[best] ? c : best;
-    if (p->lw && !p->card.regression) /* multi-label: every class over 0.5, most likely first */
-        select_top(p, pr, p->K);
+    if (p->lw && !p->card.regression) /* multi-label: every class over the threshold, most */
+        select_top(p, pr, p->K);       /* likely first */
     fprintf(p->out, "%s{", p->array && p->emitted++ ? "," : "");
     if (p->name_files) {
         json_t *f = json_string(p->file);
@@ -357,16 +374,17 @@ static void emit(struct pred *p, int b, const float *pr, int k)
         fprintf(p->out, "\"value\":%.7g%s", (double)pr[0], p->array ? "}" : "}\n");
         return;
     }
-    if (p->lw) {
+    if (p->lw) { /* decided on the logits, as the report counts them */
+        const float cut = eval_threshold_logit(&p->ec);
         int n = 0;
-        while (n < p->K && pr[p->top[n]] > 0.5f)
-            n++;
         fprintf(p->out, "\"labels\":[");
-        for (int i = 0; i < n; i++)
-            fprintf(p->out, "%s%s", i ? "," : "", p->quoted[p->top[i]]);
+        for (int i = 0; i < p->K; i++)
+            if (lg[p->top[i]] > cut)
+                fprintf(p->out, "%s%s", n++ ? "," : "", p->quoted[p->top[i]]);
         fprintf(p->out, "],\"scores\":[");
-        for (int i = 0; i < n; i++)
-            fprintf(p->out, "%s%.6g", i ? "," : "", (double)pr[p->top[i]]);
+        for (int i = 0, m = 0; i < p->K; i++)
+            if (lg[p->top[i]] > cut)
+                fprintf(p->out, "%s%.6g", m++ ? "," : "", (double)pr[p->top[i]]);
         fprintf(p->out, "]");
     } else {
         fprintf(p->out, "\"label\":%s,\"score\":%.6g", p->quoted[best], (double)pr[best]);
@@ -457,7 +475,7 @@ int predict_flush(struct pred *p)
         probs = p->model.probs, logits = p->model.logits;
     }
     for (int b = 0; b < B; b++) {
-        emit(p, b, probs + (size_t)b * K, k);
+        emit(p, b, probs + (size_t)b * K, logits + (size_t)b * K, k);
         if (p->has_label[b])
             count_eval(p, b, logits + (size_t)b * K);
     }

@@ -28,6 +28,7 @@ struct opts {
     int serve; /* --serve PORT: -1 = no server */
     enum fmt format;
     int top_k, batch, threads;
+    double threshold; /* multi-label: a class is predicted when its sigmoid is over this */
     bool strict, quiet;
     bool cuda, bf16; /* --device cuda, --precision bf16 */
 };
