@@ -2,7 +2,8 @@
  * card_fuzz.c - libFuzzer target for card_parse() (a checkpoint's config.json is untrusted).
  *
  * Input: any bytes, parsed as a card. Checks: no crash or leak; an accepted card has values in
- * the documented ranges and distinct labels, and survives card_dump -> card_parse unchanged.
+ * the documented ranges and distinct labels (none for a regression), and survives card_dump ->
+ * card_parse unchanged (its task and label separator too).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,7 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     card_init(&c);
     if (card_parse((const char *)data, size, &c, err, sizeof(err)) == 0) {
-        FUZZ_CHECK(c.labels.n >= 2 && c.hidden >= 1 && c.vocab_size >= 5 && c.max_seq_len >= 1);
+        /* a regression has no labels; a classifier two or more; not both tasks at once */
+        FUZZ_CHECK(c.regression ? c.labels.n == 0 : c.labels.n >= 2);
+        FUZZ_CHECK(!(c.regression && c.multi_label));
+        FUZZ_CHECK(c.hidden >= 1 && c.vocab_size >= 5 && c.max_seq_len >= 1);
         FUZZ_CHECK(!strcmp(c.type, "transformer") || !strcmp(c.type, "ngram"));
         FUZZ_CHECK(c.vocab_file[0] && !strchr(c.vocab_file, '/'));
         for (int i = 0; i < c.labels.n; i++)
