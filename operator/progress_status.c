@@ -125,6 +125,8 @@ json_t *progress_status(const json_t *w, time_t since)
         copy_num(st, "evalStep", w, "eval_step");
         copy_num(st, "evalAccuracy", ev, "accuracy");
         copy_num(st, "evalMacroF1", ev, "macro_f1");
+        copy_num(st, "evalMicroF1", ev, "micro_f1");  /* multi-label */
+        copy_num(st, "evalPearson", ev, "pearson");   /* regression */
     }
     if (json_is_number(eta)) {
         progress_fmt_eta(json_number_value(eta), buf, sizeof(buf));

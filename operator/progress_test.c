@@ -93,7 +93,7 @@ static void test_status(void)
         "\"last_checkpoint_step\":40,\"start_step\":0,\"samples_total\":2688,"
         "\"tokens_total\":268800,\"elapsed_seconds\":21,\"last_step_unix\":1796022612.07,"
         "\"seconds_since_last_step\":0.68,\"eval_step\":40,\"eval\":{\"accuracy\":0.5,"
-        "\"macro_f1\":0.25}}",
+        "\"macro_f1\":0.25,\"micro_f1\":0.625,\"pearson\":null}}",
         0, NULL);
     json_t *st = progress_status(w, 1796022612);
     json_t *early, *none;
@@ -113,6 +113,8 @@ static void test_status(void)
     TEST_EQ_INT(json_integer_value(json_object_get(st, "evalStep")), 40);
     TEST_NEAR(json_number_value(json_object_get(st, "evalAccuracy")), 0.5, 1e-12);
     TEST_NEAR(json_number_value(json_object_get(st, "evalMacroF1")), 0.25, 1e-12);
+    TEST_NEAR(json_number_value(json_object_get(st, "evalMicroF1")), 0.625, 1e-12);
+    TEST_CHECK(json_object_get(st, "evalPearson") == NULL); /* null: left out */
     json_decref(st);
 
     /* before the first step: nulls are left out, no percent */

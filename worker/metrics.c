@@ -92,6 +92,7 @@ struct metrics *metrics_new(void)
     m->f.s.last_checkpoint_step = -1;
     m->f.s.eval_step = -1;
     m->f.s.eval_accuracy = m->f.s.eval_macro_f1 = NAN;
+    m->f.s.eval_micro_f1 = m->f.s.eval_pearson = NAN;
     m->f.checkpoint_s = NAN;
     return m;
 }
@@ -231,6 +232,10 @@ void metrics_eval(struct metrics *m, const char *name, double value)
         m->f.s.eval_accuracy = value;
     else if (strcmp(name, "macro_f1") == 0)
         m->f.s.eval_macro_f1 = value;
+    else if (strcmp(name, "micro_f1") == 0)
+        m->f.s.eval_micro_f1 = value;
+    else if (strcmp(name, "pearson") == 0)
+        m->f.s.eval_pearson = value;
     pthread_mutex_unlock(&m->mu);
     if (i == METRICS_MAX_EVAL)
         fprintf(stderr, "metrics: eval metric \"%s\" dropped: already %d names\n", name,

@@ -73,6 +73,7 @@ struct metrics_snapshot {
     int64_t eval_step;                   /* the last evaluation's step; -1 before one */
     bool early_stopped;                  /* metrics_stop_early was called */
     double eval_accuracy, eval_macro_f1; /* its "accuracy" and "macro_f1"; NAN when not given */
+    double eval_micro_f1, eval_pearson;  /* multi-label's "micro_f1", regression's "pearson" */
 };
 
 /* A new, empty recorder in state "starting" (free with metrics_free()). */

@@ -287,6 +287,10 @@ static void test_histogram_checkpoint_eval(void)
         TEST_EQ_INT(sn.eval_step, 380);
         TEST_NEAR(sn.eval_accuracy, 0.75, 0);
         TEST_NEAR(sn.eval_macro_f1, 0.25, 0);
+        TEST_CHECK(isnan(sn.eval_pearson) && isnan(sn.eval_micro_f1)); /* not given */
+        metrics_eval(m, "pearson", 0.5);
+        metrics_get(m, &sn);
+        TEST_NEAR(sn.eval_pearson, 0.5, 0);
         TEST_CHECK(!sn.early_stopped);
         metrics_stop_early(m, 380);
         metrics_get(m, &sn);
@@ -325,8 +329,9 @@ static void test_histogram_checkpoint_eval(void)
 
     json_t *j = progress(m);
     json_t *ev = json_object_get(j, "eval");
-    TEST_EQ_INT(json_object_size(ev), 2);
+    TEST_EQ_INT(json_object_size(ev), 3); /* accuracy, macro_f1, pearson */
     TEST_NEAR(json_number_value(json_object_get(ev, "accuracy")), 0.75, 0);
+    TEST_NEAR(json_number_value(json_object_get(ev, "pearson")), 0.5, 0);
     TEST_EQ_INT(json_integer_value(json_object_get(j, "eval_step")), 380);
     TEST_CHECK(json_is_true(json_object_get(j, "early_stopped")));
     TEST_EQ_INT(json_integer_value(json_object_get(j, "total_steps")), 380);

@@ -147,7 +147,8 @@ static const char *num(char tmp[32], double v)
 static void write_final(struct obs *o)
 {
     struct metrics_snapshot s;
-    char line[OBS_TERMINATION_MAX], t1[32], t2[32], t3[32], t4[32], ck[32], ev[160] = "";
+    char line[OBS_TERMINATION_MAX], t1[32], t2[32], t3[32], t4[32], ck[32], ev[224] = "";
+    char more[96] = "";
     int n, fd;
 
     metrics_get(o->m, &s);
@@ -155,10 +156,16 @@ static void write_final(struct obs *o)
         snprintf(ck, sizeof(ck), "%lld", (long long)s.last_checkpoint_step);
     else
         snprintf(ck, sizeof(ck), "null");
+    if (isfinite(s.eval_micro_f1)) /* the other tasks' metrics, only where they are */
+        snprintf(more, sizeof(more), ",\"micro_f1\":%s", num(t1, s.eval_micro_f1));
+    if (isfinite(s.eval_pearson))
+        snprintf(more + strlen(more), sizeof(more) - strlen(more), ",\"pearson\":%s",
+                 num(t1, s.eval_pearson));
     if (s.eval_step >= 0) /* the last evaluation (the final one, after training) */
         snprintf(ev, sizeof(ev), ",%s\"eval_step\":%lld,\"eval\":{\"accuracy\":%s,"
-                 "\"macro_f1\":%s}", s.early_stopped ? "\"early_stopped\":true," : "",
-                 (long long)s.eval_step, num(t1, s.eval_accuracy), num(t2, s.eval_macro_f1));
+                 "\"macro_f1\":%s%s}", s.early_stopped ? "\"early_stopped\":true," : "",
+                 (long long)s.eval_step, num(t1, s.eval_accuracy), num(t2, s.eval_macro_f1),
+                 more);
     n = snprintf(line, sizeof(line),
                  "{\"state\":\"%s\",\"step\":%lld,\"total_steps\":%lld,\"percent\":%s,"
                  "\"epoch\":%d,\"epochs\":%d,\"world_size\":%d,\"loss\":%s,"

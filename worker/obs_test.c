@@ -276,6 +276,7 @@ static void test_termination_message(void)
     obs_checkpoint(o, 20, 0.1);
     obs_eval(o, 20, "accuracy", 0.875); /* the final evaluation */
     obs_eval(o, 20, "macro_f1", 0.5);
+    obs_eval(o, 20, "pearson", 0.75); /* a task's own metric: in the line too */
     obs_close(o, true);
     f = fopen(term, "r");
     if (!TEST_CHECK(f != NULL))
@@ -303,6 +304,9 @@ static void test_termination_message(void)
               1e-9);
     TEST_NEAR(json_number_value(json_object_get(json_object_get(j, "eval"), "macro_f1")), 0.5,
               1e-9);
+    TEST_NEAR(json_number_value(json_object_get(json_object_get(j, "eval"), "pearson")), 0.75,
+              1e-9);
+    TEST_CHECK(json_object_get(json_object_get(j, "eval"), "micro_f1") == NULL); /* not given */
     json_decref(j);
 
     remove(term);
