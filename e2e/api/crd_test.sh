@@ -179,5 +179,14 @@ if [ "$got" = 3/1/1 ]; then
 else
     bad "status restart counts read back as '$got', want 3/1/1"
 fi
+# and each task's evaluation metric in status.progress
+k patch tj minimal --subresource=status --type=merge \
+    -p '{"status":{"progress":{"evalStep":40,"evalMicroF1":0.5,"evalPearson":0.75}}}' >/dev/null
+got=$(k get tj minimal -o jsonpath='{.status.progress.evalMicroF1}/{.status.progress.evalPearson}')
+if [ "$got" = 0.5/0.75 ]; then
+    ok "status.progress.evalMicroF1 and evalPearson are kept"
+else
+    bad "status.progress eval metrics read back as '$got', want 0.5/0.75"
+fi
 
 api_summary
