@@ -262,7 +262,22 @@ static void line_free_multi(struct dataset_line *out)
     out->multi = NULL, out->n_multi = 0;
 }
 
-/* Multi-label JSONL: an array of names or integers, or a string of names. */
+/* Multi-label: a field of names s[0..n) (TSV, CSV, a JSONL string) as out's labels; on error
+ * out holds none. */
+static int set_names(const struct dataset_opts *o, struct dataset_line *out, const char *s,
+                     size_t n, char *why, size_t whylen)
+{
+    size_t used = 0;
+    if (split_names(o, out, s, n, why, whylen, &used)) {
+        line_free_multi(out);
+        return -1;
+    }
+    out->labelled = true;
+    return 0;
+}
+
+/* Multi-label JSONL: an array of names or integers, or a string of names; on error out holds
+ * none. */
 static int json_names(const struct dataset_opts *o, json_t *jl, const char *lf,
                       struct dataset_line *out, char *why, size_t whylen)
 {
@@ -271,8 +286,7 @@ static int json_names(const struct dataset_opts *o, json_t *jl, const char *lf,
     char num[32];
 
     if (json_is_string(jl))
-        return split_names(o, out, json_string_value(jl), json_string_length(jl), why, whylen,
-                           &used);
+        return set_names(o, out, json_string_value(jl), json_string_length(jl), why, whylen);
     if (!json_is_array(jl)) {
         snprintf(why, whylen, "%s field \"%s\"; want a list of labels ([\"a\", \"b\"] or "
                  "\"a,b\")", jl ? "non-list" : "missing", lf);
@@ -294,6 +308,7 @@ static int json_names(const struct dataset_opts *o, json_t *jl, const char *lf,
             return -1;
         }
     }
+    out->labelled = true;
     return 0;
 }
 
@@ -338,11 +353,8 @@ static int parse_jsonl(const struct dataset_opts *o, const char *line, size_t le
         label[0] = '\0';
     } else if (o && o->multi_label) {
         label[0] = '\0';
-        if (json_names(o, jl, lf, out, why, whylen)) {
-            line_free_multi(out);
+        if (json_names(o, jl, lf, out, why, whylen))
             goto out;
-        }
-        out->labelled = true;
     } else if (json_is_string(jl)) {
         if (set_label(json_string_value(jl), json_string_length(jl), label, why, whylen))
             goto out;
@@ -405,7 +417,6 @@ static const char *last_tab(const char *line, size_t len)
 static int parse_tsv(const struct dataset_opts *o, const char *line, size_t len, bool pairs,
                      struct dataset_line *out, char *why, size_t whylen)
 {
-    size_t used = 0;
     const char *tab = last_tab(line, len), *ptab = NULL;
     size_t tlen, llen;
 
@@ -423,11 +434,8 @@ static int parse_tsv(const struct dataset_opts *o, const char *line, size_t len,
     if (tlen == 4 && memcmp(line, "text", 4) == 0 && llen == 5 && memcmp(tab + 1, "label", 5) == 0)
         return 1; /* header */
     if (o && o->multi_label) {
-        if (split_names(o, out, tab + 1, llen, why, whylen, &used)) {
-            line_free_multi(out);
+        if (set_names(o, out, tab + 1, llen, why, whylen))
             return -1;
-        }
-        out->labelled = true;
     } else if (set_label(tab + 1, llen, out->label, why, whylen)) {
         return -1;
     }
@@ -592,12 +600,8 @@ int dataset_csv_record(const struct dataset_csv *c, const struct dataset_opts *o
         goto out;
     }
     if (c->label >= 0 && o && o->multi_label) {
-        size_t used = 0;
-        if (split_names(o, out, f.buf + f.off[c->label], f.len[c->label], why, whylen, &used)) {
-            line_free_multi(out);
+        if (set_names(o, out, f.buf + f.off[c->label], f.len[c->label], why, whylen))
             goto out;
-        }
-        out->labelled = true;
     } else if (c->label >= 0 && (f.len[c->label] > 0 || !(o && o->label_optional)) &&
                set_label(f.buf + f.off[c->label], f.len[c->label], out->label, why, whylen)) {
         goto out;
@@ -781,10 +785,8 @@ static int handle_line(struct reader *r, const char *line, size_t len, bool over
     if (r->o->multi_label)
         return handle_multi(r, &dl, at);
     if (r->o->regression) {
-        char *end;
-        errno = 0;
-        double t = strtod(dl.label, &end);
-        if (end == dl.label || *end || errno == ERANGE || !isfinite(t) || fabs(t) > 3e38) {
+        float t;
+        if (dataset_label_number(dl.label, &t)) {
             snprintf(why, sizeof(why), "label \"%.64s\" is not a finite number (regression)",
                      dl.label);
             free(dl.text), free(dl.pair);
@@ -792,7 +794,7 @@ static int handle_line(struct reader *r, const char *line, size_t len, bool over
         }
         push_example(r->ds, &(struct dataset_example){.text = dl.text, .text_len = dl.text_len,
                                                       .pair = dl.pair, .pair_len = dl.pair_len,
-                                                      .target = (float)t});
+                                                      .target = t});
         return 0;
     }
     if ((li = label_index(r, dl.label, why, sizeof(why))) < 0) {
@@ -1070,6 +1072,17 @@ void dataset_encode_label_sets(const struct dataset *ds, int classes,
             if (c >= 0 && c < classes)
                 out->labels[i * (size_t)w + (size_t)(c >> 5)] |= (int32_t)(1u << (c & 31));
         }
+}
+
+int dataset_label_number(const char *label, float *out)
+{
+    char *end;
+    errno = 0;
+    double t = strtod(label, &end);
+    if (end == label || *end || errno == ERANGE || !isfinite(t) || fabs(t) > 3e38)
+        return -1;
+    *out = (float)t;
+    return 0;
 }
 
 void dataset_encode_targets(const struct dataset *ds, struct dataset_encoded *out)

@@ -217,6 +217,9 @@ void dataset_encode_label_sets(const struct dataset *ds, int classes,
 /* Regression: out->labels holds each example's target, a float's bits in the int32
  * (label_words DATASET_TARGETS_REAL). */
 #define DATASET_TARGETS_REAL (-1)
+/* Regression: a label's number (strtod's whole string, finite and within a float's range) in
+ * *out; 0, or -1 when it is not one. The reader and gantry-predict read targets alike. */
+int dataset_label_number(const char *label, float *out);
 void dataset_encode_targets(const struct dataset *ds, struct dataset_encoded *out);
 
 /* Encodes one text, or a text pair when pair is not NULL, into row[0..max_len) (padded) and

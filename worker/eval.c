@@ -47,6 +47,11 @@ int eval_init_regression(struct eval_counts *e)
     return init(e, 1, 2);
 }
 
+int eval_init_task(struct eval_counts *e, int n_classes, int label_words)
+{
+    return label_words < 0 ? eval_init_regression(e) : init(e, n_classes, label_words > 0);
+}
+
 void eval_keep_values(struct eval_counts *e)
 {
     e->keep = e->regression;
@@ -199,8 +204,7 @@ uint64_t eval_cm(const struct eval_counts *e, int true_label, int pred_label)
     if (e->multi_label || e->regression || true_label < 0 || true_label >= e->n_classes ||
         pred_label < 0 || pred_label >= e->n_classes)
         return 0;
-    double c = CM(e, true_label, pred_label);
-    return c > 0 ? (uint64_t)llround(c) : 0; /* counts are sums of 1s: exact below 2^53 */
+    return count(CM(e, true_label, pred_label));
 }
 
 static double ratio(uint64_t a, uint64_t b)

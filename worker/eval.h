@@ -68,6 +68,9 @@ int eval_init(struct eval_counts *e, int n_classes);
 int eval_init_multi(struct eval_counts *e, int n_classes);
 /* Regression sums (see above); 0. */
 int eval_init_regression(struct eval_counts *e);
+/* The counts for a task as train_data.label_words names it: 0 single-label (eval_init), > 0
+ * multi-label (eval_init_multi), < 0 regression (eval_init_regression). 0 or -1 as those. */
+int eval_init_task(struct eval_counts *e, int n_classes, int label_words);
 /* Regression: also keep every (target, output) pair added from now on, for Spearman's rank
  * correlation. */
 void eval_keep_values(struct eval_counts *e);

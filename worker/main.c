@@ -98,6 +98,9 @@ struct worker {
     char err[2048];
 };
 
+/* The encoded dataset's regression targets go to the model as they are */
+_Static_assert(DATASET_TARGETS_REAL == MODEL_TARGETS_REAL, "one label_words for regression");
+
 #define STOP_GRACE_S 2
 static volatile sig_atomic_t g_stop; /* the signal that asked us to stop */
 /* Seconds from the signal to the forced exit: STOP_GRACE_S, or for a GPU rank other than 0 with
@@ -619,12 +622,9 @@ static int write_report(struct worker *w, const struct train_result *r, double s
         return 0;
     for (int i = 0; i < K; i++)
         names[i] = label_map_name(&w->labels, i);
-    if (CFG_REGRESSION(&w->cfg)) {
-        eval_init_regression(&ec);
-        eval_keep_values(&ec); /* all of the eval set here: Spearman's rank correlation too */
-    }
-    else
-        (w->eval_enc.label_words ? eval_init_multi : eval_init)(&ec, K);
+    eval_init_task(&ec, K, w->train_enc.label_words); /* (the eval set may be empty) */
+    eval_keep_values(&ec); /* regression: all of the eval set is here, Spearman's rank
+                            * correlation too */
     if (w->eval_enc.n) {
         struct train_data ev = data_view(&w->eval_enc);
         int eb = w->cfg.eval_batch_size ? w->cfg.eval_batch_size : w->cfg.batch_size;

@@ -407,34 +407,25 @@ float model_forward(struct model *m, const int *tokens, const int *len, const in
     }
     matmul_forward_cpu(a->logits, a->pooled, m->p.clsw, m->p.clsb, B, C, K);
     m->logits = a->logits, m->probs = a->probs, m->losses = a->losses;
-    if (m->label_words == MODEL_TARGETS_REAL) { /* regression: one output, squared error */
-        if (labels) {
+    if (labels) { /* the task's loss (and probs), then the batch mean */
+        if (m->label_words == MODEL_TARGETS_REAL) /* regression: one output, squared error */
             mse_forward_cpu(a->losses, a->probs, a->logits, (const float *)labels, B);
-            double s = 0.0;
-            for (int b = 0; b < B; b++)
-                s += a->losses[b];
-            loss = (float)(s / B);
-        } else {
-            memcpy(a->probs, a->logits, (size_t)B * sizeof(float));
-        }
-    } else if (labels && m->label_words) {
-        bce_forward_cpu(a->losses, a->probs, a->logits, labels, m->label_words, B, K);
+        else if (m->label_words) /* multi-label: a sigmoid per class */
+            bce_forward_cpu(a->losses, a->probs, a->logits, labels, m->label_words, B, K);
+        else
+            crossentropy_forward_cpu(a->losses, a->probs, a->logits, labels, m->label_smoothing,
+                                     m->class_weight, B, K);
         double s = 0.0;
         for (int b = 0; b < B; b++)
             s += a->losses[b];
         loss = (float)(s / B);
+    } else if (m->label_words == MODEL_TARGETS_REAL) { /* the outputs themselves */
+        memcpy(a->probs, a->logits, (size_t)B * sizeof(float));
     } else if (m->label_words) { /* each class's probability: the sigmoid */
         for (size_t i = 0; i < (size_t)B * K; i++) {
             float e = expf(-fabsf(a->logits[i]));
             a->probs[i] = a->logits[i] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
         }
-    } else if (labels) {
-        crossentropy_forward_cpu(a->losses, a->probs, a->logits, labels, m->label_smoothing,
-                                 m->class_weight, B, K);
-        double s = 0.0;
-        for (int b = 0; b < B; b++)
-            s += a->losses[b];
-        loss = (float)(s / B);
     } else {
         /* probabilities for evaluation: cross-entropy against class 0, loss discarded */
         static const int zero[1] = {0};

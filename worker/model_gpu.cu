@@ -388,17 +388,14 @@ static void forward_body(struct model_gpu *g)
     else
         transformer_forward(g);
     matmul_forward(g->logits, g->pooled, P("clsw"), P("clsb"), B, C, K, s); /* tiny: fp32 */
-    if (g->have_labels && g->m->label_words == MODEL_TARGETS_REAL) {
-        mse_forward(g->losses, g->probs, g->logits, (const float *)g->labels, B, s);
-        loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
-        CUDA_CHECK(cudaGetLastError());
-    } else if (g->have_labels && g->m->label_words) {
-        bce_forward(g->losses, g->probs, g->logits, g->labels, g->lw, B, K, s);
-        loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
-        CUDA_CHECK(cudaGetLastError());
-    } else if (g->have_labels) {
-        crossentropy_forward(g->losses, g->probs, g->logits, g->labels, g->smoothing,
-                             g->use_cw ? g->cw : NULL, B, K, s);
+    if (g->have_labels) { /* the task's loss, then its statistics */
+        if (g->m->label_words == MODEL_TARGETS_REAL)
+            mse_forward(g->losses, g->probs, g->logits, (const float *)g->labels, B, s);
+        else if (g->m->label_words)
+            bce_forward(g->losses, g->probs, g->logits, g->labels, g->lw, B, K, s);
+        else
+            crossentropy_forward(g->losses, g->probs, g->logits, g->labels, g->smoothing,
+                                 g->use_cw ? g->cw : NULL, B, K, s);
         loss_stats_kernel<<<1, 256, 0, s>>>(g->g + g->n, g->losses, B);
         CUDA_CHECK(cudaGetLastError());
     }

@@ -296,8 +296,7 @@ static int setup(struct pred *p)
                 p->card.regression ? "regression" : "text-classification");
         return DIST_EXIT_USAGE;
     }
-    if (p->card.regression ? eval_init_regression(&p->ec)
-        : (p->lw ? eval_init_multi : eval_init)(&p->ec, p->K))
+    if (eval_init_task(&p->ec, p->K, p->card.regression ? MODEL_TARGETS_REAL : p->lw))
         return DIST_EXIT_USAGE;
     eval_keep_values(&p->ec); /* regression: Spearman's rank correlation too */
     eval_set_threshold(&p->ec, p->o.threshold); /* multi-label: the output's and the report's */
@@ -681,10 +680,8 @@ static int run_file(struct pred *p, const char *path)
         const char *name = p->lw ? dl.multi : dl.label;
         memset(known, 0, (p->lw ? (size_t)p->lw : 1) * sizeof(int32_t));
         if (has && p->card.regression) { /* a number: its bits */
-            char *end;
-            errno = 0;
-            float y = strtof(dl.label, &end);
-            if (end == dl.label || *end || errno == ERANGE || !isfinite(y)) {
+            float y = 0.0f;
+            if (dataset_label_number(dl.label, &y)) {
                 has = false;
                 if (++p->unknown_label <= DATASET_MAX_REPORTED)
                     fprintf(stderr, "%s:%ld: label \"%.64s\" is not a number; predicted, not "

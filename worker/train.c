@@ -390,9 +390,7 @@ int train_eval_during(const struct train_opts *o, int classes, long step, int ep
     double t0 = now_s();
     int rc = 0;
 
-    if (o->eval->label_words == MODEL_TARGETS_REAL ? eval_init_regression(&ec)
-        : o->eval->label_words                     ? eval_init_multi(&ec, classes)
-                                                   : eval_init(&ec, classes))
+    if (eval_init_task(&ec, classes, o->eval->label_words))
         return -1;
     obs_evaluating(o->obs, true);
     if (sum && o->world_size > 1) /* a share each, then every rank's counts summed */

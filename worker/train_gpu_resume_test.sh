@@ -94,9 +94,21 @@ if [ -z "${GANTRY_EMU_DEVICES:-}" ]; then
     [ "$rc0$rc1" = 00 ] && [ -n "$h_term" ] || bad "uninterrupted run of $E steps: exits $rc0 $rc1"
 fi
 export GANTRY_EPOCHS=$E
-GANTRY_CHECKPOINT_INTERVAL_STEPS=100000 start_ranks "$tmp/term" 2 t
-t=$((SECONDS + 120))
-until grep -q "step 20/$E" "$tmp/t.0.err" 2>/dev/null || ((SECONDS > t)); do sleep 0.01; done
+start_past_20() { # DIR TAG: two ranks without interval checkpoints, until rank 0 logs step 20
+    GANTRY_CHECKPOINT_INTERVAL_STEPS=100000 start_ranks "$1" 2 "$2"
+    local t=$((SECONDS + 120))
+    until grep -q "step 20/$E" "$tmp/$2.0.err" 2>/dev/null || ((SECONDS > t)); do sleep 0.01; done
+}
+rerun_identical() { # WHAT DIR TAG: the rerun resumes from step $at, both ranks end at $h_term
+    start_ranks "$2" 2 "$3"
+    wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
+    h0=$(hash_of "$tmp/$3.0.err") h1=$(hash_of "$tmp/$3.1.err")
+    grep -q "rank 0 resumed from step ${at:-none} " "$tmp/$3.0.err" && [ "$rc0$rc1" = 00 ] &&
+        [ "$h0" = "$h_term" ] && [ "$h1" = "$h_term" ] &&
+        ok "after $1: resumed from step $at, bit-identical to the uninterrupted run of $E steps ($h0)" ||
+        bad "after $1: exits $rc0 $rc1, $(grep -m1 resumed "$tmp/$3.0.err"), hashes $h0 $h1 vs $h_term"
+}
+start_past_20 "$tmp/term" t
 kill -TERM "${rank_pid[0]}" "${rank_pid[1]}"
 wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
 at=$(sed -n 's/.*rank 0: SIGTERM at step \([0-9]*\); its checkpoint is saved.*/\1/p' "$tmp/t.0.err")
@@ -105,21 +117,13 @@ if [ "$rc0$rc1" = 143143 ] && [ -n "$at" ] && [ -d "$tmp/term/step-$at" ]; then
 else
     bad "SIGTERM: exits $rc0 $rc1, saved step '${at}'"; tail -n 4 "$tmp/t.0.err"
 fi
-start_ranks "$tmp/term" 2 u
-wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
-h0=$(hash_of "$tmp/u.0.err") h1=$(hash_of "$tmp/u.1.err")
-grep -q "rank 0 resumed from step ${at:-none} " "$tmp/u.0.err" && [ "$rc0$rc1" = 00 ] &&
-    [ "$h0" = "$h_term" ] && [ "$h1" = "$h_term" ] &&
-    ok "after SIGTERM: resumed from step $at, bit-identical to the uninterrupted run of $E steps ($h0)" ||
-    bad "after SIGTERM: exits $rc0 $rc1, $(grep -m1 resumed "$tmp/u.0.err"), hashes $h0 $h1 vs $h_term"
+rerun_identical SIGTERM "$tmp/term" u
 
 # SIGTERM to rank 1 only (one pod deleted, or the pods' signals far apart): rank 1 votes to stop
 # with its next step's gradients; every rank reads the votes every few steps, so rank 0 stops
 # after the same step as rank 1, saves it and exits 3 (retryable), rank 1 exits 143; the rerun
 # resumes there and ends bit-identical.
-GANTRY_CHECKPOINT_INTERVAL_STEPS=100000 start_ranks "$tmp/term1" 2 v
-t=$((SECONDS + 120))
-until grep -q "step 20/$E" "$tmp/v.0.err" 2>/dev/null || ((SECONDS > t)); do sleep 0.01; done
+start_past_20 "$tmp/term1" v
 kill -TERM "${rank_pid[1]}"
 wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
 at=$(sed -n 's/.*rank 0: a peer was asked to stop (its pod is going) at step \([0-9]*\); its checkpoint is saved.*/\1/p' "$tmp/v.0.err")
@@ -128,11 +132,5 @@ if [ "$rc0" = 3 ] && [ "$rc1" = 143 ] && [ -n "$at" ] && [ -d "$tmp/term1/step-$
 else
     bad "SIGTERM to rank 1 only: exits $rc0 $rc1, saved step '${at}'"; tail -n 4 "$tmp"/v.*.err
 fi
-start_ranks "$tmp/term1" 2 w
-wait_rc "${rank_pid[0]}"; rc0=$WRC; wait_rc "${rank_pid[1]}"; rc1=$WRC
-h0=$(hash_of "$tmp/w.0.err") h1=$(hash_of "$tmp/w.1.err")
-grep -q "rank 0 resumed from step ${at:-none} " "$tmp/w.0.err" && [ "$rc0$rc1" = 00 ] &&
-    [ "$h0" = "$h_term" ] && [ "$h1" = "$h_term" ] &&
-    ok "after SIGTERM to rank 1: resumed from step $at, bit-identical ($h0)" ||
-    bad "after SIGTERM to rank 1: exits $rc0 $rc1, $(grep -m1 resumed "$tmp/w.0.err"), hashes $h0 $h1 vs $h_term"
+rerun_identical "SIGTERM to rank 1" "$tmp/term1" w
 exit $fail
